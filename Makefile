@@ -1,0 +1,11 @@
+# The two commands of README.md. Both run as root on Debian 12.
+.PHONY: demo test stop
+
+demo:
+	scripts/demo
+
+test:
+	scripts/test
+
+stop:
+	scripts/services stop

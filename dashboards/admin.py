@@ -1,0 +1,41 @@
+from django.contrib import admin
+
+from .models import AccountingRecord, AgentDefinition, Campaign, Cluster, QuarantinedLine, Task, Team
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ("name", "flavour", "sge_root", "sge_cell", "time_zone", "polled_at", "poll_error")
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ("name", "project", "group")
+
+
+@admin.register(AgentDefinition)
+class AgentDefinitionAdmin(admin.ModelAdmin):
+    list_display = ("name", "version", "input_kind", "default_model")
+
+
+@admin.register(Campaign)
+class CampaignAdmin(admin.ModelAdmin):
+    list_display = ("id", "name", "team", "job_number", "task_count", "status", "launched_at")
+    list_filter = ("status", "team")
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ("job_number", "task_number", "campaign", "state", "state_code", "host", "exit_status")
+    list_filter = ("state",)
+    search_fields = ("=job_number",)
+
+
+@admin.register(AccountingRecord)
+class AccountingRecordAdmin(admin.ModelAdmin):
+    list_display = ("job_number", "task_number", "project", "hostname", "wallclock_s", "failed", "exit_status")
+
+
+@admin.register(QuarantinedLine)
+class QuarantinedLineAdmin(admin.ModelAdmin):
+    list_display = ("path", "offset", "reason", "seen_at")

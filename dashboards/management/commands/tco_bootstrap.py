@@ -1,0 +1,58 @@
+"""Create what a fresh installation needs: the cluster, the teams, the demo agent, an admin.
+
+Idempotent: running it again changes nothing that exists (the admin password
+is kept in ``<state dir>/admin-password``, mode 0600, and reused).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from dashboards.models import AgentDefinition
+from dashboards.services import cluster_get_default, team_ensure
+
+TEAMS = (("research", "research"), ("engineering", "engineering"))
+
+
+def demo_agent_command() -> list[str]:
+    """argv of the bundled demo agent; the runner fills ``{input}`` and ``{workdir}``."""
+    return [settings.TCO_RUNNER_PYTHON, "-m", "worker.demo_agent", "{input}", "{workdir}"]
+
+
+class Command(BaseCommand):
+    help = "Create the cluster record, the research and engineering teams, the demo agent and an admin login."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--admin", default="admin", help="user name of the admin login (default admin)")
+
+    def handle(self, *args, **options):
+        cluster = cluster_get_default()
+        for name, project in TEAMS:
+            team_ensure(name=name, project=project)
+        AgentDefinition.objects.get_or_create(
+            name="demo-agent",
+            version=1,
+            defaults={
+                "description": "Bundled stand-in agent: reads its input, thinks for a few seconds, writes a result.",
+                "command": demo_agent_command(),
+                "input_kind": "params",
+                "timeout_s": 600,
+            },
+        )
+        password_file = Path(settings.STATE_DIR) / "admin-password"
+        User = get_user_model()
+        user = User.objects.filter(username=options["admin"]).first()
+        if user is None:
+            password = os.environ.get("TCO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+            User.objects.create_superuser(options["admin"], email="", password=password)
+            password_file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(password + "\n")
+        self.stdout.write(f"cluster {cluster.name}, teams research and engineering, admin login "
+                          f"{options['admin']} (password in {password_file})")

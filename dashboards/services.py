@@ -1,0 +1,270 @@
+"""Writes: launching and submitting campaigns, creating teams and clusters.
+
+Views, tasks and commands parse input and call these. Each function takes
+keyword arguments only and raises ``LaunchError`` (with a message for the
+user) on bad input, before anything reaches the scheduler.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, Group
+from django.db import transaction
+from django.utils import timezone
+
+from worker.schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
+
+from . import realtime
+from .models import AgentDefinition, Campaign, Cluster, Task, Team
+
+log = logging.getLogger(__name__)
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MAX_TASKS_PER_CAMPAIGN = 75_000  # Grid Engine's default max_aj_tasks
+
+
+class LaunchError(ValueError):
+    """A launch request that cannot be submitted; ``str(err)`` is shown to the user."""
+
+
+def cluster_get_default() -> Cluster:
+    """The cluster configured in settings (created on first use)."""
+    cluster, _ = Cluster.objects.get_or_create(
+        name=settings.TCO_CLUSTER_NAME,
+        defaults={
+            "sge_root": settings.SGE_ROOT,
+            "sge_cell": settings.SGE_CELL,
+            "accounting_path": settings.TCO_ACCOUNTING_FILE,
+            "time_zone": settings.TCO_CLUSTER_TZ,
+        },
+    )
+    return cluster
+
+
+def team_ensure(*, name: str, project: str) -> Team:
+    """A team and its Django group (named like the team), created if missing."""
+    if not NAME_RE.match(project):
+        raise LaunchError(f"project name {project!r} is not a valid Grid Engine name")
+    group, _ = Group.objects.get_or_create(name=name)
+    team, _ = Team.objects.get_or_create(project=project, defaults={"name": name, "group": group})
+    return team
+
+
+def spool_dir() -> Path:
+    return Path(settings.TCO_SPOOL_DIR)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def campaign_launch(
+    *,
+    user: AbstractBaseUser,
+    team: Team,
+    agent_definition: AgentDefinition,
+    inputs: Sequence[dict[str, Any]],
+    name: str,
+    queue: str = "agent.q",
+    seats_per_task: int = 1,
+    concurrency_cap: int | None = None,
+    cluster: Cluster | None = None,
+) -> Campaign:
+    """Record a campaign and its runner spec, then queue its submission.
+
+    ``inputs`` holds one JSON object per task (task N gets ``inputs[N-1]``).
+    Raises ``LaunchError`` for a name, queue, count or cap out of bounds; then
+    nothing is written and nothing is submitted. The submission itself runs in
+    a worker (``worker.tasks.submit_campaign``) after this transaction commits.
+    """
+    name = name.strip()
+    if not NAME_RE.match(name):
+        raise LaunchError("campaign name: 1-64 letters, digits, '_', '.', '-' (no spaces or colons)")
+    if queue not in settings.TCO_QUEUES:
+        raise LaunchError(f"queue {queue!r} is not one of {', '.join(settings.TCO_QUEUES)}")
+    count = len(inputs)
+    if not 1 <= count <= MAX_TASKS_PER_CAMPAIGN:
+        raise LaunchError(f"a campaign has 1 to {MAX_TASKS_PER_CAMPAIGN} tasks, not {count}")
+    if not 0 <= seats_per_task <= 16:
+        raise LaunchError("seats per task: 0 to 16")
+    if concurrency_cap is not None and not 1 <= concurrency_cap <= count:
+        raise LaunchError(f"concurrency cap: 1 to {count}")
+    encoded = [json.dumps(item, separators=(",", ":"), sort_keys=True) for item in inputs]
+
+    cluster = cluster or cluster_get_default()
+    with transaction.atomic():
+        campaign = Campaign.objects.create(
+            name=name,
+            cluster=cluster,
+            team=team,
+            agent_definition=agent_definition,
+            launched_by=user,
+            queue=queue,
+            task_count=count,
+            seats_per_task=seats_per_task,
+            concurrency_cap=concurrency_cap,
+            launched_at=timezone.now(),
+        )
+        base = spool_dir() / "campaigns" / str(campaign.pk)
+        _write_atomic(base / "inputs.jsonl", ("\n".join(encoded) + "\n").encode())
+        spec = {
+            "version": 1,
+            "campaign_id": campaign.pk,
+            "agent": {"name": agent_definition.name, "version": agent_definition.version,
+                      "command": agent_definition.command},
+            "inputs_file": str(base / "inputs.jsonl"),
+            "timeout_s": agent_definition.timeout_s,
+        }
+        _write_atomic(base / "spec.json", json.dumps(spec, indent=1).encode())
+        from worker import tasks as worker_tasks
+
+        transaction.on_commit(lambda: worker_tasks.submit_campaign.delay(campaign.pk))
+    realtime.queue_changed(cluster.name, {campaign.pk})
+    return campaign
+
+
+def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
+    """The array job a campaign submits: tco's runner once per task, as the submit account."""
+    base = spool_dir()
+    logs = base / "logs" / str(campaign.pk)
+    work = base / "work" / str(campaign.pk)
+    logs.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    resources: dict[str, str | int] = {}
+    if campaign.seats_per_task:
+        resources[settings.TCO_SEAT_RESOURCE] = campaign.seats_per_task
+    return ArrayJobSpec(
+        name=f"tco-c{campaign.pk}-{campaign.name}"[:64],
+        command=settings.TCO_RUNNER_PYTHON,
+        args=["-m", "worker.runner"],
+        count=campaign.task_count,
+        queue=campaign.queue,
+        project=campaign.team.project,
+        resources=resources,
+        environment={
+            "TCO_CAMPAIGN_ID": str(campaign.pk),
+            "TCO_SPOOL_DIR": str(base),
+            "PYTHONPATH": str(settings.BASE_DIR),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        },
+        working_directory=str(work),
+        output_path=str(logs),
+        error_path=str(logs),
+        account=re.sub(r"[^A-Za-z0-9_.-]", "_", campaign.launched_by.get_username())[:64] or "tco",
+        priority=campaign.priority,
+        concurrency_cap=campaign.concurrency_cap,
+    )
+
+
+def scheduler_for(cluster: Cluster):
+    """The Grid Engine adapter for ``cluster``, with tco's allow-lists."""
+    from worker.schedulers.gridengine import GridEngine
+
+    return GridEngine(
+        queues=list(settings.TCO_QUEUES),
+        projects=list(Team.objects.values_list("project", flat=True)),
+        resources=list(settings.TCO_REQUESTABLE_RESOURCES),
+        sge_root=cluster.sge_root,
+        sge_cell=cluster.sge_cell,
+    )
+
+
+def campaign_submit(*, campaign_id: int, scheduler=None) -> Campaign:
+    """Submit a campaign as one array job and create its tasks (pending).
+
+    Claimed with a conditional update, so a duplicated delivery submits
+    nothing twice. A refusal by the scheduler marks the campaign ``rejected``
+    with the scheduler's message; ``SchedulerUnavailable`` releases the claim
+    and propagates, for the caller to retry.
+    """
+    claimed = Campaign.objects.filter(pk=campaign_id, status="submitting", job_number__isnull=True).update(
+        status="submitted"
+    )
+    campaign = Campaign.objects.select_related("team", "cluster", "launched_by").get(pk=campaign_id)
+    if not claimed:
+        return campaign
+    scheduler = scheduler or scheduler_for(campaign.cluster)
+    try:
+        spec = campaign_job_spec(campaign)
+        job_number, task_numbers = scheduler.submit_array(spec)
+    except SchedulerUnavailable:
+        Campaign.objects.filter(pk=campaign_id).update(status="submitting")
+        raise
+    except (SchedulerCommandError, ValueError) as exc:
+        message = getattr(exc, "stderr", "") or str(exc)
+        Campaign.objects.filter(pk=campaign_id).update(status="rejected", submit_error=message[:2000])
+        log.warning("campaign %s rejected: %s", campaign_id, message)
+        realtime.queue_changed(campaign.cluster.name, {campaign_id})
+        campaign.refresh_from_db()
+        return campaign
+    now = timezone.now()
+    with transaction.atomic():
+        Campaign.objects.filter(pk=campaign_id).update(job_number=job_number, submitted_at=now)
+        Task.objects.bulk_create(
+            [
+                Task(
+                    cluster=campaign.cluster,
+                    campaign=campaign,
+                    job_number=job_number,
+                    task_number=n,
+                    is_array=True,
+                    name=spec.name,
+                    owner=settings.TCO_SUBMIT_USER,
+                    project=campaign.team.project,
+                    state="pending",
+                    state_code="qw",
+                    submitted_at=now,
+                    first_seen_at=now,
+                )
+                for n in task_numbers
+            ],
+            batch_size=2000,
+            ignore_conflicts=True,
+        )
+        # A poll may have seen the job before we knew its number: adopt those rows.
+        Task.objects.filter(
+            cluster=campaign.cluster, job_number=job_number, active=True, campaign__isnull=True
+        ).update(campaign=campaign)
+    realtime.queue_changed(campaign.cluster.name, {campaign_id})
+    campaign.refresh_from_db()
+    return campaign
+
+
+def cluster_status_refresh(*, cluster: Cluster, scheduler=None) -> dict:
+    """Store the cluster's queue slots, hosts, consumables and quotas; push a change.
+
+    ``status`` becomes ``{"queues": [...], "hosts": [...], "quotas": [...],
+    "global_capacity": {resource: number}}`` (shapes of the parsers in
+    ``worker.schedulers.qstat_xml``). On ``SchedulerError`` the previous
+    status stays and the error is returned.
+    """
+    from worker.schedulers.base import SchedulerError
+
+    scheduler = scheduler or scheduler_for(cluster)
+    try:
+        status = {
+            "queues": scheduler.queue_summary(),
+            "hosts": scheduler.hosts(),
+            "quotas": scheduler.quotas(),
+            "global_capacity": scheduler.global_capacity(),
+        }
+    except SchedulerError as exc:
+        return {"error": str(exc)}
+    if status != cluster.status:
+        Cluster.objects.filter(pk=cluster.pk).update(status=status, status_at=timezone.now())
+        realtime.queue_changed(cluster.name)
+    else:
+        Cluster.objects.filter(pk=cluster.pk).update(status_at=timezone.now())
+    return {"queues": len(status["queues"]), "hosts": len(status["hosts"])}

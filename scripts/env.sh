@@ -1,0 +1,32 @@
+# Environment shared by tco's scripts (sourced, not run). Everything here is a
+# default: a value already in the environment wins.
+TCO_REPO=${TCO_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+export TCO_REPO
+export SGE_ROOT=${SGE_ROOT:-/var/lib/gridengine}
+export SGE_CELL=${SGE_CELL:-default}
+export DRMAA_LIBRARY_PATH=${DRMAA_LIBRARY_PATH:-/usr/lib/gridengine-drmaa/lib/libdrmaa.so.1.0}
+# libdrmaa is linked with jemalloc, whose TLS model fails when dlopen()ed late
+# ("cannot allocate memory in static TLS block"): preload it in every process
+# that may load libdrmaa (the submit worker, the tests).
+export TCO_JEMALLOC=${TCO_JEMALLOC:-/usr/lib/x86_64-linux-gnu/libjemalloc.so.2}
+export TCO_USER=${TCO_USER:-tco}
+export TCO_STATE_DIR=${TCO_STATE_DIR:-$TCO_REPO/var}
+export TCO_PORT=${TCO_PORT:-8000}
+export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+export PYTHONDONTWRITEBYTECODE=1
+export DJANGO_SETTINGS_MODULE=tco_web.settings
+PY=$TCO_REPO/.venv/bin/python
+
+# as_tco CMD...: run CMD as the unprivileged submit account, keeping tco's environment.
+as_tco() {
+    if [ "$(id -un)" = "$TCO_USER" ]; then
+        "$@"
+    else
+        runuser -u "$TCO_USER" -- env HOME="$(getent passwd "$TCO_USER" | cut -d: -f6)" \
+            PATH="$PATH" TCO_REPO="$TCO_REPO" SGE_ROOT="$SGE_ROOT" SGE_CELL="$SGE_CELL" \
+            DRMAA_LIBRARY_PATH="$DRMAA_LIBRARY_PATH" TCO_JEMALLOC="$TCO_JEMALLOC" \
+            TCO_STATE_DIR="$TCO_STATE_DIR" TCO_PORT="$TCO_PORT" REDIS_URL="$REDIS_URL" \
+            PYTHONDONTWRITEBYTECODE=1 DJANGO_SETTINGS_MODULE=tco_web.settings \
+            ${DATABASE_URL:+DATABASE_URL="$DATABASE_URL"} ${CI:+CI="$CI"} "$@"
+    fi
+}

@@ -1,0 +1,54 @@
+"""The Celery app: broker on Redis, periodic tasks declared here in one place.
+
+Each periodic task expires at about 1.5 times its interval, so a poll that
+is late (a busy worker) is dropped instead of piling up behind the next one.
+"""
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from celery.signals import worker_process_init, worker_process_shutdown
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tco_web.settings")
+
+app = Celery("tco")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["worker"])
+
+
+@app.on_after_finalize.connect
+def setup_periodic_tasks(sender: Celery, **kwargs) -> None:
+    from django.conf import settings
+
+    poll = settings.TCO_POLL_INTERVAL_S
+    status = settings.TCO_STATUS_INTERVAL_S
+    ingest = settings.TCO_INGEST_INTERVAL_S
+    sender.add_periodic_task(poll, sender.signature("worker.tasks.poll_queue", expires=poll * 1.5),
+                             name="poll qstat")
+    sender.add_periodic_task(status, sender.signature("worker.tasks.poll_cluster_status", expires=status * 1.5),
+                             name="poll queues, hosts and quotas")
+    sender.add_periodic_task(ingest, sender.signature("worker.tasks.ingest_accounting", expires=ingest * 1.5),
+                             name="ingest accounting")
+    sender.add_periodic_task(ingest, sender.signature("worker.tasks.ingest_runner_records", expires=ingest * 1.5),
+                             name="ingest runner records")
+    sender.add_periodic_task(10.0, sender.signature("worker.tasks.reconcile_gone_tasks", expires=15.0),
+                             name="resolve tasks gone from qstat")
+
+
+@worker_process_init.connect
+def open_drmaa_session(**kwargs) -> None:
+    # DRMAA allows one session per process, and a session must not cross a
+    # fork: open it in each child of the submitting worker only.
+    if os.environ.get("TCO_DRMAA_WORKER") == "1":
+        from worker.drmaa_session import open_session
+
+        open_session()
+
+
+@worker_process_shutdown.connect
+def close_drmaa_session(**kwargs) -> None:
+    if os.environ.get("TCO_DRMAA_WORKER") == "1":
+        from worker.drmaa_session import close_session
+
+        close_session()

@@ -1,0 +1,238 @@
+"""Settings for tco, read from the environment with safe defaults.
+
+Every variable is parsed strictly: a malformed value stops start-up with a
+message naming the variable, rather than silently falling back. Secrets may be
+given as ``NAME_FILE`` (a path whose contents are the value).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    """The variable ``name``, or the contents of the file named by ``name_FILE``."""
+    file_path = os.environ.get(f"{name}_FILE")
+    if file_path:
+        try:
+            return Path(file_path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={file_path!r} cannot be read: {exc}") from exc
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off`` (any case); anything else is an error."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+
+# State that is not source: the SQLite file, the runner spool, logs. A real
+# cluster points TCO_SPOOL_DIR at the shared file system every exec host mounts.
+STATE_DIR = Path(env_str("TCO_STATE_DIR", str(BASE_DIR / "var")))
+TCO_SPOOL_DIR = Path(env_str("TCO_SPOOL_DIR", str(STATE_DIR / "spool")))
+
+_secret = env_str("SECRET_KEY")
+if not _secret:
+    if not DEBUG and os.environ.get("TCO_ALLOW_GENERATED_SECRET", "1") != "1":
+        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set")
+    # A per-installation key kept in the state directory, so sessions survive
+    # restarts without a secret ever being committed.
+    key_file = STATE_DIR / "secret_key"
+    try:
+        _secret = key_file.read_text().strip()
+    except OSError:
+        from django.core.management.utils import get_random_secret_key
+
+        _secret = get_random_secret_key()
+        try:
+            STATE_DIR.mkdir(parents=True, exist_ok=True)
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(_secret)
+        except FileExistsError:
+            _secret = key_file.read_text().strip()
+        except OSError:
+            pass  # read-only state dir: an ephemeral key, sessions end at restart
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "dashboards",
+    "worker",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "tco_web.urls"
+ASGI_APPLICATION = "tco_web.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_default_db = f"sqlite:///{STATE_DIR / 'tco.sqlite3'}"
+DATABASES = {"default": dj_database_url.parse(env_str("DATABASE_URL", _default_db), conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the web process read while a worker writes; IMMEDIATE
+    # transactions take the write lock up front, so two writers wait for each
+    # other (busy timeout) instead of failing with "database is locked".
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(STATE_DIR / "test-tco.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "queue"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = STATE_DIR / "static"
+
+
+def _plotly_js_dir() -> Path:
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data"
+
+
+# plotly.min.js comes from the plotly package itself: no CDN, works air-gapped.
+STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", _plotly_js_dir())]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 10},
+    }
+}
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TIMEZONE = "UTC"
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ROUTES = {
+    "worker.tasks.poll_*": {"queue": "poll"},
+    "worker.tasks.ingest_*": {"queue": "ingest"},
+    "worker.tasks.reconcile_*": {"queue": "ingest"},
+    "worker.tasks.submit_*": {"queue": "submit"},
+    "worker.tasks.control_*": {"queue": "submit"},
+}
+
+# --- Grid Engine -----------------------------------------------------------
+SGE_ROOT = env_str("SGE_ROOT", "/var/lib/gridengine")
+SGE_CELL = env_str("SGE_CELL", "default")
+TCO_CLUSTER_NAME = env_str("TCO_CLUSTER_NAME", "dev")
+TCO_CLUSTER_TZ = env_str("TCO_CLUSTER_TZ", "UTC")
+TCO_ACCOUNTING_FILE = env_str("TCO_ACCOUNTING_FILE", f"{SGE_ROOT}/{SGE_CELL}/common/accounting")
+TCO_QUEUES = env_list("TCO_QUEUES", ["agent.q", "classic.q"])
+TCO_REQUESTABLE_RESOURCES = env_list("TCO_REQUESTABLE_RESOURCES", ["anthropic_api", "h_rt", "h_vmem"])
+TCO_SEAT_RESOURCE = env_str("TCO_SEAT_RESOURCE", "anthropic_api")
+TCO_SUBMIT_USER = env_str("TCO_SUBMIT_USER", "tco")
+TCO_POLL_INTERVAL_S = env_float("TCO_POLL_INTERVAL_S", 1.0)
+TCO_STATUS_INTERVAL_S = env_float("TCO_STATUS_INTERVAL_S", 5.0)
+TCO_INGEST_INTERVAL_S = env_float("TCO_INGEST_INTERVAL_S", 1.0)
+# A task gone from qstat with no accounting record after this long is "lost"
+# (or "deleted" if it never started).
+TCO_LOST_GRACE_S = env_float("TCO_LOST_GRACE_S", 120.0)
+# The interpreter the scheduler starts the runner with (same venv as the workers).
+TCO_RUNNER_PYTHON = env_str("TCO_RUNNER_PYTHON", str(BASE_DIR / ".venv" / "bin" / "python"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -1,0 +1,189 @@
+"""The DRMAA session of this process (drmaa 0.7.9 over SGE's libdrmaa.so).
+
+DRMAA allows one session per process. It is opened lazily on the first
+submission, or explicitly with :func:`open_session` from Celery's
+``worker_process_init`` signal (never at import time, and never in a parent
+that forks afterwards: a forked child inherits a session it cannot use).
+It is closed at interpreter exit.
+
+Loading libdrmaa needs, *before the interpreter starts*:
+
+- ``DRMAA_LIBRARY_PATH=/usr/lib/gridengine-drmaa/lib/libdrmaa.so.1.0``
+  (set here as a default if missing; python-drmaa reads it at import), and
+- ``LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2``: Debian's
+  libdrmaa links jemalloc, whose initial-exec TLS cannot be loaded late
+  ("cannot allocate memory in static TLS block"). Setting it from Python is
+  too late; it must be in the environment of the process that starts Python
+  (systemd unit, supervisor, the shell that runs celery).
+
+Sources: drmaa_attributes(3), drmaa_jobtemplate(3), drmaa_submit(3) of SGE 8.1.9.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from typing import Any
+
+from worker.schedulers.base import SchedulerCommandError, SchedulerUnavailable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DRMAA_LIBRARY_PATH = "/usr/lib/gridengine-drmaa/lib/libdrmaa.so.1.0"
+JEMALLOC_PRELOAD = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+_lock = threading.RLock()
+_session: Any = None
+_session_pid: int | None = None
+_atexit_registered = False
+
+
+def load_drmaa():
+    """Import the ``drmaa`` package (which dlopens libdrmaa) and return it.
+
+    Raises SchedulerUnavailable with the fix in the message when libdrmaa
+    cannot be found or loaded (the static TLS trap above).
+    """
+    os.environ.setdefault("DRMAA_LIBRARY_PATH", DEFAULT_DRMAA_LIBRARY_PATH)
+    try:
+        import drmaa  # noqa: PLC0415 - loading libdrmaa is deliberately lazy
+    except OSError as exc:
+        text = str(exc)
+        if "static TLS" in text:
+            raise SchedulerUnavailable(
+                f"libdrmaa could not be loaded: {text}. Start this process with "
+                f"LD_PRELOAD={JEMALLOC_PRELOAD} in its environment (it must be set before the "
+                f"Python interpreter starts; setting it from Python is too late)."
+            ) from exc
+        raise SchedulerUnavailable(
+            f"libdrmaa could not be loaded from DRMAA_LIBRARY_PATH="
+            f"{os.environ.get('DRMAA_LIBRARY_PATH')}: {text}. Install gridengine-drmaa1.0 "
+            f"or set DRMAA_LIBRARY_PATH to libdrmaa.so."
+        ) from exc
+    except RuntimeError as exc:  # python-drmaa: "Could not find drmaa library"
+        raise SchedulerUnavailable(f"{exc} (default {DEFAULT_DRMAA_LIBRARY_PATH})") from exc
+    except ImportError as exc:
+        raise SchedulerUnavailable(f"the drmaa Python package is not installed: {exc}") from exc
+    return drmaa
+
+
+def open_session(*, sge_root: str | None = None, sge_cell: str | None = None):
+    """Open (or return) this process's DRMAA session.
+
+    ``sge_root``/``sge_cell`` default the process's ``SGE_ROOT``/``SGE_CELL``
+    (libdrmaa reads them from the process environment). Calling it again in
+    the same process returns the same session; asking for a different cell
+    than the open session's raises SchedulerUnavailable.
+
+    Raises SchedulerUnavailable (library not loadable, qmaster unreachable,
+    session inherited through fork).
+    """
+    global _session, _session_pid, _atexit_registered
+    with _lock:
+        pid = os.getpid()
+        if _session is not None and _session_pid == pid:
+            _check_cell(sge_root, sge_cell)
+            return _session
+        if _session is not None and _session_pid != pid:
+            # Forked after the parent opened a session: libdrmaa's state in
+            # this copy refers to the parent's connection and cannot be used.
+            raise SchedulerUnavailable(
+                "a DRMAA session was opened before this process was forked; open it in each "
+                "worker process (Celery: worker_process_init), not in the parent")
+        if sge_root:
+            os.environ["SGE_ROOT"] = sge_root
+        if sge_cell:
+            os.environ["SGE_CELL"] = sge_cell
+        os.environ.setdefault("SGE_ROOT", "/var/lib/gridengine")
+        os.environ.setdefault("SGE_CELL", "default")
+        drmaa = load_drmaa()
+        session = drmaa.Session()
+        try:
+            session.initialize()
+        except drmaa.errors.AlreadyActiveSessionException as exc:
+            raise SchedulerUnavailable(
+                "libdrmaa already has an active session in this process (opened outside "
+                "worker.drmaa_session, or inherited through fork)") from exc
+        except drmaa.errors.DrmaaException as exc:
+            raise SchedulerUnavailable(f"DRMAA session could not be opened: {exc}") from exc
+        _session, _session_pid = session, pid
+        if not _atexit_registered:
+            atexit.register(close_session)
+            _atexit_registered = True
+        log.info("DRMAA session opened (pid %s, %s)", pid, session.contact)
+        return session
+
+
+def _check_cell(sge_root: str | None, sge_cell: str | None) -> None:
+    for name, wanted in (("SGE_ROOT", sge_root), ("SGE_CELL", sge_cell)):
+        if wanted and os.environ.get(name) != wanted:
+            raise SchedulerUnavailable(
+                f"this process's DRMAA session is bound to {name}={os.environ.get(name)}, "
+                f"not {wanted}; submit to another cell from another process")
+
+
+def close_session() -> None:
+    """Close this process's session if it opened one (idempotent; logs, never raises)."""
+    global _session, _session_pid
+    with _lock:
+        session, pid = _session, _session_pid
+        _session, _session_pid = None, None
+        if session is None or pid != os.getpid():
+            return
+        try:
+            session.exit()
+        except Exception:  # noqa: BLE001 - at exit there is nobody to tell but the log
+            log.warning("closing the DRMAA session failed", exc_info=True)
+
+
+def _map_drmaa_error(drmaa, exc: Exception, what: str) -> Exception:
+    errors = drmaa.errors
+    if isinstance(exc, (errors.DrmCommunicationException, errors.TryLaterException,
+                        errors.NoActiveSessionException, errors.DrmsExitException)):
+        return SchedulerUnavailable(f"{what}: {exc}")
+    return SchedulerCommandError(f"{what} refused: {exc}", argv=["drmaa", what], stderr=str(exc))
+
+
+def run_bulk(*, remote_command: str, args: list[str], job_name: str, native_specification: str,
+             environment: dict[str, str], working_directory: str, output_path: str,
+             error_path: str, hold: bool, count: int, sge_root: str | None = None,
+             sge_cell: str | None = None) -> tuple[int, list[int]]:
+    """Submit one array job of tasks 1..count (``runBulkJobs(jt, 1, count, 1)``).
+
+    Arguments are DRMAA job template attributes (drmaa_attributes(3)),
+    already validated by the caller: ``output_path``/``error_path`` in
+    ``[host]:path`` form, ``environment`` as a dict (``jobEnvironment``).
+    Returns ``(job_number, task_numbers)`` read from ids like ``"123.1"``.
+
+    Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
+    """
+    from worker.schedulers.gridengine import parse_job_ids
+
+    with _lock:
+        session = open_session(sge_root=sge_root, sge_cell=sge_cell)
+        drmaa = load_drmaa()
+        try:
+            jt = session.createJobTemplate()
+        except drmaa.errors.DrmaaException as exc:
+            raise _map_drmaa_error(drmaa, exc, "createJobTemplate") from exc
+        try:
+            jt.remoteCommand = remote_command
+            jt.args = args
+            jt.jobName = job_name
+            jt.nativeSpecification = native_specification
+            jt.jobEnvironment = environment
+            jt.workingDirectory = working_directory
+            jt.outputPath = output_path
+            jt.errorPath = error_path
+            if hold:
+                jt.jobSubmissionState = drmaa.JobSubmissionState.HOLD_STATE
+            ids = session.runBulkJobs(jt, 1, count, 1)
+        except drmaa.errors.DrmaaException as exc:
+            raise _map_drmaa_error(drmaa, exc, "runBulkJobs") from exc
+        finally:
+            try:
+                session.deleteJobTemplate(jt)
+            except drmaa.errors.DrmaaException:
+                log.warning("deleteJobTemplate failed", exc_info=True)
+    return parse_job_ids(list(ids))

@@ -1,0 +1,170 @@
+"""The scheduler adapter interface shared by every backend and by the fake.
+
+Every backend (Grid Engine today; others behind the same names later) turns
+scheduler output into the plain records below. Django code never sees XML or
+accounting lines, only these records.
+
+Lifecycle words follow DESIGN.md ("Lifecycle of a task"): the scheduler states
+``pending, held, starting, running, suspended, deleting, error, unknown`` come
+from qstat state letters; ``finishing, done, failed, deleted, lost`` are
+decided by tco from observation gaps and accounting.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Protocol, Sequence
+
+
+class SchedulerError(Exception):
+    """Base class of every error a scheduler adapter raises."""
+
+
+class SchedulerUnavailable(SchedulerError):
+    """The scheduler could not be asked: command missing, timed out, qmaster down.
+
+    Transient: a poll that raises this is retried and is never read as an
+    empty queue.
+    """
+
+
+class SchedulerParseError(SchedulerError):
+    """The scheduler answered, but its output is not in a shape we know."""
+
+
+class SchedulerCommandError(SchedulerError):
+    """The scheduler refused a request (qsub/qalter/qdel exit status not 0).
+
+    ``stderr`` holds the command's message for the user.
+    """
+
+    def __init__(self, message: str, *, argv: Sequence[str] = (), returncode: int | None = None,
+                 stderr: str = "") -> None:
+        super().__init__(message)
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+SCHEDULER_STATES = ("pending", "held", "starting", "running", "suspended", "deleting", "error", "unknown")
+TCO_STATES = ("finishing", "done", "failed", "deleted", "lost")
+LIFECYCLE_STATES = SCHEDULER_STATES + TCO_STATES
+ACTIVE_STATES = frozenset(SCHEDULER_STATES) | {"finishing"}
+TERMINAL_STATES = frozenset({"done", "failed", "deleted", "lost"})
+
+
+@dataclasses.dataclass(slots=True)
+class QstatTask:
+    """One task as ``qstat -xml -u '*'`` shows it (pending ranges expanded).
+
+    ``task_number`` is None for a non-array job. ``state`` is the lifecycle
+    word, ``state_code`` the raw letters (``Eqw``). ``queue`` is the cluster
+    queue (``agent.q``) and ``host`` the exec host, both None while pending.
+    Times are timezone-aware UTC datetimes. ``priority`` is ``JAT_prio``.
+    """
+
+    job_number: int
+    task_number: int | None
+    name: str
+    owner: str
+    project: str | None
+    state: str
+    state_code: str
+    restarted: bool
+    queue: str | None
+    host: str | None
+    slots: int
+    submitted_at: dt.datetime | None
+    started_at: dt.datetime | None
+    priority: float
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """(job_number, task_number or 0): the identity of an active task."""
+        return (self.job_number, self.task_number or 0)
+
+
+@dataclasses.dataclass(slots=True)
+class AccountingRecord:
+    """One accounting record (SGE 8 colon line or OCS 9 JSON line).
+
+    Times are timezone-aware UTC datetimes, or None where the file says 0
+    (a failed start). ``task_number`` is None for a non-array job (the file
+    says 0). ``wallclock_s`` is seconds (float where the format has one).
+    ``cpu_s`` seconds, ``maxvmem_bytes`` bytes. ``usage`` holds
+    flexible-accounting objects as written (OCS 9 JSON only), else ``{}``.
+    Source: accounting(5) of SGE 8.1.9; sge_accounting(5) of OCS 9.
+    """
+
+    job_number: int
+    task_number: int | None
+    pe_taskid: str | None
+    job_name: str
+    owner: str
+    group: str
+    project: str | None
+    department: str | None
+    account: str
+    queue: str
+    hostname: str
+    slots: int
+    submitted_at: dt.datetime | None
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    wallclock_s: float
+    cpu_s: float
+    maxvmem_bytes: float
+    failed: int
+    exit_status: int
+    category: str
+    usage: dict
+
+    def identity(self, cluster: str) -> tuple:
+        """DESIGN.md's record identity: (cluster, job_number, task_number, pe_taskid,
+        submission_time, start_time, end_time)."""
+        return (cluster, self.job_number, self.task_number or 0, self.pe_taskid or "",
+                self.submitted_at, self.started_at, self.ended_at)
+
+
+@dataclasses.dataclass(slots=True)
+class ArrayJobSpec:
+    """What one campaign submits: an array job of ``count`` tasks (1..count).
+
+    Every field is validated before it gets here; the adapter builds the
+    native specification from these fields only, never from free text.
+    ``resources`` maps a requestable complex to its value (``{"anthropic_api": 1}``).
+    ``environment`` is passed to every task (``TCO_CAMPAIGN_ID`` …).
+    """
+
+    name: str
+    command: str
+    args: list[str]
+    count: int
+    queue: str
+    project: str
+    resources: dict[str, str | int]
+    environment: dict[str, str]
+    working_directory: str
+    output_path: str
+    error_path: str
+    account: str = "tco"
+    priority: int = 0
+    concurrency_cap: int | None = None
+    hold_jid_ad: int | None = None
+    advance_reservation: int | None = None
+    hold: bool = False
+
+
+class SchedulerAdapter(Protocol):
+    """What tco asks of a scheduler. Implemented by GridEngine and by the fake."""
+
+    def list_tasks(self) -> list[QstatTask]:
+        """Every job's tasks, all users. Raises SchedulerUnavailable, SchedulerParseError."""
+
+    def submit_array(self, spec: ArrayJobSpec) -> tuple[int, list[int]]:
+        """Submit one array job; return (job_number, task_numbers).
+        Raises SchedulerCommandError when refused, SchedulerUnavailable."""
+
+    def control(self, action: str, job_number: int, task_numbers: Sequence[int] | None = None,
+                priority: int | None = None) -> None:
+        """``hold``, ``release``, ``delete``, ``priority``, ``clear_error`` on a job or its tasks."""

@@ -1,0 +1,114 @@
+"""Celery tasks: thin wrappers that load what they need and call one service.
+
+Retries cover only typed, transient errors (``SchedulerUnavailable``). The
+periodic schedule is declared in ``tco_web/celery.py``.
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from worker.schedulers.base import SchedulerError, SchedulerUnavailable
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def single_flight(name: str, timeout: float):
+    """Hold a Redis lock for ``name``; yields False when another worker holds it."""
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    lock = client.lock(f"tco:lock:{name}", timeout=timeout, blocking=False)
+    acquired = lock.acquire(blocking=False)
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            try:
+                lock.release()
+            except redis.exceptions.LockError:
+                pass  # expired while we worked: the next holder already has it
+
+
+@shared_task(time_limit=30, soft_time_limit=25)
+def poll_queue() -> dict:
+    """Poll ``qstat -xml -u '*'`` once and apply the difference."""
+    from dashboards.services import cluster_get_default, scheduler_for
+    from worker.ingest import apply_qstat_poll, record_poll_failure
+
+    cluster = cluster_get_default()
+    with single_flight(f"poll:{cluster.name}", timeout=30) as mine:
+        if not mine:
+            return {"skipped": True}
+        observed_at = timezone.now()
+        try:
+            tasks = scheduler_for(cluster).list_tasks()
+        except SchedulerError as exc:
+            # A failed poll is never an empty queue: keep the last state, show the error.
+            record_poll_failure(cluster, f"{type(exc).__name__}: {exc}")
+            return {"error": str(exc)}
+        changes = apply_qstat_poll(cluster, tasks, observed_at=observed_at)
+        return {"added": changes.added, "changed": changes.changed, "gone": changes.gone}
+
+
+@shared_task(time_limit=30, soft_time_limit=25)
+def poll_cluster_status() -> dict:
+    """Poll queue slots, hosts and consumables, and resource quotas."""
+    from dashboards.services import cluster_get_default, cluster_status_refresh
+
+    cluster = cluster_get_default()
+    with single_flight(f"status:{cluster.name}", timeout=30) as mine:
+        if not mine:
+            return {"skipped": True}
+        return cluster_status_refresh(cluster=cluster)
+
+
+@shared_task(time_limit=300, soft_time_limit=290)
+def ingest_accounting() -> dict:
+    from dashboards.services import cluster_get_default
+    from worker.ingest import ingest_accounting as ingest
+
+    cluster = cluster_get_default()
+    with single_flight(f"accounting:{cluster.name}", timeout=300) as mine:
+        if not mine:
+            return {"skipped": True}
+        result = ingest(cluster)
+        return {"accepted": result.accepted, "quarantined": result.quarantined, "finalized": result.finalized}
+
+
+@shared_task(time_limit=120, soft_time_limit=110)
+def ingest_runner_records() -> int:
+    from dashboards.services import cluster_get_default
+    from worker.ingest import ingest_runner_records as ingest
+
+    cluster = cluster_get_default()
+    with single_flight(f"runner-records:{cluster.name}", timeout=120) as mine:
+        return ingest(cluster) if mine else 0
+
+
+@shared_task(time_limit=60)
+def reconcile_gone_tasks() -> int:
+    from dashboards.services import cluster_get_default
+    from worker.ingest import reconcile_gone_tasks as reconcile
+
+    return reconcile(cluster_get_default())
+
+
+@shared_task(
+    autoretry_for=(SchedulerUnavailable,),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=10,
+    time_limit=600,
+)
+def submit_campaign(campaign_id: int) -> dict:
+    """Submit a launched campaign through DRMAA (runs in the submit worker, as the submit account)."""
+    from dashboards.services import campaign_submit
+
+    campaign = campaign_submit(campaign_id=campaign_id)
+    return {"campaign": campaign.pk, "status": campaign.status, "job_number": campaign.job_number}
