@@ -32,6 +32,30 @@ class SchedulerParseError(SchedulerError):
     """The scheduler answered, but its output is not in a shape we know."""
 
 
+class UnknownJob(SchedulerError):
+    """``qstat -j ID -xml`` says the job does not exist (any more).
+
+    Grid Engine answers an unknown id with ``<unknown_jobs><><ST_name>ID</ST_name></></unknown_jobs>``,
+    which is not even well-formed XML. ``job_ids`` holds the ids it named.
+    """
+
+    def __init__(self, message: str, *, job_ids: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.job_ids = list(job_ids)
+
+
+class AccountingLineError(SchedulerParseError):
+    """One accounting line is not a record we can trust (wrong field count,
+    a non-integer job number, a time that is not an epoch value, bad JSON).
+
+    The line is quarantined with ``reason``, never ingested with shifted values.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class SchedulerCommandError(SchedulerError):
     """The scheduler refused a request (qsub/qalter/qdel exit status not 0).
 
@@ -118,12 +142,73 @@ class AccountingRecord:
     exit_status: int
     category: str
     usage: dict
+    # Additions (defaults keep older constructors valid). ``granted_pe`` None
+    # where the file says NONE or omits it; ``arid`` 0 without an advance
+    # reservation (and for 43-field lines, which predate ARs);
+    # ``deleted_by`` is OCS 9.1.2+ JSON only (``user@host``).
+    granted_pe: str | None = None
+    arid: int = 0
+    ar_submitted_at: dt.datetime | None = None
+    deleted_by: str | None = None
 
     def identity(self, cluster: str) -> tuple:
         """DESIGN.md's record identity: (cluster, job_number, task_number, pe_taskid,
         submission_time, start_time, end_time)."""
         return (cluster, self.job_number, self.task_number or 0, self.pe_taskid or "",
                 self.submitted_at, self.started_at, self.ended_at)
+
+
+@dataclasses.dataclass(slots=True)
+class TaskDiff:
+    """What changed between two polls of ``qstat`` (see ``qstat_xml.diff_tasks``).
+
+    ``added`` and ``changed`` hold the current tasks, ``gone`` the previous
+    ones no longer listed. ``current`` maps ``QstatTask.key`` to every current
+    task, ready to be the ``previous`` of the next poll.
+    """
+
+    added: list[QstatTask]
+    changed: list[QstatTask]
+    gone: list[QstatTask]
+    current: dict[tuple[int, int], QstatTask]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AccountingCursor:
+    """Checkpoint in the accounting file: its inode and the byte offset just
+    after the last complete line consumed."""
+
+    inode: int
+    offset: int
+
+
+@dataclasses.dataclass(slots=True)
+class QuarantinedLine:
+    """A line that was not ingested: its byte offset in the file, the raw
+    bytes (without the newline) and why."""
+
+    offset: int
+    raw: bytes
+    reason: str
+
+
+@dataclasses.dataclass(slots=True)
+class AccountingBatch:
+    """The result of one ``read_accounting`` pass.
+
+    ``skipped`` counts header/comment lines and lines of one character or
+    less. ``deferred_bytes`` is the length of a trailing line without a
+    newline, left for the next pass. ``reset`` is ``'rotated'`` (inode
+    changed) or ``'truncated'`` (file shorter than the cursor) when the
+    pass restarted from offset 0, else None.
+    """
+
+    records: list[AccountingRecord]
+    quarantined: list[QuarantinedLine]
+    skipped: int
+    deferred_bytes: int
+    cursor: AccountingCursor
+    reset: str | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -1,0 +1,89 @@
+"""The live queue page in Debian's Chromium: a campaign launched from the test
+changes state on the page without a reload."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from dashboards.models import AgentDefinition, Team
+from dashboards.services import campaign_launch
+
+from ..conftest import TEST_OUTPUT
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls below
+# are still plain synchronous calls between page actions.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def browser_page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def cell(page, campaign_id: int, state: str) -> int:
+    text = page.text_content(f'tr[data-campaign="{campaign_id}"] td[data-state="{state}"]')
+    return int(text) if text and text.strip().isdigit() else 0
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_queue_page_shows_a_campaign_go_from_pending_to_done_without_reload(live_stack, browser_page,
+                                                                             django_user_model):
+    page = browser_page
+    page.goto(live_stack.url + "/")
+    assert "/login/" in page.url
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "test-admin-pw-1")
+    page.click("#login-submit")
+    page.wait_for_selector("#live.on", timeout=15000)
+    # A marker that a reload would wipe out.
+    page.evaluate("window.__tcoNoReload = 'still here'")
+
+    team = Team.objects.get(project="research")
+    agent = AgentDefinition.objects.get(name="demo-agent")
+    admin = django_user_model.objects.get(username="admin")
+    count = 4
+    campaign = campaign_launch(user=admin, team=team, agent_definition=agent, name="browser",
+                               inputs=[{"task": n, "duration_s": 4.0} for n in range(1, count + 1)])
+    row = f'tr[data-campaign="{campaign.pk}"]'
+    page.wait_for_selector(row, timeout=20000)
+    wait_for(lambda: cell(page, campaign.pk, "running") > 0, 60, "a running task on the page")
+    page.screenshot(path=str(TEST_OUTPUT / "queue-running.png"), full_page=True)
+    wait_for(lambda: cell(page, campaign.pk, "done") == count, 120, "every task done on the page")
+    assert page.evaluate("window.__tcoNoReload") == "still here"
+    finished = page.locator("#finished tbody tr")
+    assert finished.count() >= count
+    # Every finished row shows its accounting data (wall clock and exit status).
+    first = finished.first
+    assert first.locator("td").nth(5).text_content().strip() != ""
+    assert first.locator("td").nth(6).text_content().strip() == "0"
+    seats = page.text_content("#seats")
+    assert seats and "of 96 in use" in seats
+    page.screenshot(path=str(TEST_OUTPUT / "queue-done.png"), full_page=True)
+
+    page.click(f"{row} a")
+    page.wait_for_selector("h1")
+    assert f"#{campaign.pk}" in page.text_content("h1")
+    page.screenshot(path=str(TEST_OUTPUT / "campaign.png"), full_page=True)

@@ -1,0 +1,103 @@
+"""Shared fixtures: bootstrap data, and the real stack (web server and workers) as subprocesses."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_OUTPUT = Path(settings.STATE_DIR) / "test-output"
+
+
+@pytest.fixture
+def bootstrap(db, tmp_path, settings):
+    """Cluster, teams, demo agent and an admin, with a private spool per test."""
+    settings.TCO_SPOOL_DIR = tmp_path / "spool"
+    os.environ["TCO_ADMIN_PASSWORD"] = "test-admin-pw-1"
+    call_command("tco_bootstrap", stdout=open(os.devnull, "w"))
+    return settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    """tco's web server and workers, started against the test database."""
+
+    def __init__(self, db_path: str, spool: Path, log_dir: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": f"sqlite:///{db_path}",
+            "TCO_SPOOL_DIR": str(spool),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "DJANGO_SETTINGS_MODULE": "tco_web.settings",
+        }
+        self.log_dir = log_dir
+
+    def start(self, name: str, argv: list[str], **extra_env: str) -> None:
+        log = open(self.log_dir / f"{name}.log", "wb")
+        proc = subprocess.Popen(argv, cwd=REPO, env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append((name, proc))
+
+    def wait_http(self, timeout: float = 30.0) -> None:
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"web server did not answer on {self.url}; see {self.log_dir}/web.log")
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.procs):
+            proc.terminate()
+        for _, proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture
+def live_stack(transactional_db, bootstrap, tmp_path):
+    """daphne + a Celery worker (poll, ingest, submit with DRMAA) + beat, on the test database."""
+    from django.db import connection
+
+    db_path = connection.settings_dict["NAME"]
+    log_dir = TEST_OUTPUT / "stack-logs"
+    if log_dir.exists():
+        shutil.rmtree(log_dir)
+    log_dir.mkdir(parents=True)
+    stack = Stack(db_path, Path(bootstrap.TCO_SPOOL_DIR), log_dir)
+    py = sys.executable
+    # Tasks left in the test broker by an aborted run must not reach this database.
+    subprocess.run([py, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO, env=stack.env,
+                   check=True, capture_output=True, timeout=60)
+    stack.start("web", [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(stack.port), "tco_web.asgi:application"])
+    stack.start("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
+                           "-n", f"test{stack.port}@%h", "--loglevel=INFO"], TCO_DRMAA_WORKER="1")
+    stack.start("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=INFO",
+                         "--schedule", str(tmp_path / "beat-schedule")])
+    try:
+        stack.wait_http()
+        yield stack
+    finally:
+        stack.stop()

@@ -1,0 +1,94 @@
+"""A real campaign through DRMAA on the dev cluster, followed by the ingest path.
+
+The database's view is checked against qstat and the accounting file
+themselves, read here independently of tco's parsers.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from dashboards.models import AgentDefinition, Campaign, Task, TaskEvent, Team
+from dashboards.services import campaign_launch, campaign_submit, cluster_get_default, scheduler_for
+from worker.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+N_TASKS = 6
+
+
+def accounting_lines_for(job_number: int) -> dict[int, list[str]]:
+    """task number -> the 45 fields of its accounting line, split here without tco's parser."""
+    found: dict[int, list[str]] = {}
+    path = Path(settings.TCO_ACCOUNTING_FILE)
+    for raw in path.read_text(errors="replace").splitlines():
+        if raw.startswith("#") or len(raw) <= 1:
+            continue
+        fields = raw.split(":")
+        # job name and account cannot hold ':', so fields 1-39 are safe from the left.
+        if fields[5] == str(job_number):
+            found[int(fields[35])] = fields
+    return found
+
+
+def qstat_job_present(job_number: int) -> bool:
+    out = subprocess.run(["qstat", "-u", "*", "-xml"], capture_output=True, text=True, check=True,
+                         env={"SGE_ROOT": settings.SGE_ROOT, "SGE_CELL": settings.SGE_CELL, "TZ": "UTC",
+                              "PATH": "/usr/bin:/bin"}).stdout
+    return f"<JB_job_number>{job_number}</JB_job_number>" in out
+
+
+def test_it_follows_a_real_campaign_from_submission_to_accounting(bootstrap, django_user_model):
+    cluster = cluster_get_default()
+    team = Team.objects.get(project="research")
+    agent = AgentDefinition.objects.get(name="demo-agent")
+    admin = django_user_model.objects.get(username="admin")
+    inputs = [{"task": n, "duration_s": 3.0, "fail": n == 4} for n in range(1, N_TASKS + 1)]
+    campaign = campaign_launch(user=admin, team=team, agent_definition=agent, inputs=inputs, name="itest")
+    campaign = campaign_submit(campaign_id=campaign.pk)
+    assert campaign.status == "submitted", campaign.submit_error
+    job = campaign.job_number
+    assert job and Task.objects.filter(campaign=campaign).count() == N_TASKS
+
+    scheduler = scheduler_for(cluster)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        observed = timezone.now()
+        apply_qstat_poll(cluster, scheduler.list_tasks(), observed_at=observed)
+        ingest_accounting(cluster)
+        ingest_runner_records(cluster)
+        if not Task.objects.filter(campaign=campaign, active=True).exists() and not qstat_job_present(job):
+            break
+        time.sleep(0.3)
+    else:
+        states = list(Task.objects.filter(campaign=campaign).values_list("task_number", "state"))
+        pytest.fail(f"campaign did not finish in time: {states}")
+
+    records = accounting_lines_for(job)
+    assert sorted(records) == list(range(1, N_TASKS + 1))
+    for task in Task.objects.filter(campaign=campaign).order_by("task_number"):
+        fields = records[task.task_number]
+        exit_status = int(fields[12])
+        failed = int(fields[11])
+        assert fields[31] == "research" == task.project
+        assert fields[0] == "agent.q" == task.queue
+        assert task.exit_status == exit_status
+        assert task.failed_code == failed
+        assert task.wallclock_s == float(fields[13])
+        assert task.host == fields[1]
+        assert int(task.started_at.timestamp()) == int(fields[9])
+        assert int(task.ended_at.timestamp()) == int(fields[10])
+        expected_state = "done" if (failed == 0 and exit_status == 0) else "failed"
+        assert task.state == expected_state
+        # The poll saw it start: a running state was recorded before it finished.
+        assert TaskEvent.objects.filter(task=task, to_state="running").exists(), task.task_number
+        # The runner's stages arrived, in order.
+        assert task.task_started_at <= task.agent_started_at <= task.agent_exited_at
+    assert Task.objects.get(campaign=campaign, task_number=4).state == "failed"
+    assert Task.objects.get(campaign=campaign, task_number=4).exit_status == 3
+    assert Campaign.objects.get(pk=campaign.pk).status == "finished"

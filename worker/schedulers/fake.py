@@ -1,0 +1,203 @@
+"""An in-memory scheduler with the GridEngine adapter's interface, for unit tests.
+
+It validates submissions exactly as :class:`~worker.schedulers.gridengine.GridEngine`
+does (same allow-lists, same :class:`InvalidSubmission`), keeps tasks in
+memory, and lets a test move them along: :meth:`FakeScheduler.start`,
+:meth:`FakeScheduler.finish`, :meth:`FakeScheduler.set_error`. Finished
+tasks leave ``list_tasks()`` and produce :class:`AccountingRecord` objects
+(:meth:`FakeScheduler.accounting_records`), as Grid Engine's accounting file
+would. ``unavailable = True`` makes every call raise SchedulerUnavailable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Callable, Iterable, Sequence
+
+from worker.schedulers.base import (
+    AccountingRecord,
+    ArrayJobSpec,
+    QstatTask,
+    SchedulerCommandError,
+    SchedulerUnavailable,
+)
+from worker.schedulers.gridengine import (
+    DEFAULT_MAX_TASKS,
+    InvalidSubmission,
+    control_argv,
+    validate_spec,
+)
+
+# The state letters qstat shows, per (scheduler state, held).
+_STATE_CODES = {"pending": "qw", "held": "hqw", "running": "r", "error": "Eqw", "suspended": "s"}
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclasses.dataclass
+class FakeTask:
+    """One task the fake knows about (mutable; tests may read it)."""
+
+    job_number: int
+    task_number: int
+    spec: ArrayJobSpec
+    submitted_at: dt.datetime
+    state: str = "pending"  # pending, held, running, suspended, error
+    held: bool = False
+    priority: int = 0
+    host: str | None = None
+    started_at: dt.datetime | None = None
+
+
+class FakeScheduler:
+    """In-memory SchedulerAdapter. ``clock`` returns aware UTC datetimes."""
+
+    def __init__(self, *, queues: Iterable[str] = ("agent.q", "classic.q"),
+                 projects: Iterable[str] = ("research", "engineering"),
+                 resources: Iterable[str] = ("anthropic_api",), first_job_number: int = 1,
+                 clock: Callable[[], dt.datetime] = _utcnow, hostname: str = "fakehost",
+                 owner: str = "tco", max_tasks: int = DEFAULT_MAX_TASKS) -> None:
+        self.queues, self.projects, self.resources = set(queues), set(projects), set(resources)
+        self.next_job_number = first_job_number
+        self.clock = clock
+        self.hostname = hostname
+        self.owner = owner
+        self.max_tasks = max_tasks
+        self.tasks: dict[tuple[int, int], FakeTask] = {}
+        self.accounting: list[AccountingRecord] = []
+        self.submissions: list[tuple[int, ArrayJobSpec]] = []
+        self.control_calls: list[list[str]] = []
+        self.unavailable = False
+
+    def _check_available(self) -> None:
+        if self.unavailable:
+            raise SchedulerUnavailable("fake scheduler: qmaster unreachable (unavailable=True)")
+
+    # ---- the adapter interface
+    def list_tasks(self) -> list[QstatTask]:
+        """Active tasks as QstatTask, ordered by (job_number, task_number)."""
+        self._check_available()
+        out = []
+        for (job_number, task_number), t in sorted(self.tasks.items()):
+            running = t.state in ("running", "suspended")
+            state = "held" if t.held and t.state == "pending" else t.state
+            code = _STATE_CODES[state] if not (t.held and running) else "h" + _STATE_CODES[t.state]
+            out.append(QstatTask(
+                job_number=job_number, task_number=task_number, name=t.spec.name, owner=self.owner,
+                project=t.spec.project, state=state, state_code=code, restarted=False,
+                queue=t.spec.queue if running else None, host=t.host if running else None,
+                slots=1, submitted_at=t.submitted_at, started_at=t.started_at,
+                # JAT_prio is normalised to 0..1; this keeps the order of -p.
+                priority=round((t.priority - (-1023)) / 2047, 5),
+            ))
+        return out
+
+    def submit_array(self, spec: ArrayJobSpec) -> tuple[int, list[int]]:
+        """Validate like GridEngine, then add ``count`` pending (or held) tasks.
+
+        Raises InvalidSubmission (nothing added), SchedulerUnavailable.
+        """
+        validate_spec(spec, queues=self.queues, projects=self.projects, resources=self.resources,
+                      max_tasks=self.max_tasks)
+        self._check_available()
+        job_number = self.next_job_number
+        self.next_job_number += 1
+        now = self.clock()
+        for n in range(1, spec.count + 1):
+            self.tasks[(job_number, n)] = FakeTask(job_number, n, spec, now, held=spec.hold,
+                                                   priority=spec.priority)
+        self.submissions.append((job_number, spec))
+        return job_number, list(range(1, spec.count + 1))
+
+    def control(self, action: str, job_number: int, task_numbers: Sequence[int] | None = None,
+                priority: int | None = None) -> None:
+        """hold, release, delete, priority, clear_error, as GridEngine.control.
+
+        Raises InvalidSubmission (bad arguments), SchedulerCommandError (no
+        such job, as qdel says "does not exist"), SchedulerUnavailable.
+        """
+        argv = control_argv(action, job_number, task_numbers, priority)
+        self._check_available()
+        targets = self._select(job_number, task_numbers)
+        if not targets:
+            raise SchedulerCommandError(f"{argv[0]} exited with status 1: job {job_number} does not exist",
+                                        argv=argv, returncode=1,
+                                        stderr=f'denied: job "{job_number}" does not exist')
+        self.control_calls.append(argv)
+        for t in targets:
+            if action == "hold":
+                t.held = True
+            elif action == "release":
+                t.held = False
+            elif action == "priority":
+                t.priority = priority
+            elif action == "clear_error" and t.state == "error":
+                t.state = "pending"
+            elif action == "delete":
+                if t.state in ("running", "suspended"):
+                    # A running task killed by qdel: accounting says failed 100, killed by SIGKILL.
+                    self._account(t, exit_status=137, failed=100)
+                del self.tasks[(t.job_number, t.task_number)]
+
+    # ---- moving tasks along (test helpers)
+    def _select(self, job_number: int, task_numbers: Sequence[int] | None) -> list[FakeTask]:
+        wanted = None if task_numbers is None else set(task_numbers)
+        return [t for (j, n), t in sorted(self.tasks.items())
+                if j == job_number and (wanted is None or n in wanted)]
+
+    def start(self, job_number: int, task_numbers: Sequence[int] | None = None,
+              host: str | None = None) -> list[FakeTask]:
+        """Start pending, not-held tasks (all of the job's by default). Returns those started."""
+        started = []
+        for t in self._select(job_number, task_numbers):
+            if t.state == "pending" and not t.held:
+                t.state, t.host, t.started_at = "running", host or self.hostname, self.clock()
+                started.append(t)
+        return started
+
+    def set_error(self, job_number: int, task_numbers: Sequence[int] | None = None) -> None:
+        """Put pending tasks into the error state (``Eqw``)."""
+        for t in self._select(job_number, task_numbers):
+            if t.state == "pending":
+                t.state = "error"
+
+    def finish(self, job_number: int, task_numbers: Sequence[int] | None = None, *,
+               exit_status: int = 0, failed: int = 0) -> list[AccountingRecord]:
+        """End running tasks: they leave list_tasks() and get an accounting record each."""
+        records = []
+        for t in self._select(job_number, task_numbers):
+            if t.state in ("running", "suspended"):
+                records.append(self._account(t, exit_status=exit_status, failed=failed))
+                del self.tasks[(t.job_number, t.task_number)]
+        return records
+
+    def run_to_completion(self, job_number: int, *, exit_status: int = 0) -> list[AccountingRecord]:
+        """Start and finish every task of a job."""
+        self.start(job_number)
+        return self.finish(job_number, exit_status=exit_status)
+
+    def accounting_records(self, since: int = 0) -> list[AccountingRecord]:
+        """Accounting records in the order written, from index ``since`` (a cursor)."""
+        return list(self.accounting[since:])
+
+    def _account(self, t: FakeTask, *, exit_status: int, failed: int) -> AccountingRecord:
+        ended = self.clock()
+        started = t.started_at or ended
+        category = f"-q {t.spec.queue} -P {t.spec.project}"
+        if t.spec.resources:
+            category += " -l " + ",".join(f"{k}={v}" for k, v in sorted(t.spec.resources.items()))
+        record = AccountingRecord(
+            job_number=t.job_number, task_number=t.task_number, pe_taskid=None, job_name=t.spec.name,
+            owner=self.owner, group=self.owner, project=t.spec.project, department="defaultdepartment",
+            account=t.spec.account, queue=t.spec.queue, hostname=t.host or self.hostname, slots=1,
+            submitted_at=t.submitted_at, started_at=started, ended_at=ended,
+            wallclock_s=(ended - started).total_seconds(), cpu_s=0.0, maxvmem_bytes=0.0,
+            failed=failed, exit_status=exit_status, category=category, usage={},
+        )
+        self.accounting.append(record)
+        return record
+
+
+__all__ = ["FakeScheduler", "FakeTask", "InvalidSubmission"]
