@@ -65,9 +65,11 @@ def cluster_resources(cluster: Cluster, seat_resource: str) -> dict[str, Any]:
     for host in status.get("hosts", []):
         if host.get("name") == "global":
             value = (host.get("resources") or {}).get(seat_resource)
+            if isinstance(value, dict):  # {"value": "13.000000", "dominance": "gc"}
+                value = value.get("value")
             capacity = (status.get("global_capacity") or {}).get(seat_resource)
             if value is not None and capacity is not None:
-                seats = {"resource": seat_resource, "capacity": capacity, "used": capacity - float(value)}
+                seats = {"resource": seat_resource, "capacity": capacity, "used": round(capacity - float(value), 6)}
     return {
         "queues": status.get("queues", []),
         "seats": seats,

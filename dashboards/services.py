@@ -146,7 +146,7 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
     if campaign.seats_per_task:
         resources[settings.TCO_SEAT_RESOURCE] = campaign.seats_per_task
     return ArrayJobSpec(
-        name=f"tco-c{campaign.pk}-{campaign.name}"[:64],
+        name=sanitize_name(f"tco-c{campaign.pk}-{campaign.name}"),
         command=settings.TCO_RUNNER_PYTHON,
         args=["-m", "worker.runner"],
         count=campaign.task_count,
@@ -166,6 +166,12 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
         priority=campaign.priority,
         concurrency_cap=campaign.concurrency_cap,
     )
+
+
+def sanitize_name(text: str) -> str:
+    from worker.schedulers.gridengine import sanitize_name as sanitize
+
+    return sanitize(text)
 
 
 def scheduler_for(cluster: Cluster):

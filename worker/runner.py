@@ -10,11 +10,13 @@ flags ``task_number_defaulted``).
 Files under the spool directory:
 
 - reads ``campaigns/<campaign_id>/spec.json`` (the runner spec):
-  ``{"version": 1, "campaign_id": str, "agent": {"command": [argv...]},
+  ``{"version": 1, "campaign_id": str|int, "agent": {"command": [argv...]},
   "inputs_file": path, "timeout_s": number|null}``. ``{input}`` and
   ``{workdir}`` in the command are replaced by the task's input file and
   work directory. ``inputs_file`` is JSONL, line N (1-based) is task N's
-  input; a relative path is relative to the campaign directory.
+  input; a relative path is relative to the campaign directory. Optional
+  ``kill_grace_s`` (default :data:`KILL_GRACE_S`): seconds between SIGTERM
+  and SIGKILL when the agent is stopped.
 - creates ``work/<campaign_id>/<task_number>/`` (the agent's cwd; its input
   is copied to ``input.json`` there).
 - writes ``records/<campaign_id>/<task_number>.stdout`` / ``.stderr``
@@ -30,6 +32,8 @@ Files under the spool directory:
      "stdout_path": str|null, "stderr_path": str|null,
      "stdout_truncated": bool, "stderr_truncated": bool,
      "flags": [str], "runner_signal": int|null, "error": str|null}
+
+  (``stdout_path``/``stderr_path`` are null when the agent never started.)
 
 Stages are UTC ISO-8601 strings with microseconds and a ``Z`` (or null when
 not reached), from a monotonic clock anchored to UTC when the module is
@@ -279,7 +283,8 @@ class Runner:
             raise RunnerError(f"runner spec {path} is not JSON: {exc}") from exc
         if not isinstance(spec, dict) or spec.get("version") != SPEC_VERSION:
             raise RunnerError(f"runner spec {path}: version must be {SPEC_VERSION}")
-        if spec.get("campaign_id") != self.campaign_id:
+        # The launcher may write the id as a number; the environment always has text.
+        if isinstance(spec.get("campaign_id"), bool) or str(spec.get("campaign_id")) != self.campaign_id:
             raise RunnerError(f"runner spec {path} is for campaign {spec.get('campaign_id')!r}, "
                               f"not {self.campaign_id!r}")
         command = (spec.get("agent") or {}).get("command")
@@ -289,6 +294,10 @@ class Runner:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or timeout <= 0):
             raise RunnerError(f"runner spec {path}: timeout_s must be a positive number or null")
+        grace = spec.get("kill_grace_s", self.kill_grace_s)
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+            raise RunnerError(f"runner spec {path}: kill_grace_s must be a number of seconds >= 0")
+        self.kill_grace_s = float(grace)
         inputs = spec.get("inputs_file")
         if not isinstance(inputs, str) or not inputs:
             raise RunnerError(f"runner spec {path}: inputs_file must be a path")

@@ -42,6 +42,7 @@ _UNREACHABLE_MARKERS = (
     "can't get configuration",
     "please set the environment variable sge_root",
     "sge_root directory",
+    "cell directory",
     "act_qmaster",
 )
 
@@ -51,7 +52,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 #: A resource request value that is not an integer (``true``, ``4G``, ``1.5``).
 RESOURCE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.]+$")
 #: Account string (``-A``): written raw into the colon-separated accounting file.
-ACCOUNT_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+ACCOUNT_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}$")  # no leading '-': not an option
 #: Job name (``-N``). sge_types(1) forbids ``\n \t \r / : @ \ * ?``; a space made
 #: qsub fail ("Error reading answer list from qmaster"); the name is also
 #: written raw into the colon-separated accounting file. We allow a safe subset.
@@ -127,7 +128,8 @@ def run_command(argv: list[str], *, timeout: float = 10.0,
     Raises:
         SchedulerUnavailable: the binary is missing or not executable, the
             command timed out, or it failed with a "cannot reach the qmaster"
-            message (``unable to contact qmaster``, ``commlib error`` …).
+            message (``unable to contact qmaster``, ``commlib error`` …, and
+            a missing ``SGE_ROOT`` or cell directory).
         SchedulerCommandError: any other non-zero exit; ``.stderr`` holds the
             message (stdout when stderr is empty, as some clients print there).
         TypeError: ``argv`` is not a non-empty list of strings.
@@ -144,7 +146,9 @@ def run_command(argv: list[str], *, timeout: float = 10.0,
         raise SchedulerUnavailable(f"{argv[0]}: command not found (is the Grid Engine client "
                                    f"installed and on PATH?)") from exc
     except PermissionError as exc:
-        raise SchedulerUnavailable(f"{argv[0]}: not executable: {exc}") from exc
+        # Also what a PATH search yields when some PATH entry is unreadable
+        # and no entry has the command.
+        raise SchedulerUnavailable(f"{argv[0]}: not found or not executable: {exc}") from exc
     except subprocess.TimeoutExpired as exc:
         raise SchedulerUnavailable(f"{' '.join(argv)}: no answer within {timeout:g} s") from exc
     if proc.returncode == 0:
@@ -153,7 +157,7 @@ def run_command(argv: list[str], *, timeout: float = 10.0,
     stdout = proc.stdout.decode("utf-8", "replace").strip()
     message = stderr or stdout
     if _is_unreachable(stderr) or _is_unreachable(stdout):
-        raise SchedulerUnavailable(f"{argv[0]}: qmaster unreachable: {message}")
+        raise SchedulerUnavailable(f"{argv[0]}: cannot reach the qmaster: {message}")
     first_line = message.splitlines()[0] if message else "(no message)"
     raise SchedulerCommandError(f"{argv[0]} exited with status {proc.returncode}: {first_line}",
                                 argv=argv, returncode=proc.returncode, stderr=message)
@@ -169,13 +173,14 @@ def sanitize_name(text: str, *, max_length: int = JOB_NAME_MAX, fallback: str = 
     """Turn free text (a campaign title) into a valid job name.
 
     Characters outside ``[A-Za-z0-9_.+=-]`` become ``_``; the result is cut to
-    ``max_length``; a leading digit gets a ``j`` prefix (a numeric name would
-    be read as a job id by qdel/qhold). Returns ``fallback`` for empty text.
+    ``max_length``; a name not starting with a letter or ``_`` gets a ``j``
+    prefix (Grid Engine refuses a leading digit). Returns ``fallback`` for
+    empty text.
     """
     cleaned = re.sub(r"[^A-Za-z0-9_.+=-]", "_", text or "").strip("_")
     if not cleaned:
         cleaned = fallback
-    if cleaned[0].isdigit():
+    if not (cleaned[0].isalpha() or cleaned[0] == "_"):
         cleaned = "j" + cleaned
     return cleaned[:max_length]
 
@@ -189,7 +194,7 @@ def validate_spec(spec: ArrayJobSpec, *, queues: Iterable[str], projects: Iterab
     values are non-negative ints or match :data:`RESOURCE_VALUE_RE`; ``count``
     is 1..``max_tasks``; ``priority`` is -1023..1024; ``concurrency_cap``,
     ``hold_jid_ad`` and ``advance_reservation`` are positive ints; the job
-    name matches :data:`JOB_NAME_RE`, does not start with a digit and is at
+    name matches :data:`JOB_NAME_RE`, starts with a letter or ``_`` and is at
     most :data:`JOB_NAME_MAX` long; the account matches :data:`ACCOUNT_RE`;
     environment keys match :data:`ENV_KEY_RE` and are not reserved, values
     hold no control characters and no ``,``; command and paths are absolute
@@ -206,7 +211,10 @@ def validate_spec(spec: ArrayJobSpec, *, queues: Iterable[str], projects: Iterab
     if len(spec.name) > JOB_NAME_MAX:
         raise bad(f"job name is {len(spec.name)} characters long; at most {JOB_NAME_MAX}")
     if spec.name[0].isdigit():
-        raise bad(f"job name {spec.name!r} starts with a digit; qdel would read it as a job id")
+        # qsub: '"9abc" is not a valid object name (cannot start with a digit)'
+        raise bad(f"job name {spec.name!r} starts with a digit; Grid Engine refuses it")
+    if not (spec.name[0].isalpha() or spec.name[0] == "_"):
+        raise bad(f"job name {spec.name!r} must start with a letter or '_'")
 
     if not _is_int(spec.count) or not 1 <= spec.count <= max_tasks:
         raise bad(f"count {spec.count!r}: must be an integer from 1 to {max_tasks}")
@@ -241,7 +249,8 @@ def validate_spec(spec: ArrayJobSpec, *, queues: Iterable[str], projects: Iterab
         raise bad("hold must be True or False")
 
     if not isinstance(spec.account, str) or not ACCOUNT_RE.match(spec.account):
-        raise bad(f"account {spec.account!r}: use 1 to 64 letters, digits, '_', '.', '-'")
+        raise bad(f"account {spec.account!r}: use 1 to 64 letters, digits, '_', '.', '-' "
+                  "(not starting with '-')")
 
     if not isinstance(spec.environment, Mapping):
         raise bad("environment must be a mapping")
@@ -274,11 +283,13 @@ def validate_spec(spec: ArrayJobSpec, *, queues: Iterable[str], projects: Iterab
 
 
 def native_specification(spec: ArrayJobSpec, *, queues: Iterable[str], projects: Iterable[str],
-                         resources: Iterable[str], max_tasks: int = DEFAULT_MAX_TASKS) -> str:
+                         resources: Iterable[str], max_tasks: int = DEFAULT_MAX_TASKS,
+                         notify: bool = False) -> str:
     """The qsub options string for ``spec`` (validated first).
 
     Contains only ``-q``, ``-P``, ``-l``, ``-p``, ``-A``, ``-tc``,
-    ``-hold_jid_ad``, ``-ar`` built from validated fields. Job name, paths,
+    ``-hold_jid_ad``, ``-ar`` built from validated fields, and ``-notify``
+    when ``notify`` is true (see :class:`GridEngine`). Job name, paths,
     environment and hold go through DRMAA attributes instead (drmaa_attributes(3)).
     ``-t`` is never used: in a native specification it does not make an
     array; :meth:`GridEngine.submit_array` uses ``runBulkJobs``.
@@ -298,6 +309,8 @@ def native_specification(spec: ArrayJobSpec, *, queues: Iterable[str], projects:
         parts += ["-hold_jid_ad", str(spec.hold_jid_ad)]
     if spec.advance_reservation is not None:
         parts += ["-ar", str(spec.advance_reservation)]
+    if notify:
+        parts.append("-notify")
     return " ".join(parts)
 
 
@@ -362,12 +375,22 @@ class GridEngine:
     requestable complexes). ``sge_root``/``sge_cell`` select the cell for
     commands; DRMAA uses the process environment (one session per process,
     so one cell per submitting process). ``timeout`` is seconds per command.
+
+    ``notify`` adds ``-notify`` to every submission. Without it, qdel kills a
+    task with SIGKILL (queue ``terminate_method NONE``), which the runner
+    cannot catch: the task leaves no runner record, only accounting
+    (``failed`` 100, exit 137). With it, Grid Engine first sends the
+    notification signal (SIGUSR2, or ``execd_params NOTIFY_KILL=TERM``) and
+    waits the queue's ``notify`` time, so the runner writes its record. But
+    ``-notify`` also sends SIGUSR1 before a suspension, which ends the runner
+    and the agent unless the cluster sets ``execd_params NOTIFY_SUSP=none``:
+    enable it only on such a cluster.
     """
 
     def __init__(self, *, queues: Iterable[str] = (), projects: Iterable[str] = (),
                  resources: Iterable[str] = (), sge_root: str | None = None,
                  sge_cell: str | None = None, timeout: float = 10.0,
-                 max_tasks: int = DEFAULT_MAX_TASKS) -> None:
+                 max_tasks: int = DEFAULT_MAX_TASKS, notify: bool = False) -> None:
         self.queues = frozenset(queues)
         self.projects = frozenset(projects)
         self.resources = frozenset(resources)
@@ -375,6 +398,7 @@ class GridEngine:
         self.sge_cell = sge_cell or os.environ.get("SGE_CELL") or DEFAULT_SGE_CELL
         self.timeout = timeout
         self.max_tasks = max_tasks
+        self.notify = notify
 
     # ---- commands
     def _run(self, argv: list[str], timeout: float | None = None) -> bytes:
@@ -403,6 +427,16 @@ class GridEngine:
         """Resource quota usage, ``qquota -u '*' -xml``, parsed by ``parse_qquota``."""
         from worker.schedulers.qstat_xml import parse_qquota
         return parse_qquota(self._run(["qquota", "-u", "*", "-xml"]))
+
+    def global_capacity(self) -> dict[str, float]:
+        """Cluster-wide consumable capacities: ``complex_values`` of the global host.
+
+        ``qconf -se global`` (sge_host_conf(5)) prints ``complex_values
+        anthropic_api=96,licence=4`` (``NONE`` when empty; long lists continue
+        on lines ending with ``\\``). Returns ``{"anthropic_api": 96.0}``;
+        values that are not numbers (string complexes) are left out.
+        """
+        return parse_complex_values(self._run(["qconf", "-se", "global"]))
 
     def job_detail(self, job_number: int):
         """One job, ``qstat -j N -xml``, parsed by ``parse_job_detail``.
@@ -434,7 +468,8 @@ class GridEngine:
         Raises InvalidSubmission.
         """
         return native_specification(spec, queues=self.queues, projects=self.projects,
-                                    resources=self.resources, max_tasks=self.max_tasks)
+                                    resources=self.resources, max_tasks=self.max_tasks,
+                                    notify=self.notify)
 
     def submit_array(self, spec: ArrayJobSpec) -> tuple[int, list[int]]:
         """Submit ``spec`` as one array job of tasks 1..count via DRMAA ``runBulkJobs``.
@@ -462,6 +497,26 @@ class GridEngine:
             sge_root=self.sge_root,
             sge_cell=self.sge_cell,
         )
+
+
+def parse_complex_values(output: bytes) -> dict[str, float]:
+    """The numeric ``complex_values`` of a ``qconf -se HOST`` answer (sge_host_conf(5))."""
+    text = output.decode("utf-8", errors="replace").replace("\\\n", "")
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key != "complex_values":
+            continue
+        values: dict[str, float] = {}
+        for item in value.strip().split(","):
+            name, eq, amount = item.strip().partition("=")
+            if not eq:
+                continue
+            try:
+                values[name] = float(amount)
+            except ValueError:
+                continue
+        return values
+    raise SchedulerParseError("qconf -se: no complex_values line")
 
 
 def control_argv(action: str, job_number: int, task_numbers: Sequence[int] | None = None,

@@ -1,0 +1,100 @@
+"""The poll diff as it lands in the database: added, changed, gone, adopted by campaigns."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from dashboards.models import Campaign, Task, TaskEvent
+from dashboards.services import cluster_get_default
+from worker.ingest import apply_qstat_poll, reconcile_gone_tasks
+from worker.schedulers.base import QstatTask
+
+pytestmark = pytest.mark.django_db
+
+T0 = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def qtask(job: int, task: int | None, code: str, state: str, host: str | None = None) -> QstatTask:
+    return QstatTask(job_number=job, task_number=task, name="tco-c1-demo", owner="tco", project="research",
+                     state=state, state_code=code, restarted=False,
+                     queue="agent.q" if host else None, host=host, slots=1,
+                     submitted_at=T0, started_at=T0 + dt.timedelta(seconds=5) if host else None, priority=0.5)
+
+
+def test_it_creates_one_row_per_task_and_never_keys_by_job_alone():
+    cluster = cluster_get_default()
+    changes = apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm"), qtask(7, 2, "qw", "pending"),
+                                         qtask(8, None, "qw", "pending")], observed_at=T0)
+    assert changes.added == 3
+    rows = {(t.job_number, t.task_number): t for t in Task.objects.all()}
+    assert set(rows) == {(7, 1), (7, 2), (8, 0)}
+    assert rows[(7, 1)].state == "running" and rows[(7, 1)].host == "vm" and rows[(7, 1)].is_array
+    assert rows[(8, 0)].is_array is False and rows[(8, 0)].task_id == "8"
+
+
+def test_it_writes_only_changes_and_records_state_events():
+    cluster = cluster_get_default()
+    apply_qstat_poll(cluster, [qtask(7, 1, "qw", "pending"), qtask(7, 2, "qw", "pending")], observed_at=T0)
+    later = T0 + dt.timedelta(seconds=2)
+    changes = apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm"), qtask(7, 2, "qw", "pending")],
+                               observed_at=later)
+    assert (changes.added, changes.changed, changes.gone) == (0, 1, 0)
+    event = TaskEvent.objects.get(to_state="running")
+    assert event.from_state == "pending" and event.task.task_number == 1
+    again = apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm"), qtask(7, 2, "qw", "pending")],
+                             observed_at=later + dt.timedelta(seconds=1))
+    assert not again.any
+
+
+def test_a_task_gone_from_qstat_is_finishing_not_done():
+    cluster = cluster_get_default()
+    apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm")], observed_at=T0)
+    changes = apply_qstat_poll(cluster, [], observed_at=T0 + dt.timedelta(seconds=1))
+    assert changes.gone == 1
+    task = Task.objects.get()
+    assert task.state == "finishing" and task.active
+
+
+def test_a_task_created_after_the_snapshot_started_is_not_gone():
+    cluster = cluster_get_default()
+    apply_qstat_poll(cluster, [qtask(7, 1, "qw", "pending")], observed_at=T0)
+    # The snapshot was taken before the task's row existed (a submission raced the poll).
+    changes = apply_qstat_poll(cluster, [], observed_at=T0 - dt.timedelta(seconds=1))
+    assert changes.gone == 0 and Task.objects.get().state == "pending"
+
+
+def test_gone_tasks_without_accounting_become_deleted_or_lost_after_the_grace(settings):
+    settings.TCO_LOST_GRACE_S = 60
+    cluster = cluster_get_default()
+    apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm"), qtask(7, 2, "qw", "pending")], observed_at=T0)
+    apply_qstat_poll(cluster, [], observed_at=T0 + dt.timedelta(seconds=1))
+    assert reconcile_gone_tasks(cluster, now=T0 + dt.timedelta(seconds=30)) == 0
+    assert reconcile_gone_tasks(cluster, now=T0 + dt.timedelta(seconds=120)) == 2
+    states = dict(Task.objects.values_list("task_number", "state"))
+    assert states == {1: "lost", 2: "deleted"}
+    assert not Task.objects.filter(active=True).exists()
+
+
+def test_rows_seen_before_submission_returned_are_adopted_by_the_campaign(django_user_model):
+    from dashboards.models import AgentDefinition
+    from dashboards.services import campaign_submit, team_ensure
+    from worker.schedulers.fake import FakeScheduler
+
+    cluster = cluster_get_default()
+    team = team_ensure(name="research", project="research")
+    user = django_user_model.objects.create_user("lead")
+    agent = AgentDefinition.objects.create(name="a", command=["true"])
+    campaign = Campaign.objects.create(name="c", cluster=cluster, team=team, agent_definition=agent,
+                                       launched_by=user, queue="agent.q", task_count=2,
+                                       launched_at=timezone.now())
+    job = 4242
+    fake = FakeScheduler(first_job_number=job)
+    # The poll sees the job first.
+    apply_qstat_poll(cluster, [qtask(job, 1, "qw", "pending")], observed_at=T0)
+    assert Task.objects.get().campaign_id is None
+    campaign = campaign_submit(campaign_id=campaign.pk, scheduler=fake)
+    assert campaign.job_number == job
+    assert Task.objects.filter(campaign=campaign).count() == 2
+    assert Task.objects.filter(job_number=job).count() == 2

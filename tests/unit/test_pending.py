@@ -1,0 +1,106 @@
+"""Pending reasons in plain words, from qstat -j details (and qquota/qhost numbers)."""
+from __future__ import annotations
+
+from worker.schedulers.pending import explain_pending
+
+
+def detail(**fields) -> dict:
+    base = {"job_number": 812, "name": "sweep", "owner": "tco", "project": "research", "hard_resources": {},
+            "tasks": [], "holds": {}, "predecessors": [], "scheduler_messages": [], "global_messages": [],
+            "context": {}}
+    base.update(fields)
+    return base
+
+
+def texts(reasons: list[dict]) -> list[str]:
+    return [r["text"] for r in reasons]
+
+
+def test_a_quota_limit_names_the_rule_set_and_who():
+    raw = 'cannot run because it exceeds limit "tco/////" in rule "agent_cap/1"'
+    (reason,) = explain_pending(detail(scheduler_messages=[raw]))
+    assert reason == {"text": "agent quota reached: user tco (RQS agent_cap)", "raw": raw}
+
+
+def test_a_quota_limit_with_qquota_numbers():
+    raw = 'cannot run because it exceeds limit "tco/////" in rule "agent_cap/1"'
+    quota = [{"rule": "other/1", "resource": "slots", "limit": 2, "used": 1, "filters": {}},
+             {"rule": "agent_cap/1", "resource": "slots", "limit": 8, "used": 8, "filters": {"users": ["tco"]}}]
+    assert texts(explain_pending(detail(scheduler_messages=[raw]), quota=quota)) == [
+        "agent quota reached: slots 8 of 8 for user tco (RQS agent_cap)"]
+
+
+def test_a_cluster_wide_quota_says_so():
+    raw = 'cannot run because it exceeds limit "/////" in rule "agent_cap/1"'
+    assert texts(explain_pending(detail(scheduler_messages=[raw]))) == [
+        "agent quota reached: cluster-wide (RQS agent_cap)"]
+
+
+def test_a_global_consumable_shortage_is_a_model_api_seat():
+    raw = "(-l anthropic_api=1) cannot run globally because it offers only gc:anthropic_api=0.000000"
+    (reason,) = explain_pending(detail(scheduler_messages=[raw]), capacities={"anthropic_api": 96})
+    assert reason == {"text": "waiting for a model API seat: 96 of 96 in use (consumable anthropic_api, global)",
+                      "raw": raw}
+
+
+def test_a_global_consumable_uses_qhost_for_what_is_free_now():
+    raw = "(-l anthropic_api=2) cannot run globally because it offers only gc:anthropic_api=1.000000"
+    hosts = [{"name": "global", "resources": {"anthropic_api": {"value": "1.000000", "dominance": "gc"}}}]
+    assert texts(explain_pending(detail(scheduler_messages=[raw]), hosts=hosts, capacities={"anthropic_api": 8})) == [
+        "waiting for a model API seat: 7 of 8 in use (consumable anthropic_api, global)"]
+    assert texts(explain_pending(detail(scheduler_messages=[raw]))) == [
+        "waiting for a model API seat: 1 free, 2 requested (consumable anthropic_api, global)"]
+
+
+def test_holds_name_who_holds_which_tasks():
+    reasons = explain_pending(detail(holds={"user": [[4, 6, 1]], "operator": [[9, 9, 1]]},
+                                     scheduler_messages=["Job is in hold state"]))
+    assert texts(reasons) == ["held by user (tasks 4-6)", "held by operator (tasks 9)"]
+
+
+def test_a_hold_message_without_hold_details_still_says_held():
+    assert texts(explain_pending(detail(scheduler_messages=["Job is in hold state"]))) == [
+        "held by user/operator/system"]
+
+
+def test_dependencies_name_the_job_waited_for_once():
+    reasons = explain_pending(detail(predecessors=[811], scheduler_messages=["job dropped because of job dependencies"]))
+    assert texts(reasons) == ["waiting for job 811 to finish"]
+
+
+def test_error_state_says_what_to_do():
+    reasons = explain_pending(detail(tasks=[{"task_number": 2, "state": "error"}],
+                                     scheduler_messages=["Job is in error state"]))
+    assert len(reasons) == 1
+    assert reasons[0]["text"].startswith("in error state") and "qmod -cj 812" in reasons[0]["text"]
+
+
+def test_hard_queue_list_messages_collapse_into_one_reason():
+    raws = [f'cannot run in queue "q{n}.q" because it is not contained in its hard queue list (-q)'
+            for n in range(3)]
+    (reason,) = explain_pending(detail(scheduler_messages=raws))
+    assert reason["text"] == "only runs in the queues it requested (-q); 3 other queue(s) skipped"
+    assert reason["raw"].endswith("(+2 similar)")
+
+
+def test_host_shortage_and_unavailable_queue_instances():
+    raws = ['(-l h_vmem=4G) cannot run at host "node01" because it offers only hc:h_vmem=2.000G',
+            'queue instance "agent.q@node02" dropped because it is temporarily not available']
+    assert texts(explain_pending(detail(scheduler_messages=raws))) == [
+        "host node01 has only 2.000G h_vmem free, 4G requested",
+        "queue instance agent.q@node02 is unavailable (exec host down or not reporting)"]
+
+
+def test_scheduler_info_turned_off_is_explained_from_the_global_messages():
+    reasons = explain_pending(detail(global_messages=["(Collecting of scheduler job information is turned off)",
+                                                      "something else global"]))
+    assert texts(reasons) == ["the scheduler does not record reasons (schedd_job_info false); try qalter -w p"]
+
+
+def test_unknown_messages_are_passed_through():
+    raw = "a brand new scheduler message"
+    assert explain_pending(detail(scheduler_messages=[raw])) == [{"text": raw, "raw": raw}]
+
+
+def test_a_job_with_nothing_to_say_has_no_reasons():
+    assert explain_pending(detail(tasks=[{"task_number": 1, "state": "running"}])) == []

@@ -1,0 +1,42 @@
+"""``python manage.py inspect KIND FILE [--tz ZONE]``: parse captured Grid
+Engine output and print one JSON object per line (worker/inspect_cli.py).
+
+KIND is one of qstat, job, accounting, qhost, qquota, queues. Times without a
+zone in FILE are read in ``--tz``, else in ``settings.TCO_CLUSTER_TZ``
+(default UTC). Needs no database.
+"""
+from __future__ import annotations
+
+import zoneinfo
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from worker import inspect_cli
+from worker.schedulers.base import SchedulerError
+
+
+class Command(BaseCommand):
+    help = "Parse a captured qstat/qhost/qquota/accounting output and print one JSON object per line."
+    requires_system_checks: list = []
+    requires_migrations_checks = False
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("kind", choices=inspect_cli.KINDS)
+        parser.add_argument("file")
+        parser.add_argument("--tz", default=None,
+                            help="time zone of times without one (default: settings.TCO_CLUSTER_TZ or UTC)")
+
+    def handle(self, *args, **options) -> None:
+        self.stderr.style_func = None  # the summary line is not an error
+        zone_name = options["tz"] or getattr(settings, "TCO_CLUSTER_TZ", "UTC") or "UTC"
+        try:
+            tz = zoneinfo.ZoneInfo(zone_name)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+            raise CommandError(f"unknown time zone {zone_name!r}") from exc
+        try:
+            inspect_cli.run(options["kind"], options["file"], tz, self.stdout, self.stderr)
+        except FileNotFoundError as exc:
+            raise CommandError(f"no such file: {options['file']}") from exc
+        except SchedulerError as exc:
+            raise CommandError(f"{type(exc).__name__}: {exc}") from exc
