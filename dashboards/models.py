@@ -112,6 +112,16 @@ class Campaign(models.Model):
     concurrency_cap = models.PositiveIntegerField(null=True, blank=True)
     priority = models.SmallIntegerField(default=0)
     urgent = models.BooleanField(default=False)
+    # Launch options (validated by services.campaign_launch before anything is written).
+    model = models.CharField(max_length=128, blank=True)
+    policy = models.TextField(blank=True, help_text="sandbox policy YAML (OpenShell schema)")
+    predecessor_job = models.PositiveIntegerField(null=True, blank=True, help_text="-hold_jid_ad")
+    advance_reservation = models.PositiveIntegerField(null=True, blank=True, help_text="-ar")
+    token_cap = models.PositiveBigIntegerField(null=True, blank=True, help_text="tokens per task")
+    cost_cap_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True,
+                                       help_text="USD per task")
+    submit_on_hold = models.BooleanField(default=False)
+    retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries")
     status = models.CharField(max_length=12, choices=STATUS, default="submitting")
     submit_error = models.TextField(blank=True)
     # Stage "submit": launch request accepted -> the DRMAA call returned the job ids.
@@ -168,6 +178,16 @@ class Task(models.Model):
     agent_exited_at = models.DateTimeField(null=True, blank=True)
     teardown_done_at = models.DateTimeField(null=True, blank=True)
     runner_record = models.JSONField(null=True, blank=True)
+    # Token totals from the metering proxy (disjoint buckets, DESIGN.md) and their cost.
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_5m_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_1h_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    reasoning_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    usage_flags = models.JSONField(default=list, blank=True)
+    verdict = models.CharField(max_length=64, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -267,3 +287,96 @@ class QuarantinedLine(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["cluster", "inode", "offset"], name="quarantine_once")]
+
+
+class ModelRequest(models.Model):
+    """One model API request as the metering proxy saw it (from the runner record)."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="requests")
+    seq = models.PositiveIntegerField()
+    at = models.DateTimeField()
+    provider = models.CharField(max_length=32, blank=True)
+    method = models.CharField(max_length=8)
+    path = models.CharField(max_length=255)
+    status = models.PositiveSmallIntegerField()
+    requested_model = models.CharField(max_length=128, blank=True)
+    model = models.CharField(max_length=128, blank=True)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_5m_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_1h_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    reasoning_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    complete = models.BooleanField(default=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    flags = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "seq"], name="one_request_per_seq")]
+
+
+class Role(models.TextChoices):
+    """What a user may do; each role includes the ones before it, admin includes all.
+
+    ``lead`` (team lead) reads bills and sets budgets; ``launcher`` launches
+    campaigns; ``urgent`` (urgent launcher) also launches urgent agents.
+    """
+
+    VIEWER = "viewer", "viewer"
+    LEAD = "lead", "team lead"
+    LAUNCHER = "launcher", "launcher"
+    URGENT = "urgent", "urgent launcher"
+
+
+class Membership(models.Model):
+    """A user's role in one team (the team's Django group holds the same users)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="one_role_per_team")]
+
+
+class Budget(models.Model):
+    """A team's spending limit per period, with alert thresholds (fractions of ``amount_usd``)."""
+
+    PERIODS = [("day", "day"), ("week", "week"), ("month", "month")]
+    ON_EXCEED = [("refuse", "refuse the launch"), ("hold", "submit on hold")]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
+    period = models.CharField(max_length=5, choices=PERIODS, default="month")
+    amount_usd = models.DecimalField(max_digits=12, decimal_places=2)
+    thresholds = models.JSONField(default=list, help_text="e.g. [0.5, 0.8, 1.0]")
+    on_exceed = models.CharField(max_length=6, choices=ON_EXCEED, default="refuse")
+    alert_emails = models.TextField(blank=True, help_text="one address per line")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "period"], name="one_budget_per_period")]
+
+
+class BudgetAlert(models.Model):
+    """A threshold crossed in one period; sent once."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    period_start = models.DateField()
+    threshold = models.DecimalField(max_digits=5, decimal_places=3)
+    spent_usd = models.DecimalField(max_digits=14, decimal_places=6)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["budget", "period_start", "threshold"], name="alert_once")]
+
+
+class AuditEntry(models.Model):
+    """Every launch and control action: who, what, when, result."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    action = models.CharField(max_length=32)
+    target = models.CharField(max_length=128, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    ok = models.BooleanField()
+    result = models.TextField(blank=True)

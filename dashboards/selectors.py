@@ -15,19 +15,15 @@ from django.db.models import Case, Count, IntegerField, QuerySet, Value, When
 from worker.schedulers.base import LIFECYCLE_STATES, TERMINAL_STATES
 
 from .models import Campaign, Cluster, Task, Team
+from .roles import is_admin, teams_with
 
 RECENT_FINISHED = 20
 CAMPAIGNS_ON_QUEUE_PAGE = 50
 
 
-def is_admin(user: AbstractBaseUser) -> bool:
-    return bool(user.is_active and (user.is_staff or user.is_superuser))
-
-
 def teams_visible_to(user: AbstractBaseUser) -> QuerySet[Team]:
-    if is_admin(user):
-        return Team.objects.all()
-    return Team.objects.filter(group__user=user)
+    """Teams whose campaigns ``user`` may see (roles.py, capability ``view``)."""
+    return teams_with(user, "view")
 
 
 def campaigns_visible_to(user: AbstractBaseUser) -> QuerySet[Campaign]:

@@ -329,7 +329,7 @@ def _attach_records(cluster: Cluster, rows: list[AccountingRecord]) -> list[int]
                 submitted_at=r.submitted_at,
                 started_at=r.started_at,
                 first_seen_at=timezone.now(),
-                gone_at=timezone.now(),
+                gone_at=r.ended_at,
             )
             new_tasks.append((task, r))
             tasks.setdefault((r.job_number, r.task_number), []).append(task)
@@ -375,7 +375,8 @@ def _finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
             task.active = False
             task.submitted_at = rec.submitted_at or task.submitted_at
             task.started_at = rec.started_at or task.started_at
-            task.ended_at = rec.ended_at or now
+            # A failed start writes all-zero times: fall back to when qstat lost it.
+            task.ended_at = rec.ended_at or task.gone_at
             task.queue = rec.queue
             task.host = rec.hostname
             task.wallclock_s = rec.wallclock_s

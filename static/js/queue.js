@@ -90,7 +90,7 @@
       tr.appendChild(el("td", { "class": "num" }, num(t.wallclock_s, 0)));
       tr.appendChild(el("td", { "class": "num" }, num(t.exit_status)));
       tr.appendChild(el("td", { "class": "num" }, num(t.failed_code)));
-      tr.appendChild(el("td", null, t.ended_at || ""));
+      tr.appendChild(el("td", null, t.ended_at ? t.ended_at.replace("T", " ").replace(/\.\d+/, "").replace("Z", "") : ""));
       return tr;
     }));
   }

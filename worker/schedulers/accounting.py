@@ -93,6 +93,10 @@ def _colon_failure(fields: list[str], right: int) -> str:
         value = int(fields[i])
         if value and not _T_MIN <= value < _T_MAX:
             return f"field {i + 1} ({_COLON_FIELDS[i]}) is {value}, not an epoch time: line shifted"
+    if len(fields) - right == 5 and int(fields[-1]) and not _T_MIN <= int(fields[-1]) < _T_MAX:
+        return f"field ar_sub_time is {fields[-1]}, not an epoch time: line shifted"
+    if int(fields[5]) == 0:
+        return "field 6 (job_number) is 0"
     return "fields do not have the types of the accounting(5) format"
 
 
@@ -103,50 +107,30 @@ _SUBMITTED_CACHE: dict[str, dt.datetime | bool] = {}
 def _parse_colon(line: bytes, *, _fromts=dt.datetime.fromtimestamp, _UTC=UTC, _Record=AccountingRecord,
                  _tmin=_T_MIN, _tmax=_T_MAX, _submitted=_SUBMITTED_CACHE) -> AccountingRecord:
     # The hot path (>= 300,000 lines/s): one decode, one split, each field
-    # converted once, local names only.
-    f = line.decode("utf-8", "replace").split(":")
+    # converted once, local names only. int() alone is the type check for
+    # most integer fields; the range checks below reject the negative or
+    # non-epoch values int() lets through.
+    f = str(line, "utf-8", "replace").split(":")
     n = len(f)
-    if "." in f[-1]:
-        # 43 fields: ... category : iow : pe_taskid : maxvmem
-        right = n - 3
-        arid = 0
-        ar_sub = 0
-    else:
-        right = n - 5
-        arid_s = f[-2]
-        ar_sub_s = f[-1]
-        if not (arid_s.isdigit() and ar_sub_s.isdigit()):
-            raise AccountingLineError(_colon_failure(f, right) if right >= 40 else
-                                      f"{n} fields; accounting(5) lines have 45 (or 43 before ARs)")
-        arid = int(arid_s)
-        ar_sub = int(ar_sub_s)
-    if right < 40:
-        raise AccountingLineError(f"{n} fields; accounting(5) lines have 45 (or 43 before ARs)")
-    job_s = f[5]
-    sub_s = f[8]
-    start_s = f[9]
-    end_s = f[10]
-    if not (job_s.isdigit() and sub_s.isdigit() and start_s.isdigit() and end_s.isdigit()
-            and f[7].isdigit()):
-        raise AccountingLineError(_colon_failure(f, right))
-    start = int(start_s)
-    end = int(end_s)
-    if ((start and not _tmin <= start < _tmax) or (end and not _tmin <= end < _tmax)
-            or (ar_sub and not _tmin <= ar_sub < _tmax)):
-        raise AccountingLineError(_colon_failure(f, right))
-    submitted = _submitted.get(sub_s)
-    if submitted is None:
-        sub = int(sub_s)
-        if sub == 0:
-            submitted = False
-        elif _tmin <= sub < _tmax:
-            submitted = _fromts(sub, _UTC)
-        else:
-            raise AccountingLineError(_colon_failure(f, right))
-        if len(_submitted) > 4096:
-            _submitted.clear()
-        _submitted[sub_s] = submitted
     try:
+        if "." in f[-1]:
+            # 43 fields: ... category : iow : pe_taskid : maxvmem
+            right = n - 3
+            arid = ar_sub = 0
+        else:
+            right = n - 5
+            arid_s = f[-2]
+            ar_sub_s = f[-1]
+            if arid_s == "0" and ar_sub_s == "0":
+                arid = ar_sub = 0
+            else:
+                arid = int(arid_s)
+                ar_sub = int(ar_sub_s)
+        if right < 40:
+            raise AccountingLineError(f"{n} fields; accounting(5) lines have 45 (or 43 before ARs)")
+        job_number = int(f[5])
+        start = int(f[9])
+        end = int(f[10])
         failed = int(f[11])
         exit_status = int(f[12])
         wallclock = float(f[13])
@@ -157,18 +141,41 @@ def _parse_colon(line: bytes, *, _fromts=dt.datetime.fromtimestamp, _UTC=UTC, _R
         maxvmem = float(f[right + 2])
     except ValueError:
         raise AccountingLineError(_colon_failure(f, right)) from None
+    except IndexError:
+        raise AccountingLineError(f"{n} fields; accounting(5) lines have 45 (or 43 before ARs)") from None
+    if (job_number <= 0 or not f[7].isdigit() or (start and not _tmin <= start < _tmax)
+            or (end and not _tmin <= end < _tmax) or (ar_sub and not _tmin <= ar_sub < _tmax)
+            or failed < 0 or slots < 0 or task_number < 0 or arid < 0):
+        raise AccountingLineError(_colon_failure(f, right))
+    sub_s = f[8]
+    submitted = _submitted.get(sub_s)
+    if submitted is None:
+        try:
+            sub = int(sub_s)
+        except ValueError:
+            raise AccountingLineError(_colon_failure(f, right)) from None
+        if sub == 0:
+            submitted = False
+        elif _tmin <= sub < _tmax:
+            submitted = _fromts(sub, _UTC)
+        else:
+            raise AccountingLineError(_colon_failure(f, right))
+        if len(_submitted) > 4096:
+            _submitted.clear()
+        _submitted[sub_s] = submitted
     project = f[31]
+    department = f[32]
     granted_pe = f[33]
     pe_taskid = f[right + 1]
     return _Record(
-        int(job_s),
+        job_number,
         task_number or None,
         None if pe_taskid == "NONE" else pe_taskid,
         f[4],
         f[3],
         f[2],
         None if project == "NONE" else project,
-        None if f[32] == "NONE" else f[32],
+        None if department == "NONE" else department,
         f[6],
         f[0],
         f[1],
@@ -371,15 +378,18 @@ def _parse_block(chunk: bytes, consumed: int, offset: int,
                  parse_colon: Callable[[bytes], AccountingRecord] = _parse_colon,
                  parse_json: Callable[[bytes], AccountingRecord] = _parse_json,
                  ) -> tuple[list[AccountingRecord], list[QuarantinedLine], int]:
+    """Parse the complete lines ``chunk[:consumed]``, which start at byte
+    ``offset`` of the file. Returns (records, quarantined, skipped)."""
     records: list[AccountingRecord] = []
     quarantined: list[QuarantinedLine] = []
     skipped = 0
     if consumed == 0:
         return records, quarantined, skipped
     append = records.append
-    position = offset
-    lines = chunk[:consumed].split(b"\n")
+    body = chunk[:consumed]
+    lines = body.split(b"\n")
     lines.pop()  # the empty piece after the final newline
+    search_from = 0  # where the next quarantined line can start in body
     # The loop creates no reference cycles, but keeps tens of thousands of
     # new objects alive, which makes the cyclic collector scan them again
     # and again (a third of the time). Pause it for the loop only.
@@ -387,18 +397,21 @@ def _parse_block(chunk: bytes, consumed: int, offset: int,
     gc.disable()
     try:
         for raw in lines:
-            start = position
-            position += len(raw) + 1
             if len(raw) <= 1 or raw[0] == 0x23:  # "#"
                 skipped += 1
                 continue
             try:
-                if raw[0] == 0x7B:  # "{"
-                    append(parse_json(raw.rstrip(b"\r")))
-                else:
-                    append(parse_colon(raw.rstrip(b"\r") if raw[-1] == 0x0D else raw))
+                append(parse_json(raw) if raw[0] == 0x7B else parse_colon(raw))  # "{"
             except AccountingLineError as exc:
-                quarantined.append(QuarantinedLine(offset=start, raw=raw, reason=exc.reason))
+                # Offsets are only worked out for the rare bad line: it is the
+                # first line equal to it after the previous bad one (an equal
+                # line in between would have failed the same way).
+                if body.startswith(raw + b"\n", search_from):
+                    at = search_from
+                else:
+                    at = body.index(b"\n" + raw + b"\n", search_from) + 1
+                search_from = at + len(raw) + 1
+                quarantined.append(QuarantinedLine(offset=offset + at, raw=raw, reason=exc.reason))
     finally:
         if gc_was_enabled:
             gc.enable()
