@@ -145,7 +145,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
     }
-    DATABASES["default"]["TEST"] = {"NAME": str(STATE_DIR / "test-tco.sqlite3")}
+    # A file, not memory: the browser tests' web server and workers are other processes.
+    DATABASES["default"]["TEST"] = {"NAME": env_str("TCO_TEST_DB", str(STATE_DIR / "test-tco.sqlite3"))}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
