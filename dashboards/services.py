@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,7 +27,10 @@ from .models import AgentDefinition, Campaign, Cluster, Task, Team
 log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Model names as providers spell them (``claude-sonnet-4-5``, ``openai/gpt-4o``, ``x@2025``).
+MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,127}$")
 MAX_TASKS_PER_CAMPAIGN = 75_000  # Grid Engine's default max_aj_tasks
+PRIORITY_MIN, PRIORITY_MAX = -1023, 1024  # qsub -p; above 0 only for operators and managers
 
 
 class LaunchError(ValueError):
@@ -81,6 +85,16 @@ def campaign_launch(
     seats_per_task: int = 1,
     concurrency_cap: int | None = None,
     cluster: Cluster | None = None,
+    priority: int = 0,
+    urgent: bool = False,
+    model: str = "",
+    policy: str = "",
+    predecessor_job: int | None = None,
+    advance_reservation: int | None = None,
+    token_cap: int | None = None,
+    cost_cap_usd: Decimal | None = None,
+    submit_on_hold: bool = False,
+    retry_of: Campaign | None = None,
 ) -> Campaign:
     """Record a campaign and its runner spec, then queue its submission.
 
@@ -88,6 +102,13 @@ def campaign_launch(
     Raises ``LaunchError`` for a name, queue, count or cap out of bounds; then
     nothing is written and nothing is submitted. The submission itself runs in
     a worker (``worker.tasks.submit_campaign``) after this transaction commits.
+
+    Launch options (all optional, checked here for range only; who may use
+    them is decided by ``dashboards.launching``): ``priority`` is qsub's
+    ``-p`` (-1023..1024), ``predecessor_job`` becomes ``-hold_jid_ad``,
+    ``advance_reservation`` ``-ar``, ``submit_on_hold`` a user hold (``-h``);
+    ``model``, ``policy``, ``token_cap`` (tokens per task) and
+    ``cost_cap_usd`` (USD per task, Decimal) go into the runner spec.
     """
     name = name.strip()
     if not NAME_RE.match(name):
@@ -101,6 +122,18 @@ def campaign_launch(
         raise LaunchError("seats per task: 0 to 16")
     if concurrency_cap is not None and not 1 <= concurrency_cap <= count:
         raise LaunchError(f"concurrency cap: 1 to {count}")
+    if isinstance(priority, bool) or not isinstance(priority, int) or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise LaunchError(f"priority: an integer from {PRIORITY_MIN} to {PRIORITY_MAX}")
+    for label, value in (("predecessor job", predecessor_job), ("advance reservation", advance_reservation)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1):
+            raise LaunchError(f"{label}: a positive job or reservation number")
+    if token_cap is not None and (isinstance(token_cap, bool) or not isinstance(token_cap, int) or token_cap < 1):
+        raise LaunchError("token cap: a positive number of tokens per task")
+    if cost_cap_usd is not None and (not isinstance(cost_cap_usd, Decimal) or not cost_cap_usd.is_finite()
+                                     or cost_cap_usd <= 0):
+        raise LaunchError("cost cap: a positive amount of USD per task")
+    if model and not MODEL_RE.match(model):
+        raise LaunchError("model: 1-128 letters, digits and '.', '_', '-', '/', ':', '@'")
     encoded = [json.dumps(item, separators=(",", ":"), sort_keys=True) for item in inputs]
 
     cluster = cluster or cluster_get_default()
@@ -115,6 +148,16 @@ def campaign_launch(
             task_count=count,
             seats_per_task=seats_per_task,
             concurrency_cap=concurrency_cap,
+            priority=priority,
+            urgent=urgent,
+            model=model,
+            policy=policy,
+            predecessor_job=predecessor_job,
+            advance_reservation=advance_reservation,
+            token_cap=token_cap,
+            cost_cap_usd=cost_cap_usd,
+            submit_on_hold=submit_on_hold,
+            retry_of=retry_of,
             launched_at=timezone.now(),
         )
         base = spool_dir() / "campaigns" / str(campaign.pk)
@@ -127,6 +170,16 @@ def campaign_launch(
             "inputs_file": str(base / "inputs.jsonl"),
             "timeout_s": agent_definition.timeout_s,
         }
+        # Options for the runner and its metering proxy (only those set, so a
+        # plain launch writes the same spec as before).
+        if model:
+            spec["model"] = model
+        if policy:
+            spec["policy"] = policy
+        if token_cap is not None:
+            spec["token_cap"] = token_cap
+        if cost_cap_usd is not None:
+            spec["cost_cap_usd"] = str(cost_cap_usd)
         _write_atomic(base / "spec.json", json.dumps(spec, indent=1).encode())
         from worker import tasks as worker_tasks
 
@@ -165,6 +218,9 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
         account=re.sub(r"[^A-Za-z0-9_.-]", "_", campaign.launched_by.get_username())[:64] or "tco",
         priority=campaign.priority,
         concurrency_cap=campaign.concurrency_cap,
+        hold_jid_ad=campaign.predecessor_job,
+        advance_reservation=campaign.advance_reservation,
+        hold=campaign.submit_on_hold,
     )
 
 
@@ -252,8 +308,9 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler=None) -> dict:
     """Store the cluster's queue slots, hosts, consumables and quotas; push a change.
 
     ``status`` becomes ``{"queues": [...], "hosts": [...], "quotas": [...],
-    "global_capacity": {resource: number}}`` (shapes of the parsers in
-    ``worker.schedulers.qstat_xml``). On ``SchedulerError`` the previous
+    "global_capacity": {resource: number}, "share_tree": [...]}`` (shapes of
+    the parsers in ``worker.schedulers.qstat_xml`` and ``.sharetree``; on a
+    share-tree failure ``share_tree_error`` instead). On ``SchedulerError`` the previous
     status stays and the error is returned.
     """
     from worker.schedulers.base import SchedulerError
@@ -268,6 +325,14 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler=None) -> dict:
         }
     except SchedulerError as exc:
         return {"error": str(exc)}
+    # The share tree is optional (a cluster may use only functional tickets):
+    # without it the rest of the status is still stored.
+    share_tree = getattr(scheduler, "share_tree", None)
+    if share_tree is not None:
+        try:
+            status["share_tree"] = share_tree()
+        except SchedulerError as exc:
+            status["share_tree_error"] = str(exc)[:500]
     if status != cluster.status:
         Cluster.objects.filter(pk=cluster.pk).update(status=status, status_at=timezone.now())
         realtime.queue_changed(cluster.name)

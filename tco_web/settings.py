@@ -49,6 +49,16 @@ def env_float(name: str, default: float) -> float:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
 
 
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from exc
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:
@@ -100,6 +110,9 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
     "dashboards",
     "worker",
 ]
@@ -189,6 +202,17 @@ CHANNEL_LAYERS = {
     }
 }
 
+# Shared by every web and worker process: cached scheduler answers (qstat -j),
+# stage statistics, the queue-depth history.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "tco",
+        "TIMEOUT": 300,
+    }
+}
+
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -232,6 +256,36 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
+
+# --- API and metrics --------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "tco API",
+    "DESCRIPTION": "Queue, campaigns, tasks and usage of tco, scoped to the caller's teams and role.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+# /metrics answers a request that carries ``Authorization: Bearer <TCO_METRICS_TOKEN>``
+# or that comes from one of TCO_METRICS_ALLOW (addresses or CIDR networks).
+TCO_METRICS_TOKEN = env_str("TCO_METRICS_TOKEN") or None
+TCO_METRICS_ALLOW = env_list("TCO_METRICS_ALLOW", ["127.0.0.1"])
+# How long a job's ``qstat -j`` answer is reused by the agent page (seconds).
+TCO_JOB_DETAIL_CACHE_S = env_float("TCO_JOB_DETAIL_CACHE_S", 5.0)
+# How long a campaign's stage statistics are reused (seconds).
+TCO_STAGE_CACHE_S = env_float("TCO_STAGE_CACHE_S", 3.0)
+# Queue-depth samples (per team and state) for the history chart.
+TCO_DEPTH_SAMPLE_S = env_float("TCO_DEPTH_SAMPLE_S", 10.0)
+# Largest part of an agent's stdout, stderr or output file shown on its page (bytes).
+TCO_LOG_VIEW_CAP = env_int("TCO_LOG_VIEW_CAP", 65536)
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False

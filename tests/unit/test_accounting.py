@@ -166,6 +166,14 @@ def test_non_utf8_bytes_in_a_job_name_do_not_crash():
     assert record.job_name == "r\ufffdv\ufffd"
 
 
+@pytest.mark.parametrize("line", [b"abc", b"x.y", b"1:2:3", b"a:b:c:d:e:f:g:h:i:j:k:l:m:n:o:p:q:r:s:t:x.y",
+                                  b"a:b:c:d:e:f:g:h:i:j:k:l:m:n:o:p:q:r:s:t:u:v", b" ", b"\xff\xfe"])
+def test_short_garbage_lines_raise_a_field_count_reason(line):
+    with pytest.raises(AccountingLineError) as caught:
+        parse_line(line)
+    assert "fields" in caught.value.reason
+
+
 @pytest.mark.parametrize(
     ("line", "reason_part"),
     [

@@ -88,8 +88,8 @@ def test_job_prints_details_and_pending_reasons():
     assert list(obj) == ["job_number", "name", "owner", "project", "hard_resources", "tasks", "scheduler_messages",
                          "pending_reasons"]
     assert obj["job_number"] == 5101 and obj["hard_resources"]["anthropic_api"] == "1"
-    assert obj["pending_reasons"][0]["text"] == "held by user (tasks 2)"
-    assert obj["pending_reasons"][1]["text"].startswith("waiting for a model API seat")
+    assert [r["text"] for r in obj["pending_reasons"]] == [
+        "waiting for a model API seat: 0 free, 1 requested (consumable anthropic_api, global)"]
 
 
 def test_qhost_and_qquota_kinds(tmp_path):

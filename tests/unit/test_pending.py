@@ -64,8 +64,10 @@ def test_a_hold_message_without_hold_details_still_says_held():
 
 
 def test_dependencies_name_the_job_waited_for_once():
-    reasons = explain_pending(detail(predecessors=[811], scheduler_messages=["job dropped because of job dependencies"]))
-    assert texts(reasons) == ["waiting for job 811 to finish"]
+    message = "job dropped because of job dependencies"
+    assert texts(explain_pending(detail(predecessors=[811], scheduler_messages=[message]))) == [
+        "waiting for job 811 to finish"]
+    assert texts(explain_pending(detail(predecessors=[811, 820]))) == ["waiting for jobs 811, 820 to finish"]
 
 
 def test_error_state_says_what_to_do():

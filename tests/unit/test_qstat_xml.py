@@ -559,13 +559,22 @@ def test_job_detail_fields_tasks_and_messages():
     assert detail["holds"] == {"user": [[4, 6, 1]]}
 
 
+def test_job_detail_holds_of_enrolled_pending_tasks_but_not_of_running_ones():
+    data = QSTAT_J_SGE8.replace(b"<JAT_status>32784</JAT_status>", b"<JAT_status>64</JAT_status>\n"
+                                b"          <JAT_hold>2</JAT_hold>")
+    data = data.replace(b"<JAT_status>128</JAT_status>", b"<JAT_status>128</JAT_status><JAT_hold>1</JAT_hold>")
+    detail = parse_job_detail(data)
+    assert detail["tasks"][1] == {"task_number": 2, "state": "held"}
+    assert detail["holds"] == {"operator": [[2, 2, 1]], "user": [[4, 6, 1]]}
+
+
 def test_job_detail_of_ocs9_reads_iso_times_and_only_its_own_messages():
     detail = parse_job_detail((OCS9 / "qstat_j.xml").read_bytes(), ZoneInfo("Europe/Berlin"))
     assert detail["project"] == "research"
     assert detail["submitted_at"] == utc(2026, 3, 2, 13, 4, 59, 500000)
     assert detail["hard_resources"] == {"anthropic_api": "1", "h_rt": "3600.000000"}
     assert detail["tasks"] == [{"task_number": 1, "state": "running"}, {"task_number": 2, "state": "running"}]
-    assert detail["holds"] == {"user": [[2, 2, 1]]}
+    assert detail["holds"] == {}  # task 2 is "hr": held, but already running
     assert detail["scheduler_messages"] == [
         "(-l anthropic_api=1) cannot run globally because it offers only gc:anthropic_api=0.000000"]
     assert detail["context"] == {"tco_campaign": "17"}
@@ -575,7 +584,7 @@ def test_job_detail_of_ocs9_reads_iso_times_and_only_its_own_messages():
     ("status", "hold", "state"),
     [(0x80, 0, "running"), (0x8010, 0, "error"), (0x480, 0, "deleting"), (0x180, 0, "suspended"),
      (0x200, 0, "starting"), (0x40, 0, "pending"), (0x40, 1, "held"), (0x10, 0, "held"), (0x800, 0, "pending"),
-     (0x1000, 0, "running"), (0, 0, "unknown")],
+     (0x1000, 0, "running"), (0, 0, "pending"), (0x20, 0, "unknown")],
 )
 def test_jat_status_bits_are_tested_not_compared(status, hold, state):
     assert job_status_state(status, hold) == state

@@ -60,14 +60,15 @@ _COLON_FIELDS = (
     "ru_nsignals", "ru_nvcsw", "ru_nivcsw", "project", "department", "granted_pe", "slots",
     "task_number", "cpu", "mem", "io",
 )
-# Fields whose type is checked, beyond those stored (a cheap guard against
-# a line shifted by a stray colon: strings and numbers alternate).
+# The numeric fields whose types are checked (a line shifted by a stray
+# colon puts a string where one of them should be: strings and numbers
+# alternate in the left part), searched in this order to name the culprit.
 _INT_FIELDS = (5, 7, 8, 9, 10, 11, 12, 34, 35)
 _FLOAT_FIELDS = (13, 36, 38)
 
 
-def _none_if_unset(value: str) -> str | None:
-    return None if value in ("NONE", "") else value
+def _count_error(n: int) -> str:
+    return f"{n} fields; accounting(5) lines have 45 (or 43 before ARs)"
 
 
 def _colon_failure(fields: list[str], right: int) -> str:
@@ -127,7 +128,7 @@ def _parse_colon(line: bytes, *, _fromts=dt.datetime.fromtimestamp, _UTC=UTC, _R
                 arid = int(arid_s)
                 ar_sub = int(ar_sub_s)
         if right < 40:
-            raise AccountingLineError(f"{n} fields; accounting(5) lines have 45 (or 43 before ARs)")
+            raise AccountingLineError(_count_error(n))
         job_number = int(f[5])
         start = int(f[9])
         end = int(f[10])
@@ -140,9 +141,9 @@ def _parse_colon(line: bytes, *, _fromts=dt.datetime.fromtimestamp, _UTC=UTC, _R
         float(f[38])
         maxvmem = float(f[right + 2])
     except ValueError:
-        raise AccountingLineError(_colon_failure(f, right)) from None
+        raise AccountingLineError(_colon_failure(f, right) if right >= 40 else _count_error(n)) from None
     except IndexError:
-        raise AccountingLineError(f"{n} fields; accounting(5) lines have 45 (or 43 before ARs)") from None
+        raise AccountingLineError(_count_error(n)) from None
     if (job_number <= 0 or not f[7].isdigit() or (start and not _tmin <= start < _tmax)
             or (end and not _tmin <= end < _tmax) or (ar_sub and not _tmin <= ar_sub < _tmax)
             or failed < 0 or slots < 0 or task_number < 0 or arid < 0):

@@ -94,6 +94,17 @@ class FakeScheduler:
             ))
         return out
 
+    def share_tree(self) -> list[dict]:
+        """A root and one node per project with its running-task count (no usage decay)."""
+        self._check_available()
+        nodes = [{"node": "/", "user": None, "project": None, "shares": 1, "job_count": 0}]
+        for project in sorted(self.projects):
+            running = sum(1 for t in self.tasks.values() if t.spec.project == project and t.state == "running")
+            nodes.append({"node": f"/{project}", "user": None, "project": project, "shares": 1,
+                          "job_count": running, "actual_share": None, "usage": float(running)})
+        nodes[0]["job_count"] = sum(n["job_count"] for n in nodes[1:])
+        return nodes
+
     def submit_array(self, spec: ArrayJobSpec) -> tuple[int, list[int]]:
         """Validate like GridEngine, then add ``count`` pending (or held) tasks.
 

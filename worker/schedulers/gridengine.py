@@ -438,6 +438,19 @@ class GridEngine:
         """
         return parse_complex_values(self._run(["qconf", "-se", "global"]))
 
+    def share_tree(self) -> list[dict]:
+        """Share-tree usage per node, ``sge_share_mon -c 1 -n``, parsed by ``sharetree.parse_share_mon``.
+
+        sge_share_mon lives in ``$SGE_ROOT/utilbin/<arch>`` (Debian: also
+        ``/usr/lib/gridengine``), not on PATH. Raises SchedulerUnavailable when
+        it is missing or the qmaster does not answer.
+        """
+        from worker.schedulers.sharetree import parse_share_mon
+        candidates = [os.path.join(self.sge_root, "utilbin", "lx-amd64", "sge_share_mon"),
+                      "/usr/lib/gridengine/sge_share_mon"]
+        binary = next((c for c in candidates if os.access(c, os.X_OK)), candidates[-1])
+        return parse_share_mon(self._run([binary, "-c", "1", "-n"]))
+
     def job_detail(self, job_number: int):
         """One job, ``qstat -j N -xml``, parsed by ``parse_job_detail``.
 

@@ -62,6 +62,25 @@ def _requests(text: str) -> dict[str, str]:
     return result
 
 
+def _waiting_for(predecessors: list[int]) -> str:
+    noun = "job" if len(predecessors) == 1 else "jobs"
+    return f"waiting for {noun} {', '.join(str(p) for p in predecessors)} to finish"
+
+
+_QIM_PREFIX = re.compile(r"^.*?\[[^\]]*\]:\s*(?:error:\s*)?")
+
+
+def _error_text(job_detail: dict) -> str:
+    """'in error state: <execd's reason>; …' (JAT_message_list, qstat's "error reason")."""
+    errors = job_detail.get("errors") or []
+    why = "the job could not be started"
+    if errors:
+        # "11/29/2026 16:25:16 [1001:26716]: error: can't chdir to /x: No such file"
+        why = _QIM_PREFIX.sub("", errors[0]["message"]).strip() or errors[0]["message"]
+    return (f"in error state: {why}; fix the cause, then clear it with "
+            f"qmod -cj {job_detail.get('job_number')} (or delete it)")
+
+
 def _ranges_text(ranges: list[list[int]]) -> str:
     parts = []
     for first, last, step in ranges:
@@ -136,27 +155,32 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
             seen.add(text)
             reasons.append({"text": text, "raw": raw})
 
-    job_number = job_detail.get("job_number")
     tasks = job_detail.get("tasks") or []
     if any(task.get("state") == "error" for task in tasks):
         numbers = [str(task["task_number"]) for task in tasks if task.get("state") == "error"]
-        add(f"in error state: the job could not be started; fix the cause, then clear it with "
-            f"qmod -cj {job_number} (or delete it)", f"JAT_status error bit, tasks {','.join(numbers)}")
+        add(_error_text(job_detail), f"JAT_status error bit, tasks {','.join(numbers)}")
     for kind, ranges in (job_detail.get("holds") or {}).items():
         if kind == "dependency":
             continue
         add(f"held by {kind} (tasks {_ranges_text(ranges)})", f"hold {kind}: {_ranges_text(ranges)}")
     predecessors = job_detail.get("predecessors") or []
     if predecessors:
-        jobs = ", ".join(str(p) for p in predecessors)
-        noun = "job" if len(predecessors) == 1 else "jobs"
-        add(f"waiting for {noun} {jobs} to finish", f"predecessors: {jobs}")
+        add(_waiting_for(predecessors), f"predecessors: {', '.join(str(p) for p in predecessors)}")
     elif "dependency" in (job_detail.get("holds") or {}):
         add("waiting for its predecessor tasks to finish (-hold_jid_ad)",
             f"hold dependency: {_ranges_text(job_detail['holds']['dependency'])}")
 
     messages = list(job_detail.get("scheduler_messages") or [])
-    messages += [m for m in job_detail.get("global_messages") or [] if _TURNED_OFF in m]
+    # qstat -j prints the scheduler's global messages with every job; keep
+    # those that concern this job: a queue instance it may run in, or the
+    # scheduler not recording reasons at all.
+    wanted = set(job_detail.get("hard_queues") or [])
+    waiting = bool(messages) or not tasks or any(
+        task.get("state") not in ("running", "suspended", "deleting") for task in tasks)
+    for message in job_detail.get("global_messages") or []:
+        match = _QI_DROPPED.search(message)
+        if _TURNED_OFF in message or (waiting and match and (not wanted or match.group(1).split("@")[0] in wanted)):
+            messages.append(message)
     hard_queue: list[str] = []
     for message in messages:
         text = _explain_message(message, job_detail, quota, hosts, capacities, hard_queue)
@@ -228,7 +252,7 @@ def _explain_message(message: str, job_detail: dict, quota, hosts, capacities,
     if "job dropped because of job dependencies" in lowered:
         predecessors = job_detail.get("predecessors") or []
         if predecessors:
-            return f"waiting for job{'s' if len(predecessors) > 1 else ''} {', '.join(map(str, predecessors))} to finish"
+            return _waiting_for(predecessors)
         return "waiting for the jobs it depends on to finish (-hold_jid)"
     if "job is in hold state" in lowered or "jobs dropped because of hold" in lowered:
         holds = job_detail.get("holds") or {}
@@ -236,8 +260,7 @@ def _explain_message(message: str, job_detail: dict, quota, hosts, capacities,
             return None  # already said, with who holds it and which tasks
         return "held by user/operator/system"
     if "job is in error state" in lowered:
-        return (f"in error state: the job could not be started; fix the cause, then clear it with "
-                f"qmod -cj {job_detail.get('job_number')} (or delete it)")
+        return _error_text(job_detail)
     if "execution time not reached" in lowered:
         return "waiting for its requested start time (-a)"
     if "max_aj_instances" in lowered:

@@ -1,0 +1,86 @@
+"""Queue-depth history: a sample of active-task counts every ``TCO_DEPTH_SAMPLE_S``.
+
+Kept in Redis (already the broker and the channel layer), as two sorted sets
+scored by the sample's epoch time: ``fine`` keeps every sample for an hour,
+``coarse`` one sample a minute for a day. Each member is one JSON object::
+
+    {"t": 1764432000.0, "c": {"dev": {"research": {"pending": 120, "running": 96}}}}
+
+(cluster name -> project -> lifecycle state -> tasks; states with 0 tasks and
+inactive states are left out). Losing Redis loses the chart's past, not any
+scheduler or accounting data.
+
+Writes: ``depth_sample_record``; reads: ``depth_samples``. Scoping (which
+projects a user sees) is done by ``selectors.queue_depth_history``.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from django.conf import settings
+
+FINE_KEY = "tco:depth:fine"
+COARSE_KEY = "tco:depth:coarse"
+FINE_KEEP_S = 3600
+COARSE_KEEP_S = 86400
+COARSE_STEP_S = 60
+
+
+def _redis():
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+def depth_sample_record(*, counts: dict[str, dict[str, dict[str, int]]], now: float | None = None,
+                        client=None) -> dict[str, Any]:
+    """Store one sample ``counts`` (cluster -> project -> state -> n) taken at ``now`` (epoch s).
+
+    Adds to the fine set every time and to the coarse set when the last coarse
+    sample is at least a minute old; trims both to their windows. Returns the
+    stored sample. Raises ``redis.RedisError`` when Redis cannot be reached.
+    """
+    now = time.time() if now is None else now
+    sample = {"t": round(now, 3), "c": counts}
+    member = json.dumps(sample, separators=(",", ":"), sort_keys=True)
+    client = client or _redis()
+    last_coarse = client.zrevrange(COARSE_KEY, 0, 0, withscores=True)
+    pipe = client.pipeline()
+    pipe.zadd(FINE_KEY, {member: now})
+    pipe.zremrangebyscore(FINE_KEY, "-inf", now - FINE_KEEP_S)
+    if not last_coarse or now - last_coarse[0][1] >= COARSE_STEP_S - 0.5:
+        pipe.zadd(COARSE_KEY, {member: now})
+    pipe.zremrangebyscore(COARSE_KEY, "-inf", now - COARSE_KEEP_S)
+    pipe.execute()
+    return sample
+
+
+def depth_samples(window: str, *, now: float | None = None, client=None) -> list[dict]:
+    """Samples of the last hour (``window="hour"``, fine) or day (``"day"``, coarse), oldest first.
+
+    Returns ``[]`` when Redis cannot be reached: the chart is empty, the page works.
+    """
+    import redis
+
+    now = time.time() if now is None else now
+    key, keep = (FINE_KEY, FINE_KEEP_S) if window == "hour" else (COARSE_KEY, COARSE_KEEP_S)
+    try:
+        client = client or _redis()
+        raw = client.zrangebyscore(key, now - keep, "+inf")
+    except redis.RedisError:
+        return []
+    samples = []
+    for item in raw:
+        try:
+            samples.append(json.loads(item))
+        except ValueError:
+            continue
+    return samples
+
+
+def depth_clear(*, client=None) -> None:
+    """Forget every sample (tests)."""
+    client = client or _redis()
+    client.delete(FINE_KEY, COARSE_KEY)
