@@ -2,7 +2,12 @@
 
 A change event carries no task data; the consumer answers it by reading the
 snapshot its own user may see (selectors), at most once per ``MIN_INTERVAL_S``
-so a burst of changes costs one read.
+so a burst of changes costs one read. A consumer joins a campaign's or a
+task's group only after the selector has found that the user may view it,
+and a snapshot that the user may no longer see closes the socket (4403).
+
+Messages from the browser only choose what to show: ``{"page": n}`` (queue
+and campaign pages) and ``{"state": "failed"|null}`` (campaign page).
 """
 from __future__ import annotations
 
@@ -14,43 +19,65 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from . import realtime, selectors
+from .models import Campaign, Task
 
 MIN_INTERVAL_S = 0.3
+
+
+class Refused(Exception):
+    """The user may not (or may no longer) see what this socket shows."""
 
 
 class SnapshotConsumer(AsyncJsonWebsocketConsumer):
     """Base: sends a snapshot on connect and after every change event.
 
-    Subclasses define ``groups_to_join`` and ``async snapshot() -> dict``.
+    Subclasses define ``async authorize() -> list[str]`` (the groups to join;
+    raise ``Refused`` to refuse) and ``async snapshot() -> dict`` (raise
+    ``Refused`` when the user may no longer see it).
     """
 
-    groups_to_join: list[str] = []
-
     async def connect(self) -> None:
+        self.groups_joined: list[str] = []
+        self._pending: asyncio.Task | None = None
+        self._last_sent = 0.0
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        if not await self.authorize():
+        try:
+            groups = await self.authorize()
+        except Refused:
             await self.close(code=4403)
             return
-        self._last_sent = 0.0
-        self._pending: asyncio.Task | None = None
-        for group in self.groups_to_join:
+        for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_joined = groups
         await self.accept()
         await self.send_snapshot()
 
     async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "groups_to_join", []):
+        for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
         if getattr(self, "_pending", None):
             self._pending.cancel()
 
-    async def authorize(self) -> bool:
-        return True
+    async def authorize(self) -> list[str]:
+        raise NotImplementedError
+
+    async def snapshot(self) -> dict:
+        raise NotImplementedError
+
+    async def receive_json(self, content, **kwargs) -> None:
+        if isinstance(content, dict) and self.choose(content):
+            await self.send_snapshot()
+
+    def choose(self, content: dict) -> bool:
+        """Apply a browser's choice (page, filter); True when the snapshot should be re-sent."""
+        return False
 
     async def tco_event(self, message: dict) -> None:
+        if (message.get("event") or {}).get("kind") == realtime.DEPTH_SAMPLED:
+            return  # only the queue page draws the depth chart
         if self._pending and not self._pending.done():
             return  # a snapshot is already scheduled; it will include this change
         delay = max(0.0, MIN_INTERVAL_S - (time.monotonic() - self._last_sent))
@@ -63,15 +90,109 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer):
 
     async def send_snapshot(self) -> None:
         self._last_sent = time.monotonic()
-        await self.send_json(await self.snapshot())
+        try:
+            data = await self.snapshot()
+        except Refused:
+            await self.close(code=4403)
+            return
+        await self.send_json(data)
+
+
+def _page(value) -> int | None:
+    try:
+        page = int(value)
+    except (TypeError, ValueError):
+        return None
+    return page if page >= 1 else None
 
 
 class QueueConsumer(SnapshotConsumer):
-    """``/ws/queue/``: the live queue page."""
+    """``/ws/queue/``: the live queue page; also forwards new queue-depth samples."""
 
-    groups_to_join = [realtime.QUEUE_GROUP]
+    page = 1
+
+    async def authorize(self) -> list[str]:
+        return [realtime.QUEUE_GROUP]
+
+    def choose(self, content: dict) -> bool:
+        page = _page(content.get("page"))
+        if page is None or page == self.page:
+            return False
+        self.page = page
+        return True
+
+    async def tco_event(self, message: dict) -> None:
+        if (message.get("event") or {}).get("kind") == realtime.DEPTH_SAMPLED:
+            await self.send_json(await self.depth())
+        else:
+            await super().tco_event(message)
+
+    @database_sync_to_async
+    def depth(self) -> dict:
+        user = self.scope["user"]
+        return {"kind": "queue.depth", "data": {"hour": selectors.queue_depth_history(user, "hour"),
+                                                "day": selectors.queue_depth_history(user, "day")}}
 
     @database_sync_to_async
     def snapshot(self) -> dict:
         return {"kind": "queue.snapshot",
-                "data": selectors.queue_summary(self.scope["user"], seat_resource=settings.TCO_SEAT_RESOURCE)}
+                "data": selectors.queue_summary(self.scope["user"], seat_resource=settings.TCO_SEAT_RESOURCE,
+                                                page=self.page)}
+
+
+class CampaignConsumer(SnapshotConsumer):
+    """``/ws/campaigns/<id>/``: one campaign's page, for users who may view the campaign."""
+
+    page = 1
+    state: str | None = None
+
+    @database_sync_to_async
+    def authorize(self) -> list[str]:
+        campaign_id = self.scope["url_route"]["kwargs"]["campaign_id"]
+        try:
+            selectors.campaign_for(self.scope["user"], campaign_id)
+        except Campaign.DoesNotExist:
+            raise Refused from None
+        return [realtime.campaign_group(campaign_id)]
+
+    def choose(self, content: dict) -> bool:
+        page, state = self.page, self.state
+        if "state" in content:
+            state = content["state"] if content["state"] in selectors.LIFECYCLE_STATES else None
+            if state != self.state:
+                page = 1
+        if _page(content.get("page")) is not None:
+            page = _page(content["page"])
+        changed = (page, state) != (self.page, self.state)
+        self.page, self.state = page, state
+        return changed
+
+    @database_sync_to_async
+    def snapshot(self) -> dict:
+        try:
+            data = selectors.campaign_detail(self.scope["user"], self.scope["url_route"]["kwargs"]["campaign_id"],
+                                             page=self.page, state=self.state)
+        except Campaign.DoesNotExist:
+            raise Refused from None
+        return {"kind": "campaign.snapshot", "data": data}
+
+
+class TaskConsumer(SnapshotConsumer):
+    """``/ws/tasks/<id>/``: one agent's page; follows its campaign's group (admins' other jobs: the queue's)."""
+
+    @database_sync_to_async
+    def authorize(self) -> list[str]:
+        task_id = self.scope["url_route"]["kwargs"]["task_id"]
+        try:
+            task = selectors.task_for(self.scope["user"], task_id)
+        except Task.DoesNotExist:
+            raise Refused from None
+        return [realtime.campaign_group(task.campaign_id) if task.campaign_id else realtime.QUEUE_GROUP]
+
+    @database_sync_to_async
+    def snapshot(self) -> dict:
+        try:
+            data = selectors.task_detail(self.scope["user"], self.scope["url_route"]["kwargs"]["task_id"])
+        except Task.DoesNotExist:
+            raise Refused from None
+        return {"kind": "task.snapshot", "data": data}

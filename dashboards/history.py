@@ -84,3 +84,15 @@ def depth_clear(*, client=None) -> None:
     """Forget every sample (tests)."""
     client = client or _redis()
     client.delete(FINE_KEY, COARSE_KEY)
+
+
+def depth_sample_take(*, now: float | None = None) -> dict[str, Any]:
+    """Count the active tasks (``selectors.depth_counts``), store the sample, tell queue pages.
+
+    The service behind the periodic ``worker.tasks.sample_queue_depth``.
+    """
+    from . import realtime, selectors
+
+    sample = depth_sample_record(counts=selectors.depth_counts(), now=now)
+    realtime.depth_sampled()
+    return sample

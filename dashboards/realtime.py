@@ -15,6 +15,7 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 
 QUEUE_GROUP = "queue"
+DEPTH_SAMPLED = "depth.sampled"
 
 
 def campaign_group(campaign_id: int) -> str:
@@ -47,3 +48,8 @@ def queue_changed(cluster_name: str, campaign_ids: set[int] | frozenset[int] = f
     broadcast(QUEUE_GROUP, event)
     for campaign_id in campaign_ids:
         broadcast(campaign_group(campaign_id), {"kind": "campaign.changed", "campaign": campaign_id})
+
+
+def depth_sampled() -> None:
+    """Tell queue pages that a new queue-depth sample is stored (they redraw the history chart)."""
+    broadcast(QUEUE_GROUP, {"kind": DEPTH_SAMPLED})

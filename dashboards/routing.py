@@ -5,4 +5,6 @@ from . import consumers
 
 websocket_urlpatterns = [
     path("ws/queue/", consumers.QueueConsumer.as_asgi()),
+    path("ws/campaigns/<int:campaign_id>/", consumers.CampaignConsumer.as_asgi()),
+    path("ws/tasks/<int:task_id>/", consumers.TaskConsumer.as_asgi()),
 ]

@@ -1,32 +1,72 @@
-"""Reads for pages, API and consumers; every read is scoped to what a user may see.
+"""Reads for pages, API, consumers and metrics; every read is scoped to what a user may see.
 
-An admin (staff) sees every team; anyone else sees the teams whose Django
-group they belong to. Queue-wide numbers (slots, seats, quotas) are the
-cluster's and are shown to every signed-in user.
+An admin (staff) sees every team and every job on the cluster; anyone else
+sees the campaigns of the teams they may ``view`` (roles.py) and nothing of
+jobs tco did not launch. Queue-wide numbers (slots, seats, quotas) are the
+cluster's and are shown to every signed-in user; share-tree usage is shown
+per team, for the teams the user may see.
+
+Nothing here loads every task: counts come from the ``(campaign, state)``
+index (campaigns that are not finished, plus the page of campaigns shown),
+task tables are paginated, stage statistics read one row of floats per task
+of one campaign and are cached for ``TCO_STAGE_CACHE_S``.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from typing import Any
+import math
+import os
+import stat
+import statistics
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Iterable
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Case, Count, IntegerField, QuerySet, Value, When
+from django.core.cache import cache
+from django.db.models import Case, Count, F, FloatField, Func, IntegerField, Q, QuerySet, Sum, Value, When
+from django.utils import timezone
 
-from worker.schedulers.base import LIFECYCLE_STATES, TERMINAL_STATES
+from worker.schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, SCHEDULER_STATES, TERMINAL_STATES
 
-from .models import Campaign, Cluster, Task, Team
+from . import history
+from .models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team
 from .roles import is_admin, teams_with
 
 RECENT_FINISHED = 20
-CAMPAIGNS_ON_QUEUE_PAGE = 50
+CAMPAIGNS_PER_PAGE = 25
+CAMPAIGNS_ON_QUEUE_PAGE = CAMPAIGNS_PER_PAGE  # kept for callers of the walking skeleton
+TASKS_PER_PAGE = 100
+OTHER_JOBS_SHOWN = 50
+REQUESTS_SHOWN = 200
+OUTPUT_FILES_SHOWN = 50
+FAILURE_STATES = ("error", "failed", "lost")
+QUEUED_STATES = ("pending", "held")
+UNFINISHED_CAMPAIGN = ("submitting", "submitted")
+CHUNK = 900  # SQLite: at most 999 parameters in one IN (...)
+TOKEN_FIELDS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
+                "output_tokens")
 
+
+# --------------------------------------------------------------------------- scope
 
 def teams_visible_to(user: AbstractBaseUser) -> QuerySet[Team]:
     """Teams whose campaigns ``user`` may see (roles.py, capability ``view``)."""
     return teams_with(user, "view")
 
 
+def visible_team_ids(user: AbstractBaseUser) -> set[int] | None:
+    """Ids of the teams ``user`` may view; None means every team (an admin)."""
+    if is_admin(user):
+        return None
+    return set(teams_visible_to(user).values_list("pk", flat=True))
+
+
 def campaigns_visible_to(user: AbstractBaseUser) -> QuerySet[Campaign]:
+    if is_admin(user):
+        return Campaign.objects.all()
     return Campaign.objects.filter(team__in=teams_visible_to(user))
 
 
@@ -37,111 +77,319 @@ def tasks_visible_to(user: AbstractBaseUser) -> QuerySet[Task]:
     return Task.objects.filter(campaign__team__in=teams_visible_to(user))
 
 
+def campaign_for(user: AbstractBaseUser, campaign_id: int) -> Campaign:
+    """The campaign, if ``user`` may view it. Raises ``Campaign.DoesNotExist`` otherwise."""
+    return campaigns_visible_to(user).select_related("team", "cluster", "agent_definition").get(pk=campaign_id)
+
+
+def task_for(user: AbstractBaseUser, task_id: int) -> Task:
+    """The task, if ``user`` may view it. Raises ``Task.DoesNotExist`` otherwise."""
+    return tasks_visible_to(user).select_related("cluster", "campaign", "campaign__team",
+                                                 "campaign__agent_definition").get(pk=task_id)
+
+
+# --------------------------------------------------------------------------- helpers
+
 def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
-def _state_counts(rows) -> dict[str, int]:
+def _seconds(start: dt.datetime | None, end: dt.datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds(), 6)
+
+
+def _money(value: Decimal | None) -> str | None:
+    return None if value is None else format(value, "f")
+
+
+def _state_counts(rows: Iterable[tuple[str, int]] = ()) -> dict[str, int]:
     counts = {state: 0 for state in LIFECYCLE_STATES}
     for state, n in rows:
         counts[state] = counts.get(state, 0) + n
     return counts
 
 
-def cluster_resources(cluster: Cluster, seat_resource: str) -> dict[str, Any]:
-    """Slots per cluster queue, model API seats and RQS limits from the last status poll.
+def _add_counts(into: dict[str, int], counts: dict[str, int], only: Iterable[str] | None = None) -> None:
+    for state in only if only is not None else counts:
+        into[state] = into.get(state, 0) + counts.get(state, 0)
 
-    Returns ``{"queues": [{name, used, resv, available, total}], "seats":
-    {resource, used, capacity} | None, "quotas": [{rule, resource, limit, used}],
-    "status_at": ISO}``. Seats are the global host's consumable: capacity from
-    its ``complex_values`` and what ``qhost -F`` says is left.
+
+def _chunks(items: list, size: int = CHUNK) -> Iterable[list]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with datetimes as ISO strings (UTC, ``Z``), Decimals as strings, tuples and sets as lists."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dt.datetime):
+        return _iso(value.astimezone(dt.timezone.utc) if value.tzinfo else value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+# --------------------------------------------------------------------------- live counts
+
+@dataclasses.dataclass
+class LiveCounts:
+    """Task counts of the queue right now, unscoped (scoping is the caller's).
+
+    ``campaigns``: id -> ``{"id", "cluster_id", "team_id", "project", "queue",
+    "states": {state: n}}`` for every campaign that is not finished (all its
+    tasks, terminal ones included). ``others``: ``[(cluster_id, project,
+    queue, state, n)]`` for active tasks of jobs tco did not launch.
+    """
+
+    campaigns: dict[int, dict]
+    others: list[tuple[int, str, str, str, int]]
+
+
+def live_counts() -> LiveCounts:
+    """Counts from the ``(campaign, state)`` index: unfinished campaigns and jobs tco did not launch."""
+    campaigns = {
+        row["id"]: {**row, "states": _state_counts()}
+        for row in Campaign.objects.filter(status__in=UNFINISHED_CAMPAIGN).values(
+            "id", "cluster_id", "team_id", "queue", project=F("team__project"))
+    }
+    for chunk in _chunks(sorted(campaigns)):
+        for campaign_id, state, n in (Task.objects.filter(campaign_id__in=chunk)
+                                      .values_list("campaign_id", "state").annotate(n=Count("id"))
+                                      .order_by()):
+            campaigns[campaign_id]["states"][state] += n
+    others = list(
+        Task.objects.filter(campaign__isnull=True, active=True)
+        .values_list("cluster_id", "project", "queue", "state").annotate(n=Count("id")).order_by()
+    )
+    return LiveCounts(campaigns=campaigns, others=others)
+
+
+def depth_counts(counts: LiveCounts | None = None) -> dict[str, dict[str, dict[str, int]]]:
+    """Active tasks per cluster name, project and state: what a queue-depth sample stores.
+
+    Shape ``{"dev": {"research": {"pending": 120, "running": 96}}}``; jobs
+    without a project are under ``""``; states with no task are left out.
+    """
+    counts = counts or live_counts()
+    names = dict(Cluster.objects.values_list("pk", "name"))
+    out: dict[str, dict[str, dict[str, int]]] = {}
+
+    def add(cluster_id: int, project: str, state: str, n: int) -> None:
+        if n and state in ACTIVE_STATES:
+            per_state = out.setdefault(names.get(cluster_id, str(cluster_id)), {}).setdefault(project or "", {})
+            per_state[state] = per_state.get(state, 0) + n
+
+    for c in counts.campaigns.values():
+        for state, n in c["states"].items():
+            add(c["cluster_id"], c["project"], state, n)
+    for cluster_id, project, _queue, state, n in counts.others:
+        add(cluster_id, project, state, n)
+    return out
+
+
+def _finished_campaign_states(campaign: Campaign) -> dict[str, int]:
+    """State counts of a campaign with no active task; cached (they no longer change)."""
+    key = f"campaign-states:{campaign.pk}:{campaign.status}:{_iso(campaign.finished_at)}"
+    counts = cache.get(key)
+    if counts is None:
+        counts = _state_counts(campaign.tasks.values_list("state").annotate(n=Count("id")).order_by())
+        cache.set(key, counts, 86400)
+    return counts
+
+
+# --------------------------------------------------------------------------- cluster resources
+
+def cluster_resources(cluster: Cluster, seat_resource: str, projects: set[str] | None = None) -> dict[str, Any]:
+    """Slots per cluster queue, model API seats, consumables, RQS limits and share tree from the last status poll.
+
+    Returns ``{"queues": [{name, used, resv, available, total, ...}], "seats":
+    {resource, used, capacity} | None, "consumables": [{resource, used,
+    capacity}], "quotas": [{rule, resource, limit, used, filters}],
+    "share_tree": [{node, project, shares, job_count, actual_share,
+    long_target_share, usage, ...}], "share_tree_error", "status_at": ISO}``.
+    Consumables are the global host's: capacity from its ``complex_values``
+    and what ``qhost -F`` says is left. ``projects``: the share-tree nodes
+    shown (None: every node, for admins).
     """
     status = cluster.status or {}
-    seats = None
+    free: dict[str, float] = {}
     for host in status.get("hosts", []):
         if host.get("name") == "global":
-            value = (host.get("resources") or {}).get(seat_resource)
-            if isinstance(value, dict):  # {"value": "13.000000", "dominance": "gc"}
-                value = value.get("value")
-            capacity = (status.get("global_capacity") or {}).get(seat_resource)
-            if value is not None and capacity is not None:
-                seats = {"resource": seat_resource, "capacity": capacity, "used": round(capacity - float(value), 6)}
+            for name, value in (host.get("resources") or {}).items():
+                if isinstance(value, dict):  # {"value": "13.000000", "dominance": "gc"}
+                    value = value.get("value")
+                try:
+                    free[name] = float(value)
+                except (TypeError, ValueError):
+                    continue
+    consumables = []
+    for resource, capacity in sorted((status.get("global_capacity") or {}).items()):
+        if resource in free:
+            consumables.append({"resource": resource, "capacity": capacity,
+                                "used": round(capacity - free[resource], 6)})
+    seats = next((c for c in consumables if c["resource"] == seat_resource), None)
+    share_tree = [
+        node for node in status.get("share_tree", [])
+        if projects is None or (node.get("project") in projects)
+    ]
     return {
         "queues": status.get("queues", []),
         "seats": seats,
+        "consumables": consumables,
         "quotas": status.get("quotas", []),
+        "share_tree": share_tree,
+        "share_tree_error": status.get("share_tree_error") if projects is None else None,
         "status_at": _iso(cluster.status_at),
     }
 
 
-def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api") -> dict[str, Any]:
+# --------------------------------------------------------------------------- queue page
+
+def _campaign_row(c: Campaign, states: dict[str, int]) -> dict[str, Any]:
+    ended = sum(states.get(s, 0) for s in TERMINAL_STATES)
+    return {
+        "id": c.pk,
+        "name": c.name,
+        "team": c.team.name,
+        "project": c.team.project,
+        "cluster": c.cluster.name,
+        "queue": c.queue,
+        "job_number": c.job_number,
+        "task_count": c.task_count,
+        "tasks": f"1-{c.task_count}" if c.task_count > 1 else "1",
+        "status": c.status,
+        "urgent": c.urgent,
+        "launched_at": _iso(c.launched_at),
+        "progress_pct": round(100.0 * ended / c.task_count, 1) if c.task_count else 0.0,
+        "states": states,
+    }
+
+
+def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api", page: int = 1,
+                  per_page: int = CAMPAIGNS_PER_PAGE) -> dict[str, Any]:
     """Everything the live queue page shows, scoped to ``user``, as a JSON-ready dict.
 
-    Shape: ``{"generated_at", "clusters": [{name, polled_at, poll_error, queues,
-    seats, quotas}], "totals": {state: n}, "campaigns": [{id, name, team,
-    job_number, task_count, status, states: {state: n}}], "other_jobs":
-    {state: n} | None (admins only), "recent_finished": [{...}]}``. Aggregated
-    in the database: the page never loads every task.
+    Shape::
+
+        {"generated_at": ISO, "states": [lifecycle states],
+         "clusters": [{name, polled_at, poll_age_s, poll_error, queues, seats,
+                       consumables, quotas, share_tree, status_at}],
+         "totals": {state: n}                 # active tasks the user may see
+         "by_cluster": [{cluster, states}], "by_queue": [{cluster, queue, states}],
+         "by_team": [{team, project, states}],  # active states only
+         "campaigns": [{id, name, team, project, cluster, queue, job_number,
+                        task_count, tasks, status, urgent, launched_at,
+                        progress_pct, states}],  # one page, unfinished first
+         "campaigns_page": {page, pages, per_page, total},
+         "other_jobs": {state: n} | None,      # admins: jobs tco did not launch
+         "other_job_rows": [{cluster, job_number, name, owner, project,
+                             tasks, states}] | None, "other_jobs_more": int,
+         "recent_finished": [{id, task_id, name, campaign, campaign_id, state,
+                              project, host, wallclock_s, exit_status,
+                              failed_code, ended_at}]}
+
+    Counts are aggregated in the database; no task row is loaded except the
+    newest finished ones and the first jobs tco did not launch.
     """
-    from django.utils import timezone
+    admin = is_admin(user)
+    team_ids = visible_team_ids(user)
+    teams = {t.pk: t for t in (Team.objects.all() if admin else Team.objects.filter(pk__in=team_ids or []))}
+    projects = {t.project: t for t in teams.values()}
+    clusters = {c.pk: c for c in Cluster.objects.order_by("name")}
+    counts = live_counts()
 
-    campaigns = list(
-        campaigns_visible_to(user)
-        .select_related("team")
-        .order_by("-launched_at")[:CAMPAIGNS_ON_QUEUE_PAGE]
-    )
-    by_campaign: dict[int, dict[str, int]] = {c.pk: _state_counts([]) for c in campaigns}
-    rows = (
-        Task.objects.filter(campaign_id__in=list(by_campaign))
-        .values_list("campaign_id", "state")
-        .annotate(n=Count("id"))
-    )
-    for campaign_id, state, n in rows:
-        by_campaign[campaign_id][state] += n
-
-    visible = tasks_visible_to(user)
-    totals = _state_counts(visible.filter(active=True).values_list("state").annotate(n=Count("id")))
+    active_states = [s for s in LIFECYCLE_STATES if s in ACTIVE_STATES]
+    totals = _state_counts()
+    by_cluster: dict[int, dict[str, int]] = {}
+    by_queue: dict[tuple[int, str], dict[str, int]] = {}
+    by_team: dict[str, dict[str, int]] = {}
+    for c in counts.campaigns.values():
+        if not admin and c["team_id"] not in team_ids:
+            continue
+        for bucket in (totals, by_cluster.setdefault(c["cluster_id"], _state_counts()),
+                       by_queue.setdefault((c["cluster_id"], c["queue"]), _state_counts()),
+                       by_team.setdefault(c["project"], _state_counts())):
+            _add_counts(bucket, c["states"], active_states)
     other_jobs = None
-    if is_admin(user):
-        other_jobs = _state_counts(
-            Task.objects.filter(campaign__isnull=True, active=True).values_list("state").annotate(n=Count("id"))
-        )
+    if admin:
+        other_jobs = _state_counts()
+        for cluster_id, project, queue, state, n in counts.others:
+            for bucket in (totals, other_jobs, by_cluster.setdefault(cluster_id, _state_counts()),
+                           by_queue.setdefault((cluster_id, queue), _state_counts()),
+                           by_team.setdefault(project or "", _state_counts())):
+                bucket[state] = bucket.get(state, 0) + n
+
+    # One page of campaigns: unfinished first, newest first.
+    visible = campaigns_visible_to(user)
+    total_campaigns = visible.count()
+    pages = max(1, -(-total_campaigns // per_page))
+    page = min(max(page, 1), pages)
+    first = (page - 1) * per_page
+    on_page = list(
+        visible.select_related("team", "cluster")
+        .annotate(finished_rank=Case(When(status__in=UNFINISHED_CAMPAIGN, then=Value(0)), default=Value(1),
+                                     output_field=IntegerField()))
+        .order_by("finished_rank", "-launched_at", "-pk")[first:first + per_page]
+    )
+    campaign_rows = []
+    for c in on_page:
+        live = counts.campaigns.get(c.pk)
+        states = live["states"] if live else _finished_campaign_states(c)
+        campaign_rows.append(_campaign_row(c, states))
+
+    other_rows = None
+    other_more = 0
+    if admin:
+        other_rows, other_more = _other_job_rows(clusters)
 
     finished = (
-        visible.filter(state__in=TERMINAL_STATES, ended_at__isnull=False)
+        tasks_visible_to(user).filter(state__in=TERMINAL_STATES, ended_at__isnull=False)
         .select_related("campaign")
         .order_by("-ended_at", "-id")[:RECENT_FINISHED]
     )
-    clusters = []
-    for cluster in Cluster.objects.order_by("name"):
-        clusters.append(
-            {
-                "name": cluster.name,
-                "polled_at": _iso(cluster.polled_at),
-                "poll_error": cluster.poll_error,
-                **cluster_resources(cluster, seat_resource),
-            }
-        )
+    now = timezone.now()
+    cluster_rows = []
+    for cluster in clusters.values():
+        cluster_rows.append({
+            "name": cluster.name,
+            "polled_at": _iso(cluster.polled_at),
+            "poll_age_s": _seconds(cluster.polled_at, now),
+            "poll_error": cluster.poll_error,
+            **cluster_resources(cluster, seat_resource, None if admin else set(projects)),
+        })
+
+    def team_label(project: str) -> str:
+        team = projects.get(project)
+        return team.name if team else (f"project {project}" if project else "no project")
+
     return {
-        "generated_at": _iso(timezone.now()),
+        "generated_at": _iso(now),
         "states": list(LIFECYCLE_STATES),
-        "clusters": clusters,
+        "active_states": active_states,
+        "clusters": cluster_rows,
         "totals": totals,
-        "campaigns": [
-            {
-                "id": c.pk,
-                "name": c.name,
-                "team": c.team.name,
-                "job_number": c.job_number,
-                "task_count": c.task_count,
-                "status": c.status,
-                "states": by_campaign[c.pk],
-            }
-            for c in campaigns
-        ],
+        "by_cluster": [{"cluster": clusters[k].name if k in clusters else str(k), "states": v}
+                       for k, v in sorted(by_cluster.items())],
+        "by_queue": [{"cluster": clusters[k[0]].name if k[0] in clusters else str(k[0]), "queue": k[1] or "",
+                      "states": v} for k, v in sorted(by_queue.items())],
+        "by_team": [{"team": team_label(p), "project": p, "states": v} for p, v in sorted(by_team.items())],
+        "campaigns": campaign_rows,
+        "campaigns_page": {"page": page, "pages": pages, "per_page": per_page, "total": total_campaigns},
         "other_jobs": other_jobs,
+        "other_job_rows": other_rows,
+        "other_jobs_more": other_more,
         "recent_finished": [
             {
+                "id": t.pk,
                 "task_id": t.task_id,
                 "name": t.name,
                 "campaign": t.campaign.name if t.campaign else None,
@@ -159,27 +407,681 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
     }
 
 
-def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, per_page: int = 100) -> dict[str, Any]:
-    """One campaign's progress and a page of its tasks (failures and errors first).
+def _other_job_rows(clusters: dict[int, Cluster]) -> tuple[list[dict], int]:
+    """Jobs tco did not launch, one row per (array) job with its state counts; the first OTHER_JOBS_SHOWN."""
+    base = Task.objects.filter(campaign__isnull=True, active=True)
+    jobs = list(base.values_list("cluster_id", "job_number").annotate(n=Count("id"))
+                .order_by("cluster_id", "job_number"))
+    shown = jobs[:OTHER_JOBS_SHOWN]
+    if not shown:
+        return [], 0
+    rows: dict[tuple[int, int], dict] = {}
+    for cluster_id, job_number, n in shown:
+        rows[(cluster_id, job_number)] = {"cluster": clusters[cluster_id].name if cluster_id in clusters else "",
+                                          "job_number": job_number, "tasks": n, "states": _state_counts(),
+                                          "name": "", "owner": "", "project": ""}
+    numbers = sorted({j for _, j, _ in shown})
+    for chunk in _chunks(numbers):
+        for cluster_id, job_number, name, owner, project, state, n in (
+                base.filter(job_number__in=chunk)
+                .values_list("cluster_id", "job_number", "name", "owner", "project", "state")
+                .annotate(n=Count("id")).order_by()):
+            row = rows.get((cluster_id, job_number))
+            if row is not None:
+                row.update(name=name, owner=owner, project=project)
+                row["states"][state] += n
+    return list(rows.values()), max(0, len(jobs) - len(shown))
 
-    Raises ``Campaign.DoesNotExist`` when the campaign is not visible to ``user``.
+
+def queue_depth_history(user: AbstractBaseUser, window: str = "hour") -> dict[str, Any]:
+    """Queued (pending + held) and running tasks over the last hour or day, per team the user may see.
+
+    Shape ``{"window": "hour"|"day", "t": [ISO, ...], "queued": {team: [n,
+    ...]}, "running": [n, ...]}``; one point per stored sample (every
+    ``TCO_DEPTH_SAMPLE_S`` for an hour, every minute for a day). Admins also
+    see jobs tco did not launch (under their project, or "no project").
     """
-    campaign = campaigns_visible_to(user).select_related("team", "agent_definition").get(pk=campaign_id)
-    tasks = campaign.tasks.all()
-    states = _state_counts(tasks.values_list("state").annotate(n=Count("id")))
-    done = sum(states[s] for s in TERMINAL_STATES)
-    first = (max(page, 1) - 1) * per_page
-    # Failures and errors first, then the rest by task number.
-    ordered = tasks.annotate(
-        rank=Case(When(state__in=["error", "failed", "lost"], then=Value(0)), default=Value(1),
-                  output_field=IntegerField())
-    ).order_by("rank", "task_number")[first:first + per_page]
+    admin = is_admin(user)
+    teams = Team.objects.all() if admin else teams_visible_to(user)
+    names = {t.project: t.name for t in teams}
+    samples = history.depth_samples(window)
+    times: list[str] = []
+    running: list[int] = []
+    queued: dict[str, list[int]] = {}
+    for i, sample in enumerate(samples):
+        times.append(_iso(dt.datetime.fromtimestamp(sample["t"], dt.timezone.utc)))
+        run_n = 0
+        seen: dict[str, int] = {}
+        for per_project in (sample.get("c") or {}).values():
+            for project, per_state in per_project.items():
+                if project in names:
+                    label = names[project]
+                elif admin:
+                    label = f"project {project}" if project else "no project"
+                else:
+                    continue
+                seen[label] = seen.get(label, 0) + sum(per_state.get(s, 0) for s in QUEUED_STATES)
+                run_n += per_state.get("running", 0)
+        for label in seen:
+            queued.setdefault(label, [0] * i)
+        for label, series in queued.items():
+            series.append(seen.get(label, 0))
+        running.append(run_n)
+    return {"window": window, "t": times, "queued": queued, "running": running}
+
+
+# --------------------------------------------------------------------------- stages
+
+class EpochSeconds(Func):
+    """A datetime column as seconds since the epoch (float), computed by the database."""
+
+    output_field = FloatField()
+    arity = 1
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)",
+                           **extra_context)
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::double precision",
+                           **extra_context)
+
+    def as_mysql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, template="UNIX_TIMESTAMP(%(expressions)s)", **extra_context)
+
+
+STAGES = (
+    ("submit", "submit"),
+    ("queue_wait", "queue wait"),
+    ("sandbox_start", "sandbox start"),
+    ("agent_work", "agent work"),
+    ("integration_overhead", "integration overhead"),
+)
+HISTOGRAM_BINS = 30
+
+
+def task_stages(task: Task) -> dict[str, float | None]:
+    """One task's stage durations in seconds (DESIGN.md "Stages"); None where not reached.
+
+    ``queue_wait``: scheduler submission time -> ``task_started_at`` (the
+    runner's first timestamp; the scheduler's start when there is no runner
+    record yet). ``integration_overhead``: (``teardown_done_at`` -
+    ``task_started_at``) minus sandbox start minus agent work.
+    """
+    queue_wait = _seconds(task.submitted_at, task.task_started_at or task.started_at)
+    sandbox = _seconds(task.sandbox_create_at, task.sandbox_ready_at)
+    agent = _seconds(task.agent_started_at, task.agent_exited_at)
+    total = _seconds(task.task_started_at, task.teardown_done_at)
+    overhead = None
+    if total is not None and agent is not None:
+        overhead = round(total - (sandbox or 0.0) - agent, 6)
+    return {"queue_wait": queue_wait, "sandbox_start": sandbox, "agent_work": agent,
+            "integration_overhead": overhead}
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """Linear-interpolated quantile of a sorted, non-empty list."""
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _histogram(ordered: list[float], bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
+    """``{"edges": [bins + 1 floats], "counts": [bins ints]}`` of a sorted, non-empty list."""
+    lo, hi = ordered[0], ordered[-1]
+    if hi <= lo:
+        return {"edges": [lo, lo], "counts": [len(ordered)]}
+    bins = max(1, min(bins, int(math.sqrt(len(ordered))) + 1))
+    width = (hi - lo) / bins
+    counts = [0] * bins
+    for v in ordered:
+        counts[min(int((v - lo) / width), bins - 1)] += 1
+    return {"edges": [round(lo + i * width, 6) for i in range(bins + 1)], "counts": counts}
+
+
+def _stage_row(key: str, label: str, values: list[float]) -> dict[str, Any]:
+    values.sort()
+    if not values:
+        return {"stage": key, "label": label, "n": 0, "median_s": None, "p10_s": None, "p90_s": None,
+                "min_s": None, "max_s": None, "histogram": None}
     return {
-        "campaign": campaign,
+        "stage": key,
+        "label": label,
+        "n": len(values),
+        "median_s": round(statistics.median(values), 6),
+        "p10_s": round(_quantile(values, 0.1), 6),
+        "p90_s": round(_quantile(values, 0.9), 6),
+        "min_s": round(values[0], 6),
+        "max_s": round(values[-1], 6),
+        "histogram": _histogram(values),
+    }
+
+
+def campaign_stages(campaign: Campaign) -> dict[str, Any]:
+    """The seed's stage table for one campaign: median (and p10, p90, range) per stage, with histograms.
+
+    Shape ``{"rows": [{stage, label, n, median_s, p10_s, p90_s, min_s,
+    max_s, histogram: {edges, counts} | None}], "tasks_with_record": n}``
+    in the order submit, queue wait, sandbox start, agent work, integration
+    overhead; seconds. ``submit`` is the campaign's one value (launch request
+    accepted -> DRMAA returned). The durations are computed by the database
+    (one row of four floats per task that has a runner record) and cached for
+    ``TCO_STAGE_CACHE_S``.
+    """
+    key = f"campaign-stages:{campaign.pk}"
+    ttl = settings.TCO_STAGE_CACHE_S
+    if ttl > 0:
+        cached = cache.get(key)
+        if cached is not None:
+            return cached
+    started = EpochSeconds("task_started_at")
+    rows = (
+        Task.objects.filter(campaign=campaign, task_started_at__isnull=False)
+        .annotate(
+            qw=started - EpochSeconds("submitted_at"),
+            sb=EpochSeconds("sandbox_ready_at") - EpochSeconds("sandbox_create_at"),
+            ag=EpochSeconds("agent_exited_at") - EpochSeconds("agent_started_at"),
+            tot=EpochSeconds("teardown_done_at") - started,
+        )
+        .values_list("qw", "sb", "ag", "tot")
+        .order_by()
+    )
+    queue_wait: list[float] = []
+    sandbox: list[float] = []
+    agent: list[float] = []
+    overhead: list[float] = []
+    n = 0
+    for qw, sb, ag, tot in rows.iterator(chunk_size=5000):
+        n += 1
+        if qw is not None:
+            queue_wait.append(qw)
+        if sb is not None:
+            sandbox.append(sb)
+        if ag is not None:
+            agent.append(ag)
+            if tot is not None:
+                overhead.append(tot - (sb or 0.0) - ag)
+    submit = [campaign.submit_seconds] if campaign.submit_seconds is not None else []
+    result = {
+        "rows": [
+            _stage_row("submit", "submit", submit),
+            _stage_row("queue_wait", "queue wait", queue_wait),
+            _stage_row("sandbox_start", "sandbox start", sandbox),
+            _stage_row("agent_work", "agent work", agent),
+            _stage_row("integration_overhead", "integration overhead", overhead),
+        ],
+        "tasks_with_record": n,
+    }
+    if ttl > 0:
+        cache.set(key, result, ttl)
+    return result
+
+
+# --------------------------------------------------------------------------- campaign page
+
+def _tokens(task: Task | ModelRequest) -> int:
+    return sum(getattr(task, f) for f in TOKEN_FIELDS)
+
+
+def _task_row(t: Task) -> dict[str, Any]:
+    return {
+        "id": t.pk,
+        "task_id": t.task_id,
+        "task_number": t.task_number,
+        "state": t.state,
+        "state_code": t.state_code,
+        "host": t.host,
+        "queue": t.queue,
+        "submitted_at": _iso(t.submitted_at),
+        "started_at": _iso(t.task_started_at or t.started_at),
+        "ended_at": _iso(t.ended_at),
+        **{f"{k}_s": v for k, v in task_stages(t).items()},
+        "tokens": _tokens(t),
+        "cost_usd": _money(t.cost_usd),
+        "exit_status": t.exit_status,
+        "failed_code": t.failed_code,
+        "verdict": t.verdict,
+        "flags": list(t.usage_flags or []),
+    }
+
+
+def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, per_page: int = TASKS_PER_PAGE,
+                    state: str | None = None) -> dict[str, Any]:
+    """One campaign's progress, a page of its tasks (failures and errors first) and its stage table.
+
+    Raises ``Campaign.DoesNotExist`` when the campaign is not visible to
+    ``user``; ``ValueError`` for an unknown ``state`` filter. JSON-ready::
+
+        {"generated_at", "campaign": {id, name, team, project, cluster, queue,
+          job_number, task_count, status, submit_error, urgent, priority,
+          agent, model, seats_per_task, concurrency_cap, launched_at,
+          submitted_at, finished_at, submit_s},
+         "states": {state: n}, "ended": n, "failures": n, "progress_pct": float,
+         "tasks": [{id, task_id, task_number, state, state_code, host, queue,
+                    submitted_at, started_at, ended_at, queue_wait_s,
+                    sandbox_start_s, agent_work_s, integration_overhead_s,
+                    tokens, cost_usd, exit_status, failed_code, verdict, flags}],
+         "page", "pages", "per_page", "state_filter",
+         "stages": campaign_stages(...)}
+
+    With no ``state`` filter the pages list errors, failures and lost tasks
+    first, then the others by task number; both parts come from indexes.
+    """
+    if state is not None and state not in LIFECYCLE_STATES:
+        raise ValueError(f"unknown state {state!r}")
+    campaign = campaign_for(user, campaign_id)
+    tasks = Task.objects.filter(campaign=campaign)
+    states = _state_counts(tasks.values_list("state").annotate(n=Count("id")).order_by())
+    ended = sum(states[s] for s in TERMINAL_STATES)
+    failures = sum(states[s] for s in FAILURE_STATES)
+    total = states[state] if state else sum(states.values())
+    pages = max(1, -(-total // per_page))
+    page = min(max(page, 1), pages)
+    first = (page - 1) * per_page
+    if state:
+        rows = list(tasks.filter(state=state).order_by("task_number")[first:first + per_page])
+    else:
+        rows = []
+        if first < failures:
+            rows = list(tasks.filter(state__in=FAILURE_STATES).order_by("task_number")[first:first + per_page])
+        room = per_page - len(rows)
+        if room > 0:
+            offset = max(0, first - failures)
+            rows += list(tasks.exclude(state__in=FAILURE_STATES).order_by("task_number")[offset:offset + room])
+    agent = campaign.agent_definition
+    return {
+        "generated_at": _iso(timezone.now()),
+        "campaign": {
+            "id": campaign.pk,
+            "name": campaign.name,
+            "team": campaign.team.name,
+            "project": campaign.team.project,
+            "cluster": campaign.cluster.name,
+            "queue": campaign.queue,
+            "job_number": campaign.job_number,
+            "task_count": campaign.task_count,
+            "status": campaign.status,
+            "submit_error": campaign.submit_error,
+            "urgent": campaign.urgent,
+            "priority": campaign.priority,
+            "agent": f"{agent.name} v{agent.version}",
+            "model": campaign.model or agent.default_model,
+            "seats_per_task": campaign.seats_per_task,
+            "concurrency_cap": campaign.concurrency_cap,
+            "launched_at": _iso(campaign.launched_at),
+            "submitted_at": _iso(campaign.submitted_at),
+            "finished_at": _iso(campaign.finished_at),
+            "submit_s": campaign.submit_seconds,
+        },
         "states": states,
-        "done": done,
-        "progress_pct": round(100.0 * done / campaign.task_count, 1) if campaign.task_count else 0.0,
-        "tasks": list(ordered),
+        "ended": ended,
+        "done": ended,  # the walking skeleton's name
+        "failures": failures,
+        "progress_pct": round(100.0 * ended / campaign.task_count, 1) if campaign.task_count else 0.0,
+        "tasks": [_task_row(t) for t in rows],
         "page": page,
-        "pages": max(1, -(-campaign.task_count // per_page)),
+        "pages": pages,
+        "per_page": per_page,
+        "state_filter": state,
+        "stages": campaign_stages(campaign),
+    }
+
+
+# --------------------------------------------------------------------------- agent page
+
+def _spool_root() -> str:
+    return os.path.realpath(settings.TCO_SPOOL_DIR)
+
+
+def _inside(root: str, path: str) -> bool:
+    try:
+        return os.path.commonpath([root, path]) == root
+    except ValueError:  # different drives, or a mix of absolute and relative
+        return False
+
+
+def read_spool_file(path: str | None, *, cap: int | None = None, base: str | None = None) -> dict[str, Any]:
+    """The last ``cap`` bytes of a file that lies inside the spool (or inside ``base``, itself inside it).
+
+    Returns ``{"path": path relative to the spool | None, "size": bytes |
+    None, "text": str | None, "truncated": bool, "error": str | None}``.
+    Symbolic links are resolved first and the result must still be inside
+    the spool; the file is opened without following a final link, must be a
+    regular file, and is checked again through ``/proc/self/fd`` after
+    opening, so a path swapped in between is refused too. Never raises for a
+    bad path: the reason is in ``error``.
+    """
+    cap = cap or settings.TCO_LOG_VIEW_CAP
+    root = _spool_root()
+    limit = os.path.realpath(base) if base else root
+    result: dict[str, Any] = {"path": None, "size": None, "text": None, "truncated": False, "error": None}
+    if not path:
+        result["error"] = "not recorded"
+        return result
+    real = os.path.realpath(path)
+    if not (_inside(root, limit) and _inside(limit, real)):
+        result["error"] = "outside the spool directory: not shown"
+        return result
+    result["path"] = os.path.relpath(real, root)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        result["error"] = "no such file (yet)"
+        return result
+    except OSError as exc:
+        result["error"] = f"cannot open: {exc.strerror}"
+        return result
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            result["error"] = "not a regular file: not shown"
+            return result
+        proc_link = f"/proc/self/fd/{fd}"
+        if os.path.exists(proc_link) and not _inside(limit, os.readlink(proc_link)):
+            result["error"] = "outside the spool directory: not shown"
+            return result
+        size = info.st_size
+        result["size"] = size
+        start = max(0, size - cap)
+        os.lseek(fd, start, os.SEEK_SET)
+        data = os.read(fd, cap)
+        result["truncated"] = start > 0
+        result["text"] = data.decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    return result
+
+
+def _task_work_dir(task: Task) -> str | None:
+    if task.campaign_id is None:
+        return None
+    return os.path.join(settings.TCO_SPOOL_DIR, "work", str(task.campaign_id), str(task.task_number))
+
+
+def _task_output_path(task: Task, suffix: str) -> str | None:
+    """stdout/stderr: the runner record's path; while the task runs, where the runner writes it."""
+    record = task.runner_record or {}
+    if record:
+        return record.get(f"{suffix}_path")
+    if task.campaign_id is None:
+        return None
+    return os.path.join(settings.TCO_SPOOL_DIR, "records", str(task.campaign_id), f"{task.task_number}.{suffix}")
+
+
+def task_outputs(task: Task) -> dict[str, Any]:
+    """Files the agent left in its work directory: ``{"dir", "files": [{name, size}], "more", "error"}``.
+
+    Only regular files inside the spool are listed (links are not followed),
+    at most ``OUTPUT_FILES_SHOWN``, one level deep.
+    """
+    work = _task_work_dir(task)
+    out: dict[str, Any] = {"dir": None, "files": [], "more": 0, "error": None}
+    if work is None:
+        out["error"] = "no work directory (not a tco campaign)"
+        return out
+    root = _spool_root()
+    real = os.path.realpath(work)
+    if not _inside(root, real):
+        out["error"] = "outside the spool directory: not shown"
+        return out
+    out["dir"] = os.path.relpath(real, root)
+    try:
+        entries = sorted(os.scandir(real), key=lambda e: e.name)
+    except FileNotFoundError:
+        out["error"] = "no work directory (yet)"
+        return out
+    except OSError as exc:
+        out["error"] = f"cannot list: {exc.strerror}"
+        return out
+    files = [e for e in entries if e.is_file(follow_symlinks=False)]
+    out["files"] = [{"name": e.name, "size": e.stat(follow_symlinks=False).st_size} for e in files[:OUTPUT_FILES_SHOWN]]
+    out["more"] = max(0, len(files) - OUTPUT_FILES_SHOWN)
+    return out
+
+
+def task_output_file(user: AbstractBaseUser, task_id: int, name: str) -> dict[str, Any]:
+    """One file of the task's work directory (``read_spool_file`` shape). Raises ``Task.DoesNotExist``."""
+    task = task_for(user, task_id)
+    work = _task_work_dir(task)
+    if work is None or not name or "/" in name or name in (".", ".."):
+        return {"path": None, "size": None, "text": None, "truncated": False, "error": "no such output"}
+    return read_spool_file(os.path.join(work, name), base=work)
+
+
+def _job_detail_fetch(cluster: Cluster, job_number: int) -> dict:
+    """``qstat -j`` of one job through the cluster's adapter (patched in tests)."""
+    from .services import scheduler_for
+
+    return scheduler_for(cluster).job_detail(job_number)
+
+
+def job_detail_cached(cluster: Cluster, job_number: int) -> dict[str, Any]:
+    """``qstat -j`` of a job, asked at most once per ``TCO_JOB_DETAIL_CACHE_S`` for all web processes.
+
+    Returns ``{"detail": parse_job_detail dict | None, "error": str | None,
+    "fetched_at": ISO}``. A lock in the cache makes concurrent page views wait
+    for one answer instead of each running qstat.
+    """
+    import time
+
+    from worker.schedulers.base import SchedulerError, UnknownJob
+
+    key = f"job-detail:{cluster.pk}:{job_number}"
+    ttl = max(settings.TCO_JOB_DETAIL_CACHE_S, 0.5)
+    found = cache.get(key)
+    if found is not None:
+        return found
+    if not cache.add(f"{key}:lock", 1, timeout=15):
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            found = cache.get(key)
+            if found is not None:
+                return found
+        return {"detail": None, "error": "the scheduler is being asked; reload in a moment",
+                "fetched_at": _iso(timezone.now())}
+    try:
+        try:
+            detail, error = jsonable(_job_detail_fetch(cluster, job_number)), None
+        except UnknownJob:
+            detail, error = None, "the scheduler no longer knows this job"
+        except SchedulerError as exc:
+            detail, error = None, f"{type(exc).__name__}: {exc}"
+        found = {"detail": detail, "error": error, "fetched_at": _iso(timezone.now())}
+        cache.set(key, found, ttl)
+        return found
+    finally:
+        cache.delete(f"{key}:lock")
+
+
+def _timeline(task: Task) -> list[dict[str, Any]]:
+    """Consecutive segments of one agent's life; ``overhead`` marks the parts of integration overhead."""
+    campaign = task.campaign
+    segments = []
+
+    def add(stage: str, label: str, start, end, overhead: bool = False) -> None:
+        if start is not None:
+            segments.append({"stage": stage, "label": label, "start": _iso(start), "end": _iso(end),
+                             "seconds": _seconds(start, end), "overhead": overhead})
+
+    if campaign is not None:
+        add("submit", "submit", campaign.launched_at, campaign.submitted_at)
+    add("queue_wait", "queue wait", task.submitted_at, task.task_started_at or task.started_at)
+    add("runner_setup", "runner setup", task.task_started_at, task.sandbox_create_at or task.agent_started_at,
+        overhead=True)
+    add("sandbox_start", "sandbox start", task.sandbox_create_at, task.sandbox_ready_at)
+    if task.sandbox_ready_at is not None:
+        add("handoff", "hand-off to agent", task.sandbox_ready_at, task.agent_started_at, overhead=True)
+    add("agent_work", "agent work", task.agent_started_at, task.agent_exited_at)
+    add("teardown", "teardown", task.agent_exited_at or task.agent_started_at, task.teardown_done_at, overhead=True)
+    return segments
+
+
+def _policy(task: Task) -> dict[str, Any]:
+    record = task.runner_record or {}
+    if isinstance(record.get("policy"), str) and record["policy"].strip():
+        return {"text": record["policy"], "source": "runner record"}
+    campaign = task.campaign
+    if campaign is not None and campaign.policy.strip():
+        return {"text": campaign.policy, "source": "campaign"}
+    if campaign is not None and campaign.agent_definition.default_policy.strip():
+        return {"text": campaign.agent_definition.default_policy,
+                "source": f"agent definition {campaign.agent_definition}"}
+    return {"text": "", "source": None}
+
+
+def _task_requests(task: Task) -> dict[str, Any]:
+    qs = ModelRequest.objects.filter(task=task)
+    totals = qs.aggregate(n=Count("id"), cost=Sum("cost_usd"), **{f: Sum(f) for f in (*TOKEN_FIELDS,
+                                                                                          "reasoning_tokens")})
+    rows = []
+    for r in qs.order_by("seq")[:REQUESTS_SHOWN]:
+        rows.append({
+            "seq": r.seq, "at": _iso(r.at), "provider": r.provider, "method": r.method, "path": r.path,
+            "status": r.status, "requested_model": r.requested_model, "model": r.model,
+            **{f: getattr(r, f) for f in (*TOKEN_FIELDS, "reasoning_tokens")},
+            "tokens": _tokens(r), "cost_usd": _money(r.cost_usd), "complete": r.complete,
+            "latency_ms": r.latency_ms, "flags": list(r.flags or []),
+        })
+    return {
+        "rows": rows,
+        "count": totals["n"] or 0,
+        "shown": len(rows),
+        "totals": {**{f: totals[f] or 0 for f in (*TOKEN_FIELDS, "reasoning_tokens")},
+                   "cost_usd": _money(totals["cost"])},
+    }
+
+
+def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = True) -> dict[str, Any]:
+    """Everything the agent page shows about one task, JSON-ready. Raises ``Task.DoesNotExist``.
+
+    Shape::
+
+        {"generated_at", "task": {id, task_id, job_number, task_number, name,
+           owner, project, state, state_code, restarted, active, queue, host,
+           slots, priority, submitted_at, started_at, ended_at, wallclock_s,
+           cpu_s, maxvmem_bytes, failed_code, exit_status, verdict, flags,
+           tokens: {bucket: n, total}, cost_usd},
+         "campaign": {id, name, team} | None,
+         "timeline": [{stage, label, start, end, seconds, overhead}],
+         "stages": {queue_wait, sandbox_start, agent_work, integration_overhead} (s),
+         "policy": {text, source}, "requests": {rows, count, shown, totals},
+         "stdout": read_spool_file, "stderr": read_spool_file,
+         "outputs": {dir, files, more, error},
+         "runner": {exit_status, signal, flags, error, hostname} | None,
+         "accounting": [accounting record dicts],
+         "scheduler": job_detail_cached | None   # while the task is in qstat
+         "pending_reasons": [{text, raw}] | None}  # while pending, held or in error
+    """
+    from worker.schedulers.pending import explain_pending
+
+    task = task_for(user, task_id)
+    record = task.runner_record or None
+    accounting = [
+        jsonable({k: v for k, v in row.items() if k not in ("id", "cluster_id", "task_id")})
+        for row in AccountingRecord.objects.filter(task=task).order_by("end_us").values()[:20]
+    ]
+    scheduler = None
+    reasons = None
+    in_qstat = task.active and task.state in SCHEDULER_STATES
+    if with_scheduler and in_qstat:
+        scheduler = job_detail_cached(task.cluster, task.job_number)
+        if task.state in ("pending", "held", "error") and scheduler["detail"]:
+            status = task.cluster.status or {}
+            reasons = explain_pending(scheduler["detail"], status.get("quotas"), status.get("hosts"),
+                                      status.get("global_capacity"))
+    tokens = {f: getattr(task, f) for f in (*TOKEN_FIELDS, "reasoning_tokens")}
+    tokens["total"] = _tokens(task)
+    campaign = task.campaign
+    return {
+        "generated_at": _iso(timezone.now()),
+        "task": {
+            "id": task.pk, "task_id": task.task_id, "job_number": task.job_number,
+            "task_number": task.task_number, "name": task.name, "owner": task.owner, "project": task.project,
+            "state": task.state, "state_code": task.state_code, "restarted": task.restarted,
+            "active": task.active, "queue": task.queue, "host": task.host, "slots": task.slots,
+            "priority": task.priority, "submitted_at": _iso(task.submitted_at),
+            "started_at": _iso(task.started_at), "ended_at": _iso(task.ended_at),
+            "wallclock_s": task.wallclock_s, "cpu_s": task.cpu_s, "maxvmem_bytes": task.maxvmem_bytes,
+            "failed_code": task.failed_code, "exit_status": task.exit_status, "verdict": task.verdict,
+            "flags": list(task.usage_flags or []), "tokens": tokens, "cost_usd": _money(task.cost_usd),
+        },
+        "campaign": ({"id": campaign.pk, "name": campaign.name, "team": campaign.team.name}
+                     if campaign is not None else None),
+        "timeline": _timeline(task),
+        "stages": task_stages(task),
+        "policy": _policy(task),
+        "requests": _task_requests(task),
+        "stdout": read_spool_file(_task_output_path(task, "stdout")),
+        "stderr": read_spool_file(_task_output_path(task, "stderr")),
+        "outputs": task_outputs(task),
+        "runner": ({k: record.get(k) for k in ("exit_status", "signal", "flags", "error", "hostname",
+                                                 "stdout_truncated", "stderr_truncated")}
+                   if isinstance(record, dict) else None),
+        "accounting": accounting,
+        "scheduler": scheduler,
+        "pending_reasons": reasons,
+    }
+
+
+# --------------------------------------------------------------------------- usage
+
+def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datetime) -> list[dict[str, Any]]:
+    """Tokens, cost and wall clock per team for tasks that started in [since, until), teams with ``bill``.
+
+    A task belongs to the period of its start (as ``qacct -b/-e`` does).
+    Returns ``[{team, project, tasks, wallclock_s, input_tokens,
+    cache_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
+    output_tokens, reasoning_tokens, tokens, cost_usd (str), unpriced_tasks}]``.
+    """
+    teams = teams_with(user, "bill")
+    rows = (
+        Task.objects.filter(campaign__team__in=teams, started_at__gte=since, started_at__lt=until)
+        .values("campaign__team__name", "campaign__team__project")
+        .annotate(
+            tasks=Count("id"), wallclock=Sum("wallclock_s"), cost=Sum("cost_usd"),
+            unpriced=Count("id", filter=Q(cost_usd__isnull=True) & (Q(input_tokens__gt=0) | Q(output_tokens__gt=0))),
+            **{f: Sum(f) for f in (*TOKEN_FIELDS, "reasoning_tokens")},
+        )
+        .order_by("campaign__team__name")
+    )
+    out = []
+    for r in rows:
+        tokens = {f: r[f] or 0 for f in (*TOKEN_FIELDS, "reasoning_tokens")}
+        out.append({
+            "team": r["campaign__team__name"], "project": r["campaign__team__project"], "tasks": r["tasks"],
+            "wallclock_s": r["wallclock"] or 0.0, **tokens, "tokens": sum(tokens[f] for f in TOKEN_FIELDS),
+            "cost_usd": _money(r["cost"]) or "0", "unpriced_tasks": r["unpriced"],
+        })
+    return out
+
+
+# --------------------------------------------------------------------------- metrics
+
+def metrics_snapshot() -> dict[str, Any]:
+    """Unscoped numbers for /metrics (its access is checked by the view).
+
+    ``{"depth": depth_counts(), "clusters": [{name, polled_at, status: {...}}],
+    "checkpoints": [{cluster, source, path, offset, updated_at}],
+    "usage": [{project, input_tokens, ..., cost_usd (Decimal)}]}``. Usage is
+    every task's totals per project (a full scan; cached 15 s).
+    """
+    from .models import IngestCheckpoint
+
+    usage = cache.get("metrics-usage")
+    if usage is None:
+        usage = list(
+            Task.objects.exclude(project="").values("project")
+            .annotate(cost_usd=Sum("cost_usd"), **{f: Sum(f) for f in (*TOKEN_FIELDS, "reasoning_tokens")})
+            .order_by("project")
+        )
+        cache.set("metrics-usage", usage, 15)
+    return {
+        "depth": depth_counts(),
+        "clusters": list(Cluster.objects.order_by("name")),
+        "checkpoints": list(IngestCheckpoint.objects.select_related("cluster")),
+        "usage": usage,
     }

@@ -34,6 +34,11 @@ def setup_periodic_tasks(sender: Celery, **kwargs) -> None:
                              name="ingest runner records")
     sender.add_periodic_task(10.0, sender.signature("worker.tasks.reconcile_gone_tasks", expires=15.0),
                              name="resolve tasks gone from qstat")
+    sender.add_periodic_task(60.0, sender.signature("worker.tasks.reconcile_budgets", expires=90.0),
+                             name="budget alerts")
+    depth = settings.TCO_DEPTH_SAMPLE_S
+    sender.add_periodic_task(depth, sender.signature("worker.tasks.sample_queue_depth", expires=depth * 1.5),
+                             name="sample queue depth")
 
 
 @worker_process_init.connect

@@ -223,6 +223,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ROUTES = {
     "worker.tasks.poll_*": {"queue": "poll"},
+    "worker.tasks.sample_*": {"queue": "poll"},
     "worker.tasks.ingest_*": {"queue": "ingest"},
     "worker.tasks.reconcile_*": {"queue": "ingest"},
     "worker.tasks.submit_*": {"queue": "submit"},

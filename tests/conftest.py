@@ -21,6 +21,7 @@ TEST_OUTPUT = Path(settings.STATE_DIR) / "test-output"
 def bootstrap(db, tmp_path, settings):
     """Cluster, teams, demo agent and an admin, with a private spool per test."""
     settings.TCO_SPOOL_DIR = tmp_path / "spool"
+    settings.STATE_DIR = tmp_path  # the admin-password file of the tests stays out of the real state dir
     os.environ["TCO_ADMIN_PASSWORD"] = "test-admin-pw-1"
     call_command("tco_bootstrap", stdout=open(os.devnull, "w"))
     return settings

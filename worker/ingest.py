@@ -290,11 +290,13 @@ def _drop_known(cluster: Cluster, rows: list[AccountingRecord]) -> list[Accounti
 
 
 def _attach_records(cluster: Cluster, rows: list[AccountingRecord]) -> list[int]:
-    """Set each new record's task (before the records are stored), creating tasks tco never saw in qstat.
+    """Set each new record's task (before the records are stored); return the active tasks touched.
 
     A record belongs to the active task with its (job_number, task_number), or
     to an ended one with the same submission time (a record read late, after
-    the task was declared lost). Returns the ids of the tasks touched.
+    the task was declared lost). A record of a task tco never saw in qstat (it
+    ran between two polls, or before tco watched) makes an ended task at once;
+    several records with one submission time are retried starts of one task.
     """
     masters = [r for r in rows if not r.pe_taskid]
     if not masters:
@@ -306,14 +308,21 @@ def _attach_records(cluster: Cluster, rows: list[AccountingRecord]) -> list[int]
             tasks.setdefault((task.job_number, task.task_number), []).append(task)
     campaign_of = _campaigns_by_job(cluster, (k[0] for k in keys))
     touched: list[int] = []
-    new_tasks: list[tuple[Task, AccountingRecord]] = []
+    unseen: dict[tuple, tuple[Task, AccountingRecord]] = {}
+    links: list[tuple[AccountingRecord, Task]] = []
     for r in masters:
         candidates = tasks.get((r.job_number, r.task_number), [])
-        task = next((t for t in candidates if t.active), None)
+        task = next((t for t in candidates if t.active and _same_submission(t.submitted_at, r.submitted_at)), None)
         if task is None:
             task = next((t for t in candidates if t.submitted_at == r.submitted_at), None)
-        if task is None:
-            task = Task(
+        if task is not None:
+            r.task_id = task.id
+            if task.active:
+                touched.append(task.id)
+            continue
+        ident = (r.job_number, r.task_number, r.submission_us)
+        if ident not in unseen or r.end_us >= unseen[ident][1].end_us:
+            task = unseen[ident][0] if ident in unseen else Task(
                 cluster=cluster,
                 campaign_id=campaign_of.get(r.job_number),
                 job_number=r.job_number,
@@ -322,29 +331,49 @@ def _attach_records(cluster: Cluster, rows: list[AccountingRecord]) -> list[int]
                 name=r.job_name,
                 owner=r.owner,
                 project=r.project,
-                queue=r.queue,
-                host=r.hostname,
                 slots=r.slots,
-                state="finishing",
-                submitted_at=r.submitted_at,
-                started_at=r.started_at,
                 first_seen_at=timezone.now(),
-                gone_at=r.ended_at,
             )
-            new_tasks.append((task, r))
-            tasks.setdefault((r.job_number, r.task_number), []).append(task)
-        else:
-            r.task_id = task.id
-            touched.append(task.id)
-    if new_tasks:
-        Task.objects.bulk_create([t for t, _ in new_tasks], batch_size=1000)
-        for task, r in new_tasks:
-            if task.id is None:  # backends without RETURNING ids
-                task = Task.objects.get(cluster=cluster, job_number=task.job_number, task_number=task.task_number,
-                                        active=True)
-            r.task_id = task.id
-            touched.append(task.id)
+            _apply_record(task, r)
+            unseen[ident] = (task, r)
+        links.append((r, unseen[ident][0]))
+    if unseen:
+        created = [t for t, _ in unseen.values()]
+        Task.objects.bulk_create(created, batch_size=1000)
+        if any(t.id is None for t in created):  # backends that return no ids from bulk inserts
+            for t in created:
+                t.id = Task.objects.filter(cluster=cluster, job_number=t.job_number, task_number=t.task_number,
+                                           submitted_at=t.submitted_at, active=False).values_list("id", flat=True).last()
+        _finish_campaigns({t.campaign_id for t in created if t.campaign_id})
+    for r, task in links:
+        r.task_id = task.id
     return touched
+
+
+def _same_submission(seen: dt.datetime | None, recorded: dt.datetime | None) -> bool:
+    """Whether a task and a record can be one job despite a wrapped job number.
+
+    tco notes a campaign task's submission time when DRMAA returns, a little
+    after the qmaster's; 5 s covers that without matching a job from another wrap.
+    """
+    return seen is None or recorded is None or abs((seen - recorded).total_seconds()) <= 5
+
+
+def _apply_record(task: Task, rec: AccountingRecord) -> None:
+    """Make ``task`` ended, as its (latest) accounting record says: done or failed."""
+    task.state = "done" if rec.failed == 0 and rec.exit_status == 0 else "failed"
+    task.active = False
+    task.submitted_at = rec.submitted_at or task.submitted_at
+    task.started_at = rec.started_at or task.started_at
+    # A failed start writes all-zero times: fall back to when qstat lost it.
+    task.ended_at = rec.ended_at or task.gone_at
+    task.queue = rec.queue
+    task.host = rec.hostname
+    task.wallclock_s = rec.wallclock_s
+    task.cpu_s = rec.cpu_s
+    task.maxvmem_bytes = rec.maxvmem_bytes
+    task.failed_code = rec.failed
+    task.exit_status = rec.exit_status
 
 
 def _finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
@@ -369,21 +398,9 @@ def _finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
             rec = latest.get(task.id)
             if rec is None:
                 continue
-            state = "done" if rec.failed == 0 and rec.exit_status == 0 else "failed"
-            events.append(TaskEvent(task_id=task.id, at=now, from_state=task.state, to_state=state))
-            task.state = state
-            task.active = False
-            task.submitted_at = rec.submitted_at or task.submitted_at
-            task.started_at = rec.started_at or task.started_at
-            # A failed start writes all-zero times: fall back to when qstat lost it.
-            task.ended_at = rec.ended_at or task.gone_at
-            task.queue = rec.queue
-            task.host = rec.hostname
-            task.wallclock_s = rec.wallclock_s
-            task.cpu_s = rec.cpu_s
-            task.maxvmem_bytes = rec.maxvmem_bytes
-            task.failed_code = rec.failed
-            task.exit_status = rec.exit_status
+            previous = task.state
+            _apply_record(task, rec)
+            events.append(TaskEvent(task_id=task.id, at=now, from_state=previous, to_state=task.state))
             done.append(task)
             if task.campaign_id:
                 campaigns.add(task.campaign_id)
@@ -405,7 +422,19 @@ def _finish_campaigns(campaign_ids: set[int]) -> None:
     now = timezone.now()
     for campaign_id in campaign_ids:
         if not Task.objects.filter(campaign_id=campaign_id, active=True).exists():
-            Campaign.objects.filter(pk=campaign_id, status="submitted").update(status="finished", finished_at=now)
+            # The conditional update succeeds once per campaign: only that caller sends the notice.
+            if Campaign.objects.filter(pk=campaign_id, status="submitted").update(status="finished", finished_at=now):
+                transaction.on_commit(lambda pk=campaign_id: _notify_finished(pk))
+
+
+def _notify_finished(campaign_id: int) -> None:
+    """Queue the "campaign finished" notice (e-mail, budget check) on the ingest workers."""
+    from worker import tasks as worker_tasks
+
+    try:
+        worker_tasks.notify_campaign_finished.apply_async(args=[campaign_id], queue="ingest")
+    except Exception:  # noqa: BLE001 - the broker being down must not undo an ingest; the page shows it anyway
+        log.warning("could not queue the finished notice of campaign %s", campaign_id, exc_info=True)
 
 
 def reconcile_gone_tasks(cluster: Cluster, *, now: dt.datetime | None = None) -> int:

@@ -99,6 +99,15 @@ def reconcile_gone_tasks() -> int:
     return reconcile(cluster_get_default())
 
 
+@shared_task(time_limit=30, soft_time_limit=25)
+def sample_queue_depth() -> dict:
+    """Store one queue-depth sample (active tasks per cluster, project, state) for the history chart."""
+    from dashboards.history import depth_sample_take
+
+    sample = depth_sample_take()
+    return {"clusters": len(sample["c"])}
+
+
 @shared_task(
     autoretry_for=(SchedulerUnavailable,),
     retry_backoff=2,
@@ -112,3 +121,39 @@ def submit_campaign(campaign_id: int) -> dict:
 
     campaign = campaign_submit(campaign_id=campaign_id)
     return {"campaign": campaign.pk, "status": campaign.status, "job_number": campaign.job_number}
+
+
+@shared_task(bind=True, max_retries=8, time_limit=120, soft_time_limit=110)
+def control_job(self, audit_id: int) -> dict:
+    """Run a queued control action (cancel, pause, resume, triage) as the submit account.
+
+    The action is described by the audit entry ``audit_id`` (dashboards.launching);
+    the result is written back there. Retries only while the scheduler is unreachable.
+    """
+    from dashboards.launching import control_execute, control_give_up
+
+    try:
+        entry = control_execute(audit_id=audit_id)
+    except SchedulerUnavailable as exc:
+        if self.request.retries >= self.max_retries:
+            control_give_up(audit_id=audit_id, message=str(exc))
+            return {"audit": audit_id, "ok": False}
+        raise self.retry(exc=exc, countdown=min(60, 2 ** self.request.retries)) from exc
+    return {"audit": entry.pk, "ok": entry.ok}
+
+
+@shared_task(time_limit=60, soft_time_limit=50)
+def notify_campaign_finished(campaign_id: int) -> bool:
+    """E-mail the launcher that a campaign finished and check its team's budgets (queued on ``ingest``)."""
+    from dashboards.launching import campaign_finished_notify
+
+    return campaign_finished_notify(campaign_id=campaign_id)
+
+
+@shared_task(time_limit=120, soft_time_limit=110)
+def reconcile_budgets() -> int:
+    """Record and e-mail budget thresholds crossed since the last check (periodic)."""
+    from dashboards.billing import budget_check_alerts
+
+    with single_flight("budgets", timeout=120) as mine:
+        return len(budget_check_alerts()) if mine else 0

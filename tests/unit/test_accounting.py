@@ -245,6 +245,26 @@ def test_colon_and_json_lines_mix_in_one_file(tmp_path):
     assert [q.raw for q in batch.quarantined] == [b"{not json"]
 
 
+def test_quarantined_lines_carry_their_own_byte_offsets_even_when_repeated(tmp_path):
+    good = colon_line(job_number="1")
+    bad = colon_line(job_number="oops")
+    path = write(tmp_path / "accounting", bad, good, bad, b"#", bad)
+    batch = read_accounting(path, AccountingCursor(inode=os.stat(path).st_ino, offset=0))
+    step = len(bad) + 1
+    assert [q.offset for q in batch.quarantined] == [0, step + len(good) + 1, 2 * step + len(good) + 1 + 2]
+    assert all(path.read_bytes()[q.offset:q.offset + len(q.raw)] == q.raw for q in batch.quarantined)
+    assert [r.job_number for r in batch.records] == [1]
+
+
+def test_a_quarantined_offset_is_counted_from_the_start_of_the_file(tmp_path):
+    path = write(tmp_path / "accounting", colon_line(job_number="1"))
+    first = read_accounting(path, None)
+    with open(path, "ab") as handle:
+        handle.write(colon_line(job_number="x") + b"\n")
+    (bad,) = read_accounting(path, first.cursor).quarantined
+    assert bad.offset == first.cursor.offset > 0
+
+
 # ------------------------------------------------------- cursor, rotation
 
 def test_a_rotated_file_is_read_from_the_start(tmp_path):

@@ -1,4 +1,8 @@
-"""Replay of a real SGE 8.1.9 accounting file from the dev cluster (tests/fixtures/sge819/accounting)."""
+"""Replay of a real SGE 8.1.9 accounting file from the dev cluster (tests/fixtures/sge819/accounting).
+
+What each job did is in sge819/README.md; records are found by job name, so a
+refreshed capture (new job ids and times) keeps these tests valid.
+"""
 from __future__ import annotations
 
 import datetime as dt
@@ -10,39 +14,49 @@ ACCOUNTING = Path(__file__).resolve().parent.parent / "fixtures" / "sge819" / "a
 UTC = dt.timezone.utc
 
 
-def records() -> dict[tuple[int, int | None], object]:
+def records_by_name() -> dict[str, list]:
     batch = read_accounting(ACCOUNTING, None)
     assert batch.quarantined == [] and batch.deferred_bytes == 0
     assert batch.skipped == 4  # the "# Version: 8.1.9" header block
     assert batch.cursor.offset == ACCOUNTING.stat().st_size
-    return {(r.job_number, r.task_number): r for r in batch.records}
+    result: dict[str, list] = {}
+    for record in batch.records:
+        result.setdefault(record.job_name, []).append(record)
+    return result
 
 
 def test_every_line_of_the_real_file_is_a_record():
-    assert sorted(records()) == [(122, None), (123, None), (124, 1), (124, 2), (124, 3), (125, 1), (125, 2),
-                                 (131, None), (132, None), (133, None)]
+    data_lines = [line for line in ACCOUNTING.read_bytes().splitlines() if line and not line.startswith(b"#")]
+    by_name = records_by_name()
+    assert sum(len(records) for records in by_name.values()) == len(data_lines)
+    assert {"fx_error", "fx_ok", "fx_fail", "fx_single", "fx_array_run"} <= set(by_name)
 
 
 def test_a_job_that_never_started_has_no_start_or_end():
-    error = records()[(131, None)]
+    (error,) = records_by_name()["fx_error"]
     assert (error.failed, error.exit_status) == (28, 0)
-    assert error.submitted_at == dt.datetime(2026, 11, 29, 16, 25, 16, tzinfo=UTC)
-    assert (error.started_at, error.ended_at, error.wallclock_s) == (None, None, 0.0)
+    assert error.submitted_at.tzinfo == UTC and error.submitted_at.year >= 2025
+    assert (error.started_at, error.ended_at, error.wallclock_s, error.task_number) == (None, None, 0.0, None)
     assert (error.project, error.category) == ("research", "-q agent.q -P research")
 
 
 def test_exit_codes_and_deleted_jobs():
-    by_key = records()
-    assert (by_key[(132, None)].failed, by_key[(132, None)].exit_status) == (0, 0)
-    assert (by_key[(133, None)].failed, by_key[(133, None)].exit_status) == (0, 3)
-    deleted = by_key[(124, 2)]
-    assert (deleted.failed, deleted.exit_status, deleted.wallclock_s) == (100, 137, 6.0)
-    assert deleted.ended_at - deleted.started_at == dt.timedelta(seconds=6)
-    assert (deleted.queue, deleted.hostname, deleted.slots, deleted.maxvmem_bytes) == ("agent.q", "vm", 1, 3612672.0)
-    assert deleted.category == "-q agent.q -l anthropic_api=1 -P research"
+    by_name = records_by_name()
+    (ok,) = by_name["fx_ok"]
+    (fail,) = by_name["fx_fail"]
+    assert (ok.failed, ok.exit_status, fail.failed, fail.exit_status) == (0, 0, 0, 3)
+    tasks = sorted(by_name["fx_array_run"], key=lambda r: r.task_number)
+    assert [r.task_number for r in tasks] == [1, 2, 3]
+    for deleted in tasks:
+        assert (deleted.failed, deleted.exit_status) == (100, 137)  # qdel of a running task
+        assert deleted.wallclock_s == (deleted.ended_at - deleted.started_at).total_seconds()
+        assert (deleted.queue, deleted.hostname, deleted.slots) == ("agent.q", "vm", 1)
+        assert deleted.maxvmem_bytes > 0 and deleted.cpu_s >= 0
+        assert deleted.category == "-q agent.q -l anthropic_api=1 -P research"
+        assert deleted.submitted_at <= deleted.started_at
 
 
 def test_no_project_and_no_pe_are_none():
-    single = records()[(122, None)]
+    (single,) = records_by_name()["fx_single"]
     assert (single.project, single.granted_pe, single.pe_taskid, single.department) == (
         None, None, None, "defaultdepartment")

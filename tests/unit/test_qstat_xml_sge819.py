@@ -1,10 +1,14 @@
 """Replay of real SGE 8.1.9 output captured on the dev cluster (tests/fixtures/sge819/).
 
-Job ids and what each job was made to do are in sge819/job_ids.txt and README.md.
+The captures can be refreshed (scripts/capture-fixtures), which changes job ids
+and times; so job ids come from sge819/job_ids.txt, and the expected task list
+comes from the plain ``qstat -u '*'`` captured at the same moment
+(qstat_all_users.txt), an independent rendering of the same state.
 """
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
@@ -12,59 +16,69 @@ import pytest
 from worker.schedulers import qstat_xml
 from worker.schedulers.base import UnknownJob
 from worker.schedulers.pending import explain_pending
-from worker.schedulers.qstat_xml import (parse_cluster_queue_summary, parse_job_detail, parse_qhost, parse_qquota,
-                                         parse_qstat)
+from worker.schedulers.qstat_xml import (expand_task_ranges, parse_cluster_queue_summary, parse_job_detail,
+                                         parse_qhost, parse_qquota, parse_qstat)
 
 SGE819 = Path(__file__).resolve().parent.parent / "fixtures" / "sge819"
 UTC = dt.timezone.utc
-STARTED = dt.datetime(2026, 11, 29, 16, 25, 15, tzinfo=UTC)
-
-# (job, task) -> (state_code, state, queue, host), from qstat_all_users.txt (plain qstat -u '*').
-EXPECTED = {
-    (122, 0): ("r", "running", "classic.q", "vm"),
-    (123, 0): ("r", "running", "classic.q", "vm"),
-    (124, 1): ("r", "running", "agent.q", "vm"),
-    (124, 2): ("r", "running", "agent.q", "vm"),
-    (124, 3): ("r", "running", "agent.q", "vm"),
-    (125, 1): ("r", "running", "agent.q", "vm"),
-    (125, 2): ("r", "running", "agent.q", "vm"),
-    (125, 3): ("qw", "pending", None, None),
-    (125, 4): ("qw", "pending", None, None),
-    (126, 1): ("hqw", "held", None, None),
-    (126, 4): ("hqw", "held", None, None),
-    (126, 7): ("hqw", "held", None, None),
-    (126, 10): ("hqw", "held", None, None),
-    (127, 0): ("hqw", "held", None, None),
-    (128, 0): ("hqw", "held", None, None),
-    (129, 0): ("qw", "pending", None, None),
-    (130, 0): ("qw", "pending", None, None),
-    (131, 0): ("Eqw", "error", None, None),
-}
 
 
 def load(name: str) -> bytes:
     return (SGE819 / name).read_bytes()
 
 
-def summary(tasks) -> dict:
-    return {t.key: (t.state_code, t.state, t.queue, t.host) for t in tasks}
+def job_ids() -> dict[str, int]:
+    """fx_* job name -> job number, from job_ids.txt."""
+    return {name: int(number) for name, number in re.findall(r"(fx_\w+)=(\d+)", (SGE819 / "job_ids.txt").read_text())}
+
+
+def plain_qstat() -> dict[tuple[int, int], dict]:
+    """The plain ``qstat -u '*'`` table (TZ=UTC), one entry per task, as the oracle."""
+    tasks = {}
+    for line in (SGE819 / "qstat_all_users.txt").read_text().splitlines()[2:]:
+        job, _prio, name, _user, state, date, time, *rest = line.split()
+        queue = rest.pop(0) if "@" in rest[0] else None
+        numbers = expand_task_ranges(rest[1]) if len(rest) > 1 else [0]
+        when = dt.datetime.strptime(f"{date} {time}", "%m/%d/%Y %H:%M:%S").replace(tzinfo=UTC)
+        for number in numbers:
+            tasks[(int(job), number)] = {"name": name, "state": state, "queue": queue, "slots": int(rest[0]),
+                                         "time": when}
+    return tasks
+
+
+def plain_qstat_j_submission(name: str) -> dt.datetime:
+    match = re.search(r"^submission_time:\s+(.+)$", (SGE819 / name).read_text(), re.M)
+    return dt.datetime.strptime(match.group(1).strip(), "%a %b %d %H:%M:%S %Y").replace(tzinfo=UTC)
 
 
 @pytest.mark.parametrize("name", ["qstat_xml_all_users.xml", "qstat_xml_all_users_full.xml",
                                   "qstat_xml_all_users_g_d.xml", "qstat_xml_ext_urg_pri.xml"])
-def test_every_qstat_variant_lists_the_same_tasks_as_plain_qstat(name):
-    assert summary(parse_qstat(load(name))) == EXPECTED
+def test_every_qstat_xml_variant_lists_the_tasks_plain_qstat_shows(name):
+    oracle = plain_qstat()
+    tasks = {t.key: t for t in parse_qstat(load(name))}
+    assert set(tasks) == set(oracle)
+    for key, want in oracle.items():
+        task = tasks[key]
+        assert task.state_code == want["state"], key
+        assert task.name.startswith(want["name"]), key  # plain qstat cuts names at 10 characters
+        assert task.slots == want["slots"]
+        assert (f"{task.queue}@{task.host}" if task.queue else None) == want["queue"], key
+        assert (task.started_at if task.queue else task.submitted_at) == want["time"], key
 
 
-def test_default_qstat_times_priorities_and_array_forms():
+def test_the_captured_cluster_state_maps_to_lifecycle_states():
+    ids = job_ids()
     tasks = {t.key: t for t in parse_qstat(load("qstat_xml_all_users.xml"))}
-    assert tasks[(124, 2)].started_at == STARTED and tasks[(124, 2)].submitted_at is None
-    assert tasks[(125, 3)].submitted_at == STARTED  # pending rows carry the submission time
-    assert tasks[(130, 0)].priority == 1.0  # the -p 1024 job
-    assert tasks[(127, 0)].task_number is None  # non-array: no <tasks> element
-    assert [n for (job, n) in tasks if job == 126] == [1, 4, 7, 10]  # "1-10:3"
-    assert [n for (job, n) in tasks if job == 125] == [1, 2, 3, 4]  # running 1, 2 and pending "3,4"
-    assert all(t.project is None for t in tasks.values())  # no -ext, no project
+    assert tasks[(ids["fx_error"], 0)].state == "error"
+    assert {tasks[(ids["fx_array_held"], n)].state for n in (1, 4, 7, 10)} == {"held"}  # -t 1-10:3, held
+    assert tasks[(ids["fx_held"], 0)].state == "held"
+    assert tasks[(ids["fx_wait_dep"], 0)].state == "held"  # -hold_jid shows as hqw
+    assert tasks[(ids["fx_pending"], 0)].state == "pending"
+    assert tasks[(ids["fx_urgent"], 0)].priority == 1.0  # -p 1024
+    assert tasks[(ids["fx_single"], 0)].task_number is None  # no <tasks>: not an array
+    assert [t.state for t in tasks.values() if t.job_number == ids["fx_api_short"]] == [
+        "running", "running", "pending", "pending"]  # running 1, 2; pending "3,4"
+    assert all(t.project is None for t in tasks.values())  # projects only with -ext
 
 
 def test_the_default_layout_takes_the_fast_path_and_agrees_with_lxml():
@@ -75,10 +89,11 @@ def test_the_default_layout_takes_the_fast_path_and_agrees_with_lxml():
 
 
 def test_ext_output_gives_projects():
+    ids = job_ids()
     tasks = {t.key: t for t in parse_qstat(load("qstat_xml_ext_urg_pri.xml"))}
-    assert tasks[(124, 1)].project == "research"
-    assert tasks[(125, 4)].project == "engineering"
-    assert tasks[(122, 0)].project is None
+    assert tasks[(ids["fx_array_run"], 1)].project == "research"
+    assert tasks[(ids["fx_api_short"], 4)].project == "engineering"
+    assert tasks[(ids["fx_single"], 0)].project is None
 
 
 def test_no_jobs_gives_no_tasks():
@@ -86,59 +101,76 @@ def test_no_jobs_gives_no_tasks():
 
 
 def test_cluster_queue_summary():
-    agent, classic = parse_cluster_queue_summary(load("qstat_g_c.xml"))
-    assert (agent["name"], agent["used"], agent["available"], agent["total"]) == ("agent.q", 5, 91, 96)
-    assert (classic["name"], classic["used"], classic["available"], classic["total"]) == ("classic.q", 2, 0, 2)
-    assert agent["load"] == 0.67529
+    queues = {q["name"]: q for q in parse_cluster_queue_summary(load("qstat_g_c.xml"))}
+    assert set(queues) == {"agent.q", "classic.q"}
+    assert queues["agent.q"]["total"] == 96 and queues["classic.q"]["total"] == 2  # README: 96 and 2 slots
+    assert queues["classic.q"]["used"] == 2 and queues["classic.q"]["available"] == 0  # full
+    for queue in queues.values():
+        assert queue["used"] + queue["resv"] + queue["available"] <= queue["total"]
+        assert isinstance(queue["load"], float)
 
 
 def test_qhost_global_seats_and_host_memory():
     hosts = {h["name"]: h for h in parse_qhost(load("qhost_F.xml"))}
-    assert hosts["global"]["resources"] == {"anthropic_api": {"value": "13.000000", "dominance": "gc"}}
-    assert hosts["global"]["mem_total_bytes"] is None
+    assert set(hosts) == {"global", "vm"}
+    seats = hosts["global"]["resources"]["anthropic_api"]
+    assert seats["dominance"] == "gc" and 0 <= float(seats["value"]) <= 96
+    assert hosts["global"]["mem_total_bytes"] is None and hosts["global"]["num_proc"] is None
     vm = hosts["vm"]
-    assert (vm["arch"], vm["num_proc"], vm["load_avg"]) == ("lx-amd64", 2, 1.35)
-    assert vm["mem_total_bytes"] == round(23.5 * 1024**3)
-    assert vm["mem_used_bytes"] == round(474.7 * 1024**2)
+    assert vm["arch"] == "lx-amd64" and vm["num_proc"] >= 1 and vm["load_avg"] >= 0
+    assert 0 < vm["mem_used_bytes"] < vm["mem_total_bytes"]
     assert vm["swap_total_bytes"] == 0
-    assert vm["resources"]["m_topology"] == {"value": "SCC", "dominance": "hl"}
-    assert {h["name"] for h in parse_qhost(load("qhost_q.xml"))} == {"global", "vm"}
+    assert vm["resources"]["arch"] == {"value": "lx-amd64", "dominance": "hl"}
+    assert [h["name"] for h in parse_qhost(load("qhost_q.xml"))] == ["global", "vm"]
+    assert list(parse_qhost(load("qhost_F_anthropic_api.xml"))[1]["resources"]) == ["anthropic_api"]
 
 
 def test_qquota_with_its_default_namespace():
-    assert parse_qquota(load("qquota.xml")) == [
-        {"rule": "agent_cap/1", "resource": "slots", "limit": 96, "used": 5, "filters": {"queues": ["agent.q"]}}]
+    (quota,) = parse_qquota(load("qquota.xml"))
+    assert (quota["rule"], quota["resource"], quota["limit"], quota["filters"]) == (
+        "agent_cap/1", "slots", 96, {"queues": ["agent.q"]})
+    running_in_agent_q = [t for t in parse_qstat(load("qstat_xml_all_users.xml"))
+                          if t.queue == "agent.q" and t.state == "running"]
+    assert quota["used"] == sum(t.slots for t in running_in_agent_q)
 
 
 def test_job_detail_of_a_running_array():
+    ids = job_ids()
     detail = parse_job_detail(load("qstat_j_running_array.xml"))
     assert (detail["job_number"], detail["name"], detail["owner"], detail["project"]) == (
-        124, "fx_array_run", "tco", "research")
+        ids["fx_array_run"], "fx_array_run", "tco", "research")
     assert detail["hard_resources"] == {"anthropic_api": "1"}
     assert detail["tasks"] == [{"task_number": n, "state": "running"} for n in (1, 2, 3)]
-    assert detail["submitted_at"] == STARTED
     assert detail["hard_queues"] == ["agent.q"]
+    assert detail["submitted_at"].tzinfo == UTC
     assert explain_pending(detail) == []
 
 
 def test_job_detail_of_an_array_short_of_api_seats():
     detail = parse_job_detail(load("qstat_j_pending_api_short.xml"))
+    assert detail["submitted_at"] == plain_qstat_j_submission("qstat_j_pending_api_short.txt")
     assert detail["hard_resources"] == {"anthropic_api": "40"}
     assert detail["project"] == "engineering"
-    assert detail["scheduler_messages"] == [
-        "(-l anthropic_api=40) cannot run globally because it offers only gc:anthropic_api=13.000000"]
+    (message,) = detail["scheduler_messages"]
+    free = float(re.search(r"gc:anthropic_api=([\d.]+)", message).group(1))
+    assert message.startswith("(-l anthropic_api=40) cannot run globally because it offers only gc:anthropic_api=")
     hosts = parse_qhost(load("qhost_F.xml"))
+    now_free = float({h["name"]: h for h in hosts}["global"]["resources"]["anthropic_api"]["value"])
+    assert [r["text"] for r in explain_pending(detail)] == [
+        f"waiting for a model API seat: {free:g} free, 40 requested (consumable anthropic_api, global)"]
     assert [r["text"] for r in explain_pending(detail, hosts=hosts, capacities={"anthropic_api": 96})] == [
-        "waiting for a model API seat: 83 of 96 in use (consumable anthropic_api, global)"]
+        f"waiting for a model API seat: {96 - now_free:g} of 96 in use (consumable anthropic_api, global)"]
 
 
 def test_job_detail_of_a_job_in_error_gives_the_execd_reason():
     detail = parse_job_detail(load("qstat_j_error.xml"))
+    assert detail["job_number"] == job_ids()["fx_error"]
+    assert detail["submitted_at"] == plain_qstat_j_submission("qstat_j_error.txt")
     assert detail["tasks"] == [{"task_number": 1, "state": "pending"}]  # 8.1.9 prints JAT_status 0 for Eqw
     assert detail["errors"][0]["message"].endswith("error: can't chdir to /nonexistent: No such file or directory")
     (reason,) = explain_pending(detail)
     assert reason["text"] == ("in error state: can't chdir to /nonexistent: No such file or directory; "
-                              "fix the cause, then clear it with qmod -cj 131 (or delete it)")
+                              f"fix the cause, then clear it with qmod -cj {detail['job_number']} (or delete it)")
     assert reason["raw"] == "Job is in error state"
 
 
@@ -146,21 +178,21 @@ def test_job_detail_of_a_job_in_error_gives_the_execd_reason():
 def test_job_detail_of_held_jobs(name):
     detail = parse_job_detail(load(name))
     assert detail["tasks"] == [] and detail["scheduler_messages"] == ["Job is in hold state"]
-    assert [r["text"] for r in explain_pending(detail)] == ["held by user/operator/system",
-                                                           "queue instance classic.q@vm is full"]
+    assert [r["text"] for r in explain_pending(detail)][0] == "held by user/operator/system"
 
 
 def test_job_detail_of_a_job_waiting_on_another():
+    ids = job_ids()
     detail = parse_job_detail(load("qstat_j_hold_jid.xml"))
-    assert detail["predecessors"] == [122]
-    assert explain_pending(detail)[0]["text"] == "waiting for job 122 to finish"
+    assert detail["predecessors"] == [ids["fx_single"]]
+    assert explain_pending(detail)[0]["text"] == f"waiting for job {ids['fx_single']} to finish"
 
 
 @pytest.mark.parametrize("name", ["qstat_j_pending_classic.xml", "qstat_j_pending_urgent.xml"])
 def test_a_job_behind_a_full_queue_names_the_queue_first(name):
     detail = parse_job_detail(load(name))
     assert detail["hard_queues"] == ["classic.q"]
-    assert detail["global_messages"] == ['queue instance "classic.q@vm" dropped because it is full']
+    assert 'queue instance "classic.q@vm" dropped because it is full' in detail["global_messages"]
     assert [r["text"] for r in explain_pending(detail)] == [
         "queue instance classic.q@vm is full",
         "only runs in the queues it requested (-q); 1 other queue(s) skipped"]

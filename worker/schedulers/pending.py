@@ -140,8 +140,12 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
     totals of global consumables (``complex_values`` of ``qconf -se
     global``, e.g. ``{"anthropic_api": 96}``), which qhost does not show.
 
-    Returns ``[{"text": str, "raw": str}]``, holds, errors and dependencies
-    first, then the scheduler's messages in its order, duplicates removed.
+    Returns ``[{"text": str, "raw": str}]``: errors, holds and dependencies
+    first; then the scheduler's messages for this job in its order; then,
+    while the job waits, its global messages about queue instances the job
+    may use (``hard_queues``; qstat -j prints those with every job); last,
+    one line for all the "not in its hard queue list" messages. Duplicates
+    are removed.
     Examples of ``text``: ``held by user (tasks 1-10)``, ``waiting for job
     812 to finish``, ``agent quota reached: slots 8 of 8 for user tco (RQS
     agent_cap)``, ``waiting for a model API seat: 96 of 96 in use

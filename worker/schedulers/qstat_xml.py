@@ -70,9 +70,9 @@ _DECL_ENCODING = re.compile(rb"""^\s*<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9._
 
 
 def _new_parser() -> etree.XMLParser:
-    # A parser per call: lxml parsers must not be shared between threads.
-    # huge_tree: a 100,000-job qstat is tens of MB; the input is our own
-    # scheduler's output, never fetched from the network.
+    # A parser per call (they keep state, such as the error log, between
+    # parses). huge_tree: a 100,000-job qstat is tens of MB; the input is
+    # our own scheduler's output, never fetched from the network.
     return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
                            huge_tree=True, collect_ids=False)
 
@@ -94,8 +94,9 @@ def _decode(data: bytes) -> str:
 
 
 def _strip_namespaces(root: etree._Element) -> None:
-    # OCS 9.2 declares a default namespace (xmlns="https://…/qquota.xsd");
-    # SGE 8 only declares xmlns:xsd. Strip it so one set of tag names works.
+    # qquota -xml declares a default namespace (SGE 8.1.9 on the dev cluster,
+    # OCS 9.2: xmlns="…/qquota.xsd"); the other commands only declare
+    # xmlns:xsd. Strip it so one set of tag names works.
     for el in root.iter():
         tag = el.tag
         if isinstance(tag, str) and tag[:1] == "{":
@@ -416,11 +417,6 @@ def diff_tasks(previous: dict[tuple[int, int], QstatTask], current: list[QstatTa
     state_code, queue, host, slots, started_at or priority differ (current
     objects); ``gone``: previous tasks not listed now.
     """
-    with _paused_gc():
-        return _diff_tasks(previous, current)
-
-
-def _diff_tasks(previous: dict[tuple[int, int], QstatTask], current: list[QstatTask]) -> TaskDiff:
     now: dict[tuple[int, int], QstatTask] = {}
     added: list[QstatTask] = []
     changed: list[QstatTask] = []

@@ -47,9 +47,19 @@ class Command(BaseCommand):
         password_file = Path(settings.STATE_DIR) / "admin-password"
         User = get_user_model()
         user = User.objects.filter(username=options["admin"]).first()
-        if user is None:
+        try:
+            recorded = password_file.read_text().strip()
+        except OSError:
+            recorded = ""
+        # The file is what the demo prints: keep it true. A new admin, or one
+        # whose password no longer matches the file, gets a fresh password.
+        if user is None or not recorded or not user.check_password(recorded):
             password = os.environ.get("TCO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
-            User.objects.create_superuser(options["admin"], email="", password=password)
+            if user is None:
+                User.objects.create_superuser(options["admin"], email="", password=password)
+            else:
+                user.set_password(password)
+                user.save(update_fields=["password"])
             password_file.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as fh:

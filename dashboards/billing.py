@@ -1,0 +1,546 @@
+"""Bills, budgets and cost forecasts (reads and writes for team leads and launchers).
+
+Units: tokens are integers, money is USD as ``Decimal``, times are seconds
+(``wallclock_s`` float, ``slot_s`` = wall clock x slots).
+
+Periods follow ``qacct -b/-e``: a task (and an accounting record) belongs to
+the period of its **start time in the cluster's time zone**. ``qacct`` keeps
+a record when ``begin <= start_time <= end`` (SoGE 8.1.9 ``qacct.c``,
+``sge_read_rusage``), with whole seconds; a period here is ``[first local
+midnight, next period's first local midnight)``, which is the same set, so
+the wall clock of a team for a period equals ``qacct -P <project> -b
+<start> -e <next start - 1 s>`` run in the cluster's time zone. Records
+without a start (a failed start writes 0) belong to no period, as in qacct.
+
+Sources: wall clock and slot-seconds come from ``AccountingRecord`` (every
+record, including retried starts and PE task records, as qacct counts them);
+tokens and cost from ``Task`` (filled by the metering of runner records).
+A team's project is the scheduler's ``-P``; bills are per project.
+"""
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import logging
+from decimal import Decimal
+from typing import Any, Iterable, Iterator, Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.db.models import (
+    BigIntegerField,
+    Count,
+    DateField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Coalesce, NullIf, Round, Trunc
+from django.utils import timezone
+
+from .models import AccountingRecord, AuditEntry, Budget, BudgetAlert, Cluster, Membership, Role, Task, Team
+
+log = logging.getLogger(__name__)
+
+#: Disjoint token buckets (DESIGN.md, "Token metering and cost"); reasoning is part of output.
+BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens")
+BUCKET_LABELS = {
+    "input_tokens": "input (uncached)",
+    "cache_read_tokens": "cache read",
+    "cache_write_5m_tokens": "cache write 5 min",
+    "cache_write_1h_tokens": "cache write 1 h",
+    "output_tokens": "output",
+}
+PERIODS = ("day", "week", "month")
+GROUPS = ("team", "model", "campaign")
+#: A bill covers at most this many periods (a year of days).
+MAX_PERIODS = 400
+#: Costs are summed as integers of 1e-8 USD (Task.cost_usd has 8 decimals):
+#: exact on every database (SQLite stores decimals as floats) up to 2**53 units.
+COST_UNITS = Decimal("100000000")
+UNSPECIFIED_MODEL = "(model not set)"
+NOT_TCO = "(not launched by tco)"
+#: Finished tasks of an agent definition read for a forecast (the newest first).
+FORECAST_HISTORY = 5000
+ZERO = Decimal("0")
+
+
+class BillError(ValueError):
+    """A bill or budget request out of bounds; ``str(err)`` is shown to the user."""
+
+
+# --------------------------------------------------------------------------- periods
+
+def cluster_zone(cluster: Cluster | None = None) -> ZoneInfo:
+    """The time zone periods are cut in: the cluster's, else ``TCO_CLUSTER_TZ``."""
+    name = cluster.time_zone if cluster is not None else settings.TCO_CLUSTER_TZ
+    try:
+        return ZoneInfo(name or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        log.warning("unknown time zone %r for cluster %s; using UTC", name, cluster)
+        return ZoneInfo("UTC")
+
+
+def period_start(day: dt.date, period: str) -> dt.date:
+    """First day of the ``period`` (day, ISO week from Monday, month) that contains ``day``."""
+    if period == "day":
+        return day
+    if period == "week":
+        return day - dt.timedelta(days=day.weekday())
+    if period == "month":
+        return day.replace(day=1)
+    raise BillError(f"period must be one of {', '.join(PERIODS)}, not {period!r}")
+
+
+def next_period_start(start: dt.date, period: str) -> dt.date:
+    """First day of the period after the one starting on ``start``."""
+    if period == "day":
+        return start + dt.timedelta(days=1)
+    if period == "week":
+        return start + dt.timedelta(days=7)
+    if period == "month":
+        days = calendar.monthrange(start.year, start.month)[1]
+        return start.replace(day=1) + dt.timedelta(days=days)
+    raise BillError(f"period must be one of {', '.join(PERIODS)}, not {period!r}")
+
+
+def local_midnight(day: dt.date, tz: dt.tzinfo) -> dt.datetime:
+    """``day`` 00:00 in ``tz`` as an aware UTC datetime (qacct uses mktime the same way)."""
+    return dt.datetime.combine(day, dt.time(0), tzinfo=tz).astimezone(dt.timezone.utc)
+
+
+def period_bounds(start: dt.date, period: str, tz: dt.tzinfo) -> tuple[dt.datetime, dt.datetime]:
+    """``[begin, end)`` in UTC of the period starting on local day ``start``."""
+    first = period_start(start, period)
+    return local_midnight(first, tz), local_midnight(next_period_start(first, period), tz)
+
+
+def qacct_time(moment: dt.datetime, tz: dt.tzinfo) -> str:
+    """``moment`` in qacct's ``-b/-e`` format ``CCYYMMDDhhmm.SS``, in ``tz`` (run qacct with ``TZ`` = tz)."""
+    return moment.astimezone(tz).strftime("%Y%m%d%H%M.%S")
+
+
+def current_period(period: str, *, now: dt.datetime | None = None,
+                   tz: dt.tzinfo | None = None) -> tuple[dt.date, dt.datetime, dt.datetime]:
+    """The period containing ``now``: ``(first local day, begin UTC, end UTC)``."""
+    tz = tz or cluster_zone(_default_cluster())
+    now = now or timezone.now()
+    first = period_start(now.astimezone(tz).date(), period)
+    begin, end = period_bounds(first, period, tz)
+    return first, begin, end
+
+
+def _default_cluster() -> Cluster | None:
+    return Cluster.objects.filter(name=settings.TCO_CLUSTER_NAME).first()
+
+
+# --------------------------------------------------------------------------- bills
+
+def teams_billable_by(user: AbstractBaseUser) -> QuerySet[Team]:
+    """Teams whose bills and budgets ``user`` may see (roles.py capability ``bill``)."""
+    from .roles import teams_with
+
+    return teams_with(user, "bill")
+
+
+def _model_expr(prefix: str):
+    return Coalesce(
+        NullIf(F(f"{prefix}campaign__model"), Value("")),
+        NullIf(F(f"{prefix}campaign__agent_definition__default_model"), Value("")),
+        Value(UNSPECIFIED_MODEL),
+    )
+
+
+def _empty_row(period: dt.date, project: str, key: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"period": period, "project": project, "key": key, "tasks": 0, "records": 0,
+                           "reasoning_tokens": 0, "total_tokens": 0, "cost_usd": ZERO, "unpriced_tasks": 0,
+                           "wallclock_s": 0.0, "slot_s": 0.0}
+    for bucket in BUCKETS:
+        row[bucket] = 0
+    return row
+
+
+def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, group_by: str = "team",
+         clusters: Sequence[Cluster] | None = None) -> dict[str, Any]:
+    """A bill: usage per period and team (and model or campaign) for local days ``first``..``last``.
+
+    ``period`` is ``day``, ``week`` or ``month``; ``first`` and ``last`` are
+    widened to whole periods. ``group_by`` is ``team`` (one row per team and
+    period), ``model`` (the campaign's model, else the agent definition's
+    default model) or ``campaign``.
+
+    Returns ``{"period", "group_by", "first", "last" (last day included),
+    "time_zone", "rows": [row], "totals": row}`` where a row is ``{"period":
+    date (first local day), "team", "project", "key", "label", "tasks"
+    (tasks started), "records" (accounting records), each bucket of
+    ``BUCKETS``, "reasoning_tokens" (part of output), "total_tokens",
+    "cost_usd" (Decimal USD), "unpriced_tasks" (tokens without a cost),
+    "wallclock_s", "slot_s"}``, sorted by period, team, label. Rows exist
+    only where something started. Raises ``BillError`` for a bad period,
+    group or range.
+    """
+    if period not in PERIODS:
+        raise BillError(f"period must be one of {', '.join(PERIODS)}")
+    if group_by not in GROUPS:
+        raise BillError(f"group by one of {', '.join(GROUPS)}")
+    if last < first:
+        raise BillError("the last day is before the first day")
+    first = period_start(first, period)
+    end_day = next_period_start(period_start(last, period), period)
+    n_periods = 0
+    cursor = first
+    while cursor < end_day:
+        n_periods += 1
+        if n_periods > MAX_PERIODS:
+            raise BillError(f"a bill covers at most {MAX_PERIODS} periods; choose a longer period or a shorter range")
+        cursor = next_period_start(cursor, period)
+
+    teams = list(teams)
+    team_of = {t.project: t for t in teams}
+    clusters = list(clusters) if clusters is not None else list(Cluster.objects.order_by("name"))
+    rows: dict[tuple, dict[str, Any]] = {}
+    labels: dict[Any, str] = {}
+    tz_names = sorted({c.time_zone or "UTC" for c in clusters}) or [settings.TCO_CLUSTER_TZ]
+    for cluster in clusters if team_of else ():
+        tz = cluster_zone(cluster)
+        begin, end = local_midnight(first, tz), local_midnight(end_day, tz)
+        trunc = Trunc("started_at", period, output_field=DateField(), tzinfo=tz)
+
+        # Wall clock and slot-seconds: every accounting record, as qacct sums them.
+        records = AccountingRecord.objects.filter(cluster=cluster, project__in=list(team_of),
+                                                  started_at__gte=begin, started_at__lt=end)
+        key_fields = ["p", "project"]
+        if group_by == "model":
+            records = records.annotate(k=_model_expr("task__"))
+            key_fields.append("k")
+        elif group_by == "campaign":
+            records = records.annotate(k=F("task__campaign_id"))
+            key_fields.append("k")
+        slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
+        for item in (records.annotate(p=trunc).values(*key_fields)
+                     .annotate(n=Count("id"), wall=Sum("wallclock_s"), slot=Sum(slot_s)).order_by()):
+            key = (item["p"], item["project"], item.get("k"))
+            row = rows.setdefault(key, _empty_row(*key))
+            row["records"] += item["n"]
+            row["wallclock_s"] += float(item["wall"] or 0.0)
+            row["slot_s"] += float(item["slot"] or 0.0)
+
+        # Tokens and cost: tasks, by the start of their (last) run.
+        tasks = Task.objects.filter(cluster=cluster, project__in=list(team_of),
+                                    started_at__gte=begin, started_at__lt=end)
+        if group_by == "model":
+            tasks = tasks.annotate(k=_model_expr(""))
+        elif group_by == "campaign":
+            tasks = tasks.annotate(k=F("campaign_id"))
+        any_tokens = Q()
+        for bucket in BUCKETS:
+            any_tokens |= Q(**{f"{bucket}__gt": 0})
+        sums = {bucket: Sum(bucket) for bucket in (*BUCKETS, "reasoning_tokens")}
+        cost_units = Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField())
+        for item in (tasks.annotate(p=trunc).values(*key_fields)
+                     .annotate(n=Count("id"), cost=cost_units,
+                               unpriced=Count("id", filter=Q(cost_usd__isnull=True) & any_tokens), **sums)
+                     .order_by()):
+            key = (item["p"], item["project"], item.get("k"))
+            row = rows.setdefault(key, _empty_row(*key))
+            row["tasks"] += item["n"]
+            row["unpriced_tasks"] += item["unpriced"]
+            row["cost_usd"] += Decimal(int(item["cost"] or 0)) / COST_UNITS
+            for bucket in (*BUCKETS, "reasoning_tokens"):
+                row[bucket] += int(item[bucket] or 0)
+
+    if group_by == "campaign":
+        from .models import Campaign
+
+        ids = {k[2] for k in rows if k[2] is not None}
+        labels = {pk: f"{name} (#{pk})" for pk, name in Campaign.objects.filter(pk__in=ids).values_list("pk", "name")}
+    out = []
+    for (p, project, key), row in rows.items():
+        row["total_tokens"] = sum(row[b] for b in BUCKETS)
+        team = team_of.get(project)
+        row["team"] = team.name if team else project
+        if group_by == "team":
+            row["label"] = row["team"]
+        elif group_by == "model":
+            row["label"] = key
+        else:
+            row["label"] = labels.get(key, NOT_TCO) if key is not None else NOT_TCO
+        out.append(row)
+    out.sort(key=lambda r: (r["period"], r["team"], r["label"]))
+    totals = _empty_row(first, "", None)
+    for row in out:
+        for field in ("tasks", "records", "reasoning_tokens", "total_tokens", "unpriced_tasks", *BUCKETS):
+            totals[field] += row[field]
+        totals["cost_usd"] += row["cost_usd"]
+        totals["wallclock_s"] += row["wallclock_s"]
+        totals["slot_s"] += row["slot_s"]
+    totals.update(team="", label="total")
+    return {"period": period, "group_by": group_by, "first": first, "last": end_day - dt.timedelta(days=1),
+            "time_zone": ", ".join(tz_names), "rows": out, "totals": totals}
+
+
+CSV_COLUMNS = ("period_start", "team", "project", "group_by", "group", "tasks", "accounting_records",
+               *BUCKETS, "reasoning_tokens", "total_tokens", "cost_usd", "unpriced_tasks", "wallclock_s", "slot_s")
+
+
+def bill_csv_rows(result: dict[str, Any]) -> Iterator[list[str]]:
+    """The bill as CSV rows (header first): USD as exact decimals, seconds with 3 decimals."""
+    yield list(CSV_COLUMNS)
+    for row in result["rows"]:
+        yield [row["period"].isoformat(), row["team"], row["project"], result["group_by"], str(row["label"]),
+               str(row["tasks"]), str(row["records"]), *(str(row[b]) for b in BUCKETS), str(row["reasoning_tokens"]),
+               str(row["total_tokens"]), format(row["cost_usd"].normalize(), "f"), str(row["unpriced_tasks"]),
+               f"{row['wallclock_s']:.3f}", f"{row['slot_s']:.3f}"]
+
+
+# --------------------------------------------------------------------------- budgets
+
+def team_spend(team: Team, period: str, *, now: dt.datetime | None = None) -> dict[str, Any]:
+    """What ``team`` spent in the current ``period``: ``{"first": date, "begin", "end" (UTC),
+    "spent_usd": Decimal, "unpriced_tasks": int}`` (tasks started in the period, cluster time zone)."""
+    first, begin, end = current_period(period, now=now)
+    tasks = Task.objects.filter(project=team.project, started_at__gte=begin, started_at__lt=end)
+    agg = tasks.aggregate(cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()),
+                          unpriced=Count("id", filter=Q(cost_usd__isnull=True, output_tokens__gt=0)))
+    return {"first": first, "begin": begin, "end": end,
+            "spent_usd": Decimal(int(agg["cost"] or 0)) / COST_UNITS, "unpriced_tasks": agg["unpriced"]}
+
+
+def budget_status(team: Team, *, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Each budget of ``team`` with its current period: ``{"budget", "first", "spent_usd",
+    "fraction" (float, spent / amount), "crossed": [thresholds], "alerts": [BudgetAlert]}``."""
+    out = []
+    for budget in team.budgets.order_by("period"):
+        spend = team_spend(team, budget.period, now=now)
+        fraction = float(spend["spent_usd"] / budget.amount_usd) if budget.amount_usd > 0 else 0.0
+        crossed = [t for t in budget.thresholds if fraction >= float(t)]
+        alerts = list(budget.alerts.filter(period_start=spend["first"]).order_by("threshold"))
+        out.append({"budget": budget, **spend, "fraction": fraction, "crossed": crossed, "alerts": alerts})
+    return out
+
+
+def budget_verdict(team: Team, additional_usd: Decimal | None, *, now: dt.datetime | None = None) -> dict[str, Any]:
+    """Whether a launch costing about ``additional_usd`` (None: unknown) may go ahead.
+
+    A launch "crosses" a budget when the period's spend plus ``additional_usd``
+    exceeds its amount, or the spend already reached it. Returns ``{"action":
+    "submit" | "hold" | "refuse", "message": str, "budgets": [...]}``; refuse
+    wins over hold when several budgets are crossed.
+    """
+    action, messages = "submit", []
+    statuses = budget_status(team, now=now)
+    for status in statuses:
+        budget = status["budget"]
+        projected = status["spent_usd"] + (additional_usd or ZERO)
+        if status["spent_usd"] >= budget.amount_usd or projected > budget.amount_usd:
+            messages.append(f"the {budget.period}ly budget of {team.name} is {_usd(budget.amount_usd)}; "
+                            f"spent {_usd(status['spent_usd'])} since {status['first'].isoformat()}, "
+                            f"this launch is forecast at {_usd(additional_usd) if additional_usd is not None else 'an unknown cost'}")
+            if budget.on_exceed == "refuse":
+                action = "refuse"
+            elif action != "refuse":
+                action = "hold"
+    return {"action": action, "message": "; ".join(messages), "budgets": statuses}
+
+
+def _usd(amount: Decimal | None) -> str:
+    if amount is None:
+        return "?"
+    return f"${amount.quantize(Decimal('0.01')):,}"
+
+
+def parse_thresholds(text: str) -> list[float]:
+    """``"50, 80, 100"`` (percent) -> ``[0.5, 0.8, 1.0]``; raises BillError with the bad part."""
+    values: list[float] = []
+    for part in text.replace(";", ",").split(","):
+        part = part.strip().rstrip("%").strip()
+        if not part:
+            continue
+        try:
+            pct = Decimal(part)
+        except ArithmeticError:
+            raise BillError(f"threshold {part!r} is not a number (write percentages like 50, 80, 100)") from None
+        if not pct.is_finite() or not 1 <= pct <= 1000:
+            raise BillError(f"threshold {part}%: use 1 to 1000 percent")
+        values.append(float(pct / 100))
+    if len(values) > 10:
+        raise BillError("at most 10 thresholds")
+    return sorted(set(values))
+
+
+def budget_set(*, user: AbstractBaseUser, team: Team, period: str, amount_usd: Decimal, thresholds: list[float],
+               on_exceed: str, alert_emails: list[str]) -> Budget:
+    """Create or replace ``team``'s budget for ``period`` (audited). Raises PermissionError, BillError."""
+    from .roles import user_can
+
+    if not user_can(user, "bill", team):
+        _audit(user, "budget_set", f"team:{team.project}", {"period": period}, False, "refused: no bill role")
+        raise PermissionError(f"you may not set budgets for {team.name}")
+    if period not in PERIODS:
+        raise BillError(f"period must be one of {', '.join(PERIODS)}")
+    if on_exceed not in dict(Budget.ON_EXCEED):
+        raise BillError("on exceed: refuse or hold")
+    if not isinstance(amount_usd, Decimal) or not amount_usd.is_finite() or amount_usd <= 0:
+        raise BillError("amount: a positive number of USD")
+    budget, _ = Budget.objects.update_or_create(
+        team=team, period=period,
+        defaults={"amount_usd": amount_usd, "thresholds": thresholds, "on_exceed": on_exceed,
+                  "alert_emails": "\n".join(alert_emails)})
+    _audit(user, "budget_set", f"team:{team.project}",
+           {"period": period, "amount_usd": str(amount_usd), "thresholds": thresholds, "on_exceed": on_exceed},
+           True, "saved")
+    return budget
+
+
+def budget_delete(*, user: AbstractBaseUser, budget: Budget) -> None:
+    from .roles import user_can
+
+    if not user_can(user, "bill", budget.team):
+        raise PermissionError(f"you may not change budgets for {budget.team.name}")
+    _audit(user, "budget_delete", f"team:{budget.team.project}", {"period": budget.period}, True, "deleted")
+    budget.delete()
+
+
+def _alert_recipients(budget: Budget) -> list[str]:
+    addresses = [line.strip() for line in budget.alert_emails.splitlines() if line.strip()]
+    leads = Membership.objects.filter(team=budget.team, role=Role.LEAD).exclude(user__email="")
+    addresses += list(leads.values_list("user__email", flat=True))
+    return sorted(set(addresses))
+
+
+def budget_check_alerts(*, teams: Iterable[Team] | None = None, now: dt.datetime | None = None) -> list[BudgetAlert]:
+    """Record (once per budget, period and threshold) every threshold crossed, and e-mail it.
+
+    Idempotent: the ``alert_once`` constraint decides who sends; a second
+    run, or a concurrent one, sends nothing more. Mail goes through Django's
+    mail settings after the alert commits; a failure to send is logged.
+    Returns the alerts created by this call.
+    """
+    created: list[BudgetAlert] = []
+    budgets = Budget.objects.select_related("team")
+    if teams is not None:
+        budgets = budgets.filter(team__in=list(teams))
+    for budget in budgets:
+        spend = team_spend(budget.team, budget.period, now=now)
+        if budget.amount_usd <= 0:
+            continue
+        fraction = spend["spent_usd"] / budget.amount_usd
+        for threshold in sorted(budget.thresholds):
+            value = Decimal(str(threshold)).quantize(Decimal("0.001"))
+            if fraction < value:
+                continue
+            try:
+                with transaction.atomic():
+                    alert, made = BudgetAlert.objects.get_or_create(
+                        budget=budget, period_start=spend["first"], threshold=value,
+                        defaults={"spent_usd": spend["spent_usd"]})
+            except IntegrityError:
+                continue  # a concurrent check created it first
+            if not made:
+                continue
+            created.append(alert)
+            subject = (f"[tco] {budget.team.name}: {int(value * 100)}% of the {budget.period}ly budget "
+                       f"({_usd(spend['spent_usd'])} of {_usd(budget.amount_usd)})")
+            body = (f"Team {budget.team.name} (project {budget.team.project}) has spent {_usd(spend['spent_usd'])} "
+                    f"of its {budget.period}ly budget of {_usd(budget.amount_usd)} since "
+                    f"{spend['first'].isoformat()} ({budget.on_exceed} launches that would cross it).\n")
+            recipients = _alert_recipients(budget)
+            if recipients:
+                transaction.on_commit(lambda s=subject, b=body, r=recipients: mail_safely(s, b, r))
+    return created
+
+
+def mail_safely(subject: str, body: str, recipients: list[str]) -> bool:
+    """Send one e-mail through Django's mail settings; a failure is logged, never raised."""
+    try:
+        send_mail(subject, body, None, recipients, fail_silently=False)
+    except Exception:  # noqa: BLE001 - mail is a notice; the page shows the same facts
+        log.warning("could not send %r to %s", subject, recipients, exc_info=True)
+        return False
+    return True
+
+
+def _audit(user, action: str, target: str, params: dict, ok: bool, result: str) -> AuditEntry:
+    return AuditEntry.objects.create(user=user if getattr(user, "is_authenticated", False) else None,
+                                     action=action, target=target[:128], params=params, ok=ok, result=result)
+
+
+# --------------------------------------------------------------------------- forecasts
+
+def unit_prices(model: str) -> dict[str, Decimal] | None:
+    """USD per token for each bucket of ``model``, from ``settings.TCO_PRICES`` (USD per million tokens).
+
+    ``TCO_PRICES = {"claude-sonnet-4-5": {"input_tokens": "3", "output_tokens": "15", ...}}``.
+    None when the model has no price (then forecasts use the costs recorded by metering).
+    """
+    table = getattr(settings, "TCO_PRICES", None) or {}
+    entry = table.get(model)
+    if not entry:
+        return None
+    million = Decimal(1_000_000)
+    return {bucket: Decimal(str(entry.get(bucket, "0"))) / million for bucket in BUCKETS}
+
+
+def _percentile(sorted_values: Sequence, q: float):
+    """Linear interpolation between closest ranks (numpy's default) on a sorted list."""
+    if not sorted_values:
+        return None
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    a, b = sorted_values[lo], sorted_values[hi]
+    if isinstance(a, Decimal):
+        return a + (b - a) * Decimal(str(frac))
+    return a + (b - a) * frac
+
+
+def forecast(*, agent_definition, count: int, model: str = "") -> dict[str, Any]:
+    """Cost forecast of ``count`` tasks from earlier finished runs of ``agent_definition``.
+
+    Median tokens per task x ``count`` x price, with a range from the 10th to
+    the 90th percentile. Each earlier task is priced at today's price of
+    ``model`` when ``TCO_PRICES`` has it, else at the cost metering recorded.
+    Returns ``{"history": n tasks, "no_history": bool, "count", "tokens_per_task":
+    {p10, p50, p90} | None, "tokens": {p10, p50, p90} | None (x count),
+    "cost_per_task": {p10, p50, p90} (Decimal USD) | None, "cost_usd": {p10,
+    p50, p90} | None (x count), "priced_by": "price table" | "recorded cost" |
+    None, "unpriced_history": n}``.
+    """
+    history = list(
+        Task.objects.filter(campaign__agent_definition=agent_definition, state__in=("done", "failed"))
+        .filter(Q(input_tokens__gt=0) | Q(output_tokens__gt=0) | Q(cache_read_tokens__gt=0)
+                | Q(cache_write_5m_tokens__gt=0) | Q(cache_write_1h_tokens__gt=0))
+        .order_by("-ended_at", "-id")
+        .values(*BUCKETS, "cost_usd")[:FORECAST_HISTORY]
+    )
+    result: dict[str, Any] = {"history": len(history), "no_history": not history, "count": count,
+                              "tokens_per_task": None, "tokens": None, "cost_per_task": None, "cost_usd": None,
+                              "priced_by": None, "unpriced_history": 0, "model": model}
+    if not history:
+        return result
+    tokens = sorted(sum(int(h[b]) for b in BUCKETS) for h in history)
+    per_task = {name: _percentile(tokens, q) for name, q in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))}
+    result["tokens_per_task"] = {k: int(round(v)) for k, v in per_task.items()}
+    result["tokens"] = {k: int(round(v * count)) for k, v in per_task.items()}
+    prices = unit_prices(model) if model else None
+    if prices is not None:
+        costs = sorted(sum((Decimal(int(h[b])) * prices[b] for b in BUCKETS), ZERO) for h in history)
+        result["priced_by"] = "price table"
+    else:
+        costs = sorted(h["cost_usd"] for h in history if h["cost_usd"] is not None)
+        result["unpriced_history"] = len(history) - len(costs)
+        result["priced_by"] = "recorded cost" if costs else None
+    if costs:
+        cents = Decimal("0.000001")
+        per = {name: _percentile(costs, q) for name, q in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))}
+        result["cost_per_task"] = {k: v.quantize(cents) for k, v in per.items()}
+        result["cost_usd"] = {k: (v * count).quantize(cents) for k, v in per.items()}
+    return result

@@ -1,0 +1,890 @@
+"""The metering egress proxy: the sandbox's only way to a model, and the bill.
+
+The runner starts it outside the sandbox on a Unix socket that is bound into
+the sandbox (DESIGN.md, "Token metering and cost"); a relay inside passes the
+agent's loopback connections to it. It is an aiohttp server (low-level
+``web.Server``: every request reaches one handler, CONNECT included) and an
+aiohttp client to the real model API.
+
+What it does with each request:
+
+1. Decides from the request line alone (the ``Host`` header never targets a
+   request). Refused with 403 and a JSON body, counted by reason:
+   ``connect`` (CONNECT: a TLS tunnel cannot be metered), ``upgrade``
+   (WebSocket and other upgrades), ``host_not_allowed`` (an absolute-form
+   target naming a host:port no policy endpoint has), ``bad_path`` (dot
+   segments, ``//``, encoded ``/`` or ``\\``, a target that is not a path),
+   ``not_in_policy`` (no endpoint rule allows this method and path), the caps
+   (``task_token_cap``, ``task_cost_cap``, ``campaign_token_cap``,
+   ``campaign_cost_cap``, ``unpriced_model_under_cost_cap``,
+   ``campaign_counter_unreadable``), and, with other statuses,
+   ``body_too_large`` (413) and ``credential_unavailable`` (503). An
+   origin-form request goes to the first endpoint, in policy order, whose
+   rules allow its method and path; an absolute-form one only to the endpoint
+   with that host and port.
+2. Forwards it to the endpoint's upstream base URL: client credential headers
+   (``authorization``, ``x-api-key``, ``api-key``, ``x-goog-api-key``,
+   ``cookie``, ``proxy-authorization``) and hop-by-hop headers are dropped and
+   the credential bound to the endpoint is added (``x-api-key`` for provider
+   ``anthropic``, ``Authorization: Bearer`` otherwise), resolved here from a
+   file or the runner's environment, never from the agent's side. Redirects
+   are passed back, not followed. For an OpenAI chat completions stream the
+   proxy sets ``stream_options.include_usage``; if the agent had not asked for
+   it, the extra usage chunk (empty ``choices``) is removed from what the
+   agent receives, so a client that indexes ``choices[0]`` is not broken.
+3. Streams the answer back as it arrives (nothing is buffered whole) while
+   feeding it to the usage reader (worker/metering/usage.py). Usage is read
+   from 2xx answers only. Upstream 429 answers go back unchanged (status,
+   headers, body) and are counted as ``rate_limited``.
+4. If the agent disconnects, the handler is cancelled (aiohttp
+   ``handler_cancellation``), the upstream connection is closed at once (so
+   generation and billing stop) and the request is still recorded:
+   ``complete: false``, output estimated from the bytes received, flagged.
+5. Writes one record per request to ``record_sink`` and keeps totals
+   (:meth:`MeteringProxy.totals`).
+
+Caps (:class:`Caps`) are checked before each request is forwarded: once the
+task's or the campaign's tokens or cost have reached a cap, further requests
+are refused (403, counted). A request in flight is not cut, so a task can end
+above its cap by at most its requests in flight. The campaign's spending is
+shared through a :class:`FileCampaignCounter` on the spool (or any object
+with the same ``read()``/``add()`` methods, e.g. one calling a web service).
+
+Use :func:`start_proxy` from plain threaded code (the runner), or
+:class:`MeteringProxy` ``start()``/``stop()`` inside an asyncio program.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import fcntl
+import ipaddress
+import json
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Mapping, Protocol
+from urllib.parse import unquote
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from worker.metering.prices import BillTotals, PriceTable, format_usd
+from worker.metering.usage import (API_CHAT, ResponseUsageReader, Usage, api_for_path,
+                                   estimate_request_input_tokens)
+
+__all__ = ["Rule", "Endpoint", "endpoints_from_policy", "CredentialResolver", "CredentialError", "Caps",
+           "CampaignCounter", "FileCampaignCounter", "JsonlRecordSink", "MeteringProxy", "ProxyHandle",
+           "start_proxy"]
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+                        "te", "trailer", "trailers", "transfer-encoding", "upgrade"})
+CLIENT_CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie",
+                                       "proxy-authorization"})
+MAX_REQUEST_BYTES = 32 << 20
+REFUSED_HEADER = "x-tco-proxy-refused"
+
+
+# ------------------------------------------------------------------ policy
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An allowed ``method`` (``*``: any) and ``path``: exact, or a glob where
+    ``*`` matches within one segment and ``**`` across segments. The query
+    string is not part of the match."""
+
+    method: str
+    path: str
+
+    def __post_init__(self) -> None:
+        pattern = ""
+        for piece in re.split(r"(\*\*|\*)", self.path):
+            pattern += ".*" if piece == "**" else "[^/]*" if piece == "*" else re.escape(piece)
+        object.__setattr__(self, "_regex", re.compile(pattern + r"\Z"))
+
+    def allows(self, method: str, path: str) -> bool:
+        """True if this rule allows ``method`` on ``path`` (without query)."""
+        if self.method != "*" and self.method.upper() != method.upper():
+            return False
+        return bool(self._regex.match(path))  # type: ignore[attr-defined]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One policy endpoint the proxy may reach.
+
+    ``name``: the policy block; ``host``/``port``: as the policy lists them;
+    ``rules``: allowed methods and paths; ``upstream``: base URL requests are
+    sent to (default ``https://host:port``, or ``http://`` for a loopback
+    host such as the stand-in model); ``credential``: the provider named by
+    ``credential_binding`` (None: no credential added); ``auth_header``:
+    ``x-api-key``, ``authorization`` (Bearer) or ``api-key``; None picks
+    ``x-api-key`` for provider ``anthropic``, else ``authorization``.
+    """
+
+    name: str
+    host: str
+    port: int
+    rules: tuple[Rule, ...]
+    upstream: str = ""
+    credential: str | None = None
+    auth_header: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.upstream:
+            scheme = "http" if _is_loopback(self.host) else "https"
+            object.__setattr__(self, "upstream", f"{scheme}://{self.host}:{self.port}")
+        if self.auth_header not in (None, "x-api-key", "authorization", "api-key"):
+            raise ValueError(f"{self.name}: unknown auth_header {self.auth_header!r}")
+
+    def allows(self, method: str, path: str) -> bool:
+        """True if a rule of this endpoint allows ``method`` on ``path``."""
+        return any(rule.allows(method, path) for rule in self.rules)
+
+    def credential_headers(self, secret: str) -> dict[str, str]:
+        """The header(s) carrying ``secret`` to this endpoint."""
+        header = self.auth_header or ("x-api-key" if self.credential == "anthropic" else "authorization")
+        return {header: f"Bearer {secret}" if header == "authorization" else secret}
+
+
+def endpoints_from_policy(policy: Mapping[str, Any], upstreams: Mapping[str, str] | None = None) -> list[Endpoint]:
+    """Endpoints of a sandbox policy in OpenShell's schema (DESIGN.md, "Sandbox
+    policy"): every ``network_policies.<name>.endpoints[]`` with ``protocol:
+    rest`` and its ``rules: [{allow: {method, path}}]`` and
+    ``credential_binding.provider``. An endpoint without ``protocol: rest`` is
+    left out: its traffic could not be inspected, so it cannot be metered and
+    is not reachable through this proxy. Rules are always enforced here
+    (OpenShell's ``enforcement: audit`` would only log). ``upstreams`` maps
+    ``"host:port"`` (or ``"host"``) to a base URL, for a gateway or the
+    stand-in model. Raises ValueError on a malformed endpoint or rule."""
+    upstreams = upstreams or {}
+    endpoints = []
+    blocks = policy.get("network_policies") or {}
+    if not isinstance(blocks, Mapping):
+        raise ValueError("network_policies: expected a mapping of named blocks")
+    for name, block in blocks.items():
+        for ep in (block or {}).get("endpoints") or []:
+            if not isinstance(ep, Mapping) or ep.get("protocol") != "rest":
+                continue
+            host, port = ep.get("host"), ep.get("port")
+            if not isinstance(host, str) or not isinstance(port, int):
+                raise ValueError(f"{name}: an endpoint needs host (text) and port (integer)")
+            rules = []
+            for item in ep.get("rules") or []:
+                allow = item.get("allow") if isinstance(item, Mapping) else None
+                if not isinstance(allow, Mapping) or not isinstance(allow.get("method"), str) \
+                        or not isinstance(allow.get("path"), str):
+                    raise ValueError(f"{name}: rule {item!r}: expected {{allow: {{method, path}}}}")
+                rules.append(Rule(allow["method"], allow["path"]))
+            binding = ep.get("credential_binding") or {}
+            endpoints.append(Endpoint(
+                name=name, host=host, port=port, rules=tuple(rules),
+                upstream=upstreams.get(f"{host}:{port}") or upstreams.get(host) or "",
+                credential=binding.get("provider") if isinstance(binding, Mapping) else None,
+            ))
+    return endpoints
+
+
+# ------------------------------------------------------------- credentials
+
+
+class CredentialError(RuntimeError):
+    """A credential is not configured, or its file/variable is missing or empty."""
+
+
+class CredentialResolver:
+    """Credentials by provider name, read by the proxy (outside the sandbox).
+
+    ``sources`` maps a provider (``anthropic``) to ``file:/path`` (the file's
+    content, stripped) or ``env:NAME`` (the runner's environment, read at the
+    first request; the runner must not pass that variable to the agent).
+    Values are cached in memory and never logged or recorded.
+    """
+
+    def __init__(self, sources: Mapping[str, str]) -> None:
+        for provider, source in sources.items():
+            if not (source.startswith("file:") or source.startswith("env:")):
+                raise ValueError(f"credential {provider}: expected 'file:/path' or 'env:NAME'")
+        self._sources = dict(sources)
+        self._cache: dict[str, str] = {}
+
+    def resolve(self, provider: str) -> str:
+        """The secret for ``provider``. Raises CredentialError."""
+        if provider in self._cache:
+            return self._cache[provider]
+        source = self._sources.get(provider)
+        if source is None:
+            raise CredentialError(f"no credential configured for provider {provider!r}")
+        kind, _, where = source.partition(":")
+        if kind == "file":
+            try:
+                with open(where, encoding="utf-8") as fh:
+                    value = fh.read().strip()
+            except OSError as exc:
+                raise CredentialError(f"credential {provider}: cannot read its file: {exc.strerror}") from None
+        else:
+            value = os.environ.get(where, "").strip()
+        if not value:
+            raise CredentialError(f"credential {provider}: empty or missing")
+        self._cache[provider] = value
+        return value
+
+
+# ------------------------------------------------------------------- caps
+
+
+class CampaignCounter(Protocol):
+    """Tokens and USD a whole campaign has spent, shared by its tasks' proxies."""
+
+    def read(self) -> tuple[int, Decimal]: ...
+
+    def add(self, tokens: int, cost_usd: Decimal) -> tuple[int, Decimal]: ...
+
+
+class CampaignCounterError(RuntimeError):
+    """The campaign counter file exists but cannot be read."""
+
+
+class FileCampaignCounter:
+    """A campaign's spending in a JSON file ``{"tokens": int, "cost_usd": "decimal"}``
+    on the shared spool. Every access holds a POSIX lock (``fcntl.lockf``,
+    which NFS supports through its lock manager) on ``<path>.lock``; updates
+    replace the file atomically (temp file, fsync, rename), so a crash never
+    leaves a half-written count. A missing file counts as zero; an unreadable
+    one raises CampaignCounterError."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+
+    def _locked(self):
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o660)
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        return fd
+
+    def _load(self) -> tuple[int, Decimal]:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            return int(data["tokens"]), Decimal(str(data["cost_usd"]))
+        except FileNotFoundError:
+            return 0, Decimal(0)
+        except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
+            raise CampaignCounterError(f"{self.path}: unreadable campaign counter: {exc}") from exc
+
+    def read(self) -> tuple[int, Decimal]:
+        """``(tokens, cost_usd)`` spent so far."""
+        fd = self._locked()
+        try:
+            return self._load()
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def add(self, tokens: int, cost_usd: Decimal) -> tuple[int, Decimal]:
+        """Add one request's tokens and cost; returns the new totals."""
+        fd = self._locked()
+        try:
+            total_tokens, total_cost = self._load()
+            total_tokens += int(tokens)
+            total_cost += cost_usd
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"tokens": total_tokens, "cost_usd": format_usd(total_cost)}, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+            return total_tokens, total_cost
+        finally:
+            os.close(fd)
+
+
+@dataclass
+class Caps:
+    """Limits checked before each request; None: no limit. Tokens are all
+    disjoint buckets together; costs are USD (Decimal) and need a price table.
+    ``campaign_counter`` is required for the campaign caps."""
+
+    task_tokens: int | None = None
+    task_cost_usd: Decimal | None = None
+    campaign_tokens: int | None = None
+    campaign_cost_usd: Decimal | None = None
+    campaign_counter: CampaignCounter | None = None
+
+    @property
+    def has_cost_cap(self) -> bool:
+        return self.task_cost_usd is not None or self.campaign_cost_usd is not None
+
+
+# ----------------------------------------------------------------- records
+
+
+class JsonlRecordSink:
+    """Append each record as one JSON line to ``path`` (flushed at once, so a
+    runner that dies keeps what was metered up to then)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self._fh = open(path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def __call__(self, record: Mapping[str, Any]) -> None:
+        line = json.dumps(record, sort_keys=False) + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._fh.close()
+
+
+@dataclass
+class _Refusal:
+    reason: str
+    message: str
+    status: int = 403
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _unsafe_path(path: str) -> bool:
+    if not path.startswith("/") or path.startswith("//") or "\\" in path or "\0" in path:
+        return True
+    lowered = path.lower()
+    if "%2f" in lowered or "%5c" in lowered or "%00" in lowered:
+        return True
+    return any(unquote(segment) in (".", "..") for segment in path.split("/"))
+
+
+class _UsageChunkHider:
+    """Drop the ``data:`` line of the OpenAI usage chunk (empty ``choices``,
+    ``usage`` set) from a stream the agent did not ask usage for; forward every
+    other line unchanged. Works on whole lines, so a line split across reads
+    is held until complete (events are dispatched at blank lines anyway)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> bytes:
+        self._buf += chunk
+        # A CR ending this read may be half of a CRLF; forwarding it now is harmless, its LF
+        # then comes alone as an empty line, which the agent's decoder joins to it.
+        cut = max(self._buf.rfind(b"\n"), self._buf.rfind(b"\r"))
+        if cut < 0:
+            return b""
+        complete = bytes(self._buf[:cut + 1])
+        del self._buf[:cut + 1]
+        return b"".join(line for line in complete.splitlines(keepends=True) if not self._is_usage_line(line))
+
+    def close(self) -> bytes:
+        rest = bytes(self._buf)
+        self._buf.clear()
+        return b"" if self._is_usage_line(rest) else rest
+
+    @staticmethod
+    def _is_usage_line(line: bytes) -> bool:
+        if not line.startswith(b"data:") or b'"usage"' not in line:
+            return False
+        try:
+            obj = json.loads(line[5:])
+        except ValueError:
+            return False
+        return isinstance(obj, dict) and obj.get("choices") == [] and isinstance(obj.get("usage"), dict)
+
+
+# ------------------------------------------------------------------- proxy
+
+
+class MeteringProxy:
+    """The proxy (module doc).
+
+    ``endpoints``: :class:`Endpoint` list (see :func:`endpoints_from_policy`);
+    ``credentials``: a :class:`CredentialResolver` (or its ``sources``
+    mapping); ``caps``: :class:`Caps` or None; ``record_sink``: callable
+    taking each record dict (called in the event loop; keep it quick) or
+    None; ``prices``: :class:`~worker.metering.prices.PriceTable` for costs
+    (None: costs are not computed and usage is flagged ``unpriced_model``).
+    Raises ValueError if a cost cap is set without prices or a campaign cap
+    without a counter.
+
+    A record: ``at`` (UTC ISO), ``method``, ``path``, ``endpoint``,
+    ``status`` (None if no answer), ``refused`` (reason or None),
+    ``model_requested``, ``model_returned``, ``stream``, ``usage``
+    (:meth:`Usage.to_dict` or None), ``cost_usd`` (text or None),
+    ``priced_as``, ``ttfb_ms``, ``latency_ms``, ``complete``,
+    ``client_disconnected``, ``include_usage_added``, ``flags``.
+    """
+
+    def __init__(self, endpoints: Iterable[Endpoint], credentials: CredentialResolver | Mapping[str, str],
+                 caps: Caps | None = None, record_sink: Callable[[dict], None] | None = None,
+                 prices: PriceTable | None = None, *, max_request_bytes: int = MAX_REQUEST_BYTES,
+                 connect_timeout_s: float = 30.0, read_timeout_s: float = 600.0) -> None:
+        self.endpoints = list(endpoints)
+        self.credentials = credentials if isinstance(credentials, CredentialResolver) \
+            else CredentialResolver(credentials)
+        self.caps = caps or Caps()
+        if self.caps.has_cost_cap and prices is None:
+            raise ValueError("a cost cap needs a price table")
+        if (self.caps.campaign_tokens is not None or self.caps.campaign_cost_usd is not None) \
+                and self.caps.campaign_counter is None:
+            raise ValueError("a campaign cap needs a campaign counter")
+        self.record_sink = record_sink
+        self.prices = prices
+        self.max_request_bytes = max_request_bytes
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=read_timeout_s)
+        self.records: list[dict] = []
+        self.bill = BillTotals()
+        self.counts = {"requests": 0, "forwarded": 0, "refused": 0, "rate_limited": 0, "upstream_errors": 0,
+                       "incomplete": 0, "client_disconnected": 0}
+        self.refused_by_reason: dict[str, int] = {}
+        self.flag_counts: dict[str, int] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.ServerRunner | None = None
+        self.socket_path: str | None = None
+
+    # -- lifecycle
+
+    async def start(self, socket_path: str | os.PathLike, mode: int = 0o600) -> None:
+        """Listen on the Unix socket ``socket_path`` (a stale socket file is
+        replaced) with permissions ``mode``. Raises OSError."""
+        self.socket_path = os.fspath(socket_path)
+        self._session = aiohttp.ClientSession(timeout=self._timeout, trust_env=False, auto_decompress=True)
+        server = web.Server(self._handle, handler_cancellation=True, access_log=None)
+        self._runner = web.ServerRunner(server)
+        await self._runner.setup()
+        await web.UnixSite(self._runner, self.socket_path).start()
+        os.chmod(self.socket_path, mode)
+
+    async def stop(self) -> None:
+        """Stop listening, close the upstream session and remove the socket."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self.socket_path and os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
+
+    # -- totals
+
+    def totals(self) -> dict:
+        """Counts, token buckets and cost of everything so far: ``requests``,
+        ``forwarded``, ``refused``, ``refused_by_reason``, ``rate_limited``,
+        ``upstream_errors``, ``incomplete``, ``client_disconnected``, the
+        buckets of :class:`~worker.metering.prices.BillTotals` (``cost_usd``
+        text of the priced part, ``unpriced_tokens``, ``unpriced_models``) and
+        ``flags`` (flag -> number of requests). ``cost_usd`` is None when no
+        price table is configured."""
+        bill = self.bill.to_dict()
+        if self.prices is None:
+            bill["cost_usd"] = None
+        return {**self.counts, "refused_by_reason": dict(self.refused_by_reason), **bill,
+                "flags": dict(self.flag_counts)}
+
+    # -- decisions
+
+    def _route(self, method: str, target: str, headers: Mapping[str, str]) -> tuple[Endpoint, str] | _Refusal:
+        if method == "CONNECT":
+            return _Refusal("connect", "CONNECT is refused: a tunnel cannot be metered; send plain HTTP "
+                                       "requests to the proxy base URL")
+        if "upgrade" in headers:
+            return _Refusal("upgrade", "protocol upgrades (WebSocket) are refused")
+        candidates = self.endpoints
+        if not target.startswith("/"):
+            url = URL(target, encoded=True) if "://" in target else None
+            if url is None or url.scheme not in ("http", "https") or not url.host:
+                return _Refusal("bad_path", f"request target {target[:200]!r} is not a path")
+            port = url.explicit_port or (443 if url.scheme == "https" else 80)
+            candidates = [e for e in self.endpoints if e.host.lower() == url.host.lower() and e.port == port]
+            if not candidates:
+                return _Refusal("host_not_allowed", f"{url.host}:{port} is not an endpoint of the sandbox policy")
+            target = url.raw_path_qs
+        path = target.split("?", 1)[0]
+        if _unsafe_path(path):
+            return _Refusal("bad_path", f"path {path[:200]!r} is refused (dot segments, '//' or encoded separators)")
+        for endpoint in candidates:
+            if endpoint.allows(method, path):
+                return endpoint, target
+        return _Refusal("not_in_policy", f"{method} {path[:200]} is not allowed by the sandbox policy")
+
+    async def _cap_refusal(self, requested_model: str | None, api: str | None) -> _Refusal | None:
+        caps = self.caps
+        if caps.task_tokens is not None and self.bill.total_tokens >= caps.task_tokens:
+            return _Refusal("task_token_cap", f"the task reached its cap of {caps.task_tokens} tokens")
+        if caps.task_cost_usd is not None and self.bill.cost_usd >= caps.task_cost_usd:
+            return _Refusal("task_cost_cap", f"the task reached its cap of {caps.task_cost_usd} USD")
+        if caps.has_cost_cap and self.prices is not None and api is not None:
+            name, _ = self.prices.resolve(None, requested_model)
+            if name is None:
+                return _Refusal("unpriced_model_under_cost_cap",
+                                f"model {requested_model!r} has no price, so a cost cap cannot be enforced")
+        if caps.campaign_counter is not None and (caps.campaign_tokens is not None
+                                                  or caps.campaign_cost_usd is not None):
+            try:
+                tokens, cost = await asyncio.to_thread(caps.campaign_counter.read)
+            except (OSError, CampaignCounterError) as exc:
+                return _Refusal("campaign_counter_unreadable", f"campaign spending unknown: {exc}")
+            if caps.campaign_tokens is not None and tokens >= caps.campaign_tokens:
+                return _Refusal("campaign_token_cap", f"the campaign reached its cap of {caps.campaign_tokens} tokens")
+            if caps.campaign_cost_usd is not None and cost >= caps.campaign_cost_usd:
+                return _Refusal("campaign_cost_cap", f"the campaign reached its cap of {caps.campaign_cost_usd} USD")
+        return None
+
+    # -- the handler
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        started = time.perf_counter()
+        record: dict[str, Any] = {
+            "at": _iso(dt.datetime.now(dt.timezone.utc)), "method": request.method,
+            "path": request.raw_path[:2000], "endpoint": None, "status": None, "refused": None,
+            "model_requested": None, "model_returned": None, "stream": False, "usage": None, "cost_usd": None,
+            "priced_as": None, "ttfb_ms": None, "latency_ms": None, "complete": None, "client_disconnected": False,
+            "include_usage_added": False, "flags": [],
+        }
+        self.counts["requests"] += 1
+        decision = self._route(request.method, request.raw_path, request.headers)
+        if isinstance(decision, _Refusal):
+            return self._refuse(record, decision, started)
+        endpoint, target = decision
+        record["endpoint"], record["path"] = endpoint.name, target[:2000]
+        try:
+            body = await self._read_body(request)
+        except _TooLarge:
+            return self._refuse(record, _Refusal("body_too_large", f"request body over {self.max_request_bytes} "
+                                                                   "bytes", 413), started)
+        api = api_for_path(target)
+        request_obj, body, hide_usage = self._prepare_body(body, api, record)
+        refusal = await self._cap_refusal(record["model_requested"], api)
+        if refusal is not None:
+            return self._refuse(record, refusal, started)
+        try:
+            secret = self.credentials.resolve(endpoint.credential) if endpoint.credential else None
+        except CredentialError as exc:
+            return self._refuse(record, _Refusal("credential_unavailable", str(exc), 503), started)
+        headers = self._upstream_headers(request.headers, endpoint, secret)
+        url = URL(endpoint.upstream.rstrip("/") + target, encoded=True)
+        self.counts["forwarded"] += 1
+        reader: ResponseUsageReader | None = None
+        upstream_ref: aiohttp.ClientResponse | None = None
+        upstream_done = False
+        client_gone = False
+        response: web.StreamResponse | None = None
+        try:
+            assert self._session is not None, "proxy not started"
+            async with self._session.request(request.method, url, headers=headers, data=body,
+                                             allow_redirects=False) as upstream:
+                upstream_ref = upstream
+                record["ttfb_ms"] = round((time.perf_counter() - started) * 1000, 3)
+                record["status"] = upstream.status
+                if upstream.status == 429:
+                    self.counts["rate_limited"] += 1
+                elif upstream.status >= 500:
+                    self.counts["upstream_errors"] += 1
+                if 200 <= upstream.status < 300:
+                    reader = ResponseUsageReader(upstream.headers.get("content-type"), api, request_obj)
+                    record["stream"] = reader.streaming
+                hider = _UsageChunkHider() if hide_usage and reader is not None and reader.streaming else None
+                response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                              headers=self._downstream_headers(upstream.headers, hider is not None))
+                try:
+                    await response.prepare(request)
+                    client_gone = await self._pump(upstream, response, reader, hider)
+                    upstream_done = not client_gone
+                except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError):
+                    # The upstream cut its answer: recorded as incomplete below; the agent's
+                    # connection is closed after what it got, so it sees the answer end early.
+                    response.force_close()
+                    return response
+                if client_gone:
+                    upstream.close()  # stop generation (and billing) now, not at the next read
+                else:
+                    try:
+                        await response.write_eof()
+                    except ConnectionError:
+                        client_gone = True
+        except asyncio.CancelledError:
+            client_gone = True  # the agent disconnected; aiohttp cancelled this handler
+            if upstream_ref is not None:
+                upstream_ref.close()
+            raise
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            if response is None or not response.prepared:
+                self.counts["upstream_errors"] += 1
+                record["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                response = web.json_response(
+                    {"type": "error", "error": {"type": "api_error",
+                                                "message": "tco metering proxy: the model API could not be "
+                                                           f"reached ({type(exc).__name__})"}}, status=502)
+                record["status"] = 502
+        finally:
+            self._finish_record(record, reader, request_obj, api, upstream_done, client_gone, started)
+        return response
+
+    async def _pump(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse,
+                    reader: ResponseUsageReader | None, hider: _UsageChunkHider | None) -> bool:
+        """Copy upstream to the agent as it arrives. Returns True if the agent went away."""
+        async for chunk in upstream.content.iter_any():
+            if reader is not None:
+                reader.feed(chunk)
+            out = hider.feed(chunk) if hider is not None else chunk
+            if not out:
+                continue
+            try:
+                await response.write(out)
+            except ConnectionError:
+                return True
+        if hider is not None:
+            rest = hider.close()
+            if rest:
+                try:
+                    await response.write(rest)
+                except ConnectionError:
+                    return True
+        return False
+
+    async def _read_body(self, request: web.BaseRequest) -> bytes:
+        parts, size = [], 0
+        while True:
+            chunk = await request.content.readany()
+            if not chunk:
+                return b"".join(parts)
+            size += len(chunk)
+            if size > self.max_request_bytes:
+                raise _TooLarge()
+            parts.append(chunk)
+
+    def _prepare_body(self, body: bytes, api: str | None, record: dict) -> tuple[Any, bytes, bool]:
+        """Parse the request JSON (model, stream); add include_usage to an
+        OpenAI chat stream. Returns (parsed or None, body to send, hide usage chunk)."""
+        try:
+            obj = json.loads(body) if body else None
+        except ValueError:
+            return None, body, False
+        if not isinstance(obj, dict):
+            return obj, body, False
+        if isinstance(obj.get("model"), str):
+            record["model_requested"] = obj["model"]
+        if api == API_CHAT and obj.get("stream") is True:
+            options = obj.get("stream_options")
+            asked = isinstance(options, dict) and options.get("include_usage") is True
+            if not asked:
+                obj["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+                record["include_usage_added"] = True
+                return obj, json.dumps(obj).encode("utf-8"), True
+        return obj, body, False
+
+    @staticmethod
+    def _upstream_headers(incoming: Mapping[str, str], endpoint: Endpoint, secret: str | None) -> CIMultiDict:
+        headers: CIMultiDict = CIMultiDict()
+        connection_named = {t.strip().lower() for t in incoming.get("connection", "").split(",") if t.strip()}
+        for name, value in incoming.items():
+            low = name.lower()
+            if low in HOP_BY_HOP or low in CLIENT_CREDENTIAL_HEADERS or low in connection_named \
+                    or low in ("host", "content-length", "accept-encoding", "expect"):
+                continue
+            headers.add(name, value)
+        headers["accept-encoding"] = "identity"
+        if secret is not None:
+            headers.update(endpoint.credential_headers(secret))
+        return headers
+
+    @staticmethod
+    def _downstream_headers(upstream: Mapping[str, str], rewritten: bool) -> CIMultiDict:
+        headers: CIMultiDict = CIMultiDict()
+        encoded = upstream.get("content-encoding", "identity").lower() not in ("", "identity")
+        for name, value in upstream.items():
+            low = name.lower()
+            if low in HOP_BY_HOP:
+                continue
+            # aiohttp decompressed the body, or the hider shortened it: the length no longer holds.
+            if low == "content-length" and (encoded or rewritten):
+                continue
+            if low == "content-encoding" and encoded:
+                continue
+            headers.add(name, value)
+        return headers
+
+    def _refuse(self, record: dict, refusal: _Refusal, started: float) -> web.Response:
+        self.counts["refused"] += 1
+        self.refused_by_reason[refusal.reason] = self.refused_by_reason.get(refusal.reason, 0) + 1
+        record.update(status=refusal.status, refused=refusal.reason,
+                      latency_ms=round((time.perf_counter() - started) * 1000, 3))
+        self._emit(record)
+        response = web.json_response(
+            {"type": "error",
+             "error": {"type": "permission_error" if refusal.status == 403 else "api_error",
+                       "message": f"tco metering proxy: {refusal.message}"},
+             "tco_proxy": {"refused": refusal.reason}},
+            status=refusal.status, headers={REFUSED_HEADER: refusal.reason})
+        if refusal.reason in ("connect", "upgrade"):
+            response.force_close()
+        return response
+
+    def _finish_record(self, record: dict, reader: ResponseUsageReader | None, request_obj: Any, api: str | None,
+                       upstream_done: bool, client_gone: bool, started: float) -> None:
+        """Usage, price, totals and the sink; synchronous, so it also runs in a cancelled handler."""
+        record["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        record["client_disconnected"] = client_gone
+        usage: Usage | None = None
+        if reader is not None:
+            usage = reader.finish(transport_complete=upstream_done and not client_gone)
+        elif record["status"] is None:
+            # No answer at all (the agent left, or the upstream failed, before the headers): the
+            # model may still bill the input, so it is estimated and flagged rather than dropped.
+            usage = Usage(api=api, input_tokens=estimate_request_input_tokens(request_obj), complete=False,
+                          flags=["usage_missing", "output_estimated", "incomplete"])
+        if client_gone:
+            self.counts["client_disconnected"] += 1
+        if usage is not None:
+            record["usage"] = usage.to_dict()
+            record["model_returned"] = usage.model
+            record["complete"] = usage.complete
+            flags = list(usage.flags)
+            price = None
+            if self.prices is not None:
+                at = dt.datetime.fromisoformat(record["at"].replace("Z", "+00:00"))
+                price = self.prices.price(usage, record["model_requested"], at=at)
+                record["cost_usd"], record["priced_as"] = price.cost_text, price.priced_as
+                flags += [f for f in price.flags if f not in flags]
+            elif "unpriced_model" not in flags:
+                flags.append("unpriced_model")
+            record["flags"] = flags
+            if not usage.complete:
+                self.counts["incomplete"] += 1
+            for flag in flags:
+                self.flag_counts[flag] = self.flag_counts.get(flag, 0) + 1
+            self.bill.add(usage, price, record["model_requested"])
+            counter = self.caps.campaign_counter
+            if counter is not None and usage.total_tokens:
+                cost = price.cost_usd if price is not None and price.cost_usd is not None else Decimal(0)
+                try:
+                    counter.add(usage.total_tokens, cost)
+                except (OSError, CampaignCounterError) as exc:
+                    record["error"] = f"campaign counter not updated: {exc}"[:500]
+        self._emit(record)
+
+    def _emit(self, record: dict) -> None:
+        self.records.append(record)
+        if self.record_sink is not None:
+            self.record_sink(record)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+# ---------------------------------------------------------- threaded start
+
+
+@dataclass
+class ProxyHandle:
+    """A proxy running in its own thread and event loop (see :func:`start_proxy`)."""
+
+    proxy: MeteringProxy
+    socket_path: str
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+    closers: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    def totals(self) -> dict:
+        """:meth:`MeteringProxy.totals`, read in the proxy's loop."""
+        return self._call(self.proxy.totals)
+
+    def records(self) -> list[dict]:
+        """A copy of the request records so far."""
+        return self._call(lambda: [dict(r) for r in self.proxy.records])
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        if self._stopped:
+            return fn()
+
+        async def run() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=10)
+
+    def stop(self, timeout: float = 15.0) -> dict:
+        """Stop the proxy (requests in flight are cut and recorded), end the
+        thread and return the final totals. Idempotent."""
+        if not self._stopped:
+            asyncio.run_coroutine_threadsafe(self.proxy.stop(), self.loop).result(timeout=timeout)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout)
+            self._stopped = True
+            for close in self.closers:
+                close()
+        return self.proxy.totals()
+
+
+def start_proxy(socket_path: str | os.PathLike, endpoints: Iterable[Endpoint] | Mapping[str, Any],
+                credentials: CredentialResolver | Mapping[str, str], *, caps: Caps | None = None,
+                prices: PriceTable | None = None, record_sink: Callable[[dict], None] | None = None,
+                record_path: str | os.PathLike | None = None, upstreams: Mapping[str, str] | None = None,
+                socket_mode: int = 0o600, ready_timeout_s: float = 10.0) -> ProxyHandle:
+    """Start a :class:`MeteringProxy` on ``socket_path`` in a daemon thread
+    with its own event loop, for a plain (non-asyncio) program such as the
+    runner; returns once it listens. ``endpoints``: a list of
+    :class:`Endpoint` or a parsed sandbox policy (:func:`endpoints_from_policy`,
+    with ``upstreams``); ``record_path``: append records as JSON lines there
+    (besides ``record_sink``). Raises the start error (OSError, ValueError)
+    in the caller's thread. Stop with :meth:`ProxyHandle.stop`."""
+    if isinstance(endpoints, Mapping):
+        endpoints = endpoints_from_policy(endpoints, upstreams)
+    sinks: list[Callable[[dict], None]] = [s for s in (record_sink,) if s is not None]
+    closers: list[Callable[[], None]] = []
+    if record_path is not None:
+        jsonl = JsonlRecordSink(record_path)
+        sinks.append(jsonl)
+        closers.append(jsonl.close)
+
+    def sink(record: dict) -> None:
+        for each in sinks:
+            each(record)
+
+    proxy = MeteringProxy(endpoints, credentials, caps, sink if sinks else None, prices)
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(proxy.start(socket_path, socket_mode))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+            failure.append(exc)
+            ready.set()
+            loop.close()
+            return
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    thread = threading.Thread(target=run, name="tco-metering-proxy", daemon=True)
+    thread.start()
+    if not ready.wait(ready_timeout_s):
+        raise TimeoutError(f"metering proxy did not start within {ready_timeout_s} s")
+    if failure:
+        for close in closers:
+            close()
+        raise failure[0]
+    return ProxyHandle(proxy=proxy, socket_path=os.fspath(socket_path), loop=loop, thread=thread, closers=closers)
