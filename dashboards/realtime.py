@@ -6,7 +6,9 @@ never by what a broadcast happened to contain.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -30,7 +32,7 @@ def broadcast(group: str, event: dict) -> None:
     the database is the truth and the next change pushes again.
     """
 
-    def send() -> None:
+    def push() -> None:
         layer = get_channel_layer()
         if layer is None:
             return
@@ -38,6 +40,18 @@ def broadcast(group: str, event: dict) -> None:
             async_to_sync(layer.group_send)(group, {"type": "tco.event", "event": event})
         except Exception:  # noqa: BLE001 - the push is best effort; pages also refresh on reconnect
             log.warning("could not push %s to %s", event.get("kind"), group, exc_info=True)
+
+    def send() -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            push()
+            return
+        # Called from a thread that runs an event loop (an async caller that
+        # used sync ORM code): async_to_sync refuses, so push from a helper thread.
+        thread = threading.Thread(target=push, name="tco-broadcast")
+        thread.start()
+        thread.join(timeout=5)
 
     transaction.on_commit(send)
 

@@ -328,23 +328,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
                            by_team.setdefault(project or "", _state_counts())):
                 bucket[state] = bucket.get(state, 0) + n
 
-    # One page of campaigns: unfinished first, newest first.
-    visible = campaigns_visible_to(user)
-    total_campaigns = visible.count()
-    pages = max(1, -(-total_campaigns // per_page))
-    page = min(max(page, 1), pages)
-    first = (page - 1) * per_page
-    on_page = list(
-        visible.select_related("team", "cluster")
-        .annotate(finished_rank=Case(When(status__in=UNFINISHED_CAMPAIGN, then=Value(0)), default=Value(1),
-                                     output_field=IntegerField()))
-        .order_by("finished_rank", "-launched_at", "-pk")[first:first + per_page]
-    )
-    campaign_rows = []
-    for c in on_page:
-        live = counts.campaigns.get(c.pk)
-        states = live["states"] if live else _finished_campaign_states(c)
-        campaign_rows.append(_campaign_row(c, states))
+    campaign_rows, campaigns_page = campaign_list(user, page=page, per_page=per_page, counts=counts)
 
     other_rows = None
     other_more = 0
@@ -383,7 +367,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
                       "states": v} for k, v in sorted(by_queue.items())],
         "by_team": [{"team": team_label(p), "project": p, "states": v} for p, v in sorted(by_team.items())],
         "campaigns": campaign_rows,
-        "campaigns_page": {"page": page, "pages": pages, "per_page": per_page, "total": total_campaigns},
+        "campaigns_page": campaigns_page,
         "other_jobs": other_jobs,
         "other_job_rows": other_rows,
         "other_jobs_more": other_more,
@@ -405,6 +389,37 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
             for t in finished
         ],
     }
+
+
+def campaign_list(user: AbstractBaseUser, *, page: int = 1, per_page: int = CAMPAIGNS_PER_PAGE,
+                  counts: LiveCounts | None = None, status: str | None = None) -> tuple[list[dict], dict]:
+    """One page of the campaigns ``user`` may see, unfinished first, then newest first, with state counts.
+
+    Returns ``(rows, {"page", "pages", "per_page", "total"})``; rows as in
+    ``queue_summary``'s ``campaigns``. ``status`` filters on the campaign
+    status. Counts of unfinished campaigns come from ``counts`` (read when
+    None), those of finished ones from a cache.
+    """
+    visible = campaigns_visible_to(user)
+    if status:
+        visible = visible.filter(status=status)
+    total = visible.count()
+    pages = max(1, -(-total // per_page))
+    page = min(max(page, 1), pages)
+    first = (page - 1) * per_page
+    on_page = list(
+        visible.select_related("team", "cluster")
+        .annotate(finished_rank=Case(When(status__in=UNFINISHED_CAMPAIGN, then=Value(0)), default=Value(1),
+                                     output_field=IntegerField()))
+        .order_by("finished_rank", "-launched_at", "-pk")[first:first + per_page]
+    )
+    if counts is None and any(c.status in UNFINISHED_CAMPAIGN for c in on_page):
+        counts = live_counts()
+    rows = []
+    for c in on_page:
+        live = counts.campaigns.get(c.pk) if counts else None
+        rows.append(_campaign_row(c, live["states"] if live else _finished_campaign_states(c)))
+    return rows, {"page": page, "pages": pages, "per_page": per_page, "total": total}
 
 
 def _other_job_rows(clusters: dict[int, Cluster]) -> tuple[list[dict], int]:

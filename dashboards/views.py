@@ -1,37 +1,91 @@
-"""Pages: thin; every read goes through a scoped selector."""
+"""Pages: thin; every read goes through a scoped selector (a page the user may not see is a 404)."""
 from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
 
-from . import selectors
-from .models import Campaign
+from . import accounts, selectors
+from .models import Campaign, Task
+
+
+def _int_param(request: HttpRequest, name: str, default: int = 1) -> int:
+    try:
+        return max(1, int(request.GET.get(name, default)))
+    except ValueError:
+        return default
 
 
 @login_required
 def queue_page(request: HttpRequest) -> HttpResponse:
-    summary = selectors.queue_summary(request.user, seat_resource=settings.TCO_SEAT_RESOURCE)
-    return render(request, "dashboards/queue.html", {"summary": summary})
+    summary = selectors.queue_summary(request.user, seat_resource=settings.TCO_SEAT_RESOURCE,
+                                      page=_int_param(request, "page"))
+    depth = {"hour": selectors.queue_depth_history(request.user, "hour"),
+             "day": selectors.queue_depth_history(request.user, "day")}
+    return render(request, "dashboards/queue.html", {"summary": summary, "depth": depth})
 
 
 @login_required
 def queue_json(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(selectors.queue_summary(request.user, seat_resource=settings.TCO_SEAT_RESOURCE))
+    return JsonResponse(selectors.queue_summary(request.user, seat_resource=settings.TCO_SEAT_RESOURCE,
+                                                page=_int_param(request, "page")))
 
 
 @login_required
 def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    state = request.GET.get("state") or None
+    if state not in (None, *selectors.LIFECYCLE_STATES):
+        state = None
     try:
-        page = int(request.GET.get("page", "1"))
-    except ValueError:
-        page = 1
-    try:
-        detail = selectors.campaign_detail(request.user, campaign_id, page=page)
+        detail = selectors.campaign_detail(request.user, campaign_id, page=_int_param(request, "page"), state=state)
     except Campaign.DoesNotExist:
         raise Http404("no such campaign") from None
-    return render(request, "dashboards/campaign.html", detail)
+    return render(request, "dashboards/campaign.html", {"detail": detail, "states": selectors.LIFECYCLE_STATES})
+
+
+@login_required
+def task_page(request: HttpRequest, task_id: int) -> HttpResponse:
+    try:
+        detail = selectors.task_detail(request.user, task_id)
+    except Task.DoesNotExist:
+        raise Http404("no such task") from None
+    return render(request, "dashboards/agent.html", {"detail": detail})
+
+
+@login_required
+def task_output(request: HttpRequest, task_id: int, name: str) -> HttpResponse:
+    """One file of the agent's work directory, as text (the last ``TCO_LOG_VIEW_CAP`` bytes)."""
+    try:
+        found = selectors.task_output_file(request.user, task_id, name)
+    except Task.DoesNotExist:
+        raise Http404("no such task") from None
+    if found["error"]:
+        raise Http404(found["error"])
+    response = HttpResponse(found["text"], content_type="text/plain; charset=utf-8")
+    if found["truncated"]:
+        response["X-TCO-Truncated"] = f"last {len(found['text'].encode())} of {found['size']} bytes"
+    return response
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def token_page(request: HttpRequest) -> HttpResponse:
+    """The user's API token: shown once after it is made; POST ``action=rotate|revoke``."""
+    from rest_framework.authtoken.models import Token
+
+    new_key = None
+    if request.method == "POST":
+        if request.POST.get("action") == "revoke":
+            accounts.api_token_revoke(user=request.user)
+        else:
+            new_key = accounts.api_token_rotate(user=request.user).key
+            request.session["tco_new_token"] = new_key
+        return redirect("token")
+    new_key = request.session.pop("tco_new_token", None)
+    token = Token.objects.filter(user=request.user).first()
+    return render(request, "dashboards/token.html", {"token": token, "new_key": new_key})
 
 
 def healthz(request: HttpRequest) -> HttpResponse:

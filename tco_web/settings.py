@@ -6,6 +6,7 @@ given as ``NAME_FILE`` (a path whose contents are the value).
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -279,6 +280,11 @@ SPECTACULAR_SETTINGS = {
 # or that comes from one of TCO_METRICS_ALLOW (addresses or CIDR networks).
 TCO_METRICS_TOKEN = env_str("TCO_METRICS_TOKEN") or None
 TCO_METRICS_ALLOW = env_list("TCO_METRICS_ALLOW", ["127.0.0.1"])
+for _net in TCO_METRICS_ALLOW:
+    try:
+        ipaddress.ip_network(_net, strict=False)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"TCO_METRICS_ALLOW: {_net!r} is not an address or network") from exc
 # How long a job's ``qstat -j`` answer is reused by the agent page (seconds).
 TCO_JOB_DETAIL_CACHE_S = env_float("TCO_JOB_DETAIL_CACHE_S", 5.0)
 # How long a campaign's stage statistics are reused (seconds).

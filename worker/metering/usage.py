@@ -386,15 +386,18 @@ def _utf8_len(text: Any) -> int:
     return len(text.encode("utf-8")) if isinstance(text, str) else 0
 
 
-# Keys whose string values are binary payloads (base64 images, files), not text the model reads as tokens.
-_BINARY_KEYS = frozenset({"data", "file_data", "image_url", "url", "b64_json", "signature"})
+# Keys whose string values are not prompt text: binary payloads (base64 images, files) and
+# structural labels.
+_SKIPPED_KEYS = frozenset({"data", "file_data", "image_url", "url", "b64_json", "signature", "type", "role",
+                           "media_type", "cache_control", "id", "tool_use_id", "tool_call_id"})
 
 
 def estimate_request_input_tokens(request: Any) -> int:
     """Estimate input tokens of a request body (parsed JSON) from the UTF-8
     bytes of its text: every string under ``system``, ``messages``,
     ``input``, ``instructions``, ``tools`` and ``prompt``, skipping binary
-    payloads (``data``, ``url``, ``image_url``, ``file_data`` ...). Used only
+    payloads (``data``, ``url``, ``image_url``, ``file_data`` ...) and labels
+    (``type``, ``role``, ids). Used only
     when a response carries no usage (flag ``usage_missing``)."""
     if not isinstance(request, Mapping):
         return 0
@@ -405,7 +408,7 @@ def estimate_request_input_tokens(request: Any) -> int:
         if isinstance(item, str):
             total += _utf8_len(item)
         elif isinstance(item, Mapping):
-            stack.extend(v for k, v in item.items() if k not in _BINARY_KEYS)
+            stack.extend(v for k, v in item.items() if k not in _SKIPPED_KEYS)
         elif isinstance(item, list):
             stack.extend(item)
     return estimate_tokens(total)
