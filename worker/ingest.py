@@ -67,6 +67,10 @@ def _campaigns_by_job(cluster: Cluster, job_numbers: Iterable[int]) -> dict[int,
     return found
 
 
+# cluster pk -> {task key: QstatTask} of the last poll this process applied.
+_SNAPSHOTS: dict[int, dict[tuple[int, int], QstatTask]] = {}
+
+
 def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: dt.datetime) -> PollChanges:
     """Write the difference between a qstat snapshot and the active tasks in the database.
 
@@ -75,15 +79,35 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
     snapshot predates it. Tasks gone from qstat become ``finishing`` until their
     accounting record is read. Returns the counts; pushes one change event.
     """
+    from worker.schedulers.qstat_xml import diff_tasks
+
     changes = PollChanges()
+    fields = ("id", "campaign_id", "job_number", "task_number", "first_seen_at", "submitted_at", *POLL_FIELDS)
     with transaction.atomic():
-        existing = {
-            (row.job_number, row.task_number): row
-            for row in Task.objects.filter(cluster=cluster, active=True).only(
-                "id", "campaign_id", "job_number", "task_number", "first_seen_at", "submitted_at", *POLL_FIELDS
-            )
-        }
-        current = {t.key: t for t in tasks}
+        active = Task.objects.filter(cluster=cluster, active=True)
+        cached = _SNAPSHOTS.get(cluster.pk)
+        # The last snapshot this process applied is exactly the active tasks
+        # not yet finishing, unless something else added tasks since (a
+        # campaign submitted): then the count differs and we read them all.
+        if cached is not None and active.exclude(state="finishing").count() == len(cached):
+            diff = diff_tasks(cached, tasks)
+            current = {t.key: t for t in (*diff.added, *diff.changed)}
+            touched = set(current) | {t.key for t in diff.gone}
+            existing = {}
+            by_job: dict[int, list[int]] = {}
+            for job, task in touched:
+                by_job.setdefault(job, []).append(task)
+            for job, task_numbers in by_job.items():
+                for chunk in _chunks(sorted(task_numbers)):
+                    for row in active.filter(job_number=job, task_number__in=chunk).only(*fields):
+                        existing[(row.job_number, row.task_number)] = row
+            snapshot = diff.current
+        else:
+            existing = {(row.job_number, row.task_number): row for row in active.only(*fields)}
+            current = snapshot = {t.key: t for t in tasks}
+        # Dropped on rollback: the next poll then reads the database again.
+        _SNAPSHOTS.pop(cluster.pk, None)
+        transaction.on_commit(lambda: _SNAPSHOTS.__setitem__(cluster.pk, snapshot))
         new_keys = [k for k in current if k not in existing]
         campaign_of = _campaigns_by_job(cluster, (k[0] for k in new_keys)) if new_keys else {}
         events: list[TaskEvent] = []

@@ -98,3 +98,34 @@ def test_rows_seen_before_submission_returned_are_adopted_by_the_campaign(django
     assert campaign.job_number == job
     assert Task.objects.filter(campaign=campaign).count() == 2
     assert Task.objects.filter(job_number=job).count() == 2
+
+
+@pytest.fixture
+def fresh_snapshots():
+    from worker import ingest
+
+    ingest._SNAPSHOTS.clear()
+    yield ingest._SNAPSHOTS
+    ingest._SNAPSHOTS.clear()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_later_polls_diff_against_the_last_snapshot_and_still_see_new_rows(fresh_snapshots):
+    cluster = cluster_get_default()
+    apply_qstat_poll(cluster, [qtask(7, 1, "qw", "pending"), qtask(7, 2, "qw", "pending")], observed_at=T0)
+    assert set(fresh_snapshots[cluster.pk]) == {(7, 1), (7, 2)}
+    changes = apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm"), qtask(7, 2, "qw", "pending")],
+                               observed_at=T0 + dt.timedelta(seconds=1))
+    assert (changes.added, changes.changed, changes.gone) == (0, 1, 0)
+    assert Task.objects.get(task_number=1).state == "running"
+    # A row written by someone else (a campaign submitted) is not in the snapshot:
+    # the count check sends the next poll back to the database.
+    Task.objects.create(cluster=cluster, job_number=9, task_number=1, is_array=True, state="pending",
+                        first_seen_at=T0)
+    changes = apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm"), qtask(7, 2, "qw", "pending"),
+                                         qtask(9, 1, "r", "running", "vm")], observed_at=T0 + dt.timedelta(seconds=2))
+    assert changes.changed == 1 and Task.objects.get(job_number=9).state == "running"
+    changes = apply_qstat_poll(cluster, [qtask(7, 2, "qw", "pending"), qtask(9, 1, "r", "running", "vm")],
+                               observed_at=T0 + dt.timedelta(seconds=3))
+    assert changes.gone == 1 and Task.objects.get(job_number=7, task_number=1).state == "finishing"
+    assert Task.objects.filter(state="running").count() == 1
