@@ -240,6 +240,9 @@ def scheduler_for(cluster: Cluster):
         resources=list(settings.TCO_REQUESTABLE_RESOURCES),
         sge_root=cluster.sge_root,
         sge_cell=cluster.sge_cell,
+        # -notify: a qdel first sends SIGTERM (execd_params NOTIFY_KILL=TERM,
+        # scripts/dev-cluster), so the runner writes its record before SIGKILL.
+        notify=settings.TCO_NOTIFY,
     )
 
 

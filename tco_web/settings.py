@@ -247,6 +247,8 @@ TCO_INGEST_INTERVAL_S = env_float("TCO_INGEST_INTERVAL_S", 1.0)
 # A task gone from qstat with no accounting record after this long is "lost"
 # (or "deleted" if it never started).
 TCO_LOST_GRACE_S = env_float("TCO_LOST_GRACE_S", 120.0)
+# Submit with -notify; needs execd_params NOTIFY_KILL=TERM,NOTIFY_SUSP=none on the cluster.
+TCO_NOTIFY = env_bool("TCO_NOTIFY", True)
 # The interpreter the scheduler starts the runner with (same venv as the workers).
 TCO_RUNNER_PYTHON = env_str("TCO_RUNNER_PYTHON", str(BASE_DIR / ".venv" / "bin" / "python"))
 
@@ -275,6 +277,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Queue, campaigns, tasks and usage of tco, scoped to the caller's teams and role.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 # /metrics answers a request that carries ``Authorization: Bearer <TCO_METRICS_TOKEN>``
 # or that comes from one of TCO_METRICS_ALLOW (addresses or CIDR networks).

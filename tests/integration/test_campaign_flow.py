@@ -92,3 +92,45 @@ def test_it_follows_a_real_campaign_from_submission_to_accounting(bootstrap, dja
     assert Task.objects.get(campaign=campaign, task_number=4).state == "failed"
     assert Task.objects.get(campaign=campaign, task_number=4).exit_status == 3
     assert Campaign.objects.get(pk=campaign.pk).status == "finished"
+
+
+def drive_until_ended(cluster, campaign, scheduler, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        apply_qstat_poll(cluster, scheduler.list_tasks(), observed_at=timezone.now())
+        ingest_accounting(cluster)
+        ingest_runner_records(cluster)
+        if not Task.objects.filter(campaign=campaign, active=True).exists() and not Task.objects.filter(
+            campaign=campaign, task_started_at__isnull=True
+        ).exists():
+            return
+        time.sleep(0.3)
+    states = list(Task.objects.filter(campaign=campaign).values_list("task_number", "state", "task_started_at"))
+    pytest.fail(f"campaign did not end in time: {states}")
+
+
+def test_a_task_deleted_mid_agent_still_leaves_its_runner_record(bootstrap, django_user_model):
+    cluster = cluster_get_default()
+    team = Team.objects.get(project="engineering")
+    agent = AgentDefinition.objects.get(name="demo-agent")
+    admin = django_user_model.objects.get(username="admin")
+    campaign = campaign_launch(user=admin, team=team, agent_definition=agent, name="itest-qdel",
+                               inputs=[{"task": n, "duration_s": 120.0} for n in (1, 2)])
+    campaign = campaign_submit(campaign_id=campaign.pk)
+    scheduler = scheduler_for(cluster)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        apply_qstat_poll(cluster, scheduler.list_tasks(), observed_at=timezone.now())
+        if Task.objects.filter(campaign=campaign, state="running").count() == 2:
+            break
+        time.sleep(0.3)
+    time.sleep(2.0)  # let the agents start inside their runners
+    scheduler.control("delete", campaign.job_number)
+    drive_until_ended(cluster, campaign, scheduler)
+    for task in Task.objects.filter(campaign=campaign):
+        assert task.state == "failed", (task.task_number, task.state)
+        assert task.project == "engineering"
+        assert task.task_started_at is not None and task.agent_started_at is not None
+        assert task.agent_exited_at is None  # the runner stopped it: the agent never exited by itself
+        assert task.teardown_done_at >= task.agent_started_at
+        assert task.wallclock_s < 60
