@@ -39,3 +39,5 @@ class AccountingRecordAdmin(admin.ModelAdmin):
 @admin.register(QuarantinedLine)
 class QuarantinedLineAdmin(admin.ModelAdmin):
     list_display = ("path", "offset", "reason", "seen_at")
+
+from . import pricing_admin  # noqa: E402,F401  (registers the price table)

@@ -380,3 +380,6 @@ class AuditEntry(models.Model):
     params = models.JSONField(default=dict, blank=True)
     ok = models.BooleanField()
     result = models.TextField(blank=True)
+
+
+from .pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401  (price table, issue 5)

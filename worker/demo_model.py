@@ -18,6 +18,7 @@ Routes:
   header ``x-api-key`` equal to the configured key, else 401
   ``authentication_error``: so a test can prove the agent never had the key
   and the proxy added it.
+- ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}`` (free, as in the API).
 - ``POST /v1/chat/completions``: a small OpenAI-compatible twin (key in
   ``Authorization: Bearer``); streams carry usage only when the request set
   ``stream_options.include_usage``, as OpenAI's do.
@@ -255,6 +256,7 @@ class StandInModel:
         """The aiohttp application."""
         app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/messages", self.messages)
+        app.router.add_post("/v1/messages/count_tokens", self.count_tokens)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/_stand_in/served", self.served)
         app.router.add_post("/_stand_in/reset", self.reset)
@@ -359,6 +361,17 @@ class StandInModel:
             raise
         entry["ended"] = time.time()
         return response
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``, free (not in the ledger)."""
+        if not self._key_ok(request.headers.get("x-api-key")):
+            self.ledger.reject("auth")
+            return _error(401, "authentication_error", "invalid x-api-key")
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        return web.json_response({"input_tokens": sum(count_tokens(t) for t, _ in _blocks(body))},
+                                 headers=STAND_IN_HEADER)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/chat/completions`` (OpenAI-compatible twin)."""

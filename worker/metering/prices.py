@@ -240,6 +240,22 @@ class PriceTable:
 
         return cls.from_records(ModelPrice.objects.all(), ModelAlias.objects.all())
 
+    def to_mapping(self) -> dict:
+        """The table in the prices file format (prices as decimal strings, a
+        list of dated entries per model), e.g. for the launcher to write the
+        database's table into the spool for runners, which have no Django.
+        ``from_mapping(to_mapping())`` gives an equal table."""
+        data: dict[str, Any] = {}
+        for model, entries in sorted(self._rates.items()):
+            data[model] = [
+                {**({"effective_from": r.effective_from.isoformat()} if r.effective_from else {}),
+                 **{b: format_usd(r.per_million(b)) for b in BUCKETS if r.per_million(b) is not None}}
+                for r in entries
+            ]
+        if self.aliases:
+            data["aliases"] = dict(sorted(self.aliases.items()))
+        return data
+
     # -- lookup
 
     @property

@@ -34,7 +34,8 @@ What it does with each request:
    agent receives, so a client that indexes ``choices[0]`` is not broken.
 3. Streams the answer back as it arrives (nothing is buffered whole) while
    feeding it to the usage reader (worker/metering/usage.py). Usage is read
-   from 2xx answers only. Upstream 429 answers go back unchanged (status,
+   from 2xx answers only, and not from paths that bill nothing
+   (``.../count_tokens``, ``.../models``). Upstream 429 answers go back unchanged (status,
    headers, body) and are counted as ``rate_limited``.
 4. If the agent disconnects, the handler is cancelled (aiohttp
    ``handler_cancellation``), the upstream connection is closed at once (so
@@ -87,6 +88,9 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
 CLIENT_CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie",
                                        "proxy-authorization"})
 MAX_REQUEST_BYTES = 32 << 20
+# Endpoints that generate nothing and bill nothing (Anthropic token counting, model lists): their
+# answers carry no usage, and metering them would only add usage_missing estimates to the bill.
+UNMETERED_PATH = re.compile(r"/(count_tokens|models)(/[^/]*)?\Z")
 REFUSED_HEADER = "x-tco-proxy-refused"
 
 
@@ -467,7 +471,8 @@ class MeteringProxy:
         server = web.Server(self._handle, handler_cancellation=True, access_log=None)
         self._runner = web.ServerRunner(server)
         await self._runner.setup()
-        await web.UnixSite(self._runner, self.socket_path).start()
+        # At stop, requests still in flight get 5 s to end before they are cut (and recorded).
+        await web.UnixSite(self._runner, self.socket_path, shutdown_timeout=5.0).start()
         os.chmod(self.socket_path, mode)
 
     async def stop(self) -> None:
@@ -584,6 +589,7 @@ class MeteringProxy:
         upstream_ref: aiohttp.ClientResponse | None = None
         upstream_done = False
         client_gone = False
+        maybe_billed = True  # False only when the request provably never reached the upstream
         response: web.StreamResponse | None = None
         try:
             assert self._session is not None, "proxy not started"
@@ -596,7 +602,7 @@ class MeteringProxy:
                     self.counts["rate_limited"] += 1
                 elif upstream.status >= 500:
                     self.counts["upstream_errors"] += 1
-                if 200 <= upstream.status < 300:
+                if 200 <= upstream.status < 300 and not UNMETERED_PATH.search(target.split("?", 1)[0]):
                     reader = ResponseUsageReader(upstream.headers.get("content-type"), api, request_obj)
                     record["stream"] = reader.streaming
                 hider = _UsageChunkHider() if hide_usage and reader is not None and reader.streaming else None
@@ -625,6 +631,7 @@ class MeteringProxy:
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             if response is None or not response.prepared:
+                maybe_billed = not isinstance(exc, aiohttp.ClientConnectorError)
                 self.counts["upstream_errors"] += 1
                 record["error"] = f"{type(exc).__name__}: {exc}"[:500]
                 response = web.json_response(
@@ -633,7 +640,8 @@ class MeteringProxy:
                                                            f"reached ({type(exc).__name__})"}}, status=502)
                 record["status"] = 502
         finally:
-            self._finish_record(record, reader, request_obj, api, upstream_done, client_gone, started)
+            self._finish_record(record, reader, request_obj, api, upstream_done, client_gone, started,
+                                maybe_billed and record["status"] in (None, 502) and reader is None)
         return response
 
     async def _pump(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse,
@@ -737,16 +745,16 @@ class MeteringProxy:
         return response
 
     def _finish_record(self, record: dict, reader: ResponseUsageReader | None, request_obj: Any, api: str | None,
-                       upstream_done: bool, client_gone: bool, started: float) -> None:
+                       upstream_done: bool, client_gone: bool, started: float, unanswered: bool) -> None:
         """Usage, price, totals and the sink; synchronous, so it also runs in a cancelled handler."""
         record["latency_ms"] = round((time.perf_counter() - started) * 1000, 3)
         record["client_disconnected"] = client_gone
         usage: Usage | None = None
         if reader is not None:
             usage = reader.finish(transport_complete=upstream_done and not client_gone)
-        elif record["status"] is None:
-            # No answer at all (the agent left, or the upstream failed, before the headers): the
-            # model may still bill the input, so it is estimated and flagged rather than dropped.
+        elif unanswered:
+            # Sent but never answered (the agent left, or the upstream failed, before the headers):
+            # the model may still bill the input, so it is estimated and flagged rather than dropped.
             usage = Usage(api=api, input_tokens=estimate_request_input_tokens(request_obj), complete=False,
                           flags=["usage_missing", "output_estimated", "incomplete"])
         if client_gone:

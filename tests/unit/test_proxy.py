@@ -1,0 +1,657 @@
+"""The metering proxy with the stand-in model, on loopback and a Unix socket in a temp dir.
+
+Every server here is started by the test: the stand-in model API on
+127.0.0.1, a "forbidden" server on 127.0.0.2 that counts what reaches it
+(case BUG-20), and the proxy on a Unix socket. Nothing else is contacted.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import stat
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from worker.demo_model import StandInConfig, reply_text, start_stand_in
+from worker.metering.prices import PriceTable
+from worker.metering.proxy import (Caps, CredentialResolver, Endpoint, FileCampaignCounter, MeteringProxy, Rule,
+                                   endpoints_from_policy, start_proxy)
+from worker.metering.usage import SSEDecoder, usage_file_lines
+
+KEY = "sk-stand-in-0123456789abcdef"
+CASES = Path(__file__).resolve().parent.parent / "fixtures" / "cases"
+PRICES = PriceTable.from_mapping({
+    "stand-in-sonnet": {"input": "3", "output": "15", "cache_read": "0.3", "cache_write_5m": "3.75",
+                        "cache_write_1h": "6"},
+    "stand-in-gpt": {"input": "2", "output": "8", "cache_read": "0.5"},
+})
+BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
+           "reasoning_tokens")
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+class Forbidden:
+    """A server the policy does not list (BUG-20's forbidden_server): counts connections."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    async def start(self) -> "Forbidden":
+        async def seen(reader, writer):
+            self.connections += 1
+            writer.close()
+
+        self.server = await asyncio.start_server(seen, "127.0.0.2", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+
+class Stack:
+    """Stand-in model + proxy + an agent-side client session on the proxy's socket."""
+
+    def __init__(self, tmp: Path, port: int, model, proxy: MeteringProxy, session: aiohttp.ClientSession) -> None:
+        self.tmp, self.port, self.model, self.proxy, self.session = tmp, port, model, proxy, session
+        self.sock = proxy.socket_path
+
+    def url(self, path: str) -> str:
+        return "http://sandbox" + path
+
+    async def served(self) -> dict:
+        async with aiohttp.ClientSession() as direct:
+            async with direct.get(f"http://127.0.0.1:{self.port}/_stand_in/served") as resp:
+                return await resp.json()
+
+    async def raw(self, request: bytes) -> bytes:
+        reader, writer = await asyncio.open_unix_connection(self.sock)
+        writer.write(request)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        return data
+
+
+def endpoints(port: int) -> list[Endpoint]:
+    return [
+        Endpoint("model_api", "127.0.0.1", port, (Rule("POST", "/v1/messages"), Rule("POST", "/v1/messages/*")),
+                 credential="anthropic"),
+        Endpoint("openai_api", "127.0.0.1", port, (Rule("POST", "/v1/chat/completions"),), credential="openai"),
+    ]
+
+
+@contextlib.asynccontextmanager
+async def stack(tmp: Path, caps: Caps | None = None, prices: PriceTable | None = PRICES, credentials=None,
+                sock_name: str = "proxy.sock", **stand_in):
+    key_file = tmp / "model.key"
+    key_file.write_text(KEY + "\n")
+    runner, model, port = await start_stand_in(StandInConfig(api_key=KEY, **stand_in))
+    creds = credentials or {"anthropic": f"file:{key_file}", "openai": f"file:{key_file}"}
+    proxy = MeteringProxy(endpoints(port), creds, caps, prices=prices)
+    await proxy.start(tmp / sock_name)
+    session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(str(tmp / sock_name)))
+    try:
+        yield Stack(tmp, port, model, proxy, session)
+    finally:
+        await session.close()
+        await proxy.stop()
+        await runner.cleanup()
+
+
+def message(text: str = "hello", model: str = "stand-in-sonnet", **extra) -> dict:
+    return {"model": model, "max_tokens": 200, "messages": [{"role": "user", "content": text}], **extra}
+
+
+def cached_message(ttl: str | None, model: str = "stand-in-sonnet", system: str = "S" * 4000, **extra) -> dict:
+    control = {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}
+    return message(system=[{"type": "text", "text": system, "cache_control": control}], model=model, **extra)
+
+
+def sse_events(data: bytes) -> list:
+    decoder = SSEDecoder()
+    return decoder.feed(data) + decoder.close()
+
+
+def ledger_usage(entry: dict) -> dict:
+    return {k: entry[k] for k in BUCKETS}
+
+
+def record_usage(record: dict) -> dict:
+    return {k: record["usage"][k] for k in BUCKETS}
+
+
+# ---------------------------------------------------------------- credential
+
+
+def test_the_proxy_adds_the_credential_the_agent_never_has(tmp_path):
+    async def body():
+        async with stack(tmp_path) as s:
+            # The stand-in refuses a request without its key: a 200 through the proxy means the proxy added it.
+            async with aiohttp.ClientSession() as direct:
+                async with direct.post(f"http://127.0.0.1:{s.port}/v1/messages", json=message()) as resp:
+                    assert resp.status == 401
+            async with s.session.post(s.url("/v1/messages"), json=message(),
+                                      headers={"x-api-key": "agent-guess", "authorization": "Bearer agent"}) as resp:
+                assert resp.status == 200
+                received = json.dumps(dict(resp.headers)) + await resp.text()
+            served = await s.served()
+            assert served["rejected"] == {"auth": 1}
+            assert served["per_request"][0]["credential_headers"] == ["x-api-key"]  # the agent's were dropped
+            assert KEY not in received
+            assert KEY not in json.dumps(s.proxy.records) and KEY not in json.dumps(s.proxy.totals())
+    run(body())
+
+
+def test_credential_from_the_runner_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCO_TEST_MODEL_KEY", KEY)
+
+    async def body():
+        async with stack(tmp_path, credentials=CredentialResolver({"anthropic": "env:TCO_TEST_MODEL_KEY"})) as s:
+            async with s.session.post(s.url("/v1/messages"), json=message()) as resp:
+                assert resp.status == 200
+    run(body())
+
+
+def test_missing_credential_is_a_clear_503_and_nothing_is_sent(tmp_path):
+    async def body():
+        async with stack(tmp_path, credentials={"anthropic": f"file:{tmp_path}/absent.key"}) as s:
+            async with s.session.post(s.url("/v1/messages"), json=message()) as resp:
+                assert resp.status == 503
+                assert resp.headers["x-tco-proxy-refused"] == "credential_unavailable"
+            assert s.proxy.totals()["refused_by_reason"] == {"credential_unavailable": 1}
+            assert (await s.served())["totals"]["requests"] == 0
+    run(body())
+
+
+# -------------------------------------------------------- BUG-20 proxy probes
+
+
+def bug20_probe(probe_id: str) -> dict:
+    return next(p for p in json.loads((CASES / "BUG-20_proxy_bypass" / "probes.json").read_text())["probes"]
+                if p["id"] == probe_id)
+
+
+def test_bug20_p1_allowed_request_is_forwarded_and_metered(tmp_path):
+    assert "200" in bug20_probe("P1")["expect"]
+
+    async def body():
+        async with stack(tmp_path) as s:
+            async with s.session.post(s.url("/v1/messages"), json=message()) as resp:
+                assert resp.status == 200
+                data = await resp.json()
+            assert data["content"][0]["text"].startswith("[stand-in]")
+            [record] = s.proxy.records
+            [entry] = (await s.served())["per_request"]
+            assert record["status"] == 200 and record["refused"] is None and record["complete"] is True
+            assert record_usage(record) == ledger_usage(entry)
+            assert record["usage"]["input_tokens"] > 0 and record["usage"]["output_tokens"] > 0
+    run(body())
+
+
+@pytest.mark.parametrize("probe_id", ["P2", "P8"])
+def test_bug20_connect_is_refused_and_reaches_nothing(tmp_path, probe_id):
+    assert "403" in bug20_probe(probe_id)["expect"]
+
+    async def body():
+        forbidden = await Forbidden().start()
+        try:
+            async with stack(tmp_path) as s:
+                target = f"127.0.0.2:{forbidden.port}"
+                answer = await s.raw(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+                assert answer.startswith(b"HTTP/1.1 403")
+                assert b'"refused": "connect"' in answer
+                # also CONNECT to the allowed model API: a tunnel cannot be metered
+                allowed = f"127.0.0.1:{s.port}"
+                answer = await s.raw(f"CONNECT {allowed} HTTP/1.1\r\nHost: {allowed}\r\n\r\n".encode())
+                assert answer.startswith(b"HTTP/1.1 403")
+                assert s.proxy.totals()["refused_by_reason"] == {"connect": 2}
+                assert (await s.served())["totals"]["requests"] == 0
+            assert forbidden.connections == 0
+        finally:
+            await forbidden.stop()
+    run(body())
+
+
+def test_bug20_p3_absolute_form_request_to_another_host_is_refused(tmp_path):
+    assert "403" in bug20_probe("P3")["expect"]
+
+    async def body():
+        forbidden = await Forbidden().start()
+        try:
+            async with stack(tmp_path) as s:
+                target = f"http://127.0.0.2:{forbidden.port}/v1/messages"
+                payload = json.dumps(message()).encode()
+                answer = await s.raw(f"POST {target} HTTP/1.1\r\nHost: 127.0.0.2:{forbidden.port}\r\n"
+                                     f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode() + payload)
+                assert answer.startswith(b"HTTP/1.1 403")
+                assert b"host_not_allowed" in answer
+                # the same absolute form naming the allowed endpoint is forwarded
+                target = f"http://127.0.0.1:{s.port}/v1/messages"
+                answer = await s.raw(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n"
+                                     f"Connection: close\r\n\r\n".encode() + payload)
+                assert answer.startswith(b"HTTP/1.1 200")
+            assert forbidden.connections == 0
+        finally:
+            await forbidden.stop()
+    run(body())
+
+
+def test_bug20_p9_host_header_never_retargets_a_request(tmp_path):
+    assert "Host header never re-targets" in bug20_probe("P9")["expect"]
+
+    async def body():
+        forbidden = await Forbidden().start()
+        try:
+            async with stack(tmp_path) as s:
+                async with s.session.post(s.url("/v1/messages"), json=message(),
+                                          headers={"Host": f"127.0.0.2:{forbidden.port}"}) as resp:
+                    assert resp.status == 200
+                assert (await s.served())["totals"]["requests"] == 1
+            assert forbidden.connections == 0
+        finally:
+            await forbidden.stop()
+    run(body())
+
+
+@pytest.mark.parametrize("method,path,reason", [
+    ("GET", "/v1/messages", "not_in_policy"),
+    ("POST", "/v1/complete", "not_in_policy"),
+    ("POST", "/_stand_in/reset", "not_in_policy"),
+    ("POST", "/v1/../v1/messages", "bad_path"),
+    ("POST", "/v1/%2e%2e/v1/messages", "bad_path"),
+    ("POST", "/v1/messages%2F..", "bad_path"),
+    ("POST", "//v1/messages", "bad_path"),
+])
+def test_paths_and_methods_outside_the_policy_are_refused_and_counted(tmp_path, method, path, reason):
+    async def body():
+        async with stack(tmp_path) as s:
+            payload = json.dumps(message()).encode()
+            answer = await s.raw(f"{method} {path} HTTP/1.1\r\nHost: sandbox\r\nContent-Length: {len(payload)}\r\n"
+                                 f"Connection: close\r\n\r\n".encode() + payload)
+            head, _, rest = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 403")
+            error = json.loads(rest)
+            assert error["tco_proxy"]["refused"] == reason
+            assert error["error"]["message"].startswith("tco metering proxy: ")
+            totals = s.proxy.totals()
+            assert (totals["refused"], totals["refused_by_reason"], totals["forwarded"]) == (1, {reason: 1}, 0)
+            assert s.proxy.records[0]["refused"] == reason
+            assert (await s.served())["totals"]["requests"] == 0
+    run(body())
+
+
+def test_websocket_upgrade_is_refused(tmp_path):
+    async def body():
+        async with stack(tmp_path) as s:
+            answer = await s.raw(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                                 b"Upgrade: websocket\r\nContent-Length: 0\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 403") and b"upgrade" in answer
+    run(body())
+
+
+def test_socket_is_private_to_the_runner_user(tmp_path):
+    async def body():
+        async with stack(tmp_path) as s:
+            mode = os.stat(s.sock).st_mode
+            assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+    run(body())
+
+
+# ------------------------------------------------------------- streaming
+
+
+def test_streams_are_passed_through_as_they_arrive(tmp_path):
+    async def body():
+        async with stack(tmp_path, event_delay_ms=40) as s:
+            started = time.monotonic()
+            first_at = None
+            data = b""
+            async with s.session.post(s.url("/v1/messages"), json=message(stream=True)) as resp:
+                assert resp.headers["content-type"].startswith("text/event-stream")
+                async for chunk in resp.content.iter_any():
+                    if first_at is None:
+                        first_at = time.monotonic() - started
+                    data += chunk
+            total = time.monotonic() - started
+            assert total > 0.5  # about 20 events, 40 ms apart
+            assert first_at < total / 3, (first_at, total)
+            events = sse_events(data)
+            assert [e.event for e in events][0] == "message_start" and events[-1].event == "message_stop"
+            text = "".join(json.loads(e.data)["delta"]["text"] for e in events if e.event == "content_block_delta")
+            assert text == reply_text(message(), "echo")
+            [record] = s.proxy.records
+            [entry] = (await s.served())["per_request"]
+            assert record["stream"] is True and record["complete"] is True and record["flags"] == []
+            assert record_usage(record) == ledger_usage(entry)
+    run(body())
+
+
+def test_client_disconnect_closes_the_upstream_and_still_records(tmp_path):
+    async def body():
+        async with stack(tmp_path) as s:
+            payload = json.dumps(message("tell me a long story", stream=True)).encode()
+            reader, writer = await asyncio.open_unix_connection(s.sock)
+            writer.write(b"POST /v1/messages HTTP/1.1\r\nHost: sandbox\r\nx-stand-in-event-delay-ms: 150\r\n"
+                         + f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+            await writer.drain()
+            received = b""
+            while b"content_block_delta" not in received:
+                received += await asyncio.wait_for(reader.read(4096), 5)
+            writer.close()  # the agent goes away mid-stream
+            disconnected_at = time.monotonic()
+            for _ in range(100):
+                if s.proxy.records:
+                    break
+                await asyncio.sleep(0.02)
+            [record] = s.proxy.records
+            assert record["client_disconnected"] is True and record["complete"] is False
+            assert "incomplete" in record["flags"] and "output_estimated" in record["flags"]
+            for _ in range(100):
+                served = await s.served()
+                if served["per_request"][0]["disconnected"]:
+                    break
+                await asyncio.sleep(0.02)
+            [entry] = served["per_request"]
+            assert entry["disconnected"] is True  # the upstream connection was closed: generation stopped
+            full_stream_s = 0.150 * (len(reply_text(message(), "echo").split(" ")) + 6)
+            assert entry["ended"] - entry["started"] < full_stream_s / 2
+            assert time.monotonic() - disconnected_at < 2
+            # the input side is exact (message_start); output is an estimate from the text received
+            assert record["usage"]["input_tokens"] == entry["input_tokens"]
+            assert 1 <= record["usage"]["output_tokens"] < entry["output_tokens"] + 5
+            totals = s.proxy.totals()
+            assert (totals["client_disconnected"], totals["incomplete"]) == (1, 1)
+    run(body())
+
+
+def test_token_counting_is_forwarded_but_not_billed(tmp_path):
+    async def body():
+        async with stack(tmp_path) as s:
+            async with s.session.post(s.url("/v1/messages/count_tokens"), json=message("x" * 40)) as resp:
+                assert resp.status == 200
+                assert (await resp.json())["input_tokens"] == 10  # 40 bytes of prompt
+            totals = s.proxy.totals()
+            assert (totals["forwarded"], totals["total_tokens"], totals["flags"]) == (1, 0, {})
+            assert s.proxy.records[0]["usage"] is None and s.proxy.records[0]["status"] == 200
+    run(body())
+
+
+def test_upstream_429_is_passed_back_unchanged_and_counted(tmp_path):
+    async def body():
+        async with stack(tmp_path) as s:
+            async with aiohttp.ClientSession() as direct:
+                async with direct.post(f"http://127.0.0.1:{s.port}/v1/messages", json=message(),
+                                       headers={"x-api-key": KEY, "x-stand-in-status": "429"}) as resp:
+                    direct_body = await resp.read()
+            async with s.session.post(s.url("/v1/messages"), json=message(),
+                                      headers={"x-stand-in-status": "429"}) as resp:
+                assert resp.status == 429
+                assert resp.headers["retry-after"] == "1"
+                assert resp.headers["anthropic-ratelimit-requests-remaining"] == "0"
+                assert await resp.read() == direct_body
+            totals = s.proxy.totals()
+            assert (totals["rate_limited"], totals["forwarded"], totals["total_tokens"]) == (1, 1, 0)
+            assert s.proxy.records[0]["status"] == 429 and s.proxy.records[0]["usage"] is None
+    run(body())
+
+
+def test_unreachable_upstream_is_a_502_and_counted(tmp_path):
+    async def body():
+        closed = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = closed.sockets[0].getsockname()[1]
+        closed.close()
+        await closed.wait_closed()
+        key = tmp_path / "k"
+        key.write_text(KEY)
+        proxy = MeteringProxy([Endpoint("model_api", "127.0.0.1", port, (Rule("POST", "/v1/messages"),),
+                                        credential="anthropic")], {"anthropic": f"file:{key}"}, prices=PRICES)
+        await proxy.start(tmp_path / "p.sock")
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(str(tmp_path / "p.sock"))) as session:
+                async with session.post("http://sandbox/v1/messages", json=message()) as resp:
+                    assert resp.status == 502
+            assert proxy.totals()["upstream_errors"] == 1
+            # connection refused: the request never reached the model, so nothing can have been billed
+            assert proxy.records[0]["status"] == 502 and proxy.records[0]["usage"] is None
+            assert "ClientConnectorError" in proxy.records[0]["error"]
+        finally:
+            await proxy.stop()
+    run(body())
+
+
+# ------------------------------------------------------------------ OpenAI
+
+
+def test_openai_stream_gets_include_usage_and_the_agent_sees_no_extra_chunk(tmp_path):
+    async def body():
+        async with stack(tmp_path) as s:
+            convo = [{"role": "system", "content": "P" * 2000}, {"role": "user", "content": "first"}]
+            request = {"model": "stand-in-gpt", "messages": convo, "stream": True, "reasoning_effort": "low"}
+            for _ in range(2):  # the second one finds the conversation prefix cached
+                async with s.session.post(s.url("/v1/chat/completions"), json=request) as resp:
+                    assert resp.status == 200
+                    data = await resp.read()
+                chunks = [json.loads(e.data) for e in sse_events(data) if e.data != "[DONE]"]
+                assert chunks and all(c["choices"] for c in chunks)  # no empty-choices chunk the agent never asked for
+                assert sse_events(data)[-1].data == "[DONE]"
+            served = (await s.served())["per_request"]
+            assert [e["include_usage"] for e in served] == [True, True]
+            for record, entry in zip(s.proxy.records, served):
+                assert record["include_usage_added"] is True and record["flags"] == []
+                assert record_usage(record) == ledger_usage(entry)
+            second = s.proxy.records[1]["usage"]
+            assert second["cache_read_tokens"] == 500  # 2000 bytes of system prompt, cached
+            assert second["input_tokens"] == served[1]["input_tokens"] == 2  # "first": uncached part only
+            assert second["reasoning_tokens"] == 16 and second["output_tokens"] == served[1]["output_tokens"]
+            # 2*2e-6 + 500*0.5e-6 + out*8e-6
+            expected = Decimal(2) * 2 / 10**6 + Decimal(500) * Decimal("0.5") / 10**6 \
+                + Decimal(second["output_tokens"]) * 8 / 10**6
+            assert Decimal(s.proxy.records[1]["cost_usd"]) == expected
+    run(body())
+
+
+def test_openai_usage_chunk_passes_when_the_agent_asked_for_it(tmp_path):
+    async def body():
+        async with stack(tmp_path) as s:
+            request = {"model": "stand-in-gpt", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                       "stream_options": {"include_usage": True}}
+            async with s.session.post(s.url("/v1/chat/completions"), json=request) as resp:
+                data = await resp.read()
+            chunks = [json.loads(e.data) for e in sse_events(data) if e.data != "[DONE]"]
+            assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens"] == 1
+            assert s.proxy.records[0]["include_usage_added"] is False
+    run(body())
+
+
+# -------------------------------------------------------------------- caps
+
+
+def test_task_token_cap_refuses_further_requests(tmp_path):
+    async def body():
+        async with stack(tmp_path, caps=Caps(task_tokens=10)) as s:
+            async with s.session.post(s.url("/v1/messages"), json=message()) as resp:
+                assert resp.status == 200
+            async with s.session.post(s.url("/v1/messages"), json=message()) as resp:
+                assert resp.status == 403
+                assert resp.headers["x-tco-proxy-refused"] == "task_token_cap"
+                assert "cap of 10 tokens" in (await resp.json())["error"]["message"]
+            totals = s.proxy.totals()
+            assert totals["refused_by_reason"] == {"task_token_cap": 1} and totals["total_tokens"] >= 10
+            assert (await s.served())["totals"]["requests"] == 1
+    run(body())
+
+
+def test_task_cost_cap_and_unpriced_model_under_a_cost_cap(tmp_path):
+    async def body():
+        async with stack(tmp_path, caps=Caps(task_cost_usd=Decimal("0.0000001"))) as s:
+            async with s.session.post(s.url("/v1/messages"), json=message(model="not-in-the-table")) as resp:
+                assert resp.status == 403
+                assert resp.headers["x-tco-proxy-refused"] == "unpriced_model_under_cost_cap"
+            async with s.session.post(s.url("/v1/messages"), json=message()) as resp:
+                assert resp.status == 200
+            async with s.session.post(s.url("/v1/messages"), json=message()) as resp:
+                assert resp.headers["x-tco-proxy-refused"] == "task_cost_cap"
+            assert s.proxy.totals()["refused_by_reason"] == {"unpriced_model_under_cost_cap": 1, "task_cost_cap": 1}
+            assert (await s.served())["totals"]["requests"] == 1
+    run(body())
+
+
+def test_campaign_cap_is_shared_through_the_counter_file(tmp_path):
+    counter_path = tmp_path / "campaign-7.spent.json"
+
+    async def body():
+        caps = Caps(campaign_tokens=10, campaign_counter=FileCampaignCounter(counter_path))
+        async with stack(tmp_path, caps=caps, sock_name="task1.sock") as first:
+            async with first.session.post(first.url("/v1/messages"), json=message()) as resp:
+                assert resp.status == 200
+            spent = first.proxy.totals()["total_tokens"]
+        other = tmp_path / "task2"
+        other.mkdir()
+        async with stack(other, caps=Caps(campaign_tokens=10, campaign_counter=FileCampaignCounter(counter_path))
+                         ) as second:
+            async with second.session.post(second.url("/v1/messages"), json=message()) as resp:
+                assert resp.status == 403
+                assert resp.headers["x-tco-proxy-refused"] == "campaign_token_cap"
+            assert (await second.served())["totals"]["requests"] == 0
+        return spent
+
+    spent = run(body())
+    data = json.loads(counter_path.read_text())
+    assert data["tokens"] == spent > 10
+    assert Decimal(data["cost_usd"]) > 0
+
+
+def test_a_cost_cap_without_prices_is_a_configuration_error():
+    with pytest.raises(ValueError):
+        MeteringProxy([], {}, Caps(task_cost_usd=Decimal(1)), prices=None)
+    with pytest.raises(ValueError):
+        MeteringProxy([], {}, Caps(campaign_tokens=5), prices=None)
+
+
+# ------------------------------------------- totals equal what the model served
+
+
+def test_proxy_totals_equal_what_the_stand_in_served(tmp_path):
+    async def body():
+        async with stack(tmp_path) as s:
+            requests = [
+                ("/v1/messages", message()),
+                ("/v1/messages", message(stream=True)),
+                ("/v1/messages", cached_message(None)),            # writes 5m
+                ("/v1/messages", cached_message(None, stream=True)),  # reads
+                ("/v1/messages", cached_message("1h", model="stand-in-sonnet-20990101", system="T" * 4000,
+                                                stream=True)),
+                ("/v1/chat/completions", {"model": "stand-in-gpt", "messages": [{"role": "user", "content": "x"}]}),
+            ]
+            for path, request in requests:
+                async with s.session.post(s.url(path), json=request) as resp:
+                    assert resp.status == 200
+                    await resp.read()
+            served = await s.served()
+            totals = s.proxy.totals()
+            for key in BUCKETS:
+                assert totals[key] == served["totals"][key], key
+            assert totals["cache_write_5m_tokens"] == 1000 and totals["cache_write_1h_tokens"] == 1000
+            assert totals["cache_read_tokens"] == 1000
+            assert totals["forwarded"] == served["totals"]["requests"] == 6
+            # the dated model id is in no price table: its tokens are shown apart, not priced at 0
+            assert totals["unpriced_models"] == ["stand-in-sonnet-20990101"]
+            assert totals["unpriced_tokens"] == served["per_request"][4]["input_tokens"] + 1000 \
+                + served["per_request"][4]["output_tokens"]
+            assert totals["flags"] == {"unpriced_model": 1}
+    run(body())
+
+
+# -------------------------------------------------- policy and threaded start
+
+
+POLICY = """
+version: 1
+filesystem_policy: {{include_workdir: true, read_only: [/usr], read_write: [/sandbox]}}
+network_policies:
+  model_api:
+    endpoints:
+      - host: 127.0.0.1
+        port: {port}
+        protocol: rest
+        enforcement: enforce
+        credential_binding: {{provider: anthropic}}
+        rules: [{{allow: {{method: POST, path: /v1/messages}}}}]
+      - host: 127.0.0.1
+        port: 9
+        rules: [{{allow: {{method: GET, path: /}}}}]
+"""
+
+
+def test_endpoints_from_a_sandbox_policy():
+    policy = yaml.safe_load(POLICY.format(port=8123))
+    [endpoint] = endpoints_from_policy(policy)  # the endpoint without protocol: rest cannot be metered
+    assert (endpoint.name, endpoint.host, endpoint.port, endpoint.credential) == (
+        "model_api", "127.0.0.1", 8123, "anthropic")
+    assert endpoint.upstream == "http://127.0.0.1:8123"  # loopback: the stand-in
+    assert endpoint.allows("POST", "/v1/messages") and not endpoint.allows("GET", "/v1/messages")
+    real = endpoints_from_policy({"network_policies": {"m": {"endpoints": [
+        {"host": "api.anthropic.com", "port": 443, "protocol": "rest", "rules": []}]}}})
+    assert real[0].upstream == "https://api.anthropic.com:443"
+    gateway = endpoints_from_policy(policy, upstreams={"127.0.0.1:8123": "http://127.0.0.1:9999/prefix"})
+    assert gateway[0].upstream == "http://127.0.0.1:9999/prefix"
+    with pytest.raises(ValueError):
+        endpoints_from_policy({"network_policies": {"m": {"endpoints": [
+            {"host": "h", "port": 1, "protocol": "rest", "rules": [{"allow": {"method": "POST"}}]}]}}})
+
+
+def test_rule_globs():
+    rule = Rule("POST", "/v1/*/messages")
+    assert rule.allows("post", "/v1/x/messages") and not rule.allows("POST", "/v1/x/y/messages")
+    assert Rule("*", "/v1/**").allows("GET", "/v1/a/b") and not Rule("*", "/v1/**").allows("GET", "/v2/a")
+
+
+def test_start_proxy_runs_in_a_thread_and_feeds_the_usage_file(tmp_path):
+    key_file = tmp_path / "model.key"
+    key_file.write_text(KEY)
+    records_path = tmp_path / "requests.jsonl"
+
+    async def body():
+        runner, model, port = await start_stand_in(StandInConfig(api_key=KEY, script="review"))
+        try:
+            handle = start_proxy(tmp_path / "proxy.sock", yaml.safe_load(POLICY.format(port=port)),
+                                 {"anthropic": f"file:{key_file}"}, prices=PRICES, record_path=records_path)
+            async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(handle.socket_path)) as session:
+                verdicts = []
+                for output in ("loss went down, run finished", "loss diverged at step 40", "the run CRASHED"):
+                    async with session.post("http://sandbox/v1/messages", json=message(output)) as resp:
+                        verdicts.append((await resp.json())["content"][0]["text"])
+            assert verdicts == ["verdict: ok", "verdict: bad", "verdict: bad"]
+            assert handle.totals()["forwarded"] == 3
+            return handle.stop(), handle
+        finally:
+            await runner.cleanup()
+
+    totals, handle = run(body())
+    assert not os.path.exists(handle.socket_path)
+    lines = records_path.read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line)["status"] == 200 for line in lines)
+    usage_file = tmp_path / "usage"
+    usage_file.write_text("wallclock=3.0\n")
+    from worker.metering.usage import append_usage_file
+    append_usage_file(usage_file, totals)
+    values = dict(line.split("=", 1) for line in usage_file.read_text().splitlines())
+    assert values["tco_requests"] == "3"
+    assert int(values["tco_input_tokens"]) == totals["input_tokens"] > 0
+    assert int(values["tco_output_tokens"]) == totals["output_tokens"] == 9  # "verdict: ok" etc.: 3 tokens each
+    assert Decimal(values["tco_cost_usd"]) == Decimal(totals["cost_usd"]) > 0
+    assert usage_file_lines(totals)[0] == "tco_requests=3"
