@@ -26,7 +26,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from dashboards import realtime
-from dashboards.models import AccountingRecord, Campaign, Cluster, IngestCheckpoint, QuarantinedLine, Task, TaskEvent
+from dashboards.models import (
+    AccountingRecord, Campaign, Cluster, IngestCheckpoint, ModelRequest, QuarantinedLine, Task, TaskEvent,
+)
 from worker.schedulers.base import AccountingRecord as ParsedRecord
 from worker.schedulers.base import QstatTask
 
@@ -555,15 +557,91 @@ def ingest_runner_records(cluster: Cluster, *, spool: Path | None = None) -> int
         tasks = Task.objects.filter(cluster=cluster, campaign_id=campaign_id, task_number=task_number)
         if job_number is not None:
             tasks = tasks.filter(job_number=job_number)
-        updated = tasks.update(runner_record=data, **stages)
-        if not updated:
+        try:
+            requests = _request_rows(data, spool)
+        except (ValueError, KeyError, TypeError, OSError, ArithmeticError) as exc:
+            log.warning("runner record %s quarantined: its requests cannot be read: %s", path, exc)
+            _move(path, spool / "quarantine" / path.parent.name / path.name)
             continue
+        totals = _usage_totals(requests)
+        with transaction.atomic():
+            task_ids = list(tasks.order_by("-id").values_list("id", flat=True)[:1])
+            if not task_ids:
+                continue
+            Task.objects.filter(pk=task_ids[0]).update(runner_record=data, **stages, **totals)
+            ModelRequest.objects.filter(task_id=task_ids[0]).delete()
+            for row in requests:
+                row.task_id = task_ids[0]
+            ModelRequest.objects.bulk_create(requests, batch_size=1000)
         ingested += 1
         campaigns.add(campaign_id)
         _move(path, spool / "ingested" / path.parent.name / path.name)
     if campaigns:
         realtime.queue_changed(cluster.name, campaigns)
     return ingested
+
+
+BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
+           "reasoning_tokens")
+
+
+def _request_rows(data: dict, spool: Path) -> list[ModelRequest]:
+    """The metering proxy's request records of one runner record, as unsaved rows.
+
+    Records come inline (``requests``: a list) or in a JSON-lines file inside
+    the spool (``requests_path``), in the shape of worker/metering/proxy.py:
+    ``at, method, path, status, refused, model_requested, model_returned,
+    usage {provider, buckets..., complete, flags}, cost_usd (text or None),
+    latency_ms, complete, flags``. A path outside the spool is refused.
+    """
+    from decimal import Decimal
+
+    items = data.get("requests")
+    if items is None and data.get("requests_path"):
+        source = Path(data["requests_path"]).resolve()
+        if spool.resolve() not in source.parents:
+            raise ValueError(f"requests_path {source} is outside the spool")
+        items = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    rows = []
+    for seq, item in enumerate(items or [], start=1):
+        usage = item.get("usage") or {}
+        cost = item.get("cost_usd")
+        flags = sorted({*(item.get("flags") or []), *(usage.get("flags") or [])})
+        if item.get("refused"):
+            flags.append(f"refused:{item['refused']}")
+        rows.append(ModelRequest(
+            seq=seq,
+            at=_parse_time(item["at"]),
+            provider=(usage.get("provider") or "")[:32],
+            method=str(item.get("method") or "")[:8],
+            path=str(item.get("path") or "")[:255],
+            status=int(item.get("status") or 0),
+            requested_model=(item.get("model_requested") or "")[:128],
+            model=(item.get("model_returned") or usage.get("model") or "")[:128],
+            cost_usd=Decimal(str(cost)) if cost is not None else None,
+            complete=bool(item.get("complete", usage.get("complete", True))),
+            latency_ms=item.get("latency_ms"),
+            flags=flags,
+            **{b: int(usage.get(b) or 0) for b in BUCKETS},
+        ))
+    return rows
+
+
+def _usage_totals(requests: list[ModelRequest]) -> dict:
+    """A task's token buckets and cost: the sum over its requests.
+
+    The cost is None (never 0) when any request with tokens has no price;
+    the flags of every request are kept, once each.
+    """
+    from decimal import Decimal
+
+    totals: dict = {b: sum(getattr(r, b) for r in requests) for b in BUCKETS}
+    flags = sorted({f for r in requests for f in r.flags})
+    unpriced = any(r.cost_usd is None and any(getattr(r, b) for b in BUCKETS) for r in requests)
+    totals["cost_usd"] = None if unpriced or not requests else sum((r.cost_usd or Decimal(0) for r in requests),
+                                                                   Decimal(0))
+    totals["usage_flags"] = flags
+    return totals
 
 
 def _move(src: Path, dst: Path) -> None:
