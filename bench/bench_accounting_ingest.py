@@ -10,16 +10,17 @@ naive loop: ``line.split(b':')`` and one ``executemany`` into a bare table
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import sqlite3
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from _django import setup_temp_django  # noqa: E402
 
 
 def make_file(path: Path, n: int) -> None:
@@ -61,16 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="tco-bench-acct-"))
-    os.environ["DATABASE_URL"] = f"sqlite:///{tmp / 'bench.sqlite3'}"
-    os.environ.setdefault("TCO_STATE_DIR", str(tmp))
-    os.environ["DJANGO_SETTINGS_MODULE"] = "tco_web.settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    tmp = setup_temp_django("tco-bench-acct-")
     from dashboards.models import AccountingRecord
     from dashboards.services import cluster_get_default
     from worker.ingest import ingest_accounting

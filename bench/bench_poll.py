@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from _django import setup_temp_django  # noqa: E402
 
 
 def qstat_xml(n_pending: int, running: int, *, started: int) -> bytes:
@@ -60,16 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=100_000)
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="tco-bench-poll-"))
-    os.environ["DATABASE_URL"] = f"sqlite:///{tmp / 'bench.sqlite3'}"
-    os.environ.setdefault("TCO_STATE_DIR", str(tmp))
-    os.environ["DJANGO_SETTINGS_MODULE"] = "tco_web.settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    setup_temp_django("tco-bench-poll-")
     from dashboards.services import cluster_get_default
     from worker.ingest import apply_qstat_poll
     from worker.schedulers.qstat_xml import parse_qstat

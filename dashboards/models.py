@@ -140,8 +140,26 @@ class Campaign(models.Model):
         return (self.submitted_at - self.launched_at).total_seconds()
 
 
-class Task(models.Model):
-    """One scheduler task, with its lifecycle state, accounting and stages."""
+class TokenUsage(models.Model):
+    """Token counts in DESIGN.md's disjoint buckets (reasoning is part of output) and their cost in USD.
+
+    ``cost_usd`` is None when any of the tokens has no price (never 0 by default).
+    """
+
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_5m_tokens = models.PositiveBigIntegerField(default=0)
+    cache_write_1h_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    reasoning_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class Task(TokenUsage):
+    """One scheduler task, with its lifecycle state, accounting and stages (and, from TokenUsage, its tokens)."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE)
     campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.CASCADE, related_name="tasks")
@@ -178,14 +196,6 @@ class Task(models.Model):
     agent_exited_at = models.DateTimeField(null=True, blank=True)
     teardown_done_at = models.DateTimeField(null=True, blank=True)
     runner_record = models.JSONField(null=True, blank=True)
-    # Token totals from the metering proxy (disjoint buckets, DESIGN.md) and their cost.
-    input_tokens = models.PositiveBigIntegerField(default=0)
-    cache_read_tokens = models.PositiveBigIntegerField(default=0)
-    cache_write_5m_tokens = models.PositiveBigIntegerField(default=0)
-    cache_write_1h_tokens = models.PositiveBigIntegerField(default=0)
-    output_tokens = models.PositiveBigIntegerField(default=0)
-    reasoning_tokens = models.PositiveBigIntegerField(default=0)
-    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
     usage_flags = models.JSONField(default=list, blank=True)
     verdict = models.CharField(max_length=64, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -289,7 +299,7 @@ class QuarantinedLine(models.Model):
         constraints = [models.UniqueConstraint(fields=["cluster", "inode", "offset"], name="quarantine_once")]
 
 
-class ModelRequest(models.Model):
+class ModelRequest(TokenUsage):
     """One model API request as the metering proxy saw it (from the runner record)."""
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="requests")
@@ -301,13 +311,6 @@ class ModelRequest(models.Model):
     status = models.PositiveSmallIntegerField()
     requested_model = models.CharField(max_length=128, blank=True)
     model = models.CharField(max_length=128, blank=True)
-    input_tokens = models.PositiveBigIntegerField(default=0)
-    cache_read_tokens = models.PositiveBigIntegerField(default=0)
-    cache_write_5m_tokens = models.PositiveBigIntegerField(default=0)
-    cache_write_1h_tokens = models.PositiveBigIntegerField(default=0)
-    output_tokens = models.PositiveBigIntegerField(default=0)
-    reasoning_tokens = models.PositiveBigIntegerField(default=0)
-    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
     complete = models.BooleanField(default=True)
     latency_ms = models.FloatField(null=True, blank=True)
     flags = models.JSONField(default=list, blank=True)
