@@ -23,13 +23,14 @@ import calendar
 import datetime as dt
 import logging
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any, Iterable, Iterator, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.mail import send_mail
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import (
     BigIntegerField,
     Count,
@@ -37,8 +38,10 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     FloatField,
+    OuterRef,
     Q,
     QuerySet,
+    Subquery,
     Sum,
     Value,
 )
@@ -52,13 +55,14 @@ log = logging.getLogger(__name__)
 #: Disjoint token buckets (DESIGN.md, "Token metering and cost"); reasoning is part of output.
 BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens")
 BUCKET_LABELS = {
-    "input_tokens": "input (uncached)",
+    "input_tokens": "input",
     "cache_read_tokens": "cache read",
-    "cache_write_5m_tokens": "cache write 5 min",
-    "cache_write_1h_tokens": "cache write 1 h",
+    "cache_write_5m_tokens": "cache w. 5m",
+    "cache_write_1h_tokens": "cache w. 1h",
     "output_tokens": "output",
 }
 PERIODS = ("day", "week", "month")
+PERIOD_ADJECTIVES = {"day": "daily", "week": "weekly", "month": "monthly"}
 GROUPS = ("team", "model", "campaign")
 #: A bill covers at most this many periods (a year of days).
 MAX_PERIODS = 400
@@ -233,22 +237,31 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
             row["slot_s"] += float(item["slot"] or 0.0)
 
         # Tokens and cost: tasks, by the start of their (last) run.
-        tasks = Task.objects.filter(cluster=cluster, project__in=list(team_of),
-                                    started_at__gte=begin, started_at__lt=end)
+        # A task's project: its own (tco's campaigns set it), else its campaign's team's, else its
+        # accounting record's (qstat without -ext does not say, so jobs tco only saw there have none).
+        recorded_project = Subquery(AccountingRecord.objects.filter(task=OuterRef("pk")).exclude(project="")
+                                    .values("project")[:1])
+        tasks = (Task.objects.filter(cluster=cluster, started_at__gte=begin, started_at__lt=end)
+                 .annotate(proj=Coalesce(NullIf(F("project"), Value("")), F("campaign__team__project"),
+                                         recorded_project, Value("")))
+                 .filter(proj__in=list(team_of)))
+        task_fields = ["p", "proj"]
         if group_by == "model":
             tasks = tasks.annotate(k=_model_expr(""))
+            task_fields.append("k")
         elif group_by == "campaign":
             tasks = tasks.annotate(k=F("campaign_id"))
+            task_fields.append("k")
         any_tokens = Q()
         for bucket in BUCKETS:
             any_tokens |= Q(**{f"{bucket}__gt": 0})
         sums = {bucket: Sum(bucket) for bucket in (*BUCKETS, "reasoning_tokens")}
         cost_units = Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField())
-        for item in (tasks.annotate(p=trunc).values(*key_fields)
+        for item in (tasks.annotate(p=trunc).values(*task_fields)
                      .annotate(n=Count("id"), cost=cost_units,
                                unpriced=Count("id", filter=Q(cost_usd__isnull=True) & any_tokens), **sums)
                      .order_by()):
-            key = (item["p"], item["project"], item.get("k"))
+            key = (item["p"], item["proj"], item.get("k"))
             row = rows.setdefault(key, _empty_row(*key))
             row["tasks"] += item["n"]
             row["unpriced_tasks"] += item["unpriced"]
@@ -306,7 +319,8 @@ def team_spend(team: Team, period: str, *, now: dt.datetime | None = None) -> di
     """What ``team`` spent in the current ``period``: ``{"first": date, "begin", "end" (UTC),
     "spent_usd": Decimal, "unpriced_tasks": int}`` (tasks started in the period, cluster time zone)."""
     first, begin, end = current_period(period, now=now)
-    tasks = Task.objects.filter(project=team.project, started_at__gte=begin, started_at__lt=end)
+    tasks = Task.objects.filter(Q(project=team.project) | Q(campaign__team=team), started_at__gte=begin,
+                                started_at__lt=end)
     agg = tasks.aggregate(cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()),
                           unpriced=Count("id", filter=Q(cost_usd__isnull=True, output_tokens__gt=0)))
     return {"first": first, "begin": begin, "end": end,
@@ -340,9 +354,10 @@ def budget_verdict(team: Team, additional_usd: Decimal | None, *, now: dt.dateti
         budget = status["budget"]
         projected = status["spent_usd"] + (additional_usd or ZERO)
         if status["spent_usd"] >= budget.amount_usd or projected > budget.amount_usd:
-            messages.append(f"the {budget.period}ly budget of {team.name} is {_usd(budget.amount_usd)}; "
-                            f"spent {_usd(status['spent_usd'])} since {status['first'].isoformat()}, "
-                            f"this launch is forecast at {_usd(additional_usd) if additional_usd is not None else 'an unknown cost'}")
+            forecast_text = _usd(additional_usd) if additional_usd is not None else "an unknown cost"
+            messages.append(f"the {PERIOD_ADJECTIVES[budget.period]} budget of {team.name} is "
+                            f"{_usd(budget.amount_usd)}; spent {_usd(status['spent_usd'])} since "
+                            f"{status['first'].isoformat()}, this launch is forecast at {forecast_text}")
             if budget.on_exceed == "refuse":
                 action = "refuse"
             elif action != "refuse":
@@ -446,11 +461,11 @@ def budget_check_alerts(*, teams: Iterable[Team] | None = None, now: dt.datetime
             if not made:
                 continue
             created.append(alert)
-            subject = (f"[tco] {budget.team.name}: {int(value * 100)}% of the {budget.period}ly budget "
-                       f"({_usd(spend['spent_usd'])} of {_usd(budget.amount_usd)})")
-            body = (f"Team {budget.team.name} (project {budget.team.project}) has spent {_usd(spend['spent_usd'])} "
-                    f"of its {budget.period}ly budget of {_usd(budget.amount_usd)} since "
-                    f"{spend['first'].isoformat()} ({budget.on_exceed} launches that would cross it).\n")
+            kind, spent, amount = PERIOD_ADJECTIVES[budget.period], _usd(spend["spent_usd"]), _usd(budget.amount_usd)
+            subject = f"[tco] {budget.team.name}: {int(value * 100)}% of the {kind} budget ({spent} of {amount})"
+            body = (f"Team {budget.team.name} (project {budget.team.project}) has spent {spent} of its {kind} "
+                    f"budget of {amount} since {spend['first'].isoformat()}. Launches that would cross it are "
+                    f"{'refused' if budget.on_exceed == 'refuse' else 'submitted on hold'}.\n")
             recipients = _alert_recipients(budget)
             if recipients:
                 transaction.on_commit(lambda s=subject, b=body, r=recipients: mail_safely(s, b, r))
@@ -474,18 +489,30 @@ def _audit(user, action: str, target: str, params: dict, ok: bool, result: str) 
 
 # --------------------------------------------------------------------------- forecasts
 
-def unit_prices(model: str) -> dict[str, Decimal] | None:
-    """USD per token for each bucket of ``model``, from ``settings.TCO_PRICES`` (USD per million tokens).
+def price_table():
+    """Today's price table (``worker.metering.prices.PriceTable``): the database's
+    (``PriceTable.from_django``) when it has one, else ``settings.TCO_PRICES``
+    in the prices file format (``{"model": {"input": 3, "output": 15, ...}}``,
+    USD per million tokens), else None."""
+    from worker.metering.prices import PriceTable, PriceTableError
 
-    ``TCO_PRICES = {"claude-sonnet-4-5": {"input_tokens": "3", "output_tokens": "15", ...}}``.
-    None when the model has no price (then forecasts use the costs recorded by metering).
-    """
-    table = getattr(settings, "TCO_PRICES", None) or {}
-    entry = table.get(model)
-    if not entry:
-        return None
-    million = Decimal(1_000_000)
-    return {bucket: Decimal(str(entry.get(bucket, "0"))) / million for bucket in BUCKETS}
+    try:
+        with transaction.atomic():  # a savepoint: a missing table must not spoil the caller's transaction
+            table = PriceTable.from_django()
+        if table.models:
+            return table
+    except (ImportError, LookupError, PriceTableError, DatabaseError) as exc:
+        log.debug("no price table in the database: %s", exc)
+    mapping = getattr(settings, "TCO_PRICES", None)
+    if mapping:
+        return PriceTable.from_mapping(mapping)
+    return None
+
+
+def _task_price(table, model: str, tokens: dict[str, int]) -> Decimal | None:
+    """Cost of one task's ``tokens`` (bucket -> count) at today's price of ``model``; None if unpriced."""
+    usage = SimpleNamespace(model=None, **{b: int(tokens.get(b) or 0) for b in BUCKETS})
+    return table.price(usage, requested_model=model).cost_usd
 
 
 def _percentile(sorted_values: Sequence, q: float):
@@ -507,7 +534,8 @@ def forecast(*, agent_definition, count: int, model: str = "") -> dict[str, Any]
 
     Median tokens per task x ``count`` x price, with a range from the 10th to
     the 90th percentile. Each earlier task is priced at today's price of
-    ``model`` when ``TCO_PRICES`` has it, else at the cost metering recorded.
+    ``model`` when the price table (``price_table``) has it, else at the cost
+    metering recorded for it.
     Returns ``{"history": n tasks, "no_history": bool, "count", "tokens_per_task":
     {p10, p50, p90} | None, "tokens": {p10, p50, p90} | None (x count),
     "cost_per_task": {p10, p50, p90} (Decimal USD) | None, "cost_usd": {p10,
@@ -530,9 +558,10 @@ def forecast(*, agent_definition, count: int, model: str = "") -> dict[str, Any]
     per_task = {name: _percentile(tokens, q) for name, q in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))}
     result["tokens_per_task"] = {k: int(round(v)) for k, v in per_task.items()}
     result["tokens"] = {k: int(round(v * count)) for k, v in per_task.items()}
-    prices = unit_prices(model) if model else None
-    if prices is not None:
-        costs = sorted(sum((Decimal(int(h[b])) * prices[b] for b in BUCKETS), ZERO) for h in history)
+    table = price_table() if model else None
+    priced = [_task_price(table, model, h) for h in history] if table is not None else []
+    if priced and all(cost is not None for cost in priced):
+        costs = sorted(priced)
         result["priced_by"] = "price table"
     else:
         costs = sorted(h["cost_usd"] for h in history if h["cost_usd"] is not None)

@@ -38,22 +38,30 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         self.groups_joined: list[str] = []
+        # The change event being answered; None (a fresh read) on connect and on a browser's choice.
+        self.event_id: str | None = None
         self._pending: asyncio.Task | None = None
         self._last_sent = 0.0
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.refuse(4401)
             return
         try:
             groups = await self.authorize()
         except Refused:
-            await self.close(code=4403)
+            await self.refuse(4403)
             return
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = groups
         await self.accept()
         await self.send_snapshot()
+
+    async def refuse(self, code: int) -> None:
+        # Accept, then close with the code: a handshake refused outright reaches the
+        # browser as 1006, and the page could not tell "signed out" from "network".
+        await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
         for group in getattr(self, "groups_joined", []):
@@ -69,6 +77,7 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive_json(self, content, **kwargs) -> None:
         if isinstance(content, dict) and self.choose(content):
+            self.event_id = None
             await self.send_snapshot()
 
     def choose(self, content: dict) -> bool:
@@ -76,8 +85,10 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer):
         return False
 
     async def tco_event(self, message: dict) -> None:
-        if (message.get("event") or {}).get("kind") == realtime.DEPTH_SAMPLED:
+        event = message.get("event") or {}
+        if event.get("kind") == realtime.DEPTH_SAMPLED:
             return  # only the queue page draws the depth chart
+        self.event_id = event.get("id")
         if self._pending and not self._pending.done():
             return  # a snapshot is already scheduled; it will include this change
         delay = max(0.0, MIN_INTERVAL_S - (time.monotonic() - self._last_sent))
@@ -135,9 +146,15 @@ class QueueConsumer(SnapshotConsumer):
 
     @database_sync_to_async
     def snapshot(self) -> dict:
-        return {"kind": "queue.snapshot",
-                "data": selectors.queue_summary(self.scope["user"], seat_resource=settings.TCO_SEAT_RESOURCE,
-                                                page=self.page)}
+        user = self.scope["user"]
+
+        def read() -> dict:
+            return selectors.queue_summary(user, seat_resource=settings.TCO_SEAT_RESOURCE, page=self.page)
+
+        if self.event_id is None:
+            return {"kind": "queue.snapshot", "data": read()}
+        key = f"snapshot:queue:{selectors.scope_key(user)}:{self.page}:{self.event_id}"
+        return {"kind": "queue.snapshot", "data": selectors.shared_snapshot(key, read)}
 
 
 class CampaignConsumer(SnapshotConsumer):
@@ -169,9 +186,16 @@ class CampaignConsumer(SnapshotConsumer):
 
     @database_sync_to_async
     def snapshot(self) -> dict:
+        user, campaign_id = self.scope["user"], self.scope["url_route"]["kwargs"]["campaign_id"]
         try:
-            data = selectors.campaign_detail(self.scope["user"], self.scope["url_route"]["kwargs"]["campaign_id"],
-                                             page=self.page, state=self.state)
+            if self.event_id is None:
+                data = selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state)
+            else:
+                # Checked for this user first; the data itself is the same for everyone who may see it.
+                selectors.campaign_for(user, campaign_id)
+                key = f"snapshot:campaign:{campaign_id}:{self.page}:{self.state}:{self.event_id}"
+                data = selectors.shared_snapshot(key, lambda: selectors.campaign_detail(
+                    user, campaign_id, page=self.page, state=self.state))
         except Campaign.DoesNotExist:
             raise Refused from None
         return {"kind": "campaign.snapshot", "data": data}

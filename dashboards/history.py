@@ -1,7 +1,8 @@
 """Queue-depth history: a sample of active-task counts every ``TCO_DEPTH_SAMPLE_S``.
 
 Kept in Redis (already the broker and the channel layer), as two sorted sets
-scored by the sample's epoch time: ``fine`` keeps every sample for an hour,
+per database (keys ``tco:depth:<hash of the database>:fine|coarse``) scored by
+the sample's epoch time: ``fine`` keeps every sample for an hour,
 ``coarse`` one sample a minute for a day. Each member is one JSON object::
 
     {"t": 1764432000.0, "c": {"dev": {"research": {"pending": 120, "running": 96}}}}
@@ -15,14 +16,21 @@ projects a user sees) is done by ``selectors.queue_depth_history``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any
 
 from django.conf import settings
 
-FINE_KEY = "tco:depth:fine"
-COARSE_KEY = "tco:depth:coarse"
+
+def _keys() -> tuple[str, str]:
+    """(fine, coarse) keys, per database: installs (or test runs) sharing a Redis keep apart."""
+    db = settings.DATABASES["default"]
+    ns = hashlib.sha1(f"{db.get('HOST', '')}:{db.get('PORT', '')}:{db['NAME']}".encode()).hexdigest()[:10]
+    return f"tco:depth:{ns}:fine", f"tco:depth:{ns}:coarse"
+
+
 FINE_KEEP_S = 3600
 COARSE_KEEP_S = 86400
 COARSE_STEP_S = 60
@@ -46,13 +54,14 @@ def depth_sample_record(*, counts: dict[str, dict[str, dict[str, int]]], now: fl
     sample = {"t": round(now, 3), "c": counts}
     member = json.dumps(sample, separators=(",", ":"), sort_keys=True)
     client = client or _redis()
-    last_coarse = client.zrevrange(COARSE_KEY, 0, 0, withscores=True)
+    fine_key, coarse_key = _keys()
+    last_coarse = client.zrevrange(coarse_key, 0, 0, withscores=True)
     pipe = client.pipeline()
-    pipe.zadd(FINE_KEY, {member: now})
-    pipe.zremrangebyscore(FINE_KEY, "-inf", now - FINE_KEEP_S)
+    pipe.zadd(fine_key, {member: now})
+    pipe.zremrangebyscore(fine_key, "-inf", now - FINE_KEEP_S)
     if not last_coarse or now - last_coarse[0][1] >= COARSE_STEP_S - 0.5:
-        pipe.zadd(COARSE_KEY, {member: now})
-    pipe.zremrangebyscore(COARSE_KEY, "-inf", now - COARSE_KEEP_S)
+        pipe.zadd(coarse_key, {member: now})
+    pipe.zremrangebyscore(coarse_key, "-inf", now - COARSE_KEEP_S)
     pipe.execute()
     return sample
 
@@ -65,7 +74,8 @@ def depth_samples(window: str, *, now: float | None = None, client=None) -> list
     import redis
 
     now = time.time() if now is None else now
-    key, keep = (FINE_KEY, FINE_KEEP_S) if window == "hour" else (COARSE_KEY, COARSE_KEEP_S)
+    fine_key, coarse_key = _keys()
+    key, keep = (fine_key, FINE_KEEP_S) if window == "hour" else (coarse_key, COARSE_KEEP_S)
     try:
         client = client or _redis()
         raw = client.zrangebyscore(key, now - keep, "+inf")
@@ -83,7 +93,7 @@ def depth_samples(window: str, *, now: float | None = None, client=None) -> list
 def depth_clear(*, client=None) -> None:
     """Forget every sample (tests)."""
     client = client or _redis()
-    client.delete(FINE_KEY, COARSE_KEY)
+    client.delete(*_keys())
 
 
 def depth_sample_take(*, now: float | None = None) -> dict[str, Any]:

@@ -321,7 +321,8 @@ def campaign_launch_checked(
     """
     count = len(inputs)
     target = f"team:{team.project}"
-    params = {"name": str(name)[:100], "team": team.project, "agent": f"{agent_definition.name} v{agent_definition.version}",
+    params = {"name": str(name)[:100], "team": team.project,
+              "agent": f"{agent_definition.name} v{agent_definition.version}",
               "tasks": count, "queue": str(queue)[:64], "seats_per_task": seats_per_task,
               "concurrency_cap": concurrency_cap, "priority": priority, "model": str(model)[:128],
               "predecessor_job": predecessor_job, "token_cap": token_cap,
@@ -414,7 +415,8 @@ def ranges_text(ranges: Sequence[Sequence[int]] | None) -> str:
 
 
 def _queue_control(*, user, action: str, target: str, cluster: Cluster, control: str, job_number: int,
-                   ranges: list[list[int]] | None, priority: int | None = None, extra: dict | None = None) -> AuditEntry:
+                   ranges: list[list[int]] | None, priority: int | None = None,
+                   extra: dict | None = None) -> AuditEntry:
     """Write the queued audit entry and hand it to the submit worker after commit."""
     from worker.schedulers.gridengine import InvalidSubmission, control_argv
 
@@ -615,8 +617,8 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
         out.append({
             "job_number": job["job_number"], "name": job["name"], "owner": job["owner"], "project": job["project"],
             "campaign_id": job["campaign_id"], "tasks": job["n"], "errors": job["errors"], "held": job["held"],
-            "ranges": {state: ranges_text(_ranges(nums)) for state, nums in
-                       sorted(numbers_by_job.get(job["job_number"], {}).items())},
+            "ranges": {state: "not an array" if nums == [0] else f"tasks {ranges_text(_ranges(nums))}"
+                       for state, nums in sorted(numbers_by_job.get(job["job_number"], {}).items())},
             "submitted_at": submitted,
             "wait_s": (now - submitted).total_seconds() if submitted else None,
             "reasons": reasons, "reason_error": reason_error,

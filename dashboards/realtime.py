@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import uuid
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -29,8 +30,11 @@ def broadcast(group: str, event: dict) -> None:
     """Send ``event`` (JSON-serialisable dict) to ``group`` once the current transaction commits.
 
     A failure to reach the channel layer (Redis down) is logged, never raised:
-    the database is the truth and the next change pushes again.
+    the database is the truth and the next change pushes again. Each event
+    gets an ``id``: consumers of users who see the same thing share one read
+    per event (``selectors.shared_snapshot``).
     """
+    event = {**event, "id": uuid.uuid4().hex}
 
     def push() -> None:
         layer = get_channel_layer()

@@ -20,7 +20,6 @@ import os
 import stat
 import statistics
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, Iterable
 
 from django.conf import settings
@@ -88,6 +87,27 @@ def task_for(user: AbstractBaseUser, task_id: int) -> Task:
                                                  "campaign__agent_definition").get(pk=task_id)
 
 
+def scope_key(user: AbstractBaseUser) -> str:
+    """A string equal for users who see exactly the same teams: ``admin`` or ``teams:1,4``."""
+    ids = visible_team_ids(user)
+    return "admin" if ids is None else "teams:" + ",".join(str(i) for i in sorted(ids))
+
+
+def shared_snapshot(key: str, compute, ttl: float = 10.0):
+    """``compute()``, shared through the cache under ``key`` for ``ttl`` seconds.
+
+    Consumers key it by the scope (``scope_key``), what is shown and the id of
+    the change event they answer, so N browsers that see the same thing cost
+    one read per change, and a new change (a new id) is never answered from an
+    older read.
+    """
+    found = cache.get(key)
+    if found is None:
+        found = compute()
+        cache.set(key, found, ttl)
+    return found
+
+
 # --------------------------------------------------------------------------- helpers
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -101,7 +121,8 @@ def _seconds(start: dt.datetime | None, end: dt.datetime | None) -> float | None
 
 
 def _money(value: Decimal | None) -> str | None:
-    return None if value is None else format(value, "f")
+    """USD as a string with 8 decimals (the models' precision); sums from SQLite carry more."""
+    return None if value is None else format(Decimal(value).quantize(Decimal("1e-8")), "f")
 
 
 def _state_counts(rows: Iterable[tuple[str, int]] = ()) -> dict[str, int]:
@@ -575,7 +596,7 @@ def _stage_row(key: str, label: str, values: list[float]) -> dict[str, Any]:
     }
 
 
-def campaign_stages(campaign: Campaign) -> dict[str, Any]:
+def campaign_stages(campaign: Campaign, states: dict[str, int] | None = None) -> dict[str, Any]:
     """The seed's stage table for one campaign: median (and p10, p90, range) per stage, with histograms.
 
     Shape ``{"rows": [{stage, label, n, median_s, p10_s, p90_s, min_s,
@@ -586,7 +607,10 @@ def campaign_stages(campaign: Campaign) -> dict[str, Any]:
     (one row of four floats per task that has a runner record) and cached for
     ``TCO_STAGE_CACHE_S``.
     """
-    key = f"campaign-stages:{campaign.pk}"
+    # Keyed by the state counts too: a task that ends (its accounting read) is counted
+    # at once, and the cache only spares repeated reads between two changes.
+    version = ",".join(f"{s}={n}" for s, n in sorted((states or {}).items()) if n)
+    key = f"campaign-stages:{campaign.pk}:{version}"
     ttl = settings.TCO_STAGE_CACHE_S
     if ttl > 0:
         cached = cache.get(key)
@@ -647,7 +671,7 @@ def _task_row(t: Task) -> dict[str, Any]:
         "task_id": t.task_id,
         "task_number": t.task_number,
         "state": t.state,
-        "state_code": t.state_code,
+        "state_code": t.state_code if t.active else "",  # qstat's letters mean nothing once it has ended
         "host": t.host,
         "queue": t.queue,
         "submitted_at": _iso(t.submitted_at),
@@ -741,7 +765,7 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
         "pages": pages,
         "per_page": per_page,
         "state_filter": state,
-        "stages": campaign_stages(campaign),
+        "stages": campaign_stages(campaign, states),
     }
 
 
@@ -867,10 +891,16 @@ def task_output_file(user: AbstractBaseUser, task_id: int, name: str) -> dict[st
 
 
 def _job_detail_fetch(cluster: Cluster, job_number: int) -> dict:
-    """``qstat -j`` of one job through the cluster's adapter (patched in tests)."""
+    """``qstat -j`` of one job through the cluster's adapter (patched in tests).
+
+    With a short timeout: a web process runs its sync views on one thread, so a
+    qmaster that does not answer must not hold the other pages for long.
+    """
     from .services import scheduler_for
 
-    return scheduler_for(cluster).job_detail(job_number)
+    scheduler = scheduler_for(cluster)
+    scheduler.timeout = min(getattr(scheduler, "timeout", 3.0), 3.0)
+    return scheduler.job_detail(job_number)
 
 
 def job_detail_cached(cluster: Cluster, job_number: int) -> dict[str, Any]:
@@ -930,8 +960,12 @@ def _timeline(task: Task) -> list[dict[str, Any]]:
     add("sandbox_start", "sandbox start", task.sandbox_create_at, task.sandbox_ready_at)
     if task.sandbox_ready_at is not None:
         add("handoff", "hand-off to agent", task.sandbox_ready_at, task.agent_started_at, overhead=True)
-    add("agent_work", "agent work", task.agent_started_at, task.agent_exited_at)
-    add("teardown", "teardown", task.agent_exited_at or task.agent_started_at, task.teardown_done_at, overhead=True)
+    if task.agent_exited_at is None and task.teardown_done_at is not None:
+        # Stopped by the runner (timeout, signal): no exit time of its own; it ran until teardown ended.
+        add("agent_work", "agent work (stopped)", task.agent_started_at, task.teardown_done_at)
+    else:
+        add("agent_work", "agent work", task.agent_started_at, task.agent_exited_at)
+        add("teardown", "teardown", task.agent_exited_at, task.teardown_done_at, overhead=True)
     return segments
 
 
@@ -1076,27 +1110,58 @@ def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datet
 
 # --------------------------------------------------------------------------- metrics
 
+USAGE_FIELDS = (*TOKEN_FIELDS, "reasoning_tokens", "cost_usd")
+
+
+def _campaign_usage(campaign_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Token and cost sums per campaign: ``{id: {input_tokens, ..., cost_usd (Decimal)}}``."""
+    found: dict[int, dict[str, Any]] = {}
+    for chunk in _chunks(campaign_ids):
+        for row in (Task.objects.filter(campaign_id__in=chunk).values("campaign_id")
+                    .annotate(**{f: Sum(f) for f in USAGE_FIELDS}).order_by()):
+            found[row.pop("campaign_id")] = row
+    return found
+
+
+def usage_by_project() -> list[dict[str, Any]]:
+    """Every campaign task's token and cost totals per project, for /metrics (unscoped).
+
+    ``[{"project", "input_tokens", ..., "reasoning_tokens", "cost_usd" (Decimal)}]``.
+    Only tco's campaigns are metered. A finished campaign's sums no longer
+    change and are cached per campaign for a day, so a scrape reads the tasks
+    of unfinished campaigns only (after the first).
+    """
+    campaigns = list(Campaign.objects.values_list("pk", "status", "finished_at", "team__project"))
+    keys = {pk: f"campaign-usage:{pk}:{_iso(finished_at)}" for pk, status, finished_at, _ in campaigns
+            if status not in UNFINISHED_CAMPAIGN}
+    cached = cache.get_many(list(keys.values())) if keys else {}
+    sums: dict[int, dict[str, Any]] = {pk: cached[key] for pk, key in keys.items() if key in cached}
+    missing = [pk for pk, *_ in campaigns if pk not in sums]
+    fresh = _campaign_usage(missing)
+    to_cache = {keys[pk]: fresh.get(pk, {}) for pk in missing if pk in keys}
+    if to_cache:
+        cache.set_many(to_cache, 86400)
+    sums.update(fresh)
+    per_project: dict[str, dict[str, Any]] = {}
+    for pk, _status, _finished, project in campaigns:
+        row = sums.get(pk) or {}
+        total = per_project.setdefault(project, {"project": project, **{f: 0 for f in USAGE_FIELDS}})
+        for f in USAGE_FIELDS:
+            total[f] += row.get(f) or 0
+    return [per_project[p] for p in sorted(per_project)]
+
+
 def metrics_snapshot() -> dict[str, Any]:
     """Unscoped numbers for /metrics (its access is checked by the view).
 
-    ``{"depth": depth_counts(), "clusters": [{name, polled_at, status: {...}}],
-    "checkpoints": [{cluster, source, path, offset, updated_at}],
-    "usage": [{project, input_tokens, ..., cost_usd (Decimal)}]}``. Usage is
-    every task's totals per project (a full scan; cached 15 s).
+    ``{"depth": depth_counts(), "clusters": [Cluster], "checkpoints":
+    [IngestCheckpoint], "usage": usage_by_project()}``.
     """
     from .models import IngestCheckpoint
 
-    usage = cache.get("metrics-usage")
-    if usage is None:
-        usage = list(
-            Task.objects.exclude(project="").values("project")
-            .annotate(cost_usd=Sum("cost_usd"), **{f: Sum(f) for f in (*TOKEN_FIELDS, "reasoning_tokens")})
-            .order_by("project")
-        )
-        cache.set("metrics-usage", usage, 15)
     return {
         "depth": depth_counts(),
         "clusters": list(Cluster.objects.order_by("name")),
         "checkpoints": list(IngestCheckpoint.objects.select_related("cluster")),
-        "usage": usage,
+        "usage": usage_by_project(),
     }

@@ -95,6 +95,7 @@ def campaign_launch(
     cost_cap_usd: Decimal | None = None,
     submit_on_hold: bool = False,
     retry_of: Campaign | None = None,
+    model_endpoint: dict[str, str] | None = None,
 ) -> Campaign:
     """Record a campaign and its runner spec, then queue its submission.
 
@@ -108,7 +109,10 @@ def campaign_launch(
     ``-p`` (-1023..1024), ``predecessor_job`` becomes ``-hold_jid_ad``,
     ``advance_reservation`` ``-ar``, ``submit_on_hold`` a user hold (``-h``);
     ``model``, ``policy``, ``token_cap`` (tokens per task) and
-    ``cost_cap_usd`` (USD per task, Decimal) go into the runner spec.
+    ``cost_cap_usd`` (USD per task, Decimal) go into the runner spec, and so
+    does ``model_endpoint`` (``{"base_url", "credential_name"}``: where the
+    metering proxy sends the agent's requests, which must be an endpoint of the
+    policy, and the name of its credential in the runner's credentials file).
     """
     name = name.strip()
     if not NAME_RE.match(name):
@@ -180,6 +184,9 @@ def campaign_launch(
             spec["token_cap"] = token_cap
         if cost_cap_usd is not None:
             spec["cost_cap_usd"] = str(cost_cap_usd)
+        if model_endpoint:
+            spec["model_endpoint"] = {k: str(v) for k, v in model_endpoint.items()
+                                      if k in ("base_url", "credential_name") and v}
         _write_atomic(base / "spec.json", json.dumps(spec, indent=1).encode())
         from worker import tasks as worker_tasks
 

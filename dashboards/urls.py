@@ -1,10 +1,27 @@
 from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.authtoken.views import obtain_auth_token
 
-from . import views
+from . import api, metrics, views
 
 urlpatterns = [
     path("", views.queue_page, name="queue"),
     path("queue.json", views.queue_json, name="queue-json"),
     path("campaigns/<int:campaign_id>/", views.campaign_page, name="campaign"),
+    path("tasks/<int:task_id>/", views.task_page, name="task"),
+    path("tasks/<int:task_id>/outputs/<str:name>", views.task_output, name="task-output"),
+    path("account/token/", views.token_page, name="token"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("healthz", views.healthz, name="healthz"),
+    # REST API (dashboards/api.py); schema at /api/schema/.
+    path("api/me/", api.MeView.as_view(), name="api-me"),
+    path("api/token/", obtain_auth_token, name="api-token"),
+    path("api/queue/", api.QueueView.as_view(), name="api-queue"),
+    path("api/queue/depth/", api.QueueDepthView.as_view(), name="api-queue-depth"),
+    path("api/campaigns/", api.CampaignListView.as_view(), name="api-campaigns"),
+    path("api/campaigns/<int:campaign_id>/", api.CampaignDetailView.as_view(), name="api-campaign"),
+    path("api/campaigns/<int:campaign_id>/tasks/", api.CampaignTasksView.as_view(), name="api-campaign-tasks"),
+    path("api/tasks/<int:task_id>/", api.TaskDetailView.as_view(), name="api-task"),
+    path("api/usage/", api.UsageView.as_view(), name="api-usage"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

@@ -102,3 +102,78 @@ def live_stack(transactional_db, bootstrap, tmp_path):
         yield stack
     finally:
         stack.stop()
+
+
+# --- roles and scoped data (issue 6) ----------------------------------------------------
+
+DEMO_PASSWORD = "test-demo-pw-1"
+
+
+@pytest.fixture
+def locmem_cache(settings):
+    """A private in-process cache: ids are reused between tests, so a shared cache would leak."""
+    from django.core.cache import caches
+
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": f"tco-test-{os.getpid()}"}}
+    caches["default"].clear()
+    yield
+    caches["default"].clear()
+
+
+@pytest.fixture
+def fast_passwords(settings):
+    """Hash new passwords with MD5 in this process (PBKDF2 costs about 0.25 s a hash here).
+
+    Only for tests without the live stack: its processes accept PBKDF2 only.
+    """
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher",
+                                 "django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+
+
+@pytest.fixture
+def role_users(bootstrap):
+    """The admin plus one demo user per role (dashboards.accounts.DEMO_USERS), password DEMO_PASSWORD."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.hashers import get_hasher
+
+    from dashboards.accounts import demo_users_ensure
+
+    users = demo_users_ensure(password=DEMO_PASSWORD)
+    admin = get_user_model().objects.get(username="admin")
+    if get_hasher().algorithm == "md5":  # fast_passwords: re-hash the admin's too
+        admin.set_password(os.environ["TCO_ADMIN_PASSWORD"])
+        admin.save()
+    users["admin"] = admin
+    return users
+
+
+def make_campaign(*, team, user, name: str, tasks: list[dict] | None = None, job_number: int = 1000,
+                  status: str = "submitted", launched_at=None, **fields):
+    """A campaign and its tasks written straight to the database (no scheduler).
+
+    ``tasks``: one dict of Task field values per task (task_number defaults to
+    its position, 1-based; state to pending).
+    """
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from dashboards.models import AgentDefinition, Campaign, Task
+    from dashboards.services import cluster_get_default
+
+    cluster = cluster_get_default()
+    launched_at = launched_at or timezone.now() - dt.timedelta(minutes=5)
+    tasks = tasks if tasks is not None else [{}]
+    campaign = Campaign.objects.create(
+        name=name, cluster=cluster, team=team, agent_definition=AgentDefinition.objects.get(name="demo-agent"),
+        launched_by=user, queue="agent.q", task_count=len(tasks), status=status, launched_at=launched_at,
+        submitted_at=launched_at + dt.timedelta(seconds=0.25), job_number=job_number, **fields)
+    rows = []
+    for n, values in enumerate(tasks, 1):
+        values = {"task_number": n, "state": "pending", "state_code": "qw", "submitted_at": launched_at, **values}
+        values.setdefault("active", values["state"] not in ("done", "failed", "deleted", "lost"))
+        rows.append(Task(cluster=cluster, campaign=campaign, job_number=job_number, is_array=True,
+                         name=f"tco-c{campaign.pk}-{name}", owner="tco", project=team.project, **values))
+    Task.objects.bulk_create(rows)
+    return campaign

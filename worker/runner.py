@@ -1,70 +1,135 @@
 """The runner: what Grid Engine starts for each agent task (``python -m worker.runner``).
 
-Standard library only, no Django: it starts on every task and must be quick.
+No Django, and quick to start: it runs once per task. It reads the task's
+runner spec, builds the agent's sandbox, runs the agent in it, tears it down
+and exits with the agent's status, leaving one runner record in the spool.
 
 Environment (set at launch; ``JOB_ID``/``SGE_TASK_ID`` come from Grid Engine):
 ``TCO_SPOOL_DIR``, ``TCO_CAMPAIGN_ID``, ``JOB_ID``, ``SGE_TASK_ID`` (the
 string ``undefined`` for a non-array job; the runner then uses task 1 and
-flags ``task_number_defaulted``).
+flags ``task_number_defaulted``). Optional: ``TCO_CREDENTIALS_FILE`` (JSON
+``{"name": "secret"}``, readable by the submit account only; default
+``<spool>/credentials.json``; read by the proxy, outside the sandbox, at the
+first request that needs it), ``TCO_PRICES_FILE`` (the price table for the
+proxy, worker/metering/prices.py's file format; default
+``<spool>/prices.json`` if it exists), ``TCO_SANDBOX_MASK`` (more host paths, ``:``-separated, the agent must never
+see, e.g. tco's state directory), ``TCO_SANDBOX_RUNTIME`` (``bubblewrap`` or
+``openshell``; overrides the spec), ``TMPDIR`` (where the runner's private
+directory goes; Grid Engine sets one per task).
+
+The runner spec, ``<spool>/campaigns/<campaign_id>/spec.json``::
+
+    {"version": 1, "campaign_id": str|int,
+     "agent": {"command": [argv...], "environment": {str: str},   # optional
+               "outputs": ["verdict.json", "*.txt"]},                # optional
+     "inputs_file": path, "timeout_s": number|null, "kill_grace_s": number,   # optional
+     "model": str, "token_cap": int, "cost_cap_usd": "decimal",         # optional
+     "policy": YAML text | "/abs/path.yaml" | {mapping},                # optional
+     "model_endpoint": {"base_url": "http://127.0.0.1:8123",            # optional
+                        "credential_name": "demo-anthropic"},
+     "credentials": {"provider": "credential name"},                    # optional
+     "sandbox": {"runtime": "auto"|"bubblewrap"|"openshell"}}           # optional
+
+``{input}`` and ``{workdir}`` in the command become the task's input file and
+work directory as the agent sees them (``/sandbox/input.json``,
+``/sandbox``). ``inputs_file`` is JSONL; line N (1-based) is task N's input.
+Without ``policy`` the runner applies :func:`default_policy` (system
+directories and tco's own code read-only, the work directory and a private
+``/tmp`` writable, no network). ``model_endpoint.base_url`` must be a
+``protocol: rest`` endpoint of the policy; requests from the agent go there,
+and ``credential_name`` (a name in the credentials file) is the credential
+of the providers that endpoint's ``credential_binding`` names; ``credentials``
+maps other providers to names; a provider named nowhere is looked up under
+its own name. ``token_cap``/``cost_cap_usd`` are the proxy's per-task caps
+(a cost cap needs a price table); ``model`` reaches the agent as
+``TCO_MODEL``. ``outputs``
+are files in the work directory (relative paths or globs) copied, capped, to
+``records/<campaign_id>/<task>.outputs/`` for the pages.
+
+The sandbox (worker/sandbox/): bubblewrap by default; OpenShell's CLI where
+``openshell`` is on PATH and the policy has no loopback endpoint (OpenShell
+refuses those). The agent's environment is cleared and rebuilt: ``PATH``,
+``HOME=/sandbox``, ``ANTHROPIC_BASE_URL=http://127.0.0.1:8790`` and
+``OPENAI_BASE_URL=http://127.0.0.1:8790/v1`` (the relay on the sandbox's own
+loopback), placeholder API keys (the proxy drops them and adds the real
+credential), ``TCO_CAMPAIGN_ID``, ``TCO_TASK_NUMBER``, ``TCO_INPUT_FILE``, ``TCO_WORK_DIR``,
+``PYTHONPATH``/``PYTHONDONTWRITEBYTECODE``/``LANG``/``LC_ALL``/``TZ`` from
+the runner's environment, and ``agent.environment``. Never a credential.
+
+The metering proxy (worker/metering/proxy.py) listens on the Unix socket
+bound into the sandbox. It is started when the agent first connects to its
+base URL (the relay says so), so an agent that never calls a model pays
+nothing for it; each request is appended to
+``records/<campaign_id>/<task>.requests.jsonl`` as it is metered.
 
 Files under the spool directory:
 
-- reads ``campaigns/<campaign_id>/spec.json`` (the runner spec):
-  ``{"version": 1, "campaign_id": str|int, "agent": {"command": [argv...]},
-  "inputs_file": path, "timeout_s": number|null}``. ``{input}`` and
-  ``{workdir}`` in the command are replaced by the task's input file and
-  work directory. ``inputs_file`` is JSONL, line N (1-based) is task N's
-  input; a relative path is relative to the campaign directory. Optional
-  ``kill_grace_s`` (default :data:`KILL_GRACE_S`): seconds between SIGTERM
-  and SIGKILL when the agent is stopped.
-- creates ``work/<campaign_id>/<task_number>/`` (the agent's cwd; its input
-  is copied to ``input.json`` there).
-- writes ``records/<campaign_id>/<task_number>.stdout`` / ``.stderr``
-  (the agent's output, each capped at :data:`OUTPUT_CAP_BYTES`) and, last,
-  ``records/<campaign_id>/<task_number>.json`` atomically (temp file,
-  fsync, ``os.replace``): the runner record, version 1::
+- creates ``work/<campaign_id>/<task_number>/`` (shown at ``/sandbox``; its
+  input is copied to ``input.json`` there);
+- writes ``records/<campaign_id>/<task_number>.stdout`` / ``.stderr`` (the
+  agent's output, each capped at :data:`OUTPUT_CAP_BYTES`), the
+  ``.requests.jsonl`` and ``.outputs/`` above, and last
+  ``records/<campaign_id>/<task_number>.json`` atomically (temp file, fsync,
+  ``os.replace``): the runner record, version 2::
 
-    {"version": 1, "campaign_id": str, "task_number": int, "job_number": int|null,
+    {"version": 2, "campaign_id": str, "task_number": int, "job_number": int|null,
      "hostname": str,
      "stages": {"task_started_at", "sandbox_create_at", "sandbox_ready_at",
                 "agent_started_at", "agent_exited_at", "teardown_done_at"},
      "exit_status": int|null, "signal": int|null,
      "stdout_path": str|null, "stderr_path": str|null,
      "stdout_truncated": bool, "stderr_truncated": bool,
+     "outputs": [{"name", "path", "bytes", "truncated"}],
+     "sandbox": {"runtime", "policy_sha256", "uid", "gid", "notes": [str], "log": str} | null,
+     "usage": {proxy totals} | null, "requests_path": str | null,
      "flags": [str], "runner_signal": int|null, "error": str|null}
 
-  (``stdout_path``/``stderr_path`` are null when the agent never started.)
+  (``stdout_path``/``stderr_path`` are null when the agent never started.
+  Version 1 had neither ``outputs``, ``sandbox``, ``usage`` nor
+  ``requests_path``.)
 
 Stages are UTC ISO-8601 strings with microseconds and a ``Z`` (or null when
 not reached), from a monotonic clock anchored to UTC when the module is
-loaded, so they are ordered even if the wall clock steps. ``sandbox_*`` stay
-null until the sandbox exists. ``agent_started_at`` is taken when the agent
-process has been created (fork and exec done). ``agent_exited_at`` is set
-only when the agent ended by itself; when the runner stops it (signal to the
-runner, timeout) it stays null and ``teardown_done_at`` says when it was gone.
+loaded, so they are ordered even if the wall clock steps.
+``sandbox_create_at`` is taken just before bubblewrap starts;
+``sandbox_ready_at`` when the relay inside reports the sandbox built and its
+listener up, before the agent is executed; ``agent_started_at`` when the
+agent's exec is done; ``agent_exited_at`` when it exited by itself (the
+relay's times, same monotonic clock). When the runner stops the agent
+(a signal to the runner, a timeout) ``agent_exited_at`` stays null and
+``teardown_done_at`` says when it was gone.
 
 ``exit_status``/``signal`` describe the agent process (``signal`` when it
-died of one, including the runner's own SIGTERM/SIGKILL at teardown).
-``runner_signal`` is the signal that interrupted the runner. Flags:
+died of one, including the runner's SIGTERM, or SIGKILL when its sandbox was
+killed). ``runner_signal`` is the signal that interrupted the runner. Flags:
 ``runner_error`` (see ``error``), ``runner_signalled``, ``agent_timeout``,
-``output_incomplete`` (a stray process kept an output pipe open),
-``task_number_defaulted``.
+``output_incomplete`` (an output pipe stayed open), ``task_number_defaulted``,
+``proxy_error`` (the proxy could not start or stop cleanly; see ``error``),
+``outputs_skipped`` (a declared output was not a regular file in the work
+directory, or there were too many), ``unmetered_runtime`` (OpenShell carried
+the agent's traffic, so tco did not meter it).
 
 The runner's exit status is the agent's; 128+N when the agent died of
 signal N or the runner was interrupted by signal N; :data:`EXIT_TIMEOUT` on
 timeout; :data:`EXIT_CONFIG` when it could not start the agent (bad
-environment, spec or input); :data:`EXIT_INTERNAL` on a runner bug. (99 and
-100 mean "reschedule" and "error state" to Grid Engine and are never used.)
+environment, spec, input or policy, or the sandbox did not start);
+:data:`EXIT_INTERNAL` on a runner bug. (99 and 100 mean "reschedule" and
+"error state" to Grid Engine and are never used.)
 
-Processes: the runner makes itself a process-group leader if Grid Engine
-has not (its shepherd normally has), and starts the agent in that same
-group, so the shepherd's signals (suspend SIGSTOP, qdel SIGKILL) reach the
-agent too. On SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGXCPU (each of
-which would otherwise kill the runner without a record; Grid Engine sends
-SIGUSR1/SIGXCPU for soft limits) the runner sends SIGTERM to its group,
-waits :data:`KILL_GRACE_S`, SIGKILLs what is left, and writes the record.
-SIGKILL cannot be caught: a task killed outright (qdel with the default
-``terminate_method``) leaves no record.
+Processes and signals: the runner makes itself a process-group leader if
+Grid Engine has not. The sandbox runs in its own session (bubblewrap
+``--new-session``), outside the job's process group; the relay, its PID 1,
+stops and continues the sandbox when Grid Engine suspends and resumes the
+runner. On SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGXCPU (each of which
+would otherwise kill the runner without a record; Grid Engine sends
+SIGUSR1/SIGXCPU for soft limits and SIGUSR2 before qdel with ``-notify``)
+the runner asks the relay to SIGTERM every process of the sandbox, waits
+``kill_grace_s`` (:data:`KILL_GRACE_S`; at most :data:`SIGNALLED_GRACE_S`
+after a signal, so that the record is written within Grid Engine's notify
+time), kills the sandbox, and writes the record. SIGKILL
+cannot be caught: a task killed outright (qdel with the default
+``terminate_method``) leaves no record, but its sandbox dies with it
+(``--die-with-parent`` ends the sandbox's PID namespace).
 """
 from __future__ import annotations
 
@@ -75,34 +140,41 @@ import time
 _ANCHOR_WALL_NS = time.time_ns()
 _ANCHOR_MONO_NS = time.monotonic_ns()
 
-import datetime as _dt  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
+import stat  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 SPEC_VERSION = 1
 OUTPUT_CAP_BYTES = 1 << 20
+OUTPUT_FILE_CAP_BYTES = 1 << 20
+MAX_OUTPUT_FILES = 64
 KILL_GRACE_S = 5.0
+SIGNALLED_GRACE_S = 3.0  # Grid Engine's notify time before its SIGKILL is 5 s on the dev cluster
 OUTPUT_DRAIN_S = 2.0
+PROXY_STOP_S = 15.0
 EXIT_TIMEOUT = 124
 EXIT_CONFIG = 78
 EXIT_INTERNAL = 70
+INSIDE_WORKDIR = "/sandbox"
+PLACEHOLDER_KEY = "tco-sandbox-no-key-the-proxy-adds-it"
+PASSED_THROUGH_ENV = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "LANG", "LC_ALL", "TZ")
+CODE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
                        signal.SIGUSR2, signal.SIGXCPU)
 STAGES = ("task_started_at", "sandbox_create_at", "sandbox_ready_at", "agent_started_at",
           "agent_exited_at", "teardown_done_at")
 _CAMPAIGN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 class RunnerError(Exception):
-    """The runner could not start the agent (environment, spec or input is wrong)."""
+    """The runner could not start the agent (environment, spec, input or policy is wrong)."""
 
 
 class _Interrupted(BaseException):
@@ -119,7 +191,11 @@ class StageClock:
 
     def now_ns(self) -> int:
         """Nanoseconds since the epoch, UTC."""
-        return self._wall_ns + (time.monotonic_ns() - self._mono_ns)
+        return self.wall_of(time.monotonic_ns())
+
+    def wall_of(self, mono_ns: int) -> int:
+        """The UTC time (ns since the epoch) of a CLOCK_MONOTONIC reading."""
+        return self._wall_ns + (mono_ns - self._mono_ns)
 
     def anchor_iso(self) -> str:
         """The anchor itself as ISO text (``task_started_at``)."""
@@ -129,27 +205,29 @@ class StageClock:
         """``2025-01-02T03:04:05.123456Z`` for ``ns`` (default now)."""
         ns = self.now_ns() if ns is None else ns
         seconds, rest = divmod(ns, 1_000_000_000)
-        moment = _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc).replace(microsecond=rest // 1000)
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1000:06d}Z"
+
+    def iso_mono(self, mono_ns: int | None) -> str | None:
+        """:meth:`iso` of a monotonic reading (None stays None)."""
+        return None if mono_ns is None else self.iso(self.wall_of(mono_ns))
 
 
 class _Capture(threading.Thread):
     """Copy one pipe into a file, keeping at most ``cap`` bytes and draining the rest."""
 
-    def __init__(self, pipe, path: str, cap: int) -> None:
+    def __init__(self, fd: int, path: str, cap: int) -> None:
         super().__init__(daemon=True)
-        self.pipe = pipe
+        self.fd = fd
         self.path = path
         self.cap = cap
         self.written = 0
         self.truncated = False
 
     def run(self) -> None:
-        fd = self.pipe.fileno()
         with open(self.path, "wb") as out:
             while True:
                 try:
-                    chunk = os.read(fd, 65536)
+                    chunk = os.read(self.fd, 65536)
                 except OSError:
                     break
                 if not chunk:
@@ -160,6 +238,7 @@ class _Capture(threading.Thread):
                     self.written += min(room, len(chunk))
                 if len(chunk) > room:
                     self.truncated = True
+        os.close(self.fd)
 
 
 def _group_members() -> list[int]:
@@ -202,6 +281,55 @@ def _write_json_atomically(path: str, data: dict) -> None:
         os.close(dir_fd)
 
 
+def default_policy() -> dict:
+    """The policy of a spec without one: system directories and tco's own code (for its
+    bundled agents) read-only, the work directory and a private /tmp writable, no network."""
+    read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", os.path.join(CODE_ROOT, "worker")]
+    if sys.prefix != sys.base_prefix:  # the venv the bundled agents run with
+        read_only.append(sys.prefix)
+    return {"version": 1,
+            "filesystem_policy": {"include_workdir": True, "read_only": read_only,
+                                  "read_write": [INSIDE_WORKDIR, "/tmp"]},
+            "process": {"run_as_user": "sandbox", "run_as_group": "sandbox"}}
+
+
+def _remove_tree(path: str) -> None:
+    """Remove the runner's private directory (its own small tree; links are not followed)."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            _remove_tree(entry.path)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _open_beneath(root: str, relative: str) -> int:
+    """Open ``root/relative`` for reading without following any link on the way (the agent
+    wrote the work directory). Raises OSError."""
+    parts = [p for p in relative.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise OSError(f"{relative!r} is not a relative path")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 class Runner:
     """One task's run. ``environ`` is the process environment (a mapping)."""
 
@@ -224,8 +352,17 @@ class Runner:
         self.task_number: int | None = None
         self.job_number: int | None = None
         self.record_dir = self.work_dir = None
-        self.proc: subprocess.Popen | None = None
+        self.private_dir: str | None = None
+        self.sandbox = None
+        self.sandbox_info: dict | None = None
         self.captures: list[_Capture] = []
+        self.outputs: list[dict] = []
+        self.usage: dict | None = None
+        self.requests_path: str | None = None
+        self._proxy_thread: threading.Thread | None = None
+        self._proxy_handle = None
+        self._proxy_error: str | None = None
+        self._proxy_config: dict | None = None
         self._armed = False
 
     # ---- signals
@@ -287,9 +424,19 @@ class Runner:
         if isinstance(spec.get("campaign_id"), bool) or str(spec.get("campaign_id")) != self.campaign_id:
             raise RunnerError(f"runner spec {path} is for campaign {spec.get('campaign_id')!r}, "
                               f"not {self.campaign_id!r}")
-        command = (spec.get("agent") or {}).get("command")
+        agent = spec.get("agent")
+        command = (agent or {}).get("command") if isinstance(agent, dict) else None
         if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
             raise RunnerError(f"runner spec {path}: agent.command must be a non-empty list of strings")
+        environment = agent.get("environment") or {}
+        if not isinstance(environment, dict) or not all(
+                isinstance(k, str) and _ENV_KEY_RE.match(k) and isinstance(v, str) and "\0" not in v
+                for k, v in environment.items()):
+            raise RunnerError(f"runner spec {path}: agent.environment must map variable names to text")
+        outputs = agent.get("outputs") or []
+        if not isinstance(outputs, list) or not all(isinstance(o, str) and o and not o.startswith("/")
+                                                    for o in outputs):
+            raise RunnerError(f"runner spec {path}: agent.outputs must be a list of relative paths")
         timeout = spec.get("timeout_s")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or timeout <= 0):
@@ -302,6 +449,9 @@ class Runner:
         if not isinstance(inputs, str) or not inputs:
             raise RunnerError(f"runner spec {path}: inputs_file must be a path")
         spec["inputs_file"] = os.path.join(campaign_dir, inputs)  # absolute paths stay as they are
+        for name in ("model_endpoint", "credentials", "sandbox"):
+            if spec.get(name) is not None and not isinstance(spec[name], dict):
+                raise RunnerError(f"runner spec {path}: {name} must be a mapping")
         return spec
 
     def _read_input(self, inputs_file: str) -> str:
@@ -321,72 +471,413 @@ class Runner:
             raise RunnerError(f"{inputs_file} line {self.task_number} is not JSON: {exc}") from exc
         return line
 
+    def _load_policy(self, spec: dict):
+        from worker.sandbox.policy import PolicyError, load_policy
+
+        source = spec.get("policy")
+        try:
+            policy = load_policy(default_policy() if source in (None, "") else source)
+        except PolicyError as exc:
+            raise RunnerError(str(exc)) from exc
+        return policy
+
+    def _runtime(self, spec: dict, policy) -> str:
+        wanted = self.environ.get("TCO_SANDBOX_RUNTIME") or (spec.get("sandbox") or {}).get("runtime") or "auto"
+        if wanted not in ("auto", "bubblewrap", "openshell"):
+            raise RunnerError(f"sandbox runtime {wanted!r}: use auto, bubblewrap or openshell")
+        if wanted == "auto":
+            loopback = any(e.loopback for _, e in policy.endpoints())
+            from worker.sandbox.bwrap import which
+
+            wanted = "openshell" if which("openshell", self.environ.get("PATH")) and not loopback else "bubblewrap"
+        return wanted
+
+    def _proxy_setup(self, spec: dict, policy) -> None:
+        """Work out the proxy's endpoints, upstreams and credential names (started later)."""
+        from urllib.parse import urlsplit
+
+        names = dict(spec.get("credentials") or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in names.items()):
+            raise RunnerError("runner spec: credentials must map provider names to credential names")
+        upstreams: dict[str, str] = {}
+        endpoint = spec.get("model_endpoint") or {}
+        base_url, credential = endpoint.get("base_url"), endpoint.get("credential_name")
+        if base_url is not None:
+            parts = urlsplit(base_url) if isinstance(base_url, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                raise RunnerError(f"model_endpoint.base_url {base_url!r} is not an http(s) URL")
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            matches = [e for r, e in policy.endpoints() if r.binaries and e.protocol == "rest"
+                       and e.host and e.host.lower() == parts.hostname.lower() and port in e.ports]
+            if not matches:
+                raise RunnerError(f"model_endpoint.base_url {base_url}: {parts.hostname}:{port} is not a "
+                                  "protocol: rest endpoint of the sandbox policy")
+            upstreams[f"{matches[0].host}:{port}"] = base_url.rstrip("/")
+            bound = {e.credential_provider for e in matches if e.credential_provider}
+        else:
+            bound = policy.credential_providers()
+        if credential is not None:
+            if not isinstance(credential, str) or not credential:
+                raise RunnerError("model_endpoint.credential_name must be a name")
+            for provider in bound:
+                names.setdefault(provider, credential)
+        for provider in policy.credential_providers():
+            names.setdefault(provider, provider)  # the credentials file may name it like the provider
+        token_cap, cost_cap = spec.get("token_cap"), spec.get("cost_cap_usd")
+        if token_cap is not None and (isinstance(token_cap, bool) or not isinstance(token_cap, int) or token_cap < 1):
+            raise RunnerError("runner spec: token_cap must be a positive number of tokens")
+        if cost_cap is not None:
+            from decimal import Decimal, InvalidOperation
+
+            try:
+                cost_cap = Decimal(str(cost_cap))
+            except InvalidOperation:
+                raise RunnerError("runner spec: cost_cap_usd must be a decimal amount of USD") from None
+            if not cost_cap.is_finite() or cost_cap <= 0:
+                raise RunnerError("runner spec: cost_cap_usd must be a positive amount of USD")
+        prices = self.environ.get("TCO_PRICES_FILE") or os.path.join(self.spool, "prices.json")
+        prices = prices if os.path.isfile(prices) else None
+        if cost_cap is not None and prices is None:
+            raise RunnerError("runner spec: cost_cap_usd needs a price table (TCO_PRICES_FILE or "
+                              "<spool>/prices.json)")
+        credentials = self.environ.get("TCO_CREDENTIALS_FILE") or os.path.join(self.spool, "credentials.json")
+        self._proxy_config = {"policy": policy.proxy_policy(), "upstreams": upstreams, "names": names,
+                              "file": credentials, "prices": prices, "token_cap": token_cap, "cost_cap": cost_cap}
+
+    def _make_private_dir(self) -> str:
+        base = self.environ.get("TMPDIR") or "/tmp"
+        if not os.path.isdir(base):
+            base = "/tmp"
+        for attempt in range(100):
+            path = os.path.join(base, f"tco-runner-{os.getpid()}-{attempt}")
+            try:
+                os.mkdir(path, 0o700)
+                return path
+            except FileExistsError:
+                continue
+        raise RunnerError(f"cannot make a private directory in {base}")
+
+    def _agent_env(self, spec: dict, relay_port: int) -> dict[str, str]:
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": INSIDE_WORKDIR, "USER": "sandbox",
+               "LOGNAME": "sandbox", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+        for key in PASSED_THROUGH_ENV:
+            if key in self.environ:
+                env[key] = self.environ[key]
+        base = f"http://127.0.0.1:{relay_port}"
+        env.update(ANTHROPIC_BASE_URL=base, OPENAI_BASE_URL=f"{base}/v1", ANTHROPIC_API_KEY=PLACEHOLDER_KEY,
+                   OPENAI_API_KEY=PLACEHOLDER_KEY)
+        if isinstance(spec.get("model"), str) and spec["model"]:
+            env["TCO_MODEL"] = spec["model"]
+        env.update(spec["agent"].get("environment") or {})
+        env.update(TCO_CAMPAIGN_ID=self.campaign_id, TCO_TASK_NUMBER=str(self.task_number),
+                   TCO_INPUT_FILE=f"{INSIDE_WORKDIR}/input.json", TCO_WORK_DIR=INSIDE_WORKDIR)
+        return env
+
     # ---- the agent
     def _start_agent(self, spec: dict) -> None:
+        policy = self._load_policy(spec)
+        runtime = self._runtime(spec, policy)
+        findings = policy.unenforceable() if runtime == "bubblewrap" else []
+        refused = [str(f) for f in findings if f.refuse]
+        if refused:
+            raise RunnerError("the bubblewrap runtime cannot enforce this policy: " + "; ".join(refused))
+        self.sandbox_info = {"runtime": runtime, "policy_sha256": policy.sha256, "uid": policy.uid,
+                             "gid": policy.gid, "notes": [str(f) for f in findings], "log": ""}
+
         self.work_dir = os.path.join(self.spool, "work", self.campaign_id, str(self.task_number))
         os.makedirs(self.work_dir, exist_ok=True)
+        input_text = self._read_input(spec["inputs_file"]) + "\n"
         input_path = os.path.join(self.work_dir, "input.json")
-        with open(input_path, "w", encoding="utf-8") as fh:
-            fh.write(self._read_input(spec["inputs_file"]) + "\n")
-        argv = [a.replace("{input}", input_path).replace("{workdir}", self.work_dir)
+        # A previous attempt's agent may have left a link here: never write through it.
+        if os.path.lexists(input_path):
+            os.unlink(input_path)
+        fd = os.open(input_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(input_text)
+        argv = [a.replace("{input}", f"{INSIDE_WORKDIR}/input.json").replace("{workdir}", INSIDE_WORKDIR)
                 for a in spec["agent"]["command"]]
-        env = dict(self.environ)
-        env.pop("TCO_SPOOL_DIR", None)  # the agent has no business in the spool
-        env.update(TCO_TASK_NUMBER=str(self.task_number), TCO_INPUT_FILE=input_path,
-                   TCO_WORK_DIR=self.work_dir)
-        self._armed = False  # never interrupt Popen between fork and bookkeeping
+        self.private_dir = self._make_private_dir()
+
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, cwd=self.work_dir, env=env)
-        except OSError as exc:
-            raise RunnerError(f"cannot start agent {argv[0]!r}: {exc.strerror or exc}") from exc
-        self.stages["agent_started_at"] = self.clock.iso()
-        for pipe, suffix in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
-            capture = _Capture(pipe, self._output_path(suffix), self.output_cap)
+            if runtime == "openshell":
+                self.flags.append("unmetered_runtime")
+                self._start_openshell(spec, policy, argv, out_w, err_w)
+            else:
+                self._start_bwrap(spec, policy, argv, out_w, err_w)
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        from worker.sandbox import SandboxStartError
+
+        # Output files appear once the agent runs (stdout_path is null if it never did); the
+        # pipes hold what it writes meanwhile.
+        try:
+            self._arm()
+            self.sandbox.wait_ready()
+        except SandboxStartError as exc:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise RunnerError(str(exc)) from exc
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            self._armed = False
+        for fd, suffix in ((out_r, "stdout"), (err_r, "stderr")):
+            capture = _Capture(fd, self._output_path(suffix), self.output_cap)
             capture.start()
             self.captures.append(capture)
+        self._note_stages()
+
+    def _start_bwrap(self, spec: dict, policy, argv: list[str], out_w: int, err_w: int) -> None:
+        from worker.sandbox.bwrap import (RELAY_PORT, BwrapSandbox, SandboxConfigError, SandboxPlan,
+                                          SandboxStartError, group_text, passwd_text)
+
+        self._proxy_setup(spec, policy)
+        socket_dir = os.path.join(self.private_dir, "sock")
+        os.mkdir(socket_dir, 0o700)
+        masks = [self.spool, self.private_dir, self._proxy_config["file"]]
+        masks += [p for p in self.environ.get("TCO_SANDBOX_MASK", "").split(":") if p.startswith("/")]
+        status_r, status_w = os.pipe()
+        json_r, json_w = os.pipe()
+        data_fds = {}
+        for inside, text in (("/etc/passwd", passwd_text(policy.uid, policy.gid)),
+                             ("/etc/group", group_text(policy.gid))):
+            r, w = os.pipe()
+            os.write(w, text.encode())
+            os.close(w)
+            data_fds[inside] = r
+        watch_fd = os.open(f"/proc/{os.getpid()}/stat", os.O_RDONLY)
+        ours = [status_w, json_w, watch_fd, *data_fds.values()]
+        try:
+            plan = SandboxPlan(
+                policy=policy, workdir=self.work_dir, socket_dir=socket_dir, agent_argv=argv,
+                env=self._agent_env(spec, RELAY_PORT), masks=masks,
+                interpreter=sys.executable, status_fd=status_w, json_status_fd=json_w,
+                stdout_fd=out_w, stderr_fd=err_w, data_fds=data_fds, watch_fd=watch_fd)
+            try:
+                self.sandbox = BwrapSandbox(plan, on_proxy_wanted=self._start_proxy_soon)
+            except SandboxConfigError as exc:
+                raise RunnerError(str(exc)) from exc
+            self.sandbox_info["notes"] += plan.notes
+            self._armed = False  # never interrupt between fork and bookkeeping
+            try:
+                self.sandbox.start(status_r, json_r)
+            except SandboxStartError as exc:
+                raise RunnerError(str(exc)) from exc
+        except BaseException:
+            if self.sandbox is None or self.sandbox.proc is None:
+                for fd in (status_r, json_r):
+                    os.close(fd)
+            raise
+        finally:
+            for fd in ours:
+                os.close(fd)
+        self.stages["sandbox_create_at"] = self.clock.iso_mono(self.sandbox.mono.get("create"))
+
+    def _start_openshell(self, spec: dict, policy, argv: list[str], out_w: int, err_w: int) -> None:
+        from worker.sandbox.openshell import OpenShellSandbox, SandboxStartError
+
+        name = f"tco-{self.campaign_id}-{self.task_number}-{self.job_number or os.getpid()}".replace("_", "-")
+        endpoint = spec.get("model_endpoint") or {}
+        env = self._agent_env(spec, 0)
+        # Under OpenShell the agent talks to the endpoint itself, through OpenShell's proxy.
+        for key in ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+            env.pop(key, None)
+        if endpoint.get("base_url"):
+            env["ANTHROPIC_BASE_URL"] = endpoint["base_url"]
+        self.sandbox = OpenShellSandbox(policy=policy, name=name, workdir=self.work_dir, agent_argv=argv,
+                                        env=env, stdout_fd=out_w, stderr_fd=err_w, private_dir=self.private_dir)
+        self._armed = True
+        try:
+            self.sandbox.start()
+        except SandboxStartError as exc:
+            raise RunnerError(str(exc)) from exc
+        finally:
+            self._armed = False
+        self.stages["sandbox_create_at"] = self.clock.iso_mono(self.sandbox.mono.get("create"))
+
+    def _note_stages(self) -> None:
+        mono = self.sandbox.mono
+        self.stages["sandbox_create_at"] = self.clock.iso_mono(mono.get("create"))
+        self.stages["sandbox_ready_at"] = self.clock.iso_mono(mono.get("ready"))
+        self.stages["agent_started_at"] = self.clock.iso_mono(mono.get("started"))
 
     def _wait_agent(self, timeout_s: float | None) -> None:
         if timeout_s:
             signal.setitimer(signal.ITIMER_REAL, timeout_s)
         self._arm()
-        returncode = self.proc.wait()
+        self.sandbox.wait_exit()
         self._armed = False
-        self.stages["agent_exited_at"] = self.clock.iso()
         signal.setitimer(signal.ITIMER_REAL, 0)
-        self._set_agent_status(returncode)
+        self._set_agent_status()
+        self.stages["agent_exited_at"] = self.clock.iso_mono(self.sandbox.mono.get("exited")) \
+            or self.clock.iso()
 
-    def _set_agent_status(self, returncode: int) -> None:
-        if returncode < 0:
-            self.agent_signal, self.exit_status = -returncode, None
+    def _set_agent_status(self) -> None:
+        sandbox = self.sandbox
+        if sandbox is None or sandbox.proc is None:
+            return
+        if sandbox.exit is not None:
+            kind, value = sandbox.exit
+        elif sandbox.killed:
+            kind, value = "signal", signal.SIGKILL
+        elif sandbox.proc.returncode is not None:
+            kind, value = "code", sandbox.proc.returncode
         else:
-            self.agent_signal, self.exit_status = None, returncode
+            return
+        if kind == "signal":
+            self.agent_signal, self.exit_status = value, None
+        else:
+            self.agent_signal, self.exit_status = None, value
 
-    def _terminate_group(self) -> None:
-        """SIGTERM every other process of our group, wait, SIGKILL the rest, reap the agent."""
-        if self.proc is not None and self.proc.poll() is None or _group_members():
-            # killpg reaches the runner too; it is tearing down already.
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # ---- the proxy
+    def _start_proxy_soon(self) -> None:
+        """The agent wants its base URL: start the proxy in a thread (importing aiohttp takes
+        a while; the relay retries its connection meanwhile)."""
+        if self._proxy_thread is not None or self._proxy_config is None:
+            return
+        self.requests_path = self._output_path("requests.jsonl")
+        self._proxy_thread = threading.Thread(target=self._run_proxy_start, name="tco-proxy-start", daemon=True)
+        self._proxy_thread.start()
+
+    def _run_proxy_start(self) -> None:
+        try:
+            from worker.metering.proxy import CredentialError, CredentialResolver, start_proxy
+
+            config = self._proxy_config
+            names = config["names"]
+            path = config["file"]
+
+            class NamedCredentials(CredentialResolver):
+                """Providers' credentials by name from the runner's credentials file (JSON
+                ``{"name": "secret"}``), read at the first request that needs one."""
+
+                def __init__(self) -> None:
+                    super().__init__({})
+                    self._secrets: dict[str, str] = {}
+
+                def resolve(self, provider: str) -> str:
+                    if provider in self._secrets:
+                        return self._secrets[provider]
+                    name = names.get(provider)
+                    if name is None:
+                        raise CredentialError(f"no credential configured for provider {provider!r}")
+                    try:
+                        with open(path, encoding="utf-8") as fh:
+                            table = json.load(fh)
+                    except (OSError, ValueError) as exc:
+                        raise CredentialError(f"credentials file unreadable: {type(exc).__name__}") from None
+                    value = table.get(name) if isinstance(table, dict) else None
+                    if not isinstance(value, str) or not value.strip():
+                        raise CredentialError(f"credential {name!r} is not in the credentials file")
+                    self._secrets[provider] = value.strip()
+                    return self._secrets[provider]
+
+            prices = None
+            if config["prices"] is not None:
+                from worker.metering.prices import PriceTable
+
+                prices = PriceTable.from_file(config["prices"])
+            caps = None
+            if config["token_cap"] is not None or config["cost_cap"] is not None:
+                from worker.metering.proxy import Caps
+
+                caps = Caps(task_tokens=config["token_cap"], task_cost_usd=config["cost_cap"])
+            self._proxy_handle = start_proxy(
+                os.path.join(self.private_dir, "sock", "proxy.sock"), config["policy"], NamedCredentials(),
+                caps=caps, prices=prices, upstreams=config["upstreams"], record_path=self.requests_path)
+        except Exception as exc:  # noqa: BLE001 - recorded; the agent sees its connection refused
+            self._proxy_error = f"metering proxy did not start: {type(exc).__name__}: {exc}"
+
+    def _stop_proxy(self) -> None:
+        if self._proxy_thread is None:
+            return
+        self._proxy_thread.join(PROXY_STOP_S)
+        if self._proxy_handle is not None:
             try:
-                os.killpg(os.getpgrp(), signal.SIGTERM)
+                self.usage = self._proxy_handle.stop(timeout=PROXY_STOP_S)
+            except Exception as exc:  # noqa: BLE001
+                self._proxy_error = self._proxy_error or f"metering proxy did not stop: {exc!r}"
+                try:
+                    self.usage = self._proxy_handle.proxy.totals()
+                except Exception:  # noqa: BLE001
+                    self.usage = None
+        elif self._proxy_error is None:
+            self._proxy_error = "metering proxy did not start in time"
+        if self._proxy_error:
+            self._flag("proxy_error")
+            self.error = self.error or self._proxy_error
+
+    # ---- teardown
+    def _terminate_group(self) -> None:
+        """SIGTERM every other process of our group, wait, SIGKILL the rest (nothing of the
+        sandbox is in it; this catches anything else the runner may have left)."""
+        if not _group_members():
+            return
+        # killpg reaches the runner too; it is tearing down already.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            os.killpg(os.getpgrp(), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + self.kill_grace_s
+        while time.monotonic() < deadline and _group_members():
+            time.sleep(0.02)
+        for pid in _group_members():
+            try:
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            deadline = time.monotonic() + self.kill_grace_s
-            while time.monotonic() < deadline:
-                if self.proc is not None:
-                    self.proc.poll()
-                if not _group_members():
-                    break
-                time.sleep(0.02)
-            for pid in _group_members():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        if self.proc is not None and self.proc.returncode is None:
-            self._set_agent_status(self.proc.wait())
-        elif self.proc is not None and self.exit_status is None and self.agent_signal is None:
-            self._set_agent_status(self.proc.returncode)
+
+    def _copy_outputs(self, patterns: list[str]) -> None:
+        import glob
+
+        names: list[str] = []
+        for pattern in patterns:
+            if any(ch in pattern for ch in "*?["):
+                names += sorted(glob.glob(pattern, root_dir=self.work_dir))
+            else:
+                names.append(pattern)
+        seen = set()
+        target_dir = os.path.join(self.record_dir, f"{self.task_number}.outputs")
+        for name in names:
+            name = os.path.normpath(name)
+            if name in seen:
+                continue
+            seen.add(name)
+            if len(self.outputs) >= MAX_OUTPUT_FILES:
+                self._flag("outputs_skipped")
+                break
+            try:
+                fd = _open_beneath(self.work_dir, name)
+            except OSError:
+                if not os.path.lexists(os.path.join(self.work_dir, name)):
+                    continue  # not written: nothing to show
+                self._flag("outputs_skipped")
+                continue
+            with os.fdopen(fd, "rb") as src:
+                if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+                    self._flag("outputs_skipped")
+                    continue
+                data = src.read(OUTPUT_FILE_CAP_BYTES + 1)
+            os.makedirs(target_dir, exist_ok=True)
+            target = os.path.join(target_dir, name.replace("/", "__"))
+            with open(target, "wb") as out:
+                out.write(data[:OUTPUT_FILE_CAP_BYTES])
+            self.outputs.append({"name": name, "path": target, "bytes": min(len(data), OUTPUT_FILE_CAP_BYTES),
+                                 "truncated": len(data) > OUTPUT_FILE_CAP_BYTES})
+
+    def _flag(self, name: str) -> None:
+        if name not in self.flags:
+            self.flags.append(name)
 
     def _output_path(self, suffix: str) -> str:
         return os.path.join(self.record_dir, f"{self.task_number}.{suffix}")
@@ -395,12 +886,14 @@ class Runner:
     def run(self) -> int:
         """Run the task; always try to write a record. Returns the runner's exit status."""
         self._install_signal_handlers()
+        spec = None
         try:
             if os.getpgrp() != os.getpid():
                 os.setpgid(0, 0)
             self._arm()
             self._read_environment()
             spec = self._read_spec()
+            self._armed = False
             self._start_agent(spec)
             self._wait_agent(spec.get("timeout_s"))
         except RunnerError as exc:
@@ -414,26 +907,51 @@ class Runner:
         finally:
             self._armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
-        return self._finish()
+        return self._finish(spec)
 
-    def _finish(self) -> int:
+    def _finish(self, spec: dict | None) -> int:
+        self._armed = False
+        if self.sandbox is not None:
+            # After a signal the scheduler's SIGKILL may follow soon: the record must be out first.
+            grace = min(self.kill_grace_s, SIGNALLED_GRACE_S) if self.runner_signal is not None \
+                else self.kill_grace_s
+            try:
+                self.sandbox.stop(grace)
+            except Exception as exc:  # noqa: BLE001
+                self._flag("runner_error")
+                self.error = self.error or f"sandbox teardown failed: {exc!r}"
+            if self.stages["agent_exited_at"] is None:
+                self._set_agent_status()
+            if self.stages["agent_started_at"] is None:
+                self._note_stages()
+            if self.sandbox_info is not None:
+                self.sandbox_info["log"] = self.sandbox.log()
         try:
             self._terminate_group()
         except Exception as exc:  # noqa: BLE001
-            self.flags.append("runner_error")
+            self._flag("runner_error")
             self.error = self.error or f"teardown failed: {exc!r}"
         for capture in self.captures:
             capture.join(OUTPUT_DRAIN_S)
             if capture.is_alive():
                 self.flags.append("output_incomplete")
                 break
+        self._stop_proxy()
+        if spec is not None and self.work_dir is not None and self.stages["agent_started_at"] is not None:
+            try:
+                self._copy_outputs(spec["agent"].get("outputs") or [])
+            except OSError as exc:
+                self._flag("outputs_skipped")
+                self.error = self.error or f"could not copy outputs: {exc}"
+        if self.private_dir is not None:
+            _remove_tree(self.private_dir)
         if self.timed_out and self.stages["agent_exited_at"] is None:
             self.flags.append("agent_timeout")
         if self.runner_signal is not None:
             self.flags.append("runner_signalled")
         self.stages["teardown_done_at"] = self.clock.iso()
 
-        if self.error is None:
+        if "runner_error" not in self.flags:
             if self.stages["agent_exited_at"] is not None:  # ended by itself: its status
                 self.exit_code = self.exit_status if self.agent_signal is None else 128 + self.agent_signal
             elif self.runner_signal is not None:
@@ -450,7 +968,7 @@ class Runner:
             "campaign_id": self.campaign_id,
             "task_number": self.task_number,
             "job_number": self.job_number,
-            "hostname": socket.gethostname(),
+            "hostname": os.uname().nodename,
             "stages": self.stages,
             "exit_status": self.exit_status,
             "signal": self.agent_signal,
@@ -458,6 +976,10 @@ class Runner:
             "stderr_path": self._output_path("stderr") if self.captures else None,
             "stdout_truncated": bool(self.captures and self.captures[0].truncated),
             "stderr_truncated": bool(len(self.captures) > 1 and self.captures[1].truncated),
+            "outputs": self.outputs,
+            "sandbox": self.sandbox_info,
+            "usage": self.usage,
+            "requests_path": self.requests_path if self._proxy_thread is not None else None,
             "flags": self.flags,
             "runner_signal": self.runner_signal,
             "error": self.error,

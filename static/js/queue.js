@@ -1,30 +1,28 @@
 // Live queue page: renders the scoped snapshot the server pushes over the
-// WebSocket. No polling; on a dropped connection it reconnects with backoff.
+// WebSocket, and the queue-depth history as a Plotly chart.
 (function () {
   "use strict";
-  var STATES = null;
+  var el = TCO.el, num = TCO.num;
+  var STATES = null, ACTIVE = null, live = null, depth = null, depthWindow = "hour";
 
-  function el(tag, attrs, text) {
-    var node = document.createElement(tag);
-    if (attrs) { Object.keys(attrs).forEach(function (k) { node.setAttribute(k, attrs[k]); }); }
-    if (text !== undefined && text !== null) { node.textContent = String(text); }
-    return node;
+  function stateCells(tr, states, which) {
+    (which || STATES).forEach(function (s) {
+      var n = states[s] || 0;
+      tr.appendChild(el("td", { "class": "num state-" + s + (n ? "" : " zero"), "data-state": s }, n));
+    });
   }
-  function num(v, digits) {
-    if (v === null || v === undefined) { return ""; }
-    return digits === undefined ? String(v) : Number(v).toFixed(digits);
-  }
-  function fillRows(tbody, rows) {
-    while (tbody.firstChild) { tbody.removeChild(tbody.firstChild); }
-    rows.forEach(function (r) { tbody.appendChild(r); });
+
+  function pct(v) { return v === null || v === undefined ? "" : (100 * v).toFixed(1) + " %"; }
+
+  function emptyRow(cols, text) {
+    var tr = el("tr", { "class": "empty" }); tr.appendChild(el("td", { "colspan": cols, "class": "muted" }, text)); return tr;
   }
 
   function renderClusters(data) {
-    var box = document.getElementById("clusters");
-    while (box.firstChild) { box.removeChild(box.firstChild); }
+    var box = TCO.clear(document.getElementById("clusters"));
     data.clusters.forEach(function (c) {
-      var head = el("p", null, "Cluster " + c.name + " · last poll " + (c.polled_at || "never"));
-      box.appendChild(head);
+      box.appendChild(el("p", null, "Cluster " + c.name + " · last poll " + (TCO.time(c.polled_at) || "never") +
+        (c.poll_age_s !== null && c.poll_age_s !== undefined ? " (" + c.poll_age_s.toFixed(1) + " s ago)" : "")));
       if (c.poll_error) { box.appendChild(el("p", { "class": "error" }, "Last poll failed: " + c.poll_error)); }
       var t = el("table", { "class": "grid", "id": "queues-" + c.name });
       var h = el("tr");
@@ -45,44 +43,92 @@
         box.appendChild(el("p", { "id": "seats" }, "Model API seats (consumable " + c.seats.resource + ", global): " +
           num(c.seats.used, 0) + " of " + num(c.seats.capacity, 0) + " in use"));
       }
+      (c.consumables || []).forEach(function (x) {
+        if (c.seats && x.resource === c.seats.resource) { return; }
+        box.appendChild(el("p", { "class": "consumable", "data-resource": x.resource }, "Consumable " + x.resource + ": " +
+          num(x.used) + " of " + num(x.capacity) + " in use"));
+      });
       c.quotas.forEach(function (q) {
         box.appendChild(el("p", { "class": "quota" }, "Quota " + q.rule + ": " + q.resource + " " + num(q.used) + " of " + num(q.limit)));
       });
-    });
-  }
-
-  function stateCells(tr, states) {
-    STATES.forEach(function (s) {
-      var n = states[s] || 0;
-      tr.appendChild(el("td", { "class": "num state-" + s + (n ? "" : " zero"), "data-state": s }, n));
+      var nodes = (c.share_tree || []).filter(function (n) { return n.project && !n.user; });
+      if (nodes.length) {
+        var st = el("table", { "class": "grid share-tree", "id": "share-tree-" + c.name });
+        var sh = el("tr");
+        ["Share tree: project", "Shares", "Share of the tree", "Target now", "Actual share", "Usage", "Jobs"].forEach(function (x) { sh.appendChild(el("th", null, x)); });
+        var sthead = el("thead"); sthead.appendChild(sh); st.appendChild(sthead);
+        var stb = el("tbody");
+        nodes.forEach(function (n) {
+          var tr = el("tr", { "data-project": n.project });
+          tr.appendChild(el("td", null, n.project));
+          tr.appendChild(el("td", { "class": "num" }, num(n.shares)));
+          tr.appendChild(el("td", { "class": "num" }, pct(n.total_share)));
+          tr.appendChild(el("td", { "class": "num", "title": "0 while the project has no jobs" }, pct(n.long_target_share)));
+          tr.appendChild(el("td", { "class": "num" }, pct(n.actual_share)));
+          tr.appendChild(el("td", { "class": "num" }, n.usage === null || n.usage === undefined ? "" : Number(n.usage).toFixed(2)));
+          tr.appendChild(el("td", { "class": "num" }, num(n.job_count)));
+          stb.appendChild(tr);
+        });
+        st.appendChild(stb); box.appendChild(st);
+      }
+      if (c.share_tree_error) { box.appendChild(el("p", { "class": "muted" }, "Share tree not available: " + c.share_tree_error)); }
     });
   }
 
   function render(data) {
-    STATES = data.states;
+    STATES = data.states; ACTIVE = data.active_states || data.states;
     document.getElementById("generated-at").textContent = data.generated_at;
     renderClusters(data);
+    var teams = (data.by_team || []).map(function (r) {
+      var tr = el("tr", { "data-team": r.project }); tr.appendChild(el("td", null, r.team)); stateCells(tr, r.states, ACTIVE); return tr;
+    });
+    TCO.fill(document.querySelector("#by-team tbody"), teams.length ? teams : [emptyRow(ACTIVE.length + 1, "no active tasks")]);
+    var queues = (data.by_queue || []).map(function (r) {
+      var tr = el("tr", { "data-queue": r.queue });
+      tr.appendChild(el("td", null, r.cluster)); tr.appendChild(el("td", null, r.queue || "(none yet)"));
+      stateCells(tr, r.states, ACTIVE); return tr;
+    });
+    TCO.fill(document.querySelector("#by-queue tbody"), queues.length ? queues : [emptyRow(ACTIVE.length + 2, "no active tasks")]);
     var rows = data.campaigns.map(function (c) {
       var tr = el("tr", { "data-campaign": c.id });
-      var td = el("td"); var a = el("a", { "href": "/campaigns/" + c.id + "/" }, c.name); td.appendChild(a); tr.appendChild(td);
+      var td = el("td"); td.appendChild(el("a", { "href": "/campaigns/" + c.id + "/" }, c.name));
+      if (c.urgent) { td.appendChild(el("span", { "class": "badge urgent" }, "urgent")); }
+      tr.appendChild(td);
       tr.appendChild(el("td", null, c.team));
+      tr.appendChild(el("td", null, c.queue));
       tr.appendChild(el("td", { "class": "num" }, c.job_number === null ? "" : c.job_number));
-      tr.appendChild(el("td", { "class": "num" }, c.task_count));
+      tr.appendChild(el("td", { "class": "num", "title": "array tasks " + c.tasks }, c.task_count));
       tr.appendChild(el("td", null, c.status));
+      var p = el("td", { "class": "progress-cell" });
+      var bar = el("div", { "class": "mini-progress", "title": c.progress_pct + " % ended" });
+      var fill = el("div", { "class": "bar" }); fill.style.width = c.progress_pct + "%"; bar.appendChild(fill);
+      p.appendChild(bar); tr.appendChild(p);
       stateCells(tr, c.states);
       return tr;
     });
-    fillRows(document.querySelector("#campaigns tbody"), rows);
+    TCO.fill(document.querySelector("#campaigns tbody"), rows);
     document.getElementById("no-campaigns").hidden = rows.length > 0;
+    TCO.pager(document.getElementById("campaigns-pager"), data.campaigns_page, function (page) {
+      if (live) { live.send({ page: page }); }
+    });
     var otherCard = document.getElementById("other-jobs-card");
     if (data.other_jobs) {
       otherCard.hidden = false;
       var tr = el("tr"); stateCells(tr, data.other_jobs);
-      fillRows(document.querySelector("#other-jobs tbody"), [tr]);
+      TCO.fill(document.querySelector("#other-jobs tbody"), [tr]);
+      TCO.fill(document.querySelector("#other-job-rows tbody"), (data.other_job_rows || []).map(function (j) {
+        var r = el("tr", { "data-job": j.job_number });
+        r.appendChild(el("td", { "class": "num" }, j.job_number)); r.appendChild(el("td", null, j.name));
+        r.appendChild(el("td", null, j.owner)); r.appendChild(el("td", null, j.project));
+        r.appendChild(el("td", { "class": "num" }, j.tasks)); stateCells(r, j.states, ACTIVE); return r;
+      }));
+      var more = document.getElementById("other-jobs-more");
+      more.hidden = !data.other_jobs_more;
+      more.textContent = data.other_jobs_more ? "… and " + data.other_jobs_more + " more jobs" : "";
     }
-    fillRows(document.querySelector("#finished tbody"), data.recent_finished.map(function (t) {
+    TCO.fill(document.querySelector("#finished tbody"), data.recent_finished.map(function (t) {
       var tr = el("tr", { "class": "state-" + t.state, "data-task": t.task_id });
-      tr.appendChild(el("td", null, t.task_id));
+      var td = el("td"); td.appendChild(el("a", { "href": "/tasks/" + t.id + "/" }, t.task_id)); tr.appendChild(td);
       tr.appendChild(el("td", null, t.campaign || ""));
       tr.appendChild(el("td", null, t.state));
       tr.appendChild(el("td", null, t.project));
@@ -90,33 +136,43 @@
       tr.appendChild(el("td", { "class": "num" }, num(t.wallclock_s, 0)));
       tr.appendChild(el("td", { "class": "num" }, num(t.exit_status)));
       tr.appendChild(el("td", { "class": "num" }, num(t.failed_code)));
-      tr.appendChild(el("td", null, t.ended_at ? t.ended_at.replace("T", " ").replace(/\.\d+/, "").replace("Z", "") : ""));
+      tr.appendChild(el("td", null, TCO.time(t.ended_at)));
       return tr;
     }));
   }
 
-  function setLive(on) {
-    var b = document.getElementById("live");
-    b.textContent = on ? "live" : "reconnecting…";
-    b.className = "badge " + (on ? "on" : "off");
+  function drawDepth() {
+    var d = depth && depth[depthWindow];
+    var chart = document.getElementById("depth-chart");
+    var empty = !d || !d.t.length;
+    document.getElementById("depth-empty").hidden = !empty;
+    if (empty || !window.Plotly) { chart.hidden = empty; return; }
+    chart.hidden = false;
+    var traces = Object.keys(d.queued).sort().map(function (team) {
+      return { x: d.t, y: d.queued[team], name: team + " queued", type: "scatter", mode: "lines", stackgroup: "queued" };
+    });
+    traces.push({ x: d.t, y: d.running, name: "running", type: "scatter", mode: "lines", line: { dash: "dot", color: "#1e7b34" } });
+    window.Plotly.react(chart, traces, {
+      margin: { l: 50, r: 10, t: 10, b: 40 }, height: 260, legend: { orientation: "h" },
+      yaxis: { title: { text: "tasks" }, rangemode: "tozero" }, xaxis: { type: "date" }
+    }, TCO.plotConfig);
   }
 
-  var delay = 500;
-  function connect() {
-    var proto = location.protocol === "https:" ? "wss://" : "ws://";
-    var ws = new WebSocket(proto + location.host + "/ws/queue/");
-    ws.onopen = function () { delay = 500; setLive(true); };
-    ws.onmessage = function (ev) {
-      var msg = JSON.parse(ev.data);
-      if (msg.kind === "queue.snapshot") { render(msg.data); }
-    };
-    ws.onclose = function () {
-      setLive(false);
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 10000);
-    };
-  }
+  Array.prototype.forEach.call(document.querySelectorAll(".tabs .tab"), function (b) {
+    b.addEventListener("click", function () {
+      depthWindow = b.getAttribute("data-window");
+      Array.prototype.forEach.call(document.querySelectorAll(".tabs .tab"), function (x) { x.classList.toggle("on", x === b); });
+      drawDepth();
+    });
+  });
 
-  render(JSON.parse(document.getElementById("initial-summary").textContent));
-  connect();
+  render(TCO.json("initial-summary"));
+  depth = TCO.json("initial-depth");
+  drawDepth();
+  live = TCO.connect("/ws/queue/", function (msg) {
+    if (msg.kind === "queue.snapshot") { render(msg.data); }
+    else if (msg.kind === "queue.depth") { depth = msg.data; drawDepth(); }
+  });
+  var initialPage = TCO.json("initial-summary").campaigns_page;
+  if (initialPage && initialPage.page > 1) { live.send({ page: initialPage.page }); }
 })();

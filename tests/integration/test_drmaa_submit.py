@@ -22,7 +22,8 @@ from worker.schedulers.gridengine import GridEngine, run_command
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-STAGES = ["task_started_at", "agent_started_at", "agent_exited_at", "teardown_done_at"]
+STAGES = ["task_started_at", "sandbox_create_at", "sandbox_ready_at", "agent_started_at", "agent_exited_at",
+          "teardown_done_at"]
 QUEUE, PROJECT = "agent.q", "research"
 
 
@@ -40,7 +41,10 @@ def submitted(engine):
     yield jobs
     for job in jobs:
         if job in active_job_numbers(engine):
-            engine.control("delete", job)
+            try:
+                engine.control("delete", job)
+            except SchedulerCommandError:
+                pass  # it ended between the two calls (a deleted job lingers in qstat for a moment)
 
 
 def make_campaign(spool: Path, campaign_id: str, inputs: list[dict], **spec_extra) -> None:
@@ -158,7 +162,8 @@ def test_a_five_task_array_runs_the_runner_and_is_accounted(engine, submitted, s
     records_dir = spool / "records" / campaign
     records = {n: json.loads((records_dir / f"{n}.json").read_text()) for n in range(1, 6)}
     for n, record in records.items():
-        assert record["version"] == 1 and record["campaign_id"] == campaign
+        assert record["version"] == 2 and record["campaign_id"] == campaign
+        assert record["sandbox"]["runtime"] == "bubblewrap"
         assert (record["task_number"], record["job_number"]) == (n, job_number)
         assert (record["exit_status"], record["signal"], record["flags"], record["error"]) == (0, None, [], None)
         values = [record["stages"][s] for s in STAGES]
@@ -223,30 +228,34 @@ def test_an_unreachable_qmaster_is_unavailable_not_an_empty_queue(sge_cluster):
                                "SGE_QMASTER_PORT": "1"})
 
 
-def _agent_states(marker: str) -> list[bytes]:
-    """/proc states of live processes whose command line contains ``marker``."""
+def _agent_states(campaign: str) -> list[bytes]:
+    """/proc states of the live demo agents of ``campaign`` (each in its sandbox, which
+    shows its environment to the host's /proc, not its paths)."""
     states = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
             state = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker.encode() in cmdline:
+        # The relay's command line holds the agent's too: it is not the agent.
+        if b"worker.demo_agent" in cmdline and b"tco-relay" not in cmdline \
+                and f"TCO_CAMPAIGN_ID={campaign}".encode() in environ:
             states.append(state)
     return states
 
 
 def test_suspending_a_task_stops_its_agent_too(engine, submitted, tmp_path):
-    # The runner keeps the agent in the job's process group, which the
-    # shepherd signals: SIGSTOP on suspend reaches the agent.
+    # The shepherd stops the job's process group; the sandbox is in its own session,
+    # and its relay (PID 1) stops and continues the agent with the runner.
     spool = tmp_path / "spool"
     make_campaign(spool, "itsusp", [{"task": 1, "duration_s": 60}])
     job_number, _ = engine.submit_array(make_spec(spool, "itsusp", 1))
     submitted.append(job_number)
-    marker = str(spool / "work" / "itsusp" / "1" / "input.json")
+    marker = "itsusp"
     wait_until(lambda: _agent_states(marker), 60, "the agent to start")
     run_command(["qmod", "-sj", f"{job_number}.1"])
     wait_until(lambda: _agent_states(marker) == [b"T"], 20, "the agent to be stopped")

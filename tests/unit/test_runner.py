@@ -1,9 +1,10 @@
 """The runner, run as Grid Engine runs it: a subprocess with an environment and a spool.
 
-The agent is the bundled demo agent. Choices checked here (see worker/runner.py):
-a runner stopped by a signal writes a record with ``agent_exited_at`` null
-(the agent did not end by itself), ``teardown_done_at`` set, ``runner_signal``
-set and exit status 128+signal.
+The agent is the bundled demo agent, in the runner's default bubblewrap
+sandbox. Choices checked here (see worker/runner.py): a runner stopped by a
+signal writes a record with ``agent_exited_at`` null (the agent did not end
+by itself), ``teardown_done_at`` set, ``runner_signal`` set and exit status
+128+signal.
 """
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ import pytest
 from worker import runner
 
 REPO = Path(__file__).resolve().parents[2]
-STAGE_ORDER = ["task_started_at", "agent_started_at", "agent_exited_at", "teardown_done_at"]
+STAGE_ORDER = ["task_started_at", "sandbox_create_at", "sandbox_ready_at", "agent_started_at", "agent_exited_at",
+               "teardown_done_at"]
+SANDBOXED = ["task_started_at", "sandbox_create_at", "sandbox_ready_at", "agent_started_at"]
 
 
 class Spool:
@@ -30,12 +33,13 @@ class Spool:
         self.campaign_dir = root / "campaigns" / campaign_id
         self.campaign_dir.mkdir(parents=True)
 
-    def write(self, inputs: list[dict], *, timeout_s=None, command=None, **extra) -> None:
+    def write(self, inputs: list[dict], *, timeout_s=None, command=None, agent_extra=None, **extra) -> None:
         (self.campaign_dir / "inputs.jsonl").write_text("".join(json.dumps(i) + "\n" for i in inputs))
         spec = {
             "version": 1,
             "campaign_id": self.campaign_id,
-            "agent": {"command": command or [sys.executable, "-m", "worker.demo_agent", "{input}", "{workdir}"]},
+            "agent": {"command": command or [sys.executable, "-m", "worker.demo_agent", "{input}", "{workdir}"],
+                      **(agent_extra or {})},
             "inputs_file": "inputs.jsonl",
             "timeout_s": timeout_s,
             **extra,
@@ -72,8 +76,6 @@ def spool(tmp_path) -> Spool:
 
 
 def assert_stages_in_order(stages: dict, expected_present: list[str]) -> None:
-    for name in ("sandbox_create_at", "sandbox_ready_at"):
-        assert stages[name] is None
     present = [name for name in STAGE_ORDER if stages[name] is not None]
     assert present == expected_present
     values = [stages[name] for name in present]
@@ -113,7 +115,7 @@ def test_it_writes_one_record_with_stages_in_order(spool):
     result = spool.run(2)
     assert result.returncode == 0, result.stderr
     record = spool.record(2)
-    assert record["version"] == 1
+    assert record["version"] == 2
     assert (record["campaign_id"], record["task_number"], record["job_number"]) == ("c-1", 2, 4242)
     assert record["hostname"]
     assert_stages_in_order(record["stages"], STAGE_ORDER)
@@ -179,7 +181,7 @@ def test_a_signalled_runner_still_writes_a_record(spool, signum):
     proc.communicate(timeout=30)
     assert proc.returncode == 128 + signum
     record = spool.record(1)
-    assert_stages_in_order(record["stages"], ["task_started_at", "agent_started_at", "teardown_done_at"])
+    assert_stages_in_order(record["stages"], SANDBOXED + ["teardown_done_at"])
     assert record["stages"]["agent_exited_at"] is None
     assert record["runner_signal"] == signum
     assert record["flags"] == ["runner_signalled"]
@@ -279,3 +281,122 @@ def test_stage_clock_is_monotonic_utc_with_microseconds():
     assert clock.anchor_iso() == "2023-11-14T22:13:20.123456Z"
     first, second = clock.iso(), clock.iso()
     assert first <= second and first >= clock.anchor_iso()
+
+
+# --------------------------------------------------------------------------- the sandbox
+
+PROBE = """
+import json, os, sys
+print(json.dumps({"uid": os.getuid(), "cwd": os.getcwd(), "env": sorted(os.environ),
+                  "base_url": os.environ.get("ANTHROPIC_BASE_URL"), "spool_visible": os.path.exists(sys.argv[1]),
+                  "input": open(os.environ["TCO_INPUT_FILE"]).read()}))
+"""
+
+
+def test_the_agent_runs_sandboxed_as_a_non_root_user_with_a_clean_environment(spool, tmp_path):
+    spool.write([{"task": 1}], command=[sys.executable, "-c", PROBE, str(spool.root)])
+    env_extra = {"SECRET_LOOKING_VAR": "x"}
+    proc = subprocess.run([sys.executable, "-m", "worker.runner"], env={**spool.env(1), **env_extra},
+                          cwd=str(spool.root), capture_output=True, timeout=60, start_new_session=True)
+    assert proc.returncode == 0, proc.stderr
+    record = spool.record(1)
+    seen = json.loads(Path(record["stdout_path"]).read_text())
+    assert seen["uid"] == 1000 and seen["cwd"] == "/sandbox" and seen["spool_visible"] is False
+    assert seen["base_url"] == "http://127.0.0.1:8790"
+    assert json.loads(seen["input"]) == {"task": 1}
+    assert "SECRET_LOOKING_VAR" not in seen["env"] and "TCO_SPOOL_DIR" not in seen["env"]
+    assert record["sandbox"]["runtime"] == "bubblewrap" and record["sandbox"]["uid"] == 1000
+    # The proxy starts only when the agent uses its base URL: this one did not.
+    assert record["usage"] is None and record["requests_path"] is None
+
+
+def test_the_runners_private_directory_is_removed(spool, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    spool.write([{"task": 1, "duration_s": 0}])
+    env = {**spool.env(1), "TMPDIR": str(scratch)}
+    assert subprocess.run([sys.executable, "-m", "worker.runner"], env=env, timeout=60,
+                          start_new_session=True).returncode == 0
+    assert list(scratch.iterdir()) == []
+
+
+def test_declared_outputs_are_copied_and_links_are_not_followed(spool, tmp_path):
+    code = ("import os; open('verdict.json','w').write('{\"verdict\": \"ok\"}'); "
+            "os.makedirs('sub', exist_ok=True); open('sub/a.txt','w').write('a'); "
+            "os.symlink('/etc/passwd', 'leak.txt'); os.symlink('/etc', 'linkdir')")
+    spool.write([{"task": 1}], command=[sys.executable, "-c", code],
+                agent_extra={"outputs": ["verdict.json", "sub/*.txt", "leak.txt", "linkdir/passwd", "missing.json"]})
+    assert spool.run(1).returncode == 0
+    record = spool.record(1)
+    assert [o["name"] for o in record["outputs"]] == ["verdict.json", "sub/a.txt"]
+    assert Path(record["outputs"][0]["path"]).read_text() == '{"verdict": "ok"}'
+    assert record["flags"] == ["outputs_skipped"]
+
+
+def test_an_invalid_policy_is_a_runner_error_naming_every_problem(spool):
+    spool.write([{"task": 1}], policy="version: 1\nfilesystem_policy:\n  read_onyl: [/usr]\n  read_write: ['/']\n")
+    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    record = spool.record(1)
+    assert record["flags"] == ["runner_error"]
+    assert "filesystem_policy.read_onyl: unknown field (did you mean 'read_only'?)" in record["error"]
+    assert "read_write cannot contain '/'" in record["error"]
+    assert record["stages"]["sandbox_create_at"] is None
+
+
+def test_a_policy_bubblewrap_cannot_enforce_is_refused(spool):
+    policy = ("version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {host: a.example.com, port: 443, "
+              "protocol: rest, rules: [{allow: {method: GET, path: /}}], deny_rules: [{method: GET, path: /x}]}\n"
+              "    binaries: [{path: /usr/bin/python3}]\n")
+    spool.write([{"task": 1}], policy=policy)
+    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert "deny_rules: not enforced by the metering proxy" in spool.record(1)["error"]
+
+
+def test_a_model_endpoint_outside_the_policy_is_refused(spool):
+    spool.write([{"task": 1}], model_endpoint={"base_url": "http://127.0.0.1:9", "credential_name": "x"})
+    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert "is not a protocol: rest endpoint of the sandbox policy" in spool.record(1)["error"]
+
+
+def test_a_link_left_in_the_work_directory_is_not_written_through(spool, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    work = spool.root / "work" / "c-1" / "1"
+    work.mkdir(parents=True)
+    (work / "input.json").symlink_to(victim)
+    spool.write([{"task": 1, "duration_s": 0}])
+    assert spool.run(1).returncode == 0
+    assert victim.read_text() == "untouched"
+    assert json.loads((work / "input.json").read_text()) == {"task": 1, "duration_s": 0}
+
+
+def test_the_sandbox_is_stopped_and_continued_with_the_runner(spool):
+    # The sandbox has its own session, out of the runner's process group; its relay follows
+    # the runner's state, so stopping the job's process group stops the agent too.
+    spool.write([{"task": 1, "duration_s": 30}])
+    proc = spool.start(1)
+    wait_for(lambda: (spool.root / "records" / "c-1" / "1.stdout").exists())
+
+    def agent_states():
+        states = []
+        for pid in live_processes_with("worker.demo_agent"):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"tco-relay" not in cmdline and str(spool.root).encode() not in cmdline:
+                try:
+                    if b"TCO_CAMPAIGN_ID=c-1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") and \
+                            Path(f"/proc/{pid}/cwd").resolve() == spool.root / "work" / "c-1" / "1":
+                        states.append(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0])
+                except OSError:
+                    continue
+        return states
+
+    wait_for(lambda: agent_states() == [b"S"] or agent_states() == [b"R"])
+    os.killpg(proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: agent_states() == [b"T"], timeout=5)
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
+    wait_for(lambda: agent_states() and b"T" not in agent_states(), timeout=5)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert spool.record(1)["runner_signal"] == signal.SIGTERM

@@ -1,0 +1,311 @@
+"""Forms for bills, budgets, launching, urgent agents, triage and the agent registry.
+
+Each form validates every field with a message that says what to write
+instead; a form that is not valid submits nothing and is shown again with
+what the user typed (an uploaded JSONL file is copied into the text box, so
+it is not lost either). Choices a user may not make (another team, a
+priority above the role's limit) are not offered and are refused if posted.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.utils import timezone
+
+from . import billing, launching, services
+from .models import AgentDefinition, Budget
+from .roles import teams_with
+from .services import LaunchError
+
+MAX_JOB_NUMBER = 2**31 - 1
+
+
+def _today() -> dt.date:
+    return timezone.now().astimezone(billing.cluster_zone(billing._default_cluster())).date()
+
+
+class BillForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=None, required=False, empty_label="all my teams")
+    period = forms.ChoiceField(choices=[(p, p) for p in billing.PERIODS], initial="day")
+    first = forms.DateField(label="from", widget=forms.DateInput(attrs={"type": "date"}))
+    last = forms.DateField(label="to", widget=forms.DateInput(attrs={"type": "date"}))
+    group_by = forms.ChoiceField(choices=[(g, g) for g in billing.GROUPS], initial="team", label="per")
+
+    def __init__(self, *args, user: AbstractBaseUser, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = billing.teams_billable_by(user).order_by("name")
+        today = _today()
+        self.fields["first"].initial = today.replace(day=1)
+        self.fields["last"].initial = today
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        first, last = data.get("first"), data.get("last")
+        if first and last and last < first:
+            self.add_error("last", "the last day is before the first day")
+        return data
+
+    def teams(self):
+        team = self.cleaned_data.get("team")
+        return [team] if team else list(self.fields["team"].queryset)
+
+    @classmethod
+    def from_query(cls, query, *, user: AbstractBaseUser) -> "BillForm":
+        """Bound to the query string, with the defaults for what it leaves out."""
+        today = _today()
+        data = {"period": "day", "first": today.replace(day=1).isoformat(), "last": today.isoformat(),
+                "group_by": "team", "team": ""}
+        data.update({k: v for k, v in query.items() if k in data})
+        return cls(data, user=user)
+
+
+class BudgetForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=None, empty_label=None)
+    period = forms.ChoiceField(choices=Budget.PERIODS, initial="month")
+    amount_usd = forms.DecimalField(label="amount (USD)", max_digits=12, decimal_places=2, min_value=Decimal("0.01"))
+    thresholds = forms.CharField(label="alert at (% of the amount)", initial="50, 80, 100",
+                                 help_text="percentages separated by commas")
+    on_exceed = forms.ChoiceField(choices=Budget.ON_EXCEED, label="a launch that would cross it",
+                                  widget=forms.RadioSelect, initial="refuse")
+    alert_emails = forms.CharField(label="alert e-mails", required=False, widget=forms.Textarea(attrs={"rows": 3}),
+                                   help_text="one address per line (the team's leads are always told)")
+
+    def __init__(self, *args, user: AbstractBaseUser, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = billing.teams_billable_by(user).order_by("name")
+
+    def clean_thresholds(self) -> list[float]:
+        try:
+            values = billing.parse_thresholds(self.cleaned_data["thresholds"])
+        except billing.BillError as exc:
+            raise ValidationError(str(exc)) from None
+        if not values:
+            raise ValidationError("give at least one threshold, e.g. 80, 100")
+        return values
+
+    def clean_alert_emails(self) -> list[str]:
+        addresses = []
+        for line in self.cleaned_data["alert_emails"].splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                validate_email(line)
+            except ValidationError:
+                raise ValidationError(f"{line!r} is not an e-mail address") from None
+            addresses.append(line)
+        if len(addresses) > 20:
+            raise ValidationError("at most 20 addresses")
+        return addresses
+
+
+def _name_validator(value: str) -> None:
+    if not services.NAME_RE.match(value):
+        raise ValidationError("1-64 letters, digits, '_', '.', '-', starting with a letter or digit "
+                              "(no spaces, colons, slashes or other punctuation)")
+
+
+def _model_validator(value: str) -> None:
+    if value and not services.MODEL_RE.match(value):
+        raise ValidationError("1-128 letters, digits and '.', '_', '-', '/', ':', '@' (no spaces)")
+
+
+class _LaunchBase(forms.Form):
+    agent_definition = forms.ModelChoiceField(queryset=AgentDefinition.objects.order_by("name", "-version"),
+                                              label="agent definition", empty_label=None)
+    team = forms.ModelChoiceField(queryset=None, empty_label=None)
+    queue = forms.ChoiceField(choices=())
+    seats_per_task = forms.IntegerField(label="model API seats per task", min_value=0, max_value=16, initial=1)
+    model = forms.CharField(required=False, max_length=128, validators=[_model_validator],
+                            help_text="blank: the agent definition's default model")
+
+    capability = "launch"
+
+    def __init__(self, *args, user: AbstractBaseUser, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
+        self.fields["team"].queryset = teams_with(user, self.capability).order_by("name")
+        self.fields["queue"].choices = [(q, q) for q in settings.TCO_QUEUES]
+
+
+class LaunchForm(_LaunchBase):
+    """A campaign: agent, inputs (one per task), team, queue, seats, caps, predecessor, policy, priority."""
+
+    INPUT_KINDS = [("params", "parameter list"), ("jsonl", "lines of a JSONL file"),
+                   ("directory", "files in a directory")]
+
+    name = forms.CharField(max_length=64, validators=[_name_validator], label="campaign name")
+    input_kind = forms.ChoiceField(choices=INPUT_KINDS, label="inputs", widget=forms.RadioSelect, initial="params")
+    input_params = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), label="parameter list",
+                                   help_text="one task per line: key=value pairs separated by spaces; "
+                                             "or one line key=1..N for N tasks")
+    input_jsonl = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), label="JSONL",
+                                  help_text="one JSON object per line (or upload a file below)")
+    input_jsonl_file = forms.FileField(required=False, label="JSONL file")
+    input_directory = forms.CharField(required=False, max_length=255, label="input directory",
+                                      help_text="a directory under the inputs root; one task per file")
+    concurrency_cap = forms.IntegerField(required=False, min_value=1, max_value=services.MAX_TASKS_PER_CAMPAIGN,
+                                         label="concurrency cap (-tc)")
+    predecessor_job = forms.IntegerField(required=False, min_value=1, max_value=MAX_JOB_NUMBER,
+                                         label="predecessor array job (-hold_jid_ad)")
+    policy = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), label="sandbox policy (YAML)",
+                             help_text="blank: the agent definition's default policy")
+    token_cap = forms.IntegerField(required=False, min_value=1, max_value=10**12, label="token cap per task")
+    cost_cap_usd = forms.DecimalField(required=False, min_value=Decimal("0.000001"), max_digits=12, decimal_places=6,
+                                      label="cost cap per task (USD)")
+    priority = forms.IntegerField(initial=0, min_value=services.PRIORITY_MIN, max_value=services.PRIORITY_MAX,
+                                  help_text="-1023 to 0 (urgent launchers up to 1024)")
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # An uploaded file is read into the text box, so a form shown again keeps it.
+        if self.is_bound and self.files.get("input_jsonl_file") is not None:
+            upload = self.files["input_jsonl_file"]
+            data = self.data.copy()
+            if upload.size > launching.INPUT_MAX_BYTES:
+                self._upload_error = f"the file is larger than {launching.INPUT_MAX_BYTES // (1024 * 1024)} MB"
+            else:
+                try:
+                    data["input_jsonl"] = upload.read().decode("utf-8")
+                    data["input_kind"] = "jsonl"
+                    self._upload_error = ""
+                except UnicodeDecodeError:
+                    self._upload_error = "the file is not UTF-8 text"
+            self.data = data
+        else:
+            self._upload_error = ""
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self._upload_error:
+            self.add_error("input_jsonl_file", self._upload_error)
+            return data
+        kind = data.get("input_kind")
+        try:
+            if kind == "params":
+                data["inputs"] = launching.inputs_from_params(data.get("input_params") or "")
+            elif kind == "jsonl":
+                data["inputs"] = launching.inputs_from_jsonl(data.get("input_jsonl") or "")
+            elif kind == "directory":
+                data["inputs"] = launching.inputs_from_directory(data.get("input_directory") or "")
+        except LaunchError as exc:
+            self.add_error({"params": "input_params", "jsonl": "input_jsonl",
+                            "directory": "input_directory"}[kind], str(exc))
+        inputs = data.get("inputs")
+        cap = data.get("concurrency_cap")
+        if inputs is not None and cap is not None and cap > len(inputs):
+            self.add_error("concurrency_cap", f"at most the number of tasks ({len(inputs)})")
+        team, priority = data.get("team"), data.get("priority")
+        if team is not None and priority is not None:
+            limit = launching.priority_limit(self.user, team)
+            if priority > limit:
+                self.add_error("priority", f"at most {limit} for your role on {team.name}"
+                               + (" (only urgent launchers may raise priority)" if limit == 0 else ""))
+        if data.get("policy"):
+            try:
+                launching.validate_policy(data["policy"])
+            except LaunchError as exc:
+                self.add_error("policy", str(exc))
+        return data
+
+
+class UrgentForm(_LaunchBase):
+    """One urgent agent (urgent launchers only)."""
+
+    capability = "urgent"
+    name = forms.CharField(max_length=64, required=False, validators=[_name_validator],
+                           help_text="blank: urgent-<agent name>")
+    input = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), initial='{"task": 1}',
+                            label="input (JSON object)")
+
+    def clean_input(self) -> dict[str, Any]:
+        text = self.cleaned_data["input"]
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ValidationError(f"not JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise ValidationError('a JSON object, e.g. {"task": 1}')
+        return value
+
+
+class CampaignControlForm(forms.Form):
+    action = forms.ChoiceField(choices=[(a, a) for a in (*launching.CAMPAIGN_ACTIONS, "retry")])
+    confirm = forms.BooleanField(required=False)
+
+
+class TriageActionForm(forms.Form):
+    ACTIONS = [("hold", "hold"), ("release", "release"), ("delete", "delete"), ("priority", "change priority"),
+               ("clear_error", "clear error")]
+
+    action = forms.ChoiceField(choices=ACTIONS)
+    job_number = forms.IntegerField(min_value=1, max_value=MAX_JOB_NUMBER, widget=forms.HiddenInput)
+    tasks = forms.CharField(required=False, max_length=1000, help_text="blank: every task; or 1-5,7")
+    priority = forms.IntegerField(required=False, min_value=services.PRIORITY_MIN, max_value=services.PRIORITY_MAX,
+                                  help_text="-1023 to 1024 (change priority only)")
+    confirm = forms.BooleanField(required=False, widget=forms.HiddenInput)
+
+    def clean_tasks(self):
+        try:
+            return launching.parse_task_ranges(self.cleaned_data["tasks"])
+        except LaunchError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("action") == "priority":
+            if data.get("priority") is None:
+                self.add_error("priority", "give the new priority (-1023 to 1024)")
+            if data.get("tasks"):
+                self.add_error("tasks", "priority applies to the whole job; leave tasks empty")
+        return data
+
+
+class AgentDefinitionForm(forms.ModelForm):
+    """The registry: name, version, command (argv list as JSON), defaults, input kind, timeout."""
+
+    command = forms.JSONField(help_text='argv as a JSON list, e.g. ["/usr/bin/python3", "-m", "agent", "{input}", '
+                                        '"{workdir}"]', widget=forms.Textarea(attrs={"rows": 2}))
+
+    class Meta:
+        model = AgentDefinition
+        fields = ["name", "version", "description", "command", "default_model", "default_policy", "input_kind",
+                  "timeout_s"]
+        widgets = {"description": forms.Textarea(attrs={"rows": 2}),
+                   "default_policy": forms.Textarea(attrs={"rows": 4})}
+
+    def clean_command(self) -> list[str]:
+        value = self.cleaned_data["command"]
+        if not isinstance(value, list) or not value or len(value) > 64:
+            raise ValidationError("a JSON list of 1 to 64 strings")
+        for item in value:
+            if not isinstance(item, str) or not item or len(item) > 1024 or any(c in item for c in "\0\n\r"):
+                raise ValidationError("every element must be a non-empty string without NUL or newlines")
+        if not value[0].startswith("/"):
+            raise ValidationError("the first element is the program: an absolute path")
+        return value
+
+    def clean_default_model(self) -> str:
+        value = self.cleaned_data["default_model"].strip()
+        _model_validator(value)
+        return value
+
+    def clean_default_policy(self) -> str:
+        try:
+            return launching.validate_policy(self.cleaned_data["default_policy"])
+        except LaunchError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def clean_timeout_s(self) -> int:
+        value = self.cleaned_data["timeout_s"]
+        if not 1 <= value <= 7 * 86400:
+            raise ValidationError("1 second to 7 days")
+        return value

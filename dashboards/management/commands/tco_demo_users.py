@@ -1,0 +1,35 @@
+"""Create one demo login per role (viewer, team lead, launcher, urgent launcher on research; a viewer on engineering).
+
+The password comes from ``--password`` or ``TCO_DEMO_PASSWORD``; without
+either, a random one is generated and printed. Run ``tco_bootstrap`` first
+(it creates the teams and the admin).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+
+from django.core.management.base import BaseCommand, CommandError
+
+from dashboards.accounts import DEMO_USERS, demo_users_ensure
+from dashboards.models import Team
+
+
+class Command(BaseCommand):
+    help = "Create demo users, one per role (see dashboards.accounts.DEMO_USERS)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--password", help="password for every demo user (default: TCO_DEMO_PASSWORD or random)")
+        parser.add_argument("--keep-passwords", action="store_true",
+                            help="do not change the password of users that already exist")
+
+    def handle(self, *args, **options):
+        password = options["password"] or os.environ.get("TCO_DEMO_PASSWORD") or secrets.token_urlsafe(12)
+        try:
+            demo_users_ensure(password=password, reset_password=not options["keep_passwords"])
+        except Team.DoesNotExist:
+            raise CommandError("the teams do not exist yet: run manage.py tco_bootstrap first") from None
+        for username, (project, role) in DEMO_USERS.items():
+            self.stdout.write(f"{username}: {role} on {project}")
+        if not (options["password"] or os.environ.get("TCO_DEMO_PASSWORD")):
+            self.stdout.write(f"password: {password}")

@@ -1,0 +1,142 @@
+"""The sweep-and-review demo: a parameter sweep on classic.q, then a review campaign chained to it.
+
+    manage.py tco_sweep_review --tasks 8 --start-model --wait
+
+Submits worker/demo_sweep.py as an array job on classic.q, then a review
+campaign on agent.q (one sandboxed review agent per run, ``-hold_jid_ad`` on
+the sweep), and with ``--wait`` prints each verdict beside the reference
+checker's and the agreement. ``--start-model`` starts the scripted stand-in
+model (worker/demo_model.py --script review) and gives the runners its key;
+otherwise ``--model-url`` names a running model API whose key is
+``--credential-name`` in the runners' credentials file.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from dashboards.models import Task, Team
+from dashboards.services import LaunchError, campaign_submit
+from dashboards.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
+from worker.schedulers.base import SchedulerError
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Command(BaseCommand):
+    help = "Submit the demo sweep (classic.q) and its review campaign (agent.q, -hold_jid_ad); optionally wait."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--tasks", type=int, default=8)
+        parser.add_argument("--team", default="research")
+        parser.add_argument("--user", default="admin")
+        parser.add_argument("--name", default="sweep-review")
+        parser.add_argument("--out-dir", default=None,
+                            help="where the sweep writes its runs (default <state dir>/sweeps/<name>-<time>); on a "
+                                 "real cluster a shared directory every exec host mounts")
+        parser.add_argument("--model-url", default=None, help="base URL of the model API (a policy endpoint)")
+        parser.add_argument("--credential-name", default="demo-stand-in",
+                            help="name of the model's key in the runners' credentials file")
+        parser.add_argument("--model", default="claude-sonnet-4-5")
+        parser.add_argument("--start-model", action="store_true",
+                            help="start the scripted stand-in model on a free loopback port")
+        parser.add_argument("--submit-here", action="store_true",
+                            help="submit the review campaign in this process instead of the submit worker")
+        parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                            help="wait up to this long for the reviews, then print verdicts and agreement")
+
+    def handle(self, *args, **options):
+        try:
+            team = Team.objects.get(name=options["team"])
+            user = get_user_model().objects.get(username=options["user"])
+        except (Team.DoesNotExist, get_user_model().DoesNotExist) as exc:
+            raise CommandError(f"{exc} (run manage.py tco_bootstrap first)") from exc
+        count = options["tasks"]
+        if not 1 <= count <= 1000:
+            raise CommandError("--tasks: 1 to 1000")
+        name = options["name"]
+        out_dir = Path(options["out_dir"] or Path(settings.STATE_DIR) / "sweeps" / f"{name}-{int(time.time())}")
+        model_url = options["model_url"]
+        if options["start_model"]:
+            model_url = self._start_model(options["credential_name"])
+        if not model_url:
+            raise CommandError("give --model-url (a running model API) or --start-model")
+
+        try:
+            sweep_job, _ = sweep_submit(team=team, count=count, out_dir=out_dir, name=name)
+        except SchedulerError as exc:
+            raise CommandError(f"the sweep was not submitted: {exc}") from exc
+        self.stdout.write(f"sweep: job {sweep_job}, {count} tasks on classic.q, runs in {out_dir}")
+        try:
+            campaign = sweep_review_launch(user=user, team=team, sweep_job=sweep_job, runs_dir=out_dir, count=count,
+                                           model_base_url=model_url, credential_name=options["credential_name"],
+                                           name=name, model=options["model"])
+        except LaunchError as exc:
+            raise CommandError(str(exc)) from exc
+        if options["submit_here"]:
+            campaign = campaign_submit(campaign_id=campaign.pk)
+        self.stdout.write(f"review: campaign {campaign.pk} ({count} agents on agent.q, -hold_jid_ad {sweep_job}), "
+                          f"status {campaign.status}" + (f", job {campaign.job_number}" if campaign.job_number else ""))
+        if options["wait"]:
+            self._wait_and_report(campaign, out_dir, count, options["wait"])
+
+    def _start_model(self, credential_name: str) -> str:
+        port = _free_port()
+        key = "sk-tco-demo-" + secrets.token_hex(12)
+        log_dir = Path(settings.STATE_DIR) / "log"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        key_file = Path(settings.STATE_DIR) / "run" / "demo-model.key"
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(key + "\n")
+        write_demo_credential(name=credential_name, secret=key)
+        log = open(log_dir / "demo-model.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "worker.demo_model", "--port", str(port), "--script", "review",
+                                 "--api-key-file", str(key_file)], cwd=settings.BASE_DIR, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise CommandError(f"the stand-in model did not start; see {log_dir / 'demo-model.log'}")
+        self.stdout.write(f"stand-in model (scripted, not a real model): http://127.0.0.1:{port}, pid {proc.pid}")
+        return f"http://127.0.0.1:{port}"
+
+    def _wait_and_report(self, campaign, out_dir: Path, count: int, timeout: float) -> None:
+        from worker.ingest import ingest_runner_records
+
+        records = Path(settings.TCO_SPOOL_DIR) / "records" / str(campaign.pk)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ingest_runner_records(campaign.cluster)
+            if Task.objects.filter(campaign=campaign, teardown_done_at__isnull=False).count() >= count:
+                break
+            time.sleep(1)
+        result = review_agreement(campaign=campaign, runs_dir=out_dir)
+        self.stdout.write("task  agent  reference (reason)")
+        for row in result["rows"]:
+            self.stdout.write(f"{row['task']:>4}  {str(row['agent']):<5}  {row['reference']} ({row['reason']})"
+                              + ("" if row["agreed"] else "   <- disagree"))
+        shown = "n/a" if result["agreement"] is None else f"{result['agreement']:.0%}"
+        self.stdout.write(f"agreement with the reference checker: {result['agreed']}/{result['total']} ({shown})")
+        self.stdout.write(result["caveat"])
+        if result["total"] < count:
+            self.stdout.write(f"(only {result['total']} of {count} reviews reported; records in {records})")

@@ -1,0 +1,188 @@
+"""The sweep-and-review demo (the source article's second run, small): writes and reads.
+
+1. :func:`sweep_submit`: a classic parameter sweep (worker/demo_sweep.py) as
+   a plain array job on ``classic.q``; no sandbox, no model: a batch job as
+   any cluster runs them. Some of its runs diverge or crash on purpose.
+2. :func:`sweep_review_launch`: a review campaign on ``agent.q``, one agent
+   (worker/review_agent.py) per run, chained with ``-hold_jid_ad`` so review
+   task N starts when sweep task N has finished. Each agent reads its run
+   through a tool call and asks the model for a verdict through the metering
+   proxy; its policy shows it only its own run's directory, read-only.
+3. :func:`review_agreement`: the agents' verdicts against the deterministic
+   reference checker (worker/reference_checker.py); sets ``Task.verdict``.
+   With the scripted stand-in model the figure checks the plumbing, not a
+   model's quality (``caveat`` in the result, to be shown with it).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from worker.reference_checker import agreement, check_file
+from worker.schedulers.base import ArrayJobSpec
+
+from .models import AgentDefinition, Campaign, Task, Team
+from .services import LaunchError, campaign_launch, sanitize_name, scheduler_for, cluster_get_default
+
+REVIEW_AGENT = "sweep-review"
+SWEEP_QUEUE = "classic.q"
+REVIEW_QUEUE = "agent.q"
+DEFAULT_MODEL = "claude-sonnet-4-5"
+
+
+def _agent_python() -> str:
+    """The interpreter the review agents run with inside the sandbox: the base python
+    behind tco's venv (the agent needs only the standard library)."""
+    return os.path.realpath(settings.TCO_RUNNER_PYTHON)
+
+
+def sweep_submit(*, team: Team, count: int, out_dir: str | Path, name: str = "sweep", scheduler=None,
+                 account: str = "tco") -> tuple[int, list[int]]:
+    """Submit the demo sweep: ``count`` tasks of worker/demo_sweep.py on classic.q writing
+    ``out_dir/run-<task>.txt``. Returns ``(job_number, task_numbers)``. Raises
+    SchedulerCommandError / SchedulerUnavailable / InvalidSubmission."""
+    out_dir = Path(out_dir)
+    (out_dir / "logs").mkdir(parents=True, exist_ok=True)
+    spec = ArrayJobSpec(
+        name=sanitize_name(f"tco-sweep-{name}"),
+        command=settings.TCO_RUNNER_PYTHON,
+        args=["-m", "worker.demo_sweep", "--out", str(out_dir)],
+        count=count,
+        queue=SWEEP_QUEUE,
+        project=team.project,
+        resources={},
+        environment={"PYTHONPATH": str(settings.BASE_DIR), "PYTHONDONTWRITEBYTECODE": "1"},
+        working_directory=str(out_dir),
+        output_path=str(out_dir / "logs"),
+        error_path=str(out_dir / "logs"),
+        account=account,
+    )
+    scheduler = scheduler or scheduler_for(cluster_get_default())
+    return scheduler.submit_array(spec)
+
+
+def review_policy(*, runs_dir: str | Path, model_base_url: str, provider: str = "anthropic") -> str:
+    """The review agents' policy (OpenShell schema): system directories and tco's agent code
+    read-only, the sweep's run directory read-only, the work directory and a private /tmp
+    writable, and one network rule: POST /v1/messages on the model, with the credential
+    bound by provider (the proxy adds it; the agent never sees it)."""
+    parts = urlsplit(model_base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise LaunchError(f"model URL {model_base_url!r} is not an http(s) URL")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "worker"), str(runs_dir)]
+    return (
+        "version: 1\n"
+        "filesystem_policy:\n"
+        "  include_workdir: true\n"
+        f"  read_only: [{', '.join(read_only)}]\n"
+        "  read_write: [/sandbox, /tmp]\n"
+        "landlock: {compatibility: best_effort}\n"
+        "process: {run_as_user: sandbox, run_as_group: sandbox}\n"
+        "network_policies:\n"
+        "  model_api:\n"
+        "    endpoints:\n"
+        f"      - host: {parts.hostname}\n"
+        f"        port: {port}\n"
+        "        protocol: rest\n"
+        "        enforcement: enforce\n"
+        f"        credential_binding: {{provider: {provider}}}\n"
+        "        rules: [{allow: {method: POST, path: /v1/messages}}]\n"
+        f"    binaries: [{{path: {_agent_python()}}}]\n"
+    )
+
+
+def review_agent_definition() -> AgentDefinition:
+    """The review agent's definition (created on first use)."""
+    agent, _ = AgentDefinition.objects.get_or_create(
+        name=REVIEW_AGENT, version=1,
+        defaults={"description": "Reviews one run of the demo sweep through a tool call and the model "
+                                 "(worker/review_agent.py).",
+                  "command": [_agent_python(), "-m", "worker.review_agent", "{input}", "{workdir}"],
+                  "input_kind": "params", "timeout_s": 600, "default_model": DEFAULT_MODEL},
+    )
+    return agent
+
+
+def sweep_review_launch(*, user: AbstractBaseUser, team: Team, sweep_job: int, runs_dir: str | Path, count: int,
+                        model_base_url: str, credential_name: str, name: str = "sweep-review",
+                        model: str = DEFAULT_MODEL) -> Campaign:
+    """Launch the review campaign: one review agent per sweep task, held per task on the
+    sweep (``-hold_jid_ad``), sandboxed by :func:`review_policy`. Raises LaunchError."""
+    inputs = [{"sweep_task": n, "run_output": str(Path(runs_dir) / f"run-{n}.txt"), "model": model}
+              for n in range(1, count + 1)]
+    agent = review_agent_definition()
+    # One transaction around both: the submission waits for its commit (on_commit), so no
+    # runner can read the spec before its outputs are declared.
+    with transaction.atomic():
+        campaign = campaign_launch(
+            user=user, team=team, agent_definition=agent, inputs=inputs, name=name, queue=REVIEW_QUEUE,
+            model=model, policy=review_policy(runs_dir=runs_dir, model_base_url=model_base_url),
+            predecessor_job=sweep_job,
+            model_endpoint={"base_url": model_base_url, "credential_name": credential_name},
+        )
+        # The verdict is what the pages show: declared as an output of every review task.
+        spec_path = Path(settings.TCO_SPOOL_DIR) / "campaigns" / str(campaign.pk) / "spec.json"
+        spec = json.loads(spec_path.read_text())
+        spec["agent"]["outputs"] = ["verdict.json", "transcript.jsonl"]
+        tmp = spec_path.with_name(".spec.json.outputs")
+        tmp.write_text(json.dumps(spec, indent=1))
+        os.replace(tmp, spec_path)
+    return campaign
+
+
+def _agent_verdict(task: Task) -> str | None:
+    record = task.runner_record or {}
+    for output in record.get("outputs") or []:
+        if output.get("name") == "verdict.json":
+            try:
+                verdict = json.loads(Path(output["path"]).read_text()).get("verdict")
+            except (OSError, ValueError):
+                return None
+            return verdict if verdict in ("ok", "bad") else None
+    return None
+
+
+def review_agreement(*, campaign: Campaign, runs_dir: str | Path) -> dict[str, Any]:
+    """Compare each review task's verdict with the reference checker's; store the agent's
+    verdict on the task. Returns ``{"total", "agreed", "agreement", "caveat", "rows": [...]}``
+    (``rows``: task, agent verdict, reference verdict and reason, agreed)."""
+    rows, pairs = [], []
+    for task in Task.objects.filter(campaign=campaign).order_by("task_number"):
+        agent = _agent_verdict(task)
+        reference, reason = check_file(str(Path(runs_dir) / f"run-{task.task_number}.txt"))
+        if (task.verdict or None) != agent:
+            Task.objects.filter(pk=task.pk).update(verdict=agent or "")
+        rows.append({"task": task.task_number, "agent": agent, "reference": reference, "reason": reason,
+                     "agreed": agent == reference})
+        pairs.append((agent, reference))
+    return {**agreement(pairs), "rows": rows}
+
+
+def write_demo_credential(*, name: str, secret: str, spool: Path | None = None) -> Path:
+    """Add ``name`` to the runners' credentials file (``<spool>/credentials.json``, mode 0600),
+    keeping the names already there. Returns its path."""
+    path = Path(spool or settings.TCO_SPOOL_DIR) / "credentials.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        table = json.loads(path.read_text())
+    except FileNotFoundError:
+        table = {}
+    table[name] = secret
+    tmp = path.with_name(".credentials.json.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(table, fh)
+    os.replace(tmp, path)
+    return path
+
+
+__all__ = ["sweep_submit", "review_policy", "review_agent_definition", "sweep_review_launch", "review_agreement",
+           "write_demo_credential"]

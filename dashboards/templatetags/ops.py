@@ -1,0 +1,93 @@
+"""Template tags for the ops pages: navigation by capability, the "campaign finished" notice, USD."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import template
+from django.urls import NoReverseMatch, reverse
+
+from ..launching import finished_notices
+from ..roles import is_admin, user_can
+
+register = template.Library()
+
+_LINKS = (
+    ("ops-launch", "Launch", "launch"),
+    ("ops-urgent", "Urgent", "urgent"),
+    ("ops-bills", "Bills", "bill"),
+    ("ops-budgets", "Budgets", "bill"),
+    ("ops-triage", "Triage", "triage"),
+    ("ops-audit", "Audit", "audit"),
+)
+
+
+@register.inclusion_tag("dashboards/launch_nav.html", takes_context=True)
+def ops_nav(context) -> dict:
+    """Links to the pages the user may use (none until ``dashboards.urls_ops`` is included)."""
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    links = []
+    if user is not None and user.is_authenticated:
+        for name, label, capability in _LINKS:
+            try:
+                url = reverse(name)
+            except NoReverseMatch:
+                continue
+            if user_can(user, capability):
+                links.append((url, label))
+        if is_admin(user) or user_can(user, "launch"):
+            try:
+                links.append((reverse("ops-agents"), "Agents"))
+            except NoReverseMatch:
+                pass
+    return {"links": links}
+
+
+@register.inclusion_tag("dashboards/launch_notices.html", takes_context=True)
+def campaign_notices(context) -> dict:
+    """A notice for each campaign the user launched that finished in the last day."""
+    request = context.get("request")
+    user = getattr(request, "user", None)
+    notices = []
+    for campaign in finished_notices(user) if user is not None else []:
+        try:
+            url = reverse("ops-campaign", args=[campaign.pk])
+        except NoReverseMatch:
+            url = ""
+        notices.append((campaign, url))
+    return {"notices": notices}
+
+
+@register.filter
+def usd(value) -> str:
+    """Decimal USD for display: cents, or 4 decimals below a dollar; '' for None."""
+    if value is None or value == "":
+        return ""
+    value = Decimal(value)
+    places = Decimal("0.0001") if abs(value) < 1 and value != 0 else Decimal("0.01")
+    return f"${value.quantize(places):,}"
+
+
+@register.filter
+def seconds(value) -> str:
+    """Seconds as ``1 h 02 min 03 s`` (``''`` for None)."""
+    if value is None:
+        return ""
+    total = int(round(float(value)))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min {secs:02d} s"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+@register.filter
+def pct(value) -> str:
+    return "" if value is None else f"{float(value) * 100:.0f}%"
+
+
+@register.filter
+def get(mapping, key):
+    return mapping.get(key) if mapping else None

@@ -1,0 +1,23 @@
+"""URLs of the team-lead, launcher and admin pages (issue 7); include under ``ops/``:
+
+    path("ops/", include("dashboards.urls_ops")),
+"""
+from django.urls import path
+
+from . import views_ops
+
+urlpatterns = [
+    path("bills/", views_ops.bills_page, name="ops-bills"),
+    path("bills.csv", views_ops.bills_csv, name="ops-bills-csv"),
+    path("budgets/", views_ops.budgets_page, name="ops-budgets"),
+    path("budgets/<int:budget_id>/delete", views_ops.budget_delete, name="ops-budget-delete"),
+    path("launch/", views_ops.launch_page, name="ops-launch"),
+    path("urgent/", views_ops.urgent_page, name="ops-urgent"),
+    path("urgent/agents", views_ops.urgent_agents_fragment, name="ops-urgent-agents"),
+    path("campaigns/<int:campaign_id>/", views_ops.campaign_ops_page, name="ops-campaign"),
+    path("campaigns/<int:campaign_id>/control", views_ops.campaign_control_view, name="ops-campaign-control"),
+    path("triage/", views_ops.triage_page, name="ops-triage"),
+    path("triage/action", views_ops.triage_action_view, name="ops-triage-action"),
+    path("audit/", views_ops.audit_page, name="ops-audit"),
+    path("agents/", views_ops.agent_definitions_page, name="ops-agents"),
+]

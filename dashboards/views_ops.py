@@ -1,0 +1,330 @@
+"""Pages for team leads, launchers and admins: bills, budgets, launching, urgent agents,
+campaign control, triage, the audit log and the agent registry.
+
+Thin: each view checks the form, calls ``billing`` or ``launching`` and
+renders. A user without the capability gets 403 with the reason; a refused
+or invalid request submits nothing and shows the form again as typed.
+"""
+from __future__ import annotations
+
+import csv
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+
+from . import billing, launching
+from .forms import (
+    AgentDefinitionForm,
+    BillForm,
+    BudgetForm,
+    CampaignControlForm,
+    LaunchForm,
+    TriageActionForm,
+    UrgentForm,
+)
+from .launching import ActionRefused
+from .models import AgentDefinition, AuditEntry, Budget, Campaign
+from .roles import is_admin, teams_with, user_can
+from .services import LaunchError
+
+
+def refused(request: HttpRequest, message: str, *, action: str = "") -> HttpResponse:
+    """403 with the reason; a refused POST of a launch or control ``action`` is audited too."""
+    if action and request.method == "POST":
+        launching.audit(user=request.user, action=action, target="", params={"status": "refused", "path": request.path},
+                        ok=False, result=f"refused: {message}")
+    return render(request, "dashboards/launch_refused.html", {"message": message}, status=403)
+
+
+# --------------------------------------------------------------------------- bills and budgets
+
+@login_required
+def bills_page(request: HttpRequest) -> HttpResponse:
+    if not user_can(request.user, "bill"):
+        return refused(request, "Bills are for team leads (and admins).")
+    form = BillForm.from_query(request.GET, user=request.user)
+    result = None
+    if form.is_valid():
+        try:
+            result = billing.bill(teams=form.teams(), period=form.cleaned_data["period"],
+                                  first=form.cleaned_data["first"], last=form.cleaned_data["last"],
+                                  group_by=form.cleaned_data["group_by"])
+        except billing.BillError as exc:
+            form.add_error(None, str(exc))
+    return render(request, "dashboards/bills.html", {
+        "form": form, "bill": result, "buckets": billing.BUCKETS, "bucket_labels": billing.BUCKET_LABELS,
+        "csv_query": request.GET.urlencode()})
+
+
+@login_required
+def bills_csv(request: HttpRequest) -> HttpResponse:
+    if not user_can(request.user, "bill"):
+        return refused(request, "Bills are for team leads (and admins).")
+    form = BillForm.from_query(request.GET, user=request.user)
+    if not form.is_valid():
+        return HttpResponse("bad bill request: " + "; ".join(
+            f"{k}: {' '.join(v)}" for k, v in form.errors.items()), status=400, content_type="text/plain")
+    try:
+        result = billing.bill(teams=form.teams(), period=form.cleaned_data["period"], first=form.cleaned_data["first"],
+                              last=form.cleaned_data["last"], group_by=form.cleaned_data["group_by"])
+    except billing.BillError as exc:
+        return HttpResponse(f"bad bill request: {exc}", status=400, content_type="text/plain")
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    filename = (f"tco-bill-{result['period']}-{result['group_by']}-{result['first'].isoformat()}"
+                f"-{result['last'].isoformat()}.csv")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    writer = csv.writer(response)
+    for row in billing.bill_csv_rows(result):
+        writer.writerow(row)
+    return response
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def budgets_page(request: HttpRequest) -> HttpResponse:
+    teams = list(billing.teams_billable_by(request.user).order_by("name"))
+    if not teams:
+        return refused(request, "Budgets are for team leads (and admins).")
+    if request.method == "POST":
+        form = BudgetForm(request.POST, user=request.user)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                billing.budget_set(user=request.user, team=data["team"], period=data["period"],
+                                   amount_usd=data["amount_usd"], thresholds=data["thresholds"],
+                                   on_exceed=data["on_exceed"], alert_emails=data["alert_emails"])
+            except (PermissionError, billing.BillError) as exc:
+                form.add_error(None, str(exc))
+            else:
+                billing.budget_check_alerts(teams=[data["team"]])
+                adjective = billing.PERIOD_ADJECTIVES[data["period"]]
+                messages.success(request, f"Budget saved: {data['team'].name}, {adjective} ${data['amount_usd']}.")
+                return redirect("ops-budgets")
+    else:
+        form = BudgetForm(user=request.user)
+    statuses = [(team, billing.budget_status(team)) for team in teams]
+    return render(request, "dashboards/budget.html", {"form": form, "statuses": statuses})
+
+
+@login_required
+@require_POST
+def budget_delete(request: HttpRequest, budget_id: int) -> HttpResponse:
+    budget = Budget.objects.filter(pk=budget_id, team__in=billing.teams_billable_by(request.user)).first()
+    if budget is None:
+        raise Http404("no such budget")
+    billing.budget_delete(user=request.user, budget=budget)
+    messages.success(request, "Budget removed.")
+    return redirect("ops-budgets")
+
+
+# --------------------------------------------------------------------------- launching
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def launch_page(request: HttpRequest) -> HttpResponse:
+    if not user_can(request.user, "launch"):
+        return refused(request, "Launching is for launchers of a team.", action="launch")
+    preview = None
+    if request.method == "POST":
+        form = LaunchForm(request.POST, request.FILES, user=request.user)
+        if form.is_valid():
+            data = form.cleaned_data
+            if "launch" in request.POST:
+                try:
+                    outcome = launching.campaign_launch_checked(
+                        user=request.user, team=data["team"], agent_definition=data["agent_definition"],
+                        inputs=data["inputs"], name=data["name"], queue=data["queue"],
+                        seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
+                        priority=data["priority"], model=data["model"], policy=data["policy"],
+                        predecessor_job=data["predecessor_job"], token_cap=data["token_cap"],
+                        cost_cap_usd=data["cost_cap_usd"])
+                except (ActionRefused, LaunchError) as exc:
+                    form.add_error(None, str(exc))
+                else:
+                    campaign = outcome.campaign
+                    note = ""
+                    if outcome.held_for_budget:
+                        note = f" It was submitted on hold: {outcome.verdict['message']}."
+                    messages.success(request, f"Campaign {campaign.name} (#{campaign.pk}) launched with "
+                                              f"{campaign.task_count} tasks.{note}")
+                    return redirect("ops-campaign", campaign_id=campaign.pk)
+            preview = launching.launch_preview(user=request.user, team=data["team"],
+                                               agent_definition=data["agent_definition"], count=len(data["inputs"]),
+                                               model=data["model"], cost_cap_usd=data["cost_cap_usd"])
+            preview["count"] = len(data["inputs"])
+    else:
+        form = LaunchForm(user=request.user)
+    return render(request, "dashboards/launch.html", {"form": form, "preview": preview,
+                                                       "inputs_root": launching.inputs_root()})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def urgent_page(request: HttpRequest) -> HttpResponse:
+    if not user_can(request.user, "urgent"):
+        return refused(request, "Urgent agents are for urgent launchers.", action="urgent_launch")
+    if request.method == "POST":
+        form = UrgentForm(request.POST, user=request.user)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                outcome = launching.urgent_launch(user=request.user, team=data["team"],
+                                                  agent_definition=data["agent_definition"], input=data["input"],
+                                                  name=data["name"], queue=data["queue"],
+                                                  seats_per_task=data["seats_per_task"], model=data["model"])
+            except (ActionRefused, LaunchError) as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Urgent agent {outcome.campaign.name} (#{outcome.campaign.pk}) submitted "
+                                          f"with priority {launching.URGENT_PRIORITY}.")
+                return redirect("ops-urgent")
+    else:
+        form = UrgentForm(user=request.user)
+    return render(request, "dashboards/urgent.html", {"form": form, "agents": launching.urgent_agents(request.user)})
+
+
+@login_required
+def urgent_agents_fragment(request: HttpRequest) -> HttpResponse:
+    """The urgent agents table alone, refreshed by the page every few seconds."""
+    return render(request, "dashboards/urgent_agents.html", {"agents": launching.urgent_agents(request.user)})
+
+
+# --------------------------------------------------------------------------- campaign control
+
+def _visible_campaign(request: HttpRequest, campaign_id: int) -> Campaign:
+    campaign = (Campaign.objects.filter(pk=campaign_id, team__in=teams_with(request.user, "view"))
+                .select_related("team", "agent_definition", "launched_by", "retry_of").first())
+    if campaign is None:
+        raise Http404("no such campaign")
+    return campaign
+
+
+@login_required
+def campaign_ops_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    campaign = _visible_campaign(request, campaign_id)
+    history = []
+    can_control = user_can(request.user, "control", campaign.team)
+    if can_control:  # the campaign's own launches and control actions, with their results
+        history = list(AuditEntry.objects.filter(target=f"campaign:{campaign.pk}").select_related("user")
+                       .order_by("-at", "-id")[:50])
+    return render(request, "dashboards/launch_campaign.html", {
+        "campaign": campaign, "summary": launching.campaign_summary(campaign),
+        "can_control": can_control, "history": history,
+        "retries": list(campaign.retries.order_by("launched_at")), "now": timezone.now()})
+
+
+@login_required
+@require_POST
+def campaign_control_view(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    campaign = _visible_campaign(request, campaign_id)
+    form = CampaignControlForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Unknown action.")
+        return redirect("ops-campaign", campaign_id=campaign.pk)
+    action = form.cleaned_data["action"]
+    if not form.cleaned_data["confirm"]:
+        if not user_can(request.user, "control", campaign.team):
+            return refused(request, f"You may not control campaigns of team {campaign.team.name}.",
+                           action=f"campaign_{action}")
+        return render(request, "dashboards/launch_confirm.html", {"campaign": campaign, "action": action,
+                                                                  "summary": launching.campaign_summary(campaign)})
+    try:
+        if action == "retry":
+            outcome = launching.campaign_retry(user=request.user, campaign=campaign)
+            messages.success(request, f"Retry campaign {outcome.campaign.name} (#{outcome.campaign.pk}) launched "
+                                      f"with the {outcome.campaign.task_count} failed tasks.")
+            return redirect("ops-campaign", campaign_id=outcome.campaign.pk)
+        launching.campaign_control(user=request.user, campaign=campaign, action=action)
+    except ActionRefused as exc:
+        return refused(request, str(exc))
+    except LaunchError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{action.capitalize()} requested; the result appears below in a moment.")
+    return redirect("ops-campaign", campaign_id=campaign.pk)
+
+
+# --------------------------------------------------------------------------- triage and audit
+
+@login_required
+def triage_page(request: HttpRequest) -> HttpResponse:
+    if not user_can(request.user, "triage"):
+        return refused(request, "Triage is for cluster admins.")
+    overview = launching.triage_overview()
+    recent = list(AuditEntry.objects.filter(action__startswith="triage_").select_related("user")
+                  .order_by("-at", "-id")[:10])
+    return render(request, "dashboards/triage.html", {"overview": overview, "recent": recent,
+                                                      "actions": TriageActionForm.ACTIONS})
+
+
+@login_required
+@require_POST
+def triage_action_view(request: HttpRequest) -> HttpResponse:
+    if not user_can(request.user, "triage"):
+        return refused(request, "Triage is for cluster admins.", action="triage")
+    form = TriageActionForm(request.POST)
+    if not form.is_valid():
+        return render(request, "dashboards/triage_confirm.html", {"form": form}, status=400)
+    data = form.cleaned_data
+    if not data["confirm"]:
+        confirm = TriageActionForm(initial={**request.POST.dict(), "confirm": True})
+        return render(request, "dashboards/triage_confirm.html", {
+            "form": form, "confirm_form": confirm, "data": data,
+            "tasks_text": launching.ranges_text(data["tasks"]),
+            "action_label": dict(TriageActionForm.ACTIONS)[data["action"]]})
+    try:
+        entry = launching.triage_action(user=request.user, action=data["action"], job_number=data["job_number"],
+                                        tasks=data["tasks"], priority=data["priority"])
+    except ActionRefused as exc:
+        return refused(request, str(exc))
+    except LaunchError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{dict(TriageActionForm.ACTIONS)[data['action']].capitalize()} of job "
+                                  f"{data['job_number']} requested (audit #{entry.pk}).")
+    return redirect("ops-triage")
+
+
+@login_required
+def audit_page(request: HttpRequest) -> HttpResponse:
+    try:
+        entries = launching.audit_entries(request.user, action=request.GET.get("action", "")[:32])
+    except ActionRefused as exc:
+        return refused(request, str(exc))
+    actions = sorted(set(AuditEntry.objects.values_list("action", flat=True).distinct()))
+    return render(request, "dashboards/audit.html", {"entries": entries, "actions": actions,
+                                                     "selected": request.GET.get("action", "")})
+
+
+# --------------------------------------------------------------------------- agent registry
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def agent_definitions_page(request: HttpRequest) -> HttpResponse:
+    admin = is_admin(request.user)
+    if not (admin or user_can(request.user, "launch")):
+        return refused(request, "The agent registry is for launchers and admins.")
+    instance = None
+    edit = request.GET.get("edit") or request.POST.get("edit")
+    if edit:
+        if not str(edit).isdigit():
+            raise Http404("no such agent definition")
+        instance = get_object_or_404(AgentDefinition, pk=int(edit))
+    form = None
+    if request.method == "POST":
+        if not admin:
+            return refused(request, "Only admins may edit agent definitions.", action="agent_definition_save")
+        form = AgentDefinitionForm(request.POST, instance=instance)
+        if form.is_valid():
+            definition = launching.agent_definition_save(user=request.user, definition=form.save(commit=False))
+            messages.success(request, f"Agent definition {definition} saved.")
+            return redirect(reverse("ops-agents"))
+    elif admin:
+        form = AgentDefinitionForm(instance=instance)
+    return render(request, "dashboards/launch_agents.html", {
+        "definitions": AgentDefinition.objects.order_by("name", "-version"), "form": form, "editing": instance})

@@ -1,0 +1,102 @@
+// Campaign page: progress, state counts, stage table and distributions, a
+// page of tasks; re-rendered from each snapshot pushed over the WebSocket.
+(function () {
+  "use strict";
+  var el = TCO.el, num = TCO.num, secs = TCO.secs;
+  var initial = TCO.json("initial-campaign");
+  var live = null;
+
+  function renderHeader(d) {
+    var c = d.campaign;
+    document.getElementById("campaign-status").textContent = c.status;
+    document.getElementById("job-number").textContent = c.job_number === null ? "not yet submitted" : c.job_number;
+    var err = document.getElementById("submit-error");
+    err.hidden = !c.submit_error; err.textContent = c.submit_error || "";
+    var p = document.getElementById("progress");
+    p.setAttribute("aria-valuenow", d.progress_pct);
+    p.querySelector(".bar").style.width = d.progress_pct + "%";
+    document.getElementById("progress-text").textContent = d.ended + " of " + c.task_count + " ended (" + d.progress_pct + "%)";
+    var row = TCO.clear(document.querySelector("#states tbody tr"));
+    Object.keys(d.states).forEach(function (s) {
+      var n = d.states[s];
+      row.appendChild(el("td", { "class": "num state-" + s + (n ? "" : " zero"), "data-state": s }, n));
+    });
+    var filter = TCO.clear(document.getElementById("state-filter"));
+    var all = el("a", { "href": "#", "class": d.state_filter ? "" : "on", "data-filter": "" }, "all");
+    all.onclick = function (e) { e.preventDefault(); choose({ state: null, page: 1 }); };
+    filter.appendChild(all);
+    Object.keys(d.states).forEach(function (s) {
+      if (!d.states[s]) { return; }
+      filter.appendChild(document.createTextNode(" · "));
+      var a = el("a", { "href": "#", "class": d.state_filter === s ? "on" : "", "data-filter": s }, s + " (" + d.states[s] + ")");
+      a.onclick = function (e) { e.preventDefault(); choose({ state: s, page: 1 }); };
+      filter.appendChild(a);
+    });
+  }
+
+  function renderStages(d) {
+    var rows = d.stages.rows;
+    TCO.fill(document.querySelector("#stage-table tbody"), rows.map(function (r) {
+      var tr = el("tr", { "data-stage": r.stage });
+      tr.appendChild(el("td", null, r.label));
+      tr.appendChild(el("td", { "class": "num median" }, secs(r.median_s)));
+      tr.appendChild(el("td", { "class": "num" }, secs(r.p10_s)));
+      tr.appendChild(el("td", { "class": "num" }, secs(r.p90_s)));
+      tr.appendChild(el("td", { "class": "num" }, secs(r.min_s)));
+      tr.appendChild(el("td", { "class": "num" }, secs(r.max_s)));
+      tr.appendChild(el("td", { "class": "num" }, r.n));
+      return tr;
+    }));
+    if (!window.Plotly) { return; }
+    var box = document.getElementById("stage-charts");
+    rows.forEach(function (r) {
+      if (r.stage === "submit") { return; }
+      var id = "stage-chart-" + r.stage;
+      var div = document.getElementById(id);
+      if (!div) { div = el("div", { "id": id, "class": "chart small" }); box.appendChild(div); }
+      var h = r.histogram;
+      var x = [], y = [];
+      if (h) {
+        for (var i = 0; i < h.counts.length; i++) { x.push((h.edges[i] + h.edges[i + 1]) / 2); y.push(h.counts[i]); }
+      }
+      window.Plotly.react(div, [{ x: x, y: y, type: "bar", marker: { color: "#8fb0ef" }, name: r.label }], {
+        title: { text: r.label + (r.median_s !== null ? " · median " + secs(r.median_s) + " s" : " · no data yet"), font: { size: 13 } },
+        margin: { l: 40, r: 10, t: 30, b: 35 }, height: 200, bargap: 0.05,
+        xaxis: { title: { text: "seconds" } }, yaxis: { title: { text: "tasks" } }
+      }, TCO.plotConfig);
+    });
+  }
+
+  function renderTasks(d) {
+    TCO.fill(document.querySelector("#tasks tbody"), d.tasks.map(function (t) {
+      var tr = el("tr", { "class": "state-" + t.state, "data-task": t.id, "data-task-number": t.task_number });
+      var td = el("td"); td.appendChild(el("a", { "href": "/tasks/" + t.id + "/" }, t.task_id)); tr.appendChild(td);
+      var st = el("td", { "data-col": "state" }, t.state + " ");
+      st.appendChild(el("span", { "class": "muted" }, t.state_code)); tr.appendChild(st);
+      tr.appendChild(el("td", null, t.host));
+      tr.appendChild(el("td", { "class": "num" }, secs(t.queue_wait_s)));
+      tr.appendChild(el("td", { "class": "num" }, secs(t.sandbox_start_s)));
+      tr.appendChild(el("td", { "class": "num" }, secs(t.agent_work_s)));
+      tr.appendChild(el("td", { "class": "num" }, secs(t.integration_overhead_s)));
+      tr.appendChild(el("td", null, TCO.time(t.started_at)));
+      tr.appendChild(el("td", null, TCO.time(t.ended_at)));
+      tr.appendChild(el("td", { "class": "num" }, t.tokens || ""));
+      tr.appendChild(el("td", { "class": "num" }, TCO.money(t.cost_usd)));
+      tr.appendChild(el("td", { "class": "num", "data-col": "exit" }, num(t.exit_status)));
+      tr.appendChild(el("td", { "class": "num" }, num(t.failed_code)));
+      tr.appendChild(el("td", null, t.verdict));
+      return tr;
+    }));
+    TCO.pager(document.getElementById("tasks-pager"), { page: d.page, pages: d.pages }, function (page) { choose({ page: page }); });
+  }
+
+  function render(d) { renderHeader(d); renderStages(d); renderTasks(d); }
+
+  function choose(c) { if (live) { live.send(c); } }
+
+  render(initial);
+  live = TCO.connect("/ws/campaigns/" + initial.campaign.id + "/", function (msg) {
+    if (msg.kind === "campaign.snapshot") { render(msg.data); }
+  });
+  if (initial.page > 1 || initial.state_filter) { live.send({ page: initial.page, state: initial.state_filter }); }
+})();

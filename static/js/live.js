@@ -1,0 +1,91 @@
+// Shared by the live pages: DOM helpers, number formats and a WebSocket that
+// reconnects with backoff. No polling: the server pushes scoped snapshots.
+(function () {
+  "use strict";
+  var TCO = window.TCO = window.TCO || {};
+
+  TCO.el = function (tag, attrs, text) {
+    var node = document.createElement(tag);
+    if (attrs) { Object.keys(attrs).forEach(function (k) { if (attrs[k] !== null && attrs[k] !== undefined) { node.setAttribute(k, attrs[k]); } }); }
+    if (text !== undefined && text !== null) { node.textContent = String(text); }
+    return node;
+  };
+  TCO.clear = function (node) { while (node.firstChild) { node.removeChild(node.firstChild); } return node; };
+  TCO.fill = function (node, children) { TCO.clear(node); children.forEach(function (c) { node.appendChild(c); }); };
+  TCO.num = function (v, digits) {
+    if (v === null || v === undefined || v === "") { return ""; }
+    return digits === undefined ? String(v) : Number(v).toFixed(digits);
+  };
+  TCO.secs = function (v) {
+    if (v === null || v === undefined) { return ""; }
+    var a = Math.abs(v);
+    return a >= 100 ? v.toFixed(0) : a >= 1 ? v.toFixed(2) : v.toFixed(3);
+  };
+  TCO.time = function (iso) {
+    return iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", "") : "";
+  };
+  TCO.money = function (v) {
+    if (v === null || v === undefined) { return ""; }
+    var n = Number(v);
+    return "$" + (n >= 100 ? n.toFixed(2) : n.toFixed(4));
+  };
+  TCO.json = function (id) { return JSON.parse(document.getElementById(id).textContent); };
+
+  function setLive(on) {
+    var b = document.getElementById("live");
+    if (!b) { return; }
+    b.textContent = on ? "live" : "reconnecting…";
+    b.className = "badge " + (on ? "on" : "off");
+  }
+
+  // connect(path, onMessage) -> {send(obj)}; resends the last "choice" after a reconnect.
+  TCO.connect = function (path, onMessage) {
+    var delay = 500, ws = null, choice = null, closedForGood = false;
+    function open() {
+      var proto = location.protocol === "https:" ? "wss://" : "ws://";
+      ws = new WebSocket(proto + location.host + path);
+      ws.onopen = function () {
+        delay = 500; setLive(true);
+        if (choice) { ws.send(JSON.stringify(choice)); }
+      };
+      ws.onmessage = function (ev) { onMessage(JSON.parse(ev.data)); };
+      ws.onclose = function (ev) {
+        setLive(false);
+        if (ev.code === 4401 || ev.code === 4403) {
+          closedForGood = true;
+          var b = document.getElementById("live");
+          if (b) { b.textContent = ev.code === 4401 ? "signed out" : "no access"; }
+          return;
+        }
+        setTimeout(open, delay);
+        delay = Math.min(delay * 2, 10000);
+      };
+    }
+    open();
+    return {
+      send: function (obj) {
+        choice = Object.assign({}, choice || {}, obj);
+        if (ws && ws.readyState === 1 && !closedForGood) { ws.send(JSON.stringify(obj)); }
+      }
+    };
+  };
+
+  // A pager: <nav id=...> with previous/next buttons and "page X of Y".
+  TCO.pager = function (nav, info, onPage) {
+    TCO.clear(nav);
+    if (!info || info.pages <= 1) { nav.hidden = true; return; }
+    nav.hidden = false;
+    var prev = TCO.el("button", { "type": "button", "class": "pager-prev" }, "← previous");
+    prev.disabled = info.page <= 1;
+    prev.onclick = function () { onPage(info.page - 1); };
+    var next = TCO.el("button", { "type": "button", "class": "pager-next" }, "next →");
+    next.disabled = info.page >= info.pages;
+    next.onclick = function () { onPage(info.page + 1); };
+    nav.appendChild(prev);
+    nav.appendChild(TCO.el("span", { "class": "pager-info" }, " page " + info.page + " of " + info.pages +
+      (info.total !== undefined ? " (" + info.total + ")" : "") + " "));
+    nav.appendChild(next);
+  };
+
+  TCO.plotConfig = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
+})();

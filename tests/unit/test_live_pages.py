@@ -1,0 +1,184 @@
+"""The data behind the live pages: share tree, queue-depth history, bounded queries, the agent page."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from dashboards import history, selectors
+from dashboards.models import Team
+from dashboards.services import cluster_get_default, cluster_status_refresh
+from worker.schedulers.base import SchedulerParseError
+from worker.schedulers.fake import FakeScheduler
+from worker.schedulers.sharetree import parse_share_mon
+
+from ..conftest import DEMO_PASSWORD, make_campaign
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_it_parses_the_share_tree_of_sge_8():
+    nodes = parse_share_mon((FIXTURES / "sge819" / "sge_share_mon_n.txt").read_bytes())
+    assert [n["node"] for n in nodes] == ["/", "/research", "/engineering"]
+    research = nodes[1]
+    assert research["project"] == "research" and research["user"] is None
+    assert research["shares"] == 50 and isinstance(research["shares"], int)
+    assert 0 <= research["actual_share"] <= 1 and research["level_share"] == 0.5
+    assert nodes[0]["project"] is None
+
+
+def test_a_share_tree_line_that_is_not_a_number_is_an_error():
+    with pytest.raises(SchedulerParseError, match="shares"):
+        parse_share_mon(b"node_name=/x\tshares=many\n")
+    with pytest.raises(SchedulerParseError, match="node_name"):
+        parse_share_mon(b"shares=1\n")
+
+
+@pytest.mark.django_db
+def test_the_status_poll_stores_the_share_tree():
+    cluster = cluster_get_default()
+    fake = FakeScheduler()
+    fake.queue_summary = lambda: []
+    fake.hosts = lambda: []
+    fake.quotas = lambda: []
+    fake.global_capacity = lambda: {}
+    cluster_status_refresh(cluster=cluster, scheduler=fake)
+    cluster.refresh_from_db()
+    assert [n["node"] for n in cluster.status["share_tree"]] == ["/", "/engineering", "/research"]
+
+
+# --------------------------------------------------------------------------- depth history
+
+@pytest.fixture
+def clean_depth():
+    history.depth_clear()
+    yield
+    history.depth_clear()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("fast_passwords", "clean_depth")
+def test_depth_history_is_scoped_per_team_and_keeps_a_day_of_minutes(role_users):
+    t0 = 1_800_000_000.0
+    for i in range(6):  # one sample every 30 s over 2.5 minutes
+        history.depth_sample_record(counts={"dev": {"research": {"pending": 10 + i, "held": 1, "running": 2},
+                                                    "engineering": {"pending": 100}, "": {"pending": 7}}},
+                                    now=t0 + 30 * i)
+    import time as time_module
+
+    real_time = time_module.time
+    try:
+        time_module.time = lambda: t0 + 200
+        viewer = selectors.queue_depth_history(role_users["viewer"], "hour")
+        day = selectors.queue_depth_history(role_users["viewer"], "day")
+        admin = selectors.queue_depth_history(role_users["admin"], "hour")
+    finally:
+        time_module.time = real_time
+    assert viewer["queued"] == {"research": [11, 12, 13, 14, 15, 16]} and viewer["running"] == [2] * 6
+    assert len(viewer["t"]) == 6 and viewer["t"][0].endswith("Z")
+    assert day["queued"] == {"research": [11, 13, 15]}  # one a minute
+    assert set(admin["queued"]) == {"research", "engineering", "no project"}
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("fast_passwords", "locmem_cache", "clean_depth")
+def test_a_depth_sample_counts_active_tasks_per_project(role_users, settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    research = Team.objects.get(project="research")
+    make_campaign(team=research, user=role_users["admin"], name="a", tasks=[
+        {"state": "pending"}, {"state": "running"}, {"state": "done"}])
+    sample = history.depth_sample_take()
+    assert sample["c"] == {"dev": {"research": {"pending": 1, "running": 1}}}
+    assert history.depth_samples("hour")[-1]["c"] == sample["c"]
+
+
+# --------------------------------------------------------------------------- bounded work
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("fast_passwords", "locmem_cache")
+def test_the_queue_summary_costs_the_same_queries_for_many_campaigns(role_users, django_assert_max_num_queries):
+    research = Team.objects.get(project="research")
+    for n in range(40):
+        make_campaign(team=research, user=role_users["admin"], name=f"c{n}", job_number=100 + n,
+                      status="finished" if n % 2 else "submitted",
+                      tasks=[{"state": "done", "ended_at": timezone.now()}, {"state": "pending"}])
+    selectors.queue_summary(role_users["viewer"])  # warm the finished campaigns' cache
+    with django_assert_max_num_queries(12):
+        summary = selectors.queue_summary(role_users["viewer"])
+    assert len(summary["campaigns"]) == 25 and summary["campaigns_page"]["pages"] == 2
+    with django_assert_max_num_queries(14):
+        selectors.queue_summary(role_users["admin"])
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("fast_passwords", "locmem_cache")
+def test_a_campaign_page_reads_one_page_of_tasks(role_users, django_assert_max_num_queries):
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=role_users["admin"], name="big",
+                             tasks=[{"state": "failed" if n % 50 == 0 else "pending"} for n in range(1, 1001)])
+    with django_assert_max_num_queries(8):
+        detail = selectors.campaign_detail(role_users["viewer"], campaign.pk, page=1)
+    assert len(detail["tasks"]) == 100 and detail["pages"] == 10
+    assert [t["state"] for t in detail["tasks"][:20]] == ["failed"] * 20
+    assert detail["tasks"][20]["task_number"] == 1
+    last = selectors.campaign_detail(role_users["viewer"], campaign.pk, page=10)
+    assert last["tasks"][-1]["task_number"] == 999
+
+
+# --------------------------------------------------------------------------- agent page
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("fast_passwords", "locmem_cache")
+def test_the_agent_page_shows_logs_outputs_policy_and_accounting(client, role_users, settings):
+    research = Team.objects.get(project="research")
+    t0 = dt.datetime(2026, 11, 2, 9, 0, tzinfo=dt.timezone.utc)
+    campaign = make_campaign(team=research, user=role_users["admin"], name="agentpage", job_number=77,
+                             policy="version: 1\nnetwork_policies: {}\n", tasks=[{
+                                 "state": "done", "exit_status": 0, "failed_code": 0, "host": "vm",
+                                 "task_started_at": t0, "agent_started_at": t0 + dt.timedelta(seconds=1),
+                                 "agent_exited_at": t0 + dt.timedelta(seconds=4),
+                                 "teardown_done_at": t0 + dt.timedelta(seconds=4.5), "ended_at": t0}])
+    task = campaign.tasks.get()
+    spool = Path(settings.TCO_SPOOL_DIR)
+    records = spool / "records" / str(campaign.pk)
+    records.mkdir(parents=True)
+    (records / "1.stdout").write_text("demo agent (stand-in): task 1 answered 42\n")
+    (records / "1.stderr").write_text("")
+    work = spool / "work" / str(campaign.pk) / "1"
+    work.mkdir(parents=True)
+    (work / "result.json").write_text(json.dumps({"answer": 42}))
+    task.runner_record = {"stdout_path": str(records / "1.stdout"), "stderr_path": str(records / "1.stderr"),
+                          "exit_status": 0, "flags": [], "hostname": "vm"}
+    task.save()
+    from dashboards.models import AccountingRecord
+
+    AccountingRecord.objects.create(cluster=task.cluster, task=task, job_number=77, task_number=1,
+                                    submission_us=1, start_us=2, end_us=3, job_name="x", owner="tco", group="tco",
+                                    queue="agent.q", hostname="vm", wallclock_s=4.5, cpu_s=0.1,
+                                    maxvmem_bytes=1e6, failed=0, exit_status=0)
+    assert client.login(username="viewer", password=DEMO_PASSWORD)
+    page = client.get(f"/tasks/{task.pk}/").content.decode()
+    detail = json.loads(page.split('<script id="initial-task" type="application/json">')[1].split("</script>")[0])
+    assert detail["stdout"]["text"].startswith("demo agent") and detail["stdout"]["path"].endswith("1.stdout")
+    assert detail["outputs"]["files"] == [{"name": "result.json", "size": 14}]
+    assert detail["policy"] == {"text": "version: 1\nnetwork_policies: {}\n", "source": "campaign"}
+    assert detail["accounting"][0]["wallclock_s"] == 4.5 and detail["scheduler"] is None
+    assert detail["stages"]["agent_work"] == 3.0 and detail["stages"]["integration_overhead"] == 1.5
+    assert "/static/plotly/plotly.min.js" in page
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("fast_passwords", "locmem_cache")
+def test_a_rejected_campaign_without_tasks_still_has_a_page(client, role_users):
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=role_users["admin"], name="nope", status="rejected", tasks=[],
+                             submit_error="qsub: unknown queue")
+    campaign.task_count = 3
+    campaign.save()
+    assert client.login(username="viewer", password=DEMO_PASSWORD)
+    response = client.get(f"/campaigns/{campaign.pk}/")
+    assert response.status_code == 200 and "qsub: unknown queue" in response.content.decode()
+    assert client.get(f"/campaigns/{campaign.pk}/?page=99&state=bogus").status_code == 200

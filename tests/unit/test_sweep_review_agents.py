@@ -1,0 +1,175 @@
+"""The sweep-and-review demo's parts without the cluster: the sweep's runs, the reference
+checker, the launch (against the fake scheduler) and real review agents in real sandboxes
+talking to the scripted stand-in model through the metering proxy.
+
+The model is scripted: the agreement here checks the plumbing, not a model's quality.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from worker.reference_checker import SCRIPTED_CAVEAT, agreement, check_file, check_run
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = "sk-tco-review-unit-9e2"
+REFERENCE = ["ok", "ok", "bad", "ok", "bad", "bad", "ok", "bad"]
+REASONS = ["ok", "ok", "diverged", "ok", "crashed", "diverged", "ok", "no_summary"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs")
+    for task in range(1, 9):
+        subprocess.run([sys.executable, "-m", "worker.demo_sweep", "--out", str(out), "--task", str(task)],
+                       cwd=REPO, capture_output=True, timeout=60)
+    return out
+
+
+def test_the_sweep_has_ok_diverged_crashed_and_aborted_runs(runs):
+    assert [check_file(str(runs / f"run-{n}.txt")) for n in range(1, 9)] == list(zip(REFERENCE, REASONS))
+    assert "ZeroDivisionError" in (runs / "run-5.txt").read_text()
+    assert "summary" not in (runs / "run-8.txt").read_text()
+
+
+def test_the_sweep_exit_statuses(tmp_path):
+    codes = [subprocess.run([sys.executable, "-m", "worker.demo_sweep", "--out", str(tmp_path), "--task", str(n)],
+                            cwd=REPO, capture_output=True, timeout=60).returncode for n in (1, 3, 5, 8, 9)]
+    assert codes == [0, 0, 1, -6, 0]  # task 9 is parameter set 1 again
+
+
+@pytest.mark.parametrize("text, expected", [
+    (None, ("bad", "missing")),
+    ("params: k=1\nt=1 x=1.0 v=0.0 energy=0.5\n", ("bad", "no_summary")),
+    ("summary: status=ok final_energy=1.0e-01 energy_ratio=2.0e+00\n", ("bad", "energy_grew")),
+    ("t=1 x=nan v=0 energy=0\nsummary: status=ok final_energy=1e-3 energy_ratio=1e-3\n", ("bad", "non_finite")),
+    ("summary: status=ok final_energy=1e-3 energy_ratio=1e-3\n", ("ok", "ok")),
+])
+def test_the_reference_checker(text, expected):
+    assert check_run(text) == expected
+
+
+def test_agreement_counts_a_missing_verdict_as_a_disagreement():
+    result = agreement([("ok", "ok"), ("bad", "bad"), (None, "bad"), ("ok", "bad")])
+    assert (result["total"], result["agreed"], result["agreement"]) == (4, 2, 0.5)
+    assert result["caveat"] == SCRIPTED_CAVEAT and "not a model's quality" in SCRIPTED_CAVEAT
+
+
+# --------------------------------------------------------------------------- review agents in sandboxes
+
+@pytest.fixture(scope="module")
+def stand_in(tmp_path_factory):
+    root = tmp_path_factory.mktemp("model")
+    (root / "key").write_text(KEY + "\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "worker.demo_model", "--port", str(port), "--script", "review",
+                             "--api-key-file", str(root / "key")], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+def review_policy_text(runs: Path, model_url: str) -> str:
+    from urllib.parse import urlsplit
+
+    port = urlsplit(model_url).port
+    python = os.path.realpath(sys.executable)
+    return f"""version: 1
+filesystem_policy:
+  include_workdir: true
+  read_only: [/usr, /lib, /lib64, /bin, /etc, {REPO / 'worker'}, {runs}]
+  read_write: [/sandbox, /tmp]
+process: {{run_as_user: sandbox, run_as_group: sandbox}}
+network_policies:
+  model_api:
+    endpoints:
+      - {{host: 127.0.0.1, port: {port}, protocol: rest, enforcement: enforce,
+         credential_binding: {{provider: anthropic}}, rules: [{{allow: {{method: POST, path: /v1/messages}}}}]}}
+    binaries: [{{path: {python}}}]
+"""
+
+
+def test_review_agents_give_their_verdicts_through_the_proxy(runs, stand_in, tmp_path):
+    spool = tmp_path / "spool"
+    campaign = spool / "campaigns" / "rv"
+    campaign.mkdir(parents=True)
+    (spool / "credentials.json").write_text(json.dumps({"demo-stand-in": KEY}))
+    (campaign / "inputs.jsonl").write_text("".join(
+        json.dumps({"sweep_task": n, "run_output": str(runs / f"run-{n}.txt")}) + "\n" for n in range(1, 9)))
+    spec = {"version": 1, "campaign_id": "rv", "inputs_file": "inputs.jsonl", "timeout_s": 60,
+            "model": "claude-review-test", "policy": review_policy_text(runs, stand_in),
+            "model_endpoint": {"base_url": stand_in, "credential_name": "demo-stand-in"},
+            "agent": {"command": [os.path.realpath(sys.executable), "-m", "worker.review_agent", "{input}",
+                                  "{workdir}"], "outputs": ["verdict.json", "transcript.jsonl"]}}
+    (campaign / "spec.json").write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TCO_", "SGE_", "JOB_"))}
+    env.update(TCO_SPOOL_DIR=str(spool), TCO_CAMPAIGN_ID="rv", JOB_ID="31", PYTHONPATH=str(REPO),
+               PYTHONDONTWRITEBYTECODE="1")
+    verdicts = []
+    for n in range(1, 9):
+        result = subprocess.run([sys.executable, "-m", "worker.runner"], env={**env, "SGE_TASK_ID": str(n)},
+                                capture_output=True, text=True, timeout=120, start_new_session=True)
+        record = json.loads((spool / "records" / "rv" / f"{n}.json").read_text())
+        assert result.returncode == 0, (n, result.stderr, record["error"], record["sandbox"])
+        assert record["usage"]["forwarded"] == 1 and record["usage"]["refused"] == 0
+        outputs = {o["name"]: Path(o["path"]) for o in record["outputs"]}
+        verdict = json.loads(outputs["verdict.json"].read_text())
+        assert verdict["model"] == "claude-review-test" and verdict["tool_calls"] == 1
+        events = [json.loads(line) for line in outputs["transcript.jsonl"].read_text().splitlines()]
+        assert [e["type"] for e in events] == ["tool_call", "model_call"]
+        verdicts.append(verdict["verdict"])
+    # The scripted model flags only runs whose log says diverged or crashed; run 8 aborted silently.
+    assert verdicts == ["ok", "ok", "bad", "ok", "bad", "bad", "ok", "ok"]
+    result = agreement(zip(verdicts, REFERENCE))
+    assert (result["agreed"], result["total"]) == (7, 8)
+
+
+# --------------------------------------------------------------------------- the launch, on the fake scheduler
+
+@pytest.mark.django_db
+def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_model, tmp_path):
+    from dashboards.models import Team
+    from dashboards.services import campaign_job_spec
+    from dashboards.sweep import review_policy, sweep_review_launch, sweep_submit
+    from worker.sandbox.policy import load_policy
+    from worker.schedulers.fake import FakeScheduler
+    from worker.schedulers.gridengine import native_specification
+
+    fake = FakeScheduler()
+    team = Team.objects.get(project="research")
+    admin = django_user_model.objects.get(username="admin")
+    sweep_job, _ = sweep_submit(team=team, count=8, out_dir=tmp_path / "runs", name="s", scheduler=fake)
+    (_, sweep_spec), = fake.submissions
+    assert (sweep_spec.queue, sweep_spec.resources, sweep_spec.args[:2]) == ("classic.q", {}, ["-m", "worker.demo_sweep"])
+
+    campaign = sweep_review_launch(user=admin, team=team, sweep_job=sweep_job, runs_dir=tmp_path / "runs", count=8,
+                                   model_base_url="http://127.0.0.1:8123", credential_name="demo-stand-in")
+    job = campaign_job_spec(campaign)
+    assert job.hold_jid_ad == sweep_job and job.queue == "agent.q"
+    assert f"-hold_jid_ad {sweep_job}" in native_specification(job, queues=["agent.q", "classic.q"],
+                                                               projects=["research"], resources=["anthropic_api"])
+    spec = json.loads((Path(bootstrap.TCO_SPOOL_DIR) / "campaigns" / str(campaign.pk) / "spec.json").read_text())
+    assert spec["model_endpoint"] == {"base_url": "http://127.0.0.1:8123", "credential_name": "demo-stand-in"}
+    assert spec["agent"]["outputs"] == ["verdict.json", "transcript.jsonl"]
+    policy = load_policy(spec["policy"])
+    assert policy.refusals() == [] and str(tmp_path / "runs") in policy.read_only
+    assert policy.proxy_policy()["network_policies"]["model_api"]["endpoints"][0]["port"] == 8123
+    assert spec["policy"] == review_policy(runs_dir=tmp_path / "runs", model_base_url="http://127.0.0.1:8123")

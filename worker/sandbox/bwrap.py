@@ -1,0 +1,453 @@
+"""The bubblewrap runtime: the argv that enforces a policy, and one sandbox's run.
+
+:func:`build_argv` turns a :class:`SandboxPlan` (a validated policy, the task's
+work directory, the proxy socket's directory, the agent's argv and
+environment) into a ``bwrap`` command line:
+
+- its own user, PID, IPC, UTS, cgroup and network namespaces
+  (``--unshare-all --unshare-user``), no nested user namespaces
+  (``--disable-userns``), ``--die-with-parent``, a new session
+  (``--new-session``: no terminal to inject input into), every capability
+  dropped, uid/gid of ``process.run_as_user``/``run_as_group`` inside
+  (``sandbox`` is 1000; never 0);
+- only the listed paths: ``read_only`` with ``--ro-bind``, ``read_write``
+  with ``--bind``, the work directory at ``/sandbox`` (read-write when
+  ``include_workdir`` or ``/sandbox`` is in ``read_write``), ``/tmp``,
+  ``/var/tmp``, ``/dev/shm`` and ``/run`` as private tmpfs (never the host's,
+  which hold other tasks' files), a fresh ``/proc`` and minimal ``/dev``; the
+  root itself and ``/dev`` are read-only; a listed path missing on the host
+  is skipped (reported in :attr:`SandboxPlan.notes`); Debian's merged-/usr
+  links (``/bin`` -> ``usr/bin``, ...) are recreated as links;
+- tco's own files are never visible even under a listed path: the spool,
+  the credentials file and the runner's private directory are covered
+  (empty tmpfs, or ``/dev/null`` for a file); a listed path inside one of
+  them is refused;
+- no name resolver: ``/etc/resolv.conf`` is ``/dev/null``, and the network
+  namespace has nothing but loopback; ``/etc/passwd`` and ``/etc/group`` are
+  generated (user ``sandbox``);
+- ``--clearenv`` and only the chosen variables (never a credential);
+- the command is the relay (worker/sandbox/relay.py) as PID 1, which starts
+  the agent; the proxy socket's directory is bound read-only at ``/run/tco``.
+
+:class:`BwrapSandbox` runs it: ``sandbox_create_at`` is taken just before
+bubblewrap is started, ``sandbox_ready_at`` is the relay's "ready" (the
+sandbox is built and the loopback listener is up, before the agent is
+executed), then ``agent_started_at`` and ``agent_exited_at`` from the relay.
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+from worker.sandbox import SandboxStartError
+from worker.sandbox.policy import Policy
+
+__all__ = ["SandboxStartError", "SandboxConfigError", "SandboxPlan", "HostFS", "BwrapSandbox", "build_argv"]
+
+RELAY_PORT = 8790
+INSIDE_WORKDIR = "/sandbox"
+INSIDE_SOCKET_DIR = "/run/tco"
+INSIDE_SOCKET = f"{INSIDE_SOCKET_DIR}/proxy.sock"
+INSIDE_RELAY = "/run/tco-relay.py"
+RELAY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.py")
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+MERGED_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+LOG_CAP_BYTES = 64 * 1024
+SIGNALS_KEPT_FROM_BWRAP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                           signal.SIGXCPU, signal.SIGQUIT, signal.SIGALRM)
+
+
+class SandboxConfigError(ValueError):
+    """The policy cannot be applied here (a listed path inside tco's files, no interpreter
+    for the relay, no bubblewrap); the message says what to change."""
+
+
+class HostFS:
+    """What the argv builder asks of the host file system (a fake in unit tests)."""
+
+    def lexists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+    def isdir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def islink(self, path: str) -> bool:
+        return os.path.islink(path)
+
+    def readlink(self, path: str) -> str:
+        return os.readlink(path)
+
+    def realpath(self, path: str) -> str:
+        return os.path.realpath(path)
+
+
+class SandboxPlan:
+    """Everything :func:`build_argv` needs. File descriptors are the runner's; they keep
+    their numbers in bubblewrap and the relay (``pass_fds``).
+
+    ``workdir``: host directory shown at /sandbox; ``socket_dir``: host directory shown
+    read-only at /run/tco; ``env``: the agent's whole environment; ``masks``: host paths
+    that must never be visible; ``interpreter``: the host python that runs the relay
+    inside; ``data_fds``: inside path -> fd of its content (``--ro-bind-data``);
+    ``watch_fd``: fd open on the runner's /proc/PID/stat (suspension). ``notes`` is
+    filled by :func:`build_argv`.
+    """
+
+    def __init__(self, *, policy: Policy, workdir: str, socket_dir: str, agent_argv: list[str],
+                 env: dict[str, str], masks: list[str], interpreter: str, status_fd: int, json_status_fd: int,
+                 stdout_fd: int, stderr_fd: int, data_fds: dict[str, int] | None = None,
+                 watch_fd: int | None = None, relay_script: str = RELAY_SCRIPT, relay_port: int = RELAY_PORT,
+                 proxy_wait_s: float = 30.0, hostname: str = "sandbox", bwrap: str = "bwrap") -> None:
+        self.policy = policy
+        self.workdir = workdir
+        self.socket_dir = socket_dir
+        self.agent_argv = list(agent_argv)
+        self.env = dict(env)
+        self.masks = list(masks)
+        self.interpreter = interpreter
+        self.status_fd = status_fd
+        self.json_status_fd = json_status_fd
+        self.stdout_fd = stdout_fd
+        self.stderr_fd = stderr_fd
+        self.data_fds = dict(data_fds or {})
+        self.watch_fd = watch_fd
+        self.relay_script = relay_script
+        self.relay_port = relay_port
+        self.proxy_wait_s = proxy_wait_s
+        self.hostname = hostname
+        self.bwrap = bwrap
+        self.notes: list[str] = []
+
+
+def which(name: str, path: str | None = None) -> str | None:
+    """``name`` found on ``path`` (default ``$PATH``, else the usual system directories)."""
+    for directory in (path or os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":"):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _depth(path: str) -> int:
+    return len([p for p in path.split("/") if p])
+
+
+def _under(path: str, ancestor: str) -> bool:
+    """True if ``path`` is ``ancestor`` or inside it (both normalised, absolute)."""
+    if ancestor == "/":
+        return True
+    return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
+
+
+def passwd_text(uid: int, gid: int) -> str:
+    return (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+            f"sandbox:x:{uid}:{gid}:tco sandbox:{INSIDE_WORKDIR}:/usr/sbin/nologin\n"
+            f"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+
+
+def group_text(gid: int) -> str:
+    return f"root:x:0:\nsandbox:x:{gid}:\nnogroup:x:65534:\n"
+
+
+def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
+    """The bwrap command line for ``plan`` (module doc). Appends to ``plan.notes`` what it
+    skipped. Raises SandboxConfigError."""
+    fs = fs or HostFS()
+    policy = plan.policy
+    if policy.uid == 0 or policy.gid == 0:  # validation already refuses it; never rely on one check
+        raise SandboxConfigError("the agent may not run as root inside the sandbox")
+    masks = [fs.realpath(m) for m in plan.masks if m and fs.lexists(m)]
+    workdir_rw = policy.include_workdir or INSIDE_WORKDIR in policy.read_write
+
+    # (inside path, order, argv) - applied shallow to deep so later mounts land on earlier ones.
+    ops: list[tuple[str, int, list[str]]] = []
+    order = 0
+    visible: list[str] = []   # canonical host paths the agent can see
+
+    def add(path: str, *args: str) -> None:
+        nonlocal order
+        order += 1
+        ops.append((path, order, list(args)))
+
+    listed = [(p, False) for p in policy.read_only] + [(p, True) for p in policy.read_write]
+    for path, writable in listed:
+        if path == INSIDE_WORKDIR:
+            continue
+        if _under(path, "/proc") or (_under(path, "/dev") and path != "/dev/shm"):
+            raise SandboxConfigError(f"{path}: bubblewrap gives the sandbox its own /proc and /dev; "
+                                     "they cannot be listed")
+        if path in PRIVATE_DIRS:
+            add(path, "--tmpfs", path)
+            if not writable:
+                add(path, "--remount-ro", path)
+            continue
+        if _under(path, INSIDE_SOCKET_DIR) or path == INSIDE_RELAY:
+            raise SandboxConfigError(f"{path} is where tco puts its relay; it cannot be listed")
+        if not fs.lexists(path):
+            plan.notes.append(f"{path}: not on this host; skipped")
+            continue
+        real = fs.realpath(path)
+        for mask in masks:
+            if _under(real, mask):
+                raise SandboxConfigError(f"{path} is inside {mask}, which holds tco's own files "
+                                         "(spool, credentials or the runner's private directory); "
+                                         "the agent may not see it")
+        if fs.islink(path) and path in MERGED_USR_LINKS:
+            continue  # recreated as a link below, if its target is visible
+        if real != path and fs.islink(path):
+            plan.notes.append(f"{path}: a link to {real}; its target is shown at {path}")
+        add(path, "--bind" if writable else "--ro-bind", real, path)
+        visible.append(real)
+
+    def is_visible(host_path: str) -> bool:
+        return any(_under(host_path, v) for v in visible) and not any(_under(host_path, m) for m in masks)
+
+    # Debian's merged /usr: /bin, /lib, ... are links into /usr; keep them links.
+    for link in MERGED_USR_LINKS:
+        if fs.islink(link) and is_visible(fs.realpath(link)):
+            add(link, "--symlink", fs.readlink(link), link)
+
+    # The host's scratch directories hold other tasks' files: never show them, even under "/".
+    listed_paths = {p for p, _ in listed}
+    for private in PRIVATE_DIRS:
+        if private not in listed_paths and any(_under(private, v) for v in visible) and fs.isdir(private):
+            add(private, "--tmpfs", private)
+            add(private, "--remount-ro", private)
+
+    for mask in masks:
+        if any(_under(mask, v) for v in visible):
+            if fs.isdir(mask):
+                add(mask, "--tmpfs", mask)
+                add(mask, "--remount-ro", mask)
+            else:
+                add(mask, "--ro-bind", "/dev/null", mask)
+
+    add(INSIDE_WORKDIR, "--bind" if workdir_rw else "--ro-bind", plan.workdir, INSIDE_WORKDIR)
+    add(INSIDE_SOCKET_DIR, "--ro-bind", plan.socket_dir, INSIDE_SOCKET_DIR)
+    add(INSIDE_RELAY, "--ro-bind", plan.relay_script, INSIDE_RELAY)
+    if is_visible("/etc") and fs.lexists("/etc/resolv.conf") and not fs.islink("/etc/resolv.conf"):
+        add("/etc/resolv.conf", "--ro-bind", "/dev/null", "/etc/resolv.conf")
+    elif is_visible("/etc") and fs.islink("/etc/resolv.conf"):
+        plan.notes.append("/etc/resolv.conf: a link outside the sandbox; no resolver is reachable anyway")
+    for inside, fd in sorted(plan.data_fds.items()):
+        add(inside, "--ro-bind-data", str(fd), inside)
+
+    interpreter = fs.realpath(plan.interpreter)
+    if not is_visible(interpreter):
+        raise SandboxConfigError(f"the relay runs {interpreter} inside the sandbox: list its directory "
+                                 "(for example /usr) in filesystem_policy.read_only")
+
+    ops.sort(key=lambda op: (_depth(op[0]), op[1]))
+    argv = [plan.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+            "--new-session", "--as-pid-1", "--cap-drop", "ALL",
+            "--uid", str(policy.uid), "--gid", str(policy.gid), "--hostname", plan.hostname,
+            "--json-status-fd", str(plan.json_status_fd)]
+    # /proc and /dev come first among the depth-1 mounts' peers; "/" (if listed) before them.
+    root_ops = [op for op in ops if op[0] == "/"]
+    for _, _, args in root_ops:
+        argv += args
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for _, _, args in (op for op in ops if op[0] != "/"):
+        argv += args
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    argv += ["--chdir", INSIDE_WORKDIR, "--clearenv"]
+    for key, value in sorted(plan.env.items()):
+        argv += ["--setenv", key, value]
+    argv += [interpreter, "-I", "-S", INSIDE_RELAY, "--status-fd", str(plan.status_fd),
+             "--stdout-fd", str(plan.stdout_fd), "--stderr-fd", str(plan.stderr_fd),
+             "--port", str(plan.relay_port), "--socket", INSIDE_SOCKET, "--proxy-wait-s", str(plan.proxy_wait_s)]
+    if plan.watch_fd is not None:
+        argv += ["--watch-fd", str(plan.watch_fd)]
+    argv += ["--", *plan.agent_argv]
+    return argv
+
+
+# --------------------------------------------------------------------------- one run
+
+
+class BwrapSandbox:
+    """One agent in one bubblewrap sandbox (see :func:`build_argv` and the relay).
+
+    ``on_proxy_wanted`` is called (in the caller's thread, from :meth:`wait_ready`
+    or :meth:`wait_exit`) when the agent first connects to its base URL. Times
+    in :attr:`mono` are CLOCK_MONOTONIC nanoseconds: ``create``, ``ready``,
+    ``started``, ``exited``. :attr:`exit` is ``("code", N)`` or
+    ``("signal", N)`` once known.
+    """
+
+    def __init__(self, plan: SandboxPlan, *, on_proxy_wanted: Callable[[], None] | None = None,
+                 fs: HostFS | None = None) -> None:
+        self.plan = plan
+        self.argv = build_argv(plan, fs)
+        self.on_proxy_wanted = on_proxy_wanted
+        self.proc: subprocess.Popen | None = None
+        self.mono: dict[str, int] = {}
+        self.exit: tuple[str, int] | None = None
+        self.relay_pid: int | None = None
+        self.spawn_error: str | None = None
+        self.killed = False
+        self._buffers = {"status": b"", "json": b""}
+        self._log = bytearray()
+        self._log_truncated = False
+        self._selector: selectors.BaseSelector | None = None
+        self._fds: dict[str, int] = {}
+
+    # ---- start
+    def start(self, status_r: int, json_r: int) -> None:
+        """Start bubblewrap. ``status_r``/``json_r`` are the read ends of the relay's status
+        pipe and of bwrap's ``--json-status-fd``; the caller closes the write ends after this."""
+        bwrap = which(self.plan.bwrap) if not os.path.isabs(self.plan.bwrap) else self.plan.bwrap
+        if not bwrap:
+            raise SandboxStartError("bubblewrap (bwrap) is not installed on this exec host")
+        self.argv[0] = bwrap
+        pass_fds = [self.plan.status_fd, self.plan.json_status_fd, self.plan.stdout_fd, self.plan.stderr_fd,
+                    *self.plan.data_fds.values()]
+        if self.plan.watch_fd is not None:
+            pass_fds.append(self.plan.watch_fd)
+        # Grid Engine signals the whole process group (notify, suspend warnings, soft limits):
+        # bubblewrap's monitor must outlive them, or its death would SIGKILL the sandbox
+        # (--die-with-parent) before the runner stops the agent gracefully. Blocked signals
+        # stay blocked across exec; bubblewrap unblocks them inside the sandbox.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS_KEPT_FROM_BWRAP)
+        try:
+            self.mono["create"] = time.monotonic_ns()
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, pass_fds=pass_fds, env={}, close_fds=True)
+        except OSError as exc:
+            raise SandboxStartError(f"cannot start bubblewrap: {exc.strerror or exc}") from exc
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        self._selector = selectors.DefaultSelector()
+        for name, fd in (("status", status_r), ("json", json_r), ("log", self.proc.stderr.fileno())):
+            os.set_blocking(fd, False)
+            self._fds[name] = fd
+            self._selector.register(fd, selectors.EVENT_READ, name)
+
+    # ---- events
+    def _pump(self, timeout: float | None) -> bool:
+        """Read what is there (waiting up to ``timeout``); False once every pipe is closed."""
+        assert self._selector is not None
+        if not self._selector.get_map():
+            return False
+        for key, _ in self._selector.select(timeout):
+            name = key.data
+            try:
+                data = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            if not data:
+                self._selector.unregister(key.fd)
+                if name != "log":
+                    os.close(key.fd)
+                continue
+            if name == "log":
+                room = LOG_CAP_BYTES - len(self._log)
+                self._log += data[:max(room, 0)]
+                self._log_truncated |= len(data) > room
+                continue
+            buffer = self._buffers[name] + data
+            *lines, self._buffers[name] = buffer.split(b"\n")
+            for line in lines:
+                self._event(name, line.decode("utf-8", "replace"))
+        return True
+
+    def _event(self, source: str, line: str) -> None:
+        if source == "json":
+            import json
+
+            try:
+                data = json.loads(line)
+            except ValueError:
+                return
+            if isinstance(data, dict) and isinstance(data.get("child-pid"), int):
+                self.relay_pid = data["child-pid"]
+            return
+        word, _, rest = line.partition(" ")
+        if word in ("ready", "started", "proxy") and rest.isdigit():
+            self.mono.setdefault(word, int(rest))
+            if word == "proxy" and self.on_proxy_wanted is not None:
+                self.on_proxy_wanted()
+        elif word == "exited":
+            parts = rest.split()
+            if len(parts) == 3 and parts[0] in ("code", "signal") and parts[2].isdigit():
+                self.exit = (parts[0], int(parts[1]))
+                self.mono["exited"] = int(parts[2])
+        elif word == "spawn-error":
+            self.spawn_error = rest.partition(" ")[2] or rest
+
+    def wait_ready(self) -> None:
+        """Block until the agent runs (``started``); raise SandboxStartError if it never will."""
+        while "started" not in self.mono:
+            if self.spawn_error is not None:
+                raise SandboxStartError(f"cannot start agent {self.plan.agent_argv[0]!r}: {self.spawn_error}")
+            if not self._pump(None):
+                self.proc.wait()
+                raise SandboxStartError(self._failure_text())
+
+    def wait_exit(self) -> None:
+        """Block until the agent has exited and bubblewrap is gone."""
+        while self._pump(None):
+            pass
+        self.proc.wait()
+
+    def _failure_text(self) -> str:
+        log = self.log().strip()
+        code = self.proc.returncode if self.proc is not None else None
+        return f"the sandbox did not start (bubblewrap exit {code})" + (f": {log[-2000:]}" if log else "")
+
+    def log(self) -> str:
+        """What bubblewrap and the relay wrote to their stderr (capped)."""
+        return self._log.decode("utf-8", "replace") + ("\n[truncated]" if self._log_truncated else "")
+
+    # ---- stop
+    def stop(self, grace_s: float) -> None:
+        """Ask the agent to stop (SIGTERM to every process of the sandbox, through the relay),
+        wait ``grace_s``, then kill the sandbox (SIGKILL to the relay ends its PID namespace)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            if self.relay_pid is not None and "ready" in self.mono:
+                self._signal_relay(signal.SIGTERM)
+                deadline = time.monotonic() + grace_s
+                while self.proc.poll() is None and time.monotonic() < deadline:
+                    self._pump(min(0.05, max(deadline - time.monotonic(), 0)))
+            if self.proc.poll() is None:
+                self.killed = True
+                if self.relay_pid is not None:
+                    self._signal_relay(signal.SIGKILL)
+                else:
+                    self.proc.kill()  # the child dies with it (--die-with-parent)
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and self._pump(0.05):
+            pass
+        self.close()
+
+    def _signal_relay(self, signum: int) -> None:
+        try:
+            os.kill(self.relay_pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def close(self) -> None:
+        if self._selector is not None:
+            for key in list(self._selector.get_map().values()):
+                self._selector.unregister(key.fd)
+                if key.data != "log":
+                    os.close(key.fd)
+            self._selector.close()
+            self._selector = None
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
