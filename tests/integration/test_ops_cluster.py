@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 from django.conf import settings
-from django.test import Client, override_settings
+from django.test import Client
 from django.utils import timezone
 
 from dashboards import billing, launching
@@ -250,7 +250,6 @@ def test_predecessor_and_budget_hold_reach_the_scheduler(bootstrap, ops_users):
 MARKER = "hostile" + uuid.uuid4().hex[:6]
 
 
-@override_settings(ROOT_URLCONF="tests.ops.urls")
 def test_hostile_input_on_every_form_leaves_the_scheduler_untouched(bootstrap, ops_users):
     from tests.unit.test_ops_views import HOSTILE, launch_data
 

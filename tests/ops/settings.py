@@ -1,8 +1,7 @@
-"""Settings for the ops browser tests' web server and workers: the project's, with the ops
-URLs included and e-mail written to files under var/test-output/mail (never sent)."""
+"""Settings for the ops browser tests' web server and workers: the project's, with
+e-mail written to files under var/test-output/mail (never sent)."""
 from tco_web.settings import *  # noqa: F401,F403
 from tco_web.settings import STATE_DIR
 
-ROOT_URLCONF = "tests.ops.urls"
 EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
 EMAIL_FILE_PATH = str(STATE_DIR / "test-output" / "mail")

@@ -15,7 +15,7 @@ from dashboards.services import campaign_submit, cluster_get_default
 from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
 from worker.schedulers.fake import FakeScheduler
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.ops.urls")]
+pytestmark = [pytest.mark.django_db]
 
 GET_PAGES = {
     "/ops/bills/": {"lead", "admin"},
