@@ -216,6 +216,9 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
         environment={
             "TCO_CAMPAIGN_ID": str(campaign.pk),
             "TCO_SPOOL_DIR": str(base),
+            # tco's state (secret key, database, passwords) stays hidden from agents even if
+            # a policy lists a directory above it (worker/runner.py).
+            "TCO_SANDBOX_MASK": str(settings.STATE_DIR),
             "PYTHONPATH": str(settings.BASE_DIR),
             "PYTHONDONTWRITEBYTECODE": "1",
         },

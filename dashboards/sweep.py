@@ -150,20 +150,33 @@ def _agent_verdict(task: Task) -> str | None:
     return None
 
 
-def review_agreement(*, campaign: Campaign, runs_dir: str | Path) -> dict[str, Any]:
-    """Compare each review task's verdict with the reference checker's; store the agent's
-    verdict on the task. Returns ``{"total", "agreed", "agreement", "caveat", "rows": [...]}``
-    (``rows``: task, agent verdict, reference verdict and reason, agreed)."""
-    rows, pairs = [], []
+def review_agreement(*, campaign: Campaign, runs_dir: str | Path | None = None) -> dict[str, Any]:
+    """Compare each finished review task's verdict with the reference checker's; store the
+    agent's verdict on the task. ``runs_dir`` defaults to the directory the campaign's inputs
+    name. Returns ``{"total", "agreed", "agreement", "caveat", "pending", "rows": [...]}``
+    (``rows``: task, agent verdict, reference verdict and reason, agreed; ``pending``: tasks
+    without a runner record yet, left out of the figure)."""
+    runs = Path(runs_dir) if runs_dir is not None else review_runs_dir(campaign)
+    rows, pairs, pending = [], [], 0
     for task in Task.objects.filter(campaign=campaign).order_by("task_number"):
+        if not task.runner_record:
+            pending += 1
+            continue
         agent = _agent_verdict(task)
-        reference, reason = check_file(str(Path(runs_dir) / f"run-{task.task_number}.txt"))
+        reference, reason = check_file(str(runs / f"run-{task.task_number}.txt"))
         if (task.verdict or None) != agent:
             Task.objects.filter(pk=task.pk).update(verdict=agent or "")
         rows.append({"task": task.task_number, "agent": agent, "reference": reference, "reason": reason,
                      "agreed": agent == reference})
         pairs.append((agent, reference))
-    return {**agreement(pairs), "rows": rows}
+    return {**agreement(pairs), "pending": pending, "rows": rows}
+
+
+def review_runs_dir(campaign: Campaign) -> Path:
+    """The sweep's run directory, as the review campaign's first input names it."""
+    inputs = Path(settings.TCO_SPOOL_DIR) / "campaigns" / str(campaign.pk) / "inputs.jsonl"
+    with open(inputs, encoding="utf-8") as fh:
+        return Path(json.loads(fh.readline())["run_output"]).parent
 
 
 def write_demo_credential(*, name: str, secret: str, spool: Path | None = None) -> Path:
@@ -185,4 +198,4 @@ def write_demo_credential(*, name: str, secret: str, spool: Path | None = None) 
 
 
 __all__ = ["sweep_submit", "review_policy", "review_agent_definition", "sweep_review_launch", "review_agreement",
-           "write_demo_credential"]
+           "review_runs_dir", "write_demo_credential"]

@@ -12,8 +12,9 @@ flags ``task_number_defaulted``). Optional: ``TCO_CREDENTIALS_FILE`` (JSON
 ``<spool>/credentials.json``; read by the proxy, outside the sandbox, at the
 first request that needs it), ``TCO_PRICES_FILE`` (the price table for the
 proxy, worker/metering/prices.py's file format; default
-``<spool>/prices.json`` if it exists), ``TCO_SANDBOX_MASK`` (more host paths, ``:``-separated, the agent must never
-see, e.g. tco's state directory), ``TCO_SANDBOX_RUNTIME`` (``bubblewrap`` or
+``<spool>/prices.json`` if it exists), ``TCO_SANDBOX_MASK`` (more host paths, ``:``-separated, hidden from the agent
+even under a listed path, e.g. tco's state directory; a listed path inside one
+is still shown), ``TCO_SANDBOX_RUNTIME`` (``bubblewrap`` or
 ``openshell``; overrides the spec), ``TMPDIR`` (where the runner's private
 directory goes; Grid Engine sets one per task).
 
@@ -644,7 +645,7 @@ class Runner:
         socket_dir = os.path.join(self.private_dir, "sock")
         os.mkdir(socket_dir, 0o700)
         masks = [self.spool, self.private_dir, self._proxy_config["file"]]
-        masks += [p for p in self.environ.get("TCO_SANDBOX_MASK", "").split(":") if p.startswith("/")]
+        covers = [p for p in self.environ.get("TCO_SANDBOX_MASK", "").split(":") if p.startswith("/")]
         status_r, status_w = os.pipe()
         json_r, json_w = os.pipe()
         data_fds = {}
@@ -659,7 +660,7 @@ class Runner:
         try:
             plan = SandboxPlan(
                 policy=policy, workdir=self.work_dir, socket_dir=socket_dir, agent_argv=argv,
-                env=self._agent_env(spec, RELAY_PORT), masks=masks,
+                env=self._agent_env(spec, RELAY_PORT), masks=masks, covers=covers,
                 interpreter=sys.executable, status_fd=status_w, json_status_fd=json_w,
                 stdout_fd=out_w, stderr_fd=err_w, data_fds=data_fds, watch_fd=watch_fd)
             try:

@@ -186,3 +186,12 @@ def test_the_command_is_the_relay_then_the_agent():
     assert argv[argv.index("--chdir") + 1] == "/sandbox"
     assert any(dst == "/run/tco-relay.py" and src.endswith("worker/sandbox/relay.py")
                for src, dst in pairs(argv, "--ro-bind"))
+
+
+def test_admin_covers_hide_a_directory_but_not_what_is_listed_inside_it():
+    plan = plan_for("version: 1\nfilesystem_policy: {read_only: ['/', /opt/data]}\n", covers=["/opt"])
+    argv = build_argv(plan, FakeFS())
+    order = mount_order(argv)
+    assert ("/opt",) in pairs(argv, "--tmpfs")  # shown under "/", so covered
+    assert ("/opt/data", "/opt/data") in pairs(argv, "--ro-bind")
+    assert order.index("/opt") < order.index("/opt/data")  # ... and /opt/data is shown on top of it

@@ -95,7 +95,9 @@ class SandboxPlan:
 
     ``workdir``: host directory shown at /sandbox; ``socket_dir``: host directory shown
     read-only at /run/tco; ``env``: the agent's whole environment; ``masks``: host paths
-    that must never be visible; ``interpreter``: the host python that runs the relay
+    that must never be visible (a listed path inside one is refused); ``covers``: host
+    paths hidden under a listed ancestor, where a listed path inside one is still shown
+    (an admin's ``TCO_SANDBOX_MASK``, e.g. tco's state directory with a shared sub-directory); ``interpreter``: the host python that runs the relay
     inside; ``data_fds``: inside path -> fd of its content (``--ro-bind-data``);
     ``watch_fd``: fd open on the runner's /proc/PID/stat (suspension). ``notes`` is
     filled by :func:`build_argv`.
@@ -104,7 +106,8 @@ class SandboxPlan:
     def __init__(self, *, policy: Policy, workdir: str, socket_dir: str, agent_argv: list[str],
                  env: dict[str, str], masks: list[str], interpreter: str, status_fd: int, json_status_fd: int,
                  stdout_fd: int, stderr_fd: int, data_fds: dict[str, int] | None = None,
-                 watch_fd: int | None = None, relay_script: str = RELAY_SCRIPT, relay_port: int = RELAY_PORT,
+                 watch_fd: int | None = None, covers: list[str] | None = None,
+                 relay_script: str = RELAY_SCRIPT, relay_port: int = RELAY_PORT,
                  proxy_wait_s: float = 30.0, hostname: str = "sandbox", bwrap: str = "bwrap") -> None:
         self.policy = policy
         self.workdir = workdir
@@ -112,6 +115,7 @@ class SandboxPlan:
         self.agent_argv = list(agent_argv)
         self.env = dict(env)
         self.masks = list(masks)
+        self.covers = list(covers or [])
         self.interpreter = interpreter
         self.status_fd = status_fd
         self.json_status_fd = json_status_fd
@@ -165,6 +169,7 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     if policy.uid == 0 or policy.gid == 0:  # validation already refuses it; never rely on one check
         raise SandboxConfigError("the agent may not run as root inside the sandbox")
     masks = [fs.realpath(m) for m in plan.masks if m and fs.lexists(m)]
+    covers = [fs.realpath(c) for c in plan.covers if c and fs.lexists(c)]
     workdir_rw = policy.include_workdir or INSIDE_WORKDIR in policy.read_write
 
     # (inside path, order, argv) - applied shallow to deep so later mounts land on earlier ones.
@@ -222,8 +227,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
             add(private, "--tmpfs", private)
             add(private, "--remount-ro", private)
 
-    for mask in masks:
-        if any(_under(mask, v) for v in visible):
+    for mask in masks + covers:
+        if any(_under(mask, v) and mask != v for v in visible):
             if fs.isdir(mask):
                 add(mask, "--tmpfs", mask)
                 add(mask, "--remount-ro", mask)

@@ -629,7 +629,8 @@ def _check_path(c: _Checker, path: str, where: str, *, writable: bool) -> bool:
 
 def _check_identity(c: _Checker, value: Any, where: str) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
-        c.add(where, f"expected text: write the id in quotes ('{value}')")
+        c.add(where, "0 is root, which is never allowed" if value == 0
+              else f"expected text: write the id in quotes ('{value}')")
         return None
     if c.text(value, where) is None:
         return None
@@ -689,8 +690,8 @@ def _check_rule(c: _Checker, key: Any, block: Any) -> NetworkRule | None:
 
 
 def _check_host(c: _Checker, host: str, where: str) -> None:
-    if not host or len(host) > 253 or any(ch.isspace() for ch in host) or "/" in host or ":" in host.strip("[]") \
-            and not _is_ip(host):
+    if not host or len(host) > 253 or any(ch.isspace() for ch in host) or "/" in host \
+            or (":" in host.strip("[]") and not _is_ip(host)):
         c.add(where, f"{host!r} is not a host name or IP address")
         return
     if _is_ip(host):

@@ -1,6 +1,7 @@
 """The sweep-and-review demo: a parameter sweep on classic.q, then a review campaign chained to it.
 
-    manage.py tco_sweep_review --tasks 8 --start-model --wait
+    manage.py tco_sweep_review --tasks 8 --start-model --submit-here --wait 300
+    manage.py tco_sweep_review --report CAMPAIGN_ID
 
 Submits worker/demo_sweep.py as an array job on classic.q, then a review
 campaign on agent.q (one sandboxed review agent per run, ``-hold_jid_ad`` on
@@ -8,7 +9,10 @@ the sweep), and with ``--wait`` prints each verdict beside the reference
 checker's and the agreement. ``--start-model`` starts the scripted stand-in
 model (worker/demo_model.py --script review) and gives the runners its key;
 otherwise ``--model-url`` names a running model API whose key is
-``--credential-name`` in the runners' credentials file.
+``--credential-name`` in the runners' credentials file. ``--report`` prints
+the verdicts and agreement of an earlier review campaign (after ingesting its
+runner records). classic.q takes no work while the host's np_load_avg is at
+or above 1.75, so on a busy machine the sweep waits.
 """
 from __future__ import annotations
 
@@ -24,9 +28,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboards.models import Task, Team
+from dashboards.models import Campaign, Task, Team
 from dashboards.services import LaunchError, campaign_submit
-from dashboards.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
+from dashboards.sweep import (review_agreement, review_runs_dir, sweep_review_launch, sweep_submit,
+                              write_demo_credential)
 from worker.schedulers.base import SchedulerError
 
 
@@ -57,8 +62,16 @@ class Command(BaseCommand):
                             help="submit the review campaign in this process instead of the submit worker")
         parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                             help="wait up to this long for the reviews, then print verdicts and agreement")
+        parser.add_argument("--report", type=int, default=None, metavar="CAMPAIGN_ID",
+                            help="only print the verdicts and agreement of this review campaign")
 
     def handle(self, *args, **options):
+        if options["report"] is not None:
+            try:
+                campaign = Campaign.objects.select_related("cluster").get(pk=options["report"])
+            except Campaign.DoesNotExist as exc:
+                raise CommandError(f"no campaign {options['report']}") from exc
+            return self._wait_and_report(campaign, review_runs_dir(campaign), campaign.task_count, 0.0)
         try:
             team = Team.objects.get(name=options["team"])
             user = get_user_model().objects.get(username=options["user"])
@@ -123,11 +136,11 @@ class Command(BaseCommand):
     def _wait_and_report(self, campaign, out_dir: Path, count: int, timeout: float) -> None:
         from worker.ingest import ingest_runner_records
 
-        records = Path(settings.TCO_SPOOL_DIR) / "records" / str(campaign.pk)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
             ingest_runner_records(campaign.cluster)
-            if Task.objects.filter(campaign=campaign, teardown_done_at__isnull=False).count() >= count:
+            if Task.objects.filter(campaign=campaign, teardown_done_at__isnull=False).count() >= count \
+                    or time.monotonic() >= deadline:
                 break
             time.sleep(1)
         result = review_agreement(campaign=campaign, runs_dir=out_dir)
@@ -138,5 +151,7 @@ class Command(BaseCommand):
         shown = "n/a" if result["agreement"] is None else f"{result['agreement']:.0%}"
         self.stdout.write(f"agreement with the reference checker: {result['agreed']}/{result['total']} ({shown})")
         self.stdout.write(result["caveat"])
-        if result["total"] < count:
-            self.stdout.write(f"(only {result['total']} of {count} reviews reported; records in {records})")
+        if result["pending"]:
+            self.stdout.write(f"{result['pending']} of {count} reviews have not reported yet (the sweep may be "
+                              f"waiting for classic.q: see qstat -j); later: manage.py tco_sweep_review "
+                              f"--report {campaign.pk}")
