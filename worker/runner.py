@@ -880,6 +880,29 @@ class Runner:
         if name not in self.flags:
             self.flags.append(name)
 
+    def _write_usage_file(self) -> str | None:
+        """The task's token totals as ``tco_<key>=<number>`` lines in ``<task>.usage``.
+
+        For OCS/GCS 9 flexible accounting: the shepherd's usage file belongs to
+        the admin user, so the runner cannot write it; the epilog
+        ``worker/usage_epilog.py`` (run as that user) appends this file to it.
+        Returns the path, or None without totals or when it cannot be written.
+        """
+        if not self.usage or self.record_dir is None:
+            return None
+        from worker.metering.usage import append_usage_file
+
+        path = self._output_path("usage")
+        try:
+            if os.path.exists(path):
+                os.unlink(path)
+            append_usage_file(path, self.usage)
+        except (OSError, ValueError) as exc:
+            self._flag("usage_file_error")
+            print(f"tco runner: usage file not written: {exc}", file=sys.stderr)
+            return None
+        return path
+
     def _output_path(self, suffix: str) -> str:
         return os.path.join(self.record_dir, f"{self.task_number}.{suffix}")
 
@@ -964,7 +987,9 @@ class Runner:
         if self.record_dir is None:
             print(f"tco runner: {self.error}; no record written", file=sys.stderr)
             return self.exit_code
+        usage_file = self._write_usage_file()
         record = {
+            "usage_file": usage_file,
             "version": RECORD_VERSION,
             "campaign_id": self.campaign_id,
             "task_number": self.task_number,
