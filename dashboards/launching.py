@@ -214,11 +214,10 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def validate_policy(text: str) -> str:
-    """Check a sandbox policy's outline (YAML mapping, OpenShell's top-level keys, no duplicate keys).
+    """Check a sandbox policy as the runner will (worker/sandbox/policy.py): OpenShell's schema,
+    no unknown fields, no duplicate keys, nothing bubblewrap would have to enforce less strictly.
 
-    Returns the text unchanged ("" for none). The full schema is checked by
-    the runner's sandbox layer; this refuses what is plainly wrong before
-    anything is written. Raises LaunchError.
+    Returns the text unchanged ("" for none). Raises LaunchError with every problem.
     """
     text = (text or "").strip()
     if not text:
@@ -237,6 +236,17 @@ def validate_policy(text: str) -> str:
                           f"known: {', '.join(sorted(POLICY_KEYS))}")
     if data.get("version") != 1:
         raise LaunchError("sandbox policy: version must be 1")
+    # The runner's own validation, on the parsed mapping (never a path: a
+    # one-line text is not read as a file name here).
+    from worker.sandbox.policy import PolicyError, load_policy
+
+    try:
+        policy = load_policy(data)
+    except PolicyError as exc:
+        raise LaunchError("sandbox policy: " + "; ".join(exc.problems)) from None
+    refused = policy.refusals()
+    if refused:
+        raise LaunchError("sandbox policy: bubblewrap cannot enforce " + "; ".join(str(f) for f in refused))
     return text
 
 

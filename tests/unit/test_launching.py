@@ -456,3 +456,14 @@ def test_clearing_an_error_counts_as_done_although_qmod_exits_1(monkeypatch):
         scheduler.control("clear_error", 298)
     with pytest.raises(SchedulerCommandError):
         scheduler.control("delete", 297)  # only qmod's quirk is forgiven
+
+
+def test_a_policy_is_checked_by_the_runners_own_validator_and_never_read_as_a_path():
+    from dashboards.launching import LaunchError, validate_policy
+
+    with pytest.raises(LaunchError, match="filesystem_policy"):
+        validate_policy("version: 1\nfilesystem_policy:\n  read_only: [relative/path]\n  writable_too: [/x]\n")
+    with pytest.raises(LaunchError, match="mapping"):
+        validate_policy("/etc/shadow")
+    good = "version: 1\nfilesystem_policy:\n  read_only: [/usr]\n  read_write: [/sandbox]\n"
+    assert validate_policy(good) == good.strip()
