@@ -208,3 +208,14 @@ def test_an_unknown_job_id_raises_unknown_job():
     with pytest.raises(UnknownJob) as caught:
         parse_job_detail(load("qstat_j_unknown.xml"))
     assert caught.value.job_ids == ["9999999"]
+
+
+def test_qstat_j_with_a_spaced_cull_tag_after_clear_error_still_parses():
+    """SGE 8.1.9 writes ``<job ids>`` (not XML) in scheduler messages after ``qmod -cj``."""
+    from worker.schedulers.qstat_xml import parse_job_detail
+
+    data = (SGE819 / "qstat_j_after_clear_error.xml").read_bytes()
+    assert b"<job ids>" in data
+    detail = parse_job_detail(data)
+    assert detail["job_number"] == 302
+    assert any("until clean up of a previous run has finished" in m for m in detail["scheduler_messages"])

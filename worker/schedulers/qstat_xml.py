@@ -104,6 +104,9 @@ def _strip_namespaces(root: etree._Element) -> None:
     etree.cleanup_namespaces(root)
 
 
+_SPACED_TAG = re.compile(r"<(/?)([A-Za-z_][\w.-]*(?: [A-Za-z_][\w.-]*)+)>")
+
+
 def _load_xml(data: bytes, roots: tuple[str, ...], what: str) -> etree._Element:
     """Parse ``data`` (see the module docstring for the text rules) and check
     the root element is one of ``roots``."""
@@ -115,6 +118,11 @@ def _load_xml(data: bytes, roots: tuple[str, ...], what: str) -> etree._Element:
         root = etree.fromstring(data, _new_parser())
     except etree.XMLSyntaxError:
         text = _XML_DECL.sub("", _decode(data), count=1)
+        # qstat -j dumps CULL list names as tags, some with a space (SGE
+        # 8.1.9 writes <job ids> in MES_job_number_list after qmod -cj):
+        # not XML. A tag can never hold a bare word after its name, so join
+        # such words with '_' (<job_ids>) and read the rest as written.
+        text = _SPACED_TAG.sub(lambda m: "<" + m.group(1) + m.group(2).replace(" ", "_") + ">", text)
         try:
             root = etree.fromstring(text.encode("utf-8"), _new_parser())
         except etree.XMLSyntaxError as exc:
