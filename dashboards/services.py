@@ -188,11 +188,31 @@ def campaign_launch(
             spec["model_endpoint"] = {k: str(v) for k, v in model_endpoint.items()
                                       if k in ("base_url", "credential_name") and v}
         _write_atomic(base / "spec.json", json.dumps(spec, indent=1).encode())
+        prices_write()
         from worker import tasks as worker_tasks
 
         transaction.on_commit(lambda: worker_tasks.submit_campaign.delay(campaign.pk))
     realtime.queue_changed(cluster.name, {campaign.pk})
     return campaign
+
+
+def prices_write() -> Path | None:
+    """Write the price table (admin: Model prices, aliases) to ``<spool>/prices.json`` for the runners.
+
+    The runners' metering proxies price each request from this file, in
+    worker/metering/prices.py's format; it is rewritten at every launch so a
+    campaign is priced as the table stood when it was launched. Returns the
+    path, or None when no model has a price (costs are then unknown, never 0).
+    """
+    from worker.metering.prices import PriceTable
+
+    table = PriceTable.from_django()
+    mapping = table.to_mapping()
+    if not mapping or not any(k != "aliases" for k in mapping):
+        return None
+    path = spool_dir() / "prices.json"
+    _write_atomic(path, json.dumps(mapping, indent=1, default=str).encode())
+    return path
 
 
 def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:

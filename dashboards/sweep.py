@@ -34,7 +34,7 @@ from .services import LaunchError, campaign_launch, sanitize_name, scheduler_for
 REVIEW_AGENT = "sweep-review"
 SWEEP_QUEUE = "classic.q"
 REVIEW_QUEUE = "agent.q"
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "stand-in-review"  # priced by the demo price table (tco_bootstrap)
 
 
 def _agent_python() -> str:

@@ -564,6 +564,7 @@ def ingest_runner_records(cluster: Cluster, *, spool: Path | None = None) -> int
             _move(path, spool / "quarantine" / path.parent.name / path.name)
             continue
         totals = _usage_totals(requests)
+        totals["verdict"] = _declared_verdict(data, spool)
         with transaction.atomic():
             task_ids = list(tasks.order_by("-id").values_list("id", flat=True)[:1])
             if not task_ids:
@@ -625,6 +626,26 @@ def _request_rows(data: dict, spool: Path) -> list[ModelRequest]:
             **{b: int(usage.get(b) or 0) for b in BUCKETS},
         ))
     return rows
+
+
+def _declared_verdict(data: dict, spool: Path) -> str:
+    """The agent's verdict, when it declared a ``verdict.json`` output (``{"verdict": "..."}``).
+
+    Read only inside the spool and only its first 64 KiB; anything else is "".
+    """
+    for output in data.get("outputs") or []:
+        if not isinstance(output, dict) or output.get("name") != "verdict.json":
+            continue
+        try:
+            path = Path(output["path"]).resolve()
+            if spool.resolve() not in path.parents:
+                return ""
+            with open(path, "rb") as fh:
+                verdict = json.loads(fh.read(65536)).get("verdict")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return ""
+        return verdict[:64] if isinstance(verdict, str) else ""
+    return ""
 
 
 def _usage_totals(requests: list[ModelRequest]) -> dict:

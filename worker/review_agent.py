@@ -30,7 +30,7 @@ import urllib.request
 
 MAX_TURNS = 4
 MAX_RUN_BYTES = 64 * 1024
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "stand-in-review"  # priced by the demo price table (tco_bootstrap)
 TOOLS = [{
     "name": "read_run_output",
     "description": "Read the output log of one run of the simulation sweep.",

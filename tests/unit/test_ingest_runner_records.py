@@ -79,3 +79,26 @@ def test_a_requests_file_outside_the_spool_is_quarantined(tmp_path, campaign):
     assert ingest_runner_records(campaign.cluster, spool=tmp_path) == 0
     assert (tmp_path / "quarantine" / str(campaign.pk) / "1.json").exists()
     assert Task.objects.get().task_started_at is None
+
+
+def test_a_declared_verdict_output_becomes_the_tasks_verdict(tmp_path, campaign):
+    out = tmp_path / "records" / str(campaign.pk) / "1.outputs" / "verdict.json"
+    out.parent.mkdir(parents=True)
+    out.write_text('{"verdict": "bad", "sweep_task": 1}')
+    write_record_at = tmp_path / "records" / str(campaign.pk) / "1.json"
+    record = {"version": 2, "campaign_id": campaign.pk, "task_number": 1, "job_number": 77, "stages": {},
+              "outputs": [{"name": "verdict.json", "path": str(out)}]}
+    write_record_at.write_text(json.dumps(record))
+    ingest_runner_records(campaign.cluster, spool=tmp_path)
+    assert Task.objects.get().verdict == "bad"
+
+
+def test_a_verdict_path_outside_the_spool_is_not_read(tmp_path, campaign):
+    outside = tmp_path.parent / "verdict.json"
+    outside.write_text('{"verdict": "ok"}')
+    path = tmp_path / "records" / str(campaign.pk) / "1.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"version": 2, "campaign_id": campaign.pk, "task_number": 1, "job_number": 77,
+                                "stages": {}, "outputs": [{"name": "verdict.json", "path": str(outside)}]}))
+    ingest_runner_records(campaign.cluster, spool=tmp_path)
+    assert Task.objects.get().verdict == ""

@@ -17,6 +17,7 @@ from dashboards.models import AgentDefinition
 from dashboards.services import cluster_get_default, team_ensure
 
 TEAMS = (("research", "research"), ("engineering", "engineering"))
+STAND_IN_MODEL = "stand-in-review"  # the model id the demo's review agents ask the stand-in for
 
 
 def demo_agent_command() -> list[str]:
@@ -42,6 +43,23 @@ class Command(BaseCommand):
                 "command": demo_agent_command(),
                 "input_kind": "params",
                 "timeout_s": 600,
+            },
+        )
+        # The stand-in model's price: invented, so the demo shows metering and
+        # bills end to end. Real models are priced in the admin (Model prices).
+        import datetime as dt
+        from decimal import Decimal
+
+        from dashboards.models import ModelPrice
+
+        ModelPrice.objects.get_or_create(
+            model=STAND_IN_MODEL,
+            effective_from=dt.date(2026, 1, 1),
+            defaults={
+                "input_per_mtok": Decimal("3"), "output_per_mtok": Decimal("15"),
+                "cache_read_per_mtok": Decimal("0.30"), "cache_write_5m_per_mtok": Decimal("3.75"),
+                "cache_write_1h_per_mtok": Decimal("6"),
+                "note": "hypothetical price of the stand-in model (worker/demo_model.py), for the demo only",
             },
         )
         password_file = Path(settings.STATE_DIR) / "admin-password"

@@ -55,7 +55,8 @@ class Command(BaseCommand):
         parser.add_argument("--model-url", default=None, help="base URL of the model API (a policy endpoint)")
         parser.add_argument("--credential-name", default="demo-stand-in",
                             help="name of the model's key in the runners' credentials file")
-        parser.add_argument("--model", default="claude-sonnet-4-5")
+        parser.add_argument("--model", default="stand-in-review",
+                            help="model id to ask for (the demo price table prices stand-in-review)")
         parser.add_argument("--start-model", action="store_true",
                             help="start the scripted stand-in model on a free loopback port")
         parser.add_argument("--submit-here", action="store_true",
@@ -130,6 +131,8 @@ class Command(BaseCommand):
                 time.sleep(0.1)
         else:
             raise CommandError(f"the stand-in model did not start; see {log_dir / 'demo-model.log'}")
+        # scripts/services stop ends it with the other services.
+        (Path(settings.STATE_DIR) / "run" / "demo-model.pid").write_text(f"{proc.pid}\n")
         self.stdout.write(f"stand-in model (scripted, not a real model): http://127.0.0.1:{port}, pid {proc.pid}")
         return f"http://127.0.0.1:{port}"
 
