@@ -326,3 +326,34 @@ def test_spec_fields_are_all_covered_by_validation():
              "working_directory", "output_path", "error_path", "account", "priority",
              "concurrency_cap", "hold_jid_ad", "advance_reservation", "hold"}
     assert {f.name for f in dataclasses.fields(ArrayJobSpec)} == known
+
+
+def test_projects_come_from_qstat_ext_once_per_new_job(monkeypatch):
+    """Plain qstat -xml has no JB_project; -ext has it but no times (SGE 8.1.9)."""
+    from worker.schedulers import gridengine
+
+    plain = b"""<?xml version='1.0'?><job_info><queue_info></queue_info><job_info>
+<job_list state="pending"><JB_job_number>901</JB_job_number><JAT_prio>0</JAT_prio><JB_name>x</JB_name>
+<JB_owner>alice</JB_owner><state>qw</state><JB_submission_time>2026-11-29T12:00:00</JB_submission_time>
+<queue_name></queue_name><slots>1</slots></job_list></job_info></job_info>"""
+    ext = b"""<?xml version='1.0'?><job_info><queue_info></queue_info><job_info>
+<job_list state="pending"><JB_job_number>901</JB_job_number><JAT_prio>0</JAT_prio><JAT_ntix>0</JAT_ntix>
+<JB_name>x</JB_name><JB_owner>alice</JB_owner><JB_project>engineering</JB_project>
+<JB_department>defaultdepartment</JB_department><state>qw</state><tickets>0</tickets>
+<JB_override_tickets>0</JB_override_tickets><JB_jobshare>0</JB_jobshare><otickets>0</otickets>
+<ftickets>0</ftickets><stickets>0</stickets><JAT_share>0</JAT_share><queue_name></queue_name>
+<slots>1</slots></job_list></job_info></job_info>"""
+    calls = []
+
+    def fake_run(self, argv, timeout=None):
+        calls.append(argv)
+        return ext if "-ext" in argv else plain
+
+    monkeypatch.setattr(gridengine.GridEngine, "_run", fake_run)
+    monkeypatch.setattr(gridengine, "_PROJECTS", {})
+    engine = gridengine.GridEngine(sge_root="/x", sge_cell="c")
+    (task,) = engine.list_tasks()
+    assert task.project == "engineering" and task.submitted_at is not None
+    (task,) = engine.list_tasks()
+    assert task.project == "engineering"
+    assert sum("-ext" in argv for argv in calls) == 1

@@ -367,6 +367,10 @@ def parse_job_ids(ids: Sequence[str]) -> tuple[int, list[int]]:
 
 # --------------------------------------------------------------------------- adapter
 
+# (sge_root, sge_cell) -> {job_number: project or None}, filled from qstat -ext.
+_PROJECTS: dict[tuple[str, str], dict[int, str | None]] = {}
+
+
 class GridEngine:
     """SchedulerAdapter for one Grid Engine cell.
 
@@ -411,7 +415,32 @@ class GridEngine:
         Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
         """
         from worker.schedulers.qstat_xml import parse_qstat
-        return parse_qstat(self._run(["qstat", "-xml", "-u", "*"]))
+        tasks = parse_qstat(self._run(["qstat", "-xml", "-u", "*"]))
+        self._fill_projects(tasks)
+        return tasks
+
+    def _fill_projects(self, tasks: list[QstatTask]) -> None:
+        """Set each task's project, which plain ``qstat -xml`` leaves out.
+
+        ``-ext`` prints ``JB_project`` but drops the start and submission
+        times (seen on SGE 8.1.9), so the poll reads the plain listing and asks
+        ``qstat -xml -ext`` only when a job it has not seen yet appears; a
+        job's project never changes while it is queued, so it is remembered.
+        """
+        from worker.schedulers.qstat_xml import parse_qstat
+
+        cell = (self.sge_root, self.sge_cell)
+        known = _PROJECTS.setdefault(cell, {})
+        if any(t.project is None and t.job_number not in known for t in tasks):
+            for t in parse_qstat(self._run(["qstat", "-xml", "-ext", "-u", "*"])):
+                known[t.job_number] = t.project
+            if len(known) > 200_000:  # jobs long gone; the next poll asks again
+                live = {t.job_number for t in tasks}
+                for job in [j for j in known if j not in live]:
+                    del known[job]
+        for t in tasks:
+            if t.project is None:
+                t.project = known.get(t.job_number)
 
     def queue_summary(self):
         """Cluster queue summary, ``qstat -g c -xml``, parsed by ``parse_cluster_queue_summary``."""
