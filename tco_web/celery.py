@@ -32,7 +32,7 @@ def setup_periodic_tasks(sender: Celery, **kwargs) -> None:
                              name="ingest accounting")
     sender.add_periodic_task(ingest, sender.signature("worker.tasks.ingest_runner_records", expires=ingest * 1.5),
                              name="ingest runner records")
-    sender.add_periodic_task(10.0, sender.signature("worker.tasks.reconcile_gone_tasks", expires=15.0),
+    sender.add_periodic_task(5.0, sender.signature("worker.tasks.reconcile_gone_tasks", expires=7.5),
                              name="resolve tasks gone from qstat")
     sender.add_periodic_task(60.0, sender.signature("worker.tasks.reconcile_budgets", expires=90.0),
                              name="budget alerts")

@@ -247,6 +247,7 @@ TCO_INGEST_INTERVAL_S = env_float("TCO_INGEST_INTERVAL_S", 1.0)
 # A task gone from qstat with no accounting record after this long is "lost"
 # (or "deleted" if it never started).
 TCO_LOST_GRACE_S = env_float("TCO_LOST_GRACE_S", 120.0)
+TCO_DELETED_GRACE_S = env_float("TCO_DELETED_GRACE_S", 10.0)
 # Submit with -notify; needs execd_params NOTIFY_KILL=TERM,NOTIFY_SUSP=none on the cluster.
 TCO_NOTIFY = env_bool("TCO_NOTIFY", True)
 # The interpreter the scheduler starts the runner with (same venv as the workers).

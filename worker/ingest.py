@@ -23,6 +23,7 @@ from typing import Iterable
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from dashboards import realtime
@@ -488,14 +489,22 @@ def _notify_finished(campaign_id: int) -> None:
 def reconcile_gone_tasks(cluster: Cluster, *, now: dt.datetime | None = None) -> int:
     """Decide tasks gone from qstat whose accounting record never came.
 
-    After ``TCO_LOST_GRACE_S`` a task that never started is ``deleted`` (it
-    costs nothing) and one that did start is ``lost``. Returns how many.
+    A task that never started is ``deleted`` (it costs nothing) after
+    ``TCO_DELETED_GRACE_S``; one that did start is ``lost`` after
+    ``TCO_LOST_GRACE_S``. Returns how many.
     """
     now = now or timezone.now()
     _finalize_finishing(cluster, list(Task.objects.filter(cluster=cluster, state="finishing",
                                                            accounting__isnull=False).values_list("id", flat=True)))
+    # A task that never started writes no record: "deleted" after a short
+    # wait (a start and end between two polls would have written one within
+    # the accounting flush time); one that started gets the long grace.
     cutoff = now - dt.timedelta(seconds=settings.TCO_LOST_GRACE_S)
-    stale = list(Task.objects.filter(cluster=cluster, state="finishing", gone_at__lt=cutoff))
+    never_started = now - dt.timedelta(seconds=settings.TCO_DELETED_GRACE_S)
+    stale = list(Task.objects.filter(cluster=cluster, state="finishing").filter(
+        Q(gone_at__lt=cutoff)
+        | Q(gone_at__lt=never_started, started_at__isnull=True, task_started_at__isnull=True)
+    ))
     campaigns: set[int] = set()
     events = []
     for task in stale:

@@ -67,11 +67,15 @@ def test_a_task_created_after_the_snapshot_started_is_not_gone():
 
 def test_gone_tasks_without_accounting_become_deleted_or_lost_after_the_grace(settings):
     settings.TCO_LOST_GRACE_S = 60
+    settings.TCO_DELETED_GRACE_S = 10
     cluster = cluster_get_default()
     apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm"), qtask(7, 2, "qw", "pending")], observed_at=T0)
     apply_qstat_poll(cluster, [], observed_at=T0 + dt.timedelta(seconds=1))
-    assert reconcile_gone_tasks(cluster, now=T0 + dt.timedelta(seconds=30)) == 0
-    assert reconcile_gone_tasks(cluster, now=T0 + dt.timedelta(seconds=120)) == 2
+    assert reconcile_gone_tasks(cluster, now=T0 + dt.timedelta(seconds=5)) == 0
+    assert reconcile_gone_tasks(cluster, now=T0 + dt.timedelta(seconds=30)) == 1  # the one that never started
+    assert Task.objects.get(task_number=2).state == "deleted"
+    assert Task.objects.get(task_number=1).state == "finishing"
+    assert reconcile_gone_tasks(cluster, now=T0 + dt.timedelta(seconds=120)) == 1
     states = dict(Task.objects.values_list("task_number", "state"))
     assert states == {1: "lost", 2: "deleted"}
     assert not Task.objects.filter(active=True).exists()
