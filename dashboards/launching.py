@@ -565,7 +565,7 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
             "failed": states.get("failed", 0) + states.get("lost", 0)}
 
 
-def finished_notices(user: AbstractBaseUser, *, hours: float = 24.0) -> list[Campaign]:
+def finished_notices(user: AbstractBaseUser, *, hours: float = 6.0) -> list[Campaign]:
     """Campaigns ``user`` launched that finished in the last ``hours`` (for the page notice)."""
     if not getattr(user, "is_authenticated", False):
         return []

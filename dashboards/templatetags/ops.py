@@ -45,7 +45,7 @@ def ops_nav(context) -> dict:
 
 @register.inclusion_tag("dashboards/launch_notices.html", takes_context=True)
 def campaign_notices(context) -> dict:
-    """A notice for each campaign the user launched that finished in the last day."""
+    """One notice line naming the campaigns the user launched that finished in the last hours."""
     request = context.get("request")
     user = getattr(request, "user", None)
     notices = []

@@ -65,6 +65,10 @@
         xaxis: { title: { text: "seconds" } }, yaxis: { title: { text: "tasks" } }
       }, TCO.plotConfig);
     });
+    // Size the plots to their grid cells once the grid has laid them out.
+    window.requestAnimationFrame(function () {
+      Array.prototype.forEach.call(box.children, function (div) { window.Plotly.Plots.resize(div); });
+    });
   }
 
   function renderTasks(d) {
