@@ -219,3 +219,13 @@ def test_qstat_j_with_a_spaced_cull_tag_after_clear_error_still_parses():
     detail = parse_job_detail(data)
     assert detail["job_number"] == 302
     assert any("until clean up of a previous run has finished" in m for m in detail["scheduler_messages"])
+
+
+def test_a_job_listing_given_as_a_queue_summary_is_refused_not_read_as_no_queues():
+    import pytest
+
+    from worker.schedulers.base import SchedulerParseError
+    from worker.schedulers.qstat_xml import parse_cluster_queue_summary
+
+    with pytest.raises(SchedulerParseError, match="job listing"):
+        parse_cluster_queue_summary((SGE819 / "qstat_xml_all_users.xml").read_bytes())

@@ -479,6 +479,9 @@ def parse_cluster_queue_summary(data: bytes) -> list[dict]:
         except ValueError as exc:
             raise SchedulerParseError(f"qstat -g c -xml: queue {item['name']}: {exc}") from None
         result.append(item)
+    if not result and (root.find("queue_info") is not None or root.find("job_info") is not None):
+        # Same root element as a job listing: say which output this is instead of "no queues".
+        raise SchedulerParseError("qstat -g c -xml: this is a job listing (qstat -xml), not a queue summary")
     return result
 
 

@@ -49,6 +49,8 @@ class Command(BaseCommand):
             inspect_cli.run(options["kind"], options["file"], tz, self.stdout, self.stderr)
         except FileNotFoundError as exc:
             raise CommandError(f"no such file: {options['file']}") from exc
+        except OSError as exc:
+            raise CommandError(f"cannot read {options['file']}: {exc.strerror or exc}") from exc
         except SchedulerError as exc:
             raise CommandError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -61,6 +63,8 @@ class Command(BaseCommand):
             result = inspect_usage(options["file"], options["prices"], options["requested_model"])
         except FileNotFoundError as exc:
             raise CommandError(f"no such file: {exc.filename}") from exc
+        except OSError as exc:
+            raise CommandError(f"cannot read {options['file']}: {exc.strerror or exc}") from exc
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(json.dumps(result))
