@@ -116,7 +116,10 @@ def sweep_review_launch(*, user: AbstractBaseUser, team: Team, sweep_job: int, r
                         model: str = DEFAULT_MODEL) -> Campaign:
     """Launch the review campaign: one review agent per sweep task, held per task on the
     sweep (``-hold_jid_ad``), sandboxed by :func:`review_policy`. Raises LaunchError."""
-    inputs = [{"sweep_task": n, "run_output": str(Path(runs_dir) / f"run-{n}.txt"), "model": model}
+    # Every other review streams its answer (server-sent events), so both of
+    # the proxy's paths carry the demo.
+    inputs = [{"sweep_task": n, "run_output": str(Path(runs_dir) / f"run-{n}.txt"), "model": model,
+               "stream": n % 2 == 0}
               for n in range(1, count + 1)]
     agent = review_agent_definition()
     # One transaction around both: the submission waits for its commit (on_commit), so no

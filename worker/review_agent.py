@@ -75,7 +75,45 @@ def ask_model(base_url: str, body: dict) -> dict:
         return json.loads(response.read())
 
 
-def review(task: int, run_output: str, model: str, base_url: str, transcript: Transcript) -> dict:
+def ask_model_streaming(base_url: str, body: dict) -> dict:
+    """The same request with ``stream: true``; the server-sent events (Anthropic
+    Messages streaming) are folded back into one message dict: text and tool
+    calls from the content block events, model and usage from ``message_start``
+    and the cumulative ``message_delta``, the stop reason from the latter."""
+    request = urllib.request.Request(
+        base_url.rstrip("/") + "/v1/messages", data=json.dumps({**body, "stream": True}).encode("utf-8"),
+        method="POST", headers={"content-type": "application/json", "anthropic-version": "2023-06-01",
+                                "accept": "text/event-stream", "x-api-key": os.environ.get("ANTHROPIC_API_KEY", "")})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    message: dict = {"content": []}
+    partial_json: dict[int, str] = {}
+    with opener.open(request, timeout=120) as response:
+        for raw in response:
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if not line.startswith("data:"):
+                continue
+            event = json.loads(line[5:].strip())
+            kind = event.get("type")
+            if kind == "message_start":
+                message.update({k: v for k, v in event["message"].items() if k != "content"})
+            elif kind == "content_block_start":
+                message["content"].append(dict(event["content_block"]))
+            elif kind == "content_block_delta":
+                block, delta = message["content"][event["index"]], event["delta"]
+                if delta.get("type") == "text_delta":
+                    block["text"] = block.get("text", "") + delta["text"]
+                elif delta.get("type") == "input_json_delta":
+                    partial_json[event["index"]] = partial_json.get(event["index"], "") + delta["partial_json"]
+            elif kind == "message_delta":
+                message.update(event.get("delta") or {})
+                message["usage"] = {**(message.get("usage") or {}), **(event.get("usage") or {})}
+    for index, text in partial_json.items():
+        message["content"][index]["input"] = json.loads(text) if text else {}
+    return message
+
+
+def review(task: int, run_output: str, model: str, base_url: str, transcript: Transcript,
+           stream: bool = False) -> dict:
     messages: list[dict] = [{"role": "user", "content": f"Review run {task} of the parameter sweep."}]
     pending = [{"type": "tool_use", "id": "toolu_tco_1", "name": "read_run_output", "input": {"path": run_output}}]
     requests = tool_calls = 0
@@ -93,7 +131,7 @@ def review(task: int, run_output: str, model: str, base_url: str, transcript: Tr
                 results.append({"type": "tool_result", "tool_use_id": call.get("id"), "content": output})
             messages.append({"role": "user", "content": results})
         body = {"model": model, "max_tokens": 64, "system": SYSTEM, "tools": TOOLS, "messages": messages}
-        answer = ask_model(base_url, body)
+        answer = ask_model_streaming(base_url, body) if stream else ask_model(base_url, body)
         requests += 1
         transcript.add(type="model_call", model=answer.get("model"), stop_reason=answer.get("stop_reason"),
                        usage=answer.get("usage"))
@@ -105,7 +143,7 @@ def review(task: int, run_output: str, model: str, base_url: str, transcript: Tr
     match = _VERDICT_RE.search(text)
     return {"sweep_task": task, "run_output": run_output, "verdict": match.group(1).lower() if match else None,
             "model_text": text[:2000], "model": answer.get("model"), "model_requests": requests,
-            "tool_calls": tool_calls}
+            "tool_calls": tool_calls, "streamed": stream}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     base_url = os.environ.get("ANTHROPIC_BASE_URL", "http://127.0.0.1:8790")
     transcript = Transcript(os.path.join(work_dir, "transcript.jsonl"))
     try:
-        result = review(task, run_output, model, base_url, transcript)
+        result = review(task, run_output, model, base_url, transcript, stream=bool(data.get("stream")))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         result = {"sweep_task": task, "run_output": run_output, "verdict": None,
                   "error": f"{type(exc).__name__}: {exc}"[:500]}

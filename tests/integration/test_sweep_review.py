@@ -142,6 +142,12 @@ def test_a_sweep_and_its_chained_review_campaign(bootstrap, django_user_model, s
         assert transcript[0]["name"] == "read_run_output"
     model = served(stand_in_model)
     assert model["totals"]["requests"] == N and model["rejected"] == {}
+    # The bill is what the model served: every bucket, summed over the tasks' records.
+    tasks = Task.objects.filter(campaign=campaign)
+    for bucket in ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
+                   "output_tokens"):
+        assert sum(getattr(t, bucket) for t in tasks) == model["totals"][bucket], bucket
+    assert sum(1 for r in model["per_request"] if r.get("stream")) == N // 2  # both paths were metered
 
     result = review_agreement(campaign=campaign, runs_dir=runs)
     assert [r["agent"] for r in result["rows"]] == AGENT
