@@ -11,6 +11,8 @@ and campaign pages) and ``{"state": "failed"|null}`` (campaign page).
 """
 from __future__ import annotations
 
+import abc
+
 import asyncio
 import time
 
@@ -28,7 +30,7 @@ class Refused(Exception):
     """The user may not (or may no longer) see what this socket shows."""
 
 
-class SnapshotConsumer(AsyncJsonWebsocketConsumer):
+class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
     """Base: sends a snapshot on connect and after every change event.
 
     Subclasses define ``async authorize() -> list[str]`` (the groups to join;
@@ -69,11 +71,13 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer):
         if getattr(self, "_pending", None):
             self._pending.cancel()
 
+    @abc.abstractmethod
     async def authorize(self) -> list[str]:
-        raise NotImplementedError
+        """The groups this connection may join (empty: refuse it)."""
 
+    @abc.abstractmethod
     async def snapshot(self) -> dict:
-        raise NotImplementedError
+        """What this page shows now, for this user."""
 
     async def receive_json(self, content, **kwargs) -> None:
         if isinstance(content, dict) and self.choose(content):
