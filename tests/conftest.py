@@ -67,6 +67,18 @@ class Stack:
                 time.sleep(0.2)
         raise RuntimeError(f"web server did not answer on {self.url}; see {self.log_dir}/web.log")
 
+    def start_services(self, beat_schedule: Path, worker_name: str) -> None:
+        """Purge the test broker, then start daphne, a Celery worker (poll, ingest, submit with DRMAA) and beat."""
+        py = sys.executable
+        # Tasks left in the test broker by an aborted run must not reach this database.
+        subprocess.run([py, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO, env=self.env,
+                       check=True, capture_output=True, timeout=60)
+        self.start("web", [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "tco_web.asgi:application"])
+        self.start("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
+                              "-n", f"{worker_name}{self.port}@%h", "--loglevel=INFO"], TCO_DRMAA_WORKER="1")
+        self.start("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=INFO",
+                            "--schedule", str(beat_schedule)])
+
     def stop(self) -> None:
         for _, proc in reversed(self.procs):
             proc.terminate()
@@ -88,15 +100,7 @@ def live_stack(transactional_db, bootstrap, tmp_path):
         shutil.rmtree(log_dir)
     log_dir.mkdir(parents=True)
     stack = Stack(db_path, Path(bootstrap.TCO_SPOOL_DIR), log_dir)
-    py = sys.executable
-    # Tasks left in the test broker by an aborted run must not reach this database.
-    subprocess.run([py, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO, env=stack.env,
-                   check=True, capture_output=True, timeout=60)
-    stack.start("web", [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(stack.port), "tco_web.asgi:application"])
-    stack.start("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
-                           "-n", f"test{stack.port}@%h", "--loglevel=INFO"], TCO_DRMAA_WORKER="1")
-    stack.start("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=INFO",
-                         "--schedule", str(tmp_path / "beat-schedule")])
+    stack.start_services(tmp_path / "beat-schedule", "test")
     try:
         stack.wait_http()
         yield stack

@@ -9,7 +9,6 @@ import itertools
 import re
 import shutil
 import subprocess
-import sys
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -105,7 +104,7 @@ def ops_stack(transactional_db, bootstrap, tmp_path):
     (``tests.ops.settings``) and mail written to ``var/test-output/mail``."""
     from django.db import connection
 
-    from tests.conftest import REPO, TEST_OUTPUT, Stack
+    from tests.conftest import TEST_OUTPUT, Stack
 
     db_path = connection.settings_dict["NAME"]
     log_dir = TEST_OUTPUT / "ops-stack-logs"
@@ -117,14 +116,7 @@ def ops_stack(transactional_db, bootstrap, tmp_path):
     stack = Stack(db_path, Path(bootstrap.TCO_SPOOL_DIR), log_dir)
     stack.env["DJANGO_SETTINGS_MODULE"] = "tests.ops.settings"
     stack.mail_dir = mail_dir
-    py = sys.executable
-    subprocess.run([py, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO,
-                   env=stack.env, check=True, capture_output=True, timeout=60)
-    stack.start("web", [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(stack.port), "tco_web.asgi:application"])
-    stack.start("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
-                           "-n", f"ops{stack.port}@%h", "--loglevel=INFO"], TCO_DRMAA_WORKER="1")
-    stack.start("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=INFO",
-                         "--schedule", str(tmp_path / "beat-schedule")])
+    stack.start_services(tmp_path / "beat-schedule", "ops")
     try:
         stack.wait_http()
         yield stack
