@@ -491,22 +491,26 @@ def _audit(user, action: str, target: str, params: dict, ok: bool, result: str) 
 
 def price_table():
     """Today's price table (``worker.metering.prices.PriceTable``): the database's
-    (``PriceTable.from_django``) when it has one, else ``settings.TCO_PRICES``
-    in the prices file format (``{"model": {"input": 3, "output": 15, ...}}``,
-    USD per million tokens), else None."""
+    prices (``PriceTable.from_django``, edited in the admin), and for models it
+    does not price, ``settings.TCO_PRICES`` in the prices file format
+    (``{"model": {"input": 3, "output": 15, ...}}``, USD per million tokens);
+    None when neither prices anything."""
     from worker.metering.prices import PriceTable, PriceTableError
 
+    merged: dict = dict(getattr(settings, "TCO_PRICES", None) or {})
     try:
         with transaction.atomic():  # a savepoint: a missing table must not spoil the caller's transaction
             table = PriceTable.from_django()
         if table.models:
-            return table
+            # The database's prices win; TCO_PRICES prices the models it lacks.
+            database = table.to_mapping()
+            aliases = {**(merged.pop("aliases", None) or {}), **(database.pop("aliases", None) or {})}
+            merged.update(database)
+            if aliases:
+                merged["aliases"] = aliases
     except (ImportError, LookupError, PriceTableError, DatabaseError) as exc:
         log.debug("no price table in the database: %s", exc)
-    mapping = getattr(settings, "TCO_PRICES", None)
-    if mapping:
-        return PriceTable.from_mapping(mapping)
-    return None
+    return PriceTable.from_mapping(merged) if merged else None
 
 
 def _task_price(table, model: str, tokens: dict[str, int]) -> Decimal | None:

@@ -20,6 +20,7 @@ from dashboards.models import AgentDefinition, AuditEntry, Campaign, Task, Team
 from tests.ops.fixtures import (  # noqa: F401
     PASSWORD,
     SGE_ENV,
+    job_gone_or_deleting,
     make_campaign,
     make_task,
     ops_logins,
@@ -235,7 +236,7 @@ def test_an_urgent_agent_starts_at_the_next_free_slot_while_a_full_campaign_queu
         page.click("#confirm")
         page.wait_for_selector("ul.messages")
         job = Campaign.objects.get(pk=full.pk).job_number
-        wait_until(lambda: job not in qstat_jobs() or "d" in qstat_jobs()[job]["states"], 60, "the campaign deleted")
+        wait_until(lambda: job_gone_or_deleting(job), 60, "the campaign deleted")
         wait_until(lambda: AuditEntry.objects.filter(action="campaign_cancel", ok=True).exists(), 30,
                    "the cancel recorded")
         wait_until(lambda: not Task.objects.filter(campaign=full, state__in=("running", "pending", "starting"))

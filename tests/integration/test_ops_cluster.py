@@ -16,7 +16,9 @@ from django.utils import timezone
 from dashboards import billing, launching
 from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Budget, Campaign, Cluster, Task, Team
 from dashboards.services import campaign_submit, cluster_get_default, scheduler_for
-from tests.ops.fixtures import SGE_ENV, ops_users, qdel_quietly, qstat_jobs, wait_until  # noqa: F401
+from tests.ops.fixtures import (  # noqa: F401
+    SGE_ENV, job_gone_or_deleting, ops_users, qdel_quietly, qstat_jobs, wait_until,
+)
 from worker.ingest import apply_qstat_poll, ingest_accounting
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -211,7 +213,7 @@ def test_pause_resume_and_cancel_hold_release_and_delete_on_the_real_cluster(boo
 
         entry = launching.campaign_control(user=ops_users["urgent"], campaign=campaign, action="cancel")
         assert launching.control_execute(audit_id=entry.pk).ok
-        wait_until(lambda: job not in qstat_jobs() or "d" in qstat_jobs()[job]["states"], 30, "the job deleted")
+        wait_until(lambda: job_gone_or_deleting(job), 30, "the job deleted")
         assert AuditEntry.objects.filter(action__in=["campaign_pause", "campaign_resume", "campaign_cancel"],
                                          ok=True).count() == 3
     finally:

@@ -143,6 +143,13 @@ def qstat_jobs() -> dict[int, dict[str, str]]:
     return jobs
 
 
+
+def job_gone_or_deleting(job: int) -> bool:
+    """Whether qstat no longer lists ``job`` or shows it deleting; one qstat per call,
+    since the job may leave between two."""
+    jobs = qstat_jobs()
+    return job not in jobs or "d" in jobs[job]["states"]
+
 def qdel_quietly(*job_numbers: int | None) -> None:
     """Delete our own jobs by number (never by user: other suites share the cluster)."""
     ids = [str(j) for j in job_numbers if j]
