@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from worker.schedulers.base import SchedulerCommandError, SchedulerError, SchedulerUnavailable, UnknownJob
 
-from . import billing, services
+from . import billing, selectors, services
 from .models import AgentDefinition, AuditEntry, Campaign, Cluster, Task, Team
 from .roles import is_admin, teams_with, user_can
 from .services import LaunchError
@@ -617,6 +617,7 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
             detail = scheduler.job_detail(job["job_number"])
             reasons = explain_pending(detail, quota=status.get("quotas"), hosts=status.get("hosts"),
                                       capacities=status.get("global_capacity"))
+            reasons += selectors.pending_position(cluster, job["job_number"], job["project"])
         except UnknownJob:
             reason_error = "the scheduler no longer knows this job (it may have just started or ended)"
         except SchedulerError as exc:

@@ -1042,6 +1042,7 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
             status = task.cluster.status or {}
             reasons = explain_pending(scheduler["detail"], status.get("quotas"), status.get("hosts"),
                                       status.get("global_capacity"))
+            reasons += pending_position(task.cluster, task.job_number, task.project)
     tokens = {f: getattr(task, f) for f in (*TOKEN_FIELDS, "reasoning_tokens")}
     tokens["total"] = _tokens(task)
     campaign = task.campaign
@@ -1165,3 +1166,25 @@ def metrics_snapshot() -> dict[str, Any]:
         "checkpoints": list(IngestCheckpoint.objects.select_related("cluster")),
         "usage": usage_by_project(),
     }
+
+
+def pending_position(cluster: Cluster, job_number: int, project: str | None) -> list[dict]:
+    """The waiting job's place in the cluster's priority order and its team's share-tree standing.
+
+    Ranks jobs (not tasks) by their highest ``JAT_prio`` among waiting
+    (pending) tasks, from the last poll; ``[]`` when the job is not waiting.
+    Shape: ``worker.schedulers.pending.policy_position``.
+    """
+    from django.db.models import Max
+
+    from worker.schedulers.pending import policy_position
+
+    waiting = Task.objects.filter(cluster=cluster, active=True, state="pending")
+    mine = waiting.filter(job_number=job_number).aggregate(p=Max("priority"))["p"]
+    if mine is None:
+        return []
+    per_job = waiting.values("job_number").annotate(p=Max("priority"))
+    ahead = per_job.filter(p__gt=mine).count()
+    total = per_job.count()
+    return policy_position(rank=ahead + 1, of=total, priority=mine, project=project,
+                           share_tree=(cluster.status or {}).get("share_tree"))

@@ -133,3 +133,20 @@ def test_later_polls_diff_against_the_last_snapshot_and_still_see_new_rows(fresh
                                observed_at=T0 + dt.timedelta(seconds=3))
     assert changes.gone == 1 and Task.objects.get(job_number=7, task_number=1).state == "finishing"
     assert Task.objects.filter(state="running").count() == 1
+
+
+def test_a_waiting_jobs_position_counts_jobs_ahead_by_priority():
+    from dashboards.selectors import pending_position
+
+    cluster = cluster_get_default()
+    rows = []
+    for job, prio in ((10, 0.9), (11, 0.5), (12, 0.7)):
+        for n in (1, 2):
+            t = qtask(job, n, "qw", "pending")
+            t.priority = prio
+            rows.append(t)
+    apply_qstat_poll(cluster, rows, observed_at=T0)
+    (position,) = pending_position(cluster, 11, "research")
+    assert position["text"] == "number 3 of 3 waiting jobs in the cluster's priority order"
+    assert pending_position(cluster, 10, None)[0]["text"].startswith("number 1 of 3")
+    assert pending_position(cluster, 99, None) == []

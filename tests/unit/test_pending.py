@@ -106,3 +106,20 @@ def test_unknown_messages_are_passed_through():
 
 def test_a_job_with_nothing_to_say_has_no_reasons():
     assert explain_pending(detail(tasks=[{"task_number": 1, "state": "running"}])) == []
+
+
+def test_policy_position_names_the_rank_and_a_team_above_its_share_tree_target():
+    from worker.schedulers.pending import policy_position
+
+    tree = [{"node": "/", "user": None, "project": None, "long_target_share": 1.0, "actual_share": 1.0},
+            {"node": "/research", "user": None, "project": "research", "long_target_share": 0.5,
+             "actual_share": 0.976},
+            {"node": "/engineering", "user": None, "project": "engineering", "long_target_share": 0.5,
+             "actual_share": 0.024}]
+    research = policy_position(rank=3, of=40, priority=0.5, project="research", share_tree=tree)
+    assert research[0]["text"] == "number 3 of 40 waiting jobs in the cluster's priority order"
+    assert research[1]["text"] == ("team research has used 98% of the cluster lately against a share-tree target "
+                                   "of 50%, so its jobs get fewer tickets than other teams'")
+    engineering = policy_position(rank=1, of=40, priority=0.9, project="engineering", share_tree=tree)
+    assert "within its share-tree target of 50%" in engineering[1]["text"]
+    assert len(policy_position(rank=1, of=1, priority=None, project="other", share_tree=tree)) == 1

@@ -196,6 +196,34 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
     return reasons
 
 
+def policy_position(*, rank: int, of: int, priority: float | None, project: str | None,
+                    share_tree: list[dict] | None = None) -> list[dict]:
+    """Where the cluster's policy puts a waiting job: ``[{text, raw}]``.
+
+    ``rank`` is the job's place (1 = next) among ``of`` waiting jobs ordered by
+    the scheduler's priority (``JAT_prio`` of ``qstat -xml``: sge_priority(5)
+    weighs ``-p``, urgency and tickets, share-tree tickets among them).
+    ``share_tree`` is ``parse_share_mon`` output; the job's project node gives
+    its long-term target and its actual share of recent usage
+    (sge_share_mon(1)): a team above its target gets fewer tickets, so its
+    jobs go after the others'. Nothing is said about a node that is absent.
+    """
+    reasons = [{"text": f"number {rank} of {of} waiting jobs in the cluster's priority order",
+                "raw": f"JAT_prio {priority if priority is not None else '?'}: rank {rank} of {of}"}]
+    node = next((n for n in share_tree or [] if project and n.get("project") == project and not n.get("user")), None)
+    if node and node.get("long_target_share") is not None and node.get("actual_share") is not None:
+        target, actual = node["long_target_share"], node["actual_share"]
+        if actual > target:
+            text = (f"team {project} has used {actual:.0%} of the cluster lately against a share-tree target of "
+                    f"{target:.0%}, so its jobs get fewer tickets than other teams'")
+        else:
+            text = (f"team {project} has used {actual:.0%} of the cluster lately, within its share-tree target of "
+                    f"{target:.0%}")
+        reasons.append({"text": text, "raw": f"sge_share_mon {node.get('node')}: actual_share={actual} "
+                                             f"long_target_share={target}"})
+    return reasons
+
+
 def _explain_message(message: str, job_detail: dict, quota, hosts, capacities,
                      hard_queue: list[str]) -> str | None:
     text = message.strip()
