@@ -241,6 +241,25 @@ def _():
             "fds": sorted(os.listdir("/proc/self/fd"))}
 
 
+@probe("relay_tamper")
+def _():
+    """The relay (PID 1) reports the stage times and exit status: the agent, same uid, must not reach into it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    PTRACE_ATTACH = 16
+
+    def attach():
+        if libc.ptrace(PTRACE_ATTACH, 1, None, None) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        return "attached"
+
+    return {"mem": outcome(lambda: open("/proc/1/mem", "rb").read(1)),
+            "fds": outcome(lambda: os.listdir("/proc/1/fd")),
+            "ptrace": outcome(attach)}
+
+
 # P10: everything the agent can read, for the test to search for the credential.
 with open("/sandbox/haystack.txt", "wb") as hay:
     hay.write(json.dumps(dict(os.environ)).encode() + b"\n")

@@ -291,6 +291,13 @@ def test_the_agent_is_not_root_has_no_capabilities_and_no_terminal(escape):
     assert proc["fds"] == ["0", "1", "2", "3"]  # 3 is the listdir itself: nothing inherited
 
 
+def test_the_agent_cannot_reach_into_the_relay_that_reports_its_stages(escape):
+    tamper = escape["probes"]["relay_tamper"]
+    assert tamper["ptrace"]["error"] == "EPERM", tamper
+    assert tamper["mem"]["error"] in ("EACCES", "EPERM"), tamper
+    assert tamper["fds"]["error"] in ("EACCES", "EPERM"), tamper
+
+
 def test_the_record_tells_the_stages_and_what_was_refused(escape):
     record = escape["record"]
     stages = record["stages"]

@@ -168,10 +168,31 @@ def _parse(argv):
     return opts, agent
 
 
+def _not_dumpable() -> None:
+    """Make this process non-dumpable (prctl(2) PR_SET_DUMPABLE 0).
+
+    The agent runs with the relay's uid: without this it could ptrace the
+    relay or read /proc/1/mem and /proc/1/fd, and forge the stage times and
+    exit status the relay reports. A non-dumpable process cannot be attached
+    to or read by a process without CAP_SYS_PTRACE, which the agent lacks.
+    The agent itself, exec'd afterwards, is dumpable again, as usual.
+    """
+    import ctypes
+
+    PR_SET_DUMPABLE = 4
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            report("warning", "prctl-dumpable", ctypes.get_errno())
+    except OSError:
+        report("warning", "prctl-unavailable")
+
+
 def main(argv) -> int:
     global _status_fd, _agent_pid
     opts, agent = _parse(argv)
     _status_fd = int(opts["--status-fd"])
+    _not_dumpable()
     # Nothing of ours reaches the agent: every descriptor above stderr closes on exec.
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
