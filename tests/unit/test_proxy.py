@@ -495,6 +495,20 @@ def test_task_token_cap_refuses_further_requests(tmp_path):
     run(body())
 
 
+def test_parallel_requests_cannot_overshoot_a_token_cap_by_more_than_one_request(tmp_path):
+    """An agent firing 20 requests at once: under a cap they are metered one at a time."""
+    async def body():
+        async with stack(tmp_path, caps=Caps(task_tokens=10)) as s:
+            async def one():
+                async with s.session.post(s.url("/v1/messages"), json=message()) as resp:
+                    await resp.read()
+                    return resp.status
+            statuses = await asyncio.gather(*(one() for _ in range(20)))
+            assert statuses.count(200) == 1 and statuses.count(403) == 19
+            assert (await s.served())["totals"]["requests"] == 1
+    run(body())
+
+
 def test_task_cost_cap_and_unpriced_model_under_a_cost_cap(tmp_path):
     async def body():
         async with stack(tmp_path, caps=Caps(task_cost_usd=Decimal("0.0000001"))) as s:

@@ -46,8 +46,9 @@ What it does with each request:
 
 Caps (:class:`Caps`) are checked before each request is forwarded: once the
 task's or the campaign's tokens or cost have reached a cap, further requests
-are refused (403, counted). A request in flight is not cut, so a task can end
-above its cap by at most its requests in flight. The campaign's spending is
+are refused (403, counted). Under a cap the proxy meters one request at a
+time (the others wait their turn), and a request in flight is not cut, so a
+task ends at most one request above its cap. The campaign's spending is
 shared through a :class:`FileCampaignCounter` on the spool (or any object
 with the same ``read()``/``add()`` methods, e.g. one calling a web service).
 
@@ -332,6 +333,12 @@ class Caps:
     def has_cost_cap(self) -> bool:
         return self.task_cost_usd is not None or self.campaign_cost_usd is not None
 
+    @property
+    def any(self) -> bool:
+        """Whether any cap is set."""
+        return any(v is not None for v in (self.task_tokens, self.task_cost_usd, self.campaign_tokens,
+                                           self.campaign_cost_usd))
+
 
 # ----------------------------------------------------------------- records
 
@@ -468,7 +475,12 @@ class MeteringProxy:
         replaced) with permissions ``mode``. Raises OSError."""
         self.socket_path = os.fspath(socket_path)
         self._session = aiohttp.ClientSession(timeout=self._timeout, trust_env=False, auto_decompress=True)
-        server = web.Server(self._handle, handler_cancellation=True, access_log=None)
+        # Under a cap, one metered request at a time: a cap is checked against
+        # what finished requests used, so parallel requests could each pass
+        # the check and together overshoot without bound; one at a time, a
+        # task ends at most one request past its cap.
+        self._cap_lock = asyncio.Lock() if self.caps.any else None
+        server = web.Server(self._serve, handler_cancellation=True, access_log=None)
         self._runner = web.ServerRunner(server)
         await self._runner.setup()
         # At stop, requests still in flight get 5 s to end before they are cut (and recorded).
@@ -552,6 +564,12 @@ class MeteringProxy:
         return None
 
     # -- the handler
+
+    async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        if self._cap_lock is None:
+            return await self._handle(request)
+        async with self._cap_lock:
+            return await self._handle(request)
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         started = time.perf_counter()

@@ -380,7 +380,7 @@ class BwrapSandbox:
             self.mono.setdefault(word, int(rest))
             if word == "proxy" and self.on_proxy_wanted is not None:
                 self.on_proxy_wanted()
-        elif word == "exited":
+        elif word == "exited" and self.exit is None:  # the relay says it once; a second line is not believed
             parts = rest.split()
             if len(parts) == 3 and parts[0] in ("code", "signal") and parts[2].isdigit():
                 self.exit = (parts[0], int(parts[1]))
