@@ -448,6 +448,37 @@ async def start_stand_in(config: StandInConfig, host: str = "127.0.0.1", port: i
     return runner, model, bound
 
 
+def spawn(*, port: int, api_key_file: str, script: str = "echo", cwd: str, stdout: Any = None,
+          new_session: bool = False, wait_s: float = 20.0) -> Any:
+    """Start ``python -m worker.demo_model`` on 127.0.0.1:``port`` in a child process and wait until it listens.
+
+    ``stdout`` (a file or None for /dev/null) also takes stderr. Returns the
+    process. Raises RuntimeError (after killing it) when it does not listen
+    within ``wait_s`` seconds.
+    """
+    import os
+    import socket
+    import subprocess
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker.demo_model", "--port", str(port), "--script", script,
+         "--api-key-file", str(api_key_file)],
+        cwd=cwd, env={**os.environ, "PYTHONPATH": str(cwd)},
+        stdout=stdout if stdout is not None else subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        start_new_session=new_session)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"the stand-in model did not listen on 127.0.0.1:{port}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point (module doc)."""
     parser = argparse.ArgumentParser(prog="python -m worker.demo_model", description=f"{LABEL}.")

@@ -68,7 +68,7 @@ def ask_model(base_url: str, body: dict) -> dict:
     request = urllib.request.Request(
         base_url.rstrip("/") + "/v1/messages", data=json.dumps(body).encode("utf-8"), method="POST",
         headers={"content-type": "application/json", "anthropic-version": "2023-06-01",
-                 # A placeholder: the metering proxy drops it and adds the real key.
+                 # Empty on purpose: the metering proxy drops any client key and adds the real one.
                  "x-api-key": os.environ.get("ANTHROPIC_API_KEY", "")})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(request, timeout=120) as response:

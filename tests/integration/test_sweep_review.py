@@ -9,14 +9,13 @@ the plumbing's, not a model's quality.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+
 from django.conf import settings
 from django.utils import timezone
 
@@ -25,6 +24,7 @@ from dashboards.services import campaign_submit, cluster_get_default, scheduler_
 from dashboards.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
 from worker.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
 from worker.reference_checker import SCRIPTED_CAVEAT, check_file
+from worker.demo_model import spawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -59,16 +59,7 @@ def stand_in_model(tmp_path):
     port = free_port()
     key_file = tmp_path / "model.key"
     key_file.write_text(KEY + "\n")
-    proc = subprocess.Popen([sys.executable, "-m", "worker.demo_model", "--port", str(port), "--script", "review",
-                             "--api-key-file", str(key_file)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(REPO))
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(10)

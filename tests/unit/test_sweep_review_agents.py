@@ -11,12 +11,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+
 from worker.reference_checker import SCRIPTED_CAVEAT, agreement, check_file, check_run
+from worker.demo_model import spawn
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-tco-review-unit-9e2"
@@ -71,17 +72,7 @@ def stand_in(tmp_path_factory):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "worker.demo_model", "--port", str(port), "--script", "review",
-                             "--api-key-file", str(root / "key")], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    proc = spawn(port=port, api_key_file=str(root / "key"), script="review", cwd=str(REPO))
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(10)

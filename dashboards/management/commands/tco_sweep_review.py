@@ -19,8 +19,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -118,19 +116,13 @@ class Command(BaseCommand):
         with os.fdopen(fd, "w") as fh:
             fh.write(key + "\n")
         write_demo_credential(name=credential_name, secret=key)
-        log = open(log_dir / "demo-model.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "worker.demo_model", "--port", str(port), "--script", "review",
-                                 "--api-key-file", str(key_file)], cwd=settings.BASE_DIR, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.5).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise CommandError(f"the stand-in model did not start; see {log_dir / 'demo-model.log'}")
+        from worker.demo_model import spawn
+
+        try:
+            proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(settings.BASE_DIR),
+                         stdout=open(log_dir / "demo-model.log", "ab"), new_session=True)
+        except RuntimeError as exc:
+            raise CommandError(f"{exc}; see {log_dir / 'demo-model.log'}") from exc
         # scripts/services stop ends it with the other services.
         (Path(settings.STATE_DIR) / "run" / "demo-model.pid").write_text(f"{proc.pid}\n")
         self.stdout.write(f"stand-in model (scripted, not a real model): http://127.0.0.1:{port}, pid {proc.pid}")
