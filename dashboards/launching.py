@@ -609,6 +609,7 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
         numbers_by_job.setdefault(job_number, {}).setdefault(state, []).append(task_number)
     status = cluster.status or {}
     scheduler = scheduler or services.scheduler_for(cluster)
+    positions = selectors.pending_positions(cluster, {j["job_number"]: j["project"] for j in shown})
     out = []
     for job in shown:
         reasons: list[dict] = []
@@ -617,7 +618,7 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
             detail = scheduler.job_detail(job["job_number"])
             reasons = explain_pending(detail, quota=status.get("quotas"), hosts=status.get("hosts"),
                                       capacities=status.get("global_capacity"))
-            reasons += selectors.pending_position(cluster, job["job_number"], job["project"])
+            reasons += positions[job["job_number"]]
         except UnknownJob:
             reason_error = "the scheduler no longer knows this job (it may have just started or ended)"
         except SchedulerError as exc:

@@ -13,6 +13,8 @@ of one campaign and are cached for ``TCO_STAGE_CACHE_S``.
 """
 from __future__ import annotations
 
+import bisect
+
 import dataclasses
 import datetime as dt
 import math
@@ -1168,23 +1170,36 @@ def metrics_snapshot() -> dict[str, Any]:
     }
 
 
-def pending_position(cluster: Cluster, job_number: int, project: str | None) -> list[dict]:
-    """The waiting job's place in the cluster's priority order and its team's share-tree standing.
+def pending_positions(cluster: Cluster, jobs: dict[int, str | None]) -> dict[int, list[dict]]:
+    """For each waiting job (``{job_number: project}``), its place in the cluster's priority order
+    and its team's share-tree standing: ``{job_number: [{text, raw}]}``.
 
     Ranks jobs (not tasks) by their highest ``JAT_prio`` among waiting
-    (pending) tasks, from the last poll; ``[]`` when the job is not waiting.
-    Shape: ``worker.schedulers.pending.policy_position``.
+    (pending) tasks, from the last poll, with one query for all the jobs; a
+    job that is not waiting gets ``[]``. Shape: ``worker.schedulers.pending.policy_position``.
     """
     from django.db.models import Max
 
     from worker.schedulers.pending import policy_position
 
-    waiting = Task.objects.filter(cluster=cluster, active=True, state="pending")
-    mine = waiting.filter(job_number=job_number).aggregate(p=Max("priority"))["p"]
-    if mine is None:
-        return []
-    per_job = waiting.values("job_number").annotate(p=Max("priority"))
-    ahead = per_job.filter(p__gt=mine).count()
-    total = per_job.count()
-    return policy_position(rank=ahead + 1, of=total, priority=mine, project=project,
-                           share_tree=(cluster.status or {}).get("share_tree"))
+    priorities = dict(
+        Task.objects.filter(cluster=cluster, active=True, state="pending")
+        .values_list("job_number").annotate(p=Max("priority")).order_by()
+    )
+    ascending = sorted(-p for p in priorities.values())  # negated: highest priority first
+    share_tree = (cluster.status or {}).get("share_tree")
+    out: dict[int, list[dict]] = {}
+    for job_number, project in jobs.items():
+        mine = priorities.get(job_number)
+        if mine is None:
+            out[job_number] = []
+            continue
+        ahead = bisect.bisect_left(ascending, -mine)  # jobs with a higher priority
+        out[job_number] = policy_position(rank=ahead + 1, of=len(ascending), priority=mine, project=project,
+                                          share_tree=share_tree)
+    return out
+
+
+def pending_position(cluster: Cluster, job_number: int, project: str | None) -> list[dict]:
+    """``pending_positions`` for one job."""
+    return pending_positions(cluster, {job_number: project})[job_number]

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from worker.schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
+from worker.schedulers.gridengine import sanitize_name
 
 from . import realtime
 from .models import AgentDefinition, Campaign, Cluster, Task, Team
@@ -252,12 +253,6 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
         advance_reservation=campaign.advance_reservation,
         hold=campaign.submit_on_hold,
     )
-
-
-def sanitize_name(text: str) -> str:
-    from worker.schedulers.gridengine import sanitize_name as sanitize
-
-    return sanitize(text)
 
 
 def scheduler_for(cluster: Cluster):

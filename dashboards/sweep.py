@@ -27,9 +27,10 @@ from django.db import transaction
 
 from worker.reference_checker import agreement, check_file
 from worker.schedulers.base import ArrayJobSpec
+from worker.schedulers.gridengine import sanitize_name
 
 from .models import AgentDefinition, Campaign, Task, Team
-from .services import LaunchError, campaign_launch, sanitize_name, scheduler_for, cluster_get_default
+from .services import LaunchError, campaign_launch, cluster_get_default, scheduler_for
 
 REVIEW_AGENT = "sweep-review"
 SWEEP_QUEUE = "classic.q"

@@ -5,6 +5,7 @@ periodic schedule is declared in ``tco_web/celery.py``.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import contextmanager
 
@@ -17,13 +18,20 @@ from worker.schedulers.base import SchedulerError, SchedulerUnavailable
 log = logging.getLogger(__name__)
 
 
+@functools.lru_cache(maxsize=1)
+def _redis():
+    """One Redis client (and connection pool) per worker process, not one per task run."""
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
 @contextmanager
 def single_flight(name: str, timeout: float):
     """Hold a Redis lock for ``name``; yields False when another worker holds it."""
     import redis
 
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    lock = client.lock(f"tco:lock:{name}", timeout=timeout, blocking=False)
+    lock = _redis().lock(f"tco:lock:{name}", timeout=timeout, blocking=False)
     acquired = lock.acquire(blocking=False)
     try:
         yield acquired
