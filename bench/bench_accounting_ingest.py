@@ -65,7 +65,7 @@ def main() -> None:
     tmp = setup_temp_django("tco-bench-acct-")
     from dashboards.models import AccountingRecord
     from dashboards.services import cluster_get_default
-    from worker.ingest import ingest_accounting
+    from dashboards.ingest import ingest_accounting
 
     acct = tmp / "accounting"
     make_file(acct, args.records)

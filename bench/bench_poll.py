@@ -63,8 +63,8 @@ def main() -> None:
     args = parser.parse_args()
     setup_temp_django("tco-bench-poll-")
     from dashboards.services import cluster_get_default
-    from worker.ingest import apply_qstat_poll
-    from worker.schedulers.qstat_xml import parse_qstat
+    from dashboards.ingest import apply_qstat_poll
+    from schedulers.qstat_xml import parse_qstat
 
     cluster = cluster_get_default()
     now = dt.datetime(2026, 11, 29, 12, 1, tzinfo=dt.timezone.utc)

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_proxy.py [--requests 300] [--latency-ms 0] [--event-delay-ms 0]
 
-Everything runs on this machine: the stand-in model API (worker/demo_model.py,
+Everything runs on this machine: the stand-in model API (demo/demo_model.py,
 a subprocess on 127.0.0.1), the metering proxy (a child process on a Unix
 socket in a temp dir, as the runner starts it) and the client (this process).
 For JSON and for streaming requests it times N sequential requests on one
@@ -33,8 +33,8 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from worker.metering.prices import PriceTable  # noqa: E402
-from worker.metering.proxy import Endpoint, Rule, start_proxy  # noqa: E402
+from execution.metering.prices import PriceTable  # noqa: E402
+from execution.metering.proxy import Endpoint, Rule, start_proxy  # noqa: E402
 
 KEY = "sk-bench-stand-in"
 DIRECT_MODEL = "stand-in-direct"
@@ -132,7 +132,7 @@ def main() -> int:
     port = free_port()
     socket_path = os.path.join(tmp, "proxy.sock")
     stand_in = subprocess.Popen(
-        [sys.executable, "-m", "worker.demo_model", "--port", str(port), "--api-key-file", key_file,
+        [sys.executable, "-m", "demo.demo_model", "--port", str(port), "--api-key-file", key_file,
          "--latency-ms", str(args.latency_ms), "--event-delay-ms", str(args.event_delay_ms)],
         cwd=REPO, stdout=subprocess.DEVNULL)
     parent_conn, child_conn = multiprocessing.Pipe()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from worker.schedulers.qstat_xml import UTC, _tasks_from_rows, diff_tasks, parse_qstat  # noqa: E402
+from schedulers.qstat_xml import UTC, _tasks_from_rows, diff_tasks, parse_qstat  # noqa: E402
 
 HEAD = ("<?xml version='1.0'?>\n<job_info  xmlns:xsd=\"http://arc.liv.ac.uk/repos/darcs/sge/source/dist/util/"
         "resources/schemas/qstat/qstat.xsd\">\n  <queue_info>\n")

@@ -42,9 +42,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from worker import drmaa_session  # noqa: E402
-from worker.schedulers.base import ArrayJobSpec  # noqa: E402
-from worker.schedulers.gridengine import GridEngine, run_command  # noqa: E402
+from schedulers import drmaa_session  # noqa: E402
+from schedulers.base import ArrayJobSpec  # noqa: E402
+from schedulers.gridengine import GridEngine, run_command  # noqa: E402
 
 PYTHON = str(REPO / ".venv" / "bin" / "python")
 KEY = "sk-tco-bench-sandbox"
@@ -80,7 +80,7 @@ def start_model(root: Path) -> tuple[subprocess.Popen, int]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     (root / "model.key").write_text(KEY + "\n")
-    proc = subprocess.Popen([PYTHON, "-m", "worker.demo_model", "--port", str(port), "--api-key-file",
+    proc = subprocess.Popen([PYTHON, "-m", "demo.demo_model", "--port", str(port), "--api-key-file",
                              str(root / "model.key")], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
@@ -126,7 +126,7 @@ def run_campaign(ge: GridEngine, spool: Path, campaign: str, count: int, cap: in
     (cdir / "spec.json").write_text(json.dumps(spec))
     (spool / "logs").mkdir(exist_ok=True)
     job_spec = ArrayJobSpec(
-        name=f"tco-bench-{campaign}", command=PYTHON, args=["-m", "worker.runner"], count=count, queue="agent.q",
+        name=f"tco-bench-{campaign}", command=PYTHON, args=["-m", "execution.runner"], count=count, queue="agent.q",
         project="research", resources={}, concurrency_cap=cap,
         environment={"TCO_SPOOL_DIR": str(spool), "TCO_CAMPAIGN_ID": campaign, "PYTHONPATH": str(REPO),
                      "PYTHONDONTWRITEBYTECODE": "1"},

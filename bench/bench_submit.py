@@ -20,9 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from worker import drmaa_session  # noqa: E402
-from worker.schedulers.base import ArrayJobSpec  # noqa: E402
-from worker.schedulers.gridengine import GridEngine, run_command  # noqa: E402
+from schedulers import drmaa_session  # noqa: E402
+from schedulers.base import ArrayJobSpec  # noqa: E402
+from schedulers.gridengine import GridEngine, run_command  # noqa: E402
 
 
 def main() -> None:

@@ -48,6 +48,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, NullIf, Round, Trunc
 from django.utils import timezone
 
+from . import pricing_models
 from .models import AccountingRecord, AuditEntry, Budget, BudgetAlert, Cluster, Membership, Role, Task, Team
 
 log = logging.getLogger(__name__)
@@ -490,17 +491,17 @@ def _audit(user, action: str, target: str, params: dict, ok: bool, result: str) 
 # --------------------------------------------------------------------------- forecasts
 
 def price_table():
-    """Today's price table (``worker.metering.prices.PriceTable``): the database's
-    prices (``PriceTable.from_django``, edited in the admin), and for models it
+    """Today's price table (``execution.metering.prices.PriceTable``): the database's
+    prices (``pricing_models.price_table``, edited in the admin), and for models it
     does not price, ``settings.TCO_PRICES`` in the prices file format
     (``{"model": {"input": 3, "output": 15, ...}}``, USD per million tokens);
     None when neither prices anything."""
-    from worker.metering.prices import PriceTable, PriceTableError
+    from execution.metering.prices import PriceTable, PriceTableError
 
     merged: dict = dict(getattr(settings, "TCO_PRICES", None) or {})
     try:
         with transaction.atomic():  # a savepoint: a missing table must not spoil the caller's transaction
-            table = PriceTable.from_django()
+            table = pricing_models.price_table()
         if table.models:
             # The database's prices win; TCO_PRICES prices the models it lacks.
             database = table.to_mapping()

@@ -31,9 +31,9 @@ from django.db import transaction
 from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
-from worker.schedulers.base import SchedulerCommandError, SchedulerError, SchedulerUnavailable, UnknownJob
+from schedulers.base import SchedulerCommandError, SchedulerError, SchedulerUnavailable, UnknownJob
 
-from . import billing, selectors, services
+from . import billing, enqueue, selectors, services
 from .models import AgentDefinition, AuditEntry, Campaign, Cluster, Task, Team
 from .roles import is_admin, teams_with, user_can
 from .services import LaunchError
@@ -214,7 +214,7 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def validate_policy(text: str) -> str:
-    """Check a sandbox policy as the runner will (worker/sandbox/policy.py): OpenShell's schema,
+    """Check a sandbox policy as the runner will (execution/sandbox/policy.py): OpenShell's schema,
     no unknown fields, no duplicate keys, nothing bubblewrap would have to enforce less strictly.
 
     Returns the text unchanged ("" for none). Raises LaunchError with every problem.
@@ -238,7 +238,7 @@ def validate_policy(text: str) -> str:
         raise LaunchError("sandbox policy: version must be 1")
     # The runner's own validation, on the parsed mapping (never a path: a
     # one-line text is not read as a file name here).
-    from worker.sandbox.policy import PolicyError, load_policy
+    from execution.sandbox.policy import PolicyError, load_policy
 
     try:
         policy = load_policy(data)
@@ -428,7 +428,7 @@ def _queue_control(*, user, action: str, target: str, cluster: Cluster, control:
                    ranges: list[list[int]] | None, priority: int | None = None,
                    extra: dict | None = None) -> AuditEntry:
     """Write the queued audit entry and hand it to the submit worker after commit."""
-    from worker.schedulers.gridengine import InvalidSubmission, control_argv
+    from schedulers.gridengine import InvalidSubmission, control_argv
 
     tasks = None if ranges is None else [n for a, b in ranges for n in range(a, b + 1)]
     try:
@@ -441,9 +441,7 @@ def _queue_control(*, user, action: str, target: str, cluster: Cluster, control:
     with transaction.atomic():
         entry = audit(user=user, action=action, target=target, params=params, ok=False,
                       result="queued for the submit worker")
-        from worker import tasks as worker_tasks
-
-        transaction.on_commit(lambda: worker_tasks.control_job.delay(entry.pk))
+        transaction.on_commit(lambda: enqueue.send(enqueue.CONTROL_JOB, entry.pk))
     return entry
 
 
@@ -587,7 +585,7 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
     consumable capacities from the last cluster status. Returns ``{"jobs",
     "total_jobs", "total_tasks", "quotas", "generated_at"}``.
     """
-    from worker.schedulers.pending import explain_pending
+    from schedulers.pending import explain_pending
 
     cluster = cluster or services.cluster_get_default()
     now = now or timezone.now()

@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
 
-from worker.schedulers.base import LIFECYCLE_STATES
+from schedulers.base import LIFECYCLE_STATES
 
 STATE_CHOICES = [(s, s) for s in LIFECYCLE_STATES]
 

@@ -6,8 +6,8 @@ with a later date, so old usage keeps its old price. A bucket left empty has
 no price: usage in it is flagged ``unpriced_bucket`` rather than priced at 0.
 ``ModelAlias`` maps another model id (e.g. a dated snapshot such as
 ``example-sonnet-20250929``) to a priced model name. The lookup order and the
-name normalisation live in worker/metering/prices.py
-(``PriceTable.from_django()`` reads these tables).
+name normalisation live in execution/metering/prices.py
+(``price_table()`` below reads these tables).
 
 Imported by dashboards/models.py, so the models belong to the ``dashboards`` app.
 """
@@ -61,3 +61,14 @@ class ModelAlias(models.Model):
 
     def __str__(self) -> str:
         return f"{self.alias} -> {self.model}"
+
+
+def price_table():
+    """The price table as it stands in the database: an ``execution.metering.prices.PriceTable``.
+
+    Built from every ``ModelPrice`` and ``ModelAlias`` row; the runners get the
+    same table as ``<spool>/prices.json`` (``dashboards.services.prices_write``).
+    """
+    from execution.metering.prices import PriceTable
+
+    return PriceTable.from_records(ModelPrice.objects.all(), ModelAlias.objects.all())

@@ -30,7 +30,7 @@ from django.core.cache import cache
 from django.db.models import Case, Count, F, FloatField, Func, IntegerField, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 
-from worker.schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, SCHEDULER_STATES, TERMINAL_STATES
+from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, SCHEDULER_STATES, TERMINAL_STATES
 
 from . import history
 from .models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team
@@ -914,7 +914,7 @@ def job_detail_cached(cluster: Cluster, job_number: int) -> dict[str, Any]:
     """
     import time
 
-    from worker.schedulers.base import SchedulerError, UnknownJob
+    from schedulers.base import SchedulerError, UnknownJob
 
     key = f"job-detail:{cluster.pk}:{job_number}"
     ttl = max(settings.TCO_JOB_DETAIL_CACHE_S, 0.5)
@@ -1027,7 +1027,7 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
          "scheduler": job_detail_cached | None   # while the task is in qstat
          "pending_reasons": [{text, raw}] | None}  # while pending, held or in error
     """
-    from worker.schedulers.pending import explain_pending
+    from schedulers.pending import explain_pending
 
     task = task_for(user, task_id)
     record = task.runner_record or None
@@ -1176,11 +1176,11 @@ def pending_positions(cluster: Cluster, jobs: dict[int, str | None]) -> dict[int
 
     Ranks jobs (not tasks) by their highest ``JAT_prio`` among waiting
     (pending) tasks, from the last poll, with one query for all the jobs; a
-    job that is not waiting gets ``[]``. Shape: ``worker.schedulers.pending.policy_position``.
+    job that is not waiting gets ``[]``. Shape: ``schedulers.pending.policy_position``.
     """
     from django.db.models import Max
 
-    from worker.schedulers.pending import policy_position
+    from schedulers.pending import policy_position
 
     priorities = dict(
         Task.objects.filter(cluster=cluster, active=True, state="pending")

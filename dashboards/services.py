@@ -19,10 +19,10 @@ from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
 from django.utils import timezone
 
-from worker.schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
-from worker.schedulers.gridengine import sanitize_name
+from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
+from schedulers.gridengine import sanitize_name
 
-from . import realtime
+from . import enqueue, realtime
 from .models import AgentDefinition, Campaign, Cluster, Task, Team
 
 log = logging.getLogger(__name__)
@@ -190,9 +190,7 @@ def campaign_launch(
                                       if k in ("base_url", "credential_name") and v}
         _write_atomic(base / "spec.json", json.dumps(spec, indent=1).encode())
         prices_write()
-        from worker import tasks as worker_tasks
-
-        transaction.on_commit(lambda: worker_tasks.submit_campaign.delay(campaign.pk))
+        transaction.on_commit(lambda: enqueue.send(enqueue.SUBMIT_CAMPAIGN, campaign.pk))
     realtime.queue_changed(cluster.name, {campaign.pk})
     return campaign
 
@@ -201,13 +199,13 @@ def prices_write() -> Path | None:
     """Write the price table (admin: Model prices, aliases) to ``<spool>/prices.json`` for the runners.
 
     The runners' metering proxies price each request from this file, in
-    worker/metering/prices.py's format; it is rewritten at every launch so a
+    execution/metering/prices.py's format; it is rewritten at every launch so a
     campaign is priced as the table stood when it was launched. Returns the
     path, or None when no model has a price (costs are then unknown, never 0).
     """
-    from worker.metering.prices import PriceTable
+    from .pricing_models import price_table
 
-    table = PriceTable.from_django()
+    table = price_table()
     mapping = table.to_mapping()
     if not mapping or not any(k != "aliases" for k in mapping):
         return None
@@ -229,7 +227,7 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
     return ArrayJobSpec(
         name=sanitize_name(f"tco-c{campaign.pk}-{campaign.name}"),
         command=settings.TCO_RUNNER_PYTHON,
-        args=["-m", "worker.runner"],
+        args=["-m", "execution.runner"],
         count=campaign.task_count,
         queue=campaign.queue,
         project=campaign.team.project,
@@ -238,7 +236,7 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
             "TCO_CAMPAIGN_ID": str(campaign.pk),
             "TCO_SPOOL_DIR": str(base),
             # tco's state (secret key, database, passwords) stays hidden from agents even if
-            # a policy lists a directory above it (worker/runner.py).
+            # a policy lists a directory above it (execution/runner.py).
             "TCO_SANDBOX_MASK": str(settings.STATE_DIR),
             "PYTHONPATH": str(settings.BASE_DIR),
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -257,7 +255,7 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
 
 def scheduler_for(cluster: Cluster):
     """The Grid Engine adapter for ``cluster``, with tco's allow-lists."""
-    from worker.schedulers.gridengine import GridEngine
+    from schedulers.gridengine import GridEngine
 
     return GridEngine(
         queues=list(settings.TCO_QUEUES),
@@ -337,11 +335,11 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler=None) -> dict:
 
     ``status`` becomes ``{"queues": [...], "hosts": [...], "quotas": [...],
     "global_capacity": {resource: number}, "share_tree": [...]}`` (shapes of
-    the parsers in ``worker.schedulers.qstat_xml`` and ``.sharetree``; on a
+    the parsers in ``schedulers.qstat_xml`` and ``.sharetree``; on a
     share-tree failure ``share_tree_error`` instead). On ``SchedulerError`` the previous
     status stays and the error is returned.
     """
-    from worker.schedulers.base import SchedulerError
+    from schedulers.base import SchedulerError
 
     scheduler = scheduler or scheduler_for(cluster)
     try:

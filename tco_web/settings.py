@@ -116,6 +116,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "dashboards",
     "worker",
+    "demo",
 ]
 
 MIDDLEWARE = [

@@ -1,5 +1,7 @@
-"""tco's workers: Celery tasks, ingestion, scheduler adapters and the runner.
+"""tco's Celery workers: the periodic poll, ingest and reconcile tasks and the
+submit and control tasks (``worker.tasks``), plus the ``inspect`` command.
 
-The runner (``python -m worker.runner``) and the demo agent import nothing
-from Django: the scheduler starts them on exec hosts.
+The top of the import layers (``.importlinter``): ``worker`` imports
+``dashboards`` and ``schedulers``; nothing below imports ``worker``. The web
+side enqueues tasks by name (``dashboards.enqueue``).
 """

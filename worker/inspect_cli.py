@@ -15,8 +15,8 @@ import json
 import os
 from typing import IO, Iterator
 
-from worker.schedulers import accounting, pending, qstat_xml
-from worker.schedulers.base import AccountingRecord, QstatTask
+from schedulers import accounting, pending, qstat_xml
+from schedulers.base import AccountingRecord, QstatTask
 
 __all__ = ["KINDS", "iso_utc", "qstat_objects", "job_object", "accounting_objects", "qhost_objects",
            "qquota_objects", "queue_summary_objects", "run"]

@@ -13,7 +13,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from worker.schedulers.base import SchedulerError, SchedulerUnavailable
+from schedulers.base import SchedulerError, SchedulerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def single_flight(name: str, timeout: float):
 def poll_queue() -> dict:
     """Poll ``qstat -xml -u '*'`` once and apply the difference."""
     from dashboards.services import cluster_get_default, scheduler_for
-    from worker.ingest import apply_qstat_poll, record_poll_failure
+    from dashboards.ingest import apply_qstat_poll, record_poll_failure
 
     cluster = cluster_get_default()
     with single_flight(f"poll:{cluster.name}", timeout=30) as mine:
@@ -79,7 +79,7 @@ def poll_cluster_status() -> dict:
 @shared_task(time_limit=300, soft_time_limit=290)
 def ingest_accounting() -> dict:
     from dashboards.services import cluster_get_default
-    from worker.ingest import ingest_accounting as ingest
+    from dashboards.ingest import ingest_accounting as ingest
 
     cluster = cluster_get_default()
     with single_flight(f"accounting:{cluster.name}", timeout=300) as mine:
@@ -92,7 +92,7 @@ def ingest_accounting() -> dict:
 @shared_task(time_limit=120, soft_time_limit=110)
 def ingest_runner_records() -> int:
     from dashboards.services import cluster_get_default
-    from worker.ingest import ingest_runner_records as ingest
+    from dashboards.ingest import ingest_runner_records as ingest
 
     cluster = cluster_get_default()
     with single_flight(f"runner-records:{cluster.name}", timeout=120) as mine:
@@ -102,7 +102,7 @@ def ingest_runner_records() -> int:
 @shared_task(time_limit=60)
 def reconcile_gone_tasks() -> int:
     from dashboards.services import cluster_get_default
-    from worker.ingest import reconcile_gone_tasks as reconcile
+    from dashboards.ingest import reconcile_gone_tasks as reconcile
 
     return reconcile(cluster_get_default())
 

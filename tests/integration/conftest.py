@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from worker.schedulers.base import SchedulerError
+from schedulers.base import SchedulerError
 
 
 def pytest_configure(config):
@@ -38,8 +38,8 @@ def sge_cluster() -> dict:
 
     Returns ``{"sge_root", "sge_cell", "accounting_path"}``.
     """
-    from worker import drmaa_session
-    from worker.schedulers.gridengine import run_command
+    from schedulers import drmaa_session
+    from schedulers.gridengine import run_command
 
     if os.getuid() == 0:
         pytest.fail("integration tests submit jobs and must run as the tco account, not root "

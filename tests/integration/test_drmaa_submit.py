@@ -1,6 +1,6 @@
 """Submit real array jobs through GridEngine.submit_array (DRMAA) on the dev cluster.
 
-The job runs the real runner (``python -m worker.runner``) with the demo
+The job runs the real runner (``python -m execution.runner``) with the demo
 agent; the test waits for qstat to lose the job and for the accounting file
 to hold its records, then checks the runner records against both.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
-from worker.schedulers.gridengine import GridEngine, run_command
+from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
+from schedulers.gridengine import GridEngine, run_command
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ def make_campaign(spool: Path, campaign_id: str, inputs: list[dict], **spec_extr
     (spool / "logs").mkdir(exist_ok=True)
     (campaign_dir / "inputs.jsonl").write_text("".join(json.dumps(i) + "\n" for i in inputs))
     spec = {"version": 1, "campaign_id": campaign_id,
-            "agent": {"command": [sys.executable, "-m", "worker.demo_agent", "{input}", "{workdir}"]},
+            "agent": {"command": [sys.executable, "-m", "demo.demo_agent", "{input}", "{workdir}"]},
             "inputs_file": "inputs.jsonl", "timeout_s": 120, **spec_extra}
     (campaign_dir / "spec.json").write_text(json.dumps(spec))
 
@@ -62,7 +62,7 @@ def make_spec(spool: Path, campaign_id: str, count: int, **overrides) -> ArrayJo
     fields = dict(
         name=f"tco-test-{campaign_id}",
         command=sys.executable,
-        args=["-m", "worker.runner"],
+        args=["-m", "execution.runner"],
         count=count,
         queue=QUEUE,
         project=PROJECT,
@@ -91,10 +91,10 @@ def qstat_states(engine: GridEngine, job_number: int) -> list[str]:
 
 def accounting_rows(path: str, job_number: int) -> list[dict]:
     """Minimal accounting reader: SGE 8 colon lines (fields 1-39 are safe from the left;
-    accounting(5)) and OCS 9 JSON lines. Where worker.schedulers.accounting.parse_line
+    accounting(5)) and OCS 9 JSON lines. Where schedulers.accounting.parse_line
     exists it must agree on every line of this job."""
     try:
-        from worker.schedulers.accounting import parse_line
+        from schedulers.accounting import parse_line
     except ImportError:
         parse_line = None
     rows = []
@@ -242,7 +242,7 @@ def _agent_states(campaign: str) -> list[bytes]:
         except OSError:
             continue
         # The relay's command line holds the agent's too: it is not the agent.
-        if b"worker.demo_agent" in cmdline and b"tco-relay" not in cmdline \
+        if b"demo.demo_agent" in cmdline and b"tco-relay" not in cmdline \
                 and f"TCO_CAMPAIGN_ID={campaign}".encode() in environ:
             states.append(state)
     return states

@@ -19,7 +19,7 @@ from dashboards.services import campaign_submit, cluster_get_default, scheduler_
 from tests.ops.fixtures import (  # noqa: F401
     SGE_ENV, job_gone_or_deleting, ops_users, qdel_quietly, qstat_jobs, wait_until,
 )
-from worker.ingest import apply_qstat_poll, ingest_accounting
+from dashboards.ingest import apply_qstat_poll, ingest_accounting
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -284,8 +284,8 @@ def test_hostile_input_on_every_form_leaves_the_scheduler_untouched(bootstrap, o
         assert client.post("/ops/triage/action", post).status_code in (302, 400)
         client.force_login(ops_users["urgent"])
     # The service layer refuses the same, and the adapter refuses a hostile spec before DRMAA.
-    from worker.schedulers.base import ArrayJobSpec
-    from worker.schedulers.gridengine import InvalidSubmission
+    from schedulers.base import ArrayJobSpec
+    from schedulers.gridengine import InvalidSubmission
 
     scheduler = scheduler_for(cluster_get_default())
     for name, queue, project in ((f"-u root {MARKER}", "agent.q", "research"), (MARKER, "agent.q -u root", "research"),

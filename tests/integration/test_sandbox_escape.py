@@ -3,7 +3,7 @@
 The runner runs tests/integration/sandbox_probes.py as its agent, under a
 policy that allows only ``POST /v1/messages`` on the stand-in model. Every
 target is a server THIS test starts on the host's loopback: the stand-in
-model API (worker/demo_model.py) on 127.0.0.1, a forbidden server on
+model API (demo/demo_model.py) on 127.0.0.1, a forbidden server on
 127.0.0.2 and ::1 that records every connection, and a recording resolver on
 127.0.0.53. The sandbox has its own network namespace, so the host's
 loopback is another network: reaching it at all is an escape. No probe aims
@@ -120,7 +120,7 @@ def escape(tmp_path_factory):
                udp_recorder("127.0.0.2", forbidden_port, forbidden),
                udp_recorder("127.0.0.53", resolver_port, resolver),
                tcp_recorder("127.0.0.53", resolver_port, resolver)]
-    model = subprocess.Popen([sys.executable, "-m", "worker.demo_model", "--port", str(model_port),
+    model = subprocess.Popen([sys.executable, "-m", "demo.demo_model", "--port", str(model_port),
                               "--api-key-file", str(key_file)], cwd=REPO,
                              env={**os.environ, "PYTHONPATH": str(REPO)},
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -165,7 +165,7 @@ network_policies:
                    TCO_CREDENTIALS_FILE=str(creds), TCO_SANDBOX_MASK=str(state), PYTHONPATH=str(REPO),
                    PYTHONDONTWRITEBYTECODE="1", HTTP_PROXY=f"http://127.0.0.2:{forbidden_port}",
                    https_proxy=f"http://127.0.0.2:{forbidden_port}")
-        result = subprocess.run([sys.executable, "-m", "worker.runner"], env=env, cwd=str(root), timeout=180,
+        result = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(root), timeout=180,
                                 capture_output=True, text=True, start_new_session=True)
         record = json.loads((spool / "records" / CAMPAIGN / "1.json").read_text())
         work = spool / "work" / CAMPAIGN / "1"
@@ -287,7 +287,7 @@ def test_the_agent_is_not_root_has_no_capabilities_and_no_terminal(escape):
     assert proc["nested_userns"] != {"ok": 0}  # --disable-userns
     # Only the sandbox's own processes: the relay (PID 1) and the agent.
     assert set(proc["pids"]) >= {1, proc["pid"]} and len(proc["pids"]) <= 4, proc["cmdlines"]
-    assert "relay" in proc["cmdlines"]["1"] and not any("worker.runner" in c for c in proc["cmdlines"].values())
+    assert "relay" in proc["cmdlines"]["1"] and not any("execution.runner" in c for c in proc["cmdlines"].values())
     assert proc["fds"] == ["0", "1", "2", "3"]  # 3 is the listdir itself: nothing inherited
 
 

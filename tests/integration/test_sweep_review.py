@@ -1,8 +1,8 @@
 """The sweep-and-review demo on the real dev cluster, small: 8 sweep runs, 8 sandboxed reviews.
 
-The sweep (worker/demo_sweep.py) runs as a plain array job on classic.q; the
-review campaign (worker/review_agent.py) follows on agent.q, chained with
--hold_jid_ad. The model is the scripted stand-in (worker/demo_model.py
+The sweep (demo/demo_sweep.py) runs as a plain array job on classic.q; the
+review campaign (demo/review_agent.py) follows on agent.q, chained with
+-hold_jid_ad. The model is the scripted stand-in (demo/demo_model.py
 --script review), started here on loopback: the agreement checked below is
 the plumbing's, not a model's quality.
 """
@@ -21,17 +21,17 @@ from django.utils import timezone
 
 from dashboards.models import Task, Team
 from dashboards.services import campaign_submit, cluster_get_default, scheduler_for
-from dashboards.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
-from worker.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
-from worker.reference_checker import SCRIPTED_CAVEAT, check_file
-from worker.demo_model import spawn
+from demo.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
+from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
+from demo.reference_checker import SCRIPTED_CAVEAT, check_file
+from demo.demo_model import spawn
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 REPO = Path(__file__).resolve().parents[2]
 N = 8
 KEY = "sk-tco-sweep-review-test-4b1d"
-# worker/demo_sweep.py's eight parameter sets: ok ok diverged ok crashed diverged ok aborted.
+# demo/demo_sweep.py's eight parameter sets: ok ok diverged ok crashed diverged ok aborted.
 REFERENCE = ["ok", "ok", "bad", "ok", "bad", "bad", "ok", "bad"]
 # The scripted model answers "bad" only when the run's log says diverged or crashed; the
 # aborted run (8) says nothing, so the model calls it ok and the reference does not.

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.schedulers.accounting import parse_line, read_accounting
-from worker.schedulers.base import AccountingCursor, AccountingLineError
+from schedulers.accounting import parse_line, read_accounting
+from schedulers.base import AccountingCursor, AccountingLineError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 BUG06 = FIXTURES / "cases" / "BUG-06_malformed_accounting_lines"

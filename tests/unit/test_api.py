@@ -203,7 +203,7 @@ def test_pending_reasons_come_from_one_cached_qstat_call(data, monkeypatch):
 
 
 def test_a_scheduler_error_is_shown_not_raised(data, monkeypatch):
-    from worker.schedulers.base import SchedulerUnavailable, UnknownJob
+    from schedulers.base import SchedulerUnavailable, UnknownJob
 
     def fetch(cluster, job_number):
         raise SchedulerUnavailable("qstat: cannot reach the qmaster")

@@ -1,10 +1,10 @@
-"""The bubblewrap command line a policy becomes (worker/sandbox/bwrap.py), on a fake host."""
+"""The bubblewrap command line a policy becomes (execution/sandbox/bwrap.py), on a fake host."""
 from __future__ import annotations
 
 import pytest
 
-from worker.sandbox.bwrap import SandboxConfigError, SandboxPlan, build_argv
-from worker.sandbox.policy import load_policy
+from execution.sandbox.bwrap import SandboxConfigError, SandboxPlan, build_argv
+from execution.sandbox.policy import load_policy
 
 WORK = "/spool/work/7/3"
 SOCK = "/tmp/tco-runner-1-0/sock"
@@ -184,7 +184,7 @@ def test_the_command_is_the_relay_then_the_agent():
     assert tail[tail.index("--") + 1:] == ["/usr/bin/python3", "agent.py"]
     assert argv[argv.index("--json-status-fd") + 1] == "6"
     assert argv[argv.index("--chdir") + 1] == "/sandbox"
-    assert any(dst == "/run/tco-relay.py" and src.endswith("worker/sandbox/relay.py")
+    assert any(dst == "/run/tco-relay.py" and src.endswith("execution/sandbox/relay.py")
                for src, dst in pairs(argv, "--ro-bind"))
 
 

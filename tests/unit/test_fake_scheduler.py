@@ -5,15 +5,15 @@ import datetime as dt
 
 import pytest
 
-from worker.schedulers.base import (
+from schedulers.base import (
     AccountingRecord,
     ArrayJobSpec,
     SchedulerAdapter,
     SchedulerCommandError,
     SchedulerUnavailable,
 )
-from worker.schedulers.fake import FakeScheduler
-from worker.schedulers.gridengine import InvalidSubmission
+from schedulers.fake import FakeScheduler
+from schedulers.gridengine import InvalidSubmission
 
 T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -30,7 +30,7 @@ class Clock:
 
 
 def make_spec(**overrides) -> ArrayJobSpec:
-    fields = dict(name="campaign-1", command="/usr/bin/python3", args=["-m", "worker.runner"], count=3,
+    fields = dict(name="campaign-1", command="/usr/bin/python3", args=["-m", "execution.runner"], count=3,
                   queue="agent.q", project="research", resources={"anthropic_api": 1},
                   environment={"TCO_CAMPAIGN_ID": "1"}, working_directory="/tmp",
                   output_path="/tmp/out", error_path="/tmp/err")

@@ -8,8 +8,8 @@ import pytest
 
 from dashboards.models import AccountingRecord, IngestCheckpoint, QuarantinedLine, Task
 from dashboards.services import cluster_get_default
-from worker.ingest import apply_qstat_poll, ingest_accounting
-from worker.schedulers.base import QstatTask
+from dashboards.ingest import apply_qstat_poll, ingest_accounting
+from schedulers.base import QstatTask
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ from django.utils import timezone
 
 from dashboards.models import Campaign, Task, TaskEvent
 from dashboards.services import cluster_get_default
-from worker.ingest import apply_qstat_poll, reconcile_gone_tasks
-from worker.schedulers.base import QstatTask
+from dashboards.ingest import apply_qstat_poll, reconcile_gone_tasks
+from schedulers.base import QstatTask
 
 pytestmark = pytest.mark.django_db
 
@@ -84,7 +84,7 @@ def test_gone_tasks_without_accounting_become_deleted_or_lost_after_the_grace(se
 def test_rows_seen_before_submission_returned_are_adopted_by_the_campaign(django_user_model):
     from dashboards.models import AgentDefinition
     from dashboards.services import campaign_submit, team_ensure
-    from worker.schedulers.fake import FakeScheduler
+    from schedulers.fake import FakeScheduler
 
     cluster = cluster_get_default()
     team = team_ensure(name="research", project="research")
@@ -106,7 +106,7 @@ def test_rows_seen_before_submission_returned_are_adopted_by_the_campaign(django
 
 @pytest.fixture
 def fresh_snapshots():
-    from worker import ingest
+    from dashboards import ingest
 
     ingest._SNAPSHOTS.clear()
     yield ingest._SNAPSHOTS

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from dashboards.models import AgentDefinition, Campaign, ModelRequest, Task
 from dashboards.services import cluster_get_default, team_ensure
-from worker.ingest import ingest_runner_records
+from dashboards.ingest import ingest_runner_records
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""``manage.py inspect usage``'s object (worker/metering/inspect_usage.py) on the usage cases."""
+"""``manage.py inspect usage``'s object (execution/metering/inspect_usage.py) on the usage cases."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.metering.inspect_usage import KEYS, inspect_usage
+from execution.metering.inspect_usage import KEYS, inspect_usage
 
 CASES = Path(__file__).resolve().parent.parent / "fixtures" / "cases"
 PRICES = CASES / "prices_hypothetical.json"

@@ -13,7 +13,7 @@ from dashboards.launching import ActionRefused
 from dashboards.models import AgentDefinition, AuditEntry, Budget, Campaign, Task, Team
 from dashboards.services import LaunchError, campaign_job_spec, campaign_submit, cluster_get_default
 from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
-from worker.schedulers.fake import FakeScheduler
+from schedulers.fake import FakeScheduler
 
 pytestmark = pytest.mark.django_db
 
@@ -197,9 +197,9 @@ def test_pause_resume_and_cancel_go_through_the_submit_worker_and_are_audited(op
                                                                             django_capture_on_commit_callbacks,
                                                                             monkeypatch):
     queued = []
-    from worker import tasks as worker_tasks
+    from dashboards import enqueue
 
-    monkeypatch.setattr(worker_tasks.control_job, "delay", lambda audit_id: queued.append(audit_id))
+    monkeypatch.setattr(enqueue, "send", lambda name, audit_id: queued.append(audit_id))
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
     fake.start(campaign.job_number, [1])
@@ -237,7 +237,7 @@ def test_a_refused_control_by_the_scheduler_is_recorded(ops_users, research, age
 
 
 def test_an_unreachable_scheduler_leaves_the_action_queued_for_a_retry(ops_users, research, agent):
-    from worker.schedulers.base import SchedulerUnavailable
+    from schedulers.base import SchedulerUnavailable
 
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
@@ -292,12 +292,11 @@ def test_retry_launches_the_failed_tasks_as_a_new_linked_campaign(ops_users, res
 
 def test_a_finished_campaign_is_mailed_to_its_launcher_once(ops_users, research, agent, mailoutbox,
                                                            django_capture_on_commit_callbacks, monkeypatch):
-    from worker import ingest
-    from worker import tasks as worker_tasks
+    from dashboards import ingest
+    from dashboards import enqueue
 
     notified = []
-    monkeypatch.setattr(worker_tasks.notify_campaign_finished, "apply_async",
-                        lambda args, queue: notified.append((args, queue)))
+    monkeypatch.setattr(enqueue, "send", lambda name, *args, queue: notified.append((list(args), queue)))
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake, count=2)
     Task.objects.filter(campaign=campaign).update(state="done", active=False, wallclock_s=3, cost_usd=Decimal("0.25"))
@@ -335,7 +334,7 @@ class DetailScheduler(FakeScheduler):
         self.details = details
 
     def job_detail(self, job_number: int) -> dict:
-        from worker.schedulers.base import UnknownJob
+        from schedulers.base import UnknownJob
 
         if job_number not in self.details:
             raise UnknownJob(f"unknown job {job_number}", job_ids=[str(job_number)])
@@ -405,7 +404,7 @@ def test_triage_actions_are_for_admins_and_run_through_the_audit_log(ops_users):
 
 
 def campaign_job_spec_for_fake():
-    from worker.schedulers.base import ArrayJobSpec
+    from schedulers.base import ArrayJobSpec
 
     return ArrayJobSpec(name="eqw", command="/bin/true", args=[], count=1, queue="agent.q", project="research",
                         resources={}, environment={}, working_directory="/tmp", output_path="/tmp",
@@ -439,8 +438,8 @@ def test_agent_definitions_are_edited_by_admins_only(ops_users):
 
 def test_clearing_an_error_counts_as_done_although_qmod_exits_1(monkeypatch):
     """SGE 8.1.9's ``qmod -cj`` prints "cleared error state of job N" and exits 1 (dev cluster)."""
-    from worker.schedulers import gridengine
-    from worker.schedulers.base import SchedulerCommandError
+    from schedulers import gridengine
+    from schedulers.base import SchedulerCommandError
 
     def fake_run(self, argv, timeout=None):
         if argv[-1] == "297":

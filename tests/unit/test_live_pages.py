@@ -11,9 +11,9 @@ from django.utils import timezone
 from dashboards import history, selectors
 from dashboards.models import Team
 from dashboards.services import cluster_get_default, cluster_status_refresh
-from worker.schedulers.base import SchedulerParseError
-from worker.schedulers.fake import FakeScheduler
-from worker.schedulers.sharetree import parse_share_mon
+from schedulers.base import SchedulerParseError
+from schedulers.fake import FakeScheduler
+from schedulers.sharetree import parse_share_mon
 
 from ..conftest import DEMO_PASSWORD, make_campaign
 

@@ -13,15 +13,15 @@ import textwrap
 
 import pytest
 
-from worker import drmaa_session
-from worker.schedulers import gridengine
-from worker.schedulers.base import (
+from schedulers import drmaa_session
+from schedulers import gridengine
+from schedulers.base import (
     ArrayJobSpec,
     SchedulerCommandError,
     SchedulerParseError,
     SchedulerUnavailable,
 )
-from worker.schedulers.gridengine import (
+from schedulers.gridengine import (
     GridEngine,
     InvalidSubmission,
     control_argv,
@@ -38,7 +38,7 @@ def make_spec(**overrides) -> ArrayJobSpec:
     fields = dict(
         name="campaign-42",
         command="/work/main/.venv/bin/python",
-        args=["-m", "worker.runner"],
+        args=["-m", "execution.runner"],
         count=5,
         queue="agent.q",
         project="research",
@@ -164,8 +164,8 @@ REJECTED = {
     "host in output path": dict(output_path="otherhost:/tmp/out"),
     "comma in error path": dict(error_path="/tmp/a,/tmp/b"),
     "relative working directory": dict(working_directory="spool"),
-    "newline in args": dict(args=["-m", "worker.runner\n-u root"]),
-    "args not a list": dict(args="-m worker.runner"),
+    "newline in args": dict(args=["-m", "execution.runner\n-u root"]),
+    "args not a list": dict(args="-m execution.runner"),
     "hold not bool": dict(hold="yes"),
 }
 
@@ -301,8 +301,8 @@ def test_loading_libdrmaa_without_preload_names_the_fix():
     if not os.path.exists(drmaa_session.DEFAULT_DRMAA_LIBRARY_PATH):
         pytest.skip("libdrmaa is not installed on this machine")
     code = textwrap.dedent("""
-        from worker import drmaa_session
-        from worker.schedulers.base import SchedulerUnavailable
+        from schedulers import drmaa_session
+        from schedulers.base import SchedulerUnavailable
         try:
             drmaa_session.load_drmaa()
         except SchedulerUnavailable as exc:
@@ -330,7 +330,7 @@ def test_spec_fields_are_all_covered_by_validation():
 
 def test_projects_come_from_qstat_ext_once_per_new_job(monkeypatch):
     """Plain qstat -xml has no JB_project; -ext has it but no times (SGE 8.1.9)."""
-    from worker.schedulers import gridengine
+    from schedulers import gridengine
 
     plain = b"""<?xml version='1.0'?><job_info><queue_info></queue_info><job_info>
 <job_list state="pending"><JB_job_number>901</JB_job_number><JAT_prio>0</JAT_prio><JB_name>x</JB_name>

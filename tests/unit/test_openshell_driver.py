@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from worker import runner
+from execution import runner
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "fixtures" / "openshell-standin"
@@ -71,7 +71,7 @@ class Task:
                    PATH=f"{STANDIN}:{env.get('PATH', '/usr/bin:/bin')}" if path_first else env.get("PATH", ""))
         if runtime:
             env["TCO_SANDBOX_RUNTIME"] = runtime
-        return subprocess.Popen([sys.executable, "-m", "worker.runner"], env=env, cwd=str(self.root),
+        return subprocess.Popen([sys.executable, "-m", "execution.runner"], env=env, cwd=str(self.root),
                                 start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def run(self, **kw) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ from django.utils import timezone
 from dashboards.models import AgentDefinition, AuditEntry, Budget, Campaign, Task, Team
 from dashboards.services import campaign_submit, cluster_get_default
 from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
-from worker.schedulers.fake import FakeScheduler
+from schedulers.fake import FakeScheduler
 
 pytestmark = [pytest.mark.django_db]
 
@@ -226,10 +226,10 @@ def submitted(ops_users, fake):
 
 def test_campaign_control_asks_for_confirmation_then_queues(as_user, ops_users, monkeypatch,
                                                             django_capture_on_commit_callbacks):
-    from worker import tasks as worker_tasks
+    from dashboards import enqueue
 
     queued = []
-    monkeypatch.setattr(worker_tasks.control_job, "delay", lambda audit_id: queued.append(audit_id))
+    monkeypatch.setattr(enqueue, "send", lambda name, audit_id: queued.append(audit_id))
     campaign = submitted(ops_users, FakeScheduler())
     client = as_user("launcher")
     html = client.get(f"/ops/campaigns/{campaign.pk}/").content.decode()
@@ -261,10 +261,10 @@ def test_campaign_control_is_refused_on_the_page_to_roles_without_it(as_user, op
 
 def test_triage_actions_are_confirmed_and_refused_to_everyone_but_admins(as_user, ops_users, monkeypatch,
                                                                          django_capture_on_commit_callbacks):
-    from worker import tasks as worker_tasks
+    from dashboards import enqueue
 
     queued = []
-    monkeypatch.setattr(worker_tasks.control_job, "delay", lambda audit_id: queued.append(audit_id))
+    monkeypatch.setattr(enqueue, "send", lambda name, audit_id: queued.append(audit_id))
     Task.objects.create(cluster=cluster_get_default(), job_number=77, task_number=0, state="error",
                         submitted_at=timezone.now())
     post = {"action": "clear_error", "job_number": "77", "tasks": "", "priority": ""}

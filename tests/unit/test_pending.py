@@ -1,7 +1,7 @@
 """Pending reasons in plain words, from qstat -j details (and qquota/qhost numbers)."""
 from __future__ import annotations
 
-from worker.schedulers.pending import explain_pending
+from schedulers.pending import explain_pending
 
 
 def detail(**fields) -> dict:
@@ -109,7 +109,7 @@ def test_a_job_with_nothing_to_say_has_no_reasons():
 
 
 def test_policy_position_names_the_rank_and_a_team_above_its_share_tree_target():
-    from worker.schedulers.pending import policy_position
+    from schedulers.pending import policy_position
 
     tree = [{"node": "/", "user": None, "project": None, "long_target_share": 1.0, "actual_share": 1.0},
             {"node": "/research", "user": None, "project": "research", "long_target_share": 0.5,

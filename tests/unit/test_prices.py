@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.metering.prices import (BillTotals, PriceTable, PriceTableError, format_usd, normalise_model_name)
-from worker.metering.usage import Usage, usage_from_usage_object
+from execution.metering.prices import (BillTotals, PriceTable, PriceTableError, format_usd, normalise_model_name)
+from execution.metering.usage import Usage, usage_from_usage_object
 
 CASES = Path(__file__).resolve().parent.parent / "fixtures" / "cases"
 BUG18 = CASES / "BUG-18_unpriced_model_names"

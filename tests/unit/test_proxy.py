@@ -19,11 +19,11 @@ import aiohttp
 import pytest
 import yaml
 
-from worker.demo_model import StandInConfig, reply_text, start_stand_in
-from worker.metering.prices import PriceTable
-from worker.metering.proxy import (Caps, CredentialResolver, Endpoint, FileCampaignCounter, MeteringProxy, Rule,
+from demo.demo_model import StandInConfig, reply_text, start_stand_in
+from execution.metering.prices import PriceTable
+from execution.metering.proxy import (Caps, CredentialResolver, Endpoint, FileCampaignCounter, MeteringProxy, Rule,
                                    endpoints_from_policy, start_proxy)
-from worker.metering.usage import SSEDecoder, usage_file_lines
+from execution.metering.usage import SSEDecoder, usage_file_lines
 
 KEY = "sk-stand-in-0123456789abcdef"
 CASES = Path(__file__).resolve().parent.parent / "fixtures" / "cases"
@@ -661,7 +661,7 @@ def test_start_proxy_runs_in_a_thread_and_feeds_the_usage_file(tmp_path):
     assert len(lines) == 3 and all(json.loads(line)["status"] == 200 for line in lines)
     usage_file = tmp_path / "usage"
     usage_file.write_text("wallclock=3.0\n")
-    from worker.metering.usage import append_usage_file
+    from execution.metering.usage import append_usage_file
     append_usage_file(usage_file, totals)
     values = dict(line.split("=", 1) for line in usage_file.read_text().splitlines())
     assert values["tco_requests"] == "3"

@@ -8,9 +8,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from worker.schedulers import qstat_xml
-from worker.schedulers.base import QstatTask, SchedulerParseError, UnknownJob
-from worker.schedulers.qstat_xml import (diff_tasks, expand_task_ranges, job_status_state, parse_cluster_queue_summary,
+from schedulers import qstat_xml
+from schedulers.base import QstatTask, SchedulerParseError, UnknownJob
+from schedulers.qstat_xml import (diff_tasks, expand_task_ranges, job_status_state, parse_cluster_queue_summary,
                                          parse_job_detail, parse_memory, parse_qhost, parse_qquota, parse_qstat)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from worker.schedulers import qstat_xml
-from worker.schedulers.base import UnknownJob
-from worker.schedulers.pending import explain_pending
-from worker.schedulers.qstat_xml import (expand_task_ranges, parse_cluster_queue_summary, parse_job_detail,
+from schedulers import qstat_xml
+from schedulers.base import UnknownJob
+from schedulers.pending import explain_pending
+from schedulers.qstat_xml import (expand_task_ranges, parse_cluster_queue_summary, parse_job_detail,
                                          parse_qhost, parse_qquota, parse_qstat)
 
 SGE819 = Path(__file__).resolve().parent.parent / "fixtures" / "sge819"
@@ -212,7 +212,7 @@ def test_an_unknown_job_id_raises_unknown_job():
 
 def test_qstat_j_with_a_spaced_cull_tag_after_clear_error_still_parses():
     """SGE 8.1.9 writes ``<job ids>`` (not XML) in scheduler messages after ``qmod -cj``."""
-    from worker.schedulers.qstat_xml import parse_job_detail
+    from schedulers.qstat_xml import parse_job_detail
 
     data = (SGE819 / "qstat_j_after_clear_error.xml").read_bytes()
     assert b"<job ids>" in data
@@ -224,8 +224,8 @@ def test_qstat_j_with_a_spaced_cull_tag_after_clear_error_still_parses():
 def test_a_job_listing_given_as_a_queue_summary_is_refused_not_read_as_no_queues():
     import pytest
 
-    from worker.schedulers.base import SchedulerParseError
-    from worker.schedulers.qstat_xml import parse_cluster_queue_summary
+    from schedulers.base import SchedulerParseError
+    from schedulers.qstat_xml import parse_cluster_queue_summary
 
     with pytest.raises(SchedulerParseError, match="job listing"):
         parse_cluster_queue_summary((SGE819 / "qstat_xml_all_users.xml").read_bytes())

@@ -1,7 +1,7 @@
 """The runner, run as Grid Engine runs it: a subprocess with an environment and a spool.
 
 The agent is the bundled demo agent, in the runner's default bubblewrap
-sandbox. Choices checked here (see worker/runner.py): a runner stopped by a
+sandbox. Choices checked here (see execution/runner.py): a runner stopped by a
 signal writes a record with ``agent_exited_at`` null (the agent did not end
 by itself), ``teardown_done_at`` set, ``runner_signal`` set and exit status
 128+signal.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from worker import runner
+from execution import runner
 
 REPO = Path(__file__).resolve().parents[2]
 STAGE_ORDER = ["task_started_at", "sandbox_create_at", "sandbox_ready_at", "agent_started_at", "agent_exited_at",
@@ -38,7 +38,7 @@ class Spool:
         spec = {
             "version": 1,
             "campaign_id": self.campaign_id,
-            "agent": {"command": command or [sys.executable, "-m", "worker.demo_agent", "{input}", "{workdir}"],
+            "agent": {"command": command or [sys.executable, "-m", "demo.demo_agent", "{input}", "{workdir}"],
                       **(agent_extra or {})},
             "inputs_file": "inputs.jsonl",
             "timeout_s": timeout_s,
@@ -54,7 +54,7 @@ class Spool:
 
     def start(self, task, **kw) -> subprocess.Popen:
         # A new session keeps the runner's group kill away from pytest.
-        return subprocess.Popen([sys.executable, "-m", "worker.runner"], env=self.env(task, **kw),
+        return subprocess.Popen([sys.executable, "-m", "execution.runner"], env=self.env(task, **kw),
                                 cwd=str(self.root), start_new_session=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -250,7 +250,7 @@ def test_an_agent_that_cannot_start_gives_a_runner_error_record(spool):
 def test_without_a_spool_it_exits_without_a_record(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TCO_")}
     env.update(PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
-    result = subprocess.run([sys.executable, "-m", "worker.runner"], env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, capture_output=True,
                             text=True, timeout=30, start_new_session=True)
     assert result.returncode == runner.EXIT_CONFIG
     assert "TCO_SPOOL_DIR" in result.stderr
@@ -260,7 +260,7 @@ def test_a_campaign_id_cannot_escape_the_spool(spool):
     spool.write([{"task": 1}])
     env = spool.env(1)
     env["TCO_CAMPAIGN_ID"] = "../../etc"
-    result = subprocess.run([sys.executable, "-m", "worker.runner"], env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, capture_output=True,
                             text=True, timeout=30, start_new_session=True)
     assert result.returncode == runner.EXIT_CONFIG and "TCO_CAMPAIGN_ID" in result.stderr
 
@@ -268,7 +268,7 @@ def test_a_campaign_id_cannot_escape_the_spool(spool):
 # --------------------------------------------------------------------------- start-up
 
 def test_the_runner_imports_no_django_and_nothing_outside_the_stdlib():
-    code = ("import sys, worker.runner; "
+    code = ("import sys, execution.runner; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery', 'drmaa')))")
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -296,7 +296,7 @@ print(json.dumps({"uid": os.getuid(), "cwd": os.getcwd(), "env": sorted(os.envir
 def test_the_agent_runs_sandboxed_as_a_non_root_user_with_a_clean_environment(spool, tmp_path):
     spool.write([{"task": 1}], command=[sys.executable, "-c", PROBE, str(spool.root)])
     env_extra = {"SECRET_LOOKING_VAR": "x"}
-    proc = subprocess.run([sys.executable, "-m", "worker.runner"], env={**spool.env(1), **env_extra},
+    proc = subprocess.run([sys.executable, "-m", "execution.runner"], env={**spool.env(1), **env_extra},
                           cwd=str(spool.root), capture_output=True, timeout=60, start_new_session=True)
     assert proc.returncode == 0, proc.stderr
     record = spool.record(1)
@@ -315,7 +315,7 @@ def test_the_runners_private_directory_is_removed(spool, tmp_path):
     scratch.mkdir()
     spool.write([{"task": 1, "duration_s": 0}])
     env = {**spool.env(1), "TMPDIR": str(scratch)}
-    assert subprocess.run([sys.executable, "-m", "worker.runner"], env=env, timeout=60,
+    assert subprocess.run([sys.executable, "-m", "execution.runner"], env=env, timeout=60,
                           start_new_session=True).returncode == 0
     assert list(scratch.iterdir()) == []
 
@@ -380,7 +380,7 @@ def test_the_sandbox_is_stopped_and_continued_with_the_runner(tmp_path):
 
     def agent_states():
         states = []
-        for pid in live_processes_with("worker.demo_agent"):
+        for pid in live_processes_with("demo.demo_agent"):
             try:
                 if b"tco-relay" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     continue

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from worker.schedulers.base import SCHEDULER_STATES
-from worker.schedulers.states import map_state
+from schedulers.base import SCHEDULER_STATES
+from schedulers.states import map_state
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 
-from worker.reference_checker import SCRIPTED_CAVEAT, agreement, check_file, check_run
-from worker.demo_model import spawn
+from demo.reference_checker import SCRIPTED_CAVEAT, agreement, check_file, check_run
+from demo.demo_model import spawn
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-tco-review-unit-9e2"
@@ -29,7 +29,7 @@ REASONS = ["ok", "ok", "diverged", "ok", "crashed", "diverged", "ok", "no_summar
 def runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs")
     for task in range(1, 9):
-        subprocess.run([sys.executable, "-m", "worker.demo_sweep", "--out", str(out), "--task", str(task)],
+        subprocess.run([sys.executable, "-m", "demo.demo_sweep", "--out", str(out), "--task", str(task)],
                        cwd=REPO, capture_output=True, timeout=60)
     return out
 
@@ -41,7 +41,7 @@ def test_the_sweep_has_ok_diverged_crashed_and_aborted_runs(runs):
 
 
 def test_the_sweep_exit_statuses(tmp_path):
-    codes = [subprocess.run([sys.executable, "-m", "worker.demo_sweep", "--out", str(tmp_path), "--task", str(n)],
+    codes = [subprocess.run([sys.executable, "-m", "demo.demo_sweep", "--out", str(tmp_path), "--task", str(n)],
                             cwd=REPO, capture_output=True, timeout=60).returncode for n in (1, 3, 5, 8, 9)]
     assert codes == [0, 0, 1, -6, 0]  # task 9 is parameter set 1 again
 
@@ -86,7 +86,7 @@ def review_policy_text(runs: Path, model_url: str) -> str:
     return f"""version: 1
 filesystem_policy:
   include_workdir: true
-  read_only: [/usr, /lib, /lib64, /bin, /etc, {REPO / 'worker'}, {runs}]
+  read_only: [/usr, /lib, /lib64, /bin, /etc, {REPO / 'demo'}, {runs}]
   read_write: [/sandbox, /tmp]
 process: {{run_as_user: sandbox, run_as_group: sandbox}}
 network_policies:
@@ -108,7 +108,7 @@ def test_review_agents_give_their_verdicts_through_the_proxy(runs, stand_in, tmp
     spec = {"version": 1, "campaign_id": "rv", "inputs_file": "inputs.jsonl", "timeout_s": 60,
             "model": "claude-review-test", "policy": review_policy_text(runs, stand_in),
             "model_endpoint": {"base_url": stand_in, "credential_name": "demo-stand-in"},
-            "agent": {"command": [os.path.realpath(sys.executable), "-m", "worker.review_agent", "{input}",
+            "agent": {"command": [os.path.realpath(sys.executable), "-m", "demo.review_agent", "{input}",
                                   "{workdir}"], "outputs": ["verdict.json", "transcript.jsonl"]}}
     (campaign / "spec.json").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TCO_", "SGE_", "JOB_"))}
@@ -116,7 +116,7 @@ def test_review_agents_give_their_verdicts_through_the_proxy(runs, stand_in, tmp
                PYTHONDONTWRITEBYTECODE="1")
     verdicts = []
     for n in range(1, 9):
-        result = subprocess.run([sys.executable, "-m", "worker.runner"], env={**env, "SGE_TASK_ID": str(n)},
+        result = subprocess.run([sys.executable, "-m", "execution.runner"], env={**env, "SGE_TASK_ID": str(n)},
                                 capture_output=True, text=True, timeout=120, start_new_session=True)
         record = json.loads((spool / "records" / "rv" / f"{n}.json").read_text())
         assert result.returncode == 0, (n, result.stderr, record["error"], record["sandbox"])
@@ -139,17 +139,17 @@ def test_review_agents_give_their_verdicts_through_the_proxy(runs, stand_in, tmp
 def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_model, tmp_path):
     from dashboards.models import Team
     from dashboards.services import campaign_job_spec
-    from dashboards.sweep import review_policy, sweep_review_launch, sweep_submit
-    from worker.sandbox.policy import load_policy
-    from worker.schedulers.fake import FakeScheduler
-    from worker.schedulers.gridengine import native_specification
+    from demo.sweep import review_policy, sweep_review_launch, sweep_submit
+    from execution.sandbox.policy import load_policy
+    from schedulers.fake import FakeScheduler
+    from schedulers.gridengine import native_specification
 
     fake = FakeScheduler()
     team = Team.objects.get(project="research")
     admin = django_user_model.objects.get(username="admin")
     sweep_job, _ = sweep_submit(team=team, count=8, out_dir=tmp_path / "runs", name="s", scheduler=fake)
     (_, sweep_spec), = fake.submissions
-    assert (sweep_spec.queue, sweep_spec.resources, sweep_spec.args[:2]) == ("classic.q", {}, ["-m", "worker.demo_sweep"])
+    assert (sweep_spec.queue, sweep_spec.resources, sweep_spec.args[:2]) == ("classic.q", {}, ["-m", "demo.demo_sweep"])
 
     campaign = sweep_review_launch(user=admin, team=team, sweep_job=sweep_job, runs_dir=tmp_path / "runs", count=8,
                                    model_base_url="http://127.0.0.1:8123", credential_name="demo-stand-in")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.metering.prices import PriceTable
-from worker.metering.usage import (SSEDecoder, StreamUsageReader, Usage, append_usage_file, detect_api,
+from execution.metering.prices import PriceTable
+from execution.metering.usage import (SSEDecoder, StreamUsageReader, Usage, append_usage_file, detect_api,
                                    estimate_request_input_tokens, usage_file_lines, usage_from_json,
                                    usage_from_sse, usage_from_usage_object)
 

@@ -1,8 +1,8 @@
 """The flexible-accounting epilog (OCS/GCS 9), at the file level: numeric tco_ lines only, appended."""
 from __future__ import annotations
 
-from worker.metering.usage import append_usage_file
-from worker.usage_epilog import append
+from execution.metering.usage import append_usage_file
+from execution.usage_epilog import append
 
 
 def test_it_appends_the_runner_totals_after_the_shepherd_lines(tmp_path):

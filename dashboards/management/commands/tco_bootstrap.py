@@ -22,7 +22,7 @@ STAND_IN_MODEL = "stand-in-review"  # the model id the demo's review agents ask 
 
 def demo_agent_command() -> list[str]:
     """argv of the bundled demo agent; the runner fills ``{input}`` and ``{workdir}``."""
-    return [settings.TCO_RUNNER_PYTHON, "-m", "worker.demo_agent", "{input}", "{workdir}"]
+    return [settings.TCO_RUNNER_PYTHON, "-m", "demo.demo_agent", "{input}", "{workdir}"]
 
 
 class Command(BaseCommand):
@@ -59,7 +59,7 @@ class Command(BaseCommand):
                 "input_per_mtok": Decimal("3"), "output_per_mtok": Decimal("15"),
                 "cache_read_per_mtok": Decimal("0.30"), "cache_write_5m_per_mtok": Decimal("3.75"),
                 "cache_write_1h_per_mtok": Decimal("6"),
-                "note": "hypothetical price of the stand-in model (worker/demo_model.py), for the demo only",
+                "note": "hypothetical price of the stand-in model (demo/demo_model.py), for the demo only",
             },
         )
         password_file = Path(settings.STATE_DIR) / "admin-password"

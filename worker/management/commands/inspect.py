@@ -7,7 +7,7 @@ zone in FILE are read in ``--tz``, else in ``settings.TCO_CLUSTER_TZ``
 
 ``inspect usage FILE [--prices FILE] [--requested-model NAME]`` reads a
 captured model API response (JSON body or SSE stream) and prints one JSON
-object with its token buckets and cost (worker/metering/inspect_usage.py).
+object with its token buckets and cost (execution/metering/inspect_usage.py).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from worker import inspect_cli
-from worker.schedulers.base import SchedulerError
+from schedulers.base import SchedulerError
 
 
 class Command(BaseCommand):
@@ -57,7 +57,7 @@ class Command(BaseCommand):
     def _usage(self, options) -> None:
         import json
 
-        from worker.metering.inspect_usage import inspect_usage
+        from execution.metering.inspect_usage import inspect_usage
 
         try:
             result = inspect_usage(options["file"], options["prices"], options["requested_model"])

@@ -33,7 +33,7 @@ What it does with each request:
    it, the extra usage chunk (empty ``choices``) is removed from what the
    agent receives, so a client that indexes ``choices[0]`` is not broken.
 3. Streams the answer back as it arrives (nothing is buffered whole) while
-   feeding it to the usage reader (worker/metering/usage.py). Usage is read
+   feeding it to the usage reader (execution/metering/usage.py). Usage is read
    from 2xx answers only, and not from paths that bill nothing
    (``.../count_tokens``, ``.../models``). Upstream 429 answers go back unchanged (status,
    headers, body) and are counted as ``rate_limited``.
@@ -76,8 +76,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from worker.metering.prices import BillTotals, PriceTable, format_usd
-from worker.metering.usage import (API_CHAT, ResponseUsageReader, Usage, api_for_path,
+from execution.metering.prices import BillTotals, PriceTable, format_usd
+from execution.metering.usage import (API_CHAT, ResponseUsageReader, Usage, api_for_path,
                                    estimate_request_input_tokens)
 
 __all__ = ["Rule", "Endpoint", "endpoints_from_policy", "CredentialResolver", "CredentialError", "Caps",
@@ -428,7 +428,7 @@ class MeteringProxy:
     ``credentials``: a :class:`CredentialResolver` (or its ``sources``
     mapping); ``caps``: :class:`Caps` or None; ``record_sink``: callable
     taking each record dict (called in the event loop; keep it quick) or
-    None; ``prices``: :class:`~worker.metering.prices.PriceTable` for costs
+    None; ``prices``: :class:`~execution.metering.prices.PriceTable` for costs
     (None: costs are not computed and usage is flagged ``unpriced_model``).
     Raises ValueError if a cost cap is set without prices or a campaign cap
     without a counter.
@@ -504,7 +504,7 @@ class MeteringProxy:
         """Counts, token buckets and cost of everything so far: ``requests``,
         ``forwarded``, ``refused``, ``refused_by_reason``, ``rate_limited``,
         ``upstream_errors``, ``incomplete``, ``client_disconnected``, the
-        buckets of :class:`~worker.metering.prices.BillTotals` (``cost_usd``
+        buckets of :class:`~execution.metering.prices.BillTotals` (``cost_usd``
         text of the priced part, ``unpriced_tokens``, ``unpriced_models``) and
         ``flags`` (flag -> number of requests). ``cost_usd`` is None when no
         price table is configured."""

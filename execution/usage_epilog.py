@@ -7,7 +7,7 @@ accounting record's ``usage.tco`` object and ``qacct -j`` prints them
 (GRIDENGINE.md section 2; the "Flexible Accounting" article). The runner,
 running as the job's user, writes its totals to ``<spool>/records/<campaign>/
 <task>.usage``; this epilog, configured as ``sgeadmin@<venv>/bin/python -m
-worker.usage_epilog`` (with ``PYTHONPATH`` set to tco's code), copies them
+execution.usage_epilog`` (with ``PYTHONPATH`` set to tco's code), copies them
 over. It reads the job's environment (``TCO_SPOOL_DIR``, ``TCO_CAMPAIGN_ID``,
 ``SGE_TASK_ID``) and copies only ``tco_<name>=<number>`` lines, since qacct
 (<= 9.1) reads every value as a double and a job may have written the file.

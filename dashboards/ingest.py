@@ -26,12 +26,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboards import realtime
+from dashboards import enqueue, realtime
 from dashboards.models import (
     AccountingRecord, Campaign, Cluster, IngestCheckpoint, ModelRequest, QuarantinedLine, Task, TaskEvent,
 )
-from worker.schedulers.base import AccountingRecord as ParsedRecord
-from worker.schedulers.base import QstatTask
+from schedulers.base import AccountingRecord as ParsedRecord
+from schedulers.base import QstatTask
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
     snapshot predates it. Tasks gone from qstat become ``finishing`` until their
     accounting record is read. Returns the counts; pushes one change event.
     """
-    from worker.schedulers.qstat_xml import diff_tasks
+    from schedulers.qstat_xml import diff_tasks
 
     changes = PollChanges()
     fields = ("id", "campaign_id", "job_number", "task_number", "first_seen_at", "submitted_at", *POLL_FIELDS)
@@ -237,7 +237,7 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
     """
     import time
 
-    from worker.schedulers.accounting import AccountingCursor, read_accounting
+    from schedulers.accounting import AccountingCursor, read_accounting
 
     path = path or cluster.accounting_path
     result = IngestResult()
@@ -478,10 +478,8 @@ def _finish_campaigns(campaign_ids: set[int]) -> None:
 
 def _notify_finished(campaign_id: int) -> None:
     """Queue the "campaign finished" notice (e-mail, budget check) on the ingest workers."""
-    from worker import tasks as worker_tasks
-
     try:
-        worker_tasks.notify_campaign_finished.apply_async(args=[campaign_id], queue="ingest")
+        enqueue.send(enqueue.NOTIFY_CAMPAIGN_FINISHED, campaign_id, queue="ingest")
     except Exception:  # noqa: BLE001 - the broker being down must not undo an ingest; the page shows it anyway
         log.warning("could not queue the finished notice of campaign %s", campaign_id, exc_info=True)
 
@@ -599,7 +597,7 @@ def _request_rows(data: dict, spool: Path) -> list[ModelRequest]:
     """The metering proxy's request records of one runner record, as unsaved rows.
 
     Records come inline (``requests``: a list) or in a JSON-lines file inside
-    the spool (``requests_path``), in the shape of worker/metering/proxy.py:
+    the spool (``requests_path``), in the shape of execution/metering/proxy.py:
     ``at, method, path, status, refused, model_requested, model_returned,
     usage {provider, buckets..., complete, flags}, cost_usd (text or None),
     latency_ms, complete, flags``. A path outside the spool is refused.

@@ -26,7 +26,7 @@ import os
 import threading
 from typing import Any
 
-from worker.schedulers.base import SchedulerCommandError, SchedulerUnavailable
+from schedulers.base import SchedulerCommandError, SchedulerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None):
         except drmaa.errors.AlreadyActiveSessionException as exc:
             raise SchedulerUnavailable(
                 "libdrmaa already has an active session in this process (opened outside "
-                "worker.drmaa_session, or inherited through fork)") from exc
+                "schedulers.drmaa_session, or inherited through fork)") from exc
         except drmaa.errors.DrmaaException as exc:
             raise SchedulerUnavailable(f"DRMAA session could not be opened: {exc}") from exc
         _session, _session_pid = session, pid
@@ -158,7 +158,7 @@ def run_bulk(*, remote_command: str, args: list[str], job_name: str, native_spec
 
     Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
     """
-    from worker.schedulers.gridengine import parse_job_ids
+    from schedulers.gridengine import parse_job_ids
 
     with _lock:
         session = open_session(sge_root=sge_root, sge_cell=sge_cell)

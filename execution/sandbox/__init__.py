@@ -1,14 +1,14 @@
 """The agent's sandbox: its policy, and the two runtimes that enforce it.
 
-- :mod:`worker.sandbox.policy`: the policy in OpenShell's schema (YAML),
+- :mod:`execution.sandbox.policy`: the policy in OpenShell's schema (YAML),
   loaded strictly (unknown fields and duplicate keys are errors), and what the
   bubblewrap runtime cannot enforce.
-- :mod:`worker.sandbox.bwrap`: the bubblewrap runtime (argv builder and the
+- :mod:`execution.sandbox.bwrap`: the bubblewrap runtime (argv builder and the
   driver the runner uses).
-- :mod:`worker.sandbox.relay`: runs inside the sandbox as its PID 1; listens
+- :mod:`execution.sandbox.relay`: runs inside the sandbox as its PID 1; listens
   on the sandbox's own loopback and passes each connection to the metering
   proxy's Unix socket, the sandbox's only way out.
-- :mod:`worker.sandbox.openshell`: hands the same policy to OpenShell's CLI
+- :mod:`execution.sandbox.openshell`: hands the same policy to OpenShell's CLI
   where ``openshell`` is installed.
 
 Standard library only, except that loading YAML imports PyYAML; the runner

@@ -2,10 +2,10 @@
 
 Every status and control command goes through :func:`run_command` (an argv
 list, never a shell string, with a timeout, ``TZ=UTC LC_ALL=C`` and typed
-errors). Submission goes through DRMAA (:mod:`worker.drmaa_session`), with a
+errors). Submission goes through DRMAA (:mod:`schedulers.drmaa_session`), with a
 native specification built only from validated :class:`ArrayJobSpec` fields.
 
-Parsing lives in ``worker.schedulers.qstat_xml``; it is imported lazily so this
+Parsing lives in ``schedulers.qstat_xml``; it is imported lazily so this
 module (and :func:`native_specification`) works without it.
 
 Sources: submit(1) (qsub options, ``-N`` name rules, ``-o [host]:path``),
@@ -19,7 +19,7 @@ import re
 import subprocess
 from typing import Iterable, Mapping, Sequence
 
-from worker.schedulers.base import (
+from schedulers.base import (
     ArrayJobSpec,
     QstatTask,
     SchedulerCommandError,
@@ -414,7 +414,7 @@ class GridEngine:
 
         Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
         """
-        from worker.schedulers.qstat_xml import parse_qstat
+        from schedulers.qstat_xml import parse_qstat
         tasks = parse_qstat(self._run(["qstat", "-xml", "-u", "*"]))
         self._fill_projects(tasks)
         return tasks
@@ -427,7 +427,7 @@ class GridEngine:
         ``qstat -xml -ext`` only when a job it has not seen yet appears; a
         job's project never changes while it is queued, so it is remembered.
         """
-        from worker.schedulers.qstat_xml import parse_qstat
+        from schedulers.qstat_xml import parse_qstat
 
         cell = (self.sge_root, self.sge_cell)
         known = _PROJECTS.setdefault(cell, {})
@@ -444,17 +444,17 @@ class GridEngine:
 
     def queue_summary(self):
         """Cluster queue summary, ``qstat -g c -xml``, parsed by ``parse_cluster_queue_summary``."""
-        from worker.schedulers.qstat_xml import parse_cluster_queue_summary
+        from schedulers.qstat_xml import parse_cluster_queue_summary
         return parse_cluster_queue_summary(self._run(["qstat", "-g", "c", "-xml"]))
 
     def hosts(self):
         """Exec hosts with resources, ``qhost -F -xml``, parsed by ``parse_qhost``."""
-        from worker.schedulers.qstat_xml import parse_qhost
+        from schedulers.qstat_xml import parse_qhost
         return parse_qhost(self._run(["qhost", "-F", "-xml"]))
 
     def quotas(self):
         """Resource quota usage, ``qquota -u '*' -xml``, parsed by ``parse_qquota``."""
-        from worker.schedulers.qstat_xml import parse_qquota
+        from schedulers.qstat_xml import parse_qquota
         return parse_qquota(self._run(["qquota", "-u", "*", "-xml"]))
 
     def global_capacity(self) -> dict[str, float]:
@@ -474,7 +474,7 @@ class GridEngine:
         ``/usr/lib/gridengine``), not on PATH. Raises SchedulerUnavailable when
         it is missing or the qmaster does not answer.
         """
-        from worker.schedulers.sharetree import parse_share_mon
+        from schedulers.sharetree import parse_share_mon
         candidates = [os.path.join(self.sge_root, "utilbin", "lx-amd64", "sge_share_mon"),
                       "/usr/lib/gridengine/sge_share_mon"]
         binary = next((c for c in candidates if os.access(c, os.X_OK)), candidates[-1])
@@ -486,7 +486,7 @@ class GridEngine:
         Raises InvalidSubmission for a bad job number; SchedulerCommandError
         when the job does not exist (qstat exits 1).
         """
-        from worker.schedulers.qstat_xml import parse_job_detail
+        from schedulers.qstat_xml import parse_job_detail
         (job_id,) = job_id_arguments(job_number)
         return parse_job_detail(self._run(["qstat", "-j", job_id, "-xml"]))
 
@@ -529,7 +529,7 @@ class GridEngine:
         SchedulerUnavailable (libdrmaa not loadable, qmaster unreachable).
         """
         native = self.native_specification(spec)
-        from worker import drmaa_session
+        from schedulers import drmaa_session
 
         environment = dict(spec.environment)
         return drmaa_session.run_bulk(

@@ -1,7 +1,7 @@
 """Review agent of the sweep-and-review demo: one run's output, one verdict, through the model.
 
 Runs inside the sandbox (standard library only):
-``python -m worker.review_agent INPUT_FILE [WORK_DIR]``. The input names one
+``python -m demo.review_agent INPUT_FILE [WORK_DIR]``. The input names one
 run of the sweep: ``{"sweep_task": N, "run_output": "/path/run-N.txt"}``
 (that path is listed read-only in the review campaign's policy).
 
@@ -149,7 +149,7 @@ def review(task: int, run_output: str, model: str, base_url: str, transcript: Tr
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        print("usage: python -m worker.review_agent INPUT_FILE [WORK_DIR]", file=sys.stderr)
+        print("usage: python -m demo.review_agent INPUT_FILE [WORK_DIR]", file=sys.stderr)
         return 2
     work_dir = argv[1] if len(argv) > 1 else os.environ.get("TCO_WORK_DIR", os.getcwd())
     with open(argv[0], encoding="utf-8") as fh:

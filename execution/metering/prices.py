@@ -2,8 +2,7 @@
 
 A :class:`PriceTable` is built from the prices file format (``from_file`` /
 ``from_mapping``) or from the Django models ``ModelPrice`` / ``ModelAlias``
-(``from_django``). Standard library only; Django is imported only by
-``from_django``.
+(``dashboards.pricing_models.price_table``). Standard library only.
 
 Prices file (e.g. ``/work/shared/cases/prices_hypothetical.json``)::
 
@@ -52,7 +51,7 @@ from typing import Any, Iterable, Mapping
 __all__ = ["BUCKETS", "PROVIDER_PREFIXES", "BillTotals", "ModelRate", "PriceResult", "PriceTable", "PriceTableError",
            "normalise_model_name", "format_usd"]
 
-#: Price buckets, and the :class:`~worker.metering.usage.Usage` field each prices.
+#: Price buckets, and the :class:`~execution.metering.usage.Usage` field each prices.
 BUCKETS = {
     "input": "input_tokens",
     "cache_read": "cache_read_tokens",
@@ -233,13 +232,6 @@ class PriceTable:
         ]
         return cls(rates, {a.alias: a.model for a in aliases})
 
-    @classmethod
-    def from_django(cls) -> "PriceTable":
-        """Build from the database (``dashboards.pricing_models``); needs Django set up."""
-        from dashboards.pricing_models import ModelAlias, ModelPrice
-
-        return cls.from_records(ModelPrice.objects.all(), ModelAlias.objects.all())
-
     def to_mapping(self) -> dict:
         """The table in the prices file format (prices as decimal strings, a
         list of dated entries per model), e.g. for the launcher to write the
@@ -306,7 +298,7 @@ class PriceTable:
 
     def price(self, usage: Any, requested_model: str | None = None,
               at: dt.date | dt.datetime | None = None) -> PriceResult:
-        """Price ``usage`` (a :class:`~worker.metering.usage.Usage`, or any
+        """Price ``usage`` (a :class:`~execution.metering.usage.Usage`, or any
         object with its bucket attributes and ``model``). ``requested_model``:
         the model the request asked for; ``at``: when it was used (None: the
         latest prices). Returns a :class:`PriceResult`; never raises for an

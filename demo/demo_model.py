@@ -5,9 +5,9 @@ end and in tests without an account or the internet. Everything it sends is
 labelled: reply text starts with ``[stand-in]``, message ids with
 ``msg_standin_``, and every response has the header ``x-tco-stand-in: true``.
 A real endpoint is configured instead by base URL and credential name (the
-policy's endpoint and ``credential_binding``; see worker/metering/proxy.py).
+policy's endpoint and ``credential_binding``; see execution/metering/proxy.py).
 
-Run: ``python -m worker.demo_model --port N --api-key-file F [--latency-ms 50]
+Run: ``python -m demo.demo_model --port N --api-key-file F [--latency-ms 50]
 [--event-delay-ms 0] [--script echo|review] [--host 127.0.0.1]``.
 
 Routes:
@@ -450,7 +450,7 @@ async def start_stand_in(config: StandInConfig, host: str = "127.0.0.1", port: i
 
 def spawn(*, port: int, api_key_file: str, script: str = "echo", cwd: str, stdout: Any = None,
           new_session: bool = False, wait_s: float = 20.0) -> Any:
-    """Start ``python -m worker.demo_model`` on 127.0.0.1:``port`` in a child process and wait until it listens.
+    """Start ``python -m demo.demo_model`` on 127.0.0.1:``port`` in a child process and wait until it listens.
 
     ``stdout`` (a file or None for /dev/null) also takes stderr. Returns the
     process. Raises RuntimeError (after killing it) when it does not listen
@@ -461,7 +461,7 @@ def spawn(*, port: int, api_key_file: str, script: str = "echo", cwd: str, stdou
     import subprocess
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.demo_model", "--port", str(port), "--script", script,
+        [sys.executable, "-m", "demo.demo_model", "--port", str(port), "--script", script,
          "--api-key-file", str(api_key_file)],
         cwd=cwd, env={**os.environ, "PYTHONPATH": str(cwd)},
         stdout=stdout if stdout is not None else subprocess.DEVNULL, stderr=subprocess.STDOUT,
@@ -481,7 +481,7 @@ def spawn(*, port: int, api_key_file: str, script: str = "echo", cwd: str, stdou
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point (module doc)."""
-    parser = argparse.ArgumentParser(prog="python -m worker.demo_model", description=f"{LABEL}.")
+    parser = argparse.ArgumentParser(prog="python -m demo.demo_model", description=f"{LABEL}.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--api-key-file", required=True, help="file holding the key callers must send")

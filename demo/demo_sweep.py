@@ -14,7 +14,7 @@ run log to ``OUT/run-<task>.txt``. Task N takes :data:`PARAMETER_SETS` [(N-1) mo
 - ``abort_at``: the process aborts (SIGABRT) mid-run, as a segfaulting code
   would: the log just stops, with no summary and no word of what happened.
 
-Run: ``python -m worker.demo_sweep --out DIR [--task N]`` (default: Grid
+Run: ``python -m demo.demo_sweep --out DIR [--task N]`` (default: Grid
 Engine's ``SGE_TASK_ID``). Standard library only.
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def simulate(params: dict, log) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m worker.demo_sweep", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.demo_sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="directory for run-<task>.txt")
     parser.add_argument("--task", type=int, default=None, help="task number (default: $SGE_TASK_ID)")
     args = parser.parse_args(argv)

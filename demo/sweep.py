@@ -1,15 +1,15 @@
 """The sweep-and-review demo (the source article's second run, small): writes and reads.
 
-1. :func:`sweep_submit`: a classic parameter sweep (worker/demo_sweep.py) as
+1. :func:`sweep_submit`: a classic parameter sweep (demo/demo_sweep.py) as
    a plain array job on ``classic.q``; no sandbox, no model: a batch job as
    any cluster runs them. Some of its runs diverge or crash on purpose.
 2. :func:`sweep_review_launch`: a review campaign on ``agent.q``, one agent
-   (worker/review_agent.py) per run, chained with ``-hold_jid_ad`` so review
+   (demo/review_agent.py) per run, chained with ``-hold_jid_ad`` so review
    task N starts when sweep task N has finished. Each agent reads its run
    through a tool call and asks the model for a verdict through the metering
    proxy; its policy shows it only its own run's directory, read-only.
 3. :func:`review_agreement`: the agents' verdicts against the deterministic
-   reference checker (worker/reference_checker.py); sets ``Task.verdict``.
+   reference checker (demo/reference_checker.py); sets ``Task.verdict``.
    With the scripted stand-in model the figure checks the plumbing, not a
    model's quality (``caveat`` in the result, to be shown with it).
 """
@@ -25,12 +25,12 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from worker.reference_checker import agreement, check_file
-from worker.schedulers.base import ArrayJobSpec
-from worker.schedulers.gridengine import sanitize_name
+from demo.reference_checker import agreement, check_file
+from schedulers.base import ArrayJobSpec
+from schedulers.gridengine import sanitize_name
 
-from .models import AgentDefinition, Campaign, Task, Team
-from .services import LaunchError, campaign_launch, cluster_get_default, scheduler_for
+from dashboards.models import AgentDefinition, Campaign, Task, Team
+from dashboards.services import LaunchError, campaign_launch, cluster_get_default, scheduler_for
 
 REVIEW_AGENT = "sweep-review"
 SWEEP_QUEUE = "classic.q"
@@ -46,7 +46,7 @@ def _agent_python() -> str:
 
 def sweep_submit(*, team: Team, count: int, out_dir: str | Path, name: str = "sweep", scheduler=None,
                  account: str = "tco") -> tuple[int, list[int]]:
-    """Submit the demo sweep: ``count`` tasks of worker/demo_sweep.py on classic.q writing
+    """Submit the demo sweep: ``count`` tasks of demo/demo_sweep.py on classic.q writing
     ``out_dir/run-<task>.txt``. Returns ``(job_number, task_numbers)``. Raises
     SchedulerCommandError / SchedulerUnavailable / InvalidSubmission."""
     out_dir = Path(out_dir)
@@ -54,7 +54,7 @@ def sweep_submit(*, team: Team, count: int, out_dir: str | Path, name: str = "sw
     spec = ArrayJobSpec(
         name=sanitize_name(f"tco-sweep-{name}"),
         command=settings.TCO_RUNNER_PYTHON,
-        args=["-m", "worker.demo_sweep", "--out", str(out_dir)],
+        args=["-m", "demo.demo_sweep", "--out", str(out_dir)],
         count=count,
         queue=SWEEP_QUEUE,
         project=team.project,
@@ -78,7 +78,7 @@ def review_policy(*, runs_dir: str | Path, model_base_url: str, provider: str = 
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise LaunchError(f"model URL {model_base_url!r} is not an http(s) URL")
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "worker"), str(runs_dir)]
+    read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "demo"), str(runs_dir)]
     return (
         "version: 1\n"
         "filesystem_policy:\n"
@@ -105,8 +105,8 @@ def review_agent_definition() -> AgentDefinition:
     agent, _ = AgentDefinition.objects.get_or_create(
         name=REVIEW_AGENT, version=1,
         defaults={"description": "Reviews one run of the demo sweep through a tool call and the model "
-                                 "(worker/review_agent.py).",
-                  "command": [_agent_python(), "-m", "worker.review_agent", "{input}", "{workdir}"],
+                                 "(demo/review_agent.py).",
+                  "command": [_agent_python(), "-m", "demo.review_agent", "{input}", "{workdir}"],
                   "input_kind": "params", "timeout_s": 600, "default_model": DEFAULT_MODEL},
     )
     return agent

@@ -3,11 +3,11 @@
     manage.py tco_sweep_review --tasks 8 --start-model --submit-here --wait 300
     manage.py tco_sweep_review --report CAMPAIGN_ID
 
-Submits worker/demo_sweep.py as an array job on classic.q, then a review
+Submits demo/demo_sweep.py as an array job on classic.q, then a review
 campaign on agent.q (one sandboxed review agent per run, ``-hold_jid_ad`` on
 the sweep), and with ``--wait`` prints each verdict beside the reference
 checker's and the agreement. ``--start-model`` starts the scripted stand-in
-model (worker/demo_model.py --script review) and gives the runners its key;
+model (demo/demo_model.py --script review) and gives the runners its key;
 otherwise ``--model-url`` names a running model API whose key is
 ``--credential-name`` in the runners' credentials file. ``--report`` prints
 the verdicts and agreement of an earlier review campaign (after ingesting its
@@ -28,9 +28,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from dashboards.models import Campaign, Task, Team
 from dashboards.services import LaunchError, campaign_submit
-from dashboards.sweep import (review_agreement, review_runs_dir, sweep_review_launch, sweep_submit,
+from demo.sweep import (review_agreement, review_runs_dir, sweep_review_launch, sweep_submit,
                               write_demo_credential)
-from worker.schedulers.base import SchedulerError
+from schedulers.base import SchedulerError
 
 
 def _free_port() -> int:
@@ -116,7 +116,7 @@ class Command(BaseCommand):
         with os.fdopen(fd, "w") as fh:
             fh.write(key + "\n")
         write_demo_credential(name=credential_name, secret=key)
-        from worker.demo_model import spawn
+        from demo.demo_model import spawn
 
         try:
             proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(settings.BASE_DIR),
@@ -129,7 +129,7 @@ class Command(BaseCommand):
         return f"http://127.0.0.1:{port}"
 
     def _wait_and_report(self, campaign, out_dir: Path, count: int, timeout: float) -> None:
-        from worker.ingest import ingest_runner_records
+        from dashboards.ingest import ingest_runner_records
 
         deadline = time.monotonic() + timeout
         while True:

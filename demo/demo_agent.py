@@ -1,6 +1,6 @@
 """Demo agent: a STAND-IN for a real AI agent, bundled so the pipeline can run end to end.
 
-It calls no model. ``python -m worker.demo_agent INPUT_FILE [WORK_DIR]``
+It calls no model. ``python -m demo.demo_agent INPUT_FILE [WORK_DIR]``
 reads one task input (JSON object), "thinks" (sleeps ``duration_s`` seconds
 and hashes a little), writes ``result.json`` into the work directory
 (default: ``TCO_WORK_DIR``, else the current directory), prints one line and
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the demo agent; returns its exit status."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        print("usage: python -m worker.demo_agent INPUT_FILE [WORK_DIR]", file=sys.stderr)
+        print("usage: python -m demo.demo_agent INPUT_FILE [WORK_DIR]", file=sys.stderr)
         return 2
     input_path = argv[0]
     work_dir = argv[1] if len(argv) > 1 else os.environ.get("TCO_WORK_DIR", os.getcwd())

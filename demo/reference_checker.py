@@ -1,18 +1,18 @@
 """Reference checker for the sweep-and-review demo: a deterministic verdict per run.
 
 The review agents' verdicts are compared with these to give an agreement
-figure. With the scripted stand-in model (worker/demo_model.py, ``--script
+figure. With the scripted stand-in model (demo/demo_model.py, ``--script
 review``) that figure checks the plumbing (sweep -> review chained with
 -hold_jid_ad -> tool call -> proxy -> model -> verdict -> record -> page),
 NOT a model's quality: :data:`SCRIPTED_CAVEAT` says so wherever it is shown.
 
-A run (``run-<task>.txt`` of worker/demo_sweep.py) is ``ok`` only if its log
+A run (``run-<task>.txt`` of demo/demo_sweep.py) is ``ok`` only if its log
 ends with ``summary: status=ok``, every number in it is finite and the energy
 did not grow (a damped oscillator loses energy); otherwise ``bad``, with the
 reason ``missing``, ``no_summary`` (the log just stops: a hard crash),
 ``crashed``, ``diverged``, ``non_finite`` or ``energy_grew``.
 
-``python -m worker.reference_checker RUN_FILE...`` prints one verdict per file.
+``python -m demo.reference_checker RUN_FILE...`` prints one verdict per file.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import re
 import sys
 from typing import Iterable
 
-SCRIPTED_CAVEAT = ("The review model is the scripted stand-in (worker/demo_model.py --script review): this "
+SCRIPTED_CAVEAT = ("The review model is the scripted stand-in (demo/demo_model.py --script review): this "
                    "agreement checks the plumbing, not a model's quality.")
 _STATUS_RE = re.compile(r"^summary: status=(\w+)", re.MULTILINE)
 _NUMBER_RE = re.compile(r"(?:x|v|energy|final_energy|energy_ratio)=(\S+)")

@@ -717,7 +717,7 @@ USAGE_FILE_KEYS = ("requests", "refused", "rate_limited", "input_tokens", "cache
 
 def usage_file_lines(totals: Mapping[str, Any], prefix: str = "tco_") -> list[str]:
     """``key=value`` lines for a Grid Engine job's usage file from the proxy's
-    totals (:meth:`worker.metering.proxy.MeteringProxy.totals`).
+    totals (:meth:`execution.metering.proxy.MeteringProxy.totals`).
 
     OCS/GCS 9 "flexible accounting" (GRIDENGINE.md section 2): lines appended
     to ``$SGE_JOB_SPOOL_DIR/usage`` whose names match the cluster's

@@ -20,7 +20,7 @@ query matchers, ``allowed_ips``, middlewares): the runner then refuses to
 start the agent rather than run it under a weaker policy.
 
 :meth:`Policy.proxy_policy` is the network part as the metering proxy
-(worker/metering/proxy.py) takes it: only endpoints it can reach and meter
+(execution/metering/proxy.py) takes it: only endpoints it can reach and meter
 (``protocol: rest``, an exact host, a rule that lists binaries), ``ports``
 expanded, ``access`` presets expanded to rules.
 """

@@ -1,4 +1,4 @@
-"""The runner: what Grid Engine starts for each agent task (``python -m worker.runner``).
+"""The runner: what Grid Engine starts for each agent task (``python -m execution.runner``).
 
 No Django, and quick to start: it runs once per task. It reads the task's
 runner spec, builds the agent's sandbox, runs the agent in it, tears it down
@@ -11,7 +11,7 @@ flags ``task_number_defaulted``). Optional: ``TCO_CREDENTIALS_FILE`` (JSON
 ``{"name": "secret"}``, readable by the submit account only; default
 ``<spool>/credentials.json``; read by the proxy, outside the sandbox, at the
 first request that needs it), ``TCO_PRICES_FILE`` (the price table for the
-proxy, worker/metering/prices.py's file format; default
+proxy, execution/metering/prices.py's file format; default
 ``<spool>/prices.json`` if it exists), ``TCO_SANDBOX_MASK`` (more host paths, ``:``-separated, hidden from the agent
 even under a listed path, e.g. tco's state directory; a listed path inside one
 is still shown), ``TCO_SANDBOX_RUNTIME`` (``bubblewrap`` or
@@ -47,7 +47,7 @@ its own name. ``token_cap``/``cost_cap_usd`` are the proxy's per-task caps
 are files in the work directory (relative paths or globs) copied, capped, to
 ``records/<campaign_id>/<task>.outputs/`` for the pages.
 
-The sandbox (worker/sandbox/): bubblewrap by default; OpenShell's CLI where
+The sandbox (execution/sandbox/): bubblewrap by default; OpenShell's CLI where
 ``openshell`` is on PATH and the policy has no loopback endpoint (OpenShell
 refuses those). The agent's environment is cleared and rebuilt: ``PATH``,
 ``HOME=/sandbox``, ``ANTHROPIC_BASE_URL=http://127.0.0.1:8790`` and
@@ -57,7 +57,7 @@ credential), ``TCO_CAMPAIGN_ID``, ``TCO_TASK_NUMBER``, ``TCO_INPUT_FILE``, ``TCO
 ``PYTHONPATH``/``PYTHONDONTWRITEBYTECODE``/``LANG``/``LC_ALL``/``TZ`` from
 the runner's environment, and ``agent.environment``. Never a credential.
 
-The metering proxy (worker/metering/proxy.py) listens on the Unix socket
+The metering proxy (execution/metering/proxy.py) listens on the Unix socket
 bound into the sandbox. It is started when the agent first connects to its
 base URL (the relay says so), so an agent that never calls a model pays
 nothing for it; each request is appended to
@@ -285,7 +285,7 @@ def _write_json_atomically(path: str, data: dict) -> None:
 def default_policy() -> dict:
     """The policy of a spec without one: system directories and tco's own code (for its
     bundled agents) read-only, the work directory and a private /tmp writable, no network."""
-    read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", os.path.join(CODE_ROOT, "worker")]
+    read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", os.path.join(CODE_ROOT, "demo")]
     if sys.prefix != sys.base_prefix:  # the venv the bundled agents run with
         read_only.append(sys.prefix)
     return {"version": 1,
@@ -473,7 +473,7 @@ class Runner:
         return line
 
     def _load_policy(self, spec: dict):
-        from worker.sandbox.policy import PolicyError, load_policy
+        from execution.sandbox.policy import PolicyError, load_policy
 
         source = spec.get("policy")
         try:
@@ -488,7 +488,7 @@ class Runner:
             raise RunnerError(f"sandbox runtime {wanted!r}: use auto, bubblewrap or openshell")
         if wanted == "auto":
             loopback = any(e.loopback for _, e in policy.endpoints())
-            from worker.sandbox.bwrap import which
+            from execution.sandbox.bwrap import which
 
             wanted = "openshell" if which("openshell", self.environ.get("PATH")) and not loopback else "bubblewrap"
         return wanted
@@ -614,7 +614,7 @@ class Runner:
         finally:
             os.close(out_w)
             os.close(err_w)
-        from worker.sandbox import SandboxStartError
+        from execution.sandbox import SandboxStartError
 
         # Output files appear once the agent runs (stdout_path is null if it never did); the
         # pipes hold what it writes meanwhile.
@@ -638,7 +638,7 @@ class Runner:
         self._note_stages()
 
     def _start_bwrap(self, spec: dict, policy, argv: list[str], out_w: int, err_w: int) -> None:
-        from worker.sandbox.bwrap import (RELAY_PORT, BwrapSandbox, SandboxConfigError, SandboxPlan,
+        from execution.sandbox.bwrap import (RELAY_PORT, BwrapSandbox, SandboxConfigError, SandboxPlan,
                                           SandboxStartError, group_text, passwd_text)
 
         self._proxy_setup(spec, policy)
@@ -684,7 +684,7 @@ class Runner:
         self.stages["sandbox_create_at"] = self.clock.iso_mono(self.sandbox.mono.get("create"))
 
     def _start_openshell(self, spec: dict, policy, argv: list[str], out_w: int, err_w: int) -> None:
-        from worker.sandbox.openshell import OpenShellSandbox, SandboxStartError
+        from execution.sandbox.openshell import OpenShellSandbox, SandboxStartError
 
         name = f"tco-{self.campaign_id}-{self.task_number}-{self.job_number or os.getpid()}".replace("_", "-")
         endpoint = spec.get("model_endpoint") or {}
@@ -751,7 +751,7 @@ class Runner:
 
     def _run_proxy_start(self) -> None:
         try:
-            from worker.metering.proxy import CredentialError, CredentialResolver, start_proxy
+            from execution.metering.proxy import CredentialError, CredentialResolver, start_proxy
 
             config = self._proxy_config
             names = config["names"]
@@ -784,12 +784,12 @@ class Runner:
 
             prices = None
             if config["prices"] is not None:
-                from worker.metering.prices import PriceTable
+                from execution.metering.prices import PriceTable
 
                 prices = PriceTable.from_file(config["prices"])
             caps = None
             if config["token_cap"] is not None or config["cost_cap"] is not None:
-                from worker.metering.proxy import Caps
+                from execution.metering.proxy import Caps
 
                 caps = Caps(task_tokens=config["token_cap"], task_cost_usd=config["cost_cap"])
             self._proxy_handle = start_proxy(
@@ -885,12 +885,12 @@ class Runner:
 
         For OCS/GCS 9 flexible accounting: the shepherd's usage file belongs to
         the admin user, so the runner cannot write it; the epilog
-        ``worker/usage_epilog.py`` (run as that user) appends this file to it.
+        ``execution/usage_epilog.py`` (run as that user) appends this file to it.
         Returns the path, or None without totals or when it cannot be written.
         """
         if not self.usage or self.record_dir is None:
             return None
-        from worker.metering.usage import append_usage_file
+        from execution.metering.usage import append_usage_file
 
         path = self._output_path("usage")
         try:

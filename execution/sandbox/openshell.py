@@ -32,9 +32,9 @@ import signal
 import subprocess
 import time
 
-from worker.sandbox import SandboxStartError
-from worker.sandbox.bwrap import which
-from worker.sandbox.policy import Policy
+from execution.sandbox import SandboxStartError
+from execution.sandbox.bwrap import which
+from execution.sandbox.policy import Policy
 
 __all__ = ["SandboxStartError", "OpenShellSandbox"]
 
@@ -44,7 +44,7 @@ CLI_TIMEOUT_S = 600.0
 class OpenShellSandbox:
     """One agent in one OpenShell sandbox, driven through the ``openshell`` CLI.
 
-    Same interface as :class:`worker.sandbox.bwrap.BwrapSandbox`: :meth:`start`,
+    Same interface as :class:`execution.sandbox.bwrap.BwrapSandbox`: :meth:`start`,
     :meth:`wait_ready`, :meth:`wait_exit`, :meth:`stop`, :meth:`log`, and
     :attr:`mono`, :attr:`exit`, :attr:`killed`, :attr:`proc`.
     """

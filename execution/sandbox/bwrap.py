@@ -26,7 +26,7 @@ environment) into a ``bwrap`` command line:
   namespace has nothing but loopback; ``/etc/passwd`` and ``/etc/group`` are
   generated (user ``sandbox``);
 - ``--clearenv`` and only the chosen variables (never a credential);
-- the command is the relay (worker/sandbox/relay.py) as PID 1, which starts
+- the command is the relay (execution/sandbox/relay.py) as PID 1, which starts
   the agent; the proxy socket's directory is bound read-only at ``/run/tco``.
 
 :class:`BwrapSandbox` runs it: ``sandbox_create_at`` is taken just before
@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-from worker.sandbox import SandboxStartError
-from worker.sandbox.policy import Policy
+from execution.sandbox import SandboxStartError
+from execution.sandbox.policy import Policy
 
 __all__ = ["SandboxStartError", "SandboxConfigError", "SandboxPlan", "HostFS", "BwrapSandbox", "build_argv"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from worker.metering.prices import PriceTable
-from worker.metering.usage import usage_from_bytes
+from execution.metering.prices import PriceTable
+from execution.metering.usage import usage_from_bytes
 
 __all__ = ["KEYS", "inspect_usage"]
 
@@ -27,7 +27,7 @@ def inspect_usage(path: str | os.PathLike, prices_path: str | os.PathLike | None
     token buckets (ints; ``input_tokens`` is uncached input,
     ``reasoning_tokens`` is a part of ``output_tokens``), ``complete``
     (bool), ``cost_usd`` (decimal text in USD, or None when unpriced) and
-    ``flags`` (usage flags, then price flags; see worker/metering/usage.py
+    ``flags`` (usage flags, then price flags; see execution/metering/usage.py
     and prices.py). Prices come from ``prices_path`` (the prices JSON file
     format) or ``price_table``; with neither, ``cost_usd`` is None and
     ``unpriced_model`` is flagged. ``requested_model`` takes part in the price

@@ -1,6 +1,6 @@
 """An in-memory scheduler with the GridEngine adapter's interface, for unit tests.
 
-It validates submissions exactly as :class:`~worker.schedulers.gridengine.GridEngine`
+It validates submissions exactly as :class:`~schedulers.gridengine.GridEngine`
 does (same allow-lists, same :class:`InvalidSubmission`), keeps tasks in
 memory, and lets a test move them along: :meth:`FakeScheduler.start`,
 :meth:`FakeScheduler.finish`, :meth:`FakeScheduler.set_error`. Finished
@@ -14,14 +14,14 @@ import dataclasses
 import datetime as dt
 from typing import Callable, Iterable, Sequence
 
-from worker.schedulers.base import (
+from schedulers.base import (
     AccountingRecord,
     ArrayJobSpec,
     QstatTask,
     SchedulerCommandError,
     SchedulerUnavailable,
 )
-from worker.schedulers.gridengine import (
+from schedulers.gridengine import (
     DEFAULT_MAX_TASKS,
     InvalidSubmission,
     control_argv,
