@@ -18,7 +18,9 @@ is still shown), ``TCO_SANDBOX_RUNTIME`` (``bubblewrap`` or
 ``openshell``; overrides the spec), ``TMPDIR`` (where the runner's private
 directory goes; Grid Engine sets one per task).
 
-The runner spec, ``<spool>/campaigns/<campaign_id>/spec.json``::
+The spool layout, the runner spec and the runner record are the spool contract
+(execution/spool.py: ``SpoolLayout``, ``RunnerSpec``, ``RunnerRecord``); they
+are summarised here. The runner spec, ``<spool>/campaigns/<campaign_id>/spec.json``::
 
     {"version": 1, "campaign_id": str|int,
      "agent": {"command": [argv...], "environment": {str: str},   # optional
@@ -28,6 +30,8 @@ The runner spec, ``<spool>/campaigns/<campaign_id>/spec.json``::
      "policy": YAML text | "/abs/path.yaml" | {mapping},                # optional
      "model_endpoint": {"base_url": "http://127.0.0.1:8123",            # optional
                         "credential_name": "demo-anthropic"},
+     "model_endpoints": [{"name", "provider", "scheme", "host", "port",  # optional
+                          "path_prefixes", "credential_name"}],
      "credentials": {"provider": "credential name"},                    # optional
      "sandbox": {"runtime": "auto"|"bubblewrap"|"openshell"}}           # optional
 
@@ -143,14 +147,14 @@ _ANCHOR_MONO_NS = time.monotonic_ns()
 
 import json  # noqa: E402
 import os  # noqa: E402
-import re  # noqa: E402
 import signal  # noqa: E402
 import stat  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 
-RECORD_VERSION = 2
-SPEC_VERSION = 1
+from execution.spool import (RECORD_VERSION, SPEC_VERSION, STAGES, RunnerRecord, RunnerSpec,  # noqa: E402,F401
+                             SpecError, SpoolError, SpoolLayout, check_campaign_id)
+
 OUTPUT_CAP_BYTES = 1 << 20
 OUTPUT_FILE_CAP_BYTES = 1 << 20
 MAX_OUTPUT_FILES = 64
@@ -168,10 +172,6 @@ CODE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
                        signal.SIGUSR2, signal.SIGXCPU)
-STAGES = ("task_started_at", "sandbox_create_at", "sandbox_ready_at", "agent_started_at",
-          "agent_exited_at", "teardown_done_at")
-_CAMPAIGN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 class RunnerError(Exception):
@@ -261,27 +261,6 @@ def _group_members() -> list[int]:
     return members
 
 
-def _write_json_atomically(path: str, data: dict) -> None:
-    directory = os.path.dirname(path)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass  # some filesystems (NFS, tmpfs variants) refuse fsync on a directory
-    finally:
-        os.close(dir_fd)
-
-
 def default_policy() -> dict:
     """The policy of a spec without one: system directories and tco's own code (for its
     bundled agents) read-only, the work directory and a private /tmp writable, no network."""
@@ -353,6 +332,7 @@ class Runner:
         self.task_number: int | None = None
         self.job_number: int | None = None
         self.record_dir = self.work_dir = None
+        self.layout: SpoolLayout | None = None
         self.private_dir: str | None = None
         self.sandbox = None
         self.sandbox_info: dict | None = None
@@ -393,9 +373,11 @@ class Runner:
         self.campaign_id = env.get("TCO_CAMPAIGN_ID") or None
         if not self.spool or not os.path.isabs(self.spool):
             raise RunnerError("TCO_SPOOL_DIR must be set to an absolute path")
-        if not self.campaign_id or not _CAMPAIGN_ID_RE.match(self.campaign_id) \
-                or self.campaign_id in (".", ".."):
-            raise RunnerError(f"TCO_CAMPAIGN_ID {self.campaign_id!r} is missing or not a safe name")
+        try:
+            check_campaign_id(self.campaign_id or "")
+        except SpoolError:
+            raise RunnerError(f"TCO_CAMPAIGN_ID {self.campaign_id!r} is missing or not a safe name") from None
+        self.layout = SpoolLayout(self.spool)
         job_id = env.get("JOB_ID", "")
         self.job_number = int(job_id) if job_id.isdigit() else None
         task_id = env.get("SGE_TASK_ID", "undefined")
@@ -406,54 +388,29 @@ class Runner:
             self.flags.append("task_number_defaulted")
         else:
             raise RunnerError(f"SGE_TASK_ID {task_id!r} is not a task number")
-        self.record_dir = os.path.join(self.spool, "records", self.campaign_id)
+        self.record_dir = self.layout.records_dir(self.campaign_id)
         os.makedirs(self.record_dir, exist_ok=True)
 
     def _read_spec(self) -> dict:
-        campaign_dir = os.path.join(self.spool, "campaigns", self.campaign_id)
-        path = os.path.join(campaign_dir, "spec.json")
+        """The campaign's runner spec, checked by the spool contract (execution/spool.py), as its
+        JSON mapping with ``inputs_file`` made absolute. Raises RunnerError."""
+        path = self.layout.spec_path(self.campaign_id)
         try:
-            with open(path, encoding="utf-8") as fh:
-                spec = json.load(fh)
+            spec = RunnerSpec.read(path)
         except OSError as exc:
             raise RunnerError(f"cannot read runner spec {path}: {exc.strerror}") from exc
-        except ValueError as exc:
-            raise RunnerError(f"runner spec {path} is not JSON: {exc}") from exc
-        if not isinstance(spec, dict) or spec.get("version") != SPEC_VERSION:
-            raise RunnerError(f"runner spec {path}: version must be {SPEC_VERSION}")
+        except SpecError as exc:
+            raise RunnerError(f"runner spec {path}: {exc}") from exc
         # The launcher may write the id as a number; the environment always has text.
-        if isinstance(spec.get("campaign_id"), bool) or str(spec.get("campaign_id")) != self.campaign_id:
-            raise RunnerError(f"runner spec {path} is for campaign {spec.get('campaign_id')!r}, "
+        if isinstance(spec.campaign_id, bool) or str(spec.campaign_id) != self.campaign_id:
+            raise RunnerError(f"runner spec {path} is for campaign {spec.campaign_id!r}, "
                               f"not {self.campaign_id!r}")
-        agent = spec.get("agent")
-        command = (agent or {}).get("command") if isinstance(agent, dict) else None
-        if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
-            raise RunnerError(f"runner spec {path}: agent.command must be a non-empty list of strings")
-        environment = agent.get("environment") or {}
-        if not isinstance(environment, dict) or not all(
-                isinstance(k, str) and _ENV_KEY_RE.match(k) and isinstance(v, str) and "\0" not in v
-                for k, v in environment.items()):
-            raise RunnerError(f"runner spec {path}: agent.environment must map variable names to text")
-        outputs = agent.get("outputs") or []
-        if not isinstance(outputs, list) or not all(isinstance(o, str) and o and not o.startswith("/")
-                                                    for o in outputs):
-            raise RunnerError(f"runner spec {path}: agent.outputs must be a list of relative paths")
-        timeout = spec.get("timeout_s")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or timeout <= 0):
-            raise RunnerError(f"runner spec {path}: timeout_s must be a positive number or null")
-        grace = spec.get("kill_grace_s", self.kill_grace_s)
-        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
-            raise RunnerError(f"runner spec {path}: kill_grace_s must be a number of seconds >= 0")
-        self.kill_grace_s = float(grace)
-        inputs = spec.get("inputs_file")
-        if not isinstance(inputs, str) or not inputs:
-            raise RunnerError(f"runner spec {path}: inputs_file must be a path")
-        spec["inputs_file"] = os.path.join(campaign_dir, inputs)  # absolute paths stay as they are
-        for name in ("model_endpoint", "credentials", "sandbox"):
-            if spec.get(name) is not None and not isinstance(spec[name], dict):
-                raise RunnerError(f"runner spec {path}: {name} must be a mapping")
-        return spec
+        if spec.kill_grace_s is not None:
+            self.kill_grace_s = float(spec.kill_grace_s)
+        data = spec.to_json()
+        # Relative to the campaign folder; absolute paths stay as they are.
+        data["inputs_file"] = os.path.join(self.layout.campaign_dir(self.campaign_id), spec.inputs_file)
+        return data
 
     def _read_input(self, inputs_file: str) -> str:
         try:
@@ -536,12 +493,12 @@ class Runner:
                 raise RunnerError("runner spec: cost_cap_usd must be a decimal amount of USD") from None
             if not cost_cap.is_finite() or cost_cap <= 0:
                 raise RunnerError("runner spec: cost_cap_usd must be a positive amount of USD")
-        prices = self.environ.get("TCO_PRICES_FILE") or os.path.join(self.spool, "prices.json")
+        prices = self.environ.get("TCO_PRICES_FILE") or self.layout.prices_path
         prices = prices if os.path.isfile(prices) else None
         if cost_cap is not None and prices is None:
             raise RunnerError("runner spec: cost_cap_usd needs a price table (TCO_PRICES_FILE or "
                               "<spool>/prices.json)")
-        credentials = self.environ.get("TCO_CREDENTIALS_FILE") or os.path.join(self.spool, "credentials.json")
+        credentials = self.environ.get("TCO_CREDENTIALS_FILE") or self.layout.credentials_path
         self._proxy_config = {"policy": policy.proxy_policy(), "upstreams": upstreams, "names": names,
                               "file": credentials, "prices": prices, "token_cap": token_cap, "cost_cap": cost_cap}
 
@@ -585,7 +542,7 @@ class Runner:
         self.sandbox_info = {"runtime": runtime, "policy_sha256": policy.sha256, "uid": policy.uid,
                              "gid": policy.gid, "notes": [str(f) for f in findings], "log": ""}
 
-        self.work_dir = os.path.join(self.spool, "work", self.campaign_id, str(self.task_number))
+        self.work_dir = self.layout.work_dir(self.campaign_id, self.task_number)
         os.makedirs(self.work_dir, exist_ok=True)
         input_text = self._read_input(spec["inputs_file"]) + "\n"
         input_path = os.path.join(self.work_dir, "input.json")
@@ -848,7 +805,7 @@ class Runner:
             else:
                 names.append(pattern)
         seen = set()
-        target_dir = os.path.join(self.record_dir, f"{self.task_number}.outputs")
+        target_dir = self.layout.outputs_dir(self.campaign_id, self.task_number)
         for name in names:
             name = os.path.normpath(name)
             if name in seen:
@@ -904,7 +861,7 @@ class Runner:
         return path
 
     def _output_path(self, suffix: str) -> str:
-        return os.path.join(self.record_dir, f"{self.task_number}.{suffix}")
+        return self.layout.task_file(self.campaign_id, self.task_number, suffix)
 
     # ---- the whole run
     def run(self) -> int:
@@ -988,30 +945,29 @@ class Runner:
             print(f"tco runner: {self.error}; no record written", file=sys.stderr)
             return self.exit_code
         usage_file = self._write_usage_file()
-        record = {
-            "usage_file": usage_file,
-            "version": RECORD_VERSION,
-            "campaign_id": self.campaign_id,
-            "task_number": self.task_number,
-            "job_number": self.job_number,
-            "hostname": os.uname().nodename,
-            "stages": self.stages,
-            "exit_status": self.exit_status,
-            "signal": self.agent_signal,
-            "stdout_path": self._output_path("stdout") if self.captures else None,
-            "stderr_path": self._output_path("stderr") if self.captures else None,
-            "stdout_truncated": bool(self.captures and self.captures[0].truncated),
-            "stderr_truncated": bool(len(self.captures) > 1 and self.captures[1].truncated),
-            "outputs": self.outputs,
-            "sandbox": self.sandbox_info,
-            "usage": self.usage,
-            "requests_path": self.requests_path if self._proxy_thread is not None else None,
-            "flags": self.flags,
-            "runner_signal": self.runner_signal,
-            "error": self.error,
-        }
+        record = RunnerRecord(
+            campaign_id=self.campaign_id,
+            task_number=self.task_number,
+            job_number=self.job_number,
+            hostname=os.uname().nodename,
+            stages=self.stages,
+            exit_status=self.exit_status,
+            signal=self.agent_signal,
+            stdout_path=self._output_path("stdout") if self.captures else None,
+            stderr_path=self._output_path("stderr") if self.captures else None,
+            stdout_truncated=bool(self.captures and self.captures[0].truncated),
+            stderr_truncated=bool(len(self.captures) > 1 and self.captures[1].truncated),
+            outputs=self.outputs,
+            sandbox=self.sandbox_info,
+            usage=self.usage,
+            requests_path=self.requests_path if self._proxy_thread is not None else None,
+            usage_file=usage_file,
+            flags=self.flags,
+            runner_signal=self.runner_signal,
+            error=self.error,
+        )
         try:
-            _write_json_atomically(os.path.join(self.record_dir, f"{self.task_number}.json"), record)
+            record.write(self.layout.record_path(self.campaign_id, self.task_number))
         except OSError as exc:
             print(f"tco runner: cannot write record: {exc}", file=sys.stderr)
             return EXIT_INTERNAL
