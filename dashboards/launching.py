@@ -489,7 +489,7 @@ def _nothing(user, action: str, target: str, message: str) -> LaunchError:
 
 def campaign_inputs(campaign: Campaign) -> list[dict[str, Any]]:
     """The campaign's inputs as written at launch (task N is item N-1). Raises LaunchError if unreadable."""
-    path = services.spool_dir() / "campaigns" / str(campaign.pk) / "inputs.jsonl"
+    path = Path(services.spool_layout().inputs_path(campaign.pk))
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -19,6 +18,7 @@ from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
 from django.utils import timezone
 
+from execution.spool import RunnerSpec, SpecError, SpoolLayout, write_atomic
 from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
 from schedulers.gridengine import sanitize_name
 
@@ -65,14 +65,9 @@ def spool_dir() -> Path:
     return Path(settings.TCO_SPOOL_DIR)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def spool_layout() -> SpoolLayout:
+    """The spool's paths (execution/spool.py) under ``TCO_SPOOL_DIR``."""
+    return SpoolLayout(settings.TCO_SPOOL_DIR)
 
 
 def campaign_launch(
@@ -97,6 +92,7 @@ def campaign_launch(
     submit_on_hold: bool = False,
     retry_of: Campaign | None = None,
     model_endpoint: dict[str, str] | None = None,
+    outputs: Sequence[str] = (),
 ) -> Campaign:
     """Record a campaign and its runner spec, then queue its submission.
 
@@ -113,7 +109,9 @@ def campaign_launch(
     ``cost_cap_usd`` (USD per task, Decimal) go into the runner spec, and so
     does ``model_endpoint`` (``{"base_url", "credential_name"}``: where the
     metering proxy sends the agent's requests, which must be an endpoint of the
-    policy, and the name of its credential in the runner's credentials file).
+    policy, and the name of its credential in the runner's credentials file),
+    and ``outputs`` (files of the work directory, relative paths or globs, that
+    the runner copies for the pages).
     """
     name = name.strip()
     if not NAME_RE.match(name):
@@ -165,34 +163,37 @@ def campaign_launch(
             retry_of=retry_of,
             launched_at=timezone.now(),
         )
-        base = spool_dir() / "campaigns" / str(campaign.pk)
-        _write_atomic(base / "inputs.jsonl", ("\n".join(encoded) + "\n").encode())
-        spec = {
-            "version": 1,
-            "campaign_id": campaign.pk,
-            "agent": {"name": agent_definition.name, "version": agent_definition.version,
-                      "command": agent_definition.command},
-            "inputs_file": str(base / "inputs.jsonl"),
-            "timeout_s": agent_definition.timeout_s,
-        }
-        # Options for the runner and its metering proxy (only those set, so a
-        # plain launch writes the same spec as before).
-        if model:
-            spec["model"] = model
-        if policy:
-            spec["policy"] = policy
-        if token_cap is not None:
-            spec["token_cap"] = token_cap
-        if cost_cap_usd is not None:
-            spec["cost_cap_usd"] = str(cost_cap_usd)
-        if model_endpoint:
-            spec["model_endpoint"] = {k: str(v) for k, v in model_endpoint.items()
-                                      if k in ("base_url", "credential_name") and v}
-        _write_atomic(base / "spec.json", json.dumps(spec, indent=1).encode())
+        campaign_spool_write(campaign, encoded, model_endpoint=model_endpoint, outputs=outputs)
         prices_write()
         transaction.on_commit(lambda: enqueue.send(enqueue.SUBMIT_CAMPAIGN, campaign.pk))
     realtime.queue_changed(cluster.name, {campaign.pk})
     return campaign
+
+
+def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
+                         model_endpoint: dict[str, str] | None = None, outputs: Sequence[str] = ()) -> RunnerSpec:
+    """Write a launched campaign's inputs (one JSON text per task) and runner spec into the spool.
+
+    The spec (execution/spool.py ``RunnerSpec``) takes the agent definition,
+    model, policy and caps from ``campaign``; only the options that are set
+    are written, so a plain launch writes a short spec. Raises LaunchError
+    when the spec would break the contract (nothing is written then), OSError.
+    """
+    layout = spool_layout()
+    agent = campaign.agent_definition
+    try:
+        spec = RunnerSpec(
+            campaign_id=campaign.pk, agent_name=agent.name, agent_version=agent.version, command=agent.command,
+            outputs=list(outputs), inputs_file=layout.inputs_path(campaign.pk), timeout_s=agent.timeout_s,
+            model=campaign.model or None, policy=campaign.policy or None, token_cap=campaign.token_cap,
+            cost_cap_usd=campaign.cost_cap_usd,
+            model_endpoint={k: str(v) for k, v in (model_endpoint or {}).items()
+                            if k in ("base_url", "credential_name") and v} or None)
+    except SpecError as exc:
+        raise LaunchError(f"runner spec: {exc}") from None
+    write_atomic(layout.inputs_path(campaign.pk), ("\n".join(encoded_inputs) + "\n").encode())
+    spec.write(layout.spec_path(campaign.pk))
+    return spec
 
 
 def prices_write() -> Path | None:
@@ -209,16 +210,17 @@ def prices_write() -> Path | None:
     mapping = table.to_mapping()
     if not mapping or not any(k != "aliases" for k in mapping):
         return None
-    path = spool_dir() / "prices.json"
-    _write_atomic(path, json.dumps(mapping, indent=1, default=str).encode())
+    path = Path(spool_layout().prices_path)
+    write_atomic(path, json.dumps(mapping, indent=1, default=str).encode())
     return path
 
 
 def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
     """The array job a campaign submits: tco's runner once per task, as the submit account."""
     base = spool_dir()
-    logs = base / "logs" / str(campaign.pk)
-    work = base / "work" / str(campaign.pk)
+    layout = spool_layout()
+    logs = Path(layout.logs_dir(campaign.pk))
+    work = Path(layout.work_dir(campaign.pk))
     logs.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     resources: dict[str, str | int] = {}

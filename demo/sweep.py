@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
 
 from demo.reference_checker import agreement, check_file
+from execution.spool import SpoolLayout, write_atomic
 from schedulers.base import ArrayJobSpec
 from schedulers.gridengine import sanitize_name
 
@@ -123,22 +123,15 @@ def sweep_review_launch(*, user: AbstractBaseUser, team: Team, sweep_job: int, r
                "stream": n % 2 == 0}
               for n in range(1, count + 1)]
     agent = review_agent_definition()
-    # One transaction around both: the submission waits for its commit (on_commit), so no
-    # runner can read the spec before its outputs are declared.
-    with transaction.atomic():
-        campaign = campaign_launch(
-            user=user, team=team, agent_definition=agent, inputs=inputs, name=name, queue=REVIEW_QUEUE,
-            model=model, policy=review_policy(runs_dir=runs_dir, model_base_url=model_base_url),
-            predecessor_job=sweep_job,
-            model_endpoint={"base_url": model_base_url, "credential_name": credential_name},
-        )
-        # The verdict is what the pages show: declared as an output of every review task.
-        spec_path = Path(settings.TCO_SPOOL_DIR) / "campaigns" / str(campaign.pk) / "spec.json"
-        spec = json.loads(spec_path.read_text())
-        spec["agent"]["outputs"] = ["verdict.json", "transcript.jsonl"]
-        tmp = spec_path.with_name(".spec.json.outputs")
-        tmp.write_text(json.dumps(spec, indent=1))
-        os.replace(tmp, spec_path)
+    # The verdict is what the pages show: declared as an output of every review task, in the
+    # spec the launch writes (so no runner can read a spec without it).
+    campaign = campaign_launch(
+        user=user, team=team, agent_definition=agent, inputs=inputs, name=name, queue=REVIEW_QUEUE,
+        model=model, policy=review_policy(runs_dir=runs_dir, model_base_url=model_base_url),
+        predecessor_job=sweep_job,
+        model_endpoint={"base_url": model_base_url, "credential_name": credential_name},
+        outputs=["verdict.json", "transcript.jsonl"],
+    )
     return campaign
 
 
@@ -178,7 +171,7 @@ def review_agreement(*, campaign: Campaign, runs_dir: str | Path | None = None) 
 
 def review_runs_dir(campaign: Campaign) -> Path:
     """The sweep's run directory, as the review campaign's first input names it."""
-    inputs = Path(settings.TCO_SPOOL_DIR) / "campaigns" / str(campaign.pk) / "inputs.jsonl"
+    inputs = SpoolLayout(settings.TCO_SPOOL_DIR).inputs_path(campaign.pk)
     with open(inputs, encoding="utf-8") as fh:
         return Path(json.loads(fh.readline())["run_output"]).parent
 
@@ -186,18 +179,14 @@ def review_runs_dir(campaign: Campaign) -> Path:
 def write_demo_credential(*, name: str, secret: str, spool: Path | None = None) -> Path:
     """Add ``name`` to the runners' credentials file (``<spool>/credentials.json``, mode 0600),
     keeping the names already there. Returns its path."""
-    path = Path(spool or settings.TCO_SPOOL_DIR) / "credentials.json"
+    path = Path(SpoolLayout(spool or settings.TCO_SPOOL_DIR).credentials_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         table = json.loads(path.read_text())
     except FileNotFoundError:
         table = {}
     table[name] = secret
-    tmp = path.with_name(".credentials.json.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(table, fh)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(table).encode(), mode=0o600)
     return path
 
 
