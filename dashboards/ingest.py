@@ -18,6 +18,8 @@ import datetime as dt
 import json
 import logging
 import os
+import uuid
+from decimal import Decimal
 from pathlib import Path
 from typing import Iterable
 
@@ -30,6 +32,8 @@ from dashboards import enqueue, realtime
 from dashboards.models import (
     AccountingRecord, Campaign, Cluster, IngestCheckpoint, ModelRequest, QuarantinedLine, Task, TaskEvent,
 )
+from execution.spool import (TOKEN_FIELDS, JsonLinesStats, RecordError, RecordVersionError, RunnerRecord,
+                             SpoolError, SpoolLayout, iter_json_lines, parse_stage_time)
 from schedulers.base import AccountingRecord as ParsedRecord
 from schedulers.base import QstatTask
 
@@ -524,128 +528,247 @@ def reconcile_gone_tasks(cluster: Cluster, *, now: dt.datetime | None = None) ->
 
 # --- runner records --------------------------------------------------------------------
 
-STAGES = ("task_started_at", "sandbox_create_at", "sandbox_ready_at", "agent_started_at", "agent_exited_at",
-          "teardown_done_at")
+#: Request rows kept per task (the totals count every request); ``TCO_REQUESTS_KEPT_PER_TASK`` overrides.
+REQUESTS_KEPT_PER_TASK = 10_000
+#: A request record (one line of ``<task>.requests.jsonl``) longer than this is skipped unread.
+REQUEST_LINE_CAP_BYTES = 1 << 20
+#: A claim older than this (seconds) belonged to an ingester that died: another one takes it over.
+CLAIM_STALE_S = 600.0
 
 
-def _parse_time(value) -> dt.datetime | None:
-    if not value:
-        return None
-    parsed = dt.datetime.fromisoformat(value)
-    if parsed.tzinfo is None:
-        raise ValueError(f"stage time {value!r} has no zone")
-    return parsed.astimezone(dt.timezone.utc)
+@dataclasses.dataclass
+class RunnerIngestResult:
+    """What one :func:`ingest_runner_records` round did, in records (``requests_skipped``: request rows).
 
-
-def ingest_runner_records(cluster: Cluster, *, spool: Path | None = None) -> int:
-    """Store the stage timestamps of every runner record in the spool, then move it aside.
-
-    A record joins its task by (campaign id, task number, job number). A record
-    that cannot be read goes to ``<spool>/quarantine``; one whose task is not
-    known yet stays for the next round. Returns the number ingested.
+    ``ingested``: stored on their task and moved to ``ingested/``;
+    ``waiting``: their task is not known yet, left for the next round;
+    ``quarantined``: refused and moved to ``quarantine/`` (malformed, or of an
+    unknown version), never stored; ``unknown_version``: how many of those
+    were refused for their version alone; ``raced``: taken by another
+    ingester first (not an error); ``requests_skipped``: request records not
+    kept as rows (over ``TCO_REQUESTS_KEPT_PER_TASK``, or a line over
+    :data:`REQUEST_LINE_CAP_BYTES`).
     """
-    spool = Path(spool or settings.TCO_SPOOL_DIR)
-    records_dir = spool / "records"
-    if not records_dir.is_dir():
-        return 0
-    ingested = 0
+
+    ingested: int = 0
+    waiting: int = 0
+    quarantined: int = 0
+    unknown_version: int = 0
+    raced: int = 0
+    requests_skipped: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as a mapping (the worker task's result)."""
+        return dataclasses.asdict(self)
+
+
+def ingest_runner_records(cluster: Cluster, *, spool: Path | str | None = None,
+                          requests_kept: int | None = None) -> RunnerIngestResult:
+    """Store the stages and model requests of every runner record in the spool, then move it aside.
+
+    Records are read through the spool contract (execution/spool.py,
+    ``RunnerRecord``). A record joins its task by (campaign id, task number,
+    job number). One that is malformed or of a version not in
+    ``RECORD_VERSIONS_READ`` goes to ``<spool>/quarantine`` and is counted; one
+    whose task is not known yet stays for the next round.
+
+    Safe with several ingesters at once (workers, commands): each record is
+    first claimed by an atomic rename (the loser of a race skips it), and the
+    task's row is locked while its fields and requests are replaced, so a
+    record stored twice (a claim taken over from a dead ingester) gives the
+    same rows as once. ``<task>.requests.jsonl`` is streamed in bounded
+    chunks: at most ``requests_kept`` (default ``TCO_REQUESTS_KEPT_PER_TASK``)
+    rows are kept per task, the totals count every request.
+    """
+    layout = SpoolLayout(spool or settings.TCO_SPOOL_DIR)
+    kept = requests_kept if requests_kept is not None else getattr(settings, "TCO_REQUESTS_KEPT_PER_TASK",
+                                                                   REQUESTS_KEPT_PER_TASK)
+    result = RunnerIngestResult()
+    token = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     campaigns: set[int] = set()
-    for path in sorted(records_dir.glob("*/*.json")):
+    for path in layout.record_files() + layout.stale_claims(CLAIM_STALE_S):
+        claim = layout.claim_name(path, token)
         try:
-            data = json.loads(path.read_bytes())
-            campaign_id = int(data["campaign_id"])
-            task_number = int(data["task_number"])
-            job_number = int(data["job_number"]) if data.get("job_number") is not None else None
-            stages = {name: _parse_time((data.get("stages") or {}).get(name)) for name in STAGES}
-        except (ValueError, KeyError, TypeError, OSError) as exc:
-            log.warning("runner record %s quarantined: %s", path, exc)
-            _move(path, spool / "quarantine" / path.parent.name / path.name)
+            os.rename(path, claim)
+        except FileNotFoundError:
+            result.raced += 1  # another ingester has it
             continue
-        tasks = Task.objects.filter(cluster=cluster, campaign_id=campaign_id, task_number=task_number)
-        if job_number is not None:
-            tasks = tasks.filter(job_number=job_number)
+        folder, name = os.path.basename(os.path.dirname(path)), layout.unclaimed_name(path)
         try:
-            requests = _request_rows(data, spool)
-        except (ValueError, KeyError, TypeError, OSError, ArithmeticError) as exc:
-            log.warning("runner record %s quarantined: its requests cannot be read: %s", path, exc)
-            _move(path, spool / "quarantine" / path.parent.name / path.name)
+            campaign_id = _ingest_claimed(cluster, claim, layout, kept, result)
+        except RecordVersionError as exc:
+            log.warning("runner record %s/%s quarantined: %s", folder, name, exc)
+            result.quarantined += 1
+            result.unknown_version += 1
+            _move(claim, layout.quarantine_path(folder, name))
             continue
-        totals = _usage_totals(requests)
-        totals["verdict"] = _declared_verdict(data, spool)
-        with transaction.atomic():
-            task_ids = list(tasks.order_by("-id").values_list("id", flat=True)[:1])
-            if not task_ids:
-                continue
-            Task.objects.filter(pk=task_ids[0]).update(runner_record=data, **stages, **totals)
-            ModelRequest.objects.filter(task_id=task_ids[0]).delete()
-            for row in requests:
-                row.task_id = task_ids[0]
-            ModelRequest.objects.bulk_create(requests, batch_size=1000)
-        ingested += 1
+        except (RecordError, SpoolError, ValueError, KeyError, TypeError, OSError, ArithmeticError) as exc:
+            log.warning("runner record %s/%s quarantined: %s", folder, name, exc)
+            result.quarantined += 1
+            _move(claim, layout.quarantine_path(folder, name))
+            continue
+        except BaseException:
+            _release(claim, os.path.join(os.path.dirname(path), name))  # e.g. the database is down: retry later
+            raise
+        if campaign_id is None:
+            result.waiting += 1
+            _release(claim, os.path.join(os.path.dirname(path), name))
+            continue
+        result.ingested += 1
         campaigns.add(campaign_id)
-        _move(path, spool / "ingested" / path.parent.name / path.name)
+        _move(claim, layout.ingested_path(folder, name))
+    if result.quarantined:
+        log.warning("runner records: %d quarantined (%d of an unknown version)", result.quarantined,
+                    result.unknown_version)
     if campaigns:
         realtime.queue_changed(cluster.name, campaigns)
-    return ingested
+    return result
 
 
-BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
-           "reasoning_tokens")
+def _ingest_claimed(cluster: Cluster, claim: str, layout: SpoolLayout, kept: int,
+                    result: RunnerIngestResult) -> int | None:
+    """Store one claimed record on its task. Returns its campaign id, or None when the task is not
+    known yet. Raises RecordError/RecordVersionError/ValueError/OSError for a record to quarantine."""
+    record = RunnerRecord.read(claim)
+    campaign_id = int(record.campaign_id)
+    stages = record.stage_times()
+    try:
+        requests = _request_rows(record, layout, kept)
+    except (ValueError, KeyError, TypeError, OSError, ArithmeticError) as exc:
+        raise RecordError(f"its requests cannot be read: {exc}") from exc
+    totals = requests.totals()
+    totals["verdict"] = _declared_verdict(record, layout)
+    data = record.to_json()
+    data["ingest"] = {"requests": requests.seen, "requests_kept": len(requests.rows),
+                      "requests_skipped": requests.skipped}
+    tasks = Task.objects.filter(cluster=cluster, campaign_id=campaign_id, task_number=record.task_number)
+    if record.job_number is not None:
+        tasks = tasks.filter(job_number=record.job_number)
+    with transaction.atomic():
+        # The row lock orders two ingesters of one task (PostgreSQL; SQLite takes its write lock
+        # at BEGIN IMMEDIATE): the second one's delete sees the first one's rows.
+        task_id = tasks.select_for_update().order_by("-id").values_list("id", flat=True).first()
+        if task_id is None:
+            return None
+        Task.objects.filter(pk=task_id).update(runner_record=data, **stages, **totals)
+        ModelRequest.objects.filter(task_id=task_id).delete()
+        for row in requests.rows:
+            row.task_id = task_id
+        ModelRequest.objects.bulk_create(requests.rows, batch_size=1000)
+    if requests.skipped:
+        log.warning("runner record of task %s.%s: %d request records not kept as rows", campaign_id,
+                    record.task_number, requests.skipped)
+    result.requests_skipped += requests.skipped
+    return campaign_id
 
 
-def _request_rows(data: dict, spool: Path) -> list[ModelRequest]:
-    """The metering proxy's request records of one runner record, as unsaved rows.
+@dataclasses.dataclass
+class _Requests:
+    """The request rows kept of one task and the sums over all of its requests."""
+
+    rows: list[ModelRequest] = dataclasses.field(default_factory=list)
+    seen: int = 0
+    skipped: int = 0
+    unreadable: int = 0
+    tokens: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(TOKEN_FIELDS, 0))
+    cost_usd: Decimal = Decimal(0)
+    unpriced: bool = False
+    flags: set[str] = dataclasses.field(default_factory=set)
+
+    def add(self, row: ModelRequest, keep: bool) -> None:
+        self.seen += 1
+        for name in TOKEN_FIELDS:
+            self.tokens[name] += getattr(row, name)
+        if row.cost_usd is None:
+            self.unpriced = self.unpriced or any(getattr(row, b) for b in TOKEN_FIELDS)
+        else:
+            self.cost_usd += row.cost_usd
+        self.flags.update(row.flags)
+        if keep:
+            self.rows.append(row)
+        else:
+            self.skipped += 1
+
+    def totals(self) -> dict:
+        """A task's token buckets and cost: the sum over its requests.
+
+        The cost is None (never 0) when any request with tokens has no price,
+        or there was no request; the flags of every request are kept, once
+        each, with ``requests_not_kept`` when rows were left out and
+        ``requests_unreadable`` when a request record was too long to read
+        (its tokens are then missing from the sums).
+        """
+        flags = set(self.flags)
+        if self.skipped > self.unreadable:
+            flags.add("requests_not_kept")
+        if self.unreadable:
+            flags.add("requests_unreadable")
+        cost = None if self.unpriced or not self.seen else self.cost_usd
+        return {**self.tokens, "cost_usd": cost, "usage_flags": sorted(flags)}
+
+
+def _request_rows(record: RunnerRecord, layout: SpoolLayout, kept: int) -> _Requests:
+    """The metering proxy's request records of one runner record: the first ``kept`` as unsaved rows,
+    the sums over all.
 
     Records come inline (``requests``: a list) or in a JSON-lines file inside
-    the spool (``requests_path``), in the shape of execution/metering/proxy.py:
+    the spool (``requests_path``), streamed (execution/spool.py
+    ``iter_json_lines``), in the shape of execution/metering/proxy.py:
     ``at, method, path, status, refused, model_requested, model_returned,
     usage {provider, buckets..., complete, flags}, cost_usd (text or None),
-    latency_ms, complete, flags``. A path outside the spool is refused.
+    latency_ms, complete, flags``. A path outside the spool is refused
+    (ValueError).
     """
-    from decimal import Decimal
-
-    items = data.get("requests")
-    if items is None and data.get("requests_path"):
-        source = Path(data["requests_path"]).resolve()
-        if spool.resolve() not in source.parents:
+    out = _Requests()
+    stats = JsonLinesStats()
+    items: Iterable = record.requests or []
+    if record.requests is None and record.requests_path:
+        source = Path(record.requests_path).resolve()
+        if Path(layout.root).resolve() not in source.parents:
             raise ValueError(f"requests_path {source} is outside the spool")
-        items = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
-    rows = []
-    for seq, item in enumerate(items or [], start=1):
-        usage = item.get("usage") or {}
-        cost = item.get("cost_usd")
-        flags = sorted({*(item.get("flags") or []), *(usage.get("flags") or [])})
-        if item.get("refused"):
-            flags.append(f"refused:{item['refused']}")
-        rows.append(ModelRequest(
-            seq=seq,
-            at=_parse_time(item["at"]),
-            provider=(usage.get("provider") or "")[:32],
-            method=str(item.get("method") or "")[:8],
-            path=str(item.get("path") or "")[:255],
-            status=int(item.get("status") or 0),
-            requested_model=(item.get("model_requested") or "")[:128],
-            model=(item.get("model_returned") or usage.get("model") or "")[:128],
-            cost_usd=Decimal(str(cost)) if cost is not None else None,
-            complete=bool(item.get("complete", usage.get("complete", True))),
-            latency_ms=item.get("latency_ms"),
-            flags=flags,
-            **{b: int(usage.get(b) or 0) for b in BUCKETS},
-        ))
-    return rows
+        items = iter_json_lines(source, max_line_bytes=REQUEST_LINE_CAP_BYTES, stats=stats)
+    for seq, item in enumerate(items, start=1):
+        out.add(_request_row(seq, item), keep=len(out.rows) < kept)
+    out.unreadable = stats.too_long
+    out.skipped += stats.too_long
+    return out
 
 
-def _declared_verdict(data: dict, spool: Path) -> str:
+def _request_row(seq: int, item: dict) -> ModelRequest:
+    """One request record as an unsaved row. Raises KeyError/ValueError/TypeError/ArithmeticError."""
+    usage = item.get("usage") or {}
+    cost = item.get("cost_usd")
+    flags = sorted({*(item.get("flags") or []), *(usage.get("flags") or [])})
+    if item.get("refused"):
+        flags.append(f"refused:{item['refused']}")
+    return ModelRequest(
+        seq=seq,
+        at=parse_stage_time(item["at"]),
+        provider=(usage.get("provider") or "")[:32],
+        method=str(item.get("method") or "")[:8],
+        path=str(item.get("path") or "")[:255],
+        status=int(item.get("status") or 0),
+        requested_model=(item.get("model_requested") or "")[:128],
+        model=(item.get("model_returned") or usage.get("model") or "")[:128],
+        cost_usd=Decimal(str(cost)) if cost is not None else None,
+        complete=bool(item.get("complete", usage.get("complete", True))),
+        latency_ms=item.get("latency_ms"),
+        flags=flags,
+        **{b: int(usage.get(b) or 0) for b in TOKEN_FIELDS},
+    )
+
+
+def _declared_verdict(record: RunnerRecord, layout: SpoolLayout) -> str:
     """The agent's verdict, when it declared a ``verdict.json`` output (``{"verdict": "..."}``).
 
     Read only inside the spool and only its first 64 KiB; anything else is "".
     """
-    for output in data.get("outputs") or []:
+    for output in record.outputs:
         if not isinstance(output, dict) or output.get("name") != "verdict.json":
             continue
         try:
             path = Path(output["path"]).resolve()
-            if spool.resolve() not in path.parents:
+            if Path(layout.root).resolve() not in path.parents:
                 return ""
             with open(path, "rb") as fh:
                 verdict = json.loads(fh.read(65536)).get("verdict")
@@ -655,23 +778,19 @@ def _declared_verdict(data: dict, spool: Path) -> str:
     return ""
 
 
-def _usage_totals(requests: list[ModelRequest]) -> dict:
-    """A task's token buckets and cost: the sum over its requests.
-
-    The cost is None (never 0) when any request with tokens has no price;
-    the flags of every request are kept, once each.
-    """
-    from decimal import Decimal
-
-    totals: dict = {b: sum(getattr(r, b) for r in requests) for b in BUCKETS}
-    flags = sorted({f for r in requests for f in r.flags})
-    unpriced = any(r.cost_usd is None and any(getattr(r, b) for b in BUCKETS) for r in requests)
-    totals["cost_usd"] = None if unpriced or not requests else sum((r.cost_usd or Decimal(0) for r in requests),
-                                                                   Decimal(0))
-    totals["usage_flags"] = flags
-    return totals
-
-
-def _move(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
+def _move(src: str, dst: str) -> None:
+    """Move a claimed record (ours alone) to ``dst``, replacing an older one there."""
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
     os.replace(src, dst)
+
+
+def _release(claim: str, original: str) -> None:
+    """Give a claimed record back for the next round. If the runner wrote a newer record of the task
+    meanwhile, that one stays and the claimed (older) one is dropped, as the runner's own replace would."""
+    try:
+        os.link(claim, original)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        return
+    os.unlink(claim)

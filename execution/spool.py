@@ -742,7 +742,8 @@ class RunnerRecord:
         for key in ("job_number", "exit_status", "signal", "runner_signal"):
             if data.get(key) is not None and not _is_int(data[key]):
                 raise RecordError(f"{key} must be an integer or null")
-        stages = data.get("stages") or {}
+        stages = data.get("stages")
+        stages = {} if stages is None else stages
         if not isinstance(stages, dict):
             raise RecordError("stages must be a mapping")
         for name in STAGES:

@@ -90,13 +90,14 @@ def ingest_accounting() -> dict:
 
 
 @shared_task(time_limit=120, soft_time_limit=110)
-def ingest_runner_records() -> int:
+def ingest_runner_records() -> dict:
+    """Store the runners' records; the counts of dashboards.ingest.RunnerIngestResult (quarantined, ...)."""
     from dashboards.services import cluster_get_default
     from dashboards.ingest import ingest_runner_records as ingest
 
     cluster = cluster_get_default()
     with single_flight(f"runner-records:{cluster.name}", timeout=120) as mine:
-        return ingest(cluster) if mine else 0
+        return ingest(cluster).as_dict() if mine else {"skipped": True}
 
 
 @shared_task(time_limit=60)

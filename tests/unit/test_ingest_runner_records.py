@@ -51,7 +51,7 @@ def test_it_sums_the_requests_into_the_task_and_keeps_each_one(tmp_path, campaig
                                                 "reasoning_tokens": 2}, "0.0003"),
     ]
     path = write_record(tmp_path, campaign, requests=reqs)
-    assert ingest_runner_records(campaign.cluster, spool=tmp_path) == 1
+    assert ingest_runner_records(campaign.cluster, spool=tmp_path).ingested == 1
     task = Task.objects.get()
     assert (task.input_tokens, task.cache_read_tokens, task.cache_write_5m_tokens, task.cache_write_1h_tokens,
             task.output_tokens, task.reasoning_tokens) == (110, 1000, 50, 7, 25, 2)
@@ -76,7 +76,7 @@ def test_a_requests_file_outside_the_spool_is_quarantined(tmp_path, campaign):
     outside = tmp_path.parent / "elsewhere.jsonl"
     outside.write_text("")
     write_record(tmp_path, campaign, requests_path=str(outside))
-    assert ingest_runner_records(campaign.cluster, spool=tmp_path) == 0
+    assert ingest_runner_records(campaign.cluster, spool=tmp_path).ingested == 0
     assert (tmp_path / "quarantine" / str(campaign.pk) / "1.json").exists()
     assert Task.objects.get().task_started_at is None
 
