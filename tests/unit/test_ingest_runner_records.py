@@ -102,3 +102,189 @@ def test_a_verdict_path_outside_the_spool_is_not_read(tmp_path, campaign):
                                 "stages": {}, "outputs": [{"name": "verdict.json", "path": str(outside)}]}))
     ingest_runner_records(campaign.cluster, spool=tmp_path)
     assert Task.objects.get().verdict == ""
+
+
+# --------------------------------------------------------------------------- refused records
+
+@pytest.mark.parametrize("version", [3, "2", None])
+def test_a_record_of_an_unknown_version_is_quarantined_counted_and_never_stored(tmp_path, campaign, version):
+    path = write_record(tmp_path, campaign)
+    data = json.loads(path.read_text())
+    data["version"] = version
+    path.write_text(json.dumps(data))
+    result = ingest_runner_records(campaign.cluster, spool=tmp_path)
+    assert (result.ingested, result.quarantined, result.unknown_version) == (0, 1, 1)
+    assert result.as_dict()["unknown_version"] == 1
+    assert not path.exists() and (tmp_path / "quarantine" / str(campaign.pk) / "1.json").exists()
+    assert not (tmp_path / "ingested").exists()
+    task = Task.objects.get()
+    assert task.task_started_at is None and task.runner_record is None
+
+
+def test_a_malformed_record_is_quarantined_apart_from_unknown_versions(tmp_path, campaign):
+    path = write_record(tmp_path, campaign)
+    data = json.loads(path.read_text())
+    data["stages"]["task_started_at"] = "2026-11-29T12:00:00"  # no zone
+    path.write_text(json.dumps(data))
+    result = ingest_runner_records(campaign.cluster, spool=tmp_path)
+    assert (result.ingested, result.quarantined, result.unknown_version) == (0, 1, 0)
+    assert (tmp_path / "quarantine" / str(campaign.pk) / "1.json").exists()
+    assert Task.objects.get().task_started_at is None
+
+
+def test_a_record_whose_task_is_not_known_yet_waits_where_it_was(tmp_path, campaign):
+    path = write_record(tmp_path, campaign)
+    Task.objects.all().delete()
+    result = ingest_runner_records(campaign.cluster, spool=tmp_path)
+    assert (result.ingested, result.waiting) == (0, 1)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["1.json"]  # no claim left behind
+    Task.objects.create(cluster=campaign.cluster, campaign=campaign, job_number=77, task_number=1, is_array=True,
+                        state="running")
+    assert ingest_runner_records(campaign.cluster, spool=tmp_path).ingested == 1
+
+
+def test_a_claim_left_by_a_dead_ingester_is_taken_over(tmp_path, campaign, monkeypatch):
+    from dashboards import ingest
+
+    path = write_record(tmp_path, campaign)
+    claim = path.with_name(".1.json.claim-deadhost-1-abc")
+    path.rename(claim)
+    assert ingest_runner_records(campaign.cluster, spool=tmp_path).ingested == 0  # fresh: its owner may be alive
+    monkeypatch.setattr(ingest, "CLAIM_STALE_S", -1.0)
+    assert ingest_runner_records(campaign.cluster, spool=tmp_path).ingested == 1
+    assert not claim.exists() and (tmp_path / "ingested" / str(campaign.pk) / "1.json").exists()
+    assert Task.objects.get().task_started_at is not None
+
+
+# --------------------------------------------------------------------------- concurrent ingesters
+
+def two_requests() -> list[dict]:
+    return [request("2026-11-29T12:00:01Z", "m1", {"input_tokens": 100, "output_tokens": 20}, "0.001"),
+            request("2026-11-29T12:00:02Z", "m1", {"input_tokens": 7, "output_tokens": 3}, "0.0001")]
+
+
+def assert_ingested_once(task: Task) -> None:
+    """The rows a single ingest of two_requests() gives (computed by hand)."""
+    assert (task.input_tokens, task.output_tokens, task.cost_usd) == (107, 23, Decimal("0.0011"))
+    assert list(ModelRequest.objects.filter(task=task).order_by("seq").values_list("seq", "input_tokens")) == \
+        [(1, 100), (2, 7)]
+    assert task.agent_exited_at.isoformat() == "2026-11-29T12:00:05.500000+00:00"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_ingesters_racing_on_one_record_neither_fail_nor_double_count(tmp_path, campaign, monkeypatch):
+    """Both list the record before either takes it (a barrier after the listing): before the
+    claim, the second one's move raised FileNotFoundError (issue 15)."""
+    import threading
+
+    from execution.spool import SpoolLayout
+
+    write_record(tmp_path, campaign, requests=two_requests())
+    listing = SpoolLayout.record_files
+    barrier = threading.Barrier(2, timeout=20)
+
+    def list_then_wait(self):
+        found = listing(self)
+        barrier.wait()
+        return found
+
+    monkeypatch.setattr(SpoolLayout, "record_files", list_then_wait)
+    results, errors = [], []
+
+    def ingest_once():
+        from django.db import connection
+
+        try:
+            results.append(ingest_runner_records(campaign.cluster, spool=tmp_path))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=ingest_once) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sorted((r.ingested, r.raced) for r in results) == [(0, 1), (1, 0)]
+    assert_ingested_once(Task.objects.get())
+    assert (tmp_path / "ingested" / str(campaign.pk) / "1.json").exists()
+    assert not list((tmp_path / "records" / str(campaign.pk)).iterdir())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_record_stored_by_two_ingesters_at_once_gives_the_rows_of_one(tmp_path, campaign):
+    """A claim taken over from an ingester thought dead: both store the record, concurrently."""
+    import threading
+
+    from dashboards import ingest
+    from execution.spool import SpoolLayout
+
+    layout = SpoolLayout(tmp_path)
+    path = write_record(tmp_path, campaign, requests=two_requests())
+    claims = [path.with_name(f".1.json.claim-{n}") for n in (1, 2)]
+    for claim in claims:
+        claim.write_bytes(path.read_bytes())
+    barrier = threading.Barrier(2, timeout=20)
+    outcomes, errors = [], []
+
+    def store(claim):
+        from django.db import connection
+
+        try:
+            barrier.wait()
+            outcomes.append(ingest._ingest_claimed(campaign.cluster, str(claim), layout, 100,
+                                                   ingest.RunnerIngestResult()))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=store, args=(c,)) for c in claims]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and outcomes == [campaign.pk, campaign.pk]
+    assert_ingested_once(Task.objects.get())
+    assert ModelRequest.objects.count() == 2
+
+
+# --------------------------------------------------------------------------- bounded memory
+
+def test_a_50_mb_requests_file_is_streamed_with_a_cap_on_kept_rows(tmp_path, campaign):
+    """Issue 11 finding 5: ingest read the whole file (219 MiB to parse 47 MB). Peak traced memory
+    must stay far below the file's size; the totals still count every request."""
+    import tracemalloc
+
+    records = tmp_path / "records" / str(campaign.pk)
+    records.mkdir(parents=True)
+    requests_file = records / "1.requests.jsonl"
+    pad = "p" * 10_000  # a refused request's body excerpt, say
+    line_count = 0
+    with open(requests_file, "w") as fh:
+        while fh.tell() < 50 * 1024 * 1024:
+            line_count += 1
+            item = request("2026-11-29T12:00:01Z", "m1", {"input_tokens": 3, "output_tokens": 2}, "0.00001")
+            fh.write(json.dumps({**item, "pad": pad}) + "\n")
+    size = requests_file.stat().st_size
+    assert size >= 50 * 1024 * 1024
+    path = records / "1.json"
+    path.write_text(json.dumps({"version": 2, "campaign_id": campaign.pk, "task_number": 1, "job_number": 77,
+                                "stages": {}, "requests_path": str(requests_file)}))
+    tracemalloc.start()
+    try:
+        result = ingest_runner_records(campaign.cluster, spool=tmp_path, requests_kept=100)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.ingested == 1 and result.requests_skipped == line_count - 100
+    assert peak < 8 * 1024 * 1024 < size // 6, f"peak {peak} bytes while ingesting a {size}-byte file"
+    task = Task.objects.get()
+    assert (task.input_tokens, task.output_tokens) == (3 * line_count, 2 * line_count)
+    assert task.cost_usd == Decimal("0.00001") * line_count
+    assert "requests_not_kept" in task.usage_flags
+    assert ModelRequest.objects.filter(task=task).count() == 100
+    assert task.runner_record["ingest"] == {"requests": line_count, "requests_kept": 100,
+                                            "requests_skipped": line_count - 100}
