@@ -38,7 +38,7 @@ from execution.metering.proxy import Endpoint, Rule, start_proxy  # noqa: E402
 
 KEY = "sk-bench-stand-in"
 DIRECT_MODEL = "stand-in-direct"
-BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens")
+from execution.spool import TOKEN_BUCKETS as BUCKETS  # noqa: E402
 
 
 def free_port() -> int:

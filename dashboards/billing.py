@@ -48,13 +48,16 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, NullIf, Round, Trunc
 from django.utils import timezone
 
+from execution.spool import TOKEN_BUCKETS
+
 from . import pricing_models
 from .models import AccountingRecord, AuditEntry, Budget, BudgetAlert, Cluster, Membership, Role, Task, Team
+from .stages import quantile
 
 log = logging.getLogger(__name__)
 
 #: Disjoint token buckets (DESIGN.md, "Token metering and cost"); reasoning is part of output.
-BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens")
+BUCKETS = TOKEN_BUCKETS
 BUCKET_LABELS = {
     "input_tokens": "input",
     "cache_read_tokens": "cache read",
@@ -520,20 +523,6 @@ def _task_price(table, model: str, tokens: dict[str, int]) -> Decimal | None:
     return table.price(usage, requested_model=model).cost_usd
 
 
-def _percentile(sorted_values: Sequence, q: float):
-    """Linear interpolation between closest ranks (numpy's default) on a sorted list."""
-    if not sorted_values:
-        return None
-    pos = (len(sorted_values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    frac = pos - lo
-    a, b = sorted_values[lo], sorted_values[hi]
-    if isinstance(a, Decimal):
-        return a + (b - a) * Decimal(str(frac))
-    return a + (b - a) * frac
-
-
 def forecast(*, agent_definition, count: int, model: str = "") -> dict[str, Any]:
     """Cost forecast of ``count`` tasks from earlier finished runs of ``agent_definition``.
 
@@ -560,7 +549,7 @@ def forecast(*, agent_definition, count: int, model: str = "") -> dict[str, Any]
     if not history:
         return result
     tokens = sorted(sum(int(h[b]) for b in BUCKETS) for h in history)
-    per_task = {name: _percentile(tokens, q) for name, q in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))}
+    per_task = {name: quantile(tokens, q) for name, q in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))}
     result["tokens_per_task"] = {k: int(round(v)) for k, v in per_task.items()}
     result["tokens"] = {k: int(round(v * count)) for k, v in per_task.items()}
     table = price_table() if model else None
@@ -574,7 +563,7 @@ def forecast(*, agent_definition, count: int, model: str = "") -> dict[str, Any]
         result["priced_by"] = "recorded cost" if costs else None
     if costs:
         cents = Decimal("0.000001")
-        per = {name: _percentile(costs, q) for name, q in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))}
+        per = {name: quantile(costs, q) for name, q in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))}
         result["cost_per_task"] = {k: v.quantize(cents) for k, v in per.items()}
         result["cost_usd"] = {k: (v * count).quantize(cents) for k, v in per.items()}
     return result

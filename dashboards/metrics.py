@@ -36,6 +36,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from execution.spool import TOKEN_FIELDS
+
 from . import selectors
 
 
@@ -137,7 +139,7 @@ class TcoCollector:
         tokens = CounterMetricFamily("tco_tokens", "Tokens metered per bucket", labels=["project", "bucket"])
         cost = CounterMetricFamily("tco_cost_usd", "Dollars of metered tokens", labels=["project"])
         for row in snap["usage"]:
-            for field in (*selectors.TOKEN_FIELDS, "reasoning_tokens"):
+            for field in TOKEN_FIELDS:
                 tokens.add_metric([row["project"], field.removesuffix("_tokens")], row[field] or 0)
             cost.add_metric([row["project"]], float(row["cost_usd"] or 0))
         yield tokens

@@ -9,32 +9,33 @@ per team, for the teams the user may see.
 Nothing here loads every task: counts come from the ``(campaign, state)``
 index (campaigns that are not finished, plus the page of campaigns shown),
 task tables are paginated, stage statistics read one row of floats per task
-of one campaign and are cached for ``TCO_STAGE_CACHE_S``.
+of one campaign and are cached for ``TCO_STAGE_CACHE_S`` (dashboards/stages.py).
+Files of the spool are read by dashboards/spool_files.py.
 """
 from __future__ import annotations
 
 import bisect
-
 import dataclasses
 import datetime as dt
-import math
-import os
-import stat
-import statistics
 from decimal import Decimal
 from typing import Any, Iterable
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
-from django.db.models import Case, Count, F, FloatField, Func, IntegerField, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 
+from execution.spool import TOKEN_BUCKETS
 from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, SCHEDULER_STATES, TERMINAL_STATES
 
 from . import history
 from .models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team
 from .roles import is_admin, teams_with
+from .spool_files import read_spool_file, task_output_path, task_outputs
+from .stages import campaign_stages, task_stages, timeline
+from .stages import iso as _iso
+from .stages import seconds_between as _seconds
 
 RECENT_FINISHED = 20
 CAMPAIGNS_PER_PAGE = 25
@@ -42,13 +43,11 @@ CAMPAIGNS_ON_QUEUE_PAGE = CAMPAIGNS_PER_PAGE  # kept for callers of the walking 
 TASKS_PER_PAGE = 100
 OTHER_JOBS_SHOWN = 50
 REQUESTS_SHOWN = 200
-OUTPUT_FILES_SHOWN = 50
 FAILURE_STATES = ("error", "failed", "lost")
 QUEUED_STATES = ("pending", "held")
 UNFINISHED_CAMPAIGN = ("submitting", "submitted")
 CHUNK = 900  # SQLite: at most 999 parameters in one IN (...)
-TOKEN_FIELDS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
-                "output_tokens")
+TOKEN_FIELDS = TOKEN_BUCKETS  # the disjoint buckets (execution/spool.py); reasoning is inside output
 
 
 # --------------------------------------------------------------------------- scope
@@ -111,16 +110,6 @@ def shared_snapshot(key: str, compute, ttl: float = 10.0):
 
 
 # --------------------------------------------------------------------------- helpers
-
-def _iso(value: dt.datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-def _seconds(start: dt.datetime | None, end: dt.datetime | None) -> float | None:
-    if start is None or end is None:
-        return None
-    return round((end - start).total_seconds(), 6)
-
 
 def _money(value: Decimal | None) -> str | None:
     """USD as a string with 8 decimals (the models' precision); sums from SQLite carry more."""
@@ -508,159 +497,6 @@ def queue_depth_history(user: AbstractBaseUser, window: str = "hour") -> dict[st
     return {"window": window, "t": times, "queued": queued, "running": running}
 
 
-# --------------------------------------------------------------------------- stages
-
-class EpochSeconds(Func):
-    """A datetime column as seconds since the epoch (float), computed by the database."""
-
-    output_field = FloatField()
-    arity = 1
-
-    def as_sqlite(self, compiler, connection, **extra_context):
-        return self.as_sql(compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)",
-                           **extra_context)
-
-    def as_postgresql(self, compiler, connection, **extra_context):
-        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::double precision",
-                           **extra_context)
-
-    def as_mysql(self, compiler, connection, **extra_context):
-        return self.as_sql(compiler, connection, template="UNIX_TIMESTAMP(%(expressions)s)", **extra_context)
-
-
-STAGES = (
-    ("submit", "submit"),
-    ("queue_wait", "queue wait"),
-    ("sandbox_start", "sandbox start"),
-    ("agent_work", "agent work"),
-    ("integration_overhead", "integration overhead"),
-)
-HISTOGRAM_BINS = 30
-
-
-def task_stages(task: Task) -> dict[str, float | None]:
-    """One task's stage durations in seconds (DESIGN.md "Stages"); None where not reached.
-
-    ``queue_wait``: scheduler submission time -> ``task_started_at`` (the
-    runner's first timestamp; the scheduler's start when there is no runner
-    record yet). ``integration_overhead``: (``teardown_done_at`` -
-    ``task_started_at``) minus sandbox start minus agent work.
-    """
-    queue_wait = _seconds(task.submitted_at, task.task_started_at or task.started_at)
-    sandbox = _seconds(task.sandbox_create_at, task.sandbox_ready_at)
-    agent = _seconds(task.agent_started_at, task.agent_exited_at)
-    total = _seconds(task.task_started_at, task.teardown_done_at)
-    overhead = None
-    if total is not None and agent is not None:
-        overhead = round(total - (sandbox or 0.0) - agent, 6)
-    return {"queue_wait": queue_wait, "sandbox_start": sandbox, "agent_work": agent,
-            "integration_overhead": overhead}
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear-interpolated quantile of a sorted, non-empty list."""
-    if len(ordered) == 1:
-        return ordered[0]
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def _histogram(ordered: list[float], bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
-    """``{"edges": [bins + 1 floats], "counts": [bins ints]}`` of a sorted, non-empty list."""
-    lo, hi = ordered[0], ordered[-1]
-    if hi <= lo:
-        return {"edges": [lo, lo], "counts": [len(ordered)]}
-    bins = max(1, min(bins, int(math.sqrt(len(ordered))) + 1))
-    width = (hi - lo) / bins
-    counts = [0] * bins
-    for v in ordered:
-        counts[min(int((v - lo) / width), bins - 1)] += 1
-    return {"edges": [round(lo + i * width, 6) for i in range(bins + 1)], "counts": counts}
-
-
-def _stage_row(key: str, label: str, values: list[float]) -> dict[str, Any]:
-    values.sort()
-    if not values:
-        return {"stage": key, "label": label, "n": 0, "median_s": None, "p10_s": None, "p90_s": None,
-                "min_s": None, "max_s": None, "histogram": None}
-    return {
-        "stage": key,
-        "label": label,
-        "n": len(values),
-        "median_s": round(statistics.median(values), 6),
-        "p10_s": round(_quantile(values, 0.1), 6),
-        "p90_s": round(_quantile(values, 0.9), 6),
-        "min_s": round(values[0], 6),
-        "max_s": round(values[-1], 6),
-        "histogram": _histogram(values),
-    }
-
-
-def campaign_stages(campaign: Campaign, states: dict[str, int] | None = None) -> dict[str, Any]:
-    """The seed's stage table for one campaign: median (and p10, p90, range) per stage, with histograms.
-
-    Shape ``{"rows": [{stage, label, n, median_s, p10_s, p90_s, min_s,
-    max_s, histogram: {edges, counts} | None}], "tasks_with_record": n}``
-    in the order submit, queue wait, sandbox start, agent work, integration
-    overhead; seconds. ``submit`` is the campaign's one value (launch request
-    accepted -> DRMAA returned). The durations are computed by the database
-    (one row of four floats per task that has a runner record) and cached for
-    ``TCO_STAGE_CACHE_S``.
-    """
-    # Keyed by the state counts too: a task that ends (its accounting read) is counted
-    # at once, and the cache only spares repeated reads between two changes.
-    version = ",".join(f"{s}={n}" for s, n in sorted((states or {}).items()) if n)
-    key = f"campaign-stages:{campaign.pk}:{version}"
-    ttl = settings.TCO_STAGE_CACHE_S
-    if ttl > 0:
-        cached = cache.get(key)
-        if cached is not None:
-            return cached
-    started = EpochSeconds("task_started_at")
-    rows = (
-        Task.objects.filter(campaign=campaign, task_started_at__isnull=False)
-        .annotate(
-            qw=started - EpochSeconds("submitted_at"),
-            sb=EpochSeconds("sandbox_ready_at") - EpochSeconds("sandbox_create_at"),
-            ag=EpochSeconds("agent_exited_at") - EpochSeconds("agent_started_at"),
-            tot=EpochSeconds("teardown_done_at") - started,
-        )
-        .values_list("qw", "sb", "ag", "tot")
-        .order_by()
-    )
-    queue_wait: list[float] = []
-    sandbox: list[float] = []
-    agent: list[float] = []
-    overhead: list[float] = []
-    n = 0
-    for qw, sb, ag, tot in rows.iterator(chunk_size=5000):
-        n += 1
-        if qw is not None:
-            queue_wait.append(qw)
-        if sb is not None:
-            sandbox.append(sb)
-        if ag is not None:
-            agent.append(ag)
-            if tot is not None:
-                overhead.append(tot - (sb or 0.0) - ag)
-    submit = [campaign.submit_seconds] if campaign.submit_seconds is not None else []
-    result = {
-        "rows": [
-            _stage_row("submit", "submit", submit),
-            _stage_row("queue_wait", "queue wait", queue_wait),
-            _stage_row("sandbox_start", "sandbox start", sandbox),
-            _stage_row("agent_work", "agent work", agent),
-            _stage_row("integration_overhead", "integration overhead", overhead),
-        ],
-        "tasks_with_record": n,
-    }
-    if ttl > 0:
-        cache.set(key, result, ttl)
-    return result
-
-
 # --------------------------------------------------------------------------- campaign page
 
 def _tokens(task: Task | ModelRequest) -> int:
@@ -773,125 +609,6 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
 
 # --------------------------------------------------------------------------- agent page
 
-def _spool_root() -> str:
-    return os.path.realpath(settings.TCO_SPOOL_DIR)
-
-
-def _inside(root: str, path: str) -> bool:
-    try:
-        return os.path.commonpath([root, path]) == root
-    except ValueError:  # different drives, or a mix of absolute and relative
-        return False
-
-
-def read_spool_file(path: str | None, *, cap: int | None = None, base: str | None = None) -> dict[str, Any]:
-    """The last ``cap`` bytes of a file that lies inside the spool (or inside ``base``, itself inside it).
-
-    Returns ``{"path": path relative to the spool | None, "size": bytes |
-    None, "text": str | None, "truncated": bool, "error": str | None}``.
-    Symbolic links are resolved first and the result must still be inside
-    the spool; the file is opened without following a final link, must be a
-    regular file, and is checked again through ``/proc/self/fd`` after
-    opening, so a path swapped in between is refused too. Never raises for a
-    bad path: the reason is in ``error``.
-    """
-    cap = cap or settings.TCO_LOG_VIEW_CAP
-    root = _spool_root()
-    limit = os.path.realpath(base) if base else root
-    result: dict[str, Any] = {"path": None, "size": None, "text": None, "truncated": False, "error": None}
-    if not path:
-        result["error"] = "not recorded"
-        return result
-    real = os.path.realpath(path)
-    if not (_inside(root, limit) and _inside(limit, real)):
-        result["error"] = "outside the spool directory: not shown"
-        return result
-    result["path"] = os.path.relpath(real, root)
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        result["error"] = "no such file (yet)"
-        return result
-    except OSError as exc:
-        result["error"] = f"cannot open: {exc.strerror}"
-        return result
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            result["error"] = "not a regular file: not shown"
-            return result
-        proc_link = f"/proc/self/fd/{fd}"
-        if os.path.exists(proc_link) and not _inside(limit, os.readlink(proc_link)):
-            result["error"] = "outside the spool directory: not shown"
-            return result
-        size = info.st_size
-        result["size"] = size
-        start = max(0, size - cap)
-        os.lseek(fd, start, os.SEEK_SET)
-        data = os.read(fd, cap)
-        result["truncated"] = start > 0
-        result["text"] = data.decode("utf-8", "replace")
-    finally:
-        os.close(fd)
-    return result
-
-
-def _task_work_dir(task: Task) -> str | None:
-    if task.campaign_id is None:
-        return None
-    return os.path.join(settings.TCO_SPOOL_DIR, "work", str(task.campaign_id), str(task.task_number))
-
-
-def _task_output_path(task: Task, suffix: str) -> str | None:
-    """stdout/stderr: the runner record's path; while the task runs, where the runner writes it."""
-    record = task.runner_record or {}
-    if record:
-        return record.get(f"{suffix}_path")
-    if task.campaign_id is None:
-        return None
-    return os.path.join(settings.TCO_SPOOL_DIR, "records", str(task.campaign_id), f"{task.task_number}.{suffix}")
-
-
-def task_outputs(task: Task) -> dict[str, Any]:
-    """Files the agent left in its work directory: ``{"dir", "files": [{name, size}], "more", "error"}``.
-
-    Only regular files inside the spool are listed (links are not followed),
-    at most ``OUTPUT_FILES_SHOWN``, one level deep.
-    """
-    work = _task_work_dir(task)
-    out: dict[str, Any] = {"dir": None, "files": [], "more": 0, "error": None}
-    if work is None:
-        out["error"] = "no work directory (not a tco campaign)"
-        return out
-    root = _spool_root()
-    real = os.path.realpath(work)
-    if not _inside(root, real):
-        out["error"] = "outside the spool directory: not shown"
-        return out
-    out["dir"] = os.path.relpath(real, root)
-    try:
-        entries = sorted(os.scandir(real), key=lambda e: e.name)
-    except FileNotFoundError:
-        out["error"] = "no work directory (yet)"
-        return out
-    except OSError as exc:
-        out["error"] = f"cannot list: {exc.strerror}"
-        return out
-    files = [e for e in entries if e.is_file(follow_symlinks=False)]
-    out["files"] = [{"name": e.name, "size": e.stat(follow_symlinks=False).st_size} for e in files[:OUTPUT_FILES_SHOWN]]
-    out["more"] = max(0, len(files) - OUTPUT_FILES_SHOWN)
-    return out
-
-
-def task_output_file(user: AbstractBaseUser, task_id: int, name: str) -> dict[str, Any]:
-    """One file of the task's work directory (``read_spool_file`` shape). Raises ``Task.DoesNotExist``."""
-    task = task_for(user, task_id)
-    work = _task_work_dir(task)
-    if work is None or not name or "/" in name or name in (".", ".."):
-        return {"path": None, "size": None, "text": None, "truncated": False, "error": "no such output"}
-    return read_spool_file(os.path.join(work, name), base=work)
-
-
 def _job_detail_fetch(cluster: Cluster, job_number: int) -> dict:
     """``qstat -j`` of one job through the cluster's adapter (patched in tests).
 
@@ -942,33 +659,6 @@ def job_detail_cached(cluster: Cluster, job_number: int) -> dict[str, Any]:
         return found
     finally:
         cache.delete(f"{key}:lock")
-
-
-def _timeline(task: Task) -> list[dict[str, Any]]:
-    """Consecutive segments of one agent's life; ``overhead`` marks the parts of integration overhead."""
-    campaign = task.campaign
-    segments = []
-
-    def add(stage: str, label: str, start, end, overhead: bool = False) -> None:
-        if start is not None:
-            segments.append({"stage": stage, "label": label, "start": _iso(start), "end": _iso(end),
-                             "seconds": _seconds(start, end), "overhead": overhead})
-
-    if campaign is not None:
-        add("submit", "submit", campaign.launched_at, campaign.submitted_at)
-    add("queue_wait", "queue wait", task.submitted_at, task.task_started_at or task.started_at)
-    add("runner_setup", "runner setup", task.task_started_at, task.sandbox_create_at or task.agent_started_at,
-        overhead=True)
-    add("sandbox_start", "sandbox start", task.sandbox_create_at, task.sandbox_ready_at)
-    if task.sandbox_ready_at is not None:
-        add("handoff", "hand-off to agent", task.sandbox_ready_at, task.agent_started_at, overhead=True)
-    if task.agent_exited_at is None and task.teardown_done_at is not None:
-        # Stopped by the runner (timeout, signal): no exit time of its own; it ran until teardown ended.
-        add("agent_work", "agent work (stopped)", task.agent_started_at, task.teardown_done_at)
-    else:
-        add("agent_work", "agent work", task.agent_started_at, task.agent_exited_at)
-        add("teardown", "teardown", task.agent_exited_at, task.teardown_done_at, overhead=True)
-    return segments
 
 
 def _policy(task: Task) -> dict[str, Any]:
@@ -1063,12 +753,12 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
         },
         "campaign": ({"id": campaign.pk, "name": campaign.name, "team": campaign.team.name}
                      if campaign is not None else None),
-        "timeline": _timeline(task),
+        "timeline": timeline(task),
         "stages": task_stages(task),
         "policy": _policy(task),
         "requests": _task_requests(task),
-        "stdout": read_spool_file(_task_output_path(task, "stdout")),
-        "stderr": read_spool_file(_task_output_path(task, "stderr")),
+        "stdout": read_spool_file(task_output_path(task, "stdout")),
+        "stderr": read_spool_file(task_output_path(task, "stderr")),
         "outputs": task_outputs(task),
         "runner": ({k: record.get(k) for k in ("exit_status", "signal", "flags", "error", "hostname",
                                                  "stdout_truncated", "stderr_truncated")}

@@ -7,7 +7,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from . import accounts, selectors
+from . import accounts, selectors, spool_files
 from .models import Campaign, Task
 
 
@@ -58,7 +58,7 @@ def task_page(request: HttpRequest, task_id: int) -> HttpResponse:
 def task_output(request: HttpRequest, task_id: int, name: str) -> HttpResponse:
     """One file of the agent's work directory, as text (the last ``TCO_LOG_VIEW_CAP`` bytes)."""
     try:
-        found = selectors.task_output_file(request.user, task_id, name)
+        found = spool_files.task_output_file(selectors.task_for(request.user, task_id), name)
     except Task.DoesNotExist:
         raise Http404("no such task") from None
     if found["error"]:

@@ -61,6 +61,8 @@ from typing import Any
 
 from aiohttp import web
 
+from execution.spool import TOKEN_FIELDS
+
 LABEL = "tco stand-in model API (not a real model)"
 STAND_IN_HEADER = {"x-tco-stand-in": "true"}
 BYTES_PER_TOKEN = 4
@@ -97,8 +99,7 @@ class Ledger:
     cache: set[str] = field(default_factory=set)
 
     def totals(self) -> dict:
-        keys = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
-                "output_tokens", "reasoning_tokens")
+        keys = TOKEN_FIELDS
         out = {k: sum(r.get(k, 0) for r in self.requests) for k in keys}
         out["requests"] = len(self.requests)
         out["disconnected"] = sum(1 for r in self.requests if r.get("disconnected"))

@@ -10,12 +10,12 @@ import os
 
 from execution.metering.prices import PriceTable
 from execution.metering.usage import usage_from_bytes
+from execution.spool import TOKEN_FIELDS
 
 __all__ = ["KEYS", "inspect_usage"]
 
 #: The keys of the printed object, in order.
-KEYS = ("provider", "model", "input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
-        "output_tokens", "reasoning_tokens", "complete", "cost_usd", "flags")
+KEYS = ("provider", "model", *TOKEN_FIELDS, "complete", "cost_usd", "flags")
 
 
 def inspect_usage(path: str | os.PathLike, prices_path: str | os.PathLike | None = None,

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping
 
+from execution import spool
+
 __all__ = ["BUCKETS", "PROVIDER_PREFIXES", "BillTotals", "ModelRate", "PriceResult", "PriceTable", "PriceTableError",
            "normalise_model_name", "format_usd"]
 
@@ -340,8 +342,7 @@ class BillTotals:
     instead of a silent 0.
     """
 
-    TOKEN_FIELDS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
-                    "output_tokens", "reasoning_tokens")
+    TOKEN_FIELDS = spool.TOKEN_FIELDS
 
     def __init__(self) -> None:
         self.tokens = {name: 0 for name in self.TOKEN_FIELDS}

@@ -75,6 +75,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
+from execution.spool import TOKEN_BUCKETS, TOKEN_FIELDS
+
 __all__ = [
     "BYTES_PER_TOKEN", "FLAGS", "SSEEvent", "SSEDecoder", "Usage", "StreamUsageReader", "JsonUsageReader",
     "ResponseUsageReader", "usage_from_json", "usage_from_sse", "usage_from_usage_object", "usage_from_bytes",
@@ -236,8 +238,7 @@ class Usage:
     flags: list[str] = field(default_factory=list)
     estimate_basis_bytes: int = 0
 
-    BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
-               "output_tokens")
+    BUCKETS = TOKEN_BUCKETS
 
     def flag(self, name: str) -> None:
         """Add a flag once, keeping the order of first appearance."""
@@ -710,9 +711,8 @@ def usage_from_bytes(data: bytes, api: str | None = None) -> Usage:
 # ---------------------------------------------------- flexible accounting (OCS/GCS 9)
 
 #: Totals keys written to the usage file, in this order, each as ``tco_<key>``.
-USAGE_FILE_KEYS = ("requests", "refused", "rate_limited", "input_tokens", "cache_read_tokens",
-                   "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens", "reasoning_tokens",
-                   "total_tokens", "unpriced_tokens", "cost_usd")
+USAGE_FILE_KEYS = ("requests", "refused", "rate_limited", *TOKEN_FIELDS, "total_tokens", "unpriced_tokens",
+                   "cost_usd")
 
 
 def usage_file_lines(totals: Mapping[str, Any], prefix: str = "tco_") -> list[str]:

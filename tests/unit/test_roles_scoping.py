@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from dashboards import realtime, selectors
+from dashboards import realtime, selectors, spool_files
 from dashboards.models import Task, Team
 from dashboards.roles import membership_set
 from dashboards.routing import websocket_urlpatterns
@@ -188,7 +188,7 @@ def test_a_log_is_capped_to_its_tail(world, settings):
     path = settings.TCO_SPOOL_DIR / "records" / "9" / "1.stdout"
     path.parent.mkdir(parents=True)
     path.write_bytes(b"0123456789abcdefghij")
-    found = selectors.read_spool_file(str(path))
+    found = spool_files.read_spool_file(str(path))
     assert found == {"path": "records/9/1.stdout", "size": 20, "text": "abcdefghij", "truncated": True,
                      "error": None}
 
@@ -197,7 +197,7 @@ def test_a_fifo_in_the_spool_is_not_opened_for_reading(world, settings):
     path = settings.TCO_SPOOL_DIR / "fifo"
     settings.TCO_SPOOL_DIR.mkdir(parents=True, exist_ok=True)
     os.mkfifo(path)
-    found = selectors.read_spool_file(str(path))
+    found = spool_files.read_spool_file(str(path))
     assert found["text"] is None and "regular" in found["error"]
 
 
