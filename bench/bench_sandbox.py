@@ -42,6 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from execution.spool import RunnerRecord, RunnerSpec, SpoolLayout, write_atomic  # noqa: E402
 from schedulers import drmaa_session  # noqa: E402
 from schedulers.base import ArrayJobSpec  # noqa: E402
 from schedulers.gridengine import GridEngine, run_command  # noqa: E402
@@ -115,15 +116,14 @@ network_policies:
 
 def run_campaign(ge: GridEngine, spool: Path, campaign: str, count: int, cap: int, command: list[str],
                  policy_text: str, port: int, sleep_s: float, timeout_s: float) -> list[dict]:
-    cdir = spool / "campaigns" / campaign
-    cdir.mkdir(parents=True)
-    (cdir / "inputs.jsonl").write_text("".join(json.dumps({"task": n}) + "\n" for n in range(1, count + 1)))
+    layout = SpoolLayout(spool)
+    write_atomic(layout.inputs_path(campaign),
+                 "".join(json.dumps({"task": n}) + "\n" for n in range(1, count + 1)).encode())
     if sleep_s:
         command = ["/bin/sh", "-c", f"sleep {sleep_s}; exec \"$@\"", "agent", *command]
-    spec = {"version": 1, "campaign_id": campaign, "inputs_file": "inputs.jsonl", "timeout_s": 300,
-            "agent": {"command": command}, "policy": policy_text,
-            "model_endpoint": {"base_url": f"http://127.0.0.1:{port}", "credential_name": "bench"}}
-    (cdir / "spec.json").write_text(json.dumps(spec))
+    RunnerSpec(campaign_id=campaign, inputs_file="inputs.jsonl", timeout_s=300, command=command, policy=policy_text,
+               model_endpoint={"base_url": f"http://127.0.0.1:{port}", "credential_name": "bench"},
+               ).write(layout.spec_path(campaign))
     (spool / "logs").mkdir(exist_ok=True)
     job_spec = ArrayJobSpec(
         name=f"tco-bench-{campaign}", command=PYTHON, args=["-m", "execution.runner"], count=count, queue="agent.q",
@@ -133,7 +133,7 @@ def run_campaign(ge: GridEngine, spool: Path, campaign: str, count: int, cap: in
         working_directory=str(spool), output_path=str(spool / "logs"), error_path=str(spool / "logs"))
     job, _ = ge.submit_array(job_spec)
     print(f"  job {job}: {count} tasks, at most {cap} at a time", flush=True)
-    records_dir = spool / "records" / campaign
+    records_dir = Path(layout.records_dir(campaign))
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
@@ -145,7 +145,7 @@ def run_campaign(ge: GridEngine, spool: Path, campaign: str, count: int, cap: in
             raise SystemExit(f"job {job}: only {done} of {count} records after {timeout_s:.0f} s")
     finally:
         run_command(["qdel", str(job)], timeout=30) if _active(ge, job) else None
-    return [json.loads(p.read_text()) for p in sorted(records_dir.glob("*.json"))]
+    return [RunnerRecord.read(p).to_json() for p in sorted(records_dir.glob("*.json"))]
 
 
 def _active(ge: GridEngine, job: int) -> bool:
@@ -202,7 +202,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="tco-bench-sandbox-"))
     spool = root / "spool"
     spool.mkdir()
-    (spool / "credentials.json").write_text(json.dumps({"bench": KEY}))
+    write_atomic(SpoolLayout(spool).credentials_path, json.dumps({"bench": KEY}).encode(), mode=0o600)
     model, port = start_model(root)
     command = ["/bin/true"] if args.agent == "true" else [os.path.realpath(sys.executable), "-c", MODEL_AGENT]
     ge = GridEngine(queues=["agent.q"], projects=["research"], resources=["anthropic_api"])
