@@ -74,6 +74,11 @@ REASONING_TOKENS = "reasoning_tokens"
 #: Every token count kept per request and per task.
 TOKEN_FIELDS = (*TOKEN_BUCKETS, REASONING_TOKENS)
 
+#: The files the runner leaves per task, ``records/<campaign>/<task>.<suffix>``: the record, the
+#: agent's capped output, the proxy's request records, the flexible-accounting usage lines, and
+#: the folder of declared outputs.
+TASK_FILE_SUFFIXES = ("json", "stdout", "stderr", "requests.jsonl", "usage", "outputs")
+
 CAMPAIGN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _ENDPOINT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -165,31 +170,14 @@ class SpoolLayout:
         return os.path.join(self.records_root, check_campaign_id(campaign_id))
 
     def task_file(self, campaign_id: str | int, task_number: int, suffix: str) -> str:
-        """``records/<campaign>/<task>.<suffix>`` (``json``, ``stdout``, ``stderr``,
-        ``requests.jsonl``, ``usage``, ``outputs``)."""
-        if not suffix or "/" in suffix or suffix.startswith("."):
-            raise SpoolError(f"suffix {suffix!r} is not a file suffix")
+        """``records/<campaign>/<task>.<suffix>``, ``suffix`` one of :data:`TASK_FILE_SUFFIXES`."""
+        if suffix not in TASK_FILE_SUFFIXES:
+            raise SpoolError(f"suffix {suffix!r} is not one of {', '.join(TASK_FILE_SUFFIXES)}")
         return os.path.join(self.records_dir(campaign_id), f"{check_task_number(task_number)}.{suffix}")
 
     def record_path(self, campaign_id: str | int, task_number: int) -> str:
         """``records/<campaign>/<task>.json``: the :class:`RunnerRecord`."""
         return self.task_file(campaign_id, task_number, "json")
-
-    def stdout_path(self, campaign_id: str | int, task_number: int) -> str:
-        """``records/<campaign>/<task>.stdout``."""
-        return self.task_file(campaign_id, task_number, "stdout")
-
-    def stderr_path(self, campaign_id: str | int, task_number: int) -> str:
-        """``records/<campaign>/<task>.stderr``."""
-        return self.task_file(campaign_id, task_number, "stderr")
-
-    def requests_path(self, campaign_id: str | int, task_number: int) -> str:
-        """``records/<campaign>/<task>.requests.jsonl``: the proxy's request records."""
-        return self.task_file(campaign_id, task_number, "requests.jsonl")
-
-    def usage_path(self, campaign_id: str | int, task_number: int) -> str:
-        """``records/<campaign>/<task>.usage``: ``tco_<key>=<number>`` lines for flexible accounting."""
-        return self.task_file(campaign_id, task_number, "usage")
 
     def outputs_dir(self, campaign_id: str | int, task_number: int) -> str:
         """``records/<campaign>/<task>.outputs``: declared outputs, copied and capped."""
@@ -213,33 +201,9 @@ class SpoolLayout:
         """``quarantine/<campaign>/<name>``: where a refused record goes."""
         return os.path.join(self.root, "quarantine", _component(campaign_folder), _component(name))
 
-    @property
-    def quarantine_root(self) -> str:
-        """``quarantine``."""
-        return os.path.join(self.root, "quarantine")
-
-    def record_files(self) -> list[str]:
-        """Every runner record waiting in ``records/*/*.json``, sorted (claimed ones excluded)."""
-        found = []
-        try:
-            campaigns = sorted(os.scandir(self.records_root), key=lambda e: e.name)
-        except FileNotFoundError:
-            return []
-        for campaign in campaigns:
-            if not campaign.is_dir(follow_symlinks=False):
-                continue
-            try:
-                names = sorted(e.name for e in os.scandir(campaign.path) if e.is_file(follow_symlinks=False))
-            except OSError:
-                continue
-            found += [os.path.join(campaign.path, n) for n in names if n.endswith(".json") and not n.startswith(".")]
-        return found
-
-    def stale_claims(self, older_than_s: float, *, now: float | None = None) -> list[str]:
-        """Claimed records (``records/<campaign>/.<task>.json.claim-*``) whose claim is older than
-        ``older_than_s`` seconds (by the rename's inode change time): their ingester died."""
-        now = time.time() if now is None else now
-        found = []
+    def _record_entries(self) -> list[os.DirEntry]:
+        """Regular files directly in ``records/<campaign>/`` folders, sorted by path."""
+        found: list[os.DirEntry] = []
         try:
             campaigns = list(os.scandir(self.records_root))
         except FileNotFoundError:
@@ -248,17 +212,28 @@ class SpoolLayout:
             if not campaign.is_dir(follow_symlinks=False):
                 continue
             try:
-                entries = list(os.scandir(campaign.path))
+                found += [e for e in os.scandir(campaign.path) if e.is_file(follow_symlinks=False)]
             except OSError:
                 continue
-            for entry in entries:
-                if entry.name.startswith(".") and _CLAIM_MARK in entry.name:
-                    try:
-                        if now - entry.stat(follow_symlinks=False).st_ctime > older_than_s:
-                            found.append(entry.path)
-                    except OSError:
-                        continue
-        return sorted(found)
+        return sorted(found, key=lambda e: e.path)
+
+    def record_files(self) -> list[str]:
+        """Every runner record waiting in ``records/*/*.json``, sorted (claimed ones excluded)."""
+        return [e.path for e in self._record_entries() if e.name.endswith(".json") and not e.name.startswith(".")]
+
+    def stale_claims(self, older_than_s: float, *, now: float | None = None) -> list[str]:
+        """Claimed records (``records/<campaign>/.<task>.json.claim-*``) whose claim is older than
+        ``older_than_s`` seconds (by the rename's inode change time): their ingester died."""
+        now = time.time() if now is None else now
+        found = []
+        for entry in self._record_entries():
+            if entry.name.startswith(".") and _CLAIM_MARK in entry.name:
+                try:
+                    if now - entry.stat(follow_symlinks=False).st_ctime > older_than_s:
+                        found.append(entry.path)
+                except OSError:
+                    continue
+        return found
 
     @staticmethod
     def claim_name(path: str, token: str) -> str:
@@ -795,7 +770,7 @@ class RunnerRecord:
 
 
 __all__ = ["SPEC_VERSION", "RECORD_VERSION", "RECORD_VERSIONS_READ", "STAGES", "STAGE_LABELS", "DURATIONS",
-           "TOKEN_BUCKETS", "REASONING_TOKENS", "TOKEN_FIELDS", "CAMPAIGN_ID_RE", "SpoolError", "SpecError",
+           "TOKEN_BUCKETS", "REASONING_TOKENS", "TOKEN_FIELDS", "TASK_FILE_SUFFIXES", "CAMPAIGN_ID_RE", "SpoolError", "SpecError",
            "RecordError", "RecordVersionError", "check_campaign_id", "check_task_number", "SpoolLayout",
            "write_atomic", "write_json_atomic", "JsonLinesStats", "iter_json_lines", "ModelEndpoint", "RunnerSpec",
            "parse_stage_time", "RunnerRecord"]

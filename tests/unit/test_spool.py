@@ -32,10 +32,10 @@ def test_the_layout_names_every_path_of_the_spool(tmp_path):
     assert layout.spec_path(7) == f"{root}/campaigns/7/spec.json"
     assert layout.inputs_path("7") == f"{root}/campaigns/7/inputs.jsonl"
     assert layout.record_path(7, 3) == f"{root}/records/7/3.json"
-    assert layout.stdout_path(7, 3) == f"{root}/records/7/3.stdout"
-    assert layout.stderr_path(7, 3) == f"{root}/records/7/3.stderr"
-    assert layout.requests_path(7, 3) == f"{root}/records/7/3.requests.jsonl"
-    assert layout.usage_path(7, 3) == f"{root}/records/7/3.usage"
+    assert layout.task_file(7, 3, "stdout") == f"{root}/records/7/3.stdout"
+    assert layout.task_file(7, 3, "stderr") == f"{root}/records/7/3.stderr"
+    assert layout.task_file(7, 3, "requests.jsonl") == f"{root}/records/7/3.requests.jsonl"
+    assert layout.task_file(7, 3, "usage") == f"{root}/records/7/3.usage"
     assert layout.outputs_dir(7, 3) == f"{root}/records/7/3.outputs"
     assert layout.work_dir(7) == f"{root}/work/7" and layout.work_dir(7, 3) == f"{root}/work/7/3"
     assert layout.logs_dir(7) == f"{root}/logs/7"
@@ -48,6 +48,12 @@ def test_the_layout_names_every_path_of_the_spool(tmp_path):
 def test_no_campaign_id_leads_outside_the_spool(tmp_path, campaign_id):
     with pytest.raises(SpoolError):
         SpoolLayout(tmp_path).record_path(campaign_id, 1)
+
+
+@pytest.mark.parametrize("suffix", ["../x", "json/..", "", "py"])
+def test_a_task_file_suffix_is_one_of_the_contracts(tmp_path, suffix):
+    with pytest.raises(SpoolError):
+        SpoolLayout(tmp_path).task_file(7, 1, suffix)
 
 
 @pytest.mark.parametrize("task", [0, -1, True, "1", 1.0])
