@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from execution.spool import SpoolLayout
+
 LINE = re.compile(r"^tco_[a-z0-9_]{1,64}=-?[0-9]+(\.[0-9]+)?$")
 
 
@@ -39,15 +41,17 @@ def usage_lines(path: Path) -> list[str]:
 def append(environ: Mapping[str, str]) -> list[str]:
     """Append the task's totals to ``$SGE_JOB_SPOOL_DIR/usage``; return the lines appended.
 
-    Raises KeyError when the environment lacks a variable, OSError when a file
-    cannot be read or written. Nothing is appended when the task has no totals.
+    Raises KeyError when the environment lacks a variable, ValueError for a
+    campaign id or task number that is not one, OSError when a file cannot be
+    read or written. Nothing is appended when the task has no totals.
     """
     task = environ.get("SGE_TASK_ID", "undefined")
-    task_number = task if task.isdigit() else "0"
+    # A non-array job's runner writes as task 1 (execution/runner.py).
+    task_number = int(task) if task.isdigit() else 1
     campaign = environ["TCO_CAMPAIGN_ID"]
     if not campaign.isdigit():
         raise ValueError(f"TCO_CAMPAIGN_ID {campaign!r} is not a number")
-    source = Path(environ["TCO_SPOOL_DIR"]) / "records" / campaign / f"{task_number}.usage"
+    source = Path(SpoolLayout(environ["TCO_SPOOL_DIR"]).task_file(campaign, task_number, "usage"))
     if not source.is_file():
         return []
     lines = usage_lines(source)

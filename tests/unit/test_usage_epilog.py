@@ -26,7 +26,7 @@ def test_lines_a_job_could_have_forged_are_dropped(tmp_path):
     spool, job_spool = tmp_path / "spool", tmp_path / "job"
     (spool / "records" / "5").mkdir(parents=True)
     job_spool.mkdir()
-    (spool / "records" / "5" / "0.usage").write_text(
+    (spool / "records" / "5" / "1.usage").write_text(  # a non-array job's runner writes as task 1
         "tco_input_tokens=10\nru_wallclock=0\ntco_model=opus\ntco_x=1e9\ntco_output_tokens=4\n")
     appended = append({"TCO_SPOOL_DIR": str(spool), "TCO_CAMPAIGN_ID": "5", "SGE_TASK_ID": "undefined",
                        "SGE_JOB_SPOOL_DIR": str(job_spool)})
