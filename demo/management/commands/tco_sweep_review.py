@@ -132,12 +132,16 @@ class Command(BaseCommand):
         from dashboards.ingest import ingest_runner_records
 
         deadline = time.monotonic() + timeout
+        quarantined = 0
         while True:
-            ingest_runner_records(campaign.cluster)
+            quarantined += ingest_runner_records(campaign.cluster).quarantined
             if Task.objects.filter(campaign=campaign, teardown_done_at__isnull=False).count() >= count \
                     or time.monotonic() >= deadline:
                 break
             time.sleep(1)
+        if quarantined:
+            self.stdout.write(f"runner records refused and quarantined (malformed or of an unknown version): "
+                              f"{quarantined}")
         result = review_agreement(campaign=campaign, runs_dir=out_dir)
         self.stdout.write("task  agent  reference (reason)")
         for row in result["rows"]:
