@@ -18,6 +18,7 @@ import datetime as dt
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -26,12 +27,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboards import enqueue, realtime
+from dashboards import clusters, enqueue, realtime
 from dashboards.models import (
     AccountingRecord, Campaign, Cluster, IngestCheckpoint, ModelRequest, QuarantinedLine, Task, TaskEvent,
 )
+from schedulers.base import AccountingCursor, AccountingMissing, QstatTask, SchedulerAdapter, diff_tasks
 from schedulers.base import AccountingRecord as ParsedRecord
-from schedulers.base import QstatTask
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,6 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
     snapshot predates it. Tasks gone from qstat become ``finishing`` until their
     accounting record is read. Returns the counts; pushes one change event.
     """
-    from schedulers.qstat_xml import diff_tasks
-
     changes = PollChanges()
     fields = ("id", "campaign_id", "job_number", "task_number", "first_seen_at", "submitted_at", *POLL_FIELDS)
     with transaction.atomic():
@@ -224,8 +223,12 @@ class IngestResult:
 
 
 def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: int = 2 * 1024 * 1024,
-                      time_budget_s: float = 20.0) -> IngestResult:
-    """Read the accounting file from its checkpoint and store new records, batch after batch.
+                      time_budget_s: float = 20.0, scheduler: SchedulerAdapter | None = None) -> IngestResult:
+    """Read the accounting records after the checkpoint and store them, batch after batch.
+
+    The records come from the cluster's adapter (``scheduler``, else
+    ``clusters.scheduler_for(cluster)``; ``path`` reads that accounting file
+    instead of the cluster's), ``SchedulerAdapter.accounting_since``.
 
     Each batch (``max_bytes`` of the file, whole lines) is one transaction
     that also moves the checkpoint (inode, offset), so a crash at any point
@@ -235,11 +238,8 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
     the next call). A missing file (no job has finished yet) is not an error.
     Memory stays flat: one batch at a time.
     """
-    import time
-
-    from schedulers.accounting import AccountingCursor, read_accounting
-
     path = path or cluster.accounting_path
+    scheduler = scheduler or clusters.scheduler_for(cluster, accounting_path=path)
     result = IngestResult()
     checkpoint, _ = IngestCheckpoint.objects.get_or_create(cluster=cluster, source="accounting",
                                                            defaults={"path": path})
@@ -247,8 +247,8 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
     while True:
         cursor = AccountingCursor(inode=checkpoint.inode, offset=checkpoint.offset) if checkpoint.inode else None
         try:
-            batch = read_accounting(path, cursor, max_bytes=max_bytes)
-        except FileNotFoundError:
+            batch = scheduler.accounting_since(cursor, max_bytes)
+        except AccountingMissing:
             return result
         result.batches += 1
         result.deferred_bytes = batch.deferred_bytes

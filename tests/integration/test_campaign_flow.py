@@ -14,7 +14,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from dashboards.models import AgentDefinition, Campaign, Task, TaskEvent, Team
-from dashboards.services import campaign_launch, campaign_submit, cluster_get_default, scheduler_for
+from dashboards.services import campaign_launch, campaign_submit
+from dashboards.clusters import cluster_get_default, scheduler_for
 from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from dashboards import billing, launching
 from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Budget, Campaign, Cluster, Task, Team
-from dashboards.services import campaign_submit, cluster_get_default, scheduler_for
+from dashboards.services import campaign_submit
+from dashboards.clusters import cluster_get_default, scheduler_for
 from tests.ops.fixtures import (  # noqa: F401
     SGE_ENV, job_gone_or_deleting, ops_users, qdel_quietly, qstat_jobs, wait_until,
 )
@@ -285,7 +286,7 @@ def test_hostile_input_on_every_form_leaves_the_scheduler_untouched(bootstrap, o
         client.force_login(ops_users["urgent"])
     # The service layer refuses the same, and the adapter refuses a hostile spec before DRMAA.
     from schedulers.base import ArrayJobSpec
-    from schedulers.gridengine import InvalidSubmission
+    from schedulers.base import InvalidSubmission
 
     scheduler = scheduler_for(cluster_get_default())
     for name, queue, project in ((f"-u root {MARKER}", "agent.q", "research"), (MARKER, "agent.q -u root", "research"),

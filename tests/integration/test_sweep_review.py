@@ -20,7 +20,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from dashboards.models import Task, Team
-from dashboards.services import campaign_submit, cluster_get_default, scheduler_for
+from dashboards.services import campaign_submit
+from dashboards.clusters import cluster_get_default, scheduler_for
 from demo.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
 from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
 from demo.reference_checker import SCRIPTED_CAVEAT, check_file

@@ -23,10 +23,13 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import threading
-from typing import Any
+from typing import Any, Sequence
 
-from schedulers.base import SchedulerCommandError, SchedulerUnavailable
+from schedulers.base import SchedulerCommandError, SchedulerParseError, SchedulerUnavailable
+
+from .commands import DEFAULT_SGE_CELL, DEFAULT_SGE_ROOT
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +98,8 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None):
             os.environ["SGE_ROOT"] = sge_root
         if sge_cell:
             os.environ["SGE_CELL"] = sge_cell
-        os.environ.setdefault("SGE_ROOT", "/var/lib/gridengine")
-        os.environ.setdefault("SGE_CELL", "default")
+        os.environ.setdefault("SGE_ROOT", DEFAULT_SGE_ROOT)
+        os.environ.setdefault("SGE_CELL", DEFAULT_SGE_CELL)
         drmaa = load_drmaa()
         session = drmaa.Session()
         try:
@@ -104,7 +107,7 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None):
         except drmaa.errors.AlreadyActiveSessionException as exc:
             raise SchedulerUnavailable(
                 "libdrmaa already has an active session in this process (opened outside "
-                "schedulers.drmaa_session, or inherited through fork)") from exc
+                "schedulers.gridengine.drmaa, or inherited through fork)") from exc
         except drmaa.errors.DrmaaException as exc:
             raise SchedulerUnavailable(f"DRMAA session could not be opened: {exc}") from exc
         _session, _session_pid = session, pid
@@ -158,8 +161,6 @@ def run_bulk(*, remote_command: str, args: list[str], job_name: str, native_spec
 
     Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
     """
-    from schedulers.gridengine import parse_job_ids
-
     with _lock:
         session = open_session(sge_root=sge_root, sge_cell=sge_cell)
         drmaa = load_drmaa()
@@ -187,3 +188,22 @@ def run_bulk(*, remote_command: str, args: list[str], job_name: str, native_spec
             except drmaa.errors.DrmaaException:
                 log.warning("deleteJobTemplate failed", exc_info=True)
     return parse_job_ids(list(ids))
+
+
+def parse_job_ids(ids: Sequence[str]) -> tuple[int, list[int]]:
+    """``["123.1", "123.2"]`` → ``(123, [1, 2])``, as ``runBulkJobs`` returns them.
+
+    Raises SchedulerParseError on an empty list, a malformed id or mixed job numbers.
+    """
+    if not ids:
+        raise SchedulerParseError("DRMAA returned no job ids")
+    job_numbers, tasks = set(), []
+    for job_id in ids:
+        m = re.fullmatch(r"(\d+)(?:\.(\d+))?", str(job_id).strip())
+        if not m:
+            raise SchedulerParseError(f"DRMAA returned a job id we cannot read: {job_id!r}")
+        job_numbers.add(int(m.group(1)))
+        tasks.append(int(m.group(2)) if m.group(2) else 1)
+    if len(job_numbers) != 1:
+        raise SchedulerParseError(f"DRMAA returned ids of several jobs: {sorted(job_numbers)}")
+    return job_numbers.pop(), tasks

@@ -38,7 +38,7 @@ import json
 import os
 from typing import Callable
 
-from .base import (AccountingBatch, AccountingCursor, AccountingLineError, AccountingRecord,
+from schedulers.base import (AccountingBatch, AccountingCursor, AccountingLineError, AccountingRecord,
                    QuarantinedLine, SchedulerUnavailable)
 
 __all__ = ["parse_line", "read_accounting", "UTC"]
