@@ -6,24 +6,58 @@ side names an adapter class.
 """
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
 from django.utils import timezone
 
 from schedulers import registry
 from schedulers.base import SchedulerAdapter, SchedulerError
+from schedulers.gridengine import flavours
 
 from . import realtime
 from .models import Cluster, Team
 
 
+def cluster_flavour(sge_root: str, sge_cell: str, configured: str = "") -> tuple[str, str]:
+    """``(flavour, why)``: ``configured`` (``TCO_SCHEDULER_FLAVOUR``) when set, else
+    detected from the installation (``flavours.detect_flavour``: the clients'
+    version banner, then the files in ``common/``), else ``sge8``."""
+    if configured:
+        return configured, "configured (TCO_SCHEDULER_FLAVOUR)"
+    return _detected_flavour(sge_root, sge_cell)
+
+
+@functools.lru_cache(maxsize=16)
+def _detected_flavour(sge_root: str, sge_cell: str) -> tuple[str, str]:
+    """Detection per cell, once per process (an installation does not change under a running tco)."""
+    try:
+        found = flavours.detect_flavour(sge_root, sge_cell)
+    except SchedulerError as exc:
+        return "sge8", f"not detected ({exc}); sge8 assumed"
+    return found.flavour, f"detected: {found.evidence}"
+
+
 def cluster_get_default() -> Cluster:
-    """The cluster configured in settings (created on first use)."""
+    """The cluster configured in settings (created on first use).
+
+    On creation its flavour is ``TCO_SCHEDULER_FLAVOUR`` or detected from the
+    installation, and its accounting file ``TCO_ACCOUNTING_FILE`` or the
+    flavour's default (``common/accounting`` or ``common/accounting.jsonl``).
+    """
+    cluster = Cluster.objects.filter(name=settings.TCO_CLUSTER_NAME).first()
+    if cluster is not None:
+        return cluster
+    flavour, _why = cluster_flavour(settings.SGE_ROOT, settings.SGE_CELL, settings.TCO_SCHEDULER_FLAVOUR)
+    accounting = settings.TCO_ACCOUNTING_FILE or flavours.defaults_for(flavour).accounting_path(
+        settings.SGE_ROOT, settings.SGE_CELL)
     cluster, _ = Cluster.objects.get_or_create(
         name=settings.TCO_CLUSTER_NAME,
         defaults={
             "sge_root": settings.SGE_ROOT,
             "sge_cell": settings.SGE_CELL,
-            "accounting_path": settings.TCO_ACCOUNTING_FILE,
+            "flavour": flavour,
+            "accounting_path": accounting,
             "time_zone": settings.TCO_CLUSTER_TZ,
         },
     )

@@ -204,8 +204,8 @@ def _us(value: dt.datetime | None) -> int:
 _RECORD_COLUMNS = (
     "cluster_id", "task_id", "job_number", "task_number", "pe_taskid", "submission_us", "start_us", "end_us",
     "submitted_at", "started_at", "ended_at", "job_name", "owner", "group", "project", "department", "account",
-    "queue", "hostname", "slots", "wallclock_s", "cpu_s", "maxvmem_bytes", "failed", "exit_status", "category",
-    "usage",
+    "queue", "hostname", "slots", "wallclock_s", "wallclock_exact_s", "cpu_s", "maxvmem_bytes", "failed",
+    "exit_status", "category", "usage",
 )
 
 
@@ -220,6 +220,18 @@ class IngestResult:
     reset: str | None = None
     finalized: int = 0
     batches: int = 0
+    error: str = ""
+
+
+def _accounting_error_set(cluster: Cluster, message: str) -> None:
+    """Record (or, with ``""``, clear) the accounting failure on the cluster; push a change when it changes."""
+    if (cluster.accounting_error or "") == message:
+        return
+    now = timezone.now()
+    Cluster.objects.filter(pk=cluster.pk).update(accounting_error=message[:2000],
+                                                 accounting_error_at=now if message else None)
+    cluster.accounting_error, cluster.accounting_error_at = message[:2000], now if message else None
+    realtime.queue_changed(cluster.name)
 
 
 def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: int = 2 * 1024 * 1024,
@@ -235,8 +247,15 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
     re-reads from the old checkpoint and the identity constraint drops what
     was already stored: the same database either way. Reads until the file is
     caught up or ``time_budget_s`` seconds have passed (the rest waits for
-    the next call). A missing file (no job has finished yet) is not an error.
-    Memory stays flat: one batch at a time.
+    the next call). Memory stays flat: one batch at a time.
+
+    A missing or unreadable accounting file is a loud error, never "nothing
+    to read": it is logged, returned in ``result.error`` and recorded on the
+    cluster (``Cluster.accounting_error``, shown on the queue page after the
+    next push); the first pass that reads the file clears it. (A Grid Engine
+    cell has the file from its first finished job on; a wrong path or flavour,
+    e.g. ``common/accounting`` on an OCS 9 cell that writes
+    ``common/accounting.jsonl``, would otherwise ingest nothing, silently.)
     """
     path = path or cluster.accounting_path
     scheduler = scheduler or clusters.scheduler_for(cluster, accounting_path=path)
@@ -248,8 +267,14 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
         cursor = AccountingCursor(inode=checkpoint.inode, offset=checkpoint.offset) if checkpoint.inode else None
         try:
             batch = scheduler.accounting_since(cursor, max_bytes)
-        except AccountingMissing:
+        except AccountingMissing as exc:
+            result.error = (f"accounting not read: {exc}. Check the cluster's accounting file "
+                            f"(flavour {cluster.flavour}; manage.py tco_doctor names the fix)")
+            log.error("cluster %s: %s", cluster.name, result.error)
+            _accounting_error_set(cluster, result.error)
             return result
+        if result.batches == 0:
+            _accounting_error_set(cluster, "")
         result.batches += 1
         result.deferred_bytes = batch.deferred_bytes
         result.reset = result.reset or batch.reset
@@ -319,7 +344,8 @@ def _store_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[int, 
             cluster_id, task_of.get(i), r.job_number, r.task_number or 0, r.pe_taskid or "",
             sub_us, start_us, end_us, sub, start, end,
             r.job_name[:255], r.owner[:64], r.group[:64], (r.project or "")[:64], (r.department or "")[:64],
-            r.account[:255], r.queue[:64], r.hostname[:255], r.slots, r.wallclock_s, r.cpu_s, r.maxvmem_bytes,
+            r.account[:255], r.queue[:64], r.hostname[:255], r.slots, r.wallclock_s, r.wallclock_exact_s, r.cpu_s,
+            r.maxvmem_bytes,
             r.failed, r.exit_status, r.category, dumps(r.usage) if r.usage else "{}",
         ))
     table = AccountingRecord._meta.db_table

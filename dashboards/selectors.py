@@ -302,7 +302,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
     Shape::
 
         {"generated_at": ISO, "states": [lifecycle states],
-         "clusters": [{name, polled_at, poll_age_s, poll_error, queues, seats,
+         "clusters": [{name, polled_at, poll_age_s, poll_error, accounting_error, flavour, queues, seats,
                        consumables, quotas, share_tree, status_at}],
          "totals": {state: n}                 # active tasks the user may see
          "by_cluster": [{cluster, states}], "by_queue": [{cluster, queue, states}],
@@ -369,6 +369,8 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
             "polled_at": _iso(cluster.polled_at),
             "poll_age_s": _seconds(cluster.polled_at, now),
             "poll_error": cluster.poll_error,
+            "accounting_error": cluster.accounting_error,
+            "flavour": cluster.flavour,
             **cluster_resources(cluster, seat_resource, None if admin else set(projects)),
         })
 

@@ -139,7 +139,8 @@ class AccountingRecord:
 
     Times are timezone-aware UTC datetimes, or None where the file says 0
     (a failed start). ``task_number`` is None for a non-array job (the file
-    says 0). ``wallclock_s`` is seconds (float where the format has one).
+    says 0). ``wallclock_s`` is seconds as ``qacct`` sums them (``ru_wallclock``;
+    whole seconds in OCS 9 JSON); ``wallclock_exact_s`` see below.
     ``cpu_s`` seconds, ``maxvmem_bytes`` bytes. ``usage`` holds
     flexible-accounting objects as written (OCS 9 JSON only), else ``{}``.
     Source: accounting(5) of SGE 8.1.9; sge_accounting(5) of OCS 9.
@@ -175,6 +176,10 @@ class AccountingRecord:
     arid: int = 0
     ar_submitted_at: dt.datetime | None = None
     deleted_by: str | None = None
+    # OCS 9 JSON only: the exact wall clock, ``usage.eusage.wallclock`` (else
+    # end - start), seconds; ``wallclock_s`` keeps ``usage.rusage.ru_wallclock``,
+    # whole seconds, which is what ``qacct`` sums and the bill uses. None on SGE 8.
+    wallclock_exact_s: float | None = None
 
     def identity(self, cluster: str) -> tuple:
         """DESIGN.md's record identity: (cluster, job_number, task_number, pe_taskid,

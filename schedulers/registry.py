@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from schedulers.base import SchedulerAdapter, SchedulerError
-from schedulers.gridengine.adapter import GridEngine
+from schedulers.gridengine.adapter import GridEngine, OpenClusterScheduler
 
 
 class UnknownFlavour(SchedulerError):
@@ -50,3 +50,4 @@ def create(flavour: str, **options: Any) -> SchedulerAdapter:
 
 
 register(GridEngine.flavour, GridEngine)
+register(OpenClusterScheduler.flavour, OpenClusterScheduler)

@@ -86,7 +86,8 @@ def ingest_accounting() -> dict:
         if not mine:
             return {"skipped": True}
         result = ingest(cluster)
-        return {"accepted": result.accepted, "quarantined": result.quarantined, "finalized": result.finalized}
+        return {"accepted": result.accepted, "quarantined": result.quarantined, "finalized": result.finalized,
+                **({"error": result.error} if result.error else {})}
 
 
 @shared_task(time_limit=120, soft_time_limit=110)

@@ -19,12 +19,16 @@ from schedulers.base import (
     QstatTask,
     SchedulerAdapter,
     SchedulerCommandError,
+    SchedulerError,
+    UnknownJob,
 )
 
 from . import drmaa
 from .commands import DEFAULT_SGE_CELL, DEFAULT_SGE_ROOT, control_argv, qmod_cleared, run_command
+from .flavours import defaults_for, version_tuple
 from .native_spec import DEFAULT_MAX_TASKS, job_id_arguments, native_specification
 from .parsers.accounting import read_accounting
+from .parsers.ocs_json import parse_qhost_json, parse_qquota_json, parse_qstat_json, parse_queue_summary_json
 from .parsers.qconf import parse_complex_values
 from .parsers.qhost import parse_qhost
 from .parsers.qquota import parse_qquota
@@ -45,8 +49,10 @@ class GridEngine(SchedulerAdapter):
     requestable complexes). ``sge_root``/``sge_cell`` select the cell for
     commands; DRMAA uses the process environment (one session per process,
     so one cell per submitting process). ``timeout`` is seconds per command.
-    ``accounting_path`` is the cell's accounting file (default
-    ``$SGE_ROOT/$SGE_CELL/common/accounting``).
+    ``accounting_path`` is the cell's accounting file (default: the
+    flavour's, :mod:`.flavours`; ``$SGE_ROOT/$SGE_CELL/common/accounting``
+    for sge8). Status commands are read as XML (``-xml``); a subclass that
+    sets :attr:`json_outputs` reads ``-fmt json`` instead, falling back to XML.
 
     ``notify`` adds ``-notify`` to every submission. Without it, qdel kills a
     task with SIGKILL (queue ``terminate_method NONE``), which the runner
@@ -74,8 +80,22 @@ class GridEngine(SchedulerAdapter):
         self.timeout = timeout
         self.max_tasks = max_tasks
         self.notify = notify
-        self.accounting_path = accounting_path or os.path.join(self.sge_root, self.sge_cell, "common",
-                                                               "accounting")
+        self.defaults = defaults_for(self.flavour)
+        self.accounting_path = accounting_path or self.defaults.accounting_path(self.sge_root, self.sge_cell)
+
+    def json_outputs(self) -> bool:
+        """Whether the status commands are asked for ``-fmt json`` (never on SGE 8)."""
+        return False
+
+    def _status(self, xml_argv: list[str], xml_parser, json_argv: list[str] | None = None, json_parser=None):
+        """Run a status command as JSON when :meth:`json_outputs` (and the command
+        has a JSON reader), else as XML; a JSON call the clients refuse falls back to XML."""
+        if json_argv is not None and self.json_outputs():
+            try:
+                return json_parser(self._run(json_argv))
+            except SchedulerCommandError:
+                pass
+        return xml_parser(self._run(xml_argv))
 
     # ---- commands
     def _run(self, argv: list[str], timeout: float | None = None) -> bytes:
@@ -87,7 +107,8 @@ class GridEngine(SchedulerAdapter):
 
         Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
         """
-        tasks = parse_qstat(self._run(["qstat", "-xml", "-u", "*"]))
+        tasks = self._status(["qstat", "-xml", "-u", "*"], parse_qstat,
+                             ["qstat", "-fmt", "json", "-u", "*"], parse_qstat_json)
         self._fill_projects(tasks)
         return tasks
 
@@ -102,7 +123,8 @@ class GridEngine(SchedulerAdapter):
         cell = (self.sge_root, self.sge_cell)
         known = _PROJECTS.setdefault(cell, {})
         if any(t.project is None and t.job_number not in known for t in tasks):
-            for t in parse_qstat(self._run(["qstat", "-xml", "-ext", "-u", "*"])):
+            for t in self._status(["qstat", "-xml", "-ext", "-u", "*"], parse_qstat,
+                                  ["qstat", "-fmt", "json", "-ext", "-u", "*"], parse_qstat_json):
                 known[t.job_number] = t.project
             if len(known) > 200_000:  # jobs long gone; the next poll asks again
                 live = {t.job_number for t in tasks}
@@ -114,15 +136,17 @@ class GridEngine(SchedulerAdapter):
 
     def queue_summary(self) -> list[dict]:
         """Cluster queue summary, ``qstat -g c -xml``, parsed by ``parse_cluster_queue_summary``."""
-        return parse_cluster_queue_summary(self._run(["qstat", "-g", "c", "-xml"]))
+        return self._status(["qstat", "-g", "c", "-xml"], parse_cluster_queue_summary,
+                            ["qstat", "-g", "c", "-fmt", "json"], parse_queue_summary_json)
 
     def hosts(self) -> list[dict]:
         """Exec hosts with resources, ``qhost -F -xml``, parsed by ``parse_qhost``."""
-        return parse_qhost(self._run(["qhost", "-F", "-xml"]))
+        return self._status(["qhost", "-F", "-xml"], parse_qhost, ["qhost", "-F", "-fmt", "json"], parse_qhost_json)
 
     def quotas(self) -> list[dict]:
         """Resource quota usage, ``qquota -u '*' -xml``, parsed by ``parse_qquota``."""
-        return parse_qquota(self._run(["qquota", "-u", "*", "-xml"]))
+        return self._status(["qquota", "-u", "*", "-xml"], parse_qquota,
+                            ["qquota", "-u", "*", "-fmt", "json"], parse_qquota_json)
 
     def global_capacity(self) -> dict[str, float]:
         """Cluster-wide consumable capacities: ``complex_values`` of the global host.
@@ -150,11 +174,18 @@ class GridEngine(SchedulerAdapter):
         """One job, ``qstat -j N -xml``, parsed by ``parse_job_detail``.
 
         ``timeout`` (seconds) bounds this call only. Raises InvalidSubmission
-        for a bad job number; UnknownJob (or SchedulerCommandError) when the
-        job does not exist.
+        for a bad job number; UnknownJob when the job does not exist (SGE 8.1.9
+        and OCS 9.1 print ``<unknown_jobs>`` and exit 0; OCS 9.2 prints nothing,
+        ``Following jobs do not exist: N`` on stderr, and exits 1).
         """
         (job_id,) = job_id_arguments(job_number)
-        return parse_job_detail(self._run(["qstat", "-j", job_id, "-xml"], timeout=timeout))
+        try:
+            data = self._run(["qstat", "-j", job_id, "-xml"], timeout=timeout)
+        except SchedulerCommandError as exc:
+            if "do not exist" in exc.stderr:
+                raise UnknownJob(f"qstat -j: unknown job {job_id}", job_ids=[job_id]) from exc
+            raise
+        return parse_job_detail(data)
 
     def accounting_since(self, cursor: AccountingCursor | None, max_bytes: int) -> AccountingBatch:
         """Records of :attr:`accounting_path` after ``cursor`` (``parsers.accounting.read_accounting``).
@@ -223,4 +254,42 @@ class GridEngine(SchedulerAdapter):
             count=spec.count,
             sge_root=self.sge_root,
             sge_cell=self.sge_cell,
+            flavour=self.flavour,
         )
+
+
+# (sge_root, sge_cell) -> whether the installed clients take ``-fmt json``.
+_JSON_CLIENTS: dict[tuple[str, str], bool] = {}
+
+
+class OpenClusterScheduler(GridEngine):
+    """The adapter for an Open/Gridware Cluster Scheduler 9 cell (flavour ``ocs9``).
+
+    Everything as :class:`GridEngine`, with the flavour's defaults
+    (``common/accounting.jsonl``, ``libdrmaa.so``, no jemalloc preload) and
+    JSON status output where the clients offer it: OCS 9.2 takes ``-fmt json``
+    on qstat, qhost and qquota (its XML times are in the qmaster's zone, the
+    JSON's in UTC); OCS 9.1 does not, and is read as XML. ``json`` forces the
+    choice; None asks ``qstat -help`` once per cell (it lists ``-fmt``).
+    """
+
+    flavour = "ocs9"
+
+    def __init__(self, *, json: bool | None = None, **options) -> None:
+        super().__init__(**options)
+        self._json = json
+
+    def json_outputs(self) -> bool:
+        """Whether the clients take ``-fmt json`` (OCS 9.2 and later); asked once per cell."""
+        if self._json is None:
+            cell = (self.sge_root, self.sge_cell)
+            if cell not in _JSON_CLIENTS:
+                try:
+                    help_text = self._run(["qstat", "-help"]).decode("utf-8", "replace")
+                except SchedulerError:
+                    return False  # not remembered: ask again when the clients answer
+                banner = help_text.strip().splitlines()[0] if help_text.strip() else ""
+                version = version_tuple(banner) or (0, 0, 0)
+                _JSON_CLIENTS[cell] = "-fmt" in help_text and version >= (9, 2, 0)
+            self._json = _JSON_CLIENTS[cell]
+        return self._json

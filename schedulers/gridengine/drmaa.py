@@ -1,4 +1,4 @@
-"""The DRMAA session of this process (drmaa 0.7.9 over SGE's libdrmaa.so).
+"""The DRMAA session of this process (drmaa 0.7.9 over Grid Engine's libdrmaa).
 
 DRMAA allows one session per process. It is opened lazily on the first
 submission, or explicitly with :func:`open_session` from Celery's
@@ -6,17 +6,34 @@ submission, or explicitly with :func:`open_session` from Celery's
 that forks afterwards: a forked child inherits a session it cannot use).
 It is closed at interpreter exit.
 
-Loading libdrmaa needs, *before the interpreter starts*:
+The library is the flavour's (:mod:`.flavours`): ``DRMAA_LIBRARY_PATH`` when
+the environment sets it, else ``$SGE_ROOT/lib/<arch>/libdrmaa.so.1.0`` or
+Debian's ``/usr/lib/gridengine-drmaa/lib/libdrmaa.so.1.0`` (sge8),
+``$SGE_ROOT/lib/<arch>/libdrmaa.so`` (ocs9); python-drmaa reads the variable
+at import. Debian's SGE 8 libdrmaa links jemalloc, whose initial-exec TLS
+cannot be loaded late ("cannot allocate memory in static TLS block"): such a
+process needs ``LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2`` in
+the environment *that starts Python* (systemd unit, supervisor, the shell
+that runs celery). OCS 9's libdrmaa needs no preload.
 
-- ``DRMAA_LIBRARY_PATH=/usr/lib/gridengine-drmaa/lib/libdrmaa.so.1.0``
-  (set here as a default if missing; python-drmaa reads it at import), and
-- ``LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2``: Debian's
-  libdrmaa links jemalloc, whose initial-exec TLS cannot be loaded late
-  ("cannot allocate memory in static TLS block"). Setting it from Python is
-  too late; it must be in the environment of the process that starts Python
-  (systemd unit, supervisor, the shell that runs celery).
+Closing. ``drmaa_exit`` unregisters the session's JAPI event client at the
+qmaster. OCS 9's qmaster refuses that from a user who is not a manager, and
+the library then waits for the next event delivery, every
+``SGE_JAPI_EDTIME`` seconds (30 by default; read from the environment when
+the session opens): a process that opened a session took about 31 s to stop.
+So (1) a session is opened once per process and never closed per call;
+(2) :func:`open_session` sets ``SGE_JAPI_EDTIME`` to
+:data:`JAPI_EDTIME_S` when the environment does not set it (an event
+delivery interval of 5 s instead of 30: a little more event traffic for
+tco's one session per submitting process); (3) :func:`close_session` runs
+``drmaa_exit`` in a helper thread and waits at most ``timeout`` seconds
+(default :data:`CLOSE_TIMEOUT_S`); if the qmaster has not let go by then, the
+process stops anyway and the qmaster drops the event client when it times
+out. Jobs are never lost by that: tco does not wait for jobs through DRMAA.
 
-Sources: drmaa_attributes(3), drmaa_jobtemplate(3), drmaa_submit(3) of SGE 8.1.9.
+Sources: drmaa_attributes(3), drmaa_jobtemplate(3), drmaa_submit(3) of SGE
+8.1.9; ``japi_implementation_thread`` in source/libs/japi/japi.c(c) of SGE and
+OCS (``SGE_JAPI_EDTIME``).
 """
 from __future__ import annotations
 
@@ -30,11 +47,15 @@ from typing import Any, Sequence
 from schedulers.base import SchedulerCommandError, SchedulerParseError, SchedulerUnavailable
 
 from .commands import DEFAULT_SGE_CELL, DEFAULT_SGE_ROOT
+from .flavours import DEBIAN_DRMAA_LIBRARY, JEMALLOC_PRELOAD, defaults_for
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DRMAA_LIBRARY_PATH = "/usr/lib/gridengine-drmaa/lib/libdrmaa.so.1.0"
-JEMALLOC_PRELOAD = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+DEFAULT_DRMAA_LIBRARY_PATH = DEBIAN_DRMAA_LIBRARY
+#: ``SGE_JAPI_EDTIME`` (seconds) set when the environment has none (see above).
+JAPI_EDTIME_S = 5
+#: How long :func:`close_session` waits for ``drmaa_exit`` (seconds).
+CLOSE_TIMEOUT_S = 0.5
 
 _lock = threading.RLock()
 _session: Any = None
@@ -42,13 +63,20 @@ _session_pid: int | None = None
 _atexit_registered = False
 
 
-def load_drmaa():
+def library_path(flavour: str = "sge8", sge_root: str | None = None) -> str:
+    """The libdrmaa this process loads: ``DRMAA_LIBRARY_PATH`` if set, else the flavour's."""
+    return os.environ.get("DRMAA_LIBRARY_PATH") or defaults_for(flavour).drmaa_library(
+        sge_root or os.environ.get("SGE_ROOT") or DEFAULT_SGE_ROOT)
+
+
+def load_drmaa(flavour: str = "sge8", sge_root: str | None = None):
     """Import the ``drmaa`` package (which dlopens libdrmaa) and return it.
 
+    ``DRMAA_LIBRARY_PATH`` defaults to :func:`library_path` of ``flavour``.
     Raises SchedulerUnavailable with the fix in the message when libdrmaa
     cannot be found or loaded (the static TLS trap above).
     """
-    os.environ.setdefault("DRMAA_LIBRARY_PATH", DEFAULT_DRMAA_LIBRARY_PATH)
+    os.environ.setdefault("DRMAA_LIBRARY_PATH", library_path(flavour, sge_root))
     try:
         import drmaa  # noqa: PLC0415 - loading libdrmaa is deliberately lazy
     except OSError as exc:
@@ -61,18 +89,22 @@ def load_drmaa():
             ) from exc
         raise SchedulerUnavailable(
             f"libdrmaa could not be loaded from DRMAA_LIBRARY_PATH="
-            f"{os.environ.get('DRMAA_LIBRARY_PATH')}: {text}. Install gridengine-drmaa1.0 "
-            f"or set DRMAA_LIBRARY_PATH to libdrmaa.so."
+            f"{os.environ.get('DRMAA_LIBRARY_PATH')}: {text}. Install gridengine-drmaa1.0 (SGE 8 on "
+            f"Debian) or set DRMAA_LIBRARY_PATH to $SGE_ROOT/lib/<arch>/libdrmaa.so (OCS 9)."
         ) from exc
     except RuntimeError as exc:  # python-drmaa: "Could not find drmaa library"
-        raise SchedulerUnavailable(f"{exc} (default {DEFAULT_DRMAA_LIBRARY_PATH})") from exc
+        raise SchedulerUnavailable(f"{exc} (DRMAA_LIBRARY_PATH={os.environ.get('DRMAA_LIBRARY_PATH')})") from exc
     except ImportError as exc:
         raise SchedulerUnavailable(f"the drmaa Python package is not installed: {exc}") from exc
     return drmaa
 
 
-def open_session(*, sge_root: str | None = None, sge_cell: str | None = None):
+def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, flavour: str | None = None):
     """Open (or return) this process's DRMAA session.
+
+    ``flavour`` (default: ``TCO_SCHEDULER_FLAVOUR`` from the environment, else
+    ``sge8``) picks the default libdrmaa; ``SGE_JAPI_EDTIME`` defaults to
+    :data:`JAPI_EDTIME_S`.
 
     ``sge_root``/``sge_cell`` default the process's ``SGE_ROOT``/``SGE_CELL``
     (libdrmaa reads them from the process environment). Calling it again in
@@ -100,7 +132,8 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None):
             os.environ["SGE_CELL"] = sge_cell
         os.environ.setdefault("SGE_ROOT", DEFAULT_SGE_ROOT)
         os.environ.setdefault("SGE_CELL", DEFAULT_SGE_CELL)
-        drmaa = load_drmaa()
+        os.environ.setdefault("SGE_JAPI_EDTIME", str(JAPI_EDTIME_S))
+        drmaa = load_drmaa(flavour or os.environ.get("TCO_SCHEDULER_FLAVOUR") or "sge8", os.environ["SGE_ROOT"])
         session = drmaa.Session()
         try:
             session.initialize()
@@ -126,18 +159,34 @@ def _check_cell(sge_root: str | None, sge_cell: str | None) -> None:
                 f"not {wanted}; submit to another cell from another process")
 
 
-def close_session() -> None:
-    """Close this process's session if it opened one (idempotent; logs, never raises)."""
+def close_session(timeout: float = CLOSE_TIMEOUT_S) -> bool:
+    """Close this process's session if it opened one (idempotent; logs, never raises).
+
+    ``drmaa_exit`` runs in a daemon thread, waited for at most ``timeout``
+    seconds (see "Closing" above). Returns True when the session was closed
+    (or there was none), False when the process goes on without waiting.
+    """
     global _session, _session_pid
     with _lock:
         session, pid = _session, _session_pid
         _session, _session_pid = None, None
         if session is None or pid != os.getpid():
-            return
-        try:
-            session.exit()
-        except Exception:  # noqa: BLE001 - at exit there is nobody to tell but the log
-            log.warning("closing the DRMAA session failed", exc_info=True)
+            return True
+
+        def exit_session() -> None:
+            try:
+                session.exit()
+            except Exception:  # noqa: BLE001 - at exit there is nobody to tell but the log
+                log.warning("closing the DRMAA session failed", exc_info=True)
+
+        closer = threading.Thread(target=exit_session, name="drmaa-exit", daemon=True)
+        closer.start()
+        closer.join(timeout)
+        if closer.is_alive():
+            log.warning("drmaa_exit did not return within %.1f s (the qmaster refuses a non-manager's "
+                        "event client shutdown until SGE_JAPI_EDTIME); going on without it", timeout)
+            return False
+        return True
 
 
 def _map_drmaa_error(drmaa, exc: Exception, what: str) -> Exception:
@@ -151,7 +200,7 @@ def _map_drmaa_error(drmaa, exc: Exception, what: str) -> Exception:
 def run_bulk(*, remote_command: str, args: list[str], job_name: str, native_specification: str,
              environment: dict[str, str], working_directory: str, output_path: str,
              error_path: str, hold: bool, count: int, sge_root: str | None = None,
-             sge_cell: str | None = None) -> tuple[int, list[int]]:
+             sge_cell: str | None = None, flavour: str | None = None) -> tuple[int, list[int]]:
     """Submit one array job of tasks 1..count (``runBulkJobs(jt, 1, count, 1)``).
 
     Arguments are DRMAA job template attributes (drmaa_attributes(3)),
@@ -162,8 +211,8 @@ def run_bulk(*, remote_command: str, args: list[str], job_name: str, native_spec
     Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
     """
     with _lock:
-        session = open_session(sge_root=sge_root, sge_cell=sge_cell)
-        drmaa = load_drmaa()
+        session = open_session(sge_root=sge_root, sge_cell=sge_cell, flavour=flavour)
+        drmaa = load_drmaa(flavour or "sge8", sge_root)
         try:
             jt = session.createJobTemplate()
         except drmaa.errors.DrmaaException as exc:

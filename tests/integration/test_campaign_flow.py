@@ -26,7 +26,7 @@ N_TASKS = 6
 def accounting_lines_for(job_number: int) -> dict[int, list[str]]:
     """task number -> the 45 fields of its accounting line, split here without tco's parser."""
     found: dict[int, list[str]] = {}
-    path = Path(settings.TCO_ACCOUNTING_FILE)
+    path = Path(cluster_get_default().accounting_path)
     for raw in path.read_text(errors="replace").splitlines():
         if raw.startswith("#") or len(raw) <= 1:
             continue

@@ -76,7 +76,7 @@ def test_the_bill_wallclock_per_team_equals_qacct_for_every_period_and_time_zone
     engineering = Team.objects.get(project="engineering")
     jobs = [run_small_campaign(ops_users["launcher"], research, "bill-r").job_number,
             run_small_campaign(ops_users["admin"], engineering, "bill-e").job_number]
-    accounting = settings.TCO_ACCOUNTING_FILE
+    accounting = cluster_get_default().accounting_path
 
     def written() -> bool:
         text = open(accounting, errors="replace").read()
@@ -132,7 +132,7 @@ def test_the_bill_wallclock_per_team_equals_qacct_for_every_period_and_time_zone
 def test_period_boundaries_match_qacct_to_the_second(bootstrap, tmp_path):
     """Real accounting lines moved to start one second before, at and after local midnights
     (a month start, both DST changes, a Monday), read by the real qacct and by the bill."""
-    source = [line for line in open(settings.TCO_ACCOUNTING_FILE, errors="replace").read().splitlines()
+    source = [line for line in open(cluster_get_default().accounting_path, errors="replace").read().splitlines()
               if line and not line.startswith("#") and line.split(":")[9] != "0"
               and float(line.split(":")[13]) > 0][:3]
     assert source, "the dev cluster's accounting file has no record yet"

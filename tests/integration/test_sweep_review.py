@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from django.conf import settings
 from django.utils import timezone
 
 from dashboards.models import Task, Team
@@ -48,7 +47,7 @@ def free_port() -> int:
 def accounting(job_number: int) -> dict[int, list[str]]:
     """task number -> fields of its accounting line (SGE 8 colon format), read here directly."""
     found = {}
-    for raw in Path(settings.TCO_ACCOUNTING_FILE).read_text(errors="replace").splitlines():
+    for raw in Path(cluster_get_default().accounting_path).read_text(errors="replace").splitlines():
         fields = raw.split(":")
         if not raw.startswith("#") and len(fields) > 35 and fields[5] == str(job_number):
             found[int(fields[35])] = fields
