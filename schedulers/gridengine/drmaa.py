@@ -25,7 +25,9 @@ So (1) a session is opened once per process and never closed per call;
 (2) :func:`open_session` sets ``SGE_JAPI_EDTIME`` to
 :data:`JAPI_EDTIME_S` when the environment does not set it (an event
 delivery interval of 5 s instead of 30: a little more event traffic for
-tco's one session per submitting process); (3) :func:`close_session` runs
+tco's one session per submitting process), and ``SGE_JAPI_FLUSH_DELAY_RATE``
+to :data:`JAPI_FLUSH_DELAY_S` (libdrmaa refuses a flush delay longer than
+the delivery interval); (3) :func:`close_session` runs
 ``drmaa_exit`` in a helper thread and waits at most ``timeout`` seconds
 (default :data:`CLOSE_TIMEOUT_S`); if the qmaster has not let go by then, the
 process stops anyway and the qmaster drops the event client when it times
@@ -52,8 +54,12 @@ from .flavours import DEBIAN_DRMAA_LIBRARY, JEMALLOC_PRELOAD, defaults_for
 log = logging.getLogger(__name__)
 
 DEFAULT_DRMAA_LIBRARY_PATH = DEBIAN_DRMAA_LIBRARY
-#: ``SGE_JAPI_EDTIME`` (seconds) set when the environment has none (see above).
+#: ``SGE_JAPI_EDTIME`` (seconds) set when the environment has none (see above), and
+#: ``SGE_JAPI_FLUSH_DELAY_RATE`` with it: libdrmaa's default flush delay (6 s) may not
+#: exceed the delivery time ("event flush delay may not be greater than event
+#: delivery time", seen on SGE 8.1.9 with an edtime of 5).
 JAPI_EDTIME_S = 5
+JAPI_FLUSH_DELAY_S = 1
 #: How long :func:`close_session` waits for ``drmaa_exit`` (seconds).
 CLOSE_TIMEOUT_S = 0.5
 
@@ -132,7 +138,9 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, fl
             os.environ["SGE_CELL"] = sge_cell
         os.environ.setdefault("SGE_ROOT", DEFAULT_SGE_ROOT)
         os.environ.setdefault("SGE_CELL", DEFAULT_SGE_CELL)
-        os.environ.setdefault("SGE_JAPI_EDTIME", str(JAPI_EDTIME_S))
+        if "SGE_JAPI_EDTIME" not in os.environ:
+            os.environ["SGE_JAPI_EDTIME"] = str(JAPI_EDTIME_S)
+            os.environ.setdefault("SGE_JAPI_FLUSH_DELAY_RATE", str(JAPI_FLUSH_DELAY_S))
         drmaa = load_drmaa(flavour or os.environ.get("TCO_SCHEDULER_FLAVOUR") or "sge8", os.environ["SGE_ROOT"])
         session = drmaa.Session()
         try:

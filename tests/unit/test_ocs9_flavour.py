@@ -341,12 +341,16 @@ def test_opening_a_session_sets_a_short_event_delivery_interval(monkeypatch):
         Session = FakeSession
 
     monkeypatch.delenv("SGE_JAPI_EDTIME", raising=False)
+    monkeypatch.delenv("SGE_JAPI_FLUSH_DELAY_RATE", raising=False)
     monkeypatch.setattr(drmaa_module, "load_drmaa", lambda *a, **k: FakeDrmaa)
     monkeypatch.setattr(drmaa_module, "_session", None)
     monkeypatch.setattr(drmaa_module, "_atexit_registered", True)
     drmaa_module.open_session(flavour="ocs9")
     try:
-        assert __import__("os").environ["SGE_JAPI_EDTIME"] == str(drmaa_module.JAPI_EDTIME_S)
+        environ = __import__("os").environ
+        assert environ["SGE_JAPI_EDTIME"] == str(drmaa_module.JAPI_EDTIME_S)
+        # libdrmaa refuses a flush delay longer than the delivery time (its default is 6 s).
+        assert 0 < int(environ["SGE_JAPI_FLUSH_DELAY_RATE"]) < int(environ["SGE_JAPI_EDTIME"])
     finally:
         monkeypatch.setattr(drmaa_module, "_session", None)
 
