@@ -46,10 +46,10 @@ import re
 import threading
 from typing import Any, Sequence
 
-from schedulers.base import SchedulerCommandError, SchedulerParseError, SchedulerUnavailable
+from schedulers.base import SchedulerCommandError, SchedulerError, SchedulerParseError, SchedulerUnavailable
 
 from .commands import DEFAULT_SGE_CELL, DEFAULT_SGE_ROOT
-from .flavours import DEBIAN_DRMAA_LIBRARY, JEMALLOC_PRELOAD, defaults_for
+from .flavours import DEBIAN_DRMAA_LIBRARY, JEMALLOC_PRELOAD, defaults_for, detect_flavour
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +105,22 @@ def load_drmaa(flavour: str = "sge8", sge_root: str | None = None):
     return drmaa
 
 
+def _process_flavour() -> str:
+    """The flavour of a session opened without one (Celery's worker_process_init):
+    ``TCO_SCHEDULER_FLAVOUR``, else detected from the installation, else ``sge8``."""
+    configured = os.environ.get("TCO_SCHEDULER_FLAVOUR")
+    if configured or os.environ.get("DRMAA_LIBRARY_PATH"):
+        return configured or "sge8"
+    try:
+        return detect_flavour(os.environ["SGE_ROOT"], os.environ["SGE_CELL"]).flavour
+    except SchedulerError:
+        return "sge8"
+
+
 def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, flavour: str | None = None):
     """Open (or return) this process's DRMAA session.
 
-    ``flavour`` (default: ``TCO_SCHEDULER_FLAVOUR`` from the environment, else
-    ``sge8``) picks the default libdrmaa; ``SGE_JAPI_EDTIME`` defaults to
+    ``flavour`` (default: :func:`_process_flavour`) picks the default libdrmaa; ``SGE_JAPI_EDTIME`` defaults to
     :data:`JAPI_EDTIME_S`.
 
     ``sge_root``/``sge_cell`` default the process's ``SGE_ROOT``/``SGE_CELL``
@@ -141,7 +152,7 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, fl
         if "SGE_JAPI_EDTIME" not in os.environ:
             os.environ["SGE_JAPI_EDTIME"] = str(JAPI_EDTIME_S)
             os.environ.setdefault("SGE_JAPI_FLUSH_DELAY_RATE", str(JAPI_FLUSH_DELAY_S))
-        drmaa = load_drmaa(flavour or os.environ.get("TCO_SCHEDULER_FLAVOUR") or "sge8", os.environ["SGE_ROOT"])
+        drmaa = load_drmaa(flavour or _process_flavour(), os.environ["SGE_ROOT"])
         session = drmaa.Session()
         try:
             session.initialize()
