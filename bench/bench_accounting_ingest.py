@@ -64,7 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     tmp = setup_temp_django("tco-bench-acct-")
     from dashboards.models import AccountingRecord
-    from dashboards.services import cluster_get_default
+    from dashboards.clusters import cluster_get_default
     from dashboards.ingest import ingest_accounting
 
     acct = tmp / "accounting"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from schedulers.accounting import read_accounting  # noqa: E402
+from schedulers.gridengine.parsers.accounting import read_accounting  # noqa: E402
 
 
 def synthetic_line(i: int) -> bytes:

@@ -59,7 +59,7 @@ def seed(total: int) -> dict:
 
     from dashboards.accounts import demo_users_ensure
     from dashboards.models import AgentDefinition, Campaign, Task, Team
-    from dashboards.services import cluster_get_default
+    from dashboards.clusters import cluster_get_default
 
     call_command("migrate", verbosity=0)
     os.environ.setdefault("TCO_ADMIN_PASSWORD", "bench-admin-pw")

@@ -62,9 +62,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100_000)
     args = parser.parse_args()
     setup_temp_django("tco-bench-poll-")
-    from dashboards.services import cluster_get_default
+    from dashboards.clusters import cluster_get_default
     from dashboards.ingest import apply_qstat_poll
-    from schedulers.qstat_xml import parse_qstat
+    from schedulers.gridengine.parsers.qstat import parse_qstat
 
     cluster = cluster_get_default()
     now = dt.datetime(2026, 11, 29, 12, 1, tzinfo=dt.timezone.utc)

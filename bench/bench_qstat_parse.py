@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from schedulers.qstat_xml import UTC, _tasks_from_rows, diff_tasks, parse_qstat  # noqa: E402
+from schedulers.base import diff_tasks  # noqa: E402
+from schedulers.gridengine.parsers.qstat import UTC, _tasks_from_rows, parse_qstat  # noqa: E402
 
 HEAD = ("<?xml version='1.0'?>\n<job_info  xmlns:xsd=\"http://arc.liv.ac.uk/repos/darcs/sge/source/dist/util/"
         "resources/schemas/qstat/qstat.xsd\">\n  <queue_info>\n")

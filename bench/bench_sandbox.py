@@ -43,9 +43,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from execution.spool import RunnerRecord, RunnerSpec, SpoolLayout, write_atomic  # noqa: E402
-from schedulers import drmaa_session  # noqa: E402
+from schedulers.gridengine import drmaa as drmaa_session  # noqa: E402
 from schedulers.base import ArrayJobSpec  # noqa: E402
-from schedulers.gridengine import GridEngine, run_command  # noqa: E402
+from schedulers.gridengine.adapter import GridEngine  # noqa: E402
+from schedulers.gridengine.commands import run_command  # noqa: E402
 
 PYTHON = str(REPO / ".venv" / "bin" / "python")
 KEY = "sk-tco-bench-sandbox"

@@ -20,9 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from schedulers import drmaa_session  # noqa: E402
+from schedulers.gridengine import drmaa as drmaa_session  # noqa: E402
 from schedulers.base import ArrayJobSpec  # noqa: E402
-from schedulers.gridengine import GridEngine, run_command  # noqa: E402
+from schedulers.gridengine.adapter import GridEngine  # noqa: E402
+from schedulers.gridengine.commands import run_command  # noqa: E402
 
 
 def main() -> None:

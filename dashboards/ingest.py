@@ -20,6 +20,7 @@ import logging
 import os
 import uuid
 from decimal import Decimal
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -28,14 +29,14 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboards import enqueue, realtime
+from dashboards import clusters, enqueue, realtime
 from dashboards.models import (
     AccountingRecord, Campaign, Cluster, IngestCheckpoint, ModelRequest, QuarantinedLine, Task, TaskEvent,
 )
 from execution.spool import (TOKEN_FIELDS, JsonLinesStats, RecordError, RecordVersionError, RunnerRecord,
                              SpoolError, SpoolLayout, iter_json_lines, parse_stage_time)
+from schedulers.base import AccountingCursor, AccountingMissing, QstatTask, SchedulerAdapter, diff_tasks
 from schedulers.base import AccountingRecord as ParsedRecord
-from schedulers.base import QstatTask
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,6 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
     snapshot predates it. Tasks gone from qstat become ``finishing`` until their
     accounting record is read. Returns the counts; pushes one change event.
     """
-    from schedulers.qstat_xml import diff_tasks
-
     changes = PollChanges()
     fields = ("id", "campaign_id", "job_number", "task_number", "first_seen_at", "submitted_at", *POLL_FIELDS)
     with transaction.atomic():
@@ -209,8 +208,8 @@ def _us(value: dt.datetime | None) -> int:
 _RECORD_COLUMNS = (
     "cluster_id", "task_id", "job_number", "task_number", "pe_taskid", "submission_us", "start_us", "end_us",
     "submitted_at", "started_at", "ended_at", "job_name", "owner", "group", "project", "department", "account",
-    "queue", "hostname", "slots", "wallclock_s", "cpu_s", "maxvmem_bytes", "failed", "exit_status", "category",
-    "usage",
+    "queue", "hostname", "slots", "wallclock_s", "wallclock_exact_s", "cpu_s", "maxvmem_bytes", "failed",
+    "exit_status", "category", "usage",
 )
 
 
@@ -225,25 +224,45 @@ class IngestResult:
     reset: str | None = None
     finalized: int = 0
     batches: int = 0
+    error: str = ""
+
+
+def _accounting_error_set(cluster: Cluster, message: str) -> None:
+    """Record (or, with ``""``, clear) the accounting failure on the cluster; push a change when it changes."""
+    if (cluster.accounting_error or "") == message:
+        return
+    now = timezone.now()
+    Cluster.objects.filter(pk=cluster.pk).update(accounting_error=message[:2000],
+                                                 accounting_error_at=now if message else None)
+    cluster.accounting_error, cluster.accounting_error_at = message[:2000], now if message else None
+    realtime.queue_changed(cluster.name)
 
 
 def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: int = 2 * 1024 * 1024,
-                      time_budget_s: float = 20.0) -> IngestResult:
-    """Read the accounting file from its checkpoint and store new records, batch after batch.
+                      time_budget_s: float = 20.0, scheduler: SchedulerAdapter | None = None) -> IngestResult:
+    """Read the accounting records after the checkpoint and store them, batch after batch.
+
+    The records come from the cluster's adapter (``scheduler``, else
+    ``clusters.scheduler_for(cluster)``; ``path`` reads that accounting file
+    instead of the cluster's), ``SchedulerAdapter.accounting_since``.
 
     Each batch (``max_bytes`` of the file, whole lines) is one transaction
     that also moves the checkpoint (inode, offset), so a crash at any point
     re-reads from the old checkpoint and the identity constraint drops what
     was already stored: the same database either way. Reads until the file is
     caught up or ``time_budget_s`` seconds have passed (the rest waits for
-    the next call). A missing file (no job has finished yet) is not an error.
-    Memory stays flat: one batch at a time.
+    the next call). Memory stays flat: one batch at a time.
+
+    A missing or unreadable accounting file is a loud error, never "nothing
+    to read": it is logged, returned in ``result.error`` and recorded on the
+    cluster (``Cluster.accounting_error``, shown on the queue page after the
+    next push); the first pass that reads the file clears it. (A Grid Engine
+    cell has the file from its first finished job on; a wrong path or flavour,
+    e.g. ``common/accounting`` on an OCS 9 cell that writes
+    ``common/accounting.jsonl``, would otherwise ingest nothing, silently.)
     """
-    import time
-
-    from schedulers.accounting import AccountingCursor, read_accounting
-
     path = path or cluster.accounting_path
+    scheduler = scheduler or clusters.scheduler_for(cluster, accounting_path=path)
     result = IngestResult()
     checkpoint, _ = IngestCheckpoint.objects.get_or_create(cluster=cluster, source="accounting",
                                                            defaults={"path": path})
@@ -251,9 +270,15 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
     while True:
         cursor = AccountingCursor(inode=checkpoint.inode, offset=checkpoint.offset) if checkpoint.inode else None
         try:
-            batch = read_accounting(path, cursor, max_bytes=max_bytes)
-        except FileNotFoundError:
+            batch = scheduler.accounting_since(cursor, max_bytes)
+        except AccountingMissing as exc:
+            result.error = (f"accounting not read: {exc}. Check the cluster's accounting file "
+                            f"(flavour {cluster.flavour}; manage.py tco_doctor names the fix)")
+            log.error("cluster %s: %s", cluster.name, result.error)
+            _accounting_error_set(cluster, result.error)
             return result
+        if result.batches == 0:
+            _accounting_error_set(cluster, "")
         result.batches += 1
         result.deferred_bytes = batch.deferred_bytes
         result.reset = result.reset or batch.reset
@@ -323,7 +348,8 @@ def _store_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[int, 
             cluster_id, task_of.get(i), r.job_number, r.task_number or 0, r.pe_taskid or "",
             sub_us, start_us, end_us, sub, start, end,
             r.job_name[:255], r.owner[:64], r.group[:64], (r.project or "")[:64], (r.department or "")[:64],
-            r.account[:255], r.queue[:64], r.hostname[:255], r.slots, r.wallclock_s, r.cpu_s, r.maxvmem_bytes,
+            r.account[:255], r.queue[:64], r.hostname[:255], r.slots, r.wallclock_s, r.wallclock_exact_s, r.cpu_s,
+            r.maxvmem_bytes,
             r.failed, r.exit_status, r.category, dumps(r.usage) if r.usage else "{}",
         ))
     table = AccountingRecord._meta.db_table

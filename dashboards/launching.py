@@ -31,9 +31,9 @@ from django.db import transaction
 from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
-from schedulers.base import SchedulerCommandError, SchedulerError, SchedulerUnavailable, UnknownJob
+from schedulers.base import SchedulerCommandError, SchedulerUnavailable
 
-from . import billing, enqueue, selectors, services
+from . import billing, clusters, enqueue, scheduler_cache, services
 from .models import AgentDefinition, AuditEntry, Campaign, Cluster, Task, Team
 from .roles import is_admin, teams_with, user_can
 from .services import LaunchError
@@ -428,7 +428,8 @@ def _queue_control(*, user, action: str, target: str, cluster: Cluster, control:
                    ranges: list[list[int]] | None, priority: int | None = None,
                    extra: dict | None = None) -> AuditEntry:
     """Write the queued audit entry and hand it to the submit worker after commit."""
-    from schedulers.gridengine import InvalidSubmission, control_argv
+    from schedulers.base import InvalidSubmission
+    from schedulers.gridengine.commands import control_argv
 
     tasks = None if ranges is None else [n for a, b in ranges for n in range(a, b + 1)]
     try:
@@ -587,7 +588,7 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
     """
     from schedulers.pending import explain_pending
 
-    cluster = cluster or services.cluster_get_default()
+    cluster = cluster or clusters.cluster_get_default()
     now = now or timezone.now()
     waiting = Task.objects.filter(cluster=cluster, active=True, state__in=TRIAGE_STATES)
     jobs = list(
@@ -606,21 +607,21 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
             "job_number", "task_number", "state"):
         numbers_by_job.setdefault(job_number, {}).setdefault(state, []).append(task_number)
     status = cluster.status or {}
-    scheduler = scheduler or services.scheduler_for(cluster)
-    positions = selectors.pending_positions(cluster, {j["job_number"]: j["project"] for j in shown})
+    positions = scheduler_cache.pending_positions(cluster, {j["job_number"]: j["project"] for j in shown})
     out = []
     for job in shown:
         reasons: list[dict] = []
         reason_error = ""
+        found = scheduler_cache.job_detail_cached(cluster, job["job_number"], scheduler=scheduler)
         try:
-            detail = scheduler.job_detail(job["job_number"])
-            reasons = explain_pending(detail, quota=status.get("quotas"), hosts=status.get("hosts"),
-                                      capacities=status.get("global_capacity"))
-            reasons += positions[job["job_number"]]
-        except UnknownJob:
-            reason_error = "the scheduler no longer knows this job (it may have just started or ended)"
-        except SchedulerError as exc:
-            reason_error = f"reasons unavailable: {exc}"
+            if found["unknown_job"]:
+                reason_error = "the scheduler no longer knows this job (it may have just started or ended)"
+            elif found["detail"] is None:
+                reason_error = f"reasons unavailable: {found['error']}"
+            else:
+                reasons = explain_pending(found["detail"], quota=status.get("quotas"), hosts=status.get("hosts"),
+                                          capacities=status.get("global_capacity"))
+                reasons += positions[job["job_number"]]
         except (ValueError, TypeError) as exc:
             reason_error = f"reasons unavailable: {exc}"
         submitted = job["submitted"]
@@ -671,7 +672,7 @@ def triage_action(*, user: AbstractBaseUser, action: str, job_number: int, tasks
         raise _refuse(user, audit_action, target, params, "only admins may triage jobs")
     if action not in TRIAGE_ACTIONS:
         raise _refuse(user, audit_action, target, params, f"unknown action {action!r}")
-    cluster = cluster or services.cluster_get_default()
+    cluster = cluster or clusters.cluster_get_default()
     if not Task.objects.filter(cluster=cluster, job_number=job_number, active=True).exists():
         raise _nothing(user, audit_action, target, f"job {job_number} is not in the queue")
     if action == "priority":
@@ -705,7 +706,7 @@ def control_execute(*, audit_id: int, scheduler=None) -> AuditEntry:
     tasks = None if ranges is None else [n for a, b in ranges for n in range(a, b + 1)]
     try:
         cluster = Cluster.objects.get(pk=params["cluster"])
-        scheduler = scheduler or services.scheduler_for(cluster)
+        scheduler = scheduler or clusters.scheduler_for(cluster)
         scheduler.control(params["control"], int(params["job_number"]), tasks, params.get("priority"))
     except SchedulerUnavailable:
         AuditEntry.objects.filter(pk=audit_id).update(result="queued (scheduler unavailable, retrying)")

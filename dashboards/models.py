@@ -36,6 +36,9 @@ class Cluster(models.Model):
     polled_at = models.DateTimeField(null=True, blank=True)
     poll_error = models.TextField(blank=True)
     poll_error_at = models.DateTimeField(null=True, blank=True)
+    # The last accounting ingest's failure (missing or unreadable file); "" once a pass reads the file.
+    accounting_error = models.TextField(blank=True)
+    accounting_error_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name
@@ -266,7 +269,10 @@ class AccountingRecord(models.Model):
     queue = models.CharField(max_length=64)
     hostname = models.CharField(max_length=255)
     slots = models.PositiveIntegerField(default=1)
+    # What qacct sums and the bill uses: SGE 8 ``ru_wallclock``; OCS 9 ``usage.rusage.ru_wallclock``
+    # (whole seconds). ``wallclock_exact_s``: OCS 9 ``usage.eusage.wallclock`` (else end - start), None on SGE 8.
     wallclock_s = models.FloatField()
+    wallclock_exact_s = models.FloatField(null=True, blank=True)
     cpu_s = models.FloatField()
     maxvmem_bytes = models.FloatField()
     failed = models.IntegerField()

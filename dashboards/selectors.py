@@ -14,7 +14,6 @@ Files of the spool are read by dashboards/spool_files.py.
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import datetime as dt
 from decimal import Decimal
@@ -293,7 +292,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
     Shape::
 
         {"generated_at": ISO, "states": [lifecycle states],
-         "clusters": [{name, polled_at, poll_age_s, poll_error, queues, seats,
+         "clusters": [{name, polled_at, poll_age_s, poll_error, accounting_error, flavour, queues, seats,
                        consumables, quotas, share_tree, status_at}],
          "totals": {state: n}                 # active tasks the user may see
          "by_cluster": [{cluster, states}], "by_queue": [{cluster, queue, states}],
@@ -360,6 +359,8 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
             "polled_at": _iso(cluster.polled_at),
             "poll_age_s": _seconds(cluster.polled_at, now),
             "poll_error": cluster.poll_error,
+            "accounting_error": cluster.accounting_error,
+            "flavour": cluster.flavour,
             **cluster_resources(cluster, seat_resource, None if admin else set(projects)),
         })
 
@@ -609,56 +610,6 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
 
 # --------------------------------------------------------------------------- agent page
 
-def _job_detail_fetch(cluster: Cluster, job_number: int) -> dict:
-    """``qstat -j`` of one job through the cluster's adapter (patched in tests).
-
-    With a short timeout: a web process runs its sync views on one thread, so a
-    qmaster that does not answer must not hold the other pages for long.
-    """
-    from .services import scheduler_for
-
-    scheduler = scheduler_for(cluster)
-    scheduler.timeout = min(getattr(scheduler, "timeout", 3.0), 3.0)
-    return scheduler.job_detail(job_number)
-
-
-def job_detail_cached(cluster: Cluster, job_number: int) -> dict[str, Any]:
-    """``qstat -j`` of a job, asked at most once per ``TCO_JOB_DETAIL_CACHE_S`` for all web processes.
-
-    Returns ``{"detail": parse_job_detail dict | None, "error": str | None,
-    "fetched_at": ISO}``. A lock in the cache makes concurrent page views wait
-    for one answer instead of each running qstat.
-    """
-    import time
-
-    from schedulers.base import SchedulerError, UnknownJob
-
-    key = f"job-detail:{cluster.pk}:{job_number}"
-    ttl = max(settings.TCO_JOB_DETAIL_CACHE_S, 0.5)
-    found = cache.get(key)
-    if found is not None:
-        return found
-    if not cache.add(f"{key}:lock", 1, timeout=15):
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            found = cache.get(key)
-            if found is not None:
-                return found
-        return {"detail": None, "error": "the scheduler is being asked; reload in a moment",
-                "fetched_at": _iso(timezone.now())}
-    try:
-        try:
-            detail, error = jsonable(_job_detail_fetch(cluster, job_number)), None
-        except UnknownJob:
-            detail, error = None, "the scheduler no longer knows this job"
-        except SchedulerError as exc:
-            detail, error = None, f"{type(exc).__name__}: {exc}"
-        found = {"detail": detail, "error": error, "fetched_at": _iso(timezone.now())}
-        cache.set(key, found, ttl)
-        return found
-    finally:
-        cache.delete(f"{key}:lock")
 
 
 def _policy(task: Task) -> dict[str, Any]:
@@ -718,6 +669,8 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
          "pending_reasons": [{text, raw}] | None}  # while pending, held or in error
     """
     from schedulers.pending import explain_pending
+
+    from .scheduler_cache import job_detail_cached, pending_position
 
     task = task_for(user, task_id)
     record = task.runner_record or None
@@ -858,38 +811,3 @@ def metrics_snapshot() -> dict[str, Any]:
         "checkpoints": list(IngestCheckpoint.objects.select_related("cluster")),
         "usage": usage_by_project(),
     }
-
-
-def pending_positions(cluster: Cluster, jobs: dict[int, str | None]) -> dict[int, list[dict]]:
-    """For each waiting job (``{job_number: project}``), its place in the cluster's priority order
-    and its team's share-tree standing: ``{job_number: [{text, raw}]}``.
-
-    Ranks jobs (not tasks) by their highest ``JAT_prio`` among waiting
-    (pending) tasks, from the last poll, with one query for all the jobs; a
-    job that is not waiting gets ``[]``. Shape: ``schedulers.pending.policy_position``.
-    """
-    from django.db.models import Max
-
-    from schedulers.pending import policy_position
-
-    priorities = dict(
-        Task.objects.filter(cluster=cluster, active=True, state="pending")
-        .values_list("job_number").annotate(p=Max("priority")).order_by()
-    )
-    ascending = sorted(-p for p in priorities.values())  # negated: highest priority first
-    share_tree = (cluster.status or {}).get("share_tree")
-    out: dict[int, list[dict]] = {}
-    for job_number, project in jobs.items():
-        mine = priorities.get(job_number)
-        if mine is None:
-            out[job_number] = []
-            continue
-        ahead = bisect.bisect_left(ascending, -mine)  # jobs with a higher priority
-        out[job_number] = policy_position(rank=ahead + 1, of=len(ascending), priority=mine, project=project,
-                                          share_tree=share_tree)
-    return out
-
-
-def pending_position(cluster: Cluster, job_number: int, project: str | None) -> list[dict]:
-    """``pending_positions`` for one job."""
-    return pending_positions(cluster, {job_number: project})[job_number]

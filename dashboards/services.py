@@ -19,10 +19,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from execution.spool import RunnerSpec, SpecError, SpoolLayout, write_atomic
-from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
-from schedulers.gridengine import sanitize_name
+from schedulers.base import PRIORITY_MAX, PRIORITY_MIN, ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
+from schedulers.gridengine.native_spec import sanitize_name
 
-from . import enqueue, realtime
+from . import clusters, enqueue, realtime
 from .models import AgentDefinition, Campaign, Cluster, Task, Team
 
 log = logging.getLogger(__name__)
@@ -31,25 +31,10 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: Model names as providers spell them (``claude-sonnet-4-5``, ``openai/gpt-4o``, ``x@2025``).
 MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,127}$")
 MAX_TASKS_PER_CAMPAIGN = 75_000  # Grid Engine's default max_aj_tasks
-PRIORITY_MIN, PRIORITY_MAX = -1023, 1024  # qsub -p; above 0 only for operators and managers
 
 
 class LaunchError(ValueError):
     """A launch request that cannot be submitted; ``str(err)`` is shown to the user."""
-
-
-def cluster_get_default() -> Cluster:
-    """The cluster configured in settings (created on first use)."""
-    cluster, _ = Cluster.objects.get_or_create(
-        name=settings.TCO_CLUSTER_NAME,
-        defaults={
-            "sge_root": settings.SGE_ROOT,
-            "sge_cell": settings.SGE_CELL,
-            "accounting_path": settings.TCO_ACCOUNTING_FILE,
-            "time_zone": settings.TCO_CLUSTER_TZ,
-        },
-    )
-    return cluster
 
 
 def team_ensure(*, name: str, project: str) -> Team:
@@ -139,7 +124,7 @@ def campaign_launch(
         raise LaunchError("model: 1-128 letters, digits and '.', '_', '-', '/', ':', '@'")
     encoded = [json.dumps(item, separators=(",", ":"), sort_keys=True) for item in inputs]
 
-    cluster = cluster or cluster_get_default()
+    cluster = cluster or clusters.cluster_get_default()
     with transaction.atomic():
         campaign = Campaign.objects.create(
             name=name,
@@ -255,22 +240,6 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
     )
 
 
-def scheduler_for(cluster: Cluster):
-    """The Grid Engine adapter for ``cluster``, with tco's allow-lists."""
-    from schedulers.gridengine import GridEngine
-
-    return GridEngine(
-        queues=list(settings.TCO_QUEUES),
-        projects=list(Team.objects.values_list("project", flat=True)),
-        resources=list(settings.TCO_REQUESTABLE_RESOURCES),
-        sge_root=cluster.sge_root,
-        sge_cell=cluster.sge_cell,
-        # -notify: a qdel first sends SIGTERM (execd_params NOTIFY_KILL=TERM,
-        # scripts/dev-cluster), so the runner writes its record before SIGKILL.
-        notify=settings.TCO_NOTIFY,
-    )
-
-
 def campaign_submit(*, campaign_id: int, scheduler=None) -> Campaign:
     """Submit a campaign as one array job and create its tasks (pending).
 
@@ -285,7 +254,7 @@ def campaign_submit(*, campaign_id: int, scheduler=None) -> Campaign:
     campaign = Campaign.objects.select_related("team", "cluster", "launched_by").get(pk=campaign_id)
     if not claimed:
         return campaign
-    scheduler = scheduler or scheduler_for(campaign.cluster)
+    scheduler = scheduler or clusters.scheduler_for(campaign.cluster)
     try:
         spec = campaign_job_spec(campaign)
         job_number, task_numbers = scheduler.submit_array(spec)
@@ -330,40 +299,3 @@ def campaign_submit(*, campaign_id: int, scheduler=None) -> Campaign:
     realtime.queue_changed(campaign.cluster.name, {campaign_id})
     campaign.refresh_from_db()
     return campaign
-
-
-def cluster_status_refresh(*, cluster: Cluster, scheduler=None) -> dict:
-    """Store the cluster's queue slots, hosts, consumables and quotas; push a change.
-
-    ``status`` becomes ``{"queues": [...], "hosts": [...], "quotas": [...],
-    "global_capacity": {resource: number}, "share_tree": [...]}`` (shapes of
-    the parsers in ``schedulers.qstat_xml`` and ``.sharetree``; on a
-    share-tree failure ``share_tree_error`` instead). On ``SchedulerError`` the previous
-    status stays and the error is returned.
-    """
-    from schedulers.base import SchedulerError
-
-    scheduler = scheduler or scheduler_for(cluster)
-    try:
-        status = {
-            "queues": scheduler.queue_summary(),
-            "hosts": scheduler.hosts(),
-            "quotas": scheduler.quotas(),
-            "global_capacity": scheduler.global_capacity(),
-        }
-    except SchedulerError as exc:
-        return {"error": str(exc)}
-    # The share tree is optional (a cluster may use only functional tickets):
-    # without it the rest of the status is still stored.
-    share_tree = getattr(scheduler, "share_tree", None)
-    if share_tree is not None:
-        try:
-            status["share_tree"] = share_tree()
-        except SchedulerError as exc:
-            status["share_tree_error"] = str(exc)[:500]
-    if status != cluster.status:
-        Cluster.objects.filter(pk=cluster.pk).update(status=status, status_at=timezone.now())
-        realtime.queue_changed(cluster.name)
-    else:
-        Cluster.objects.filter(pk=cluster.pk).update(status_at=timezone.now())
-    return {"queues": len(status["queues"]), "hosts": len(status["hosts"])}

@@ -27,10 +27,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from demo.reference_checker import agreement, check_file
 from execution.spool import SpoolLayout, write_atomic
 from schedulers.base import ArrayJobSpec
-from schedulers.gridengine import sanitize_name
+from schedulers.gridengine.native_spec import sanitize_name
 
 from dashboards.models import AgentDefinition, Campaign, Task, Team
-from dashboards.services import LaunchError, campaign_launch, cluster_get_default, scheduler_for
+from dashboards.services import LaunchError, campaign_launch
+from dashboards.clusters import cluster_get_default, scheduler_for
 
 REVIEW_AGENT = "sweep-review"
 SWEEP_QUEUE = "classic.q"

@@ -11,9 +11,10 @@ decided by tco from observation gaps and accounting.
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import datetime as dt
-from typing import Protocol, Sequence
+from typing import Any, ClassVar, Sequence
 
 
 class SchedulerError(Exception):
@@ -56,6 +57,24 @@ class AccountingLineError(SchedulerParseError):
         self.reason = reason
 
 
+class AccountingMissing(SchedulerError):
+    """The accounting file the adapter was told to read does not exist (or is not readable).
+
+    Never read as "no job has finished": on Grid Engine the file exists as
+    soon as the qmaster has written one record, and a wrong path (an OCS 9
+    cell writes ``common/accounting.jsonl``, not ``common/accounting``)
+    would otherwise ingest nothing, silently. ``path`` is the path tried.
+    """
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class InvalidSubmission(ValueError):
+    """A submission or control request was refused before anything reached the scheduler."""
+
+
 class SchedulerCommandError(SchedulerError):
     """The scheduler refused a request (qsub/qalter/qdel exit status not 0).
 
@@ -69,6 +88,12 @@ class SchedulerCommandError(SchedulerError):
         self.returncode = returncode
         self.stderr = stderr
 
+
+#: qsub/qalter ``-p`` range (submit(1): "-1023 to 1024"; only operators and
+#: managers may go above 0). The same in SGE 8.1.9 and OCS 9.
+PRIORITY_MIN, PRIORITY_MAX = -1023, 1024
+#: The control actions :meth:`SchedulerAdapter.control` knows.
+CONTROL_ACTIONS = ("hold", "release", "delete", "priority", "clear_error")
 
 SCHEDULER_STATES = ("pending", "held", "starting", "running", "suspended", "deleting", "error", "unknown")
 TCO_STATES = ("finishing", "done", "failed", "deleted", "lost")
@@ -114,7 +139,8 @@ class AccountingRecord:
 
     Times are timezone-aware UTC datetimes, or None where the file says 0
     (a failed start). ``task_number`` is None for a non-array job (the file
-    says 0). ``wallclock_s`` is seconds (float where the format has one).
+    says 0). ``wallclock_s`` is seconds as ``qacct`` sums them (``ru_wallclock``;
+    whole seconds in OCS 9 JSON); ``wallclock_exact_s`` see below.
     ``cpu_s`` seconds, ``maxvmem_bytes`` bytes. ``usage`` holds
     flexible-accounting objects as written (OCS 9 JSON only), else ``{}``.
     Source: accounting(5) of SGE 8.1.9; sge_accounting(5) of OCS 9.
@@ -150,6 +176,10 @@ class AccountingRecord:
     arid: int = 0
     ar_submitted_at: dt.datetime | None = None
     deleted_by: str | None = None
+    # OCS 9 JSON only: the exact wall clock, ``usage.eusage.wallclock`` (else
+    # end - start), seconds; ``wallclock_s`` keeps ``usage.rusage.ru_wallclock``,
+    # whole seconds, which is what ``qacct`` sums and the bill uses. None on SGE 8.
+    wallclock_exact_s: float | None = None
 
     def identity(self, cluster: str) -> tuple:
         """DESIGN.md's record identity: (cluster, job_number, task_number, pe_taskid,
@@ -160,7 +190,7 @@ class AccountingRecord:
 
 @dataclasses.dataclass(slots=True)
 class TaskDiff:
-    """What changed between two polls of ``qstat`` (see ``qstat_xml.diff_tasks``).
+    """What changed between two polls of ``qstat`` (see :func:`diff_tasks`).
 
     ``added`` and ``changed`` hold the current tasks, ``gone`` the previous
     ones no longer listed. ``current`` maps ``QstatTask.key`` to every current
@@ -171,6 +201,32 @@ class TaskDiff:
     changed: list[QstatTask]
     gone: list[QstatTask]
     current: dict[tuple[int, int], QstatTask]
+
+
+def diff_tasks(previous: dict[tuple[int, int], QstatTask], current: list[QstatTask]) -> TaskDiff:
+    """Compare two polls. ``previous`` maps ``QstatTask.key`` to the last poll's
+    task (``TaskDiff.current`` of the last call).
+
+    ``added``: keys not in ``previous``; ``changed``: keys in both whose
+    state_code, queue, host, slots, started_at or priority differ (current
+    objects); ``gone``: previous tasks not listed now.
+    """
+    now: dict[tuple[int, int], QstatTask] = {}
+    added: list[QstatTask] = []
+    changed: list[QstatTask] = []
+    get_previous = previous.get
+    for task in current:
+        key = (task.job_number, task.task_number or 0)
+        now[key] = task
+        before = get_previous(key)
+        if before is None:
+            added.append(task)
+        elif (before.state_code != task.state_code or before.queue != task.queue
+              or before.host != task.host or before.slots != task.slots
+              or before.started_at != task.started_at or before.priority != task.priority):
+            changed.append(task)
+    gone = [task for key, task in previous.items() if key not in now]
+    return TaskDiff(added=added, changed=changed, gone=gone, current=now)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -194,7 +250,7 @@ class QuarantinedLine:
 
 @dataclasses.dataclass(slots=True)
 class AccountingBatch:
-    """The result of one ``read_accounting`` pass.
+    """The result of one accounting pass (``SchedulerAdapter.accounting_since``).
 
     ``skipped`` counts header/comment lines and lines of one character or
     less. ``deferred_bytes`` is the length of a trailing line without a
@@ -240,16 +296,105 @@ class ArrayJobSpec:
     hold: bool = False
 
 
-class SchedulerAdapter(Protocol):
-    """What tco asks of a scheduler. Implemented by GridEngine and by the fake."""
+class SchedulerAdapter(abc.ABC):
+    """Everything tco asks of a scheduler cell. Implemented by the Grid Engine
+    adapter (:class:`schedulers.gridengine.adapter.GridEngine`) and by the fake
+    (:class:`schedulers.fake.FakeScheduler`); chosen per cluster flavour through
+    :mod:`schedulers.registry`.
 
+    Every method that asks the scheduler raises ``SchedulerUnavailable`` when
+    it cannot be asked (transient: retry, never read as an empty answer) and
+    ``SchedulerParseError`` when the answer is not in a known shape. Dict
+    shapes below are the parsers' (``schedulers/gridengine/parsers/``); they
+    are JSON-ready except for datetimes.
+    """
+
+    #: The cluster flavour this adapter serves (``"sge8"``, ``"ocs9"``, ``"fake"``).
+    flavour: ClassVar[str] = ""
+
+    # ---- reading the queue
+    @abc.abstractmethod
     def list_tasks(self) -> list[QstatTask]:
-        """Every job's tasks, all users. Raises SchedulerUnavailable, SchedulerParseError."""
+        """Every job's tasks, all users (``qstat -u '*'``), pending ranges expanded,
+        each with its project. Ordered as the scheduler lists them."""
 
+    @abc.abstractmethod
+    def job_detail(self, job_number: int, *, timeout: float | None = None) -> dict[str, Any]:
+        """One job as ``qstat -j N`` shows it.
+
+        Shape (``parsers.qstat_j.parse_job_detail``): ``{"job_number", "name",
+        "owner", "project", "submitted_at" (aware UTC or None), "hard_resources"
+        {name: value}, "tasks" [{"task_number", "state", …}], "holds", "predecessors",
+        "scheduler_messages" [str], "global_messages" [str], "context"}``.
+        ``timeout`` (seconds) bounds this one call (a web request passes a
+        short one); None uses the adapter's default.
+        Raises UnknownJob (the scheduler does not know the job),
+        InvalidSubmission (``job_number`` not a positive int).
+        """
+
+    @abc.abstractmethod
+    def queue_summary(self) -> list[dict[str, Any]]:
+        """Cluster queues (``qstat -g c``): ``[{"name", "load" (float|None), "used",
+        "resv", "available", "total", "temp_disabled", "manual_intervention"}]`` (slots, ints)."""
+
+    @abc.abstractmethod
+    def hosts(self) -> list[dict[str, Any]]:
+        """Exec hosts with their resources (``qhost -F``): ``[{"name", "arch",
+        "num_proc", "load_avg", "mem_total_bytes", "mem_used_bytes", …, "resources"}]``."""
+
+    @abc.abstractmethod
+    def quotas(self) -> list[dict[str, Any]]:
+        """Resource quota (RQS) usage (``qquota -u '*'``): ``[{"rule", "filters",
+        "limits": [{"resource", "limit", "value"}]}]``."""
+
+    @abc.abstractmethod
+    def global_capacity(self) -> dict[str, float]:
+        """Cluster-wide consumable capacities (``complex_values`` of the global
+        host): ``{"anthropic_api": 96.0}``; non-numeric complexes left out."""
+
+    @abc.abstractmethod
+    def share_tree(self) -> list[dict[str, Any]]:
+        """Share-tree usage per node (``sge_share_mon``): ``[{"node", "user",
+        "project", "shares", "job_count", "actual_share", "usage", …}]``, root first."""
+
+    # ---- accounting
+    @abc.abstractmethod
+    def accounting_since(self, cursor: AccountingCursor | None, max_bytes: int) -> AccountingBatch:
+        """Accounting records written after ``cursor`` (None: from the start),
+        reading at most about ``max_bytes`` bytes (whole records only).
+
+        The batch's ``cursor`` is where the next call starts; a rotated or
+        truncated file restarts at 0 (``batch.reset``). Lines that are not
+        records are returned as ``quarantined``, never skipped silently.
+        Raises AccountingMissing when the accounting file does not exist.
+        """
+
+    # ---- submitting and controlling
+    @abc.abstractmethod
+    def native_specification(self, spec: ArrayJobSpec) -> str:
+        """The qsub options string :meth:`submit_array` would pass for ``spec``
+        (validated against the adapter's allow-lists). Raises InvalidSubmission."""
+
+    @abc.abstractmethod
     def submit_array(self, spec: ArrayJobSpec) -> tuple[int, list[int]]:
-        """Submit one array job; return (job_number, task_numbers).
-        Raises SchedulerCommandError when refused, SchedulerUnavailable."""
+        """Submit one array job of tasks 1..``spec.count``; return ``(job_number, task_numbers)``.
 
+        Raises InvalidSubmission (nothing submitted), SchedulerCommandError
+        (refused by the scheduler), SchedulerUnavailable.
+        """
+
+    @abc.abstractmethod
     def control(self, action: str, job_number: int, task_numbers: Sequence[int] | None = None,
                 priority: int | None = None) -> None:
-        """``hold``, ``release``, ``delete``, ``priority``, ``clear_error`` on a job or its tasks."""
+        """``hold``, ``release``, ``delete``, ``priority`` (whole job;
+        ``PRIORITY_MIN``..``PRIORITY_MAX``) or ``clear_error`` on a job or some
+        of its tasks (``task_numbers``; None for the whole job).
+
+        Raises InvalidSubmission (bad action or argument; nothing run),
+        SchedulerCommandError (refused, e.g. no such job), SchedulerUnavailable.
+        """
+
+
+def abstract_methods(cls: type) -> set[str]:
+    """The interface methods ``cls`` leaves unimplemented (empty for a complete adapter)."""
+    return set(getattr(cls, "__abstractmethods__", ()))

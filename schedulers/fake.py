@@ -1,12 +1,19 @@
-"""An in-memory scheduler with the GridEngine adapter's interface, for unit tests.
+"""An in-memory scheduler implementing the whole ``SchedulerAdapter`` interface, for unit tests.
 
-It validates submissions exactly as :class:`~schedulers.gridengine.GridEngine`
+It validates submissions exactly as :class:`~schedulers.gridengine.adapter.GridEngine`
 does (same allow-lists, same :class:`InvalidSubmission`), keeps tasks in
 memory, and lets a test move them along: :meth:`FakeScheduler.start`,
 :meth:`FakeScheduler.finish`, :meth:`FakeScheduler.set_error`. Finished
 tasks leave ``list_tasks()`` and produce :class:`AccountingRecord` objects
-(:meth:`FakeScheduler.accounting_records`), as Grid Engine's accounting file
-would. ``unavailable = True`` makes every call raise SchedulerUnavailable.
+(:meth:`FakeScheduler.accounting_records`, :meth:`FakeScheduler.accounting_since`),
+as Grid Engine's accounting file would. ``qstat -j`` answers are built from
+the tasks (:meth:`FakeScheduler.job_detail`; a test adds scheduler messages
+with :meth:`FakeScheduler.set_job_messages` or replaces an answer with
+:meth:`FakeScheduler.set_job_detail`); the queue summary, hosts, quotas and
+global capacity are the attributes ``queue_rows``, ``host_rows``,
+``quota_rows`` and ``capacity``, which a test sets. ``unavailable = True``
+makes every call raise SchedulerUnavailable; ``accounting_missing = True``
+makes ``accounting_since`` raise AccountingMissing.
 """
 from __future__ import annotations
 
@@ -15,18 +22,23 @@ import datetime as dt
 from typing import Callable, Iterable, Sequence
 
 from schedulers.base import (
+    AccountingBatch,
+    AccountingCursor,
+    AccountingMissing,
     AccountingRecord,
     ArrayJobSpec,
+    InvalidSubmission,
     QstatTask,
+    SchedulerAdapter,
     SchedulerCommandError,
     SchedulerUnavailable,
+    UnknownJob,
 )
-from schedulers.gridengine import (
-    DEFAULT_MAX_TASKS,
-    InvalidSubmission,
-    control_argv,
-    validate_spec,
-)
+from schedulers.gridengine.commands import control_argv
+from schedulers.gridengine.native_spec import DEFAULT_MAX_TASKS, job_id_arguments, native_specification
+
+#: The fake accounting "file" never rotates: its cursor is (FAKE_INODE, records read).
+FAKE_INODE = 1
 
 # The state letters qstat shows, per (scheduler state, held).
 _STATE_CODES = {"pending": "qw", "held": "hqw", "running": "r", "error": "Eqw", "suspended": "s"}
@@ -51,8 +63,10 @@ class FakeTask:
     started_at: dt.datetime | None = None
 
 
-class FakeScheduler:
+class FakeScheduler(SchedulerAdapter):
     """In-memory SchedulerAdapter. ``clock`` returns aware UTC datetimes."""
+
+    flavour = "fake"
 
     def __init__(self, *, queues: Iterable[str] = ("agent.q", "classic.q"),
                  projects: Iterable[str] = ("research", "engineering"),
@@ -70,6 +84,14 @@ class FakeScheduler:
         self.submissions: list[tuple[int, ArrayJobSpec]] = []
         self.control_calls: list[list[str]] = []
         self.unavailable = False
+        self.accounting_missing = False
+        self.queue_rows: list[dict] = []
+        self.host_rows: list[dict] = []
+        self.quota_rows: list[dict] = []
+        self.capacity: dict[str, float] = {}
+        self.job_details: dict[int, dict] = {}
+        self.job_messages: dict[int, list[str]] = {}
+        self.job_detail_calls: list[tuple[int, float | None]] = []
 
     def _check_available(self) -> None:
         if self.unavailable:
@@ -94,6 +116,61 @@ class FakeScheduler:
             ))
         return out
 
+    def job_detail(self, job_number: int, *, timeout: float | None = None) -> dict:
+        """``qstat -j`` of one job, in ``parse_job_detail``'s shape, built from its tasks.
+
+        An answer set with :meth:`set_job_detail` wins. Each call is logged in
+        ``job_detail_calls`` as ``(job_number, timeout)``. Raises InvalidSubmission
+        (bad number), UnknownJob (no such job), SchedulerUnavailable.
+        """
+        job_id_arguments(job_number)
+        self._check_available()
+        self.job_detail_calls.append((job_number, timeout))
+        if job_number in self.job_details:
+            return self.job_details[job_number]
+        tasks = self._select(job_number, None)
+        if not tasks:
+            raise UnknownJob(f"fake scheduler: job {job_number} does not exist", job_ids=[str(job_number)])
+        spec = tasks[0].spec
+        return {
+            "job_number": job_number, "name": spec.name, "owner": self.owner, "project": spec.project,
+            "submitted_at": tasks[0].submitted_at, "hard_resources": {k: str(v) for k, v in spec.resources.items()},
+            "hard_queues": [spec.queue],
+            "tasks": [{"task_number": t.task_number,
+                       "state": "held" if t.held and t.state == "pending" else t.state} for t in tasks],
+            "holds": {}, "predecessors": [spec.hold_jid_ad] if spec.hold_jid_ad else [],
+            "scheduler_messages": list(self.job_messages.get(job_number, [])), "global_messages": [],
+            "context": {},
+        }
+
+    def set_job_detail(self, job_number: int, detail: dict) -> None:
+        """Answer ``job_detail(job_number)`` with ``detail`` (even for a job the fake does not hold)."""
+        self.job_details[job_number] = detail
+
+    def set_job_messages(self, job_number: int, messages: list[str]) -> None:
+        """The scheduler messages (why a job waits) ``job_detail`` reports for a job."""
+        self.job_messages[job_number] = list(messages)
+
+    def queue_summary(self) -> list[dict]:
+        """``queue_rows`` (set by the test; shape of ``parse_cluster_queue_summary``)."""
+        self._check_available()
+        return list(self.queue_rows)
+
+    def hosts(self) -> list[dict]:
+        """``host_rows`` (set by the test; shape of ``parse_qhost``)."""
+        self._check_available()
+        return list(self.host_rows)
+
+    def quotas(self) -> list[dict]:
+        """``quota_rows`` (set by the test; shape of ``parse_qquota``)."""
+        self._check_available()
+        return list(self.quota_rows)
+
+    def global_capacity(self) -> dict[str, float]:
+        """``capacity`` (set by the test): ``{consumable: amount}``."""
+        self._check_available()
+        return dict(self.capacity)
+
     def share_tree(self) -> list[dict]:
         """A root and one node per project with its running-task count (no usage decay)."""
         self._check_available()
@@ -105,13 +182,17 @@ class FakeScheduler:
         nodes[0]["job_count"] = sum(n["job_count"] for n in nodes[1:])
         return nodes
 
+    def native_specification(self, spec: ArrayJobSpec) -> str:
+        """The native specification GridEngine would build (no ``-notify``). Raises InvalidSubmission."""
+        return native_specification(spec, queues=self.queues, projects=self.projects, resources=self.resources,
+                                    max_tasks=self.max_tasks)
+
     def submit_array(self, spec: ArrayJobSpec) -> tuple[int, list[int]]:
         """Validate like GridEngine, then add ``count`` pending (or held) tasks.
 
         Raises InvalidSubmission (nothing added), SchedulerUnavailable.
         """
-        validate_spec(spec, queues=self.queues, projects=self.projects, resources=self.resources,
-                      max_tasks=self.max_tasks)
+        self.native_specification(spec)
         self._check_available()
         job_number = self.next_job_number
         self.next_job_number += 1
@@ -192,6 +273,22 @@ class FakeScheduler:
     def accounting_records(self, since: int = 0) -> list[AccountingRecord]:
         """Accounting records in the order written, from index ``since`` (a cursor)."""
         return list(self.accounting[since:])
+
+    def accounting_since(self, cursor: AccountingCursor | None, max_bytes: int) -> AccountingBatch:
+        """Records after ``cursor``, whose offset counts records (the fake has no bytes):
+        at most ``max_bytes`` of them per batch. Raises AccountingMissing when
+        ``accounting_missing`` is set."""
+        if self.accounting_missing:
+            raise AccountingMissing("fake scheduler: accounting file missing (accounting_missing=True)",
+                                    path="fake:accounting")
+        start = cursor.offset if cursor is not None and cursor.inode == FAKE_INODE else 0
+        reset = None
+        if cursor is not None and (cursor.inode != FAKE_INODE or cursor.offset > len(self.accounting)):
+            start, reset = 0, "rotated" if cursor.inode != FAKE_INODE else "truncated"
+        records = self.accounting[start:start + max(1, max_bytes)]
+        return AccountingBatch(records=list(records), quarantined=[], skipped=0, deferred_bytes=0,
+                               cursor=AccountingCursor(inode=FAKE_INODE, offset=start + len(records)),
+                               reset=reset)
 
     def _account(self, t: FakeTask, *, exit_status: int, failed: int) -> AccountingRecord:
         ended = self.clock()

@@ -46,7 +46,7 @@ def open_drmaa_session(**kwargs) -> None:
     # DRMAA allows one session per process, and a session must not cross a
     # fork: open it in each child of the submitting worker only.
     if os.environ.get("TCO_DRMAA_WORKER") == "1":
-        from schedulers.drmaa_session import open_session
+        from schedulers.gridengine.drmaa import open_session
 
         open_session()
 
@@ -54,6 +54,6 @@ def open_drmaa_session(**kwargs) -> None:
 @worker_process_shutdown.connect
 def close_drmaa_session(**kwargs) -> None:
     if os.environ.get("TCO_DRMAA_WORKER") == "1":
-        from schedulers.drmaa_session import close_session
+        from schedulers.gridengine.drmaa import close_session
 
         close_session()

@@ -237,7 +237,11 @@ SGE_ROOT = env_str("SGE_ROOT", "/var/lib/gridengine")
 SGE_CELL = env_str("SGE_CELL", "default")
 TCO_CLUSTER_NAME = env_str("TCO_CLUSTER_NAME", "dev")
 TCO_CLUSTER_TZ = env_str("TCO_CLUSTER_TZ", "UTC")
-TCO_ACCOUNTING_FILE = env_str("TCO_ACCOUNTING_FILE", f"{SGE_ROOT}/{SGE_CELL}/common/accounting")
+# The cell's flavour ("sge8", "ocs9"); empty: detected from the installation when the cluster is first
+# created (schedulers/gridengine/flavours.py). The accounting file defaults to the flavour's
+# ($SGE_ROOT/$SGE_CELL/common/accounting, or common/accounting.jsonl on OCS 9).
+TCO_SCHEDULER_FLAVOUR = env_str("TCO_SCHEDULER_FLAVOUR", "")
+TCO_ACCOUNTING_FILE = env_str("TCO_ACCOUNTING_FILE", "")
 TCO_QUEUES = env_list("TCO_QUEUES", ["agent.q", "classic.q"])
 TCO_REQUESTABLE_RESOURCES = env_list("TCO_REQUESTABLE_RESOURCES", ["anthropic_api", "h_rt", "h_vmem"])
 TCO_SEAT_RESOURCE = env_str("TCO_SEAT_RESOURCE", "anthropic_api")

@@ -15,7 +15,13 @@ import json
 import os
 from typing import IO, Iterator
 
-from schedulers import accounting, pending, qstat_xml
+from schedulers import pending
+from schedulers.gridengine.parsers import accounting
+from schedulers.gridengine.parsers.qhost import parse_qhost
+from schedulers.gridengine.parsers.qquota import parse_qquota
+from schedulers.gridengine.parsers.qstat import parse_qstat
+from schedulers.gridengine.parsers.qstat_j import parse_job_detail
+from schedulers.gridengine.parsers.queue_summary import parse_cluster_queue_summary
 from schedulers.base import AccountingRecord, QstatTask
 
 __all__ = ["KINDS", "iso_utc", "qstat_objects", "job_object", "accounting_objects", "qhost_objects",
@@ -59,14 +65,14 @@ def task_object(task: QstatTask) -> dict:
 
 def qstat_objects(data: bytes, tz: dt.tzinfo = UTC) -> Iterator[dict]:
     """``qstat -xml -u '*'`` -> one object per task (keys of task_object)."""
-    for task in qstat_xml.parse_qstat(data, tz):
+    for task in parse_qstat(data, tz):
         yield task_object(task)
 
 
 def job_object(data: bytes, tz: dt.tzinfo = UTC, quota: list | None = None, hosts: list | None = None) -> dict:
     """``qstat -j ID -xml`` -> ``job_number, name, owner, project, hard_resources,
     tasks, scheduler_messages, pending_reasons``. Raises UnknownJob."""
-    detail = qstat_xml.parse_job_detail(data, tz)
+    detail = parse_job_detail(data, tz)
     return {
         "job_number": detail["job_number"],
         "name": detail["name"],
@@ -120,17 +126,17 @@ def accounting_objects(path: str | os.PathLike) -> tuple[list[dict], str]:
 
 def qhost_objects(data: bytes) -> list[dict]:
     """``qhost -F -xml`` -> one object per host (parse_qhost keys)."""
-    return qstat_xml.parse_qhost(data)
+    return parse_qhost(data)
 
 
 def qquota_objects(data: bytes) -> list[dict]:
     """``qquota -xml`` -> one object per limit (parse_qquota keys)."""
-    return qstat_xml.parse_qquota(data)
+    return parse_qquota(data)
 
 
 def queue_summary_objects(data: bytes) -> list[dict]:
     """``qstat -g c -xml`` -> one object per cluster queue."""
-    return qstat_xml.parse_cluster_queue_summary(data)
+    return parse_cluster_queue_summary(data)
 
 
 KINDS = ("qstat", "job", "accounting", "qhost", "qquota", "queues")

@@ -46,7 +46,7 @@ def single_flight(name: str, timeout: float):
 @shared_task(time_limit=30, soft_time_limit=25)
 def poll_queue() -> dict:
     """Poll ``qstat -xml -u '*'`` once and apply the difference."""
-    from dashboards.services import cluster_get_default, scheduler_for
+    from dashboards.clusters import cluster_get_default, scheduler_for
     from dashboards.ingest import apply_qstat_poll, record_poll_failure
 
     cluster = cluster_get_default()
@@ -67,7 +67,7 @@ def poll_queue() -> dict:
 @shared_task(time_limit=30, soft_time_limit=25)
 def poll_cluster_status() -> dict:
     """Poll queue slots, hosts and consumables, and resource quotas."""
-    from dashboards.services import cluster_get_default, cluster_status_refresh
+    from dashboards.clusters import cluster_get_default, cluster_status_refresh
 
     cluster = cluster_get_default()
     with single_flight(f"status:{cluster.name}", timeout=30) as mine:
@@ -78,7 +78,7 @@ def poll_cluster_status() -> dict:
 
 @shared_task(time_limit=300, soft_time_limit=290)
 def ingest_accounting() -> dict:
-    from dashboards.services import cluster_get_default
+    from dashboards.clusters import cluster_get_default
     from dashboards.ingest import ingest_accounting as ingest
 
     cluster = cluster_get_default()
@@ -86,13 +86,14 @@ def ingest_accounting() -> dict:
         if not mine:
             return {"skipped": True}
         result = ingest(cluster)
-        return {"accepted": result.accepted, "quarantined": result.quarantined, "finalized": result.finalized}
+        return {"accepted": result.accepted, "quarantined": result.quarantined, "finalized": result.finalized,
+                **({"error": result.error} if result.error else {})}
 
 
 @shared_task(time_limit=120, soft_time_limit=110)
 def ingest_runner_records() -> dict:
     """Store the runners' records; the counts of dashboards.ingest.RunnerIngestResult (quarantined, ...)."""
-    from dashboards.services import cluster_get_default
+    from dashboards.clusters import cluster_get_default
     from dashboards.ingest import ingest_runner_records as ingest
 
     cluster = cluster_get_default()
@@ -102,7 +103,7 @@ def ingest_runner_records() -> dict:
 
 @shared_task(time_limit=60)
 def reconcile_gone_tasks() -> int:
-    from dashboards.services import cluster_get_default
+    from dashboards.clusters import cluster_get_default
     from dashboards.ingest import reconcile_gone_tasks as reconcile
 
     return reconcile(cluster_get_default())

@@ -24,6 +24,9 @@
       box.appendChild(el("p", null, "Cluster " + c.name + " · last poll " + (TCO.time(c.polled_at) || "never") +
         (c.poll_age_s !== null && c.poll_age_s !== undefined ? " (" + c.poll_age_s.toFixed(1) + " s ago)" : "")));
       if (c.poll_error) { box.appendChild(el("p", { "class": "error" }, "Last poll failed: " + c.poll_error)); }
+      if (c.accounting_error) {
+        box.appendChild(el("p", { "class": "error accounting-error" }, "Accounting: " + c.accounting_error));
+      }
       var t = el("table", { "class": "grid", "id": "queues-" + c.name });
       var h = el("tr");
       ["Queue", "Slots used", "Reserved", "Available", "Total"].forEach(function (x) { h.appendChild(el("th", null, x)); });

@@ -38,8 +38,8 @@ def sge_cluster() -> dict:
 
     Returns ``{"sge_root", "sge_cell", "accounting_path"}``.
     """
-    from schedulers import drmaa_session
-    from schedulers.gridengine import run_command
+    from schedulers.gridengine import drmaa as drmaa_session
+    from schedulers.gridengine.commands import run_command
 
     if os.getuid() == 0:
         pytest.fail("integration tests submit jobs and must run as the tco account, not root "

@@ -14,7 +14,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from dashboards.models import AgentDefinition, Campaign, Task, TaskEvent, Team
-from dashboards.services import campaign_launch, campaign_submit, cluster_get_default, scheduler_for
+from dashboards.services import campaign_launch, campaign_submit
+from dashboards.clusters import cluster_get_default, scheduler_for
 from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -25,7 +26,7 @@ N_TASKS = 6
 def accounting_lines_for(job_number: int) -> dict[int, list[str]]:
     """task number -> the 45 fields of its accounting line, split here without tco's parser."""
     found: dict[int, list[str]] = {}
-    path = Path(settings.TCO_ACCOUNTING_FILE)
+    path = Path(cluster_get_default().accounting_path)
     for raw in path.read_text(errors="replace").splitlines():
         if raw.startswith("#") or len(raw) <= 1:
             continue

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
-from schedulers.gridengine import GridEngine, run_command
+from schedulers.gridengine.adapter import GridEngine
+from schedulers.gridengine.commands import run_command
 
 pytestmark = pytest.mark.integration
 
@@ -91,10 +92,10 @@ def qstat_states(engine: GridEngine, job_number: int) -> list[str]:
 
 def accounting_rows(path: str, job_number: int) -> list[dict]:
     """Minimal accounting reader: SGE 8 colon lines (fields 1-39 are safe from the left;
-    accounting(5)) and OCS 9 JSON lines. Where schedulers.accounting.parse_line
+    accounting(5)) and OCS 9 JSON lines. Where schedulers.gridengine.parsers.accounting.parse_line
     exists it must agree on every line of this job."""
     try:
-        from schedulers.accounting import parse_line
+        from schedulers.gridengine.parsers.accounting import parse_line
     except ImportError:
         parse_line = None
     rows = []

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from dashboards import billing, launching
 from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Budget, Campaign, Cluster, Task, Team
-from dashboards.services import campaign_submit, cluster_get_default, scheduler_for
+from dashboards.services import campaign_submit
+from dashboards.clusters import cluster_get_default, scheduler_for
 from tests.ops.fixtures import (  # noqa: F401
     SGE_ENV, job_gone_or_deleting, ops_users, qdel_quietly, qstat_jobs, wait_until,
 )
@@ -75,7 +76,7 @@ def test_the_bill_wallclock_per_team_equals_qacct_for_every_period_and_time_zone
     engineering = Team.objects.get(project="engineering")
     jobs = [run_small_campaign(ops_users["launcher"], research, "bill-r").job_number,
             run_small_campaign(ops_users["admin"], engineering, "bill-e").job_number]
-    accounting = settings.TCO_ACCOUNTING_FILE
+    accounting = cluster_get_default().accounting_path
 
     def written() -> bool:
         text = open(accounting, errors="replace").read()
@@ -131,7 +132,7 @@ def test_the_bill_wallclock_per_team_equals_qacct_for_every_period_and_time_zone
 def test_period_boundaries_match_qacct_to_the_second(bootstrap, tmp_path):
     """Real accounting lines moved to start one second before, at and after local midnights
     (a month start, both DST changes, a Monday), read by the real qacct and by the bill."""
-    source = [line for line in open(settings.TCO_ACCOUNTING_FILE, errors="replace").read().splitlines()
+    source = [line for line in open(cluster_get_default().accounting_path, errors="replace").read().splitlines()
               if line and not line.startswith("#") and line.split(":")[9] != "0"
               and float(line.split(":")[13]) > 0][:3]
     assert source, "the dev cluster's accounting file has no record yet"
@@ -285,7 +286,7 @@ def test_hostile_input_on_every_form_leaves_the_scheduler_untouched(bootstrap, o
         client.force_login(ops_users["urgent"])
     # The service layer refuses the same, and the adapter refuses a hostile spec before DRMAA.
     from schedulers.base import ArrayJobSpec
-    from schedulers.gridengine import InvalidSubmission
+    from schedulers.base import InvalidSubmission
 
     scheduler = scheduler_for(cluster_get_default())
     for name, queue, project in ((f"-u root {MARKER}", "agent.q", "research"), (MARKER, "agent.q -u root", "research"),

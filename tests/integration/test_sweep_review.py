@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from django.conf import settings
 from django.utils import timezone
 
 from dashboards.models import Task, Team
-from dashboards.services import campaign_submit, cluster_get_default, scheduler_for
+from dashboards.services import campaign_submit
+from dashboards.clusters import cluster_get_default, scheduler_for
 from demo.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
 from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
 from demo.reference_checker import SCRIPTED_CAVEAT, check_file
@@ -47,7 +47,7 @@ def free_port() -> int:
 def accounting(job_number: int) -> dict[int, list[str]]:
     """task number -> fields of its accounting line (SGE 8 colon format), read here directly."""
     found = {}
-    for raw in Path(settings.TCO_ACCOUNTING_FILE).read_text(errors="replace").splitlines():
+    for raw in Path(cluster_get_default().accounting_path).read_text(errors="replace").splitlines():
         fields = raw.split(":")
         if not raw.startswith("#") and len(fields) > 35 and fields[5] == str(job_number):
             found[int(fields[35])] = fields

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from schedulers.accounting import parse_line, read_accounting
+from schedulers.gridengine.parsers.accounting import parse_line, read_accounting
 from schedulers.base import AccountingCursor, AccountingLineError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from schedulers.accounting import read_accounting
+from schedulers.gridengine.parsers.accounting import read_accounting
 
 ACCOUNTING = Path(__file__).resolve().parent.parent / "fixtures" / "sge819" / "accounting"
 UTC = dt.timezone.utc

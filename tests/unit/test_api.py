@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from dashboards.accounts import api_token_rotate
 from dashboards.models import ModelRequest, Task, Team
+from schedulers.fake import FakeScheduler
 
 from ..conftest import DEMO_PASSWORD, make_campaign
 
@@ -167,15 +168,20 @@ def test_the_stage_table_has_the_medians_of_the_source_article(data):
     assert body["stages"]["tasks_with_record"] == 3
 
 
-def test_task_detail_has_requests_and_no_scheduler_call_when_asked_not_to(data, monkeypatch):
-    def boom(*args, **kwargs):
-        raise AssertionError("qstat -j must not run")
+def fake_cluster_scheduler(monkeypatch) -> FakeScheduler:
+    """Every ``scheduler_for`` answers with one FakeScheduler (which records its ``qstat -j`` calls)."""
+    fake = FakeScheduler()
+    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    return fake
 
-    monkeypatch.setattr("dashboards.selectors._job_detail_fetch", boom)
+
+def test_task_detail_has_requests_and_no_scheduler_call_when_asked_not_to(data, monkeypatch):
+    fake = fake_cluster_scheduler(monkeypatch)
     pending = data["alpha"].tasks.get(task_number=5)
     client = token_client(data["users"]["viewer"])
     body = client.get(f"/api/tasks/{pending.pk}/", {"scheduler": "false"}).json()
     assert body["scheduler"] is None and body["pending_reasons"] is None
+    assert fake.job_detail_calls == []
     body = client.get(f"/api/tasks/{data['task'].pk}/").json()
     assert body["requests"]["count"] == 1 and body["requests"]["rows"][0]["model"] == "claude-x"
     assert body["requests"]["totals"]["cost_usd"] == "0.00100000"
@@ -184,40 +190,32 @@ def test_task_detail_has_requests_and_no_scheduler_call_when_asked_not_to(data, 
 
 
 def test_pending_reasons_come_from_one_cached_qstat_call(data, monkeypatch):
-    calls = []
-
-    def fetch(cluster, job_number):
-        calls.append(job_number)
-        return {"job_number": job_number, "tasks": [], "holds": {}, "predecessors": [],
-                "scheduler_messages": ['(-l anthropic_api=1) cannot run globally because it offers only '
-                                       'gc:anthropic_api=0.000000'], "global_messages": []}
-
-    monkeypatch.setattr("dashboards.selectors._job_detail_fetch", fetch)
+    fake = fake_cluster_scheduler(monkeypatch)
+    fake.set_job_detail(1001, {"job_number": 1001, "tasks": [], "holds": {}, "predecessors": [],
+                               "scheduler_messages": ['(-l anthropic_api=1) cannot run globally because it '
+                                                      'offers only gc:anthropic_api=0.000000'],
+                               "global_messages": []})
     pending = data["alpha"].tasks.get(task_number=5)
     client = token_client(data["users"]["viewer"])
     for _ in range(3):
         body = client.get(f"/api/tasks/{pending.pk}/").json()
-    assert calls == [1001]
+    # One qstat -j for three views, bounded by the web timeout (3 s).
+    assert fake.job_detail_calls == [(1001, 3.0)]
     assert body["pending_reasons"][0]["text"].startswith("waiting for a model API seat")
     assert body["scheduler"]["detail"]["job_number"] == 1001
 
 
 def test_a_scheduler_error_is_shown_not_raised(data, monkeypatch):
-    from schedulers.base import SchedulerUnavailable, UnknownJob
-
-    def fetch(cluster, job_number):
-        raise SchedulerUnavailable("qstat: cannot reach the qmaster")
-
-    monkeypatch.setattr("dashboards.selectors._job_detail_fetch", fetch)
+    fake = fake_cluster_scheduler(monkeypatch)
+    fake.unavailable = True
     pending = data["alpha"].tasks.get(task_number=5)
     body = token_client(data["users"]["viewer"]).get(f"/api/tasks/{pending.pk}/").json()
-    assert "cannot reach" in body["scheduler"]["error"] and body["pending_reasons"] is None
+    assert body["scheduler"]["error"].startswith("SchedulerUnavailable: ") and body["pending_reasons"] is None
 
     from django.core.cache import cache
 
     cache.clear()
-    monkeypatch.setattr("dashboards.selectors._job_detail_fetch",
-                        lambda c, j: (_ for _ in ()).throw(UnknownJob("gone", job_ids=[str(j)])))
+    fake.unavailable = False  # and the fake holds no job 1001: qstat -j says it is unknown
     body = token_client(data["users"]["viewer"]).get(f"/api/tasks/{pending.pk}/").json()
     assert body["scheduler"]["error"] == "the scheduler no longer knows this job"
 

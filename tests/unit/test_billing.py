@@ -9,7 +9,7 @@ import pytest
 
 from dashboards import billing
 from dashboards.models import AgentDefinition, Budget, BudgetAlert, Cluster, Team
-from dashboards.services import cluster_get_default
+from dashboards.clusters import cluster_get_default
 from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from schedulers.base import (
     SchedulerUnavailable,
 )
 from schedulers.fake import FakeScheduler
-from schedulers.gridengine import InvalidSubmission
+from schedulers.base import InvalidSubmission
 
 T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
 

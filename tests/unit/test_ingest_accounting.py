@@ -7,7 +7,7 @@ import os
 import pytest
 
 from dashboards.models import AccountingRecord, IngestCheckpoint, QuarantinedLine, Task
-from dashboards.services import cluster_get_default
+from dashboards.clusters import cluster_get_default
 from dashboards.ingest import apply_qstat_poll, ingest_accounting
 from schedulers.base import QstatTask
 

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from dashboards.models import Campaign, Task, TaskEvent
-from dashboards.services import cluster_get_default
+from dashboards.clusters import cluster_get_default
 from dashboards.ingest import apply_qstat_poll, reconcile_gone_tasks
 from schedulers.base import QstatTask
 
@@ -136,7 +136,7 @@ def test_later_polls_diff_against_the_last_snapshot_and_still_see_new_rows(fresh
 
 
 def test_a_waiting_jobs_position_counts_jobs_ahead_by_priority():
-    from dashboards.selectors import pending_position
+    from dashboards.scheduler_cache import pending_position
 
     cluster = cluster_get_default()
     rows = []

@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 
 from dashboards.models import AgentDefinition, Campaign, ModelRequest, Task
-from dashboards.services import cluster_get_default, team_ensure
+from dashboards.services import team_ensure
+from dashboards.clusters import cluster_get_default
 from dashboards.ingest import ingest_runner_records
 
 pytestmark = pytest.mark.django_db

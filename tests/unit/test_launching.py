@@ -11,7 +11,8 @@ from django.utils import timezone
 from dashboards import launching, services
 from dashboards.launching import ActionRefused
 from dashboards.models import AgentDefinition, AuditEntry, Budget, Campaign, Task, Team
-from dashboards.services import LaunchError, campaign_job_spec, campaign_submit, cluster_get_default
+from dashboards.services import LaunchError, campaign_job_spec, campaign_submit
+from dashboards.clusters import cluster_get_default
 from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
 from schedulers.fake import FakeScheduler
 
@@ -326,19 +327,12 @@ def test_urgent_agents_show_how_long_they_waited(ops_users, research, agent):
 
 # ------------------------------------------------------------------ triage
 
-class DetailScheduler(FakeScheduler):
-    """The fake plus ``job_detail`` answers, as ``parse_job_detail`` returns them."""
-
-    def __init__(self, details: dict[int, dict], **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.details = details
-
-    def job_detail(self, job_number: int) -> dict:
-        from schedulers.base import UnknownJob
-
-        if job_number not in self.details:
-            raise UnknownJob(f"unknown job {job_number}", job_ids=[str(job_number)])
-        return self.details[job_number]
+def detail_scheduler(details: dict[int, dict]) -> FakeScheduler:
+    """The fake answering ``qstat -j`` of these jobs with these details (``parse_job_detail`` shape)."""
+    fake = FakeScheduler()
+    for job_number, answer in details.items():
+        fake.set_job_detail(job_number, answer)
+    return fake
 
 
 def detail(job: int, **fields) -> dict:
@@ -362,7 +356,7 @@ def test_triage_lists_error_jobs_first_then_the_longest_wait_with_plain_reasons(
     waiting_task(12, 1, "error", 5)
     waiting_task(13, 1, "running", 900)
     seat = "(-l anthropic_api=1) cannot run globally because it offers only gc:anthropic_api=0.000000"
-    scheduler = DetailScheduler({
+    scheduler = detail_scheduler({
         10: detail(10, scheduler_messages=[seat]),
         12: detail(12, tasks=[{"task_number": 1, "state": "error"}]),
     })
@@ -377,6 +371,9 @@ def test_triage_lists_error_jobs_first_then_the_longest_wait_with_plain_reasons(
                                                 "(consumable anthropic_api, global)")
     assert by_job[10]["ranges"] == {"pending": "tasks 1-2"}
     assert "no longer knows" in by_job[11]["reason_error"]
+    # One cached qstat -j per job, with the web timeout: a second view asks the scheduler nothing.
+    launching.triage_overview(cluster=cluster, scheduler=scheduler)
+    assert sorted(scheduler.job_detail_calls) == [(10, 3.0), (11, 3.0), (12, 3.0)]
 
 
 def test_triage_actions_are_for_admins_and_run_through_the_audit_log(ops_users):
@@ -438,7 +435,7 @@ def test_agent_definitions_are_edited_by_admins_only(ops_users):
 
 def test_clearing_an_error_counts_as_done_although_qmod_exits_1(monkeypatch):
     """SGE 8.1.9's ``qmod -cj`` prints "cleared error state of job N" and exits 1 (dev cluster)."""
-    from schedulers import gridengine
+    from schedulers.gridengine.adapter import GridEngine
     from schedulers.base import SchedulerCommandError
 
     def fake_run(self, argv, timeout=None):
@@ -448,8 +445,8 @@ def test_clearing_an_error_counts_as_done_although_qmod_exits_1(monkeypatch):
         raise SchedulerCommandError("qmod exited with status 1", argv=argv, returncode=1,
                                     stderr='invalid queue or job "298"')
 
-    monkeypatch.setattr(gridengine.GridEngine, "_run", fake_run)
-    scheduler = gridengine.GridEngine()
+    monkeypatch.setattr(GridEngine, "_run", fake_run)
+    scheduler = GridEngine()
     scheduler.control("clear_error", 297)
     with pytest.raises(SchedulerCommandError):
         scheduler.control("clear_error", 298)

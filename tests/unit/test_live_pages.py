@@ -10,10 +10,10 @@ from django.utils import timezone
 
 from dashboards import history, selectors
 from dashboards.models import Team
-from dashboards.services import cluster_get_default, cluster_status_refresh
+from dashboards.clusters import cluster_get_default, cluster_status_refresh
 from schedulers.base import SchedulerParseError
 from schedulers.fake import FakeScheduler
-from schedulers.sharetree import parse_share_mon
+from schedulers.gridengine.parsers.sharetree import parse_share_mon
 
 from ..conftest import DEMO_PASSWORD, make_campaign
 
@@ -41,13 +41,14 @@ def test_a_share_tree_line_that_is_not_a_number_is_an_error():
 def test_the_status_poll_stores_the_share_tree():
     cluster = cluster_get_default()
     fake = FakeScheduler()
-    fake.queue_summary = lambda: []
-    fake.hosts = lambda: []
-    fake.quotas = lambda: []
-    fake.global_capacity = lambda: {}
+    fake.capacity = {"anthropic_api": 96.0}
+    fake.queue_rows = [{"name": "agent.q", "load": None, "used": 0, "resv": 0, "available": 4, "total": 4,
+                        "temp_disabled": 0, "manual_intervention": 0}]
     cluster_status_refresh(cluster=cluster, scheduler=fake)
     cluster.refresh_from_db()
     assert [n["node"] for n in cluster.status["share_tree"]] == ["/", "/engineering", "/research"]
+    assert cluster.status["global_capacity"] == {"anthropic_api": 96.0}
+    assert [q["name"] for q in cluster.status["queues"]] == ["agent.q"]
 
 
 # --------------------------------------------------------------------------- depth history

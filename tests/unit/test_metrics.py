@@ -9,7 +9,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards.models import IngestCheckpoint, Task, Team
-from dashboards.services import cluster_get_default
+from dashboards.clusters import cluster_get_default
 
 from ..conftest import make_campaign
 

@@ -13,23 +13,20 @@ import textwrap
 
 import pytest
 
-from schedulers import drmaa_session
-from schedulers import gridengine
 from schedulers.base import (
     ArrayJobSpec,
+    InvalidSubmission,
     SchedulerCommandError,
     SchedulerParseError,
     SchedulerUnavailable,
 )
-from schedulers.gridengine import (
-    GridEngine,
-    InvalidSubmission,
-    control_argv,
-    job_id_arguments,
-    parse_job_ids,
-    run_command,
-    sanitize_name,
-)
+from schedulers.gridengine import adapter as adapter_module
+from schedulers.gridengine import drmaa as drmaa_session
+from schedulers.gridengine import native_spec
+from schedulers.gridengine.adapter import GridEngine
+from schedulers.gridengine.commands import control_argv, run_command
+from schedulers.gridengine.drmaa import parse_job_ids
+from schedulers.gridengine.native_spec import job_id_arguments, sanitize_name
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -192,7 +189,7 @@ def test_sanitize_name_makes_a_valid_job_name(engine):
     name = sanitize_name("42: my campaign/@home*?" + "x" * 100)
     assert name.startswith("j42_")
     assert sanitize_name("-u root") == "j-u_root"
-    assert len(name) <= gridengine.JOB_NAME_MAX
+    assert len(name) <= native_spec.JOB_NAME_MAX
     engine.native_specification(make_spec(name=name))  # does not raise
     assert sanitize_name("   ") == "tco"
 
@@ -214,7 +211,7 @@ def test_job_ids_are_separate_ranges_never_comma_lists():
 ])
 def test_control_runs_the_right_command(monkeypatch, engine, action, kwargs, argv):
     seen = []
-    monkeypatch.setattr(gridengine, "run_command", lambda a, **kw: seen.append((a, kw)) or b"")
+    monkeypatch.setattr(adapter_module, "run_command", lambda a, **kw: seen.append((a, kw)) or b"")
     engine.control(action, 9, **kwargs)
     assert seen[0][0] == argv
     assert seen[0][1]["env_extra"] == {"SGE_ROOT": engine.sge_root, "SGE_CELL": engine.sge_cell}
@@ -227,7 +224,7 @@ def test_control_runs_the_right_command(monkeypatch, engine, action, kwargs, arg
     ("delete", 9, None, 5),
 ])
 def test_control_rejects_bad_requests_before_running_anything(monkeypatch, engine, args):
-    monkeypatch.setattr(gridengine, "run_command", lambda *a, **k: pytest.fail("ran a command"))
+    monkeypatch.setattr(adapter_module, "run_command", lambda *a, **k: pytest.fail("ran a command"))
     with pytest.raises(InvalidSubmission):
         engine.control(*args)
 
@@ -301,7 +298,7 @@ def test_loading_libdrmaa_without_preload_names_the_fix():
     if not os.path.exists(drmaa_session.DEFAULT_DRMAA_LIBRARY_PATH):
         pytest.skip("libdrmaa is not installed on this machine")
     code = textwrap.dedent("""
-        from schedulers import drmaa_session
+        from schedulers.gridengine import drmaa as drmaa_session
         from schedulers.base import SchedulerUnavailable
         try:
             drmaa_session.load_drmaa()
@@ -330,7 +327,6 @@ def test_spec_fields_are_all_covered_by_validation():
 
 def test_projects_come_from_qstat_ext_once_per_new_job(monkeypatch):
     """Plain qstat -xml has no JB_project; -ext has it but no times (SGE 8.1.9)."""
-    from schedulers import gridengine
 
     plain = b"""<?xml version='1.0'?><job_info><queue_info></queue_info><job_info>
 <job_list state="pending"><JB_job_number>901</JB_job_number><JAT_prio>0</JAT_prio><JB_name>x</JB_name>
@@ -349,9 +345,9 @@ def test_projects_come_from_qstat_ext_once_per_new_job(monkeypatch):
         calls.append(argv)
         return ext if "-ext" in argv else plain
 
-    monkeypatch.setattr(gridengine.GridEngine, "_run", fake_run)
-    monkeypatch.setattr(gridengine, "_PROJECTS", {})
-    engine = gridengine.GridEngine(sge_root="/x", sge_cell="c")
+    monkeypatch.setattr(GridEngine, "_run", fake_run)
+    monkeypatch.setattr(adapter_module, "_PROJECTS", {})
+    engine = GridEngine(sge_root="/x", sge_cell="c")
     (task,) = engine.list_tasks()
     assert task.project == "engineering" and task.submitted_at is not None
     (task,) = engine.list_tasks()

@@ -11,7 +11,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
 from dashboards.models import AgentDefinition, AuditEntry, Budget, Campaign, Task, Team
-from dashboards.services import campaign_submit, cluster_get_default
+from dashboards.services import campaign_submit
+from dashboards.clusters import cluster_get_default
 from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
 from schedulers.fake import FakeScheduler
 
@@ -39,9 +40,7 @@ def as_user(client, ops_users):
 
 @pytest.mark.parametrize("url, allowed", sorted(GET_PAGES.items()))
 def test_each_page_is_refused_to_roles_that_must_not_have_it(as_user, url, allowed, monkeypatch):
-    from dashboards import launching
-
-    monkeypatch.setattr(launching.services, "scheduler_for", lambda cluster: FakeScheduler())
+    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: FakeScheduler())
     for name in ("viewer", "lead", "launcher", "urgent", "other", "nobody", "admin"):
         response = as_user(name).get(url)
         expected = 200 if name in allowed else 403

@@ -8,10 +8,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from schedulers import qstat_xml
 from schedulers.base import QstatTask, SchedulerParseError, UnknownJob
-from schedulers.qstat_xml import (diff_tasks, expand_task_ranges, job_status_state, parse_cluster_queue_summary,
-                                         parse_job_detail, parse_memory, parse_qhost, parse_qquota, parse_qstat)
+from schedulers.gridengine.parsers import qstat as qstat_xml
+from schedulers.gridengine.parsers.qhost import parse_memory, parse_qhost
+from schedulers.gridengine.parsers.qquota import parse_qquota
+from schedulers.base import diff_tasks
+from schedulers.gridengine.parsers.qstat import expand_task_ranges, parse_qstat
+from schedulers.gridengine.parsers.qstat_j import job_status_state, parse_job_detail
+from schedulers.gridengine.parsers.queue_summary import parse_cluster_queue_summary
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CASES = FIXTURES / "cases"

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from schedulers import qstat_xml
 from schedulers.base import UnknownJob
+from schedulers.gridengine.parsers import qstat as qstat_xml
+from schedulers.gridengine.parsers.qhost import parse_qhost
+from schedulers.gridengine.parsers.qquota import parse_qquota
+from schedulers.gridengine.parsers.qstat import expand_task_ranges, parse_qstat
+from schedulers.gridengine.parsers.qstat_j import parse_job_detail
+from schedulers.gridengine.parsers.queue_summary import parse_cluster_queue_summary
 from schedulers.pending import explain_pending
-from schedulers.qstat_xml import (expand_task_ranges, parse_cluster_queue_summary, parse_job_detail,
-                                         parse_qhost, parse_qquota, parse_qstat)
 
 SGE819 = Path(__file__).resolve().parent.parent / "fixtures" / "sge819"
 UTC = dt.timezone.utc
@@ -212,7 +215,6 @@ def test_an_unknown_job_id_raises_unknown_job():
 
 def test_qstat_j_with_a_spaced_cull_tag_after_clear_error_still_parses():
     """SGE 8.1.9 writes ``<job ids>`` (not XML) in scheduler messages after ``qmod -cj``."""
-    from schedulers.qstat_xml import parse_job_detail
 
     data = (SGE819 / "qstat_j_after_clear_error.xml").read_bytes()
     assert b"<job ids>" in data
@@ -225,7 +227,6 @@ def test_a_job_listing_given_as_a_queue_summary_is_refused_not_read_as_no_queues
     import pytest
 
     from schedulers.base import SchedulerParseError
-    from schedulers.qstat_xml import parse_cluster_queue_summary
 
     with pytest.raises(SchedulerParseError, match="job listing"):
         parse_cluster_queue_summary((SGE819 / "qstat_xml_all_users.xml").read_bytes())

@@ -28,7 +28,7 @@ NOW = timezone.now()
 @pytest.fixture
 def world(role_users, settings, monkeypatch):
     """Campaign "alpha" of research (4 tasks), "beta" of engineering (2), and a job tco did not launch."""
-    from dashboards.services import cluster_get_default
+    from dashboards.clusters import cluster_get_default
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # Consumers close "old" connections around each ORM call, which would close the
@@ -136,7 +136,7 @@ def test_anonymous_requests_are_sent_to_the_login_page(client, world, path):
 
 
 def test_the_share_tree_shows_only_the_users_teams(client, world):
-    from dashboards.services import cluster_get_default
+    from dashboards.clusters import cluster_get_default
 
     cluster = cluster_get_default()
     cluster.status = {"share_tree": [

@@ -142,7 +142,7 @@ def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_mod
     from demo.sweep import review_policy, sweep_review_launch, sweep_submit
     from execution.sandbox.policy import load_policy
     from schedulers.fake import FakeScheduler
-    from schedulers.gridengine import native_specification
+    from schedulers.gridengine.native_spec import native_specification
 
     fake = FakeScheduler()
     team = Team.objects.get(project="research")

@@ -14,7 +14,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from dashboards.models import AgentDefinition
-from dashboards.services import cluster_get_default, team_ensure
+from dashboards.services import team_ensure
+from dashboards.clusters import cluster_get_default
 
 TEAMS = (("research", "research"), ("engineering", "engineering"))
 STAND_IN_MODEL = "stand-in-review"  # the model id the demo's review agents ask the stand-in for

@@ -38,7 +38,7 @@ import json
 import os
 from typing import Callable
 
-from .base import (AccountingBatch, AccountingCursor, AccountingLineError, AccountingRecord,
+from schedulers.base import (AccountingBatch, AccountingCursor, AccountingLineError, AccountingRecord,
                    QuarantinedLine, SchedulerUnavailable)
 
 __all__ = ["parse_line", "read_accounting", "UTC"]
@@ -256,14 +256,19 @@ def _parse_json(line: bytes) -> AccountingRecord:
     eusage = usage.get("eusage") or usage.get("usage") or {}
     if not isinstance(rusage, dict) or not isinstance(eusage, dict):
         raise AccountingLineError("JSON 'usage.rusage'/'usage.eusage' is not an object")
+    # ru_wallclock: whole seconds, what qacct -P sums (the bill); eusage.wallclock: exact.
+    exact = _json_number(eusage, "wallclock")
     wallclock = _json_number(rusage, "ru_wallclock")
     if wallclock is None:
-        wallclock = _json_number(eusage, "wallclock") or 0.0
+        wallclock = exact or 0.0
     cpu = _json_number(eusage, "cpu")
     if cpu is None:
         cpu = (_json_number(rusage, "ru_utime") or 0.0) + (_json_number(rusage, "ru_stime") or 0.0)
     flexible = {key: value for key, value in usage.items() if key not in ("rusage", "eusage", "usage")}
     task_number = _json_int(obj, "task_number", required=False)
+    started, ended = _json_time(obj, "start_time"), _json_time(obj, "end_time")
+    if exact is None and started is not None and ended is not None:
+        exact = (ended - started).total_seconds()
     return AccountingRecord(
         job_number=_json_int(obj, "job_number"),
         task_number=task_number or None,
@@ -278,8 +283,8 @@ def _parse_json(line: bytes) -> AccountingRecord:
         hostname=_json_str(obj, "hostname"),
         slots=_json_int(obj, "slots", required=False, default=1),
         submitted_at=_json_time(obj, "submission_time"),
-        started_at=_json_time(obj, "start_time"),
-        ended_at=_json_time(obj, "end_time"),
+        started_at=started,
+        ended_at=ended,
         wallclock_s=wallclock,
         cpu_s=cpu,
         maxvmem_bytes=_json_number(eusage, "maxvmem") or 0.0,
@@ -291,6 +296,7 @@ def _parse_json(line: bytes) -> AccountingRecord:
         arid=_json_int(obj, "arid", required=False),
         ar_submitted_at=_json_time(obj, "ar_submission_time", required=False),
         deleted_by=_json_optional_str(obj, "deleted_by"),
+        wallclock_exact_s=exact,
     )
 
 

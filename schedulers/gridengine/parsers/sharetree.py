@@ -13,7 +13,7 @@ decayed usage the scheduler weighs (cpu + mem + io, per the cluster's
 """
 from __future__ import annotations
 
-from .base import SchedulerParseError
+from schedulers.base import SchedulerParseError
 
 NUMBER_FIELDS = {
     "shares": int,
