@@ -156,14 +156,24 @@ def check_limits(req: LaunchRequest) -> None:
 
 
 def _check_predecessor(user: AbstractBaseUser, job_number: int | None, count: int) -> None:
+    """``-hold_jid_ad`` only on a job of a team the user sees, with the same number of tasks: a
+    campaign of such a team, else an array job tco has recorded in such a team's project (the
+    demo sweep). Raises LaunchError."""
     if job_number is None:
         return
-    predecessor = Campaign.objects.filter(job_number=job_number, team__in=teams_with(user, "view")).order_by(
-        "-launched_at").first()
-    if predecessor is None:
-        raise LaunchError(f"predecessor job {job_number}: not a campaign of a team you can see")
-    if predecessor.task_count != count:
-        raise LaunchError(f"predecessor job {job_number} has {predecessor.task_count} tasks; -hold_jid_ad needs "
+    teams = teams_with(user, "view")
+    predecessor = Campaign.objects.filter(job_number=job_number, team__in=teams).order_by("-launched_at").first()
+    if predecessor is not None:
+        tasks = predecessor.task_count
+    else:
+        tasks = (Task.objects.filter(job_number=job_number, campaign__isnull=True, active=True,
+                                     project__in=teams.values("project"))
+                 .values("task_number").distinct().count())
+        if not tasks:
+            raise LaunchError(f"predecessor job {job_number}: not a campaign of a team you can see "
+                              "(nor a job tco recorded for one)")
+    if tasks != count:
+        raise LaunchError(f"predecessor job {job_number} has {tasks} tasks; -hold_jid_ad needs "
                           f"the same number ({count})")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
 
 from demo.reference_checker import agreement, check_file
 from schedulers.base import ArrayJobSpec
@@ -64,8 +65,17 @@ def sweep_submit(*, team: Team, count: int, out_dir: str | Path, name: str = "sw
         error_path=str(out_dir / "logs"),
         account=account,
     )
-    scheduler = scheduler or scheduler_for(cluster_get_default())
-    return scheduler.submit_array(spec)
+    cluster = cluster_get_default()
+    scheduler = scheduler or scheduler_for(cluster)
+    job_number, task_numbers = scheduler.submit_array(spec)
+    # Recorded at once (the polls update these rows), so the review campaign may name the
+    # sweep as its predecessor: the launch accepts only jobs of a team the launcher sees.
+    now = timezone.now()
+    Task.objects.bulk_create([Task(cluster=cluster, job_number=job_number, task_number=n, is_array=True,
+                                   name=spec.name, owner=settings.TCO_SUBMIT_USER, project=team.project,
+                                   state="pending", state_code="qw", submitted_at=now, first_seen_at=now)
+                              for n in task_numbers], ignore_conflicts=True)
+    return job_number, task_numbers
 
 
 def review_policy(*, runs_dir: str | Path, endpoint: ModelEndpoint) -> str:
