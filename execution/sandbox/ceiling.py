@@ -12,7 +12,9 @@ What "within" means, field by field:
 
 - ``filesystem_policy``: each ``read_only`` path lies at or under a path the
   ceiling lists (read-only or read-write); each ``read_write`` path at or
-  under a ceiling ``read_write`` path; ``include_workdir`` only where the
+  under a ceiling ``read_write`` path (a ceiling's ``/tmp``, ``/run`` and the
+  other private directories cover only themselves: below them a policy path
+  would be the host's); ``include_workdir`` only where the
   ceiling has it (a ceiling without ``filesystem_policy`` allows no path).
 - ``network_policies``: each endpoint (host, every port, protocol) is an
   endpoint of the ceiling, with the same ``credential_binding`` provider (or
@@ -32,6 +34,7 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
+from .bwrap import PRIVATE_DIRS
 from .policy import ACCESS_METHODS, _inside_id
 
 if TYPE_CHECKING:
@@ -41,11 +44,20 @@ __all__ = ["narrowing_problems", "path_within"]
 
 
 def path_within(path: str, roots: tuple[str, ...] | list[str]) -> bool:
-    """Whether ``path`` is one of ``roots`` or lies under one (lexically, on ``/`` boundaries)."""
+    """Whether ``path`` is one of ``roots`` or lies under one (lexically, on ``/`` boundaries).
+
+    A root that is one of the sandbox's private directories (``bwrap.PRIVATE_DIRS``: ``/tmp``,
+    ``/run``, ...) stands for the sandbox's own tmpfs, not the host's tree: it covers only
+    itself, never a host path below it (which the sandbox would bind from the host).
+    """
     path = posixpath.normpath(path)
     for root in roots:
         root = posixpath.normpath(root)
-        if path == root or root == "/" or path.startswith(root.rstrip("/") + "/"):
+        if path == root:
+            return True
+        if root in PRIVATE_DIRS:
+            continue
+        if root == "/" or path.startswith(root.rstrip("/") + "/"):
             return True
     return False
 

@@ -69,7 +69,7 @@ def test_read_only_paths_outside_the_ceiling_are_refused(path):
 
 
 def test_read_write_needs_a_read_write_path_of_the_ceiling():
-    found = problems("version: 1\nfilesystem_policy: {read_write: [/etc, /tmp/x]}\n")
+    found = problems("version: 1\nfilesystem_policy: {read_write: [/etc, /sandbox/x]}\n")
     assert found == ["filesystem_policy.read_write: /etc is outside the ceiling's read_write paths"]
 
 
@@ -145,6 +145,15 @@ def test_a_ceiling_without_network_allows_no_endpoint():
     found = problems(NARROW, "version: 1\nfilesystem_policy: {include_workdir: true, read_only: [/], "
                              "read_write: [/sandbox]}\n")
     assert len(found) == 1 and "is not an endpoint the ceiling allows" in found[0]
+
+
+def test_a_ceilings_private_tmp_does_not_cover_the_hosts_tmp_below_it():
+    # /tmp in a policy is the sandbox's own tmpfs; /tmp/x would bind the host's /tmp/x (another
+    # task's scratch space, issue 11 finding 4), so the ceiling's /tmp must not allow it.
+    assert problems("version: 1\nfilesystem_policy: {read_write: [/tmp]}\n") == []
+    assert problems("version: 1\nfilesystem_policy: {read_only: [/tmp/other-task]}\n") == [
+        "filesystem_policy.read_only: /tmp/other-task is outside the ceiling's paths"]
+    assert not path_within("/run/shm", ["/run"]) and path_within("/run", ["/run"])
 
 
 def test_path_within_compares_on_component_boundaries():
