@@ -226,7 +226,13 @@ def control_execute(*, request_id: int, scheduler=None, after_control=None) -> C
               result="queued (scheduler unavailable, retrying)")
         raise
     except SchedulerCommandError as exc:
-        _finish(request, ControlState.FAILED, f"failed: {(exc.stderr or str(exc)).strip()}")
+        message = (exc.stderr or str(exc)).strip()
+        if request.control == "delete" and request.attempts > 1 and "does not exist" in message:
+            # A worker died after its qdel: the job it deleted is gone, which is what was asked.
+            _finish(request, ControlState.DONE, f"deleted: job {request.job_number} (gone already: deleted by an "
+                                                "earlier attempt)")
+        else:
+            _finish(request, ControlState.FAILED, f"failed: {message}")
     except (ValueError, KeyError) as exc:
         _finish(request, ControlState.FAILED, f"failed: {exc}")
     else:
