@@ -29,6 +29,7 @@ from schedulers.base import ArrayJobSpec
 from schedulers.gridengine import sanitize_name
 
 from dashboards.launch import LaunchRequest, launch
+from dashboards.management.commands.tco_bootstrap import demo_policy
 from dashboards.models import AgentDefinition, Campaign, ModelEndpoint, Task, Team
 from dashboards.services import LaunchError, cluster_get_default, scheduler_for
 
@@ -84,25 +85,8 @@ def review_policy(*, runs_dir: str | Path, endpoint: ModelEndpoint) -> str:
     writable, and one network rule: POST /v1/messages on the registered model ``endpoint``,
     with the credential bound by its provider (the proxy adds it; the agent never sees it)."""
     read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "demo"), str(runs_dir)]
-    return (
-        "version: 1\n"
-        "filesystem_policy:\n"
-        "  include_workdir: true\n"
-        f"  read_only: [{', '.join(read_only)}]\n"
-        "  read_write: [/sandbox, /tmp]\n"
-        "landlock: {compatibility: best_effort}\n"
-        "process: {run_as_user: sandbox, run_as_group: sandbox}\n"
-        "network_policies:\n"
-        "  model_api:\n"
-        "    endpoints:\n"
-        f"      - host: {endpoint.host}\n"
-        f"        port: {endpoint.port}\n"
-        "        protocol: rest\n"
-        "        enforcement: enforce\n"
-        f"        credential_binding: {{provider: {endpoint.provider}}}\n"
-        "        rules: [{allow: {method: POST, path: /v1/messages}}]\n"
-        f"    binaries: [{{path: {_agent_python()}}}]\n"
-    )
+    return demo_policy(read_only=read_only, host=endpoint.host, port=endpoint.port, provider=endpoint.provider,
+                       landlock=True)
 
 
 def review_agent_definition() -> AgentDefinition:

@@ -23,6 +23,32 @@ DEMO_ENDPOINT = "demo-stand-in"
 DEMO_PROVIDER = "anthropic"
 
 
+def demo_policy(*, read_only: list[str], host: str, port: int, provider: str, landlock: bool = False) -> str:
+    """A demo sandbox policy (OpenShell schema): ``read_only`` paths, the work directory and a
+    private /tmp writable, the sandbox identity, and one rule: POST /v1/messages on ``host:port``
+    with the credential of ``provider`` bound by the proxy, for the agents' interpreter."""
+    agent_python = os.path.realpath(settings.TCO_RUNNER_PYTHON)
+    return (
+        "version: 1\n"
+        "filesystem_policy:\n"
+        "  include_workdir: true\n"
+        f"  read_only: [{', '.join(read_only)}]\n"
+        "  read_write: [/sandbox, /tmp]\n"
+        + ("landlock: {compatibility: best_effort}\n" if landlock else "")
+        + "process: {run_as_user: sandbox, run_as_group: sandbox}\n"
+        "network_policies:\n"
+        "  model_api:\n"
+        "    endpoints:\n"
+        f"      - host: {host}\n"
+        f"        port: {port}\n"
+        "        protocol: rest\n"
+        "        enforcement: enforce\n"
+        f"        credential_binding: {{provider: {provider}}}\n"
+        "        rules: [{allow: {method: POST, path: /v1/messages}}]\n"
+        f"    binaries: [{{path: {agent_python}}}]\n"
+    )
+
+
 def demo_ceiling() -> str:
     """The policy ceiling of the demo teams: what the demo agent (the runner's default policy) and
     the sweep's review agents (demo/sweep.py review_policy) need, and no more: system directories,
@@ -30,27 +56,10 @@ def demo_ceiling() -> str:
     writable; POST /v1/messages on the stand-in model only, with its credential."""
     import sys
 
-    agent_python = os.path.realpath(settings.TCO_RUNNER_PYTHON)
     read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "demo"), sys.prefix,
                  str(Path(settings.STATE_DIR) / "sweeps")]
-    return (
-        "version: 1\n"
-        "filesystem_policy:\n"
-        "  include_workdir: true\n"
-        f"  read_only: [{', '.join(read_only)}]\n"
-        "  read_write: [/sandbox, /tmp]\n"
-        "process: {run_as_user: sandbox, run_as_group: sandbox}\n"
-        "network_policies:\n"
-        "  model_api:\n"
-        "    endpoints:\n"
-        "      - host: 127.0.0.1\n"
-        f"        port: {settings.TCO_DEMO_MODEL_PORT}\n"
-        "        protocol: rest\n"
-        "        enforcement: enforce\n"
-        f"        credential_binding: {{provider: {DEMO_PROVIDER}}}\n"
-        "        rules: [{allow: {method: POST, path: /v1/messages}}]\n"
-        f"    binaries: [{{path: {agent_python}}}]\n"
-    )
+    return demo_policy(read_only=read_only, host="127.0.0.1", port=settings.TCO_DEMO_MODEL_PORT,
+                       provider=DEMO_PROVIDER)
 
 
 def demo_agent_command() -> list[str]:
