@@ -13,18 +13,9 @@ from dashboards.launch import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, Campaign, ModelEndpoint, PolicyCeiling, Team
 from dashboards.services import LaunchError
 from tests.ops.fixtures import ops_users  # noqa: F401
+from tests.unit.test_launching import agent, research  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def research(bootstrap):
-    return Team.objects.get(project="research")
-
-
-@pytest.fixture
-def agent(bootstrap):
-    return AgentDefinition.objects.get(name="demo-agent")
 
 
 @pytest.fixture
