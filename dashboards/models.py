@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import Group
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -486,6 +487,14 @@ class ControlRequest(models.Model):
         return f"{self.action} job {self.job_number} ({self.state})"
 
 
+#: Endpoint, provider and credential names as the spool contract accepts them.
+_ENDPOINT_NAME = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", "1-64 letters, digits, '_', '.', '-'")
+
+
+def _root_prefix() -> list[str]:
+    return ["/"]
+
+
 class ModelEndpoint(models.Model):
     """A model API endpoint the site registered (admin): the only places a credential is sent.
 
@@ -496,15 +505,25 @@ class ModelEndpoint(models.Model):
 
     SCHEMES = [("http", "http"), ("https", "https")]
 
-    name = models.SlugField(max_length=64, unique=True)
-    provider = models.CharField(max_length=32, help_text="the credential_binding provider a policy names "
-                                                        "(anthropic, openai, ...)")
+    name = models.CharField(max_length=64, unique=True, validators=[_ENDPOINT_NAME])
+    provider = models.CharField(max_length=64, validators=[_ENDPOINT_NAME],
+                                help_text="the credential_binding provider a policy names (anthropic, openai, ...)")
     scheme = models.CharField(max_length=5, choices=SCHEMES, default="https")
-    host = models.CharField(max_length=253)
-    port = models.PositiveIntegerField()
-    path_prefixes = models.JSONField(default=list, blank=True, help_text='e.g. ["/v1/"]; empty: any path')
-    credential_name = models.CharField(max_length=128, help_text="name in the runners' credentials file")
+    host = models.CharField(max_length=253, validators=[RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$",
+                                                                        "a host name or address")])
+    port = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(65535)])
+    path_prefixes = models.JSONField(default=_root_prefix, help_text='paths the endpoint serves, e.g. ["/v1/"]')
+    credential_name = models.CharField(max_length=64, validators=[_ENDPOINT_NAME],
+                                       help_text="name in the runners' credentials file")
     active = models.BooleanField(default=True)
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        prefixes = self.path_prefixes
+        if not isinstance(prefixes, list) or not prefixes or not all(
+                isinstance(p, str) and p.startswith("/") and not any(c in p for c in "\0\r\n?#") for p in prefixes):
+            raise ValidationError({"path_prefixes": 'a non-empty list of paths starting with "/", e.g. ["/v1/"]'})
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["host", "port"], name="one_endpoint_per_host_port")]

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from dashboards import enqueue, services
@@ -182,3 +183,24 @@ def test_the_demo_command_launches_as_a_user_through_the_same_checks(ops_users, 
     assert campaign.launched_by == ops_users["launcher"] and campaign.task_count == 3
     entry = AuditEntry.objects.get(action="launch", ok=True)
     assert entry.user == ops_users["launcher"] and entry.target == f"campaign:{campaign.pk}"
+
+
+# --------------------------------------------------------------------------- what admins register
+
+def test_admins_register_endpoints_and_ceilings_that_the_contract_and_the_runner_accept(bootstrap, client):
+    from django.core.exceptions import ValidationError
+
+    bad = ModelEndpoint(name="x y", provider="anthropic", scheme="https", host="api.example.com", port=70000,
+                        path_prefixes=[], credential_name="k")
+    with pytest.raises(ValidationError) as caught:
+        bad.full_clean()
+    assert {"name", "port", "path_prefixes"} <= set(caught.value.message_dict)
+    ModelEndpoint(name="ok", provider="anthropic", scheme="https", host="api.example.com", port=443,
+                  path_prefixes=["/v1/"], credential_name="k").full_clean()
+    with pytest.raises(ValidationError, match="unknown field"):
+        PolicyCeiling(team=Team.objects.get(project="research"), policy="version: 1\nshell: yes\n").clean()
+    admin_user = get_user_model().objects.get(username="admin")
+    client.force_login(admin_user)
+    for url in ("/admin/dashboards/modelendpoint/", "/admin/dashboards/policyceiling/",
+                "/admin/dashboards/controlrequest/"):
+        assert client.get(url).status_code == 200, url
