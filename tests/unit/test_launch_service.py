@@ -204,3 +204,14 @@ def test_admins_register_endpoints_and_ceilings_that_the_contract_and_the_runner
     for url in ("/admin/dashboards/modelendpoint/", "/admin/dashboards/policyceiling/",
                 "/admin/dashboards/controlrequest/"):
         assert client.get(url).status_code == 200, url
+
+
+@pytest.mark.parametrize("path", ["/proc/1/root", "SPOOL", "STATE/secret_key"])
+def test_a_policy_the_runner_would_refuse_at_run_time_is_refused_at_launch(ops_users, research, agent, bootstrap,
+                                                                         sent, path):
+    """issue 11, finding 8: such policies were submitted and then ended with exit 78."""
+    path = path.replace("SPOOL", str(bootstrap.TCO_SPOOL_DIR)).replace("STATE", str(bootstrap.STATE_DIR))
+    with pytest.raises(LaunchError, match="outside the ceiling's paths"):
+        launch(user=ops_users["launcher"], request=request(
+            research, agent, policy=f"version: 1\nfilesystem_policy: {{read_only: [{path}]}}\n"))
+    assert not Campaign.objects.exists() and sent == []
