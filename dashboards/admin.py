@@ -1,6 +1,17 @@
 from django.contrib import admin
 
-from .models import AccountingRecord, AgentDefinition, Campaign, Cluster, QuarantinedLine, Task, Team
+from .models import (
+    AccountingRecord,
+    AgentDefinition,
+    Campaign,
+    Cluster,
+    ControlRequest,
+    ModelEndpoint,
+    PolicyCeiling,
+    QuarantinedLine,
+    Task,
+    Team,
+)
 
 
 @admin.register(Cluster)
@@ -20,7 +31,7 @@ class AgentDefinitionAdmin(admin.ModelAdmin):
 
 @admin.register(Campaign)
 class CampaignAdmin(admin.ModelAdmin):
-    list_display = ("id", "name", "team", "job_number", "task_count", "status", "launched_at")
+    list_display = ("id", "name", "team", "job_number", "task_count", "status", "submit_claimed_at", "launched_at")
     list_filter = ("status", "team")
 
 
@@ -39,5 +50,27 @@ class AccountingRecordAdmin(admin.ModelAdmin):
 @admin.register(QuarantinedLine)
 class QuarantinedLineAdmin(admin.ModelAdmin):
     list_display = ("path", "offset", "reason", "seen_at")
+
+@admin.register(ModelEndpoint)
+class ModelEndpointAdmin(admin.ModelAdmin):
+    """Model API endpoints the site registers: the only ones a runner gives a credential to."""
+
+    list_display = ("name", "provider", "scheme", "host", "port", "credential_name", "active")
+    list_filter = ("provider", "active")
+
+
+@admin.register(PolicyCeiling)
+class PolicyCeilingAdmin(admin.ModelAdmin):
+    """The widest sandbox policy per team or agent definition (validated by the runner's validator)."""
+
+    list_display = ("__str__", "team", "agent_definition", "note")
+
+
+@admin.register(ControlRequest)
+class ControlRequestAdmin(admin.ModelAdmin):
+    list_display = ("id", "action", "job_number", "state", "attempts", "created_at", "finished_at")
+    list_filter = ("state", "action")
+    readonly_fields = [f.name for f in ControlRequest._meta.fields]
+
 
 from . import pricing_admin  # noqa: E402,F401  (registers the price table)

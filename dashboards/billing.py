@@ -51,7 +51,8 @@ from django.utils import timezone
 from execution.spool import TOKEN_BUCKETS
 
 from . import pricing_models
-from .models import AccountingRecord, AuditEntry, Budget, BudgetAlert, Cluster, Membership, Role, Task, Team
+from .audit import audit
+from .models import AccountingRecord, Budget, BudgetAlert, Cluster, Membership, Role, Task, Team
 from .stages import quantile
 
 log = logging.getLogger(__name__)
@@ -400,7 +401,8 @@ def budget_set(*, user: AbstractBaseUser, team: Team, period: str, amount_usd: D
     from .roles import user_can
 
     if not user_can(user, "bill", team):
-        _audit(user, "budget_set", f"team:{team.project}", {"period": period}, False, "refused: no bill role")
+        audit(user=user, action="budget_set", target=f"team:{team.project}", params={"period": period}, ok=False,
+              result="refused: no bill role")
         raise PermissionError(f"you may not set budgets for {team.name}")
     if period not in PERIODS:
         raise BillError(f"period must be one of {', '.join(PERIODS)}")
@@ -412,9 +414,9 @@ def budget_set(*, user: AbstractBaseUser, team: Team, period: str, amount_usd: D
         team=team, period=period,
         defaults={"amount_usd": amount_usd, "thresholds": thresholds, "on_exceed": on_exceed,
                   "alert_emails": "\n".join(alert_emails)})
-    _audit(user, "budget_set", f"team:{team.project}",
-           {"period": period, "amount_usd": str(amount_usd), "thresholds": thresholds, "on_exceed": on_exceed},
-           True, "saved")
+    audit(user=user, action="budget_set", target=f"team:{team.project}",
+          params={"period": period, "amount_usd": str(amount_usd), "thresholds": thresholds, "on_exceed": on_exceed},
+          ok=True, result="saved")
     return budget
 
 
@@ -423,7 +425,8 @@ def budget_delete(*, user: AbstractBaseUser, budget: Budget) -> None:
 
     if not user_can(user, "bill", budget.team):
         raise PermissionError(f"you may not change budgets for {budget.team.name}")
-    _audit(user, "budget_delete", f"team:{budget.team.project}", {"period": budget.period}, True, "deleted")
+    audit(user=user, action="budget_delete", target=f"team:{budget.team.project}", params={"period": budget.period},
+          ok=True, result="deleted")
     budget.delete()
 
 
@@ -484,11 +487,6 @@ def mail_safely(subject: str, body: str, recipients: list[str]) -> bool:
         log.warning("could not send %r to %s", subject, recipients, exc_info=True)
         return False
     return True
-
-
-def _audit(user, action: str, target: str, params: dict, ok: bool, result: str) -> AuditEntry:
-    return AuditEntry.objects.create(user=user if getattr(user, "is_authenticated", False) else None,
-                                     action=action, target=target[:128], params=params, ok=ok, result=result)
 
 
 # --------------------------------------------------------------------------- forecasts

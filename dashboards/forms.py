@@ -20,12 +20,12 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.utils import timezone
 
-from . import billing, launching, services
+from . import billing, control, inputs, launch, limits
 from .models import AgentDefinition, Budget
 from .roles import teams_with
 from .services import LaunchError
 
-MAX_JOB_NUMBER = 2**31 - 1
+MAX_JOB_NUMBER = limits.MAX_JOB_NUMBER
 
 
 def _today() -> dt.date:
@@ -108,13 +108,13 @@ class BudgetForm(forms.Form):
 
 
 def _name_validator(value: str) -> None:
-    if not services.NAME_RE.match(value):
+    if not limits.NAME_RE.match(value):
         raise ValidationError("1-64 letters, digits, '_', '.', '-', starting with a letter or digit "
                               "(no spaces, colons, slashes or other punctuation)")
 
 
 def _model_validator(value: str) -> None:
-    if value and not services.MODEL_RE.match(value):
+    if value and not limits.MODEL_RE.match(value):
         raise ValidationError("1-128 letters, digits and '.', '_', '-', '/', ':', '@' (no spaces)")
 
 
@@ -123,7 +123,8 @@ class _LaunchBase(forms.Form):
                                               label="agent definition", empty_label=None)
     team = forms.ModelChoiceField(queryset=None, empty_label=None)
     queue = forms.ChoiceField(choices=())
-    seats_per_task = forms.IntegerField(label="model API seats per task", min_value=0, max_value=16, initial=1)
+    seats_per_task = forms.IntegerField(label="model API seats per task", min_value=0,
+                                        max_value=limits.SEATS_PER_TASK_MAX, initial=1)
     model = forms.CharField(required=False, max_length=128, validators=[_model_validator],
                             help_text="blank: the agent definition's default model")
 
@@ -152,7 +153,7 @@ class LaunchForm(_LaunchBase):
     input_jsonl_file = forms.FileField(required=False, label="JSONL file")
     input_directory = forms.CharField(required=False, max_length=255, label="input directory",
                                       help_text="a directory under the inputs root; one task per file")
-    concurrency_cap = forms.IntegerField(required=False, min_value=1, max_value=services.MAX_TASKS_PER_CAMPAIGN,
+    concurrency_cap = forms.IntegerField(required=False, min_value=1, max_value=limits.MAX_TASKS_PER_CAMPAIGN,
                                          label="concurrency cap (-tc)")
     predecessor_job = forms.IntegerField(required=False, min_value=1, max_value=MAX_JOB_NUMBER,
                                          label="predecessor array job (-hold_jid_ad)")
@@ -161,7 +162,7 @@ class LaunchForm(_LaunchBase):
     token_cap = forms.IntegerField(required=False, min_value=1, max_value=10**12, label="token cap per task")
     cost_cap_usd = forms.DecimalField(required=False, min_value=Decimal("0.000001"), max_digits=12, decimal_places=6,
                                       label="cost cap per task (USD)")
-    priority = forms.IntegerField(initial=0, min_value=services.PRIORITY_MIN, max_value=services.PRIORITY_MAX,
+    priority = forms.IntegerField(initial=0, min_value=limits.PRIORITY_MIN, max_value=limits.PRIORITY_MAX,
                                   help_text="-1023 to 0 (urgent launchers up to 1024)")
 
     def __init__(self, *args, **kwargs) -> None:
@@ -170,8 +171,8 @@ class LaunchForm(_LaunchBase):
         if self.is_bound and self.files.get("input_jsonl_file") is not None:
             upload = self.files["input_jsonl_file"]
             data = self.data.copy()
-            if upload.size > launching.INPUT_MAX_BYTES:
-                self._upload_error = f"the file is larger than {launching.INPUT_MAX_BYTES // (1024 * 1024)} MB"
+            if upload.size > limits.INPUT_MAX_BYTES:
+                self._upload_error = f"the file is larger than {limits.INPUT_MAX_BYTES // (1024 * 1024)} MB"
             else:
                 try:
                     data["input_jsonl"] = upload.read().decode("utf-8")
@@ -191,30 +192,39 @@ class LaunchForm(_LaunchBase):
         kind = data.get("input_kind")
         try:
             if kind == "params":
-                data["inputs"] = launching.inputs_from_params(data.get("input_params") or "")
+                data["inputs"] = inputs.inputs_from_params(data.get("input_params") or "")
             elif kind == "jsonl":
-                data["inputs"] = launching.inputs_from_jsonl(data.get("input_jsonl") or "")
+                data["inputs"] = inputs.inputs_from_jsonl(data.get("input_jsonl") or "")
             elif kind == "directory":
-                data["inputs"] = launching.inputs_from_directory(data.get("input_directory") or "")
+                data["inputs"] = inputs.inputs_from_directory(data.get("input_directory") or "")
         except LaunchError as exc:
             self.add_error({"params": "input_params", "jsonl": "input_jsonl",
                             "directory": "input_directory"}[kind], str(exc))
-        inputs = data.get("inputs")
+        items = data.get("inputs")
         cap = data.get("concurrency_cap")
-        if inputs is not None and cap is not None and cap > len(inputs):
-            self.add_error("concurrency_cap", f"at most the number of tasks ({len(inputs)})")
+        if items is not None and cap is not None and cap > len(items):
+            self.add_error("concurrency_cap", f"at most the number of tasks ({len(items)})")
         team, priority = data.get("team"), data.get("priority")
         if team is not None and priority is not None:
-            limit = launching.priority_limit(self.user, team)
+            limit = limits.priority_limit(self.user, team)
             if priority > limit:
                 self.add_error("priority", f"at most {limit} for your role on {team.name}"
                                + (" (only urgent launchers may raise priority)" if limit == 0 else ""))
         if data.get("policy"):
             try:
-                launching.validate_policy(data["policy"])
+                launch.validate_policy(data["policy"])
             except LaunchError as exc:
                 self.add_error("policy", str(exc))
         return data
+
+    def launch_request(self) -> launch.LaunchRequest:
+        """The valid form as the launch service's request (fields mapped, nothing decided here)."""
+        data = self.cleaned_data
+        return launch.LaunchRequest(
+            team=data["team"], agent_definition=data["agent_definition"], inputs=data["inputs"], name=data["name"],
+            queue=data["queue"], seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
+            priority=data["priority"], model=data["model"], policy=data["policy"],
+            predecessor_job=data["predecessor_job"], token_cap=data["token_cap"], cost_cap_usd=data["cost_cap_usd"])
 
 
 class UrgentForm(_LaunchBase):
@@ -238,7 +248,7 @@ class UrgentForm(_LaunchBase):
 
 
 class CampaignControlForm(forms.Form):
-    action = forms.ChoiceField(choices=[(a, a) for a in (*launching.CAMPAIGN_ACTIONS, "retry")])
+    action = forms.ChoiceField(choices=[(a, a) for a in (*control.CAMPAIGN_ACTIONS, "retry")])
     confirm = forms.BooleanField(required=False)
 
 
@@ -249,13 +259,13 @@ class TriageActionForm(forms.Form):
     action = forms.ChoiceField(choices=ACTIONS)
     job_number = forms.IntegerField(min_value=1, max_value=MAX_JOB_NUMBER, widget=forms.HiddenInput)
     tasks = forms.CharField(required=False, max_length=1000, help_text="blank: every task; or 1-5,7")
-    priority = forms.IntegerField(required=False, min_value=services.PRIORITY_MIN, max_value=services.PRIORITY_MAX,
+    priority = forms.IntegerField(required=False, min_value=limits.PRIORITY_MIN, max_value=limits.PRIORITY_MAX,
                                   help_text="-1023 to 1024 (change priority only)")
     confirm = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
     def clean_tasks(self):
         try:
-            return launching.parse_task_ranges(self.cleaned_data["tasks"])
+            return control.parse_task_ranges(self.cleaned_data["tasks"])
         except LaunchError as exc:
             raise ValidationError(str(exc)) from None
 
@@ -300,7 +310,7 @@ class AgentDefinitionForm(forms.ModelForm):
 
     def clean_default_policy(self) -> str:
         try:
-            return launching.validate_policy(self.cleaned_data["default_policy"])
+            return launch.validate_policy(self.cleaned_data["default_policy"])
         except LaunchError as exc:
             raise ValidationError(str(exc)) from None
 

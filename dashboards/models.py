@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import Group
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -94,15 +95,71 @@ class AgentDefinition(models.Model):
         return f"{self.name} v{self.version}"
 
 
+class CampaignStatus(models.TextChoices):
+    """A campaign's state; the allowed moves are :data:`CAMPAIGN_TRANSITIONS`.
+
+    ``submitting`` covers both "waiting for the submit worker" and "claimed by
+    one" (``Campaign.submit_claimed_at`` set): the job number is committed in
+    the same update that moves it to ``submitted``.
+    """
+
+    SUBMITTING = "submitting", "submitting"
+    SUBMITTED = "submitted", "submitted"
+    REJECTED = "rejected", "rejected by the scheduler"
+    FINISHED = "finished", "finished"
+
+
+#: Campaign state -> the states it may move to (services.campaign_submit, the reconciler, ingest).
+CAMPAIGN_TRANSITIONS: dict[str, frozenset[str]] = {
+    CampaignStatus.SUBMITTING: frozenset({CampaignStatus.SUBMITTING, CampaignStatus.SUBMITTED,
+                                          CampaignStatus.REJECTED}),
+    CampaignStatus.SUBMITTED: frozenset({CampaignStatus.FINISHED}),
+    CampaignStatus.REJECTED: frozenset(),
+    CampaignStatus.FINISHED: frozenset(),
+}
+
+
+class ControlState(models.TextChoices):
+    """A control request's state; the allowed moves are :data:`CONTROL_TRANSITIONS`."""
+
+    QUEUED = "queued", "queued for the submit worker"
+    CLAIMED = "claimed", "being run by the submit worker"
+    DONE = "done", "done"
+    FAILED = "failed", "refused by the scheduler"
+    GIVEN_UP = "given_up", "given up (scheduler unreachable)"
+
+
+CONTROL_TRANSITIONS: dict[str, frozenset[str]] = {
+    ControlState.QUEUED: frozenset({ControlState.CLAIMED, ControlState.GIVEN_UP}),
+    ControlState.CLAIMED: frozenset({ControlState.QUEUED, ControlState.DONE, ControlState.FAILED,
+                                     ControlState.GIVEN_UP}),
+    ControlState.DONE: frozenset(),
+    ControlState.FAILED: frozenset(),
+    ControlState.GIVEN_UP: frozenset(),
+}
+
+
+def transition(queryset, *, field: str, transitions: dict[str, frozenset[str]], source, target: str,
+               **changes) -> int:
+    """Move the rows of ``queryset`` whose ``field`` is in ``source`` (one state or several) to
+    ``target``, with ``changes``, in one conditional UPDATE; return how many moved.
+
+    The only way tco changes these states: a move not in ``transitions`` raises ValueError
+    before anything is written, and a row that is no longer in ``source`` is left alone (so a
+    duplicated delivery acts once).
+    """
+    sources = (source,) if isinstance(source, str) else tuple(source)
+    for s in sources:
+        if target not in transitions[s]:
+            raise ValueError(f"{field}: {s} -> {target} is not an allowed transition")
+    return queryset.filter(**{f"{field}__in": sources}).update(**{field: target}, **changes)
+
+
 class Campaign(models.Model):
     """One launch of an agent definition: one array job of ``task_count`` tasks."""
 
-    STATUS = [
-        ("submitting", "submitting"),
-        ("submitted", "submitted"),
-        ("rejected", "rejected by the scheduler"),
-        ("finished", "finished"),
-    ]
+    Status = CampaignStatus
+    STATUS = CampaignStatus.choices
 
     name = models.CharField(max_length=100)
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT)
@@ -125,8 +182,13 @@ class Campaign(models.Model):
                                        help_text="USD per task")
     submit_on_hold = models.BooleanField(default=False)
     retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries")
-    status = models.CharField(max_length=12, choices=STATUS, default="submitting")
+    status = models.CharField(max_length=12, choices=CampaignStatus.choices, default=CampaignStatus.SUBMITTING)
     submit_error = models.TextField(blank=True)
+    # The submission claim (services.campaign_submit): set while a worker is between its claim and
+    # the commit of the job number; a claim that outlives its worker is settled by the reconciler.
+    submit_claimed_at = models.DateTimeField(null=True, blank=True)
+    submit_claimed_by = models.CharField(max_length=128, blank=True, help_text="host:pid of the claiming worker")
+    submit_attempts = models.PositiveSmallIntegerField(default=0)
     # Stage "submit": launch request accepted -> the DRMAA call returned the job ids.
     launched_at = models.DateTimeField()
     submitted_at = models.DateTimeField(null=True, blank=True)
@@ -391,6 +453,139 @@ class AuditEntry(models.Model):
     params = models.JSONField(default=dict, blank=True)
     ok = models.BooleanField()
     result = models.TextField(blank=True)
+
+
+class ControlRequest(models.Model):
+    """A control action (cancel, pause, resume, triage) waiting for, or run by, the submit worker.
+
+    Written with its audit entry at the request; the worker claims it
+    (queued -> claimed), runs the scheduler's control command and records the
+    result (done or failed); ``given_up`` when the scheduler stayed
+    unreachable. A claim that outlives its worker goes back to queued
+    (control.reconcile_control_requests).
+    """
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    audit = models.ForeignKey(AuditEntry, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="control_requests")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE)
+    campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.CASCADE,
+                                 related_name="control_requests")
+    action = models.CharField(max_length=32, help_text="campaign_cancel, triage_hold, ...")
+    control = models.CharField(max_length=16, help_text="the scheduler's action: hold, release, delete, ...")
+    job_number = models.PositiveIntegerField()
+    tasks = models.JSONField(null=True, blank=True, help_text="task ranges [[a, b], ...]; null: the whole job")
+    priority = models.SmallIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=10, choices=ControlState.choices, default=ControlState.QUEUED,
+                             db_index=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=128, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.TextField(blank=True)
+
+    @property
+    def ok(self) -> bool:
+        return self.state == ControlState.DONE
+
+    def __str__(self) -> str:
+        return f"{self.action} job {self.job_number} ({self.state})"
+
+
+#: Endpoint, provider and credential names as the spool contract accepts them.
+_ENDPOINT_NAME = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", "1-64 letters, digits, '_', '.', '-'")
+
+
+def _root_prefix() -> list[str]:
+    return ["/"]
+
+
+class ModelEndpoint(models.Model):
+    """A model API endpoint the site registered (admin): the only places a credential is sent.
+
+    The launch writes the endpoints a campaign may use into the runner spec
+    (``model_endpoints``); ``credential_name`` is a name in the runners'
+    credentials file, never the secret.
+    """
+
+    SCHEMES = [("http", "http"), ("https", "https")]
+
+    name = models.CharField(max_length=64, unique=True, validators=[_ENDPOINT_NAME])
+    provider = models.CharField(max_length=64, validators=[_ENDPOINT_NAME],
+                                help_text="the credential_binding provider a policy names (anthropic, openai, ...)")
+    scheme = models.CharField(max_length=5, choices=SCHEMES, default="https")
+    host = models.CharField(max_length=253, validators=[RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$",
+                                                                        "a host name or address")])
+    port = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(65535)])
+    path_prefixes = models.JSONField(default=_root_prefix, help_text='paths the endpoint serves, e.g. ["/v1/"]')
+    credential_name = models.CharField(max_length=64, validators=[_ENDPOINT_NAME],
+                                       help_text="name in the runners' credentials file")
+    active = models.BooleanField(default=True)
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        prefixes = self.path_prefixes
+        if not isinstance(prefixes, list) or not prefixes or not all(
+                isinstance(p, str) and p.startswith("/") and not any(c in p for c in "\0\r\n?#") for p in prefixes):
+            raise ValidationError({"path_prefixes": 'a non-empty list of paths starting with "/", e.g. ["/v1/"]'})
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["host", "port"], name="one_endpoint_per_host_port")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.scheme}://{self.host}:{self.port})"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    def spec_entry(self) -> dict:
+        """The entry of the runner spec's ``model_endpoints`` list."""
+        return {"name": self.name, "provider": self.provider, "scheme": self.scheme, "host": self.host,
+                "port": self.port, "path_prefixes": list(self.path_prefixes or []),
+                "credential_name": self.credential_name}
+
+
+class PolicyCeiling(models.Model):
+    """The most a campaign's sandbox policy may allow, for one team or one agent definition (admin).
+
+    ``policy`` is YAML in the runner's policy schema (execution/sandbox/policy.py);
+    a campaign's policy may only narrow it (execution/sandbox/ceiling.py). Where
+    both a team's and an agent definition's ceiling exist, the policy must fit
+    both. Without any, the runner's default policy is the ceiling.
+    """
+
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="ceilings")
+    agent_definition = models.ForeignKey(AgentDefinition, null=True, blank=True, on_delete=models.CASCADE,
+                                         related_name="ceilings")
+    policy = models.TextField(help_text="sandbox policy YAML: the widest policy allowed")
+    note = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(team__isnull=False, agent_definition__isnull=True)
+                           | Q(team__isnull=True, agent_definition__isnull=False)),
+                name="ceiling_for_team_or_agent"),
+            models.UniqueConstraint(fields=["team"], condition=Q(team__isnull=False), name="one_ceiling_per_team"),
+            models.UniqueConstraint(fields=["agent_definition"], condition=Q(agent_definition__isnull=False),
+                                    name="one_ceiling_per_agent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"ceiling for {self.team or self.agent_definition}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from execution.sandbox.policy import PolicyError, load_policy
+
+        try:
+            load_policy(self.policy)
+        except PolicyError as exc:
+            raise ValidationError({"policy": "; ".join(exc.problems)}) from None
 
 
 from .pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401  (price table, issue 5)

@@ -1,4 +1,4 @@
-"""Writes: launching and submitting campaigns, creating teams and clusters.
+"""Writes: submitting campaigns (claims, adoption, the reconciler), creating teams and clusters.
 
 Views, tasks and commands parse input and call these. Each function takes
 keyword arguments only and raises ``LaunchError`` (with a message for the
@@ -6,32 +6,29 @@ user) on bad input, before anything reaches the scheduler.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
+import os
 import re
-from decimal import Decimal
+import socket
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.models import Group
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from execution.spool import RunnerSpec, SpecError, SpoolLayout, write_atomic
-from schedulers.base import PRIORITY_MAX, PRIORITY_MIN, ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
+from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, write_atomic
+from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
 from schedulers.gridengine.native_spec import sanitize_name
 
-from . import clusters, enqueue, realtime
-from .models import AgentDefinition, Campaign, Cluster, Task, Team
+from . import clusters, enqueue, limits, realtime
+from .models import CAMPAIGN_TRANSITIONS, Campaign, CampaignStatus, Cluster, Task, Team, transition
 
 log = logging.getLogger(__name__)
-
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-#: Model names as providers spell them (``claude-sonnet-4-5``, ``openai/gpt-4o``, ``x@2025``).
-MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,127}$")
-MAX_TASKS_PER_CAMPAIGN = 75_000  # Grid Engine's default max_aj_tasks
-
 
 class LaunchError(ValueError):
     """A launch request that cannot be submitted; ``str(err)`` is shown to the user."""
@@ -39,7 +36,7 @@ class LaunchError(ValueError):
 
 def team_ensure(*, name: str, project: str) -> Team:
     """A team and its Django group (named like the team), created if missing."""
-    if not NAME_RE.match(project):
+    if not limits.NAME_RE.match(project):
         raise LaunchError(f"project name {project!r} is not a valid Grid Engine name")
     group, _ = Group.objects.get_or_create(name=name)
     team, _ = Team.objects.get_or_create(project=project, defaults={"name": name, "group": group})
@@ -55,113 +52,16 @@ def spool_layout() -> SpoolLayout:
     return SpoolLayout(settings.TCO_SPOOL_DIR)
 
 
-def campaign_launch(
-    *,
-    user: AbstractBaseUser,
-    team: Team,
-    agent_definition: AgentDefinition,
-    inputs: Sequence[dict[str, Any]],
-    name: str,
-    queue: str = "agent.q",
-    seats_per_task: int = 1,
-    concurrency_cap: int | None = None,
-    cluster: Cluster | None = None,
-    priority: int = 0,
-    urgent: bool = False,
-    model: str = "",
-    policy: str = "",
-    predecessor_job: int | None = None,
-    advance_reservation: int | None = None,
-    token_cap: int | None = None,
-    cost_cap_usd: Decimal | None = None,
-    submit_on_hold: bool = False,
-    retry_of: Campaign | None = None,
-    model_endpoint: dict[str, str] | None = None,
-    outputs: Sequence[str] = (),
-) -> Campaign:
-    """Record a campaign and its runner spec, then queue its submission.
-
-    ``inputs`` holds one JSON object per task (task N gets ``inputs[N-1]``).
-    Raises ``LaunchError`` for a name, queue, count or cap out of bounds; then
-    nothing is written and nothing is submitted. The submission itself runs in
-    a worker (``worker.tasks.submit_campaign``) after this transaction commits.
-
-    Launch options (all optional, checked here for range only; who may use
-    them is decided by ``dashboards.launching``): ``priority`` is qsub's
-    ``-p`` (-1023..1024), ``predecessor_job`` becomes ``-hold_jid_ad``,
-    ``advance_reservation`` ``-ar``, ``submit_on_hold`` a user hold (``-h``);
-    ``model``, ``policy``, ``token_cap`` (tokens per task) and
-    ``cost_cap_usd`` (USD per task, Decimal) go into the runner spec, and so
-    does ``model_endpoint`` (``{"base_url", "credential_name"}``: where the
-    metering proxy sends the agent's requests, which must be an endpoint of the
-    policy, and the name of its credential in the runner's credentials file),
-    and ``outputs`` (files of the work directory, relative paths or globs, that
-    the runner copies for the pages).
-    """
-    name = name.strip()
-    if not NAME_RE.match(name):
-        raise LaunchError("campaign name: 1-64 letters, digits, '_', '.', '-' (no spaces or colons)")
-    if queue not in settings.TCO_QUEUES:
-        raise LaunchError(f"queue {queue!r} is not one of {', '.join(settings.TCO_QUEUES)}")
-    count = len(inputs)
-    if not 1 <= count <= MAX_TASKS_PER_CAMPAIGN:
-        raise LaunchError(f"a campaign has 1 to {MAX_TASKS_PER_CAMPAIGN} tasks, not {count}")
-    if not 0 <= seats_per_task <= 16:
-        raise LaunchError("seats per task: 0 to 16")
-    if concurrency_cap is not None and not 1 <= concurrency_cap <= count:
-        raise LaunchError(f"concurrency cap: 1 to {count}")
-    if isinstance(priority, bool) or not isinstance(priority, int) or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-        raise LaunchError(f"priority: an integer from {PRIORITY_MIN} to {PRIORITY_MAX}")
-    for label, value in (("predecessor job", predecessor_job), ("advance reservation", advance_reservation)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1):
-            raise LaunchError(f"{label}: a positive job or reservation number")
-    if token_cap is not None and (isinstance(token_cap, bool) or not isinstance(token_cap, int) or token_cap < 1):
-        raise LaunchError("token cap: a positive number of tokens per task")
-    if cost_cap_usd is not None and (not isinstance(cost_cap_usd, Decimal) or not cost_cap_usd.is_finite()
-                                     or cost_cap_usd <= 0):
-        raise LaunchError("cost cap: a positive amount of USD per task")
-    if model and not MODEL_RE.match(model):
-        raise LaunchError("model: 1-128 letters, digits and '.', '_', '-', '/', ':', '@'")
-    encoded = [json.dumps(item, separators=(",", ":"), sort_keys=True) for item in inputs]
-
-    cluster = cluster or clusters.cluster_get_default()
-    with transaction.atomic():
-        campaign = Campaign.objects.create(
-            name=name,
-            cluster=cluster,
-            team=team,
-            agent_definition=agent_definition,
-            launched_by=user,
-            queue=queue,
-            task_count=count,
-            seats_per_task=seats_per_task,
-            concurrency_cap=concurrency_cap,
-            priority=priority,
-            urgent=urgent,
-            model=model,
-            policy=policy,
-            predecessor_job=predecessor_job,
-            advance_reservation=advance_reservation,
-            token_cap=token_cap,
-            cost_cap_usd=cost_cap_usd,
-            submit_on_hold=submit_on_hold,
-            retry_of=retry_of,
-            launched_at=timezone.now(),
-        )
-        campaign_spool_write(campaign, encoded, model_endpoint=model_endpoint, outputs=outputs)
-        prices_write()
-        transaction.on_commit(lambda: enqueue.send(enqueue.SUBMIT_CAMPAIGN, campaign.pk))
-    realtime.queue_changed(cluster.name, {campaign.pk})
-    return campaign
-
-
 def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
-                         model_endpoint: dict[str, str] | None = None, outputs: Sequence[str] = ()) -> RunnerSpec:
+                         model_endpoint: dict[str, str] | None = None, outputs: Sequence[str] = (),
+                         model_endpoints: Sequence[ModelEndpoint] = ()) -> RunnerSpec:
     """Write a launched campaign's inputs (one JSON text per task) and runner spec into the spool.
 
     The spec (execution/spool.py ``RunnerSpec``) takes the agent definition,
     model, policy and caps from ``campaign``; only the options that are set
-    are written, so a plain launch writes a short spec. Raises LaunchError
+    are written, so a plain launch writes a short spec. ``model_endpoints`` are
+    the admin-registered endpoints the campaign may use (the only ones the
+    runner's proxy gives a credential to); ``model_endpoint`` the chosen one. Raises LaunchError
     when the spec would break the contract (nothing is written then), OSError.
     """
     layout = spool_layout()
@@ -173,7 +73,8 @@ def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
             model=campaign.model or None, policy=campaign.policy or None, token_cap=campaign.token_cap,
             cost_cap_usd=campaign.cost_cap_usd,
             model_endpoint={k: str(v) for k, v in (model_endpoint or {}).items()
-                            if k in ("base_url", "credential_name") and v} or None)
+                            if k in ("base_url", "credential_name") and v} or None,
+            model_endpoints=list(model_endpoints))
     except SpecError as exc:
         raise LaunchError(f"runner spec: {exc}") from None
     write_atomic(layout.inputs_path(campaign.pk), ("\n".join(encoded_inputs) + "\n").encode())
@@ -212,7 +113,7 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
     if campaign.seats_per_task:
         resources[settings.TCO_SEAT_RESOURCE] = campaign.seats_per_task
     return ArrayJobSpec(
-        name=sanitize_name(f"tco-c{campaign.pk}-{campaign.name}"),
+        name=campaign_job_name(campaign),
         command=settings.TCO_RUNNER_PYTHON,
         args=["-m", "execution.runner"],
         count=campaign.task_count,
@@ -240,37 +141,90 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
     )
 
 
-def campaign_submit(*, campaign_id: int, scheduler=None) -> Campaign:
-    """Submit a campaign as one array job and create its tasks (pending).
+def claim_owner() -> str:
+    """Who holds a claim: ``<host>:<pid>`` of this process."""
+    return f"{socket.gethostname()}:{os.getpid()}"[:128]
 
-    Claimed with a conditional update, so a duplicated delivery submits
-    nothing twice. A refusal by the scheduler marks the campaign ``rejected``
-    with the scheduler's message; ``SchedulerUnavailable`` releases the claim
-    and propagates, for the caller to retry.
+
+def claim_is_stale(claimed_by: str, claimed_at: dt.datetime | None, *, now: dt.datetime, grace_s: float) -> bool:
+    """Whether a claim outlived its holder: older than ``grace_s`` seconds, or held by a process of
+    this host that no longer exists (``claimed_by`` as :func:`claim_owner` writes it)."""
+    if claimed_at is None:
+        return False
+    if (now - claimed_at).total_seconds() >= grace_s:
+        return True
+    host, _, pid = claimed_by.rpartition(":")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
+
+
+def campaign_job_name(campaign: Campaign) -> str:
+    """The job name tco gives a campaign's array job: ``tco-c<id>-<name>`` (sanitised for Grid Engine)."""
+    return sanitize_name(f"tco-c{campaign.pk}-{campaign.name}")
+
+
+def find_campaign_job(campaign: Campaign, scheduler) -> tuple[int, list[int]] | None:
+    """The array job a campaign already has at the scheduler, found by its job name
+    (:func:`campaign_job_name`): ``(job_number, task_numbers)`` or None.
+
+    Looks in the scheduler's job list (``list_tasks``), then, for a job that
+    already left it, in the tasks the polls recorded and in the accounting
+    records, all since the campaign was launched. Raises SchedulerUnavailable
+    (the caller must not resubmit then).
     """
-    claimed = Campaign.objects.filter(pk=campaign_id, status="submitting", job_number__isnull=True).update(
-        status="submitted"
-    )
-    campaign = Campaign.objects.select_related("team", "cluster", "launched_by").get(pk=campaign_id)
-    if not claimed:
-        return campaign
-    scheduler = scheduler or clusters.scheduler_for(campaign.cluster)
-    try:
-        spec = campaign_job_spec(campaign)
-        job_number, task_numbers = scheduler.submit_array(spec)
-    except SchedulerUnavailable:
-        Campaign.objects.filter(pk=campaign_id).update(status="submitting")
-        raise
-    except (SchedulerCommandError, ValueError) as exc:
-        message = getattr(exc, "stderr", "") or str(exc)
-        Campaign.objects.filter(pk=campaign_id).update(status="rejected", submit_error=message[:2000])
-        log.warning("campaign %s rejected: %s", campaign_id, message)
-        realtime.queue_changed(campaign.cluster.name, {campaign_id})
-        campaign.refresh_from_db()
-        return campaign
+    name = campaign_job_name(campaign)
+    found: dict[int, set[int]] = {}
+    for task in scheduler.list_tasks():
+        if task.name == name:
+            found.setdefault(task.job_number, set()).add(task.task_number or 0)
+    if not found:
+        for job_number, task_number in Task.objects.filter(
+                cluster=campaign.cluster, name=name, submitted_at__gte=campaign.launched_at).values_list(
+                "job_number", "task_number"):
+            found.setdefault(job_number, set()).add(task_number)
+    if not found:
+        from .models import AccountingRecord
+
+        for job_number, task_number in AccountingRecord.objects.filter(
+                cluster=campaign.cluster, job_name=name, submitted_at__gte=campaign.launched_at).values_list(
+                "job_number", "task_number"):
+            found.setdefault(job_number, set()).add(task_number)
+    if not found:
+        return None
+    job_number = min(found)  # tco submits once per claim; the first is the campaign's
+    return job_number, list(range(1, campaign.task_count + 1))
+
+
+def _transition_campaign(campaign_id: int, source, target: str, *, where: dict | None = None, **changes) -> int:
+    return transition(Campaign.objects.filter(pk=campaign_id, **(where or {})), field="status",
+                      transitions=CAMPAIGN_TRANSITIONS, source=source, target=target, **changes)
+
+
+def _release_submission(campaign_id: int) -> None:
+    """Claimed -> unclaimed (submitting), for another attempt."""
+    _transition_campaign(campaign_id, CampaignStatus.SUBMITTING, CampaignStatus.SUBMITTING,
+                         submit_claimed_at=None, submit_claimed_by="")
+
+
+def campaign_adopt(campaign: Campaign, job_number: int, task_numbers: list[int], *, job_name: str) -> bool:
+    """Commit a submission: the campaign's job number, ``submitted``, its tasks (pending).
+
+    One transaction; only from ``submitting`` (a second adoption does nothing
+    and returns False).
+    """
     now = timezone.now()
     with transaction.atomic():
-        Campaign.objects.filter(pk=campaign_id).update(job_number=job_number, submitted_at=now)
+        moved = _transition_campaign(campaign.pk, CampaignStatus.SUBMITTING, CampaignStatus.SUBMITTED,
+                                     job_number=job_number, submitted_at=now, submit_claimed_at=None,
+                                     submit_claimed_by="")
+        if not moved:
+            return False
         Task.objects.bulk_create(
             [
                 Task(
@@ -279,7 +233,7 @@ def campaign_submit(*, campaign_id: int, scheduler=None) -> Campaign:
                     job_number=job_number,
                     task_number=n,
                     is_array=True,
-                    name=spec.name,
+                    name=job_name,
                     owner=settings.TCO_SUBMIT_USER,
                     project=campaign.team.project,
                     state="pending",
@@ -296,6 +250,101 @@ def campaign_submit(*, campaign_id: int, scheduler=None) -> Campaign:
         Task.objects.filter(
             cluster=campaign.cluster, job_number=job_number, active=True, campaign__isnull=True
         ).update(campaign=campaign)
+    return True
+
+
+def campaign_submit(*, campaign_id: int, scheduler=None, after_submit=None) -> Campaign:
+    """Submit a campaign as one array job and create its tasks (pending).
+
+    States (``models.CAMPAIGN_TRANSITIONS``): the campaign is claimed
+    (``submitting`` with ``submit_claimed_at``/``_by``) with a conditional
+    update, so a duplicated delivery submits nothing twice; the job number
+    and ``submitted`` are committed together after the DRMAA call returns. A
+    claim whose worker died in between is settled by
+    :func:`reconcile_submissions`. A campaign claimed before (a released claim)
+    is first looked up at the scheduler by its job name and adopted if found,
+    so it is never submitted twice. A refusal by the scheduler marks it
+    ``rejected`` with the scheduler's message; ``SchedulerUnavailable``
+    releases the claim and propagates, for the caller to retry.
+    ``after_submit`` (tests) is called between the DRMAA call and the commit.
+    """
+    claimed = _transition_campaign(
+        campaign_id, CampaignStatus.SUBMITTING, CampaignStatus.SUBMITTING,
+        where={"submit_claimed_at__isnull": True, "job_number__isnull": True},
+        submit_claimed_at=timezone.now(), submit_claimed_by=claim_owner(), submit_attempts=F("submit_attempts") + 1)
+    campaign = Campaign.objects.select_related("team", "cluster", "launched_by").get(pk=campaign_id)
+    if not claimed:
+        return campaign
+    scheduler = scheduler or clusters.scheduler_for(campaign.cluster)
+    try:
+        spec = campaign_job_spec(campaign)
+        existing = find_campaign_job(campaign, scheduler) if campaign.submit_attempts > 1 else None
+        if existing is not None:
+            log.warning("campaign %s: job %s already at the scheduler; adopted, not resubmitted", campaign_id,
+                        existing[0])
+            job_number, task_numbers = existing
+        else:
+            job_number, task_numbers = scheduler.submit_array(spec)
+            if after_submit is not None:
+                after_submit(job_number)
+    except SchedulerUnavailable:
+        _release_submission(campaign_id)
+        raise
+    except (SchedulerCommandError, ValueError) as exc:
+        message = getattr(exc, "stderr", "") or str(exc)
+        _transition_campaign(campaign_id, CampaignStatus.SUBMITTING, CampaignStatus.REJECTED,
+                             submit_error=message[:2000], submit_claimed_at=None, submit_claimed_by="")
+        log.warning("campaign %s rejected: %s", campaign_id, message)
+        realtime.queue_changed(campaign.cluster.name, {campaign_id})
+        campaign.refresh_from_db()
+        return campaign
+    campaign_adopt(campaign, job_number, task_numbers, job_name=spec.name)
     realtime.queue_changed(campaign.cluster.name, {campaign_id})
     campaign.refresh_from_db()
     return campaign
+
+
+def reconcile_submissions(*, scheduler=None, now: dt.datetime | None = None, grace_s: float | None = None,
+                          cluster: Cluster | None = None) -> dict[str, list[int]]:
+    """Settle submissions left between claim and commit, and re-queue ones never picked up.
+
+    For each ``submitting`` campaign whose claim is stale (:func:`claim_is_stale`;
+    ``grace_s`` defaults to ``TCO_SUBMIT_CLAIM_GRACE_S``, longer than the submit
+    task's time limit): if the scheduler has its job (:func:`find_campaign_job`)
+    the job is adopted (job number, tasks, ``submitted``), else the claim is
+    released and the submission queued again. An unclaimed ``submitting``
+    campaign older than ``grace_s`` is queued again (its message may have been
+    lost). Returns ``{"adopted": [ids], "released": [ids], "requeued": [ids]}``.
+    Raises SchedulerUnavailable (nothing released: a job may exist).
+    """
+    now = now or timezone.now()
+    grace_s = float(getattr(settings, "TCO_SUBMIT_CLAIM_GRACE_S", 900) if grace_s is None else grace_s)
+    out: dict[str, list[int]] = {"adopted": [], "released": [], "requeued": []}
+    pending = Campaign.objects.filter(status=CampaignStatus.SUBMITTING, job_number__isnull=True).select_related(
+        "team", "cluster")
+    if cluster is not None:
+        pending = pending.filter(cluster=cluster)
+    for campaign in pending:
+        if campaign.submit_claimed_at is None:
+            if (now - campaign.launched_at).total_seconds() >= grace_s:
+                enqueue.send(enqueue.SUBMIT_CAMPAIGN, campaign.pk)
+                out["requeued"].append(campaign.pk)
+            continue
+        if not claim_is_stale(campaign.submit_claimed_by, campaign.submit_claimed_at, now=now, grace_s=grace_s):
+            continue
+        found = find_campaign_job(campaign, scheduler or clusters.scheduler_for(campaign.cluster))
+        if found is not None:
+            if campaign_adopt(campaign, found[0], found[1], job_name=campaign_job_name(campaign)):
+                log.warning("campaign %s: adopted job %s left by a dead submitter", campaign.pk, found[0])
+                out["adopted"].append(campaign.pk)
+                realtime.queue_changed(campaign.cluster.name, {campaign.pk})
+            continue
+        released = _transition_campaign(campaign.pk, CampaignStatus.SUBMITTING, CampaignStatus.SUBMITTING,
+                                        where={"submit_claimed_at": campaign.submit_claimed_at},
+                                        submit_claimed_at=None, submit_claimed_by="")
+        if released:
+            log.warning("campaign %s: released the claim of a dead submitter (no job found); resubmitting",
+                        campaign.pk)
+            transaction.on_commit(lambda pk=campaign.pk: enqueue.send(enqueue.SUBMIT_CAMPAIGN, pk))
+            out["released"].append(campaign.pk)
+    return out

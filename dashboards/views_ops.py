@@ -1,7 +1,7 @@
 """Pages for team leads, launchers and admins: bills, budgets, launching, urgent agents,
 campaign control, triage, the audit log and the agent registry.
 
-Thin: each view checks the form, calls ``billing`` or ``launching`` and
+Thin: each view checks the form, calls ``billing``, ``launch`` or ``control`` and
 renders. A user without the capability gets 403 with the reason; a refused
 or invalid request submits nothing and shows the form again as typed.
 """
@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import billing, launching
+from . import agents, audit, billing, control, inputs, launch, limits, notices, triage
 from .forms import (
     AgentDefinitionForm,
     BillForm,
@@ -27,7 +27,7 @@ from .forms import (
     TriageActionForm,
     UrgentForm,
 )
-from .launching import ActionRefused
+from .audit import ActionRefused
 from .models import AgentDefinition, AuditEntry, Budget, Campaign
 from .roles import is_admin, teams_with, user_can
 from .services import LaunchError
@@ -36,7 +36,7 @@ from .services import LaunchError
 def refused(request: HttpRequest, message: str, *, action: str = "") -> HttpResponse:
     """403 with the reason; a refused POST of a launch or control ``action`` is audited too."""
     if action and request.method == "POST":
-        launching.audit(user=request.user, action=action, target="", params={"status": "refused", "path": request.path},
+        audit.audit(user=request.user, action=action, target="", params={"status": "refused", "path": request.path},
                         ok=False, result=f"refused: {message}")
     return render(request, "dashboards/launch_refused.html", {"message": message}, status=403)
 
@@ -136,13 +136,7 @@ def launch_page(request: HttpRequest) -> HttpResponse:
             data = form.cleaned_data
             if "launch" in request.POST:
                 try:
-                    outcome = launching.campaign_launch_checked(
-                        user=request.user, team=data["team"], agent_definition=data["agent_definition"],
-                        inputs=data["inputs"], name=data["name"], queue=data["queue"],
-                        seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
-                        priority=data["priority"], model=data["model"], policy=data["policy"],
-                        predecessor_job=data["predecessor_job"], token_cap=data["token_cap"],
-                        cost_cap_usd=data["cost_cap_usd"])
+                    outcome = launch.launch(user=request.user, request=form.launch_request())
                 except (ActionRefused, LaunchError) as exc:
                     form.add_error(None, str(exc))
                 else:
@@ -153,14 +147,14 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                     messages.success(request, f"Campaign {campaign.name} (#{campaign.pk}) launched with "
                                               f"{campaign.task_count} tasks.{note}")
                     return redirect("ops-campaign", campaign_id=campaign.pk)
-            preview = launching.launch_preview(user=request.user, team=data["team"],
+            preview = launch.launch_preview(user=request.user, team=data["team"],
                                                agent_definition=data["agent_definition"], count=len(data["inputs"]),
                                                model=data["model"], cost_cap_usd=data["cost_cap_usd"])
             preview["count"] = len(data["inputs"])
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,
-                                                       "inputs_root": launching.inputs_root()})
+                                                       "inputs_root": inputs.inputs_root()})
 
 
 @login_required
@@ -173,7 +167,7 @@ def urgent_page(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             data = form.cleaned_data
             try:
-                outcome = launching.urgent_launch(user=request.user, team=data["team"],
+                outcome = launch.urgent_launch(user=request.user, team=data["team"],
                                                   agent_definition=data["agent_definition"], input=data["input"],
                                                   name=data["name"], queue=data["queue"],
                                                   seats_per_task=data["seats_per_task"], model=data["model"])
@@ -181,17 +175,17 @@ def urgent_page(request: HttpRequest) -> HttpResponse:
                 form.add_error(None, str(exc))
             else:
                 messages.success(request, f"Urgent agent {outcome.campaign.name} (#{outcome.campaign.pk}) submitted "
-                                          f"with priority {launching.URGENT_PRIORITY}.")
+                                          f"with priority {limits.URGENT_PRIORITY}.")
                 return redirect("ops-urgent")
     else:
         form = UrgentForm(user=request.user)
-    return render(request, "dashboards/urgent.html", {"form": form, "agents": launching.urgent_agents(request.user)})
+    return render(request, "dashboards/urgent.html", {"form": form, "agents": launch.urgent_agents(request.user)})
 
 
 @login_required
 def urgent_agents_fragment(request: HttpRequest) -> HttpResponse:
     """The urgent agents table alone, refreshed by the page every few seconds."""
-    return render(request, "dashboards/urgent_agents.html", {"agents": launching.urgent_agents(request.user)})
+    return render(request, "dashboards/urgent_agents.html", {"agents": launch.urgent_agents(request.user)})
 
 
 # --------------------------------------------------------------------------- campaign control
@@ -213,7 +207,7 @@ def campaign_ops_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
         history = list(AuditEntry.objects.filter(target=f"campaign:{campaign.pk}").select_related("user")
                        .order_by("-at", "-id")[:50])
     return render(request, "dashboards/launch_campaign.html", {
-        "campaign": campaign, "summary": launching.campaign_summary(campaign),
+        "campaign": campaign, "summary": notices.campaign_summary(campaign),
         "can_control": can_control, "history": history,
         "retries": list(campaign.retries.order_by("launched_at")), "now": timezone.now()})
 
@@ -232,14 +226,14 @@ def campaign_control_view(request: HttpRequest, campaign_id: int) -> HttpRespons
             return refused(request, f"You may not control campaigns of team {campaign.team.name}.",
                            action=f"campaign_{action}")
         return render(request, "dashboards/launch_confirm.html", {"campaign": campaign, "action": action,
-                                                                  "summary": launching.campaign_summary(campaign)})
+                                                                  "summary": notices.campaign_summary(campaign)})
     try:
         if action == "retry":
-            outcome = launching.campaign_retry(user=request.user, campaign=campaign)
+            outcome = launch.campaign_retry(user=request.user, campaign=campaign)
             messages.success(request, f"Retry campaign {outcome.campaign.name} (#{outcome.campaign.pk}) launched "
                                       f"with the {outcome.campaign.task_count} failed tasks.")
             return redirect("ops-campaign", campaign_id=outcome.campaign.pk)
-        launching.campaign_control(user=request.user, campaign=campaign, action=action)
+        control.campaign_control(user=request.user, campaign=campaign, action=action)
     except ActionRefused as exc:
         return refused(request, str(exc))
     except LaunchError as exc:
@@ -255,7 +249,7 @@ def campaign_control_view(request: HttpRequest, campaign_id: int) -> HttpRespons
 def triage_page(request: HttpRequest) -> HttpResponse:
     if not user_can(request.user, "triage"):
         return refused(request, "Triage is for cluster admins.")
-    overview = launching.triage_overview()
+    overview = triage.triage_overview()
     recent = list(AuditEntry.objects.filter(action__startswith="triage_").select_related("user")
                   .order_by("-at", "-id")[:10])
     return render(request, "dashboards/triage.html", {"overview": overview, "recent": recent,
@@ -275,10 +269,10 @@ def triage_action_view(request: HttpRequest) -> HttpResponse:
         confirm = TriageActionForm(initial={**request.POST.dict(), "confirm": True})
         return render(request, "dashboards/triage_confirm.html", {
             "form": form, "confirm_form": confirm, "data": data,
-            "tasks_text": launching.ranges_text(data["tasks"]),
+            "tasks_text": control.ranges_text(data["tasks"]),
             "action_label": dict(TriageActionForm.ACTIONS)[data["action"]]})
     try:
-        entry = launching.triage_action(user=request.user, action=data["action"], job_number=data["job_number"],
+        entry = control.triage_action(user=request.user, action=data["action"], job_number=data["job_number"],
                                         tasks=data["tasks"], priority=data["priority"])
     except ActionRefused as exc:
         return refused(request, str(exc))
@@ -286,14 +280,14 @@ def triage_action_view(request: HttpRequest) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"{dict(TriageActionForm.ACTIONS)[data['action']].capitalize()} of job "
-                                  f"{data['job_number']} requested (audit #{entry.pk}).")
+                                  f"{data['job_number']} requested (request #{entry.pk}).")
     return redirect("ops-triage")
 
 
 @login_required
 def audit_page(request: HttpRequest) -> HttpResponse:
     try:
-        entries = launching.audit_entries(request.user, action=request.GET.get("action", "")[:32])
+        entries = audit.audit_entries(request.user, action=request.GET.get("action", "")[:32])
     except ActionRefused as exc:
         return refused(request, str(exc))
     actions = sorted(set(AuditEntry.objects.values_list("action", flat=True).distinct()))
@@ -321,7 +315,7 @@ def agent_definitions_page(request: HttpRequest) -> HttpResponse:
             return refused(request, "Only admins may edit agent definitions.", action="agent_definition_save")
         form = AgentDefinitionForm(request.POST, instance=instance)
         if form.is_valid():
-            definition = launching.agent_definition_save(user=request.user, definition=form.save(commit=False))
+            definition = agents.agent_definition_save(user=request.user, definition=form.save(commit=False))
             messages.success(request, f"Agent definition {definition} saved.")
             return redirect(reverse("ops-agents"))
     elif admin:

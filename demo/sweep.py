@@ -19,19 +19,21 @@ import json
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
 
 from demo.reference_checker import agreement, check_file
 from execution.spool import SpoolLayout, write_atomic
 from schedulers.base import ArrayJobSpec
 from schedulers.gridengine.native_spec import sanitize_name
 
-from dashboards.models import AgentDefinition, Campaign, Task, Team
-from dashboards.services import LaunchError, campaign_launch
+from dashboards.launch import LaunchRequest, launch
+from dashboards.management.commands.tco_bootstrap import demo_policy
+from dashboards.models import AgentDefinition, Campaign, ModelEndpoint, Task, Team
 from dashboards.clusters import cluster_get_default, scheduler_for
+from dashboards.services import LaunchError
 
 REVIEW_AGENT = "sweep-review"
 SWEEP_QUEUE = "classic.q"
@@ -66,39 +68,27 @@ def sweep_submit(*, team: Team, count: int, out_dir: str | Path, name: str = "sw
         error_path=str(out_dir / "logs"),
         account=account,
     )
-    scheduler = scheduler or scheduler_for(cluster_get_default())
-    return scheduler.submit_array(spec)
+    cluster = cluster_get_default()
+    scheduler = scheduler or scheduler_for(cluster)
+    job_number, task_numbers = scheduler.submit_array(spec)
+    # Recorded at once (the polls update these rows), so the review campaign may name the
+    # sweep as its predecessor: the launch accepts only jobs of a team the launcher sees.
+    now = timezone.now()
+    Task.objects.bulk_create([Task(cluster=cluster, job_number=job_number, task_number=n, is_array=True,
+                                   name=spec.name, owner=settings.TCO_SUBMIT_USER, project=team.project,
+                                   state="pending", state_code="qw", submitted_at=now, first_seen_at=now)
+                              for n in task_numbers], ignore_conflicts=True)
+    return job_number, task_numbers
 
 
-def review_policy(*, runs_dir: str | Path, model_base_url: str, provider: str = "anthropic") -> str:
+def review_policy(*, runs_dir: str | Path, endpoint: ModelEndpoint) -> str:
     """The review agents' policy (OpenShell schema): system directories and tco's agent code
     read-only, the sweep's run directory read-only, the work directory and a private /tmp
-    writable, and one network rule: POST /v1/messages on the model, with the credential
-    bound by provider (the proxy adds it; the agent never sees it)."""
-    parts = urlsplit(model_base_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise LaunchError(f"model URL {model_base_url!r} is not an http(s) URL")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    writable, and one network rule: POST /v1/messages on the registered model ``endpoint``,
+    with the credential bound by its provider (the proxy adds it; the agent never sees it)."""
     read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "demo"), str(runs_dir)]
-    return (
-        "version: 1\n"
-        "filesystem_policy:\n"
-        "  include_workdir: true\n"
-        f"  read_only: [{', '.join(read_only)}]\n"
-        "  read_write: [/sandbox, /tmp]\n"
-        "landlock: {compatibility: best_effort}\n"
-        "process: {run_as_user: sandbox, run_as_group: sandbox}\n"
-        "network_policies:\n"
-        "  model_api:\n"
-        "    endpoints:\n"
-        f"      - host: {parts.hostname}\n"
-        f"        port: {port}\n"
-        "        protocol: rest\n"
-        "        enforcement: enforce\n"
-        f"        credential_binding: {{provider: {provider}}}\n"
-        "        rules: [{allow: {method: POST, path: /v1/messages}}]\n"
-        f"    binaries: [{{path: {_agent_python()}}}]\n"
-    )
+    return demo_policy(read_only=read_only, host=endpoint.host, port=endpoint.port, provider=endpoint.provider,
+                       landlock=True)
 
 
 def review_agent_definition() -> AgentDefinition:
@@ -114,26 +104,24 @@ def review_agent_definition() -> AgentDefinition:
 
 
 def sweep_review_launch(*, user: AbstractBaseUser, team: Team, sweep_job: int, runs_dir: str | Path, count: int,
-                        model_base_url: str, credential_name: str, name: str = "sweep-review",
-                        model: str = DEFAULT_MODEL) -> Campaign:
-    """Launch the review campaign: one review agent per sweep task, held per task on the
-    sweep (``-hold_jid_ad``), sandboxed by :func:`review_policy`. Raises LaunchError."""
+                        endpoint: str, name: str = "sweep-review", model: str = DEFAULT_MODEL) -> Campaign:
+    """Launch the review campaign through the launch service as ``user``: one review agent per
+    sweep task, held per task on the sweep (``-hold_jid_ad``), sandboxed by :func:`review_policy`,
+    talking to the registered model endpoint named ``endpoint``; each task's verdict and
+    transcript are declared outputs. Raises LaunchError, ActionRefused."""
+    registered = ModelEndpoint.objects.filter(name=endpoint, active=True).first()
+    if registered is None:
+        raise LaunchError(f"model endpoint {endpoint!r} is not registered (admin: Model endpoints)")
     # Every other review streams its answer (server-sent events), so both of
     # the proxy's paths carry the demo.
     inputs = [{"sweep_task": n, "run_output": str(Path(runs_dir) / f"run-{n}.txt"), "model": model,
                "stream": n % 2 == 0}
               for n in range(1, count + 1)]
-    agent = review_agent_definition()
-    # The verdict is what the pages show: declared as an output of every review task, in the
-    # spec the launch writes (so no runner can read a spec without it).
-    campaign = campaign_launch(
-        user=user, team=team, agent_definition=agent, inputs=inputs, name=name, queue=REVIEW_QUEUE,
-        model=model, policy=review_policy(runs_dir=runs_dir, model_base_url=model_base_url),
-        predecessor_job=sweep_job,
-        model_endpoint={"base_url": model_base_url, "credential_name": credential_name},
-        outputs=["verdict.json", "transcript.jsonl"],
-    )
-    return campaign
+    return launch(user=user, request=LaunchRequest(
+        team=team, agent_definition=review_agent_definition(), inputs=inputs, name=name, queue=REVIEW_QUEUE,
+        model=model, policy=review_policy(runs_dir=runs_dir, endpoint=registered), model_endpoint=registered.name,
+        predecessor_job=sweep_job, outputs=["verdict.json", "transcript.jsonl"], action="sweep_review_launch",
+    )).campaign
 
 
 def _agent_verdict(task: Task) -> str | None:

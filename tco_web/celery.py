@@ -36,6 +36,8 @@ def setup_periodic_tasks(sender: Celery, **kwargs) -> None:
                              name="resolve tasks gone from qstat")
     sender.add_periodic_task(60.0, sender.signature("worker.tasks.reconcile_budgets", expires=90.0),
                              name="budget alerts")
+    sender.add_periodic_task(60.0, sender.signature("worker.tasks.reconcile_claims", expires=90.0),
+                             name="settle submissions and control requests left by a dead worker")
     depth = settings.TCO_DEPTH_SAMPLE_S
     sender.add_periodic_task(depth, sender.signature("worker.tasks.sample_queue_depth", expires=depth * 1.5),
                              name="sample queue depth")

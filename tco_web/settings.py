@@ -257,6 +257,13 @@ TCO_DELETED_GRACE_S = env_float("TCO_DELETED_GRACE_S", 10.0)
 TCO_NOTIFY = env_bool("TCO_NOTIFY", True)
 # The interpreter the scheduler starts the runner with (same venv as the workers).
 TCO_RUNNER_PYTHON = env_str("TCO_RUNNER_PYTHON", str(BASE_DIR / ".venv" / "bin" / "python"))
+# A submission or control request claimed longer than this (seconds; more than the submit and
+# control tasks' time limits) by a worker that is gone is settled by worker.tasks.reconcile_claims.
+TCO_SUBMIT_CLAIM_GRACE_S = env_float("TCO_SUBMIT_CLAIM_GRACE_S", 900.0)
+TCO_CONTROL_CLAIM_GRACE_S = env_float("TCO_CONTROL_CLAIM_GRACE_S", 300.0)
+# The loopback port of the demo's stand-in model, registered by tco_bootstrap as model endpoint
+# "demo-stand-in" (the demo starts the stand-in there).
+TCO_DEMO_MODEL_PORT = env_int("TCO_DEMO_MODEL_PORT", 8793)
 
 LOGGING = {
     "version": 1,

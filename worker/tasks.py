@@ -134,28 +134,45 @@ def submit_campaign(campaign_id: int) -> dict:
 
 
 @shared_task(bind=True, max_retries=8, time_limit=120, soft_time_limit=110)
-def control_job(self, audit_id: int) -> dict:
-    """Run a queued control action (cancel, pause, resume, triage) as the submit account.
+def control_job(self, request_id: int) -> dict:
+    """Run a queued control request (cancel, pause, resume, triage) as the submit account.
 
-    The action is described by the audit entry ``audit_id`` (dashboards.launching);
-    the result is written back there. Retries only while the scheduler is unreachable.
+    The action is the ``ControlRequest`` ``request_id`` (dashboards.control); the result is
+    written back there and in its audit entry. Retries only while the scheduler is unreachable.
     """
-    from dashboards.launching import control_execute, control_give_up
+    from dashboards.control import control_execute, control_give_up
 
     try:
-        entry = control_execute(audit_id=audit_id)
+        request = control_execute(request_id=request_id)
     except SchedulerUnavailable as exc:
         if self.request.retries >= self.max_retries:
-            control_give_up(audit_id=audit_id, message=str(exc))
-            return {"audit": audit_id, "ok": False}
+            control_give_up(request_id=request_id, message=str(exc))
+            return {"request": request_id, "ok": False}
         raise self.retry(exc=exc, countdown=min(60, 2 ** self.request.retries)) from exc
-    return {"audit": entry.pk, "ok": entry.ok}
+    return {"request": request.pk, "ok": request.ok, "state": request.state}
+
+
+@shared_task(time_limit=120, soft_time_limit=110)
+def reconcile_claims() -> dict:
+    """Settle submissions and control requests whose worker died between claim and commit (periodic):
+    adopt the campaign's job found by its name, or release the claim and queue it again."""
+    from dashboards.control import reconcile_control_requests
+    from dashboards.services import reconcile_submissions
+
+    with single_flight("claims", timeout=120) as mine:
+        if not mine:
+            return {}
+        try:
+            submissions = reconcile_submissions()
+        except SchedulerUnavailable as exc:
+            submissions = {"error": str(exc)}
+        return {"submissions": submissions, "control": reconcile_control_requests()}
 
 
 @shared_task(time_limit=60, soft_time_limit=50)
 def notify_campaign_finished(campaign_id: int) -> bool:
     """E-mail the launcher that a campaign finished and check its team's budgets (queued on ``ingest``)."""
-    from dashboards.launching import campaign_finished_notify
+    from dashboards.notices import campaign_finished_notify
 
     return campaign_finished_notify(campaign_id=campaign_id)
 

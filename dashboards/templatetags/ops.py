@@ -6,7 +6,7 @@ from decimal import Decimal
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from ..launching import finished_notices
+from ..notices import finished_notices
 from ..roles import is_admin, user_can
 
 register = template.Library()

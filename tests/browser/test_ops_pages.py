@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import launching
+from dashboards.audit import ActionRefused
+from dashboards.launch import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, Campaign, Task, Team
 from tests.ops.fixtures import (  # noqa: F401
     PASSWORD,
@@ -75,9 +76,8 @@ def test_a_lead_reads_and_exports_a_bill_that_changes_when_a_campaign_finishes(o
     before = team_row()
     shot(page, "bill-before")
 
-    campaign = launching.campaign_launch_checked(
-        user=ops_logins["launcher"], team=research, agent_definition=AgentDefinition.objects.get(name="demo-agent"),
-        name="billed", inputs=[{"task": n, "duration_s": 2.0} for n in range(1, 4)]).campaign
+    campaign = launch(user=ops_logins["launcher"], request=LaunchRequest(team=research, agent_definition=AgentDefinition.objects.get(name="demo-agent"),
+        name="billed", inputs=[{"task": n, "duration_s": 2.0} for n in range(1, 4)])).campaign
     wait_until(lambda: Campaign.objects.get(pk=campaign.pk).status == "finished", 180, "the campaign to finish", 0.5)
     # The demo agent calls no model, so its runner records carry no usage: once they are ingested,
     # give the tasks the tokens and cost a metered agent would have.
@@ -141,10 +141,10 @@ def test_a_lead_reads_and_exports_a_bill_that_changes_when_a_campaign_finishes(o
     alerts = cell(page, '#budgets-research tr[data-period="day"] td.alerts')
     assert "50%" in alerts and "100%" not in alerts  # $0.0375 of $0.05 is 75%
     shot(page, "budget")
-    with pytest.raises(launching.ActionRefused, match="over budget"):
-        launching.campaign_launch_checked(user=ops_logins["launcher"], team=research,
+    with pytest.raises(ActionRefused, match="over budget"):
+        launch(user=ops_logins["launcher"], request=LaunchRequest(team=research,
                                           agent_definition=AgentDefinition.objects.get(name="demo-agent"),
-                                          name="too-much", inputs=[{}, {}])  # forecast 2 x $0.0125
+                                          name="too-much", inputs=[{}, {}]))  # forecast 2 x $0.0125
 
 
 def test_a_launcher_sees_a_forecast_and_launches(ops_stack, browser_page, ops_logins):
@@ -191,9 +191,8 @@ def test_an_urgent_agent_starts_at_the_next_free_slot_while_a_full_campaign_queu
     research = Team.objects.get(project="research")
     agent = AgentDefinition.objects.get(name="demo-agent")
     # 16 model API seats per task: six tasks fill the 96 seats, the other six queue.
-    full = launching.campaign_launch_checked(
-        user=ops_logins["launcher"], team=research, agent_definition=agent, name="full", seats_per_task=16,
-        inputs=[{"task": n, "duration_s": 20.0} for n in range(1, 13)]).campaign
+    full = launch(user=ops_logins["launcher"], request=LaunchRequest(team=research, agent_definition=agent, name="full", seats_per_task=16,
+        inputs=[{"task": n, "duration_s": 20.0} for n in range(1, 13)])).campaign
     try:
         def queuing() -> bool:
             states = set(Task.objects.filter(campaign=full).values_list("state", flat=True))

@@ -10,8 +10,8 @@ import os
 import pytest
 from django.utils import timezone
 
+from dashboards.launch import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Task, Team
-from dashboards.services import campaign_launch
 
 from ..conftest import DEMO_PASSWORD, TEST_OUTPUT, make_campaign
 from .test_queue_page import CHROMIUM_ARGS, cell, wait_for
@@ -90,9 +90,9 @@ def test_each_role_watches_its_campaigns_live_and_nothing_else(live_stack, brows
     agent = AgentDefinition.objects.get(name="demo-agent")
     count = 3
     # At most one task at a time: the others pend with a reason the agent page explains.
-    campaign = campaign_launch(user=role_users["launcher"], team=research, agent_definition=agent, name="roles",
+    campaign = launch(user=role_users["launcher"], request=LaunchRequest(team=research, agent_definition=agent, name="roles",
                                concurrency_cap=1,
-                               inputs=[{"task": n, "duration_s": 4.0} for n in range(1, count + 1)])
+                               inputs=[{"task": n, "duration_s": 4.0} for n in range(1, count + 1)])).campaign
 
     viewer = pages["viewer"]
     row = f'tr[data-campaign="{campaign.pk}"]'

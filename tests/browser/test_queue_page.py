@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from dashboards.launch import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Team
-from dashboards.services import campaign_launch
 
 from ..conftest import TEST_OUTPUT
 
@@ -65,8 +65,8 @@ def test_queue_page_shows_a_campaign_go_from_pending_to_done_without_reload(live
     agent = AgentDefinition.objects.get(name="demo-agent")
     admin = django_user_model.objects.get(username="admin")
     count = 4
-    campaign = campaign_launch(user=admin, team=team, agent_definition=agent, name="browser",
-                               inputs=[{"task": n, "duration_s": 4.0} for n in range(1, count + 1)])
+    campaign = launch(user=admin, request=LaunchRequest(team=team, agent_definition=agent, name="browser",
+                               inputs=[{"task": n, "duration_s": 4.0} for n in range(1, count + 1)])).campaign
     row = f'tr[data-campaign="{campaign.pk}"]'
     page.wait_for_selector(row, timeout=20000)
     wait_for(lambda: cell(page, campaign.pk, "running") > 0, 60, "a running task on the page")

@@ -13,9 +13,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from dashboards.launch import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Campaign, Task, TaskEvent, Team
-from dashboards.services import campaign_launch, campaign_submit
 from dashboards.clusters import cluster_get_default, scheduler_for
+from dashboards.services import campaign_submit
 from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -50,7 +51,7 @@ def test_it_follows_a_real_campaign_from_submission_to_accounting(bootstrap, dja
     agent = AgentDefinition.objects.get(name="demo-agent")
     admin = django_user_model.objects.get(username="admin")
     inputs = [{"task": n, "duration_s": 3.0, "fail": n == 4} for n in range(1, N_TASKS + 1)]
-    campaign = campaign_launch(user=admin, team=team, agent_definition=agent, inputs=inputs, name="itest")
+    campaign = launch(user=admin, request=LaunchRequest(team=team, agent_definition=agent, inputs=inputs, name="itest")).campaign
     campaign = campaign_submit(campaign_id=campaign.pk)
     assert campaign.status == "submitted", campaign.submit_error
     job = campaign.job_number
@@ -115,8 +116,8 @@ def test_a_task_deleted_mid_agent_still_leaves_its_runner_record(bootstrap, djan
     team = Team.objects.get(project="engineering")
     agent = AgentDefinition.objects.get(name="demo-agent")
     admin = django_user_model.objects.get(username="admin")
-    campaign = campaign_launch(user=admin, team=team, agent_definition=agent, name="itest-qdel",
-                               inputs=[{"task": n, "duration_s": 120.0} for n in (1, 2)])
+    campaign = launch(user=admin, request=LaunchRequest(team=team, agent_definition=agent, name="itest-qdel",
+                               inputs=[{"task": n, "duration_s": 120.0} for n in (1, 2)])).campaign
     campaign = campaign_submit(campaign_id=campaign.pk)
     scheduler = scheduler_for(cluster)
     deadline = time.monotonic() + 60

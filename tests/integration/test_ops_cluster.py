@@ -13,7 +13,8 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
-from dashboards import billing, launching
+from dashboards import billing, control
+from dashboards.launch import LaunchRequest, launch
 from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Budget, Campaign, Cluster, Task, Team
 from dashboards.services import campaign_submit
 from dashboards.clusters import cluster_get_default, scheduler_for
@@ -64,8 +65,8 @@ def qacct_wallclock(accounting: str, project: str, begin: str, end: str, tz: str
 
 def run_small_campaign(user, team: Team, name: str, count: int = 2) -> Campaign:
     agent = AgentDefinition.objects.get(name="demo-agent")
-    outcome = launching.campaign_launch_checked(user=user, team=team, agent_definition=agent, name=name,
-                                                inputs=[{"task": n, "duration_s": 1.0} for n in range(1, count + 1)])
+    outcome = launch(user=user, request=LaunchRequest(team=team, agent_definition=agent, name=name,
+                                                inputs=[{"task": n, "duration_s": 1.0} for n in range(1, count + 1)]))
     campaign = campaign_submit(campaign_id=outcome.campaign.pk)
     assert campaign.status == "submitted", campaign.submit_error
     return campaign
@@ -188,9 +189,8 @@ def test_pause_resume_and_cancel_hold_release_and_delete_on_the_real_cluster(boo
     cluster = cluster_get_default()
     research = Team.objects.get(project="research")
     agent = AgentDefinition.objects.get(name="demo-agent")
-    campaign = launching.campaign_launch_checked(
-        user=ops_users["launcher"], team=research, agent_definition=agent, name="ctl-real", concurrency_cap=1,
-        inputs=[{"task": n, "duration_s": 60.0} for n in range(1, 4)]).campaign
+    campaign = launch(user=ops_users["launcher"], request=LaunchRequest(team=research, agent_definition=agent, name="ctl-real", concurrency_cap=1,
+        inputs=[{"task": n, "duration_s": 60.0} for n in range(1, 4)])).campaign
     campaign = campaign_submit(campaign_id=campaign.pk)
     job = campaign.job_number
     try:
@@ -199,21 +199,21 @@ def test_pause_resume_and_cancel_hold_release_and_delete_on_the_real_cluster(boo
             return Task.objects.filter(campaign=campaign, state="running").exists()
 
         wait_until(first_running, 60, "task 1 running")
-        entry = launching.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
-        entry = launching.control_execute(audit_id=entry.pk)
+        entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
+        entry = control.control_execute(request_id=entry.pk)
         assert entry.ok, entry.result
         states = qstat_task_states(job)
         running = [n for n, s in states.items() if "r" in s]
         assert running and all(states[n] == "hqw" for n in states if n not in running), states
 
         poll(cluster)
-        entry = launching.campaign_control(user=ops_users["launcher"], campaign=campaign, action="resume")
-        assert launching.control_execute(audit_id=entry.pk).ok
+        entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="resume")
+        assert control.control_execute(request_id=entry.pk).ok
         states = qstat_task_states(job)
         assert all(s in ("qw", "r", "t") for s in states.values()), states
 
-        entry = launching.campaign_control(user=ops_users["urgent"], campaign=campaign, action="cancel")
-        assert launching.control_execute(audit_id=entry.pk).ok
+        entry = control.campaign_control(user=ops_users["urgent"], campaign=campaign, action="cancel")
+        assert control.control_execute(request_id=entry.pk).ok
         wait_until(lambda: job_gone_or_deleting(job), 30, "the job deleted")
         assert AuditEntry.objects.filter(action__in=["campaign_pause", "campaign_resume", "campaign_cancel"],
                                          ok=True).count() == 3
@@ -226,16 +226,14 @@ def test_predecessor_and_budget_hold_reach_the_scheduler(bootstrap, ops_users):
     agent = AgentDefinition.objects.get(name="demo-agent")
     first = second = None
     try:
-        first = launching.campaign_launch_checked(
-            user=ops_users["launcher"], team=research, agent_definition=agent, name="pred-a",
-            inputs=[{"task": n, "duration_s": 30.0} for n in (1, 2)]).campaign
+        first = launch(user=ops_users["launcher"], request=LaunchRequest(team=research, agent_definition=agent, name="pred-a",
+            inputs=[{"task": n, "duration_s": 30.0} for n in (1, 2)])).campaign
         first = campaign_submit(campaign_id=first.pk)
         Budget.objects.create(team=research, period="day", amount_usd=Decimal("1"), thresholds=[1.0],
                               on_exceed="hold")
-        second = launching.campaign_launch_checked(
-            user=ops_users["launcher"], team=research, agent_definition=agent, name="pred-b",
+        second = launch(user=ops_users["launcher"], request=LaunchRequest(team=research, agent_definition=agent, name="pred-b",
             predecessor_job=first.job_number, cost_cap_usd=Decimal("5"),
-            inputs=[{"task": n} for n in (1, 2)])
+            inputs=[{"task": n} for n in (1, 2)]))
         assert second.held_for_budget
         second = campaign_submit(campaign_id=second.campaign.pk)
         assert second.status == "submitted", second.submit_error

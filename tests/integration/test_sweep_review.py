@@ -18,9 +18,10 @@ import pytest
 
 from django.utils import timezone
 
-from dashboards.models import Task, Team
-from dashboards.services import campaign_submit
 from dashboards.clusters import cluster_get_default, scheduler_for
+from dashboards.management.commands.tco_bootstrap import demo_ceiling
+from dashboards.models import ModelEndpoint, PolicyCeiling, Task, Team
+from dashboards.services import campaign_submit
 from demo.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
 from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
 from demo.reference_checker import SCRIPTED_CAVEAT, check_file
@@ -72,18 +73,23 @@ def served(model_url: str) -> dict:
         return json.loads(resp.read())
 
 
-def test_a_sweep_and_its_chained_review_campaign(bootstrap, django_user_model, stand_in_model, tmp_path):
+def test_a_sweep_and_its_chained_review_campaign(bootstrap, django_user_model, stand_in_model, tmp_path, settings):
     cluster = cluster_get_default()
     team = Team.objects.get(project="research")
     admin = django_user_model.objects.get(username="admin")
-    runs = tmp_path / "runs"
+    runs = tmp_path / "sweeps" / "runs"  # <state>/sweeps: where the demo ceiling lets review agents read
+    # The stand-in listens on a free port: register it there, and the demo ceiling with it.
+    port = int(stand_in_model.rsplit(":", 1)[1])
+    settings.TCO_DEMO_MODEL_PORT = port
+    ModelEndpoint.objects.filter(name="demo-stand-in").update(port=port)
+    PolicyCeiling.objects.filter(team=team).update(policy=demo_ceiling())
     write_demo_credential(name="demo-stand-in", secret=KEY)
     scheduler = scheduler_for(cluster)
 
     sweep_job, tasks = sweep_submit(team=team, count=N, out_dir=runs, name="itsweep", scheduler=scheduler)
     assert tasks == list(range(1, N + 1))
     campaign = sweep_review_launch(user=admin, team=team, sweep_job=sweep_job, runs_dir=runs, count=N,
-                                   model_base_url=stand_in_model, credential_name="demo-stand-in", name="itreview")
+                                   endpoint="demo-stand-in", name="itreview")
     campaign = campaign_submit(campaign_id=campaign.pk, scheduler=scheduler)
     assert campaign.status == "submitted", campaign.submit_error
     review_job = campaign.job_number

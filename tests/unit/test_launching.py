@@ -1,4 +1,5 @@
-"""Launching, urgent agents, campaign control, triage and the audit log (dashboards.launching)."""
+"""Launching, urgent agents, campaign control, triage and the audit log (dashboards.launch, .control,
+.triage, .audit, .inputs, .notices, .agents)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -8,8 +9,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from dashboards import launching, services
-from dashboards.launching import ActionRefused
+from dashboards import agents, audit, control, inputs, launch as launching, notices, services, triage
+from dashboards.audit import ActionRefused
 from dashboards.models import AgentDefinition, AuditEntry, Budget, Campaign, Task, Team
 from dashboards.services import LaunchError, campaign_job_spec, campaign_submit
 from dashboards.clusters import cluster_get_default
@@ -32,15 +33,15 @@ def agent(bootstrap):
 def launch(user, team, agent, **kwargs):
     kwargs.setdefault("inputs", [{"task": 1}, {"task": 2}])
     kwargs.setdefault("name", "ok-name")
-    return launching.campaign_launch_checked(user=user, team=team, agent_definition=agent, **kwargs)
+    return launching.launch(user=user, request=launching.LaunchRequest(team=team, agent_definition=agent, **kwargs))
 
 
 # ------------------------------------------------------------------ inputs
 
 def test_a_parameter_list_is_one_task_per_line_or_a_range():
-    assert launching.inputs_from_params("task=1 duration_s=2.5 label=a\nfail=true") == [
+    assert inputs.inputs_from_params("task=1 duration_s=2.5 label=a\nfail=true") == [
         {"task": 1, "duration_s": 2.5, "label": "a"}, {"fail": True}]
-    assert launching.inputs_from_params("seed=3..5") == [{"seed": 3}, {"seed": 4}, {"seed": 5}]
+    assert inputs.inputs_from_params("seed=3..5") == [{"seed": 3}, {"seed": 4}, {"seed": 5}]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -53,15 +54,15 @@ def test_a_parameter_list_is_one_task_per_line_or_a_range():
 ])
 def test_a_bad_parameter_list_says_what_is_wrong(text, message):
     with pytest.raises(LaunchError, match=message):
-        launching.inputs_from_params(text)
+        inputs.inputs_from_params(text)
 
 
 def test_jsonl_inputs_name_the_bad_line():
-    assert launching.inputs_from_jsonl('{"a": 1}\n\n{"a": 2}\n') == [{"a": 1}, {"a": 2}]
+    assert inputs.inputs_from_jsonl('{"a": 1}\n\n{"a": 2}\n') == [{"a": 1}, {"a": 2}]
     with pytest.raises(LaunchError, match="line 2 is not JSON"):
-        launching.inputs_from_jsonl('{"a": 1}\nnot json')
+        inputs.inputs_from_jsonl('{"a": 1}\nnot json')
     with pytest.raises(LaunchError, match="line 1 is not a JSON object"):
-        launching.inputs_from_jsonl("[1, 2]")
+        inputs.inputs_from_jsonl("[1, 2]")
 
 
 def test_directory_inputs_stay_inside_the_inputs_root(tmp_path, settings):
@@ -72,17 +73,17 @@ def test_directory_inputs_stay_inside_the_inputs_root(tmp_path, settings):
     (root / "set1" / ".hidden").write_text("h")
     (root / "set1" / "escape").symlink_to("/etc/passwd")
     settings.TCO_INPUTS_ROOT = str(root)
-    assert launching.inputs_from_directory("set1") == [{"file": str(root / "set1" / "a.txt")},
+    assert inputs.inputs_from_directory("set1") == [{"file": str(root / "set1" / "a.txt")},
                                                        {"file": str(root / "set1" / "b.txt")}]
     for bad in ("../", "/etc", "set1/../../", "nope", "set1\nx"):
         with pytest.raises(LaunchError):
-            launching.inputs_from_directory(bad)
+            inputs.inputs_from_directory(bad)
 
 
 def test_a_policy_must_be_a_known_yaml_mapping_without_duplicate_keys():
     assert launching.validate_policy("version: 1\nprocess: {run_as_user: sandbox}\n").startswith("version")
     for bad, message in (("version: 1\nversion: 1", "duplicate"), ("[1]", "mapping"), ("version: 1\nshell: x", "unknown"),
-                         ("version: 2", "version must be 1"), ("a: [", "not valid YAML")):
+                         ("version: 2", "not supported"), ("a: [", "not valid YAML")):
         with pytest.raises(LaunchError, match=message):
             launching.validate_policy(bad)
 
@@ -200,30 +201,33 @@ def test_pause_resume_and_cancel_go_through_the_submit_worker_and_are_audited(op
     queued = []
     from dashboards import enqueue
 
-    monkeypatch.setattr(enqueue, "send", lambda name, audit_id: queued.append(audit_id))
+    monkeypatch.setattr(enqueue, "send", lambda name, request_id: queued.append(request_id))
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
     fake.start(campaign.job_number, [1])
     Task.objects.filter(campaign=campaign, task_number=1).update(state="running")
 
     with django_capture_on_commit_callbacks(execute=True):
-        entry = launching.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
-    assert queued == [entry.pk] and entry.params["status"] == "queued" and entry.params["tasks"] == [[2, 4]]
-    entry = launching.control_execute(audit_id=entry.pk, scheduler=fake)
-    assert entry.ok and entry.params["status"] == "done" and fake.control_calls[-1] == ["qhold", f"{campaign.job_number}.2-4"]
+        entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
+    assert queued == [entry.pk] and entry.state == "queued" and entry.tasks == [[2, 4]]
+    assert AuditEntry.objects.get(pk=entry.audit_id).params["status"] == "queued"
+    entry = control.control_execute(request_id=entry.pk, scheduler=fake)
+    assert entry.ok and entry.state == "done" and fake.control_calls[-1] == ["qhold", f"{campaign.job_number}.2-4"]
+    assert AuditEntry.objects.get(pk=entry.audit_id).params["status"] == "done"
+    assert AuditEntry.objects.get(pk=entry.audit_id).ok
     # A second delivery does nothing.
-    launching.control_execute(audit_id=entry.pk, scheduler=fake)
+    control.control_execute(request_id=entry.pk, scheduler=fake)
     assert len(fake.control_calls) == 1
 
     Task.objects.filter(campaign=campaign, task_number__gte=2).update(state="held")
     with django_capture_on_commit_callbacks(execute=True):
-        entry = launching.campaign_control(user=ops_users["urgent"], campaign=campaign, action="resume")
-    launching.control_execute(audit_id=entry.pk, scheduler=fake)
+        entry = control.campaign_control(user=ops_users["urgent"], campaign=campaign, action="resume")
+    control.control_execute(request_id=entry.pk, scheduler=fake)
     assert fake.control_calls[-1] == ["qrls", f"{campaign.job_number}.2-4"]
 
     with django_capture_on_commit_callbacks(execute=True):
-        entry = launching.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
-    entry = launching.control_execute(audit_id=entry.pk, scheduler=fake)
+        entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
+    entry = control.control_execute(request_id=entry.pk, scheduler=fake)
     assert entry.ok and fake.control_calls[-1] == ["qdel", str(campaign.job_number)]
     assert not fake.list_tasks()
 
@@ -232,9 +236,11 @@ def test_a_refused_control_by_the_scheduler_is_recorded(ops_users, research, age
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
     fake.control("delete", campaign.job_number)  # gone already
-    entry = launching.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
-    entry = launching.control_execute(audit_id=entry.pk, scheduler=fake)
-    assert not entry.ok and "does not exist" in entry.result and entry.params["status"] == "failed"
+    entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
+    entry = control.control_execute(request_id=entry.pk, scheduler=fake)
+    assert not entry.ok and "does not exist" in entry.result and entry.state == "failed"
+    audit_entry = AuditEntry.objects.get(pk=entry.audit_id)
+    assert audit_entry.params["status"] == "failed" and "does not exist" in audit_entry.result
 
 
 def test_an_unreachable_scheduler_leaves_the_action_queued_for_a_retry(ops_users, research, agent):
@@ -242,14 +248,14 @@ def test_an_unreachable_scheduler_leaves_the_action_queued_for_a_retry(ops_users
 
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
-    entry = launching.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
+    entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
     fake.unavailable = True
     with pytest.raises(SchedulerUnavailable):
-        launching.control_execute(audit_id=entry.pk, scheduler=fake)
+        control.control_execute(request_id=entry.pk, scheduler=fake)
     entry.refresh_from_db()
-    assert entry.result.startswith("queued")
+    assert entry.state == "queued" and entry.result.startswith("queued")
     fake.unavailable = False
-    assert launching.control_execute(audit_id=entry.pk, scheduler=fake).ok
+    assert control.control_execute(request_id=entry.pk, scheduler=fake).ok
 
 
 @pytest.mark.parametrize("role", ["viewer", "lead", "other", "nobody"])
@@ -258,7 +264,7 @@ def test_campaign_control_is_refused_to_roles_without_it(ops_users, research, ag
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
     with pytest.raises(ActionRefused):
-        launching.campaign_control(user=ops_users[role], campaign=campaign, action=action)
+        control.campaign_control(user=ops_users[role], campaign=campaign, action=action)
     assert not AuditEntry.objects.filter(action=f"campaign_{action}", ok=True).exists()
     assert AuditEntry.objects.filter(action=f"campaign_{action}", result__startswith="refused").count() == 1
     assert fake.control_calls == []
@@ -268,11 +274,11 @@ def test_nothing_to_control_says_so(ops_users, research, agent):
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
     with pytest.raises(LaunchError, match="no held tasks"):
-        launching.campaign_control(user=ops_users["launcher"], campaign=campaign, action="resume")
+        control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="resume")
     Campaign.objects.filter(pk=campaign.pk).update(status="finished")
     campaign.refresh_from_db()
     with pytest.raises(LaunchError, match="finished"):
-        launching.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
+        control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
 
 
 def test_retry_launches_the_failed_tasks_as_a_new_linked_campaign(ops_users, research, agent):
@@ -305,11 +311,11 @@ def test_a_finished_campaign_is_mailed_to_its_launcher_once(ops_users, research,
         ingest._finish_campaigns({campaign.pk})
         ingest._finish_campaigns({campaign.pk})
     assert notified == [([campaign.pk], "ingest")]
-    assert launching.campaign_finished_notify(campaign_id=campaign.pk)
+    assert notices.campaign_finished_notify(campaign_id=campaign.pk)
     assert len(mailoutbox) == 1 and mailoutbox[0].to == ["launcher@example.org"]
     assert "2 done" in mailoutbox[0].subject and "$0.50" in mailoutbox[0].body
-    assert [c.pk for c in launching.finished_notices(ops_users["launcher"])] == [campaign.pk]
-    assert launching.finished_notices(ops_users["viewer"]) == []
+    assert [c.pk for c in notices.finished_notices(ops_users["launcher"])] == [campaign.pk]
+    assert notices.finished_notices(ops_users["viewer"]) == []
 
 
 def test_urgent_agents_show_how_long_they_waited(ops_users, research, agent):
@@ -362,7 +368,7 @@ def test_triage_lists_error_jobs_first_then_the_longest_wait_with_plain_reasons(
     })
     cluster = cluster_get_default()
     cluster.status = {"global_capacity": {"anthropic_api": 96}, "quotas": [], "hosts": []}
-    overview = launching.triage_overview(cluster=cluster, scheduler=scheduler)
+    overview = triage.triage_overview(cluster=cluster, scheduler=scheduler)
     assert [j["job_number"] for j in overview["jobs"]] == [12, 11, 10]
     assert overview["total_tasks"] == 4
     by_job = {j["job_number"]: j for j in overview["jobs"]}
@@ -372,7 +378,7 @@ def test_triage_lists_error_jobs_first_then_the_longest_wait_with_plain_reasons(
     assert by_job[10]["ranges"] == {"pending": "tasks 1-2"}
     assert "no longer knows" in by_job[11]["reason_error"]
     # One cached qstat -j per job, with the web timeout: a second view asks the scheduler nothing.
-    launching.triage_overview(cluster=cluster, scheduler=scheduler)
+    triage.triage_overview(cluster=cluster, scheduler=scheduler)
     assert sorted(scheduler.job_detail_calls) == [(10, 3.0), (11, 3.0), (12, 3.0)]
 
 
@@ -381,22 +387,22 @@ def test_triage_actions_are_for_admins_and_run_through_the_audit_log(ops_users):
     fake = FakeScheduler()
     for role in ("viewer", "lead", "launcher", "urgent", "other", "nobody"):
         with pytest.raises(ActionRefused):
-            launching.triage_action(user=ops_users[role], action="clear_error", job_number=12)
+            control.triage_action(user=ops_users[role], action="clear_error", job_number=12)
     assert AuditEntry.objects.filter(action="triage_clear_error", result__startswith="refused").count() == 6
     with pytest.raises(LaunchError, match="not in the queue"):
-        launching.triage_action(user=ops_users["admin"], action="delete", job_number=99)
+        control.triage_action(user=ops_users["admin"], action="delete", job_number=99)
     with pytest.raises(LaunchError, match="priority"):
-        launching.triage_action(user=ops_users["admin"], action="priority", job_number=12, priority=5000)
+        control.triage_action(user=ops_users["admin"], action="priority", job_number=12, priority=5000)
     with pytest.raises(ActionRefused, match="unknown action"):
-        launching.triage_action(user=ops_users["admin"], action="qconf", job_number=12)
+        control.triage_action(user=ops_users["admin"], action="qconf", job_number=12)
     job, _ = fake.submit_array(campaign_job_spec_for_fake())
     fake.set_error(job)
     Task.objects.filter(job_number=12).update(job_number=job)
-    entry = launching.triage_action(user=ops_users["admin"], action="clear_error", job_number=job)
-    entry = launching.control_execute(audit_id=entry.pk, scheduler=fake)
+    entry = control.triage_action(user=ops_users["admin"], action="clear_error", job_number=job)
+    entry = control.control_execute(request_id=entry.pk, scheduler=fake)
     assert entry.ok and fake.control_calls == [["qmod", "-cj", str(job)]] and fake.tasks[(job, 1)].state == "pending"
-    entry = launching.triage_action(user=ops_users["admin"], action="priority", job_number=job, priority=-100)
-    launching.control_execute(audit_id=entry.pk, scheduler=fake)
+    entry = control.triage_action(user=ops_users["admin"], action="priority", job_number=job, priority=-100)
+    control.control_execute(request_id=entry.pk, scheduler=fake)
     assert fake.control_calls[-1] == ["qalter", "-p", "-100", str(job)]
 
 
@@ -409,27 +415,27 @@ def campaign_job_spec_for_fake():
 
 
 def test_task_ranges_parse_with_clear_errors():
-    assert launching.parse_task_ranges("1-3, 5") == [[1, 3], [5, 5]]
-    assert launching.parse_task_ranges("") is None
+    assert control.parse_task_ranges("1-3, 5") == [[1, 3], [5, 5]]
+    assert control.parse_task_ranges("") is None
     for bad in ("0", "3-1", "1;2", "-u root", "1-99999999"):
         with pytest.raises(LaunchError):
-            launching.parse_task_ranges(bad)
+            control.parse_task_ranges(bad)
 
 
 def test_the_audit_log_is_for_admins(ops_users):
-    launching.audit(user=ops_users["launcher"], action="launch", ok=True, result="x")
-    assert len(launching.audit_entries(ops_users["admin"])) == 1
+    audit.audit(user=ops_users["launcher"], action="launch", ok=True, result="x")
+    assert len(audit.audit_entries(ops_users["admin"])) == 1
     for role in ("viewer", "lead", "launcher", "urgent", "nobody"):
         with pytest.raises(ActionRefused):
-            launching.audit_entries(ops_users[role])
+            audit.audit_entries(ops_users[role])
 
 
 def test_agent_definitions_are_edited_by_admins_only(ops_users):
     definition = AgentDefinition(name="new-agent", version=1, command=["/usr/bin/true"])
     with pytest.raises(ActionRefused):
-        launching.agent_definition_save(user=ops_users["launcher"], definition=definition)
+        agents.agent_definition_save(user=ops_users["launcher"], definition=definition)
     assert not AgentDefinition.objects.filter(name="new-agent").exists()
-    launching.agent_definition_save(user=ops_users["admin"], definition=definition)
+    agents.agent_definition_save(user=ops_users["admin"], definition=definition)
     assert AuditEntry.objects.filter(action="agent_definition_save", ok=True).count() == 1
 
 
@@ -455,7 +461,7 @@ def test_clearing_an_error_counts_as_done_although_qmod_exits_1(monkeypatch):
 
 
 def test_a_policy_is_checked_by_the_runners_own_validator_and_never_read_as_a_path():
-    from dashboards.launching import LaunchError, validate_policy
+    from dashboards.launch import LaunchError, validate_policy
 
     with pytest.raises(LaunchError, match="filesystem_policy"):
         validate_policy("version: 1\nfilesystem_policy:\n  read_only: [relative/path]\n  writable_too: [/x]\n")

@@ -10,9 +10,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
-from dashboards.models import AgentDefinition, AuditEntry, Budget, Campaign, Task, Team
-from dashboards.services import campaign_submit
 from dashboards.clusters import cluster_get_default
+from dashboards.models import AgentDefinition, AuditEntry, Budget, Campaign, ControlRequest, Task, Team
+from dashboards.services import campaign_submit
 from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
 from schedulers.fake import FakeScheduler
 
@@ -215,11 +215,11 @@ def test_urgent_page_launches_one_agent_at_top_priority_for_urgent_launchers_onl
 
 def submitted(ops_users, fake):
     research = Team.objects.get(project="research")
-    from dashboards.launching import campaign_launch_checked
+    from dashboards.launch import LaunchRequest, launch
 
-    campaign = campaign_launch_checked(user=ops_users["launcher"], team=research,
-                                       agent_definition=AgentDefinition.objects.get(name="demo-agent"),
-                                       inputs=[{"task": 1}, {"task": 2}], name="ctl").campaign
+    campaign = launch(user=ops_users["launcher"], request=LaunchRequest(
+        team=research, agent_definition=AgentDefinition.objects.get(name="demo-agent"),
+        inputs=[{"task": 1}, {"task": 2}], name="ctl")).campaign
     return campaign_submit(campaign_id=campaign.pk, scheduler=fake)
 
 
@@ -228,7 +228,7 @@ def test_campaign_control_asks_for_confirmation_then_queues(as_user, ops_users, 
     from dashboards import enqueue
 
     queued = []
-    monkeypatch.setattr(enqueue, "send", lambda name, audit_id: queued.append(audit_id))
+    monkeypatch.setattr(enqueue, "send", lambda name, request_id: queued.append(request_id))
     campaign = submitted(ops_users, FakeScheduler())
     client = as_user("launcher")
     html = client.get(f"/ops/campaigns/{campaign.pk}/").content.decode()
@@ -238,8 +238,9 @@ def test_campaign_control_asks_for_confirmation_then_queues(as_user, ops_users, 
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(f"/ops/campaigns/{campaign.pk}/control", {"action": "cancel", "confirm": "on"})
     assert response.status_code == 302 and len(queued) == 1
-    entry = AuditEntry.objects.get(pk=queued[0])
-    assert entry.action == "campaign_cancel" and entry.params["status"] == "queued"
+    request = ControlRequest.objects.get(pk=queued[0])
+    assert request.action == "campaign_cancel" and request.state == "queued" and request.control == "delete"
+    assert request.audit.action == "campaign_cancel" and request.audit.params["status"] == "queued"
 
 
 @pytest.mark.parametrize("role", ["viewer", "lead", "nobody", "other"])
@@ -263,7 +264,7 @@ def test_triage_actions_are_confirmed_and_refused_to_everyone_but_admins(as_user
     from dashboards import enqueue
 
     queued = []
-    monkeypatch.setattr(enqueue, "send", lambda name, audit_id: queued.append(audit_id))
+    monkeypatch.setattr(enqueue, "send", lambda name, request_id: queued.append(request_id))
     Task.objects.create(cluster=cluster_get_default(), job_number=77, task_number=0, state="error",
                         submitted_at=timezone.now())
     post = {"action": "clear_error", "job_number": "77", "tasks": "", "priority": ""}
@@ -279,17 +280,18 @@ def test_triage_actions_are_confirmed_and_refused_to_everyone_but_admins(as_user
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post("/ops/triage/action", {**post, "confirm": "True"})
     assert response.status_code == 302 and len(queued) == 1
-    assert AuditEntry.objects.get(pk=queued[0]).params["control"] == "clear_error"
+    assert ControlRequest.objects.get(pk=queued[0]).control == "clear_error"
 
 
 def test_the_audit_page_shows_who_did_what_when_and_the_result(as_user, ops_users):
     research = Team.objects.get(project="research")
-    from dashboards import launching
+    from dashboards.audit import ActionRefused
+    from dashboards.launch import LaunchRequest, launch
 
-    with pytest.raises(launching.ActionRefused):
-        launching.campaign_launch_checked(user=ops_users["viewer"], team=research,
-                                          agent_definition=AgentDefinition.objects.get(name="demo-agent"),
-                                          inputs=[{}], name="nope")
+    with pytest.raises(ActionRefused):
+        launch(user=ops_users["viewer"], request=LaunchRequest(
+            team=research, agent_definition=AgentDefinition.objects.get(name="demo-agent"), inputs=[{}],
+            name="nope"))
     html = as_user("admin").get("/ops/audit/").content.decode()
     assert "viewer" in html and "launch" in html and "refused: you may not launch" in html
 

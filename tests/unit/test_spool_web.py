@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from dashboards import services, spool_files
+from dashboards.launch import LaunchRequest
+from dashboards.launch import launch as launch_service
+from dashboards.roles import membership_set
 from dashboards.models import AgentDefinition, Campaign, Task, Team
 from dashboards.stages import quantile
 from execution.spool import RunnerSpec, SpoolLayout
@@ -18,13 +21,15 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def launcher(bootstrap, django_user_model):
-    return django_user_model.objects.create_user("launcher-spool")
+    user = django_user_model.objects.create_user("launcher-spool")
+    membership_set(user=user, team=Team.objects.get(project="research"), role="launcher")
+    return user
 
 
 def launch(user, **kwargs):
-    return services.campaign_launch(user=user, team=Team.objects.get(project="research"),
-                                    agent_definition=AgentDefinition.objects.get(name="demo-agent"),
-                                    inputs=[{"task": 1}, {"task": 2}], name="spool-test", **kwargs)
+    return launch_service(user=user, request=LaunchRequest(
+        team=Team.objects.get(project="research"), agent_definition=AgentDefinition.objects.get(name="demo-agent"),
+        inputs=[{"task": 1}, {"task": 2}], name="spool-test", **kwargs)).campaign
 
 
 def test_launch_writes_the_outputs_into_the_spec_the_runner_reads(launcher, bootstrap):
@@ -40,7 +45,7 @@ def test_launch_writes_the_outputs_into_the_spec_the_runner_reads(launcher, boot
 
 
 def test_a_launch_whose_spec_breaks_the_contract_records_nothing(launcher, bootstrap):
-    with pytest.raises(services.LaunchError, match="agent.outputs"):
+    with pytest.raises(services.LaunchError, match="outputs"):
         launch(launcher, outputs=["/etc/shadow"])
     assert not Campaign.objects.filter(name="spool-test").exists()
     assert list(Path(bootstrap.TCO_SPOOL_DIR).glob("campaigns/*/*")) == []

@@ -137,7 +137,7 @@ def test_review_agents_give_their_verdicts_through_the_proxy(runs, stand_in, tmp
 
 @pytest.mark.django_db
 def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_model, tmp_path):
-    from dashboards.models import Team
+    from dashboards.models import ModelEndpoint, Team
     from dashboards.services import campaign_job_spec
     from demo.sweep import review_policy, sweep_review_launch, sweep_submit
     from execution.sandbox.policy import load_policy
@@ -147,20 +147,26 @@ def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_mod
     fake = FakeScheduler()
     team = Team.objects.get(project="research")
     admin = django_user_model.objects.get(username="admin")
-    sweep_job, _ = sweep_submit(team=team, count=8, out_dir=tmp_path / "runs", name="s", scheduler=fake)
+    runs = tmp_path / "sweeps" / "runs"  # under <state>/sweeps, where the demo ceiling allows reading
+    sweep_job, _ = sweep_submit(team=team, count=8, out_dir=runs, name="s", scheduler=fake)
     (_, sweep_spec), = fake.submissions
     assert (sweep_spec.queue, sweep_spec.resources, sweep_spec.args[:2]) == ("classic.q", {}, ["-m", "demo.demo_sweep"])
 
-    campaign = sweep_review_launch(user=admin, team=team, sweep_job=sweep_job, runs_dir=tmp_path / "runs", count=8,
-                                   model_base_url="http://127.0.0.1:8123", credential_name="demo-stand-in")
+    campaign = sweep_review_launch(user=admin, team=team, sweep_job=sweep_job, runs_dir=runs, count=8,
+                                   endpoint="demo-stand-in")
     job = campaign_job_spec(campaign)
     assert job.hold_jid_ad == sweep_job and job.queue == "agent.q"
     assert f"-hold_jid_ad {sweep_job}" in native_specification(job, queues=["agent.q", "classic.q"],
                                                                projects=["research"], resources=["anthropic_api"])
     spec = json.loads((Path(bootstrap.TCO_SPOOL_DIR) / "campaigns" / str(campaign.pk) / "spec.json").read_text())
-    assert spec["model_endpoint"] == {"base_url": "http://127.0.0.1:8123", "credential_name": "demo-stand-in"}
+    port = bootstrap.TCO_DEMO_MODEL_PORT
+    assert spec["model_endpoint"] == {"base_url": f"http://127.0.0.1:{port}", "credential_name": "demo-stand-in"}
+    assert spec["model_endpoints"] == [{"name": "demo-stand-in", "provider": "anthropic", "scheme": "http",
+                                        "host": "127.0.0.1", "port": port, "path_prefixes": ["/v1/"],
+                                        "credential_name": "demo-stand-in"}]
     assert spec["agent"]["outputs"] == ["verdict.json", "transcript.jsonl"]
     policy = load_policy(spec["policy"])
-    assert policy.refusals() == [] and str(tmp_path / "runs") in policy.read_only
-    assert policy.proxy_policy()["network_policies"]["model_api"]["endpoints"][0]["port"] == 8123
-    assert spec["policy"] == review_policy(runs_dir=tmp_path / "runs", model_base_url="http://127.0.0.1:8123")
+    assert policy.refusals() == [] and str(runs) in policy.read_only
+    assert policy.proxy_policy()["network_policies"]["model_api"]["endpoints"][0]["port"] == port
+    endpoint = ModelEndpoint.objects.get(name="demo-stand-in")
+    assert spec["policy"] == review_policy(runs_dir=runs, endpoint=endpoint).strip()

@@ -13,12 +13,54 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from dashboards.models import AgentDefinition
-from dashboards.services import team_ensure
 from dashboards.clusters import cluster_get_default
+from dashboards.models import AgentDefinition, ModelEndpoint, PolicyCeiling, Team
+from dashboards.services import team_ensure
 
 TEAMS = (("research", "research"), ("engineering", "engineering"))
 STAND_IN_MODEL = "stand-in-review"  # the model id the demo's review agents ask the stand-in for
+#: The registered endpoint of the demo's stand-in model (demo/demo_model.py), and its credential's name.
+DEMO_ENDPOINT = "demo-stand-in"
+DEMO_PROVIDER = "anthropic"
+
+
+def demo_policy(*, read_only: list[str], host: str, port: int, provider: str, landlock: bool = False) -> str:
+    """A demo sandbox policy (OpenShell schema): ``read_only`` paths, the work directory and a
+    private /tmp writable, the sandbox identity, and one rule: POST /v1/messages on ``host:port``
+    with the credential of ``provider`` bound by the proxy, for the agents' interpreter."""
+    agent_python = os.path.realpath(settings.TCO_RUNNER_PYTHON)
+    return (
+        "version: 1\n"
+        "filesystem_policy:\n"
+        "  include_workdir: true\n"
+        f"  read_only: [{', '.join(read_only)}]\n"
+        "  read_write: [/sandbox, /tmp]\n"
+        + ("landlock: {compatibility: best_effort}\n" if landlock else "")
+        + "process: {run_as_user: sandbox, run_as_group: sandbox}\n"
+        "network_policies:\n"
+        "  model_api:\n"
+        "    endpoints:\n"
+        f"      - host: {host}\n"
+        f"        port: {port}\n"
+        "        protocol: rest\n"
+        "        enforcement: enforce\n"
+        f"        credential_binding: {{provider: {provider}}}\n"
+        "        rules: [{allow: {method: POST, path: /v1/messages}}]\n"
+        f"    binaries: [{{path: {agent_python}}}]\n"
+    )
+
+
+def demo_ceiling() -> str:
+    """The policy ceiling of the demo teams: what the demo agent (the runner's default policy) and
+    the sweep's review agents (demo/sweep.py review_policy) need, and no more: system directories,
+    tco's demo code and venv, the sweeps' run directories read-only; the work directory and /tmp
+    writable; POST /v1/messages on the stand-in model only, with its credential."""
+    import sys
+
+    read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "demo"), sys.prefix,
+                 str(Path(settings.STATE_DIR) / "sweeps")]
+    return demo_policy(read_only=read_only, host="127.0.0.1", port=settings.TCO_DEMO_MODEL_PORT,
+                       provider=DEMO_PROVIDER)
 
 
 def demo_agent_command() -> list[str]:
@@ -63,6 +105,16 @@ class Command(BaseCommand):
                 "note": "hypothetical price of the stand-in model (demo/demo_model.py), for the demo only",
             },
         )
+        # The stand-in model's endpoint and the demo teams' policy ceilings (issue 11): the only
+        # endpoint a demo runner gives a credential to, and the most a demo campaign may allow.
+        ModelEndpoint.objects.get_or_create(
+            name=DEMO_ENDPOINT,
+            defaults={"provider": DEMO_PROVIDER, "scheme": "http", "host": "127.0.0.1",
+                      "port": settings.TCO_DEMO_MODEL_PORT, "path_prefixes": ["/v1/"],
+                      "credential_name": DEMO_ENDPOINT})
+        for team in Team.objects.filter(project__in=[p for _, p in TEAMS]):
+            PolicyCeiling.objects.get_or_create(team=team, defaults={
+                "policy": demo_ceiling(), "note": "tco_bootstrap: what the demo and review agents need"})
         password_file = Path(settings.STATE_DIR) / "admin-password"
         User = get_user_model()
         user = User.objects.filter(username=options["admin"]).first()

@@ -6,18 +6,22 @@ import random
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from dashboards.audit import ActionRefused
+from dashboards.launch import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Team
-from dashboards.services import LaunchError, campaign_launch, campaign_submit
+from dashboards.services import LaunchError, campaign_submit
 
 
 class Command(BaseCommand):
-    help = "Launch a demo campaign of --count demo agents for --team (submitted by the submit worker)."
+    help = ("Launch a demo campaign of --count demo agents for --team as --user, through the launch service "
+            "(role, limits, policy, budget, audit); submitted by the submit worker.")
 
     def add_arguments(self, parser):
         parser.add_argument("--count", type=int, default=60)
         parser.add_argument("--team", default="research")
         parser.add_argument("--name", default="demo")
-        parser.add_argument("--user", default="admin")
+        parser.add_argument("--user", default="admin",
+                            help="launch as this user (needs the launcher role on --team, or admin)")
         parser.add_argument("--min-seconds", type=float, default=3.0)
         parser.add_argument("--max-seconds", type=float, default=15.0)
         parser.add_argument("--submit-here", action="store_true",
@@ -36,9 +40,9 @@ class Command(BaseCommand):
             for n in range(1, options["count"] + 1)
         ]
         try:
-            campaign = campaign_launch(user=user, team=team, agent_definition=agent, inputs=inputs,
-                                       name=options["name"])
-        except LaunchError as exc:
+            campaign = launch(user=user, request=LaunchRequest(team=team, agent_definition=agent, inputs=inputs,
+                                                               name=options["name"])).campaign
+        except (ActionRefused, LaunchError) as exc:
             raise CommandError(str(exc)) from exc
         if options["submit_here"]:
             campaign = campaign_submit(campaign_id=campaign.pk)

@@ -6,10 +6,13 @@
 Submits demo/demo_sweep.py as an array job on classic.q, then a review
 campaign on agent.q (one sandboxed review agent per run, ``-hold_jid_ad`` on
 the sweep), and with ``--wait`` prints each verdict beside the reference
-checker's and the agreement. ``--start-model`` starts the scripted stand-in
-model (demo/demo_model.py --script review) and gives the runners its key;
-otherwise ``--model-url`` names a running model API whose key is
-``--credential-name`` in the runners' credentials file. ``--report`` prints
+checker's and the agreement. The agents talk to the registered model endpoint
+``--endpoint`` (admin: Model endpoints; ``tco_bootstrap`` registers the
+stand-in's, ``demo-stand-in``); ``--start-model`` starts the scripted
+stand-in model (demo/demo_model.py --script review) on that endpoint's port
+and gives the runners its key under the endpoint's credential name. The
+launch goes through the launch service as ``--user`` (role, policy ceiling,
+audit). ``--report`` prints
 the verdicts and agreement of an earlier review campaign (after ingesting its
 runner records). classic.q takes no work while the host's np_load_avg is at
 or above 1.75, so on a busy machine the sweep waits.
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import time
 from pathlib import Path
 
@@ -26,17 +28,12 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboards.models import Campaign, Task, Team
+from dashboards.audit import ActionRefused
+from dashboards.models import Campaign, ModelEndpoint, Task, Team
 from dashboards.services import LaunchError, campaign_submit
 from demo.sweep import (review_agreement, review_runs_dir, sweep_review_launch, sweep_submit,
                               write_demo_credential)
 from schedulers.base import SchedulerError
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Command(BaseCommand):
@@ -50,13 +47,12 @@ class Command(BaseCommand):
         parser.add_argument("--out-dir", default=None,
                             help="where the sweep writes its runs (default <state dir>/sweeps/<name>-<time>); on a "
                                  "real cluster a shared directory every exec host mounts")
-        parser.add_argument("--model-url", default=None, help="base URL of the model API (a policy endpoint)")
-        parser.add_argument("--credential-name", default="demo-stand-in",
-                            help="name of the model's key in the runners' credentials file")
+        parser.add_argument("--endpoint", default="demo-stand-in",
+                            help="name of the registered model endpoint the review agents use")
         parser.add_argument("--model", default="stand-in-review",
                             help="model id to ask for (the demo price table prices stand-in-review)")
         parser.add_argument("--start-model", action="store_true",
-                            help="start the scripted stand-in model on a free loopback port")
+                            help="start the scripted stand-in model on the endpoint's (loopback) port")
         parser.add_argument("--submit-here", action="store_true",
                             help="submit the review campaign in this process instead of the submit worker")
         parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
@@ -81,11 +77,12 @@ class Command(BaseCommand):
             raise CommandError("--tasks: 1 to 1000")
         name = options["name"]
         out_dir = Path(options["out_dir"] or Path(settings.STATE_DIR) / "sweeps" / f"{name}-{int(time.time())}")
-        model_url = options["model_url"]
+        endpoint = ModelEndpoint.objects.filter(name=options["endpoint"], active=True).first()
+        if endpoint is None:
+            raise CommandError(f"model endpoint {options['endpoint']!r} is not registered (run manage.py "
+                               "tco_bootstrap, or register it in the admin)")
         if options["start_model"]:
-            model_url = self._start_model(options["credential_name"])
-        if not model_url:
-            raise CommandError("give --model-url (a running model API) or --start-model")
+            self._start_model(endpoint)
 
         try:
             sweep_job, _ = sweep_submit(team=team, count=count, out_dir=out_dir, name=name)
@@ -94,9 +91,8 @@ class Command(BaseCommand):
         self.stdout.write(f"sweep: job {sweep_job}, {count} tasks on classic.q, runs in {out_dir}")
         try:
             campaign = sweep_review_launch(user=user, team=team, sweep_job=sweep_job, runs_dir=out_dir, count=count,
-                                           model_base_url=model_url, credential_name=options["credential_name"],
-                                           name=name, model=options["model"])
-        except LaunchError as exc:
+                                           endpoint=endpoint.name, name=name, model=options["model"])
+        except (ActionRefused, LaunchError) as exc:
             raise CommandError(str(exc)) from exc
         if options["submit_here"]:
             campaign = campaign_submit(campaign_id=campaign.pk)
@@ -105,8 +101,11 @@ class Command(BaseCommand):
         if options["wait"]:
             self._wait_and_report(campaign, out_dir, count, options["wait"])
 
-    def _start_model(self, credential_name: str) -> str:
-        port = _free_port()
+    def _start_model(self, endpoint: ModelEndpoint) -> str:
+        if endpoint.host not in ("127.0.0.1", "localhost") or endpoint.scheme != "http":
+            raise CommandError(f"--start-model needs a loopback http endpoint; {endpoint} is not one")
+        port = endpoint.port
+        credential_name = endpoint.credential_name
         key = "sk-tco-demo-" + secrets.token_hex(12)
         log_dir = Path(settings.STATE_DIR) / "log"
         log_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,157 @@
+"""Launch inputs: one JSON object per task, from files in a directory, JSONL or a parameter list.
+
+Each parser returns ``[{...}, ...]`` (task N gets item N-1) or raises
+``LaunchError`` naming the line or file at fault. Nothing here recurses on
+user input: JSON nested deeper than ``limits.INPUT_MAX_DEPTH`` is refused
+with a message, never a stack overflow (issue 11, finding 8).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from . import limits
+from .services import LaunchError
+
+
+def inputs_root() -> Path:
+    """Where "files in a directory" inputs must live (``TCO_INPUTS_ROOT``, default ``<state>/inputs``)."""
+    return Path(getattr(settings, "TCO_INPUTS_ROOT", None) or Path(settings.STATE_DIR) / "inputs")
+
+
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and dicts (a scalar is 0, ``[]`` is 1); iterative."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            depth += 1
+            deepest = max(deepest, depth)
+            stack.extend((v, depth) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+_NOT_JSON_RAISES = object()
+
+
+def json_loads_bounded(text: str, *, what: str, not_json: Any = _NOT_JSON_RAISES) -> Any:
+    """``json.loads(text)``, refusing nesting deeper than ``limits.INPUT_MAX_DEPTH``.
+
+    Raises LaunchError (``what`` names the place: "JSONL line 3") for text
+    that nests too deeply, and for text that is not JSON unless ``not_json``
+    is given (then that is returned); never RecursionError.
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise LaunchError(f"{what} nests deeper than {limits.INPUT_MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        if not_json is not _NOT_JSON_RAISES:
+            return not_json
+        raise LaunchError(f"{what} is not JSON: {exc}") from None
+    if json_depth(value) > limits.INPUT_MAX_DEPTH:
+        raise LaunchError(f"{what} nests deeper than {limits.INPUT_MAX_DEPTH} levels")
+    return value
+
+
+def inputs_from_directory(relative: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN) -> list[dict[str, str]]:
+    """One input ``{"file": absolute path}`` per regular file directly in ``<inputs root>/<relative>``.
+
+    The path must stay inside the inputs root (no ``..``, no symlink out of
+    it); files are taken in name order; hidden files are skipped. Raises
+    LaunchError with the reason.
+    """
+    relative = (relative or "").strip()
+    if not relative or "\0" in relative or any(ord(c) < 0x20 for c in relative):
+        raise LaunchError("input directory: give a directory under the inputs root")
+    root = inputs_root().resolve()
+    candidate = (root / relative.lstrip("/")).resolve()
+    if candidate != root and root not in candidate.parents:
+        raise LaunchError(f"input directory {relative!r} is outside the inputs root {root}")
+    if not candidate.is_dir():
+        raise LaunchError(f"input directory {relative!r} does not exist under {root}")
+    files = []
+    for entry in sorted(candidate.iterdir()):
+        if entry.name.startswith(".") or not entry.is_file():
+            continue
+        if root not in entry.resolve().parents:
+            continue  # a symlink out of the inputs root is not an input
+        files.append({"file": str(entry)})
+        if len(files) > limit:
+            raise LaunchError(f"input directory has more than {limit} files")
+    if not files:
+        raise LaunchError(f"input directory {relative!r} has no files")
+    return files
+
+
+def inputs_from_jsonl(text: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN) -> list[dict[str, Any]]:
+    """One input per non-empty line, each a JSON object. Raises LaunchError naming the line."""
+    if len(text.encode("utf-8", "surrogatepass")) > limits.INPUT_MAX_BYTES:
+        raise LaunchError(f"JSONL input is larger than {limits.INPUT_MAX_BYTES // (1024 * 1024)} MB")
+    items = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        value = json_loads_bounded(line, what=f"JSONL line {number}")
+        if not isinstance(value, dict):
+            raise LaunchError(f"JSONL line {number} is not a JSON object")
+        items.append(value)
+        if len(items) > limit:
+            raise LaunchError(f"a campaign has at most {limit} tasks; the JSONL has more lines")
+    if not items:
+        raise LaunchError("the JSONL input has no lines")
+    return items
+
+
+_PARAM_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_RANGE = re.compile(r"^(-?\d{1,12})\.\.(-?\d{1,12})$")
+
+
+def inputs_from_params(text: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN) -> list[dict[str, Any]]:
+    """A parameter list: one task per line of ``key=value`` pairs separated by spaces.
+
+    Values are JSON where they parse (``3``, ``true``, ``"a b"``), else text.
+    A line with one pair ``key=A..B`` (integers) stands for B-A+1 tasks with
+    key = A..B. Raises LaunchError naming the line; a range larger than
+    ``limit`` is refused before anything is built.
+    """
+    if len(text.encode("utf-8", "surrogatepass")) > limits.INPUT_MAX_BYTES:
+        raise LaunchError(f"the parameter list is larger than {limits.INPUT_MAX_BYTES // (1024 * 1024)} MB")
+    items: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line:
+            continue
+        pairs = line.split()
+        row: dict[str, Any] = {}
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            if not eq or not _PARAM_KEY.match(key):
+                raise LaunchError(f"parameter line {number}: {pair!r} is not key=value (key: letters, digits, _)")
+            if key in row:
+                raise LaunchError(f"parameter line {number}: {key} given twice")
+            row[key] = value
+        if len(row) == 1:
+            (key, value), = row.items()
+            match = _RANGE.match(value)
+            if match:
+                first, last = int(match.group(1)), int(match.group(2))
+                if last < first:
+                    raise LaunchError(f"parameter line {number}: range {value} runs backwards")
+                if len(items) + (last - first + 1) > limit:
+                    raise LaunchError(f"a campaign has at most {limit} tasks; line {number} asks for "
+                                      f"{last - first + 1}")
+                items.extend({key: n} for n in range(first, last + 1))
+                continue
+        items.append({k: json_loads_bounded(v, what=f"parameter line {number}: {k}", not_json=v)
+                      for k, v in row.items()})
+        if len(items) > limit:
+            raise LaunchError(f"a campaign has at most {limit} tasks")
+    if not items:
+        raise LaunchError("the parameter list is empty")
+    return items

@@ -1,0 +1,47 @@
+"""A submitter killed between the DRMAA call and the commit, on the real dev cluster: the
+reconciler finds the job by its name in qstat and adopts it; the campaign ends with one job."""
+from __future__ import annotations
+
+import pytest
+
+from dashboards import enqueue, services
+from dashboards.launch import LaunchRequest, launch
+from dashboards.models import AgentDefinition, Campaign, CampaignStatus, Task, Team
+from tests.ops.fixtures import ops_users, qdel_quietly, qstat_jobs  # noqa: F401
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+class Killed(BaseException):
+    pass
+
+
+def test_a_killed_submitter_leaves_one_job_which_the_reconciler_adopts(ops_users, monkeypatch):
+    monkeypatch.setattr(enqueue, "send", lambda *args, **kw: None)
+    campaign = launch(user=ops_users["launcher"], request=LaunchRequest(
+        team=Team.objects.get(project="research"), agent_definition=AgentDefinition.objects.get(name="demo-agent"),
+        inputs=[{"task": n, "duration_s": 30.0} for n in (1, 2)], name="killed-submitter")).campaign
+    accepted = []
+
+    def die(job_number):
+        accepted.append(job_number)
+        raise Killed()
+
+    try:
+        with pytest.raises(Killed):
+            services.campaign_submit(campaign_id=campaign.pk, after_submit=die)
+        assert Campaign.objects.get(pk=campaign.pk).job_number is None
+        name = services.campaign_job_name(campaign)
+        assert [n for n, job in qstat_jobs().items() if job["name"] == name] == accepted
+
+        out = services.reconcile_submissions(grace_s=0)
+        assert campaign.pk in out["adopted"]
+        done = Campaign.objects.get(pk=campaign.pk)
+        assert done.status == CampaignStatus.SUBMITTED and done.job_number == accepted[0]
+        assert Task.objects.filter(campaign=done).count() == 2
+        # No second job, whatever runs next.
+        services.campaign_submit(campaign_id=campaign.pk)
+        assert services.reconcile_submissions(grace_s=0)["adopted"] == []
+        assert [n for n, job in qstat_jobs().items() if job["name"] == name] == accepted
+    finally:
+        qdel_quietly(*accepted)
