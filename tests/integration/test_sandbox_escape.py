@@ -100,9 +100,9 @@ def escape(tmp_path_factory):
     if not shutil.which("bwrap"):
         pytest.fail("bubblewrap (bwrap) is not installed; apt-get install bubblewrap")
     root = tmp_path_factory.mktemp("escape")
-    spool, probe_dir = root / "spool", root / "probe"
-    probe_dir.mkdir()
-    shutil.copy(REPO / "tests" / "integration" / "sandbox_probes.py", probe_dir / "probes.py")
+    # The probes are listed where they are: nothing inside the host's /tmp (the tests' root)
+    # can be listed, it is other tasks' scratch space (issue 11, finding 4).
+    spool, probe_dir = root / "spool", REPO / "tests" / "integration"
     key_file, creds = root / "model.key", root / "credentials.json"
     key_file.write_text(SECRET + "\n")
     creds.write_text(json.dumps({"escape-test": SECRET}))
@@ -155,7 +155,7 @@ network_policies:
     binaries: [{{path: /usr/bin/python3.11}}]
 """
         spec = {"version": 1, "campaign_id": CAMPAIGN, "inputs_file": "inputs.jsonl", "timeout_s": 120,
-                "agent": {"command": ["/usr/bin/python3", str(probe_dir / "probes.py")],
+                "agent": {"command": ["/usr/bin/python3", str(probe_dir / "sandbox_probes.py")],
                           "outputs": ["probes.json"]},
                 "policy": policy,
                 "model_endpoint": {"base_url": f"http://127.0.0.1:{model_port}", "credential_name": "escape-test"}}

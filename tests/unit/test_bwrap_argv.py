@@ -13,11 +13,20 @@ SOCK = "/tmp/tco-runner-1-0/sock"
 class FakeFS:
     """A Debian 12 host: merged /usr, /etc/resolv.conf a plain file, nothing else linked."""
 
-    links = {"/bin": "usr/bin", "/sbin": "usr/sbin", "/lib": "usr/lib", "/lib64": "usr/lib64"}
+    links = {"/bin": "usr/bin", "/sbin": "usr/sbin", "/lib": "usr/lib", "/lib64": "usr/lib64",
+             "/run/shm": "dev/shm", "/var/lock": "run/lock", "/opt/to-spool": "spool", "/opt/to-root": "",
+             "/opt/to-proc": "proc/1/root", "/opt/to-state": "var/lib/tco/secret_key"}
     dirs = {"/", "/usr", "/usr/bin", "/usr/lib", "/usr/lib64", "/usr/sbin", "/etc", "/tmp", "/var", "/var/tmp",
-            "/run", "/opt", "/opt/data", "/spool", "/spool/work", "/tmp/tco-runner-1-0", "/code", "/code/worker",
-            "/home", "/home/tco"}
-    files = {"/etc/resolv.conf", "/usr/bin/python3.11", "/secrets.json"}
+            "/run", "/run/lock", "/dev/shm", "/opt", "/opt/data", "/spool", "/spool/work", "/tmp/tco-runner-1-0",
+            "/tmp/4243.1.all.q", "/code", "/code/worker", "/home", "/home/tco", "/var/lib", "/var/lib/tco",
+            "/var/lib/tco/sweeps", "/mnt", "/mnt/spool-again", "/mnt/spool-again/work"}
+    files = {"/etc/resolv.conf", "/usr/bin/python3.11", "/secrets.json", "/var/lib/tco/secret_key",
+             "/var/lib/tco/admin-password"}
+    #: Bind mounts: the same directory mounted at another place too (/proc/self/mountinfo).
+    aliases = {"/spool": ["/mnt/spool-again"]}
+
+    def mount_aliases(self, path):
+        return self.aliases.get(path, [])
 
     def lexists(self, path):
         return path in self.links or path in self.dirs or path in self.files
@@ -56,7 +65,7 @@ def argv_for(policy_text: str, **overrides) -> list[str]:
 
 def pairs(argv: list[str], flag: str) -> list[tuple[str, ...]]:
     """Each occurrence of ``flag`` with its arguments."""
-    width = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--ro-bind-data": 2, "--tmpfs": 1, "--remount-ro": 1,
+    width = {"--size": 1, "--ro-bind": 2, "--bind": 2, "--symlink": 2, "--ro-bind-data": 2, "--tmpfs": 1, "--remount-ro": 1,
              "--setenv": 2, "--proc": 1, "--dev": 1}[flag]
     return [tuple(argv[i + 1:i + 1 + width]) for i, a in enumerate(argv) if a == flag]
 
@@ -188,10 +197,95 @@ def test_the_command_is_the_relay_then_the_agent():
                for src, dst in pairs(argv, "--ro-bind"))
 
 
-def test_admin_covers_hide_a_directory_but_not_what_is_listed_inside_it():
-    plan = plan_for("version: 1\nfilesystem_policy: {read_only: ['/', /opt/data]}\n", covers=["/opt"])
+def test_the_state_directory_hides_all_but_its_shared_directories():
+    # TCO_SANDBOX_MASK (tco's state) and TCO_SANDBOX_SHARED (a demo's outputs inside it).
+    plan = plan_for("version: 1\nfilesystem_policy: {read_only: ['/', /var/lib/tco/sweeps]}\n",
+                    state=["/var/lib/tco"], shared=["/var/lib/tco/sweeps"])
     argv = build_argv(plan, FakeFS())
     order = mount_order(argv)
-    assert ("/opt",) in pairs(argv, "--tmpfs")  # shown under "/", so covered
-    assert ("/opt/data", "/opt/data") in pairs(argv, "--ro-bind")
-    assert order.index("/opt") < order.index("/opt/data")  # ... and /opt/data is shown on top of it
+    assert ("/var/lib/tco",) in pairs(argv, "--tmpfs")  # shown under "/", so covered
+    assert ("/var/lib/tco/sweeps", "/var/lib/tco/sweeps") in pairs(argv, "--ro-bind")
+    assert order.index("/var/lib/tco") < order.index("/var/lib/tco/sweeps")  # ... shown on top of it
+
+
+# ------------------------------------------------ issue 11: tco's own state is never bindable
+
+
+@pytest.mark.parametrize("listed", ["/var/lib/tco/secret_key", "/var/lib/tco/admin-password", "/var/lib/tco"])
+def test_issue11_state_files_listed_read_only_are_refused(listed):
+    # The attack: a policy listing var/secret_key and var/admin-password read-only.
+    with pytest.raises(SandboxConfigError, match="inside /var/lib/tco"):
+        build_argv(plan_for(f"version: 1\nfilesystem_policy: {{read_only: [/usr, {listed}]}}\n",
+                            state=["/var/lib/tco"]), FakeFS())
+
+
+def test_a_shared_directory_never_opens_the_spool_or_the_credentials():
+    # Only a directory inside the state directory may be shared, never one inside a mask.
+    with pytest.raises(SandboxConfigError, match="inside /spool"):
+        build_argv(plan_for("version: 1\nfilesystem_policy: {read_only: [/usr, /spool/work]}\n",
+                            state=["/spool"], shared=["/spool/work"]), FakeFS())
+
+
+@pytest.mark.parametrize("listed,resolved", [("/opt/to-spool", "/spool"), ("/opt/to-state", "/var/lib/tco")])
+def test_a_link_into_a_masked_directory_is_refused(listed, resolved):
+    with pytest.raises(SandboxConfigError, match=f"resolves to {resolved}.* is inside {resolved}"):
+        build_argv(plan_for(f"version: 1\nfilesystem_policy: {{read_only: [/usr, {listed}]}}\n",
+                            state=["/var/lib/tco"]), FakeFS())
+
+
+def test_a_bind_mount_of_a_masked_directory_is_refused_and_covered():
+    # /mnt/spool-again is the spool mounted a second time: inside it is inside the spool.
+    with pytest.raises(SandboxConfigError, match="inside /mnt/spool-again"):
+        argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /mnt/spool-again/work]}\n")
+    argv = argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /mnt]}\n")
+    assert ("/mnt", "/mnt") in pairs(argv, "--ro-bind") and ("/mnt/spool-again",) in pairs(argv, "--tmpfs")
+
+
+def test_a_link_above_masked_paths_covers_them_where_they_appear_inside():
+    # /opt/to-root -> "/": the spool, the credentials and the host's /tmp show up under /opt/to-root.
+    argv = argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /opt/to-root]}\n", state=["/var/lib/tco"])
+    assert ("/", "/opt/to-root") in pairs(argv, "--ro-bind")
+    tmpfs = pairs(argv, "--tmpfs")
+    for inside in ("/opt/to-root/spool", "/opt/to-root/tmp", "/opt/to-root/run", "/opt/to-root/var/lib/tco",
+                   "/opt/to-root/dev/shm"):
+        assert (inside,) in tmpfs and (inside,) in pairs(argv, "--remount-ro"), inside
+    assert ("/dev/null", "/opt/to-root/secrets.json") in pairs(argv, "--ro-bind")
+    order = mount_order(argv)
+    assert order.index("/opt/to-root") < order.index("/opt/to-root/spool")
+
+
+def test_proc_1_root_through_a_link_is_refused():
+    with pytest.raises(SandboxConfigError, match="resolves to /proc/1/root.*own /proc and /dev"):
+        argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /opt/to-proc]}\n")
+
+
+# -------------------------------------- issue 11 finding 4: other tasks' scratch space, the host's shm
+
+
+def test_another_tasks_tmpdir_is_refused():
+    # Task A listing task B's TMPDIR (Grid Engine's /tmp/<job>.<task>.<queue>) reached B's proxy socket.
+    for listed in ("/tmp/4243.1.all.q", "/tmp/tco-runner-1-0"):
+        with pytest.raises(SandboxConfigError, match="inside /tmp, which holds other tasks' scratch space"):
+            argv_for(f"version: 1\nfilesystem_policy: {{read_write: [/usr, {listed}]}}\n")
+
+
+@pytest.mark.parametrize("listed", ["/run/shm", "/var/lock", "/dev/shm", "/run/lock", "/run", "/tmp"])
+def test_shared_memory_and_lock_directories_are_always_the_sandboxs_own(listed):
+    argv = argv_for(f"version: 1\nfilesystem_policy: {{read_only: [/usr], read_write: [{listed}]}}\n")
+    assert (listed,) in pairs(argv, "--tmpfs")
+    assert not [b for b in pairs(argv, "--bind") + pairs(argv, "--ro-bind")
+                if b[1] == listed or b[0] in ("/dev/shm", "/run/lock", "/run", "/tmp")]
+    # a fresh tmpfs of the plan's size: --size comes right before its --tmpfs
+    at = argv.index(listed, argv.index("--tmpfs") - 1)
+    assert argv[at - 3:at] == ["--size", str(plan_for(SYSTEM).tmpfs_bytes), "--tmpfs"]
+
+
+def test_tmpfs_size_and_process_limit_come_from_the_plan():
+    argv = argv_for(SYSTEM, tmpfs_bytes=12345, max_processes=77)
+    at = argv.index("/tmp", argv.index("--tmpfs") - 1)
+    assert argv[at - 3:at] == ["--size", "12345", "--tmpfs"]
+    relay = len(argv) - 1 - argv[::-1].index("/run/tco-relay.py")
+    tail = argv[relay:]
+    assert tail[tail.index("--max-processes") + 1] == "77"
+    with pytest.raises(SandboxConfigError):
+        argv_for(SYSTEM, max_processes=0)
