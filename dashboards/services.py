@@ -238,6 +238,8 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
             # tco's state (secret key, database, passwords) stays hidden from agents even if
             # a policy lists a directory above it (execution/runner.py).
             "TCO_SANDBOX_MASK": str(settings.STATE_DIR),
+            # ... except the demo sweeps' outputs, which its review agents read (demo/sweep.py).
+            "TCO_SANDBOX_SHARED": str(Path(settings.STATE_DIR) / "sweeps"),
             "PYTHONPATH": str(settings.BASE_DIR),
             "PYTHONDONTWRITEBYTECODE": "1",
         },

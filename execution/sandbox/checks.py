@@ -152,8 +152,12 @@ def resolve_masks(paths: Iterable[str], fs: HostFS | None = None) -> list[str]:
         path = os.path.normpath(path)
         found = [path]
         if fs.lexists(path):
-            real = fs.realpath(path)
-            found += [real, *fs.mount_aliases(real)]
+            try:
+                real = fs.realpath(path)
+            except OSError:
+                real = None
+            if real is not None:
+                found += [real, *fs.mount_aliases(real)]
         for each in found:
             if each not in out:
                 out.append(each)
@@ -166,7 +170,10 @@ def private_dir_target(path: str, fs: HostFS | None = None) -> str | None:
     if path in PRIVATE_DIRS:
         return path
     if fs.lexists(path):
-        real = fs.realpath(path)
+        try:
+            real = fs.realpath(path)
+        except OSError:
+            return None
         if real in PRIVATE_DIRS:
             return real
     return None
@@ -181,7 +188,10 @@ def path_refusal(path: str, *, masks: Iterable[str], state: Iterable[str] = (), 
     fs = fs or HostFS()
     if path == INSIDE_WORKDIR:
         return None
-    real = fs.realpath(path) if fs.lexists(path) else path
+    try:
+        real = fs.realpath(path) if fs.lexists(path) else path
+    except OSError as exc:  # e.g. a link through /proc/1/root, which the runner may not read
+        return f"{where}: {path} cannot be resolved ({exc.strerror or exc}); it cannot be listed"
     for shown in dict.fromkeys((path, real)):
         resolved = "" if shown == path else f" (it resolves to {shown})"
         if any(_under(shown, k) for k in KERNEL_DIRS) and shown != "/dev/shm":

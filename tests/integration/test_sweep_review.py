@@ -9,6 +9,7 @@ the plumbing's, not a model's quality.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import time
@@ -72,11 +73,25 @@ def served(model_url: str) -> dict:
         return json.loads(resp.read())
 
 
-def test_a_sweep_and_its_chained_review_campaign(bootstrap, django_user_model, stand_in_model, tmp_path):
+# Outside the host's /tmp (nothing in it can be listed in a sandbox policy: other tasks' scratch
+# space) and outside the test's state directory (tco's own files): the real state dir's test output.
+RUNS_ROOT = Path(settings.STATE_DIR) / "test-output"
+
+
+@pytest.fixture
+def runs_dir():
+    path = RUNS_ROOT / f"sweep-runs-{time.time_ns()}"
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_sweep_and_its_chained_review_campaign(bootstrap, django_user_model, stand_in_model, runs_dir):
     cluster = cluster_get_default()
     team = Team.objects.get(project="research")
     admin = django_user_model.objects.get(username="admin")
-    runs = tmp_path / "runs"
+    runs = runs_dir
     write_demo_credential(name="demo-stand-in", secret=KEY)
     scheduler = scheduler_for(cluster)
 

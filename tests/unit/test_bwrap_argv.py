@@ -289,3 +289,64 @@ def test_tmpfs_size_and_process_limit_come_from_the_plan():
     assert tail[tail.index("--max-processes") + 1] == "77"
     with pytest.raises(SandboxConfigError):
         argv_for(SYSTEM, max_processes=0)
+
+
+# ------------------------------------------- issue 11 finding 8: the launch form's check is the runner's
+
+
+def refusals_of(policy_text: str, **kw) -> list[str]:
+    from execution.sandbox.checks import refusals
+
+    return refusals(policy_text, masked_paths=["/spool", "/secrets.json", "/tmp/tco-runner-1-0"],
+                    state_paths=["/var/lib/tco"], fs=FakeFS(), **kw)
+
+
+def test_refusals_names_every_reason_and_accepts_a_plain_policy():
+    assert refusals_of(SYSTEM) == []
+    reasons = refusals_of("version: 1\nfilesystem_policy:\n  read_only: [/usr, /opt/to-proc, /spool/work]\n"
+                          "  read_write: [/var/lib/tco/secret_key, /tmp/4243.1.all.q, /run/tco]\n")
+    assert len(reasons) == 5, reasons
+    assert reasons[0].startswith("filesystem_policy.read_only: /opt/to-proc (it resolves to /proc/1/root)")
+    assert reasons[1].startswith("filesystem_policy.read_only: /spool/work is inside /spool")
+    assert reasons[2].startswith("filesystem_policy.read_write: /var/lib/tco/secret_key is inside /var/lib/tco")
+    assert reasons[3].startswith("filesystem_policy.read_write: /tmp/4243.1.all.q is inside /tmp")
+    assert reasons[4].startswith("filesystem_policy.read_write: /run/tco is where tco puts its relay")
+
+
+def test_refusals_include_what_bubblewrap_cannot_enforce_and_invalid_policies():
+    policy = ("version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {host: a.example.com, port: 443, "
+              "protocol: rest, rules: [{allow: {method: GET, path: /}}], deny_rules: [{method: GET, path: /x}]}\n"
+              "    binaries: [{path: /usr/bin/python3}]\n")
+    [reason] = refusals_of(policy)
+    assert "deny_rules: not enforced by the metering proxy" in reason
+    assert refusals_of(policy, runtime="openshell") == []  # OpenShell enforces it itself
+    assert refusals_of("version: 1\nfilesystem_policy: {read_onyl: [/usr]}\n") == [
+        "filesystem_policy.read_onyl: unknown field (did you mean 'read_only'?)"]
+
+
+def test_every_path_refusal_is_also_what_the_argv_builder_raises():
+    # The same function decides both: each path refusals() names makes build_argv refuse too.
+    for path in ("/opt/to-proc", "/spool/work", "/var/lib/tco/secret_key", "/tmp/4243.1.all.q", "/run/tco",
+                 "/mnt/spool-again/work", "/opt/to-state"):
+        policy = f"version: 1\nfilesystem_policy: {{read_only: [/usr, {path}]}}\n"
+        [reason] = refusals_of(policy)
+        with pytest.raises(SandboxConfigError) as caught:
+            build_argv(plan_for(policy, state=["/var/lib/tco"]), FakeFS())
+        assert reason == str(caught.value).replace("filesystem_policy:", "filesystem_policy.read_only:", 1)
+
+
+def test_mountinfo_aliases_are_found():
+    from execution.sandbox.checks import HostFS
+
+    class Mounts(HostFS):
+        def mounts(self):
+            return [("254:0", "/", "/"), ("254:0", "/srv/data", "/mnt/data"), ("0:5", "/", "/mnt/other"),
+                    ("254:0", "/srv/data/state", "/opt/state dir")]
+
+    fs = Mounts()
+    assert fs.mount_aliases("/srv/data/state/secret_key") == ["/mnt/data/state/secret_key",
+                                                              "/opt/state dir/secret_key"]
+    assert fs.mount_aliases("/mnt/other/x") == []
+    from execution.sandbox.checks import _unescape_mountinfo
+    assert _unescape_mountinfo("/opt/state\\040dir\\134x") == "/opt/state dir\\x"
+    assert any(point == "/" for _, _, point in HostFS().mounts())  # this host's own mountinfo

@@ -400,3 +400,53 @@ def test_the_sandbox_is_stopped_and_continued_with_the_runner(tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     assert spool.record(1)["runner_signal"] == signal.SIGTERM
+
+
+# ------------------------------------------- issue 11 finding 8: the runner refuses what checks.refusals names
+
+
+RO_PREFIX = "version: 1\nfilesystem_policy:\n  read_only: [/usr, /lib, /lib64, /bin, /etc, "
+
+
+@pytest.mark.parametrize("policy", [
+    RO_PREFIX + "/proc/1/root]\n",
+    RO_PREFIX + "{spool}/work]\n",
+    RO_PREFIX + "{spool}/credentials.json]\n",
+    RO_PREFIX + "{state}/secret_key, {state}]\n",
+    RO_PREFIX + "/tmp/4243.1.all.q]\n  read_write: [/run/tco]\n",
+    "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: a.example.com, port: 443, protocol: rest, "
+    "rules: [{{allow: {{method: GET, path: /}}}}], deny_rules: [{{method: GET, path: /x}}]}}\n"
+    "    binaries: [{{path: /usr/bin/python3}}]\n",
+])
+def test_the_runner_refuses_exactly_what_checks_refusals_names(spool, tmp_path, policy):
+    from execution.sandbox.checks import refusals, runner_masked_paths
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "secret_key").write_text("k")
+    text = policy.format(spool=spool.root, state=state)
+    spool.write([{"task": 1}], policy=text)
+    env = {**spool.env(1), "TCO_SANDBOX_MASK": str(state)}
+    env.pop("TMPDIR", None)
+    proc = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(spool.root),
+                          capture_output=True, timeout=60, start_new_session=True)
+    assert proc.returncode == runner.EXIT_CONFIG
+    # What the launch form would compute with the same settings (the runner adds its TMPDIR, /tmp here).
+    expected = refusals(text, masked_paths=runner_masked_paths(spool=str(spool.root)) + ["/tmp"],
+                        state_paths=[str(state)])
+    assert expected, text
+    record = spool.record(1)
+    assert record["error"] == "the runner refuses this sandbox policy: " + "; ".join(expected)
+    assert record["stages"]["sandbox_create_at"] is None
+
+
+def test_a_grid_engine_tmpdirs_siblings_are_masked(tmp_path):
+    env = {"TCO_SPOOL_DIR": str(tmp_path / "spool"), "JOB_ID": "77", "TMPDIR": str(tmp_path / "77.1.all.q"),
+           "TCO_SANDBOX_MASK": "/srv/state:relative", "TCO_SANDBOX_SHARED": "/srv/state/sweeps"}
+    (tmp_path / "77.1.all.q").mkdir()
+    r = runner.Runner(env)
+    r.spool = env["TCO_SPOOL_DIR"]
+    paths = r._sandbox_paths()
+    assert str(tmp_path) in paths["masked"] and str(tmp_path / "77.1.all.q") in paths["masked"]
+    assert str(tmp_path / "spool") in paths["masked"] and str(tmp_path / "spool" / "credentials.json") in paths["masked"]
+    assert paths["state"] == ["/srv/state"] and paths["shared"] == ["/srv/state/sweeps"]
