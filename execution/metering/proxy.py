@@ -349,9 +349,10 @@ class CredentialError(RuntimeError):
 
 
 class CredentialResolver:
-    """Credentials by provider name, read by the proxy (outside the sandbox).
+    """Credentials by name, read by the proxy (outside the sandbox). The proxy asks only
+    for the ``credential_name`` of a :class:`RegisteredEndpoint`.
 
-    ``sources`` maps a provider (``anthropic``) to ``file:/path`` (the file's
+    ``sources`` maps a credential name (``anthropic-prod``) to ``file:/path`` (the file's
     content, stripped) or ``env:NAME`` (the runner's environment, read at the
     first request; the runner must not pass that variable to the agent).
     Values are cached in memory and never logged or recorded.
@@ -365,7 +366,7 @@ class CredentialResolver:
         self._cache: dict[str, str] = {}
 
     def resolve(self, provider: str) -> str:
-        """The secret for ``provider``. Raises CredentialError."""
+        """The secret named ``provider`` (a credential name). Raises CredentialError."""
         if provider in self._cache:
             return self._cache[provider]
         source = self._sources.get(provider)

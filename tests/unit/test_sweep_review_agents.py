@@ -26,12 +26,18 @@ REASONS = ["ok", "ok", "diverged", "ok", "crashed", "diverged", "ok", "no_summar
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("runs")
+def runs() -> Path:
+    # Outside the host's /tmp: a sandbox policy may list nothing inside it (other tasks' scratch).
+    import shutil
+    import tempfile
+
+    (REPO / "var").mkdir(exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix="test-sweep-runs-", dir=REPO / "var"))
     for task in range(1, 9):
         subprocess.run([sys.executable, "-m", "demo.demo_sweep", "--out", str(out), "--task", str(task)],
                        cwd=REPO, capture_output=True, timeout=60)
-    return out
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
 
 
 def test_the_sweep_has_ok_diverged_crashed_and_aborted_runs(runs):
