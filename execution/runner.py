@@ -21,7 +21,7 @@ e.g. a demo's output directory; never inside the spool), ``TCO_SANDBOX_RUNTIME``
 runner's private directory goes; Grid Engine sets one per task).
 
 Limits (issue 11, finding 5), each a positive integer with a safe default
-(:data:`LIMIT_DEFAULTS`): ``TCO_SANDBOX_TMPFS_BYTES`` (size of the
+(:data:`LIMIT_DEFAULTS`, :data:`PROXY_LIMITS`): ``TCO_SANDBOX_TMPFS_BYTES`` (size of the
 sandbox's own /tmp, /var/tmp, /dev/shm, /run; 256 MiB each),
 ``TCO_SANDBOX_MAX_PROCESSES`` (RLIMIT_NPROC inside the sandbox, threads
 included; 256), ``TCO_SANDBOX_WORK_BYTES`` (the work directory's size, checked
@@ -186,12 +186,15 @@ OUTPUT_DRAIN_S = 2.0
 PROXY_STOP_S = 15.0
 EXIT_TIMEOUT = 124
 EXIT_WORKDIR_QUOTA = 122
-LIMIT_DEFAULTS = {
-    "TCO_SANDBOX_TMPFS_BYTES": 256 << 20, "TCO_SANDBOX_MAX_PROCESSES": 256, "TCO_SANDBOX_WORK_BYTES": 4 << 30,
-    "TCO_SANDBOX_WORK_CHECK_S": 10, "TCO_PROXY_MAX_CONNECTIONS": 32, "TCO_PROXY_MAX_HEADER_BYTES": 8190,
-    "TCO_PROXY_MAX_BODY_BYTES": 32 << 20, "TCO_PROXY_MAX_BUFFERED_BYTES": 64 << 20,
-    "TCO_PROXY_RECORDS_IN_MEMORY": 1000, "TCO_PROXY_RECORD_FILE_BYTES": 64 << 20,
-}
+#: The sandbox's limits (environment variable -> default); see the module doc.
+LIMIT_DEFAULTS = {"TCO_SANDBOX_TMPFS_BYTES": 256 << 20, "TCO_SANDBOX_MAX_PROCESSES": 256,
+                  "TCO_SANDBOX_WORK_BYTES": 4 << 30, "TCO_SANDBOX_WORK_CHECK_S": 10}
+#: The metering proxy's limits: environment variable -> field of execution/metering/proxy.py's
+#: ``Limits`` (whose defaults apply when the variable is unset).
+PROXY_LIMITS = {"TCO_PROXY_MAX_CONNECTIONS": "max_connections", "TCO_PROXY_MAX_HEADER_BYTES": "max_header_bytes",
+                "TCO_PROXY_MAX_BODY_BYTES": "max_body_bytes", "TCO_PROXY_MAX_BUFFERED_BYTES": "max_buffered_bytes",
+                "TCO_PROXY_RECORDS_IN_MEMORY": "records_in_memory",
+                "TCO_PROXY_RECORD_FILE_BYTES": "record_file_bytes"}
 EXIT_CONFIG = 78
 EXIT_INTERNAL = 70
 INSIDE_WORKDIR = "/sandbox"
@@ -474,7 +477,7 @@ class Runner:
 
     def _arm(self) -> None:
         self._armed = True
-        if self.runner_signal is not None or self.timed_out:  # arrived while disarmed
+        if self.runner_signal is not None or self.timed_out or self.workdir_over:  # arrived while disarmed
             self._armed = False
             raise _Interrupted()
 
@@ -500,12 +503,17 @@ class Runner:
             raise RunnerError(f"SGE_TASK_ID {task_id!r} is not a task number")
         self.record_dir = os.path.join(self.spool, "records", self.campaign_id)
         os.makedirs(self.record_dir, exist_ok=True)
+        for name in (*LIMIT_DEFAULTS, *PROXY_LIMITS):  # a bad limit is a configuration error at once
+            if name != "TCO_SANDBOX_WORK_CHECK_S":
+                self._limit(name)
+        self._check_interval()
 
-    def _limit(self, name: str) -> int:
-        """A limit from the environment (:data:`LIMIT_DEFAULTS`): a positive integer."""
+    def _limit(self, name: str) -> int | None:
+        """A limit from the environment: a positive integer, else its default
+        (:data:`LIMIT_DEFAULTS`; None for :data:`PROXY_LIMITS`: the proxy's own)."""
         text = self.environ.get(name)
         if text in (None, ""):
-            return LIMIT_DEFAULTS[name]
+            return LIMIT_DEFAULTS.get(name)
         if not text.isdigit() or int(text) < 1:
             raise RunnerError(f"{name}={text!r}: expected a positive integer")
         return int(text)
@@ -680,12 +688,8 @@ class Runner:
         if cost_cap is not None and prices is None:
             raise RunnerError("runner spec: cost_cap_usd needs a price table (TCO_PRICES_FILE or "
                               "<spool>/prices.json)")
-        limits = Limits(max_connections=self._limit("TCO_PROXY_MAX_CONNECTIONS"),
-                        max_header_bytes=self._limit("TCO_PROXY_MAX_HEADER_BYTES"),
-                        max_body_bytes=self._limit("TCO_PROXY_MAX_BODY_BYTES"),
-                        max_buffered_bytes=self._limit("TCO_PROXY_MAX_BUFFERED_BYTES"),
-                        records_in_memory=self._limit("TCO_PROXY_RECORDS_IN_MEMORY"),
-                        record_file_bytes=self._limit("TCO_PROXY_RECORD_FILE_BYTES"))
+        limits = Limits(**{field: self._limit(name) for name, field in PROXY_LIMITS.items()
+                           if self._limit(name) is not None})
         self._proxy_config = {"policy": policy.proxy_policy(), "upstreams": upstreams, "registered": registered,
                               "file": self._credentials_file(), "prices": prices, "token_cap": token_cap,
                               "cost_cap": cost_cap, "limits": limits}

@@ -450,3 +450,36 @@ def test_a_grid_engine_tmpdirs_siblings_are_masked(tmp_path):
     assert str(tmp_path) in paths["masked"] and str(tmp_path / "77.1.all.q") in paths["masked"]
     assert str(tmp_path / "spool") in paths["masked"] and str(tmp_path / "spool" / "credentials.json") in paths["masked"]
     assert paths["state"] == ["/srv/state"] and paths["shared"] == ["/srv/state/sweeps"]
+
+
+@pytest.mark.parametrize("name,value", [("TCO_SANDBOX_MAX_PROCESSES", "lots"), ("TCO_PROXY_MAX_BODY_BYTES", "0"),
+                                        ("TCO_SANDBOX_WORK_CHECK_S", "-1")])
+def test_a_bad_limit_is_a_configuration_error_before_the_agent_starts(spool, name, value):
+    spool.write([{"task": 1, "duration_s": 0}])
+    proc = subprocess.run([sys.executable, "-m", "execution.runner"], env={**spool.env(1), name: value},
+                          cwd=str(spool.root), capture_output=True, timeout=60, start_new_session=True)
+    assert proc.returncode == runner.EXIT_CONFIG
+    record = spool.record(1)
+    assert record["error"].startswith(f"{name}={value!r}") and record["stages"]["sandbox_create_at"] is None
+
+
+def test_the_proxy_limits_reach_the_proxy(spool, tmp_path):
+    # One limit set, the others the proxy's defaults: a body over 1000 bytes is refused (413).
+    from execution.metering.proxy import Limits
+
+    code = ("import http.client\nc = http.client.HTTPConnection('127.0.0.1', 8790, timeout=30)\n"
+            "c.request('POST', '/v1/messages', b'x' * 5000, {'content-type': 'application/json'})\n"
+            "print(c.getresponse().status)")
+    policy = ("version: 1\nfilesystem_policy: {include_workdir: true, read_only: [/usr, /lib, /lib64, /bin, /etc], "
+              "read_write: [/sandbox, /tmp]}\nnetwork_policies:\n  m:\n    endpoints:\n      - {host: 127.0.0.1, "
+              "port: 9, protocol: rest, rules: [{allow: {method: POST, path: /v1/messages}}]}\n"
+              "    binaries: [{path: /usr/bin/python3.11}]\n")
+    spool.write([{"task": 1}], command=["/usr/bin/python3", "-c", code], policy=policy)
+    proc = subprocess.run([sys.executable, "-m", "execution.runner"],
+                          env={**spool.env(1), "TCO_PROXY_MAX_BODY_BYTES": "1000"}, cwd=str(spool.root),
+                          capture_output=True, timeout=60, start_new_session=True)
+    assert proc.returncode == 0, proc.stderr
+    record = spool.record(1)
+    assert Path(record["stdout_path"]).read_text() == "413\n"
+    assert record["usage"]["refused_by_reason"] == {"body_too_large": 1}
+    assert Limits().max_body_bytes > 5000  # without the setting it would have gone through
