@@ -404,6 +404,23 @@ def _open_beneath(root: str, relative: str) -> int:
         os.close(fd)
 
 
+def _registered_hosts(spec: dict) -> list[dict]:
+    """``{"host", "port"}`` of each registered model endpoint of the spec (``model_endpoints``
+    and the older ``model_endpoint.base_url`` with a credential), as far as they are well formed
+    (the proxy setup reports the malformed ones)."""
+    from urllib.parse import urlsplit
+
+    found = [e for e in spec.get("model_endpoints") or [] if isinstance(e, dict)]
+    endpoint = spec.get("model_endpoint") or {}
+    if isinstance(endpoint.get("base_url"), str) and endpoint.get("credential_name"):
+        try:
+            parts = urlsplit(endpoint["base_url"])
+            found.append({"host": parts.hostname or "", "port": parts.port or (443 if parts.scheme == "https" else 80)})
+        except ValueError:
+            pass
+    return found
+
+
 def _unregistered_notes(policy, registered: list, upstreams: dict[str, str]) -> list[str]:
     """A note for each policy endpoint that binds a credential but is no registered model
     endpoint: its requests carry none."""
@@ -734,7 +751,7 @@ class Runner:
         paths = self._sandbox_paths()
         # The launch form calls the same function: a policy refused here is refused there.
         refused = refusals(policy, masked_paths=paths["masked"], state_paths=paths["state"],
-                           shared_paths=paths["shared"], runtime=runtime)
+                           shared_paths=paths["shared"], runtime=runtime, registered=_registered_hosts(spec))
         if refused:
             raise RunnerError("the runner refuses this sandbox policy: " + "; ".join(refused))
         findings = policy.unenforceable() if runtime == "bubblewrap" else []

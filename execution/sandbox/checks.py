@@ -223,7 +223,8 @@ def path_refusal(path: str, *, masks: Iterable[str], state: Iterable[str] = (), 
 
 
 def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[str] = (),
-             shared_paths: Iterable[str] = (), runtime: str = "bubblewrap", fs: HostFS | None = None) -> list[str]:
+             shared_paths: Iterable[str] = (), runtime: str = "bubblewrap",
+             registered: Iterable[Mapping[str, Any]] = (), fs: HostFS | None = None) -> list[str]:
     """Every reason the runner refuses ``policy`` at run time; empty if it runs it.
 
     ``policy``: a :class:`~execution.sandbox.policy.Policy`, its YAML text or a mapping
@@ -233,7 +234,11 @@ def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[
     ``state_paths``: tco's state directory (``TCO_SANDBOX_MASK``), hidden too except
     ``shared_paths`` inside it (``TCO_SANDBOX_SHARED``); ``runtime``: ``bubblewrap`` also
     refuses what it cannot enforce (:meth:`Policy.refusals`), ``openshell`` only the
-    paths. Pure apart from reading the host's links and mounts through ``fs``."""
+    paths; ``registered``: the model endpoints the site registered (the runner spec's
+    ``model_endpoints``: mappings with ``host`` and ``port``): under OpenShell, which
+    injects a provider's credential wherever the policy binds it, a ``credential_binding``
+    on an endpoint that is not registered is refused (the bubblewrap runtime's proxy just
+    adds none there). Pure apart from reading the host's links and mounts through ``fs``."""
     from execution.sandbox.policy import Policy, PolicyError, load_policy
 
     if not isinstance(policy, Policy):
@@ -245,6 +250,14 @@ def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[
             return list(exc.problems)
     fs = fs or HostFS()
     reasons = [str(f) for f in policy.refusals()] if runtime == "bubblewrap" else []
+    if runtime == "openshell":
+        known = {(str(r.get("host", "")).lower(), r.get("port")) for r in registered if isinstance(r, Mapping)}
+        for _, endpoint in policy.endpoints():
+            if endpoint.credential_provider and endpoint.host:
+                for port in endpoint.ports:
+                    if (endpoint.host.lower(), port) not in known:
+                        reasons.append(f"{endpoint.where}.credential_binding: {endpoint.host}:{port} is not a "
+                                       "registered model endpoint; OpenShell would give it the credential")
     masks, state = resolve_masks(masked_paths, fs), resolve_masks(state_paths, fs)
     shared = resolve_masks(shared_paths, fs)
     for field, paths in (("read_only", policy.read_only), ("read_write", policy.read_write)):

@@ -483,3 +483,28 @@ def test_the_proxy_limits_reach_the_proxy(spool, tmp_path):
     assert Path(record["stdout_path"]).read_text() == "413\n"
     assert record["usage"]["refused_by_reason"] == {"body_too_large": 1}
     assert Limits().max_body_bytes > 5000  # without the setting it would have gone through
+
+
+def test_under_openshell_the_launchers_endpoint_with_a_binding_is_refused(spool, tmp_path):
+    # The attack on the OpenShell runtime, which injects a bound provider's credential itself.
+    standin_dir = tmp_path / "standin"
+    standin_dir.mkdir()
+    policy = ("version: 1\nfilesystem_policy: {include_workdir: true, read_only: [/usr, /lib, /etc], "
+              "read_write: [/sandbox, /tmp]}\nnetwork_policies:\n  m:\n    endpoints:\n"
+              "      - {host: api.anthropic.com, port: 443, protocol: rest, credential_binding: {provider: anthropic},"
+              " rules: [{allow: {method: POST, path: /v1/messages}}]}\n"
+              "      - {host: launcher.example.com, port: 443, protocol: rest, credential_binding: "
+              "{provider: anthropic}, rules: [{allow: {method: POST, path: /v1/messages}}]}\n"
+              "    binaries: [{path: /usr/bin/python3}]\n")
+    spool.write([{"task": 1}], policy=policy,
+                model_endpoint={"base_url": "https://api.anthropic.com", "credential_name": "anthropic-prod"})
+    standin = REPO / "tests" / "fixtures" / "openshell-standin"
+    env = {**spool.env(1), "TCO_SANDBOX_RUNTIME": "openshell", "OPENSHELL_STANDIN_DIR": str(standin_dir),
+           "PATH": f"{standin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    proc = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(spool.root),
+                          capture_output=True, timeout=60, start_new_session=True)
+    assert proc.returncode == runner.EXIT_CONFIG
+    error = spool.record(1)["error"]
+    assert "endpoints[1].credential_binding: launcher.example.com:443 is not a registered model endpoint" in error
+    assert "endpoints[0]" not in error
+    assert list(standin_dir.iterdir()) == []  # openshell was never called
