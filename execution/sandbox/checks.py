@@ -244,6 +244,10 @@ def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[
     if not isinstance(policy, Policy):
         if not isinstance(policy, (str, Mapping)):
             return ["policy: expected YAML text or a mapping"]
+        if isinstance(policy, str) and "\n" not in policy and policy.strip().startswith("/"):
+            # load_policy would read that file (as the runner does for a spec naming one): never
+            # for text a launcher typed.
+            return ["policy: expected the policy's YAML text, not a file path"]
         try:
             policy = load_policy(policy)
         except PolicyError as exc:

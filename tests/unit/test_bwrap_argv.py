@@ -322,6 +322,8 @@ def test_refusals_include_what_bubblewrap_cannot_enforce_and_invalid_policies():
     assert refusals_of(policy, runtime="openshell") == []  # OpenShell enforces it itself
     assert refusals_of("version: 1\nfilesystem_policy: {read_onyl: [/usr]}\n") == [
         "filesystem_policy.read_onyl: unknown field (did you mean 'read_only'?)"]
+    # A one-line path would make load_policy read that file (e.g. the credentials): never here.
+    assert refusals_of("/spool/credentials.json") == ["policy: expected the policy's YAML text, not a file path"]
 
 
 def test_every_path_refusal_is_also_what_the_argv_builder_raises():
