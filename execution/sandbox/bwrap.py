@@ -172,6 +172,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     ops: list[tuple[str, int, list[str]]] = []
     order = 0
     binds: list[tuple[str, str]] = []   # (inside path, canonical host path) of each bind
+    # tmpfs made read-only only after every mount, so mount points can still be made inside them
+    read_only_later: list[str] = []
     private_listed: set[str] = set()
 
     def add(path: str, *args: str) -> None:
@@ -190,7 +192,7 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
             # Listed or resolving to /tmp, /dev/shm, /run, ...: the sandbox's own, never the host's.
             add(path, "--size", str(plan.tmpfs_bytes), "--tmpfs", path)
             if not writable:
-                add(path, "--remount-ro", path)
+                read_only_later.append(path)
             private_listed.add(path)
             if path not in PRIVATE_DIRS:
                 plan.notes.append(f"{path}: resolves to {fs.realpath(path)}; the sandbox has its own (empty)")
@@ -221,7 +223,7 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
             covered.add(where)
             if fs.isdir(host):
                 add(where, "--size", str(HIDING_TMPFS_BYTES), "--tmpfs", where)
-                add(where, "--remount-ro", where)
+                read_only_later.append(where)
             else:
                 add(where, "--ro-bind", "/dev/null", where)
 
@@ -237,7 +239,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
 
     # Debian's merged /usr: /bin, /lib, ... are links into /usr; keep them links.
     for link in MERGED_USR_LINKS:
-        if fs.islink(link) and is_visible(fs.realpath(link)):
+        shown_already = any(_under(link, inside) and inside != link for inside, _ in binds)  # "/" listed
+        if fs.islink(link) and not shown_already and is_visible(fs.realpath(link)):
             add(link, "--symlink", fs.readlink(link), link)
 
     add(INSIDE_WORKDIR, "--bind" if workdir_rw else "--ro-bind", plan.workdir, INSIDE_WORKDIR)
@@ -267,6 +270,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for _, _, args in (op for op in ops if op[0] != "/"):
         argv += args
+    for path in sorted(read_only_later, key=_depth, reverse=True):
+        argv += ["--remount-ro", path]
     argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     argv += ["--chdir", INSIDE_WORKDIR, "--clearenv"]
     for key, value in sorted(plan.env.items()):

@@ -188,6 +188,9 @@ def path_refusal(path: str, *, masks: Iterable[str], state: Iterable[str] = (), 
     fs = fs or HostFS()
     if path == INSIDE_WORKDIR:
         return None
+    if path == "/":
+        return (f"{where}: / cannot be listed whole: the sandbox's own mount points (/sandbox, /run/tco) "
+                "cannot be made in the host's root; list the directories the agent needs")
     try:
         real = fs.realpath(path) if fs.lexists(path) else path
     except OSError as exc:  # e.g. a link through /proc/1/root, which the runner may not read

@@ -134,16 +134,18 @@ def test_the_work_directory_is_read_only_without_include_workdir():
     assert (WORK, "/sandbox") not in pairs(argv, "--bind")
 
 
-def test_the_hosts_scratch_directories_are_private_even_under_root():
-    argv = argv_for("version: 1\nfilesystem_policy: {read_only: ['/'], read_write: [/sandbox]}\n")
-    assert ("/", "/") in pairs(argv, "--ro-bind")
-    for private in ("/tmp", "/var/tmp", "/run"):
-        assert (private,) in pairs(argv, "--tmpfs") and (private,) in pairs(argv, "--remount-ro")
-    # tco's own files are covered too: the spool (a directory) and the credentials (a file).
-    assert ("/spool",) in pairs(argv, "--tmpfs")
-    assert ("/dev/null", "/secrets.json") in pairs(argv, "--ro-bind")
+def test_the_hosts_scratch_directories_are_private_even_under_a_listed_ancestor():
+    # "/" itself cannot be listed (bubblewrap cannot make /sandbox in the host's root); its
+    # contents under another name are covered: see the /opt/to-root test below.
+    with pytest.raises(SandboxConfigError, match="/ cannot be listed whole"):
+        argv_for("version: 1\nfilesystem_policy: {read_only: ['/'], read_write: [/sandbox]}\n")
+    argv = argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /var], read_write: [/sandbox]}\n",
+                    state=["/var/lib/tco"])
+    assert ("/var", "/var") in pairs(argv, "--ro-bind")
+    for covered in ("/var/tmp", "/var/lib/tco"):
+        assert (covered,) in pairs(argv, "--tmpfs") and (covered,) in pairs(argv, "--remount-ro")
     order = mount_order(argv)
-    assert order.index("/") < order.index("/proc") < order.index("/spool")
+    assert order.index("/var") < order.index("/var/tmp") and order.index("/var") < order.index("/var/lib/tco")
 
 
 def test_a_read_only_tmp_is_an_empty_read_only_tmpfs():
@@ -199,11 +201,11 @@ def test_the_command_is_the_relay_then_the_agent():
 
 def test_the_state_directory_hides_all_but_its_shared_directories():
     # TCO_SANDBOX_MASK (tco's state) and TCO_SANDBOX_SHARED (a demo's outputs inside it).
-    plan = plan_for("version: 1\nfilesystem_policy: {read_only: ['/', /var/lib/tco/sweeps]}\n",
+    plan = plan_for("version: 1\nfilesystem_policy: {read_only: [/usr, /var, /var/lib/tco/sweeps]}\n",
                     state=["/var/lib/tco"], shared=["/var/lib/tco/sweeps"])
     argv = build_argv(plan, FakeFS())
     order = mount_order(argv)
-    assert ("/var/lib/tco",) in pairs(argv, "--tmpfs")  # shown under "/", so covered
+    assert ("/var/lib/tco",) in pairs(argv, "--tmpfs")  # shown under /var, so covered
     assert ("/var/lib/tco/sweeps", "/var/lib/tco/sweeps") in pairs(argv, "--ro-bind")
     assert order.index("/var/lib/tco") < order.index("/var/lib/tco/sweeps")  # ... shown on top of it
 
@@ -368,3 +370,13 @@ def test_under_openshell_a_binding_on_an_unregistered_endpoint_is_refused():
     assert reason.startswith("network_policies.m.endpoints[1].credential_binding: evil.example.com:8443 is not a "
                              "registered model endpoint")
     assert refusals_of(policy, runtime="bubblewrap", registered=registered) == []  # the proxy adds none there
+
+
+def test_read_only_tmpfs_are_made_read_only_after_the_mounts_inside_them():
+    # /run listed read-only: bubblewrap must still make /run/tco and /run/tco-relay.py inside it.
+    argv = argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /run, /var]}\n")
+    assert ("/run",) in pairs(argv, "--tmpfs") and ("/var/tmp",) in pairs(argv, "--tmpfs")
+    last_mount = max(i for i, a in enumerate(argv) if a in ("--ro-bind", "--bind", "--tmpfs", "--ro-bind-data",
+                                                           "--symlink"))
+    remounts = [i for i, a in enumerate(argv) if a == "--remount-ro" and argv[i + 1] in ("/run", "/var/tmp")]
+    assert len(remounts) == 2 and min(remounts) > last_mount
