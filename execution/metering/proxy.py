@@ -586,7 +586,9 @@ class MeteringProxy:
     ``model_requested``, ``model_returned``, ``stream``, ``usage``
     (:meth:`Usage.to_dict` or None), ``cost_usd`` (text or None),
     ``priced_as``, ``ttfb_ms``, ``latency_ms``, ``complete``,
-    ``client_disconnected``, ``include_usage_added``, ``flags``.
+    ``client_disconnected``, ``include_usage_added``, ``flags``, ``credential``
+    (the name of the :class:`RegisteredEndpoint` whose credential was added, or None).
+    Only the newest :attr:`Limits.records_in_memory` records stay in :attr:`records`.
     """
 
     def __init__(self, endpoints: Iterable[Endpoint], credentials: CredentialResolver | Mapping[str, str],
