@@ -223,11 +223,17 @@ def effective_policy(text: str) -> Policy:
 
 
 def sandbox_bind_problems(policy: Policy) -> list[str]:
-    """HOOK (issue 11, findings 2 and 4): the sandbox's check of a policy's binds against tco's
-    masked paths (the state directory, the spool, other tasks' scratch space), called at every
-    launch right after the runner's validator. The sandbox-security change replaces this body
-    with a call to its function in ``execution/sandbox/``; each problem refuses the launch."""
-    return []
+    """Every reason the runner would refuse ``policy`` at run time (issue 11, findings 2, 4, 8):
+    binds of tco's masked paths (the spool, credentials and prices files, the state directory
+    but for its shared folders), ``/proc``, ``/dev``, other tasks' scratch space, and what the
+    sandbox cannot enforce. The runner's own check (``execution.sandbox.checks.refusals``)
+    with the values the runner gets from the job's environment
+    (:func:`services.campaign_job_spec`), so a launch is refused exactly when the runner would
+    refuse it."""
+    from execution.sandbox.checks import refusals, runner_masked_paths
+
+    return refusals(policy, masked_paths=runner_masked_paths(spool=str(settings.TCO_SPOOL_DIR)),
+                    state_paths=services.sandbox_state_paths(), shared_paths=services.sandbox_shared_paths())
 
 
 def ceilings_for(team: Team, agent_definition: AgentDefinition) -> list[tuple[str, Policy]]:

@@ -101,6 +101,18 @@ def prices_write() -> Path | None:
     return path
 
 
+def sandbox_state_paths() -> list[str]:
+    """tco's state directory: hidden from every agent (the runner's ``TCO_SANDBOX_MASK``),
+    except :func:`sandbox_shared_paths` inside it."""
+    return [str(settings.STATE_DIR)]
+
+
+def sandbox_shared_paths() -> list[str]:
+    """Directories inside the state directory that a policy may list (``TCO_SANDBOX_SHARED``):
+    ``<state>/sweeps``, the demo sweep's run outputs its review agents read."""
+    return [str(Path(settings.STATE_DIR) / "sweeps")]
+
+
 def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
     """The array job a campaign submits: tco's runner once per task, as the submit account."""
     base = spool_dir()
@@ -125,7 +137,9 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
             "TCO_SPOOL_DIR": str(base),
             # tco's state (secret key, database, passwords) stays hidden from agents even if
             # a policy lists a directory above it (execution/runner.py).
-            "TCO_SANDBOX_MASK": str(settings.STATE_DIR),
+            "TCO_SANDBOX_MASK": ":".join(sandbox_state_paths()),
+            # ... except the demo sweeps' outputs, which its review agents read (demo/sweep.py).
+            "TCO_SANDBOX_SHARED": ":".join(sandbox_shared_paths()),
             "PYTHONPATH": str(settings.BASE_DIR),
             "PYTHONDONTWRITEBYTECODE": "1",
         },

@@ -12,11 +12,28 @@ flags ``task_number_defaulted``). Optional: ``TCO_CREDENTIALS_FILE`` (JSON
 ``<spool>/credentials.json``; read by the proxy, outside the sandbox, at the
 first request that needs it), ``TCO_PRICES_FILE`` (the price table for the
 proxy, execution/metering/prices.py's file format; default
-``<spool>/prices.json`` if it exists), ``TCO_SANDBOX_MASK`` (more host paths, ``:``-separated, hidden from the agent
-even under a listed path, e.g. tco's state directory; a listed path inside one
-is still shown), ``TCO_SANDBOX_RUNTIME`` (``bubblewrap`` or
-``openshell``; overrides the spec), ``TMPDIR`` (where the runner's private
-directory goes; Grid Engine sets one per task).
+``<spool>/prices.json`` if it exists), ``TCO_SANDBOX_MASK`` (tco's state
+directory, or more host paths, ``:``-separated: hidden from the agent, a
+listed path inside one refused), ``TCO_SANDBOX_SHARED`` (``:``-separated
+directories inside a ``TCO_SANDBOX_MASK`` path that a policy may list anyway,
+e.g. a demo's output directory; never inside the spool), ``TCO_SANDBOX_RUNTIME``
+(``bubblewrap`` or ``openshell``; overrides the spec), ``TMPDIR`` (where the
+runner's private directory goes; Grid Engine sets one per task).
+
+Limits (issue 11, finding 5), each a positive integer with a safe default
+(:data:`LIMIT_DEFAULTS`, :data:`PROXY_LIMITS`): ``TCO_SANDBOX_TMPFS_BYTES`` (size of the
+sandbox's own /tmp, /var/tmp, /dev/shm, /run; 256 MiB each),
+``TCO_SANDBOX_MAX_PROCESSES`` (RLIMIT_NPROC inside the sandbox, threads
+included; 256), ``TCO_SANDBOX_WORK_BYTES`` (the work directory's size, checked
+every ``TCO_SANDBOX_WORK_CHECK_S`` seconds (default 10) by walking it; over it,
+the agent is stopped, the record flagged ``workdir_over_quota`` and the
+runner exits :data:`EXIT_WORKDIR_QUOTA`; 4 GiB), and the metering proxy's
+(execution/metering/proxy.py ``Limits``): ``TCO_PROXY_MAX_CONNECTIONS`` (32),
+``TCO_PROXY_MAX_HEADER_BYTES`` (8190), ``TCO_PROXY_MAX_BODY_BYTES`` (32 MiB),
+``TCO_PROXY_MAX_BUFFERED_BYTES`` (64 MiB of request bodies held at once),
+``TCO_PROXY_RECORDS_IN_MEMORY`` (1000) and ``TCO_PROXY_RECORD_FILE_BYTES``
+(64 MiB of ``requests.jsonl``; later records are dropped and counted in the
+usage's ``records_dropped``).
 
 The spool layout, the runner spec and the runner record are the spool contract
 (execution/spool.py: ``SpoolLayout``, ``RunnerSpec``, ``RunnerRecord``); they
@@ -28,11 +45,12 @@ are summarised here. The runner spec, ``<spool>/campaigns/<campaign_id>/spec.jso
      "inputs_file": path, "timeout_s": number|null, "kill_grace_s": number,   # optional
      "model": str, "token_cap": int, "cost_cap_usd": "decimal",         # optional
      "policy": YAML text | "/abs/path.yaml" | {mapping},                # optional
+     "model_endpoints": [{"name", "provider", "scheme", "host", "port",   # optional
+                          "path_prefixes": ["/v1"], "credential_name"}],
      "model_endpoint": {"base_url": "http://127.0.0.1:8123",            # optional
                         "credential_name": "demo-anthropic"},
      "model_endpoints": [{"name", "provider", "scheme", "host", "port",  # optional
                           "path_prefixes", "credential_name"}],
-     "credentials": {"provider": "credential name"},                    # optional
      "sandbox": {"runtime": "auto"|"bubblewrap"|"openshell"}}           # optional
 
 ``{input}`` and ``{workdir}`` in the command become the task's input file and
@@ -40,12 +58,19 @@ work directory as the agent sees them (``/sandbox/input.json``,
 ``/sandbox``). ``inputs_file`` is JSONL; line N (1-based) is task N's input.
 Without ``policy`` the runner applies :func:`default_policy` (system
 directories and tco's own code read-only, the work directory and a private
-``/tmp`` writable, no network). ``model_endpoint.base_url`` must be a
-``protocol: rest`` endpoint of the policy; requests from the agent go there,
-and ``credential_name`` (a name in the credentials file) is the credential
-of the providers that endpoint's ``credential_binding`` names; ``credentials``
-maps other providers to names; a provider named nowhere is looked up under
-its own name. ``token_cap``/``cost_cap_usd`` are the proxy's per-task caps
+``/tmp`` writable, no network). Before anything starts, the runner refuses a
+policy for every reason :func:`execution.sandbox.checks.refusals` gives (the
+function the launch form calls too). Credentials: only the model endpoints
+tco's launch side registered (``model_endpoints``, written from the site's
+admin-registered endpoints) ever receive one, and only the credential their
+entry names (``credential_name`` in the credentials file), when a request's
+destination (scheme, host, port, path prefix) is theirs and its policy
+endpoint has a ``credential_binding``; a policy's ``credential_binding`` never
+chooses a credential. ``model_endpoint`` (the older form, written by tco's
+demo) is one registered endpoint: ``base_url`` must be a ``protocol: rest``
+endpoint of the policy, requests to it go to ``base_url`` with
+``credential_name``. (The older ``credentials`` map of providers to names is
+ignored, with a note.) ``token_cap``/``cost_cap_usd`` are the proxy's per-task caps
 (a cost cap needs a price table); ``model`` reaches the agent as
 ``TCO_MODEL``. ``outputs``
 are files in the work directory (relative paths or globs) copied, capped, to
@@ -112,7 +137,8 @@ killed). ``runner_signal`` is the signal that interrupted the runner. Flags:
 ``proxy_error`` (the proxy could not start or stop cleanly; see ``error``),
 ``outputs_skipped`` (a declared output was not a regular file in the work
 directory, or there were too many), ``unmetered_runtime`` (OpenShell carried
-the agent's traffic, so tco did not meter it).
+the agent's traffic, so tco did not meter it), ``workdir_over_quota`` (the
+work directory passed ``TCO_SANDBOX_WORK_BYTES``).
 
 The runner's exit status is the agent's; 128+N when the agent died of
 signal N or the runner was interrupted by signal N; :data:`EXIT_TIMEOUT` on
@@ -163,6 +189,16 @@ SIGNALLED_GRACE_S = 3.0  # Grid Engine's notify time before its SIGKILL is 5 s o
 OUTPUT_DRAIN_S = 2.0
 PROXY_STOP_S = 15.0
 EXIT_TIMEOUT = 124
+EXIT_WORKDIR_QUOTA = 122
+#: The sandbox's limits (environment variable -> default); see the module doc.
+LIMIT_DEFAULTS = {"TCO_SANDBOX_TMPFS_BYTES": 256 << 20, "TCO_SANDBOX_MAX_PROCESSES": 256,
+                  "TCO_SANDBOX_WORK_BYTES": 4 << 30, "TCO_SANDBOX_WORK_CHECK_S": 10}
+#: The metering proxy's limits: environment variable -> field of execution/metering/proxy.py's
+#: ``Limits`` (whose defaults apply when the variable is unset).
+PROXY_LIMITS = {"TCO_PROXY_MAX_CONNECTIONS": "max_connections", "TCO_PROXY_MAX_HEADER_BYTES": "max_header_bytes",
+                "TCO_PROXY_MAX_BODY_BYTES": "max_body_bytes", "TCO_PROXY_MAX_BUFFERED_BYTES": "max_buffered_bytes",
+                "TCO_PROXY_RECORDS_IN_MEMORY": "records_in_memory",
+                "TCO_PROXY_RECORD_FILE_BYTES": "record_file_bytes"}
 EXIT_CONFIG = 78
 EXIT_INTERNAL = 70
 INSIDE_WORKDIR = "/sandbox"
@@ -242,6 +278,43 @@ class _Capture(threading.Thread):
         os.close(self.fd)
 
 
+def _tree_bytes(root: str) -> int:
+    """Disk space (bytes, from ``st_blocks``) the tree at ``root`` takes, links not followed;
+    what vanishes during the walk is skipped."""
+    total, stack = 0, [root]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += info.st_blocks * 512
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append(entry.path)
+    return total
+
+
+class _WorkdirWatch(threading.Thread):
+    """Walk the work directory every ``interval_s`` seconds; once it takes more than
+    ``limit`` bytes, call ``on_over`` once and stop."""
+
+    def __init__(self, path: str, limit: int, interval_s: float, on_over) -> None:
+        super().__init__(daemon=True, name="tco-workdir-watch")
+        self.path, self.limit, self.interval_s, self.on_over = path, limit, interval_s, on_over
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval_s):
+            if _tree_bytes(self.path) > self.limit:
+                self.on_over()
+                return
+
+
 def _group_members() -> list[int]:
     """Live processes in the runner's process group, other than the runner (Linux /proc)."""
     me, group = os.getpid(), os.getpgrp()
@@ -310,6 +383,42 @@ def _open_beneath(root: str, relative: str) -> int:
         os.close(fd)
 
 
+def _registered_hosts(spec: dict) -> list[dict]:
+    """``{"host", "port"}`` of each registered model endpoint of the spec (``model_endpoints``
+    and the older ``model_endpoint.base_url`` with a credential), as far as they are well formed
+    (the proxy setup reports the malformed ones)."""
+    from urllib.parse import urlsplit
+
+    found = [e for e in spec.get("model_endpoints") or [] if isinstance(e, dict)]
+    endpoint = spec.get("model_endpoint") or {}
+    if isinstance(endpoint.get("base_url"), str) and endpoint.get("credential_name"):
+        try:
+            parts = urlsplit(endpoint["base_url"])
+            found.append({"host": parts.hostname or "", "port": parts.port or (443 if parts.scheme == "https" else 80)})
+        except ValueError:
+            pass
+    return found
+
+
+def _unregistered_notes(policy, registered: list, upstreams: dict[str, str]) -> list[str]:
+    """A note for each policy endpoint that binds a credential but is no registered model
+    endpoint: its requests carry none."""
+    notes = []
+    for rule, e in policy.endpoints():
+        if not (rule.binaries and e.credential_provider and e.protocol == "rest" and e.host and not e.wildcard):
+            continue
+        for port in e.ports:
+            upstream = upstreams.get(f"{e.host}:{port}") or f"{'http' if e.loopback else 'https'}://{e.host}:{port}"
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(upstream)
+            if not any(r.scheme == parts.scheme and r.host.lower() == (parts.hostname or "").lower()
+                       and r.port == (parts.port or (443 if parts.scheme == "https" else 80)) for r in registered):
+                notes.append(f"{e.where}: {e.host}:{port} is not a registered model endpoint: requests there "
+                             "carry no credential (credential_binding never chooses one)")
+    return notes
+
+
 class Runner:
     """One task's run. ``environ`` is the process environment (a mapping)."""
 
@@ -345,11 +454,14 @@ class Runner:
         self._proxy_error: str | None = None
         self._proxy_config: dict | None = None
         self._armed = False
+        self.workdir_over = False
+        self._workdir_watch: _WorkdirWatch | None = None
 
     # ---- signals
     def _on_signal(self, signum, _frame) -> None:
         if signum == signal.SIGALRM:
-            self.timed_out = True
+            if not self.workdir_over:  # the work directory watch sends SIGALRM too
+                self.timed_out = True
         elif self.runner_signal is None:
             self.runner_signal = signum
         if self._armed:
@@ -362,7 +474,7 @@ class Runner:
 
     def _arm(self) -> None:
         self._armed = True
-        if self.runner_signal is not None or self.timed_out:  # arrived while disarmed
+        if self.runner_signal is not None or self.timed_out or self.workdir_over:  # arrived while disarmed
             self._armed = False
             raise _Interrupted()
 
@@ -390,6 +502,48 @@ class Runner:
             raise RunnerError(f"SGE_TASK_ID {task_id!r} is not a task number")
         self.record_dir = self.layout.records_dir(self.campaign_id)
         os.makedirs(self.record_dir, exist_ok=True)
+        for name in (*LIMIT_DEFAULTS, *PROXY_LIMITS):  # a bad limit is a configuration error at once
+            if name != "TCO_SANDBOX_WORK_CHECK_S":
+                self._limit(name)
+        self._check_interval()
+
+    def _limit(self, name: str) -> int | None:
+        """A limit from the environment: a positive integer, else its default
+        (:data:`LIMIT_DEFAULTS`; None for :data:`PROXY_LIMITS`: the proxy's own)."""
+        text = self.environ.get(name)
+        if text in (None, ""):
+            return LIMIT_DEFAULTS.get(name)
+        if not text.isdigit() or int(text) < 1:
+            raise RunnerError(f"{name}={text!r}: expected a positive integer")
+        return int(text)
+
+    def _sandbox_paths(self) -> dict[str, list[str]]:
+        """What no agent may see (:func:`execution.sandbox.checks.refusals`' arguments):
+        ``masked`` (the spool, credential and price files, the runners' private
+        directories: this runner's TMPDIR and, for Grid Engine's per-job TMPDIR, the
+        directory holding every job's), ``state`` (``TCO_SANDBOX_MASK``) and ``shared``
+        (``TCO_SANDBOX_SHARED``)."""
+        from execution.sandbox.checks import runner_masked_paths
+
+        masked = runner_masked_paths(spool=self.spool, credentials_file=self._credentials_file(),
+                                     prices_file=self.environ.get("TCO_PRICES_FILE") or None)
+        base = os.path.normpath(self._private_base())
+        if self.private_dir:
+            masked.append(self.private_dir)
+        if base != "/":
+            masked.append(base)
+            parent = os.path.dirname(base)
+            job = self.environ.get("JOB_ID", "")
+            if job and os.path.basename(base).startswith(f"{job}.") and parent != "/":
+                masked.append(parent)  # /tmp/<job>.<task>.<queue>: the other jobs' are its siblings
+
+        def listed(name: str) -> list[str]:
+            return [p for p in self.environ.get(name, "").split(":") if p.startswith("/")]
+
+        return {"masked": masked, "state": listed("TCO_SANDBOX_MASK"), "shared": listed("TCO_SANDBOX_SHARED")}
+
+    def _credentials_file(self) -> str:
+        return self.environ.get("TCO_CREDENTIALS_FILE") or SpoolLayout(self.spool).credentials_path
 
     def _read_spec(self) -> dict:
         """The campaign's runner spec, checked by the spool contract (execution/spool.py), as its
@@ -451,13 +605,19 @@ class Runner:
         return wanted
 
     def _proxy_setup(self, spec: dict, policy) -> None:
-        """Work out the proxy's endpoints, upstreams and credential names (started later)."""
+        """Work out the proxy's endpoints, upstreams, registered endpoints and limits (it is
+        started later). Only registered endpoints ever get a credential (module doc)."""
         from urllib.parse import urlsplit
 
-        names = dict(spec.get("credentials") or {})
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in names.items()):
-            raise RunnerError("runner spec: credentials must map provider names to credential names")
+        from execution.metering.proxy import Limits, RegisteredEndpoint, registered_endpoints
+
+        try:
+            registered = registered_endpoints(spec.get("model_endpoints"))
+        except ValueError as exc:
+            raise RunnerError(f"runner spec: {exc}") from None
         upstreams: dict[str, str] = {}
+        for entry in registered:
+            upstreams.setdefault(f"{entry.host}:{entry.port}", f"{entry.scheme}://{entry.host}:{entry.port}")
         endpoint = spec.get("model_endpoint") or {}
         base_url, credential = endpoint.get("base_url"), endpoint.get("credential_name")
         if base_url is not None:
@@ -471,16 +631,18 @@ class Runner:
                 raise RunnerError(f"model_endpoint.base_url {base_url}: {parts.hostname}:{port} is not a "
                                   "protocol: rest endpoint of the sandbox policy")
             upstreams[f"{matches[0].host}:{port}"] = base_url.rstrip("/")
-            bound = {e.credential_provider for e in matches if e.credential_provider}
-        else:
-            bound = policy.credential_providers()
-        if credential is not None:
-            if not isinstance(credential, str) or not credential:
-                raise RunnerError("model_endpoint.credential_name must be a name")
-            for provider in bound:
-                names.setdefault(provider, credential)
-        for provider in policy.credential_providers():
-            names.setdefault(provider, provider)  # the credentials file may name it like the provider
+            if credential is not None:
+                if not isinstance(credential, str) or not credential:
+                    raise RunnerError("model_endpoint.credential_name must be a name")
+                registered.append(RegisteredEndpoint(
+                    name="model_endpoint", provider=None, scheme=parts.scheme, host=parts.hostname, port=port,
+                    path_prefixes=(parts.path.rstrip("/") or "/",), credential_name=credential))
+        elif credential is not None:
+            raise RunnerError("model_endpoint.credential_name needs model_endpoint.base_url")
+        if spec.get("credentials"):
+            self.sandbox_info["notes"].append("spec credentials: ignored; only registered model endpoints "
+                                              "(model_endpoints) receive a credential")
+        self.sandbox_info["notes"] += _unregistered_notes(policy, registered, upstreams)
         token_cap, cost_cap = spec.get("token_cap"), spec.get("cost_cap_usd")
         if token_cap is not None and (isinstance(token_cap, bool) or not isinstance(token_cap, int) or token_cap < 1):
             raise RunnerError("runner spec: token_cap must be a positive number of tokens")
@@ -498,14 +660,18 @@ class Runner:
         if cost_cap is not None and prices is None:
             raise RunnerError("runner spec: cost_cap_usd needs a price table (TCO_PRICES_FILE or "
                               "<spool>/prices.json)")
-        credentials = self.environ.get("TCO_CREDENTIALS_FILE") or self.layout.credentials_path
-        self._proxy_config = {"policy": policy.proxy_policy(), "upstreams": upstreams, "names": names,
-                              "file": credentials, "prices": prices, "token_cap": token_cap, "cost_cap": cost_cap}
+        limits = Limits(**{field: self._limit(name) for name, field in PROXY_LIMITS.items()
+                           if self._limit(name) is not None})
+        self._proxy_config = {"policy": policy.proxy_policy(), "upstreams": upstreams, "registered": registered,
+                              "file": self._credentials_file(), "prices": prices, "token_cap": token_cap,
+                              "cost_cap": cost_cap, "limits": limits}
+
+    def _private_base(self) -> str:
+        base = self.environ.get("TMPDIR") or "/tmp"
+        return base if os.path.isabs(base) and os.path.isdir(base) else "/tmp"
 
     def _make_private_dir(self) -> str:
-        base = self.environ.get("TMPDIR") or "/tmp"
-        if not os.path.isdir(base):
-            base = "/tmp"
+        base = self._private_base()
         for attempt in range(100):
             path = os.path.join(base, f"tco-runner-{os.getpid()}-{attempt}")
             try:
@@ -533,12 +699,17 @@ class Runner:
 
     # ---- the agent
     def _start_agent(self, spec: dict) -> None:
+        from execution.sandbox.checks import refusals
+
         policy = self._load_policy(spec)
         runtime = self._runtime(spec, policy)
-        findings = policy.unenforceable() if runtime == "bubblewrap" else []
-        refused = [str(f) for f in findings if f.refuse]
+        paths = self._sandbox_paths()
+        # The launch form calls the same function: a policy refused here is refused there.
+        refused = refusals(policy, masked_paths=paths["masked"], state_paths=paths["state"],
+                           shared_paths=paths["shared"], runtime=runtime, registered=_registered_hosts(spec))
         if refused:
-            raise RunnerError("the bubblewrap runtime cannot enforce this policy: " + "; ".join(refused))
+            raise RunnerError("the runner refuses this sandbox policy: " + "; ".join(refused))
+        findings = policy.unenforceable() if runtime == "bubblewrap" else []
         self.sandbox_info = {"runtime": runtime, "policy_sha256": policy.sha256, "uid": policy.uid,
                              "gid": policy.gid, "notes": [str(f) for f in findings], "log": ""}
 
@@ -601,8 +772,7 @@ class Runner:
         self._proxy_setup(spec, policy)
         socket_dir = os.path.join(self.private_dir, "sock")
         os.mkdir(socket_dir, 0o700)
-        masks = [self.spool, self.private_dir, self._proxy_config["file"]]
-        covers = [p for p in self.environ.get("TCO_SANDBOX_MASK", "").split(":") if p.startswith("/")]
+        paths = self._sandbox_paths()
         status_r, status_w = os.pipe()
         json_r, json_w = os.pipe()
         data_fds = {}
@@ -617,9 +787,11 @@ class Runner:
         try:
             plan = SandboxPlan(
                 policy=policy, workdir=self.work_dir, socket_dir=socket_dir, agent_argv=argv,
-                env=self._agent_env(spec, RELAY_PORT), masks=masks, covers=covers,
-                interpreter=sys.executable, status_fd=status_w, json_status_fd=json_w,
-                stdout_fd=out_w, stderr_fd=err_w, data_fds=data_fds, watch_fd=watch_fd)
+                env=self._agent_env(spec, RELAY_PORT), masks=paths["masked"], state=paths["state"],
+                shared=paths["shared"], interpreter=sys.executable, status_fd=status_w, json_status_fd=json_w,
+                stdout_fd=out_w, stderr_fd=err_w, data_fds=data_fds, watch_fd=watch_fd,
+                tmpfs_bytes=self._limit("TCO_SANDBOX_TMPFS_BYTES"),
+                max_processes=self._limit("TCO_SANDBOX_MAX_PROCESSES"))
             try:
                 self.sandbox = BwrapSandbox(plan, on_proxy_wanted=self._start_proxy_soon)
             except SandboxConfigError as exc:
@@ -668,9 +840,30 @@ class Runner:
         self.stages["sandbox_ready_at"] = self.clock.iso_mono(mono.get("ready"))
         self.stages["agent_started_at"] = self.clock.iso_mono(mono.get("started"))
 
+    def _check_interval(self) -> float:
+        text = self.environ.get("TCO_SANDBOX_WORK_CHECK_S")
+        if text in (None, ""):
+            return float(LIMIT_DEFAULTS["TCO_SANDBOX_WORK_CHECK_S"])
+        try:
+            value = float(text)
+        except ValueError:
+            value = 0.0
+        if not value > 0 or value != value or value == float("inf"):
+            raise RunnerError(f"TCO_SANDBOX_WORK_CHECK_S={text!r}: expected a positive number of seconds")
+        return value
+
+    def _on_workdir_over(self) -> None:
+        """From the work directory watch: stop the agent as a timeout would."""
+        self.workdir_over = True
+        os.kill(os.getpid(), signal.SIGALRM)
+
     def _wait_agent(self, timeout_s: float | None) -> None:
         if timeout_s:
             signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        if self.work_dir is not None:
+            self._workdir_watch = _WorkdirWatch(self.work_dir, self._limit("TCO_SANDBOX_WORK_BYTES"),
+                                                self._check_interval(), self._on_workdir_over)
+            self._workdir_watch.start()
         self._arm()
         self.sandbox.wait_exit()
         self._armed = False
@@ -711,23 +904,20 @@ class Runner:
             from execution.metering.proxy import CredentialError, CredentialResolver, start_proxy
 
             config = self._proxy_config
-            names = config["names"]
             path = config["file"]
 
             class NamedCredentials(CredentialResolver):
-                """Providers' credentials by name from the runner's credentials file (JSON
-                ``{"name": "secret"}``), read at the first request that needs one."""
+                """Credentials by name from the runner's credentials file (JSON
+                ``{"name": "secret"}``), read at the first request that needs one. The proxy
+                asks only for names of registered model endpoints."""
 
                 def __init__(self) -> None:
                     super().__init__({})
                     self._secrets: dict[str, str] = {}
 
-                def resolve(self, provider: str) -> str:
-                    if provider in self._secrets:
-                        return self._secrets[provider]
-                    name = names.get(provider)
-                    if name is None:
-                        raise CredentialError(f"no credential configured for provider {provider!r}")
+                def resolve(self, name: str) -> str:
+                    if name in self._secrets:
+                        return self._secrets[name]
                     try:
                         with open(path, encoding="utf-8") as fh:
                             table = json.load(fh)
@@ -736,8 +926,8 @@ class Runner:
                     value = table.get(name) if isinstance(table, dict) else None
                     if not isinstance(value, str) or not value.strip():
                         raise CredentialError(f"credential {name!r} is not in the credentials file")
-                    self._secrets[provider] = value.strip()
-                    return self._secrets[provider]
+                    self._secrets[name] = value.strip()
+                    return self._secrets[name]
 
             prices = None
             if config["prices"] is not None:
@@ -751,7 +941,8 @@ class Runner:
                 caps = Caps(task_tokens=config["token_cap"], task_cost_usd=config["cost_cap"])
             self._proxy_handle = start_proxy(
                 os.path.join(self.private_dir, "sock", "proxy.sock"), config["policy"], NamedCredentials(),
-                caps=caps, prices=prices, upstreams=config["upstreams"], record_path=self.requests_path)
+                caps=caps, prices=prices, upstreams=config["upstreams"], record_path=self.requests_path,
+                registered=config["registered"], limits=config["limits"])
         except Exception as exc:  # noqa: BLE001 - recorded; the agent sees its connection refused
             self._proxy_error = f"metering proxy did not start: {type(exc).__name__}: {exc}"
 
@@ -912,6 +1103,19 @@ class Runner:
         except Exception as exc:  # noqa: BLE001
             self._flag("runner_error")
             self.error = self.error or f"teardown failed: {exc!r}"
+        if self._workdir_watch is not None:
+            self._workdir_watch.done.set()
+        if self.work_dir is not None and self.stages["agent_started_at"] is not None:
+            try:
+                work_bytes = _tree_bytes(self.work_dir)
+                if self.sandbox_info is not None:
+                    self.sandbox_info["work_bytes"] = work_bytes
+                if work_bytes > self._limit("TCO_SANDBOX_WORK_BYTES"):
+                    self.workdir_over = True
+            except RunnerError:
+                pass
+        if self.workdir_over:
+            self._flag("workdir_over_quota")
         for capture in self.captures:
             capture.join(OUTPUT_DRAIN_S)
             if capture.is_alive():
@@ -937,6 +1141,8 @@ class Runner:
                 self.exit_code = self.exit_status if self.agent_signal is None else 128 + self.agent_signal
             elif self.runner_signal is not None:
                 self.exit_code = 128 + self.runner_signal
+            elif self.workdir_over:
+                self.exit_code = EXIT_WORKDIR_QUOTA
             elif self.timed_out:
                 self.exit_code = EXIT_TIMEOUT
         if self.exit_code in (99, 100):  # Grid Engine: reschedule / error state

@@ -18,16 +18,25 @@ What it does with each request:
    (``task_token_cap``, ``task_cost_cap``, ``campaign_token_cap``,
    ``campaign_cost_cap``, ``unpriced_model_under_cost_cap``,
    ``campaign_counter_unreadable``), and, with other statuses,
-   ``body_too_large`` (413) and ``credential_unavailable`` (503). An
-   origin-form request goes to the first endpoint, in policy order, whose
-   rules allow its method and path; an absolute-form one only to the endpoint
-   with that host and port.
+   ``body_too_large`` (413), ``proxy_busy`` (503: the bodies being read
+   together would pass :attr:`Limits.max_buffered_bytes`) and
+   ``credential_unavailable`` (503). An origin-form request goes to the
+   endpoint whose allowing rule is the most specific (an exact path before a
+   glob, then the longer literal prefix, then an exact method; on a tie, an
+   endpoint whose destination is registered, then policy order); an
+   absolute-form one only to an endpoint with that host and port.
 2. Forwards it to the endpoint's upstream base URL: client credential headers
    (``authorization``, ``x-api-key``, ``api-key``, ``x-goog-api-key``,
-   ``cookie``, ``proxy-authorization``) and hop-by-hop headers are dropped and
-   the credential bound to the endpoint is added (``x-api-key`` for provider
-   ``anthropic``, ``Authorization: Bearer`` otherwise), resolved here from a
-   file or the runner's environment, never from the agent's side. Redirects
+   ``cookie``, ``proxy-authorization``) and hop-by-hop headers are dropped.
+   A credential is added only when the request's destination (scheme, host,
+   port and path prefix of the upstream URL) is a model endpoint the site's
+   admins registered (:class:`RegisteredEndpoint`; the most specific one
+   that matches) and the policy endpoint asks for one (``credential_binding``):
+   then exactly the credential that registration names (``x-api-key`` for
+   provider ``anthropic``, ``Authorization: Bearer`` otherwise), resolved here
+   from a file or the runner's environment, never from the agent's side. A
+   policy's ``credential_binding`` never chooses a credential: an endpoint that
+   is not registered gets none (issue 11, finding 2). Redirects
    are passed back, not followed. For an OpenAI chat completions stream the
    proxy sets ``stream_options.include_usage``; if the agent had not asked for
    it, the extra usage chunk (empty ``choices``) is removed from what the
@@ -43,6 +52,16 @@ What it does with each request:
    ``complete: false``, output estimated from the bytes received, flagged.
 5. Writes one record per request to ``record_sink`` and keeps totals
    (:meth:`MeteringProxy.totals`).
+
+Limits (:class:`Limits`, issue 11 finding 5): at most ``max_connections``
+connections at once (others are closed at once and counted as
+``connections_refused``), request lines and header fields of at most
+``max_header_bytes``, bodies of at most ``max_body_bytes`` (a larger
+Content-Length is refused before anything is read) and at most
+``max_buffered_bytes`` of bodies held at once; at most
+``records_in_memory`` request records kept in memory (the record file has
+them all, up to ``record_file_bytes``; past that, records are dropped and
+counted in the totals' ``records_dropped``).
 
 Caps (:class:`Caps`) are checked before each request is forwarded: once the
 task's or the campaign's tokens or cost have reached a cap, further requests
@@ -80,7 +99,7 @@ from execution.metering.prices import BillTotals, PriceTable, format_usd
 from execution.metering.usage import (API_CHAT, ResponseUsageReader, Usage, api_for_path,
                                    estimate_request_input_tokens)
 
-__all__ = ["Rule", "Endpoint", "endpoints_from_policy", "CredentialResolver", "CredentialError", "Caps",
+__all__ = ["Rule", "Endpoint", "endpoints_from_policy", "RegisteredEndpoint", "registered_endpoints", "Limits", "CredentialResolver", "CredentialError", "Caps",
            "CampaignCounter", "FileCampaignCounter", "JsonlRecordSink", "MeteringProxy", "ProxyHandle",
            "start_proxy"]
 
@@ -119,6 +138,13 @@ class Rule:
             return False
         return bool(self._regex.match(path))  # type: ignore[attr-defined]
 
+    @property
+    def specificity(self) -> tuple[int, int, int]:
+        """Orders rules from the most specific: an exact path, then the longer literal
+        prefix before the first wildcard, then an exact method."""
+        literal = self.path.split("*", 1)[0]
+        return ("*" not in self.path, len(literal), self.method != "*")
+
 
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -137,7 +163,9 @@ class Endpoint:
     ``rules``: allowed methods and paths; ``upstream``: base URL requests are
     sent to (default ``https://host:port``, or ``http://`` for a loopback
     host such as the stand-in model); ``credential``: the provider named by
-    ``credential_binding`` (None: no credential added); ``auth_header``:
+    ``credential_binding`` (None: no credential added; a name: a credential is
+    added only if the destination is a :class:`RegisteredEndpoint`, and it is
+    that registration's, never one this name chooses); ``auth_header``:
     ``x-api-key``, ``authorization`` (Bearer) or ``api-key``; None picks
     ``x-api-key`` for provider ``anthropic``, else ``authorization``.
     """
@@ -161,10 +189,118 @@ class Endpoint:
         """True if a rule of this endpoint allows ``method`` on ``path``."""
         return any(rule.allows(method, path) for rule in self.rules)
 
-    def credential_headers(self, secret: str) -> dict[str, str]:
-        """The header(s) carrying ``secret`` to this endpoint."""
-        header = self.auth_header or ("x-api-key" if self.credential == "anthropic" else "authorization")
+    def specificity(self, method: str, path: str) -> tuple[int, int, int] | None:
+        """The most specific of this endpoint's rules allowing ``method`` on ``path`` (see
+        :attr:`Rule.specificity`), or None."""
+        found = [rule.specificity for rule in self.rules if rule.allows(method, path)]
+        return max(found) if found else None
+
+    def credential_headers(self, secret: str, provider: str | None = None) -> dict[str, str]:
+        """The header(s) carrying ``secret`` to this endpoint; ``provider`` (the registered
+        endpoint's) picks the header, else the policy's ``credential_binding``."""
+        provider = provider or self.credential
+        header = self.auth_header or ("x-api-key" if provider == "anthropic" else "authorization")
         return {header: f"Bearer {secret}" if header == "authorization" else secret}
+
+
+@dataclass(frozen=True)
+class RegisteredEndpoint:
+    """A model endpoint the site's admins registered: the only destinations that ever
+    receive a credential. ``scheme`` ``http``/``https``; ``host`` (compared without
+    case); ``port``; ``path_prefixes``: upstream paths it covers (``/`` covers all;
+    ``/v1`` covers ``/v1`` and ``/v1/...``, not ``/v10``); ``credential_name``: the
+    name in the runner's credentials file; ``provider`` picks the header
+    (``anthropic``: ``x-api-key``; else ``Authorization: Bearer``; None: as the policy's
+    ``credential_binding`` names it)."""
+
+    name: str
+    provider: str | None
+    scheme: str
+    host: str
+    port: int
+    path_prefixes: tuple[str, ...]
+    credential_name: str
+
+    def match(self, url: URL) -> int:
+        """How specific this registration is for ``url`` (the length of the longest
+        matching path prefix), or -1 if it does not cover ``url``."""
+        port = url.port or (443 if url.scheme == "https" else 80)
+        if url.scheme != self.scheme or (url.host or "").lower() != self.host.lower() or port != self.port:
+            return -1
+        path = url.raw_path or "/"
+        best = -1
+        for prefix in self.path_prefixes:
+            stem = prefix.rstrip("/")
+            if not stem or path == stem or path.startswith(stem + "/"):
+                best = max(best, len(stem))
+        return best
+
+
+def registered_endpoints(items: Any) -> list[RegisteredEndpoint]:
+    """The runner spec's ``model_endpoints`` (written by tco's launch side from the
+    admin-registered endpoints) as :class:`RegisteredEndpoint`: a list of
+    ``{"name", "provider", "scheme", "host", "port", "path_prefixes": [..],
+    "credential_name"}``. None is an empty list. Raises ValueError naming the
+    first malformed entry."""
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise ValueError("model_endpoints: expected a list")
+    out = []
+    for i, item in enumerate(items):
+        where = f"model_endpoints[{i}]"
+        if not isinstance(item, Mapping):
+            raise ValueError(f"{where}: expected a mapping")
+        name, provider, scheme = item.get("name"), item.get("provider"), item.get("scheme")
+        host, port, prefixes, credential = (item.get("host"), item.get("port"), item.get("path_prefixes"),
+                                            item.get("credential_name"))
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}.name: expected a name")
+        if provider is not None and not isinstance(provider, str):
+            raise ValueError(f"{where}.provider: expected text")
+        if scheme not in ("http", "https"):
+            raise ValueError(f"{where}.scheme: expected http or https")
+        if not isinstance(host, str) or not host or any(c in host for c in "/@?#% \t\r\n\\"):
+            raise ValueError(f"{where}.host: expected a host name or IP address")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"{where}.port: expected 1..65535")
+        if prefixes is None:
+            prefixes = ["/"]
+        if not isinstance(prefixes, list) or not prefixes or not all(
+                isinstance(p, str) and p.startswith("/") and not _unsafe_path(p) for p in prefixes):
+            raise ValueError(f"{where}.path_prefixes: expected a list of absolute paths")
+        if not isinstance(credential, str) or not credential:
+            raise ValueError(f"{where}.credential_name: expected a name")
+        out.append(RegisteredEndpoint(name=name, provider=provider or None, scheme=scheme, host=host, port=port,
+                                      path_prefixes=tuple(prefixes), credential_name=credential))
+    return out
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The proxy's resource limits (issue 11, finding 5), each with a safe default.
+
+    ``max_connections``: connections open at once (others are closed at once);
+    ``max_header_bytes``: longest request line or header field; ``max_headers``: header
+    fields per request; ``max_body_bytes``: one request body; ``max_buffered_bytes``:
+    request bodies held in memory at once, all connections together;
+    ``records_in_memory``: request records kept for :meth:`MeteringProxy.totals`
+    callers (the newest); ``record_file_bytes``: size cap of the JSONL record file
+    (:class:`JsonlRecordSink`). All bytes or counts, each >= 1."""
+
+    max_connections: int = 32
+    max_header_bytes: int = 8190
+    max_headers: int = 64
+    max_body_bytes: int = MAX_REQUEST_BYTES
+    max_buffered_bytes: int = 64 << 20
+    records_in_memory: int = 1000
+    record_file_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"proxy limit {name}: expected a positive integer, got {value!r}")
 
 
 def endpoints_from_policy(policy: Mapping[str, Any], upstreams: Mapping[str, str] | None = None) -> list[Endpoint]:
@@ -213,9 +349,10 @@ class CredentialError(RuntimeError):
 
 
 class CredentialResolver:
-    """Credentials by provider name, read by the proxy (outside the sandbox).
+    """Credentials by name, read by the proxy (outside the sandbox). The proxy asks only
+    for the ``credential_name`` of a :class:`RegisteredEndpoint`.
 
-    ``sources`` maps a provider (``anthropic``) to ``file:/path`` (the file's
+    ``sources`` maps a credential name (``anthropic-prod``) to ``file:/path`` (the file's
     content, stripped) or ``env:NAME`` (the runner's environment, read at the
     first request; the runner must not pass that variable to the agent).
     Values are cached in memory and never logged or recorded.
@@ -229,7 +366,7 @@ class CredentialResolver:
         self._cache: dict[str, str] = {}
 
     def resolve(self, provider: str) -> str:
-        """The secret for ``provider``. Raises CredentialError."""
+        """The secret named ``provider`` (a credential name). Raises CredentialError."""
         if provider in self._cache:
             return self._cache[provider]
         source = self._sources.get(provider)
@@ -345,17 +482,28 @@ class Caps:
 
 class JsonlRecordSink:
     """Append each record as one JSON line to ``path`` (flushed at once, so a
-    runner that dies keeps what was metered up to then)."""
+    runner that dies keeps what was metered up to then), while the file stays
+    within ``max_bytes``; a record that would pass it is dropped (the call
+    returns False) and counted in :attr:`dropped`."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, max_bytes: int | None = None) -> None:
         self._fh = open(path, "a", encoding="utf-8")
         self._lock = threading.Lock()
+        self.max_bytes = max_bytes
+        self.size = self._fh.tell()
+        self.dropped = 0
 
-    def __call__(self, record: Mapping[str, Any]) -> None:
+    def __call__(self, record: Mapping[str, Any]) -> bool:
         line = json.dumps(record, sort_keys=False) + "\n"
+        data_size = len(line.encode("utf-8"))
         with self._lock:
+            if self.max_bytes is not None and self.size + data_size > self.max_bytes:
+                self.dropped += 1
+                return False
             self._fh.write(line)
             self._fh.flush()
+            self.size += data_size
+        return True
 
     def close(self) -> None:
         """Close the file."""
@@ -438,14 +586,19 @@ class MeteringProxy:
     ``model_requested``, ``model_returned``, ``stream``, ``usage``
     (:meth:`Usage.to_dict` or None), ``cost_usd`` (text or None),
     ``priced_as``, ``ttfb_ms``, ``latency_ms``, ``complete``,
-    ``client_disconnected``, ``include_usage_added``, ``flags``.
+    ``client_disconnected``, ``include_usage_added``, ``flags``, ``credential``
+    (the name of the :class:`RegisteredEndpoint` whose credential was added, or None).
+    Only the newest :attr:`Limits.records_in_memory` records stay in :attr:`records`.
     """
 
     def __init__(self, endpoints: Iterable[Endpoint], credentials: CredentialResolver | Mapping[str, str],
-                 caps: Caps | None = None, record_sink: Callable[[dict], None] | None = None,
-                 prices: PriceTable | None = None, *, max_request_bytes: int = MAX_REQUEST_BYTES,
+                 caps: Caps | None = None, record_sink: Callable[[dict], Any] | None = None,
+                 prices: PriceTable | None = None, *, max_request_bytes: int | None = None,
+                 registered: Iterable[RegisteredEndpoint] = (), limits: Limits | None = None,
                  connect_timeout_s: float = 30.0, read_timeout_s: float = 600.0) -> None:
         self.endpoints = list(endpoints)
+        self.registered = list(registered)
+        self.limits = limits or Limits()
         self.credentials = credentials if isinstance(credentials, CredentialResolver) \
             else CredentialResolver(credentials)
         self.caps = caps or Caps()
@@ -456,12 +609,14 @@ class MeteringProxy:
             raise ValueError("a campaign cap needs a campaign counter")
         self.record_sink = record_sink
         self.prices = prices
-        self.max_request_bytes = max_request_bytes
+        self.max_request_bytes = max_request_bytes or self.limits.max_body_bytes
+        self._buffered = 0  # request body bytes held right now, all connections together
+        self.buffered_high_water = 0
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=read_timeout_s)
         self.records: list[dict] = []
         self.bill = BillTotals()
         self.counts = {"requests": 0, "forwarded": 0, "refused": 0, "rate_limited": 0, "upstream_errors": 0,
-                       "incomplete": 0, "client_disconnected": 0}
+                       "incomplete": 0, "client_disconnected": 0, "connections_refused": 0, "records_dropped": 0}
         self.refused_by_reason: dict[str, int] = {}
         self.flag_counts: dict[str, int] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -480,7 +635,12 @@ class MeteringProxy:
         # the check and together overshoot without bound; one at a time, a
         # task ends at most one request past its cap.
         self._cap_lock = asyncio.Lock() if self.caps.any else None
-        server = web.Server(self._serve, handler_cancellation=True, access_log=None)
+        limits = self.limits
+        server = _LimitedServer(self._serve, max_connections=limits.max_connections,
+                                on_refused=self._connection_refused, handler_cancellation=True, access_log=None,
+                                lingering_time=0,  # a refused body is never drained: the connection closes
+                                max_line_size=limits.max_header_bytes, max_field_size=limits.max_header_bytes,
+                                max_headers=limits.max_headers)
         self._runner = web.ServerRunner(server)
         await self._runner.setup()
         # At stop, requests still in flight get 5 s to end before they are cut (and recorded).
@@ -498,12 +658,17 @@ class MeteringProxy:
         if self.socket_path and os.path.exists(self.socket_path):
             os.unlink(self.socket_path)
 
+    def _connection_refused(self) -> None:
+        self.counts["connections_refused"] += 1
+
     # -- totals
 
     def totals(self) -> dict:
         """Counts, token buckets and cost of everything so far: ``requests``,
         ``forwarded``, ``refused``, ``refused_by_reason``, ``rate_limited``,
-        ``upstream_errors``, ``incomplete``, ``client_disconnected``, the
+        ``upstream_errors``, ``incomplete``, ``client_disconnected``,
+        ``connections_refused`` (over the connection limit), ``records_dropped``
+        (not written: the record file reached its size cap), the
         buckets of :class:`~execution.metering.prices.BillTotals` (``cost_usd``
         text of the priced part, ``unpriced_tokens``, ``unpriced_models``) and
         ``flags`` (flag -> number of requests). ``cost_usd`` is None when no
@@ -535,10 +700,38 @@ class MeteringProxy:
         path = target.split("?", 1)[0]
         if _unsafe_path(path):
             return _Refusal("bad_path", f"path {path[:200]!r} is refused (dot segments, '//' or encoded separators)")
-        for endpoint in candidates:
-            if endpoint.allows(method, path):
-                return endpoint, target
+        # The most specific allowing rule wins, never simply the first endpoint listed.
+        best: tuple | None = None
+        for index, endpoint in enumerate(candidates):
+            score = endpoint.specificity(method, path)
+            if score is None:
+                continue
+            registered = self._registration(endpoint, target) is not None
+            key = (score, registered, -index)
+            if best is None or key > best[0]:
+                best = (key, endpoint)
+        if best is not None:
+            return best[1], target
         return _Refusal("not_in_policy", f"{method} {path[:200]} is not allowed by the sandbox policy")
+
+    def _registration(self, endpoint: Endpoint, target: str) -> RegisteredEndpoint | _Refusal | None:
+        """The registered endpoint whose credential a request to ``endpoint`` at ``target``
+        carries: the most specific registration covering its upstream URL, if the policy
+        endpoint binds a credential at all; None (no credential); a refusal when two
+        registrations naming different credentials match equally."""
+        if not endpoint.credential or not self.registered:
+            return None
+        url = URL(endpoint.upstream.rstrip("/") + target, encoded=True)
+        scored = [(r.match(url), r) for r in self.registered]
+        scored = [(score, r) for score, r in scored if score >= 0]
+        if not scored:
+            return None
+        top = max(score for score, _ in scored)
+        best = [r for score, r in scored if score == top]
+        if len({r.credential_name for r in best}) > 1:
+            return _Refusal("credential_unavailable", "two registered model endpoints match this destination "
+                                                      "equally; the site's registrations must be fixed", 503)
+        return best[0]
 
     async def _cap_refusal(self, requested_model: str | None, api: str | None) -> _Refusal | None:
         caps = self.caps
@@ -578,29 +771,37 @@ class MeteringProxy:
             "path": request.raw_path[:2000], "endpoint": None, "status": None, "refused": None,
             "model_requested": None, "model_returned": None, "stream": False, "usage": None, "cost_usd": None,
             "priced_as": None, "ttfb_ms": None, "latency_ms": None, "complete": None, "client_disconnected": False,
-            "include_usage_added": False, "flags": [],
+            "include_usage_added": False, "flags": [], "credential": None,
         }
         self.counts["requests"] += 1
         decision = self._route(request.method, request.raw_path, request.headers)
         if isinstance(decision, _Refusal):
-            return self._refuse(record, decision, started)
+            return self._refuse(record, decision, started, request)
         endpoint, target = decision
         record["endpoint"], record["path"] = endpoint.name, target[:2000]
         try:
             body = await self._read_body(request)
         except _TooLarge:
             return self._refuse(record, _Refusal("body_too_large", f"request body over {self.max_request_bytes} "
-                                                                   "bytes", 413), started)
+                                                                   "bytes", 413), started, request)
+        except _Busy:
+            return self._refuse(record, _Refusal("proxy_busy", "too many request bodies are being received at "
+                                                               "once; retry later", 503), started, request)
         api = api_for_path(target)
         request_obj, body, hide_usage = self._prepare_body(body, api, record)
         refusal = await self._cap_refusal(record["model_requested"], api)
         if refusal is not None:
-            return self._refuse(record, refusal, started)
+            return self._refuse(record, refusal, started, request)
+        registration = self._registration(endpoint, target)
+        if isinstance(registration, _Refusal):
+            return self._refuse(record, registration, started, request)
+        record["credential"] = registration.name if registration is not None else None
         try:
-            secret = self.credentials.resolve(endpoint.credential) if endpoint.credential else None
+            secret = self.credentials.resolve(registration.credential_name) if registration is not None else None
         except CredentialError as exc:
-            return self._refuse(record, _Refusal("credential_unavailable", str(exc), 503), started)
-        headers = self._upstream_headers(request.headers, endpoint, secret)
+            return self._refuse(record, _Refusal("credential_unavailable", str(exc), 503), started, request)
+        headers = self._upstream_headers(request.headers, endpoint, secret,
+                                         registration.provider if registration is not None else None)
         url = URL(endpoint.upstream.rstrip("/") + target, encoded=True)
         self.counts["forwarded"] += 1
         reader: ResponseUsageReader | None = None
@@ -685,15 +886,26 @@ class MeteringProxy:
         return False
 
     async def _read_body(self, request: web.BaseRequest) -> bytes:
+        """The whole body, within :attr:`Limits.max_body_bytes` (a larger Content-Length is
+        refused before reading) and the shared :attr:`Limits.max_buffered_bytes`."""
+        if request.content_length is not None and request.content_length > self.max_request_bytes:
+            raise _TooLarge()
         parts, size = [], 0
-        while True:
-            chunk = await request.content.readany()
-            if not chunk:
-                return b"".join(parts)
-            size += len(chunk)
-            if size > self.max_request_bytes:
-                raise _TooLarge()
-            parts.append(chunk)
+        try:
+            while True:
+                chunk = await request.content.readany()
+                if not chunk:
+                    return b"".join(parts)
+                size += len(chunk)
+                self._buffered += len(chunk)
+                self.buffered_high_water = max(self.buffered_high_water, self._buffered)
+                if size > self.max_request_bytes:
+                    raise _TooLarge()
+                if self._buffered > self.limits.max_buffered_bytes:
+                    raise _Busy()
+                parts.append(chunk)
+        finally:
+            self._buffered -= size
 
     def _prepare_body(self, body: bytes, api: str | None, record: dict) -> tuple[Any, bytes, bool]:
         """Parse the request JSON (model, stream); add include_usage to an
@@ -716,7 +928,8 @@ class MeteringProxy:
         return obj, body, False
 
     @staticmethod
-    def _upstream_headers(incoming: Mapping[str, str], endpoint: Endpoint, secret: str | None) -> CIMultiDict:
+    def _upstream_headers(incoming: Mapping[str, str], endpoint: Endpoint, secret: str | None,
+                          provider: str | None = None) -> CIMultiDict:
         headers: CIMultiDict = CIMultiDict()
         connection_named = {t.strip().lower() for t in incoming.get("connection", "").split(",") if t.strip()}
         for name, value in incoming.items():
@@ -727,7 +940,7 @@ class MeteringProxy:
             headers.add(name, value)
         headers["accept-encoding"] = "identity"
         if secret is not None:
-            headers.update(endpoint.credential_headers(secret))
+            headers.update(endpoint.credential_headers(secret, provider))
         return headers
 
     @staticmethod
@@ -746,7 +959,8 @@ class MeteringProxy:
             headers.add(name, value)
         return headers
 
-    def _refuse(self, record: dict, refusal: _Refusal, started: float) -> web.Response:
+    def _refuse(self, record: dict, refusal: _Refusal, started: float,
+                request: web.BaseRequest | None = None) -> web.Response:
         self.counts["refused"] += 1
         self.refused_by_reason[refusal.reason] = self.refused_by_reason.get(refusal.reason, 0) + 1
         record.update(status=refusal.status, refused=refusal.reason,
@@ -758,8 +972,9 @@ class MeteringProxy:
                        "message": f"tco metering proxy: {refusal.message}"},
              "tco_proxy": {"refused": refusal.reason}},
             status=refusal.status, headers={REFUSED_HEADER: refusal.reason})
-        if refusal.reason in ("connect", "upgrade"):
-            response.force_close()
+        if refusal.reason in ("connect", "upgrade", "body_too_large", "proxy_busy") \
+                or (request is not None and not request.content.at_eof()):
+            response.force_close()  # never drain what the agent still sends
         return response
 
     def _finish_record(self, record: dict, reader: ResponseUsageReader | None, request_obj: Any, api: str | None,
@@ -807,12 +1022,33 @@ class MeteringProxy:
 
     def _emit(self, record: dict) -> None:
         self.records.append(record)
-        if self.record_sink is not None:
-            self.record_sink(record)
+        if len(self.records) > self.limits.records_in_memory:
+            del self.records[:len(self.records) - self.limits.records_in_memory]
+        if self.record_sink is not None and self.record_sink(record) is False:
+            self.counts["records_dropped"] += 1
 
 
 class _TooLarge(Exception):
     pass
+
+
+class _Busy(Exception):
+    pass
+
+
+class _LimitedServer(web.Server):
+    """aiohttp's low-level server, closing connections past ``max_connections`` at once."""
+
+    def __init__(self, handler: Any, *, max_connections: int, on_refused: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.max_connections = max_connections
+        self.on_refused = on_refused
+
+    def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        if len(self._connections) > self.max_connections:
+            self.on_refused()
+            transport.abort()
 
 
 # ---------------------------------------------------------- threaded start
@@ -861,30 +1097,37 @@ class ProxyHandle:
 
 def start_proxy(socket_path: str | os.PathLike, endpoints: Iterable[Endpoint] | Mapping[str, Any],
                 credentials: CredentialResolver | Mapping[str, str], *, caps: Caps | None = None,
-                prices: PriceTable | None = None, record_sink: Callable[[dict], None] | None = None,
+                prices: PriceTable | None = None, record_sink: Callable[[dict], Any] | None = None,
                 record_path: str | os.PathLike | None = None, upstreams: Mapping[str, str] | None = None,
+                registered: Iterable[RegisteredEndpoint] = (), limits: Limits | None = None,
                 socket_mode: int = 0o600, ready_timeout_s: float = 10.0) -> ProxyHandle:
     """Start a :class:`MeteringProxy` on ``socket_path`` in a daemon thread
     with its own event loop, for a plain (non-asyncio) program such as the
     runner; returns once it listens. ``endpoints``: a list of
     :class:`Endpoint` or a parsed sandbox policy (:func:`endpoints_from_policy`,
     with ``upstreams``); ``record_path``: append records as JSON lines there
-    (besides ``record_sink``). Raises the start error (OSError, ValueError)
+    (besides ``record_sink``), up to ``limits.record_file_bytes``;
+    ``registered``: the only destinations that get a credential
+    (:class:`RegisteredEndpoint`); ``limits``: :class:`Limits`. Raises the start error (OSError, ValueError)
     in the caller's thread. Stop with :meth:`ProxyHandle.stop`."""
     if isinstance(endpoints, Mapping):
         endpoints = endpoints_from_policy(endpoints, upstreams)
-    sinks: list[Callable[[dict], None]] = [s for s in (record_sink,) if s is not None]
+    limits = limits or Limits()
+    sinks: list[Callable[[dict], Any]] = [s for s in (record_sink,) if s is not None]
     closers: list[Callable[[], None]] = []
     if record_path is not None:
-        jsonl = JsonlRecordSink(record_path)
+        jsonl = JsonlRecordSink(record_path, limits.record_file_bytes)
         sinks.append(jsonl)
         closers.append(jsonl.close)
 
-    def sink(record: dict) -> None:
+    def sink(record: dict) -> bool:
+        kept = True
         for each in sinks:
-            each(record)
+            kept = each(record) is not False and kept
+        return kept
 
-    proxy = MeteringProxy(endpoints, credentials, caps, sink if sinks else None, prices)
+    proxy = MeteringProxy(endpoints, credentials, caps, sink if sinks else None, prices,
+                          registered=registered, limits=limits)
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     failure: list[BaseException] = []

@@ -12,16 +12,26 @@ environment) into a ``bwrap`` command line:
   (``sandbox`` is 1000; never 0);
 - only the listed paths: ``read_only`` with ``--ro-bind``, ``read_write``
   with ``--bind``, the work directory at ``/sandbox`` (read-write when
-  ``include_workdir`` or ``/sandbox`` is in ``read_write``), ``/tmp``,
-  ``/var/tmp``, ``/dev/shm`` and ``/run`` as private tmpfs (never the host's,
-  which hold other tasks' files), a fresh ``/proc`` and minimal ``/dev``; the
-  root itself and ``/dev`` are read-only; a listed path missing on the host
-  is skipped (reported in :attr:`SandboxPlan.notes`); Debian's merged-/usr
-  links (``/bin`` -> ``usr/bin``, ...) are recreated as links;
-- tco's own files are never visible even under a listed path: the spool,
-  the credentials file and the runner's private directory are covered
-  (empty tmpfs, or ``/dev/null`` for a file); a listed path inside one of
-  them is refused;
+  ``include_workdir`` or ``/sandbox`` is in ``read_write``), a fresh ``/proc``
+  and minimal ``/dev``; the root itself and ``/dev`` are read-only; a listed
+  path missing on the host is skipped (reported in
+  :attr:`SandboxPlan.notes`); Debian's merged-/usr links (``/bin`` ->
+  ``usr/bin``, ...) are recreated as links;
+- the host's scratch directories (``/tmp``, ``/var/tmp``, ``/dev/shm``,
+  ``/run``, ``/run/lock``, ``/var/lock``: other tasks' files and sockets) are
+  never shown: listed (or listed under another name that resolves to one, like
+  ``/run/shm``), they are the sandbox's own fresh tmpfs of
+  :attr:`SandboxPlan.tmpfs_bytes` (bwrap ``--size``); shown under a listed
+  ancestor, an empty read-only tmpfs; a path inside one is refused;
+- tco's own files are never visible: the spool, the credentials and price
+  files, tco's state directory and the runners' private directories are
+  compared after resolving links and bind mounts; a listed path inside one
+  is refused (:func:`execution.sandbox.checks.path_refusal`, the same check the
+  launch form makes), and under a listed ancestor they are covered (empty
+  tmpfs, or ``/dev/null`` for a file) at every place they appear inside;
+- the relay limits the sandbox's processes (RLIMIT_NPROC, counted in the
+  sandbox's own user namespace, so other tasks of the same host account do not
+  count) to :attr:`SandboxPlan.max_processes`;
 - no name resolver: ``/etc/resolv.conf`` is ``/dev/null``, and the network
   namespace has nothing but loopback; ``/etc/passwd`` and ``/etc/group`` are
   generated (user ``sandbox``);
@@ -47,20 +57,22 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 from execution.sandbox import SandboxStartError
+from execution.sandbox.checks import (INSIDE_RELAY, INSIDE_SOCKET_DIR, INSIDE_WORKDIR, PRIVATE_DIRS, HostFS,
+                                      _under, path_refusal, private_dir_target, resolve_masks)
 from execution.sandbox.policy import Policy
 
 __all__ = ["SandboxStartError", "SandboxConfigError", "SandboxPlan", "HostFS", "BwrapSandbox", "build_argv"]
 
 RELAY_PORT = 8790
-INSIDE_WORKDIR = "/sandbox"
-INSIDE_SOCKET_DIR = "/run/tco"
 INSIDE_SOCKET = f"{INSIDE_SOCKET_DIR}/proxy.sock"
-INSIDE_RELAY = "/run/tco-relay.py"
 RELAY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.py")
-PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 MERGED_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 LOG_CAP_BYTES = 64 * 1024
+#: Defaults of the sandbox's limits (the runner's settings override them).
+TMPFS_BYTES = 256 << 20          # each writable private tmpfs (/tmp, /var/tmp, /dev/shm, /run, ...)
+HIDING_TMPFS_BYTES = 64 << 10    # the read-only tmpfs that cover tco's files and the host's scratch dirs
+MAX_PROCESSES = 256              # RLIMIT_NPROC inside the sandbox (its own user namespace)
 SIGNALS_KEPT_FROM_BWRAP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                            signal.SIGXCPU, signal.SIGQUIT, signal.SIGALRM)
 
@@ -70,52 +82,37 @@ class SandboxConfigError(ValueError):
     for the relay, no bubblewrap); the message says what to change."""
 
 
-class HostFS:
-    """What the argv builder asks of the host file system (a fake in unit tests)."""
-
-    def lexists(self, path: str) -> bool:
-        return os.path.lexists(path)
-
-    def isdir(self, path: str) -> bool:
-        return os.path.isdir(path)
-
-    def islink(self, path: str) -> bool:
-        return os.path.islink(path)
-
-    def readlink(self, path: str) -> str:
-        return os.readlink(path)
-
-    def realpath(self, path: str) -> str:
-        return os.path.realpath(path)
-
-
 class SandboxPlan:
     """Everything :func:`build_argv` needs. File descriptors are the runner's; they keep
     their numbers in bubblewrap and the relay (``pass_fds``).
 
     ``workdir``: host directory shown at /sandbox; ``socket_dir``: host directory shown
     read-only at /run/tco; ``env``: the agent's whole environment; ``masks``: host paths
-    that must never be visible (a listed path inside one is refused); ``covers``: host
-    paths hidden under a listed ancestor, where a listed path inside one is still shown
-    (an admin's ``TCO_SANDBOX_MASK``, e.g. tco's state directory with a shared sub-directory); ``interpreter``: the host python that runs the relay
-    inside; ``data_fds``: inside path -> fd of its content (``--ro-bind-data``);
-    ``watch_fd``: fd open on the runner's /proc/PID/stat (suspension). ``notes`` is
-    filled by :func:`build_argv`.
+    that must never be visible (a listed path inside one is refused; one above is
+    covered inside); ``state``: tco's state directory (``TCO_SANDBOX_MASK``), hidden the
+    same way except ``shared`` directories inside it, which may be listed
+    (``TCO_SANDBOX_SHARED``); ``interpreter``: the host python that runs the relay inside;
+    ``data_fds``: inside path -> fd of its content (``--ro-bind-data``); ``watch_fd``: fd
+    open on the runner's /proc/PID/stat (suspension); ``tmpfs_bytes``: size of each
+    writable private tmpfs (bytes); ``max_processes``: RLIMIT_NPROC of the sandbox's
+    processes (threads count). ``notes`` is filled by :func:`build_argv`.
     """
 
     def __init__(self, *, policy: Policy, workdir: str, socket_dir: str, agent_argv: list[str],
                  env: dict[str, str], masks: list[str], interpreter: str, status_fd: int, json_status_fd: int,
                  stdout_fd: int, stderr_fd: int, data_fds: dict[str, int] | None = None,
-                 watch_fd: int | None = None, covers: list[str] | None = None,
+                 watch_fd: int | None = None, state: list[str] | None = None, shared: list[str] | None = None,
                  relay_script: str = RELAY_SCRIPT, relay_port: int = RELAY_PORT,
-                 proxy_wait_s: float = 30.0, hostname: str = "sandbox", bwrap: str = "bwrap") -> None:
+                 proxy_wait_s: float = 30.0, hostname: str = "sandbox", bwrap: str = "bwrap",
+                 tmpfs_bytes: int = TMPFS_BYTES, max_processes: int = MAX_PROCESSES) -> None:
         self.policy = policy
         self.workdir = workdir
         self.socket_dir = socket_dir
         self.agent_argv = list(agent_argv)
         self.env = dict(env)
         self.masks = list(masks)
-        self.covers = list(covers or [])
+        self.state = list(state or [])
+        self.shared = list(shared or [])
         self.interpreter = interpreter
         self.status_fd = status_fd
         self.json_status_fd = json_status_fd
@@ -128,6 +125,8 @@ class SandboxPlan:
         self.proxy_wait_s = proxy_wait_s
         self.hostname = hostname
         self.bwrap = bwrap
+        self.tmpfs_bytes = int(tmpfs_bytes)
+        self.max_processes = int(max_processes)
         self.notes: list[str] = []
 
 
@@ -144,13 +143,6 @@ def _depth(path: str) -> int:
     return len([p for p in path.split("/") if p])
 
 
-def _under(path: str, ancestor: str) -> bool:
-    """True if ``path`` is ``ancestor`` or inside it (both normalised, absolute)."""
-    if ancestor == "/":
-        return True
-    return path == ancestor or path.startswith(ancestor.rstrip("/") + "/")
-
-
 def passwd_text(uid: int, gid: int) -> str:
     return (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
             f"sandbox:x:{uid}:{gid}:tco sandbox:{INSIDE_WORKDIR}:/usr/sbin/nologin\n"
@@ -163,19 +155,26 @@ def group_text(gid: int) -> str:
 
 def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     """The bwrap command line for ``plan`` (module doc). Appends to ``plan.notes`` what it
-    skipped. Raises SandboxConfigError."""
+    skipped. Raises SandboxConfigError (with :func:`~execution.sandbox.checks.path_refusal`'s
+    reason for a path the runner refuses)."""
     fs = fs or HostFS()
     policy = plan.policy
     if policy.uid == 0 or policy.gid == 0:  # validation already refuses it; never rely on one check
         raise SandboxConfigError("the agent may not run as root inside the sandbox")
-    masks = [fs.realpath(m) for m in plan.masks if m and fs.lexists(m)]
-    covers = [fs.realpath(c) for c in plan.covers if c and fs.lexists(c)]
+    if plan.tmpfs_bytes < 1 or plan.max_processes < 1:
+        raise SandboxConfigError("the sandbox's tmpfs size and process limit must be positive")
+    masks = resolve_masks(plan.masks, fs)
+    state = resolve_masks(plan.state, fs)
+    shared = resolve_masks(plan.shared, fs)
     workdir_rw = policy.include_workdir or INSIDE_WORKDIR in policy.read_write
 
     # (inside path, order, argv) - applied shallow to deep so later mounts land on earlier ones.
     ops: list[tuple[str, int, list[str]]] = []
     order = 0
-    visible: list[str] = []   # canonical host paths the agent can see
+    binds: list[tuple[str, str]] = []   # (inside path, canonical host path) of each bind
+    # tmpfs made read-only only after every mount, so mount points can still be made inside them
+    read_only_later: list[str] = []
+    private_listed: set[str] = set()
 
     def add(path: str, *args: str) -> None:
         nonlocal order
@@ -186,54 +185,63 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     for path, writable in listed:
         if path == INSIDE_WORKDIR:
             continue
-        if _under(path, "/proc") or (_under(path, "/dev") and path != "/dev/shm"):
-            raise SandboxConfigError(f"{path}: bubblewrap gives the sandbox its own /proc and /dev; "
-                                     "they cannot be listed")
-        if path in PRIVATE_DIRS:
-            add(path, "--tmpfs", path)
+        reason = path_refusal(path, masks=masks, state=state, shared=shared, fs=fs)
+        if reason is not None:
+            raise SandboxConfigError(reason)
+        if private_dir_target(path, fs) is not None:
+            # Listed or resolving to /tmp, /dev/shm, /run, ...: the sandbox's own, never the host's.
+            add(path, "--size", str(plan.tmpfs_bytes), "--tmpfs", path)
             if not writable:
-                add(path, "--remount-ro", path)
+                read_only_later.append(path)
+            private_listed.add(path)
+            if path not in PRIVATE_DIRS:
+                plan.notes.append(f"{path}: resolves to {fs.realpath(path)}; the sandbox has its own (empty)")
             continue
-        if _under(path, INSIDE_SOCKET_DIR) or path == INSIDE_RELAY:
-            raise SandboxConfigError(f"{path} is where tco puts its relay; it cannot be listed")
         if not fs.lexists(path):
             plan.notes.append(f"{path}: not on this host; skipped")
             continue
         real = fs.realpath(path)
-        for mask in masks:
-            if _under(real, mask):
-                raise SandboxConfigError(f"{path} is inside {mask}, which holds tco's own files "
-                                         "(spool, credentials or the runner's private directory); "
-                                         "the agent may not see it")
         if fs.islink(path) and path in MERGED_USR_LINKS:
             continue  # recreated as a link below, if its target is visible
         if real != path and fs.islink(path):
             plan.notes.append(f"{path}: a link to {real}; its target is shown at {path}")
         add(path, "--bind" if writable else "--ro-bind", real, path)
-        visible.append(real)
+        binds.append((path, real))
+
+    # Whatever a bind shows of the host's scratch directories and of tco's own files is
+    # covered, at every place it appears inside (a bind's inside path may differ from its
+    # host path, when the listed path is a link).
+    hidden = [(h, True) for h in resolve_masks(PRIVATE_DIRS, fs)] + [(h, False) for h in masks + state]
+    covered: set[str] = set()
+    for inside, real in binds:
+        for host, scratch in hidden:
+            if host == real or not _under(host, real) or fs.islink(host) or not fs.lexists(host):
+                continue
+            where = os.path.normpath(inside.rstrip("/") + "/" + host[len(real.rstrip("/")):].lstrip("/"))
+            if where in private_listed or where in covered:
+                continue
+            covered.add(where)
+            if fs.isdir(host):
+                add(where, "--size", str(HIDING_TMPFS_BYTES), "--tmpfs", where)
+                read_only_later.append(where)
+            else:
+                add(where, "--ro-bind", "/dev/null", where)
 
     def is_visible(host_path: str) -> bool:
-        return any(_under(host_path, v) for v in visible) and not any(_under(host_path, m) for m in masks)
+        """Shown inside at its own host path (the relay's interpreter, /etc): the deepest bind
+        holding it shows the same host path, and nothing covers it above that."""
+        holding = [(inside, real) for inside, real in binds if _under(host_path, inside)]
+        if not holding:
+            return False
+        inside, real = max(holding, key=lambda b: _depth(b[0]))
+        return inside == real and not any(_under(host_path, c) and _depth(c) > _depth(inside)
+                                          for c in covered | private_listed)
 
     # Debian's merged /usr: /bin, /lib, ... are links into /usr; keep them links.
     for link in MERGED_USR_LINKS:
-        if fs.islink(link) and is_visible(fs.realpath(link)):
+        shown_already = any(_under(link, inside) and inside != link for inside, _ in binds)  # "/" listed
+        if fs.islink(link) and not shown_already and is_visible(fs.realpath(link)):
             add(link, "--symlink", fs.readlink(link), link)
-
-    # The host's scratch directories hold other tasks' files: never show them, even under "/".
-    listed_paths = {p for p, _ in listed}
-    for private in PRIVATE_DIRS:
-        if private not in listed_paths and any(_under(private, v) for v in visible) and fs.isdir(private):
-            add(private, "--tmpfs", private)
-            add(private, "--remount-ro", private)
-
-    for mask in masks + covers:
-        if any(_under(mask, v) and mask != v for v in visible):
-            if fs.isdir(mask):
-                add(mask, "--tmpfs", mask)
-                add(mask, "--remount-ro", mask)
-            else:
-                add(mask, "--ro-bind", "/dev/null", mask)
 
     add(INSIDE_WORKDIR, "--bind" if workdir_rw else "--ro-bind", plan.workdir, INSIDE_WORKDIR)
     add(INSIDE_SOCKET_DIR, "--ro-bind", plan.socket_dir, INSIDE_SOCKET_DIR)
@@ -262,13 +270,16 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for _, _, args in (op for op in ops if op[0] != "/"):
         argv += args
+    for path in sorted(read_only_later, key=_depth, reverse=True):
+        argv += ["--remount-ro", path]
     argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     argv += ["--chdir", INSIDE_WORKDIR, "--clearenv"]
     for key, value in sorted(plan.env.items()):
         argv += ["--setenv", key, value]
     argv += [interpreter, "-I", "-S", INSIDE_RELAY, "--status-fd", str(plan.status_fd),
              "--stdout-fd", str(plan.stdout_fd), "--stderr-fd", str(plan.stderr_fd),
-             "--port", str(plan.relay_port), "--socket", INSIDE_SOCKET, "--proxy-wait-s", str(plan.proxy_wait_s)]
+             "--port", str(plan.relay_port), "--socket", INSIDE_SOCKET, "--proxy-wait-s", str(plan.proxy_wait_s),
+             "--max-processes", str(plan.max_processes)]
     if plan.watch_fd is not None:
         argv += ["--watch-fd", str(plan.watch_fd)]
     argv += ["--", *plan.agent_argv]

@@ -4,7 +4,14 @@ Run by the runner through bubblewrap (``--as-pid-1``), standard library only,
 with ``python3 -I -S``::
 
     relay.py --status-fd N --stdout-fd O --stderr-fd E --port P
-             --socket /run/tco/proxy.sock [--watch-fd M] [--proxy-wait-s S] -- AGENT ARGV...
+             --socket /run/tco/proxy.sock [--watch-fd M] [--proxy-wait-s S]
+             [--max-processes N] -- AGENT ARGV...
+
+0. With ``--max-processes``, sets RLIMIT_NPROC (setrlimit(2)) to N before
+   anything else starts: the kernel counts the processes and threads of the
+   sandbox's uid in the sandbox's own user namespace (Linux >= 5.14
+   ucounts), so a fork bomb stops at N while the relay's threads (started
+   before the agent) keep working.
 
 1. Listens on ``127.0.0.1:P``, the sandbox's own loopback (its network
    namespace has nothing else), so the agent sees an ordinary HTTP base URL.
@@ -112,7 +119,12 @@ def _serve(client, path: str, wait_s: float) -> None:
         client.close()
         return
     back = threading.Thread(target=_copy, args=(upstream, client), daemon=True)
-    back.start()
+    try:
+        back.start()
+    except RuntimeError:  # the process limit is reached
+        client.close()
+        upstream.close()
+        return
     _copy(client, upstream)
     back.join()
     client.close()
@@ -128,7 +140,10 @@ def _accept(listener, path: str, wait_s: float) -> None:
         if not _first_connection.is_set():
             _first_connection.set()
             report("proxy", time.monotonic_ns())
-        threading.Thread(target=_serve, args=(client, path, wait_s), daemon=True).start()
+        try:
+            threading.Thread(target=_serve, args=(client, path, wait_s), daemon=True).start()
+        except RuntimeError:  # no thread left under the process limit: this connection only fails
+            client.close()
 
 
 def _watch(fd: int) -> None:
@@ -151,11 +166,11 @@ def _watch(fd: int) -> None:
 
 
 def _parse(argv):
-    opts = {"--watch-fd": None, "--proxy-wait-s": "30"}
+    opts = {"--watch-fd": None, "--proxy-wait-s": "30", "--max-processes": None}
     i = 0
     while i < len(argv) and argv[i] != "--":
         if argv[i] not in ("--status-fd", "--stdout-fd", "--stderr-fd", "--port", "--socket", "--watch-fd",
-                           "--proxy-wait-s") \
+                           "--proxy-wait-s", "--max-processes") \
                 or i + 1 >= len(argv):
             raise SystemExit(f"relay: bad argument {argv[i]!r}")
         opts[argv[i]] = argv[i + 1]
@@ -164,7 +179,7 @@ def _parse(argv):
     if not agent or any(name not in opts for name in ("--status-fd", "--stdout-fd", "--stderr-fd", "--port",
                                                       "--socket")):
         raise SystemExit("usage: relay.py --status-fd N --stdout-fd O --stderr-fd E --port P --socket PATH "
-                         "[--watch-fd M] [--proxy-wait-s S] -- ARGV...")
+                         "[--watch-fd M] [--proxy-wait-s S] [--max-processes N] -- ARGV...")
     return opts, agent
 
 
@@ -209,6 +224,16 @@ def main(argv) -> int:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", int(opts["--port"])))
     listener.listen(128)
+    if opts["--max-processes"] is not None:
+        import resource
+
+        limit = int(opts["--max-processes"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+    # The relay's own threads start before the agent can use up the process limit.
+    threading.Thread(target=_accept, args=(listener, opts["--socket"], float(opts["--proxy-wait-s"])),
+                     daemon=True).start()
+    if opts["--watch-fd"] is not None:
+        threading.Thread(target=_watch, args=(int(opts["--watch-fd"]),), daemon=True).start()
     report("ready", time.monotonic_ns())
 
     if _pending:
@@ -225,11 +250,6 @@ def main(argv) -> int:
     report("started", time.monotonic_ns())
     if _pending:
         os.kill(-1, _pending[0])
-
-    threading.Thread(target=_accept, args=(listener, opts["--socket"], float(opts["--proxy-wait-s"])),
-                     daemon=True).start()
-    if opts["--watch-fd"] is not None:
-        threading.Thread(target=_watch, args=(int(opts["--watch-fd"]),), daemon=True).start()
 
     while True:
         try:

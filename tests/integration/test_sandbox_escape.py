@@ -22,6 +22,7 @@ import socket
 import socketserver
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -100,9 +101,9 @@ def escape(tmp_path_factory):
     if not shutil.which("bwrap"):
         pytest.fail("bubblewrap (bwrap) is not installed; apt-get install bubblewrap")
     root = tmp_path_factory.mktemp("escape")
-    spool, probe_dir = root / "spool", root / "probe"
-    probe_dir.mkdir()
-    shutil.copy(REPO / "tests" / "integration" / "sandbox_probes.py", probe_dir / "probes.py")
+    # The probes are listed where they are: nothing inside the host's /tmp (the tests' root)
+    # can be listed, it is other tasks' scratch space (issue 11, finding 4).
+    spool, probe_dir = root / "spool", REPO / "tests" / "integration"
     key_file, creds = root / "model.key", root / "credentials.json"
     key_file.write_text(SECRET + "\n")
     creds.write_text(json.dumps({"escape-test": SECRET}))
@@ -155,7 +156,7 @@ network_policies:
     binaries: [{{path: /usr/bin/python3.11}}]
 """
         spec = {"version": 1, "campaign_id": CAMPAIGN, "inputs_file": "inputs.jsonl", "timeout_s": 120,
-                "agent": {"command": ["/usr/bin/python3", str(probe_dir / "probes.py")],
+                "agent": {"command": ["/usr/bin/python3", str(probe_dir / "sandbox_probes.py")],
                           "outputs": ["probes.json"]},
                 "policy": policy,
                 "model_endpoint": {"base_url": f"http://127.0.0.1:{model_port}", "credential_name": "escape-test"}}
@@ -307,3 +308,281 @@ def test_the_record_tells_the_stages_and_what_was_refused(escape):
     assert record["usage"]["refused"] >= 5 and record["usage"]["refused_by_reason"].get("connect", 0) >= 2
     assert [o["name"] for o in record["outputs"]] == ["probes.json"]
     assert any("binaries" in note for note in record["sandbox"]["notes"])
+
+
+# ------------------------------------------------------------------------------------------ issue 11
+# Each test below runs the runner once with its own spool, policy and agent (python3 -c CODE).
+
+AGENT_PYTHON = "/usr/bin/python3.11"
+SYSTEM_RO = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
+
+
+def run_task(root: Path, code: str, *, read_only=(), read_write=(), network: str = "", env_extra=None,
+             spec_extra=None, timeout_s: int = 120):
+    """Run one task whose agent is ``python3 -c code``; returns (completed runner, record, agent stdout)."""
+    spool = root / "spool"
+    campaign_dir = spool / "campaigns" / "t"
+    campaign_dir.mkdir(parents=True)
+    (campaign_dir / "inputs.jsonl").write_text("{}\n")
+    policy = (f"version: 1\nfilesystem_policy:\n  include_workdir: true\n"
+              f"  read_only: [{', '.join([*SYSTEM_RO, *map(str, read_only)])}]\n"
+              f"  read_write: [{', '.join(['/sandbox', '/tmp', *map(str, read_write)])}]\n"
+              f"process: {{run_as_user: sandbox, run_as_group: sandbox}}\n" + network)
+    spec = {"version": 1, "campaign_id": "t", "inputs_file": "inputs.jsonl", "timeout_s": timeout_s,
+            "agent": {"command": ["/usr/bin/python3", "-c", code]}, "policy": policy, **(spec_extra or {})}
+    (campaign_dir / "spec.json").write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TCO_", "SGE_", "JOB_"))}
+    env.update(TCO_SPOOL_DIR=str(spool), TCO_CAMPAIGN_ID="t", JOB_ID="77", SGE_TASK_ID="1",
+               PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1", **(env_extra or {}))
+    result = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(root), timeout=300,
+                            capture_output=True, text=True, start_new_session=True)
+    record = json.loads((spool / "records" / "t" / "1.json").read_text())
+    stdout = Path(record["stdout_path"]).read_text() if record["stdout_path"] else ""
+    return result, record, stdout
+
+
+@pytest.fixture
+def outside_tmp():
+    """A directory outside the host's /tmp (whose inside no policy may list at all), for
+    what must be refused for being tco's, not for being in /tmp."""
+    path = Path(tempfile.mkdtemp(prefix=".tco-sandbox-test-", dir=os.path.expanduser("~")))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class HttpRecorder:
+    """A launcher's own HTTP server on the host's loopback: keeps every request, answers 200."""
+
+    def __init__(self) -> None:
+        self.requests: list[bytes] = []
+        recorder = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                head = b""
+                while not head.endswith(b"\r\n\r\n"):
+                    line = self.rfile.readline()
+                    if not line:
+                        return
+                    head += line
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                recorder.requests.append(head + self.rfile.read(length))
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def rest_endpoint(key: str, port: int, provider: str) -> str:
+    return (f"  {key}:\n    endpoints:\n      - host: 127.0.0.1\n        port: {port}\n        protocol: rest\n"
+            f"        enforcement: enforce\n        credential_binding: {{provider: {provider}}}\n"
+            f"        rules: [{{allow: {{method: POST, path: /v1/messages}}}}]\n"
+            f"    binaries: [{{path: {AGENT_PYTHON}}}]\n")
+
+
+def test_issue11_a_launchers_endpoint_never_gets_the_sites_key(tmp_path):
+    """Finding 2: a policy endpoint on the launcher's own port naming ``credential_binding:
+    {provider: demo-stand-in}`` (the site's credential's name), listed first. It receives
+    neither an Authorization header nor the secret; the registered model still gets its key."""
+    key_file, creds = tmp_path / "model.key", tmp_path / "credentials.json"
+    key_file.write_text(SECRET + "\n")
+    creds.write_text(json.dumps({"demo-stand-in": SECRET}))
+    creds.chmod(0o600)
+    model_port = free_port()
+    attacker = HttpRecorder()
+    model = subprocess.Popen([sys.executable, "-m", "demo.demo_model", "--port", str(model_port),
+                              "--api-key-file", str(key_file)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    code = f"""
+import http.client, json
+body = json.dumps({{"model": "m", "max_tokens": 8, "messages": [{{"role": "user", "content": "hi"}}]}})
+out = {{}}
+for label, target in (("absolute", "http://127.0.0.1:{attacker.port}/v1/messages"), ("origin", "/v1/messages")):
+    conn = http.client.HTTPConnection("127.0.0.1", 8790, timeout=30)
+    conn.request("POST", target, body, {{"content-type": "application/json", "anthropic-version": "2023-06-01"}})
+    resp = conn.getresponse()
+    out[label] = [resp.status, resp.read().decode("utf-8", "replace")[:200]]
+print(json.dumps(out))
+"""
+    try:
+        wait_port("127.0.0.1", model_port)
+        network = ("network_policies:\n" + rest_endpoint("launchers", attacker.port, "demo-stand-in")
+                   + rest_endpoint("model_api", model_port, "anthropic"))
+        registered = [{"name": "stand-in", "provider": "anthropic", "scheme": "http", "host": "127.0.0.1",
+                       "port": model_port, "path_prefixes": ["/v1"], "credential_name": "demo-stand-in"}]
+        result, record, stdout = run_task(tmp_path, code, network=network,
+                                          env_extra={"TCO_CREDENTIALS_FILE": str(creds)},
+                                          spec_extra={"model_endpoints": registered})
+        with urllib.request.urlopen(f"http://127.0.0.1:{model_port}/_stand_in/served", timeout=10) as resp:
+            served = json.loads(resp.read())
+    finally:
+        model.terminate()
+        model.wait(10)
+        attacker.close()
+    assert result.returncode == 0, (result.stderr, record)
+    answers = json.loads(stdout)
+    assert answers["absolute"][0] == 200 and answers["origin"][0] == 200, answers
+    assert "[stand-in]" in answers["origin"][1]  # the model accepted the key the proxy added
+    [request] = attacker.requests
+    head = request.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"authorization:" not in head and b"x-api-key:" not in head, head
+    assert SECRET.encode() not in request
+    assert served["totals"]["requests"] == 1 and served["rejected"] == {}
+    assert any("launchers" in note and "not a registered model endpoint" in note for note in record["sandbox"]["notes"])
+
+
+def test_issue11_tcos_state_files_cannot_be_listed(outside_tmp):
+    """Finding 2: the policy listed var/secret_key and var/admin-password read-only and read them."""
+    state = outside_tmp / "var"
+    state.mkdir()
+    for name in ("secret_key", "admin-password"):
+        (state / name).write_text(f"{MARKER}-{name}\n")
+    link = outside_tmp / "innocent"
+    link.symlink_to(state / "secret_key")
+    code = "import sys; print(open(sys.argv[1]).read())"
+    for listed in (state / "secret_key", state / "admin-password", state, link):
+        root = outside_tmp / f"run-{listed.name}"
+        root.mkdir()
+        result, record, stdout = run_task(root, code, read_only=[listed], env_extra={"TCO_SANDBOX_MASK": str(state)})
+        assert result.returncode == 78 and record["flags"] == ["runner_error"], (listed, record)
+        assert f"is inside {state}" in record["error"] and MARKER not in stdout + record["error"]
+        assert record["stages"]["sandbox_create_at"] is None
+
+
+def test_issue11_another_tasks_scratch_and_proxy_socket_are_out_of_reach(outside_tmp):
+    """Finding 4: task A listed task B's TMPDIR, connected to B's proxy socket and was served
+    with B's credential. B's TMPDIR is a sibling of A's (Grid Engine's <job>.<task>.<queue>)."""
+    import socket as socketlib
+
+    scratch = outside_tmp / "scratch"
+    own, other = scratch / "77.1.all.q", scratch / "78.1.all.q"
+    sock_dir = other / "tco-runner-9-0" / "sock"
+    sock_dir.mkdir(parents=True)
+    own.mkdir()
+    served = Recorder()
+    server = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    server.bind(str(sock_dir / "proxy.sock"))
+    server.listen(5)
+    server.settimeout(0.2)
+
+    def accept():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except socketlib.timeout:
+                continue
+            except OSError:
+                return
+            served.add("connection")
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    code = ("import socket, sys; s = socket.socket(socket.AF_UNIX); "
+            "s.connect(sys.argv[1] + '/tco-runner-9-0/sock/proxy.sock'); print('connected')")
+    try:
+        for listed, also in ((other, ()), (scratch, ())):
+            root = outside_tmp / f"run-{listed.name}"
+            root.mkdir()
+            result, record, stdout = run_task(root, code + "", read_write=[listed], env_extra={"TMPDIR": str(own)})
+            assert result.returncode == 78 and "connected" not in stdout, (listed, record)
+            assert "tco's own files" in record["error"], record["error"]
+    finally:
+        server.close()
+    assert served.events == []
+
+
+def test_issue11_shared_memory_and_lock_dirs_are_the_sandboxs_own(tmp_path):
+    """Finding 4: listing /run/shm or /var/lock read-write showed the host's /dev/shm and /run/lock."""
+    marker = Path("/dev/shm") / f"{MARKER}-{os.getpid()}"
+    marker.write_text("host")
+    code = ("import json, os\nout = {}\n"
+            "for d in ('/run/shm', '/var/lock', '/dev/shm', '/run/lock'):\n"
+            "    out[d] = sorted(os.listdir(d))\n"
+            "    open(os.path.join(d, 'from-the-agent'), 'w').write('x')\n"
+            "print(json.dumps(out))")
+    try:
+        result, record, stdout = run_task(tmp_path, code, read_write=["/run/shm", "/var/lock", "/dev/shm",
+                                                                       "/run/lock"])
+    finally:
+        marker.unlink()
+    assert result.returncode == 0, (result.stderr, record)
+    seen = json.loads(stdout)
+    assert seen == {"/run/shm": [], "/var/lock": [], "/dev/shm": [], "/run/lock": []}, seen
+    assert not Path("/dev/shm/from-the-agent").exists() and not Path("/run/lock/from-the-agent").exists()
+
+
+def test_issue11_a_fork_bomb_is_contained(tmp_path):
+    """Finding 5: RLIMIT_NPROC in the sandbox's own user namespace; 300 forks stop near 32."""
+    code = """
+import errno, json, os, time
+made, error = 0, None
+for _ in range(300):
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        error = errno.errorcode.get(exc.errno)
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    made += 1
+print(json.dumps({"made": made, "error": error}))
+"""
+    result, record, stdout = run_task(tmp_path, code, env_extra={"TCO_SANDBOX_MAX_PROCESSES": "32"})
+    assert result.returncode == 0, (result.stderr, record)
+    out = json.loads(stdout)
+    assert out["error"] == "EAGAIN" and out["made"] < 32, out
+    # the children died with the sandbox (the relay's exit ends its PID namespace)
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(p, "os._exit(0)")]
+
+
+def _cmdline_has(pid: str, text: str) -> bool:
+    try:
+        return text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_issue11_writing_past_the_tmp_size_fails(tmp_path):
+    """Finding 5: /tmp was a tmpfs of half the host's memory."""
+    code = """
+import errno, json
+written, error = 0, None
+with open("/tmp/big", "wb") as fh:
+    try:
+        for _ in range(64):
+            fh.write(b"x" * (1 << 20))
+            fh.flush()
+            written += 1 << 20
+    except OSError as exc:
+        error = errno.errorcode.get(exc.errno)
+print(json.dumps({"written": written, "error": error}))
+"""
+    result, record, stdout = run_task(tmp_path, code, env_extra={"TCO_SANDBOX_TMPFS_BYTES": str(8 << 20)})
+    assert result.returncode == 0, (result.stderr, record)
+    out = json.loads(stdout)
+    assert out["error"] == "ENOSPC" and out["written"] <= 8 << 20, out
+
+
+def test_issue11_a_work_directory_over_its_size_stops_the_agent(tmp_path):
+    """Finding 5: /sandbox had no quota. Over TCO_SANDBOX_WORK_BYTES the runner stops the agent."""
+    code = "import time\nopen('/sandbox/big', 'wb').write(b'x' * (6 << 20))\nprint('written', flush=True)\ntime.sleep(120)"
+    result, record, stdout = run_task(tmp_path, code, timeout_s=200,
+                                      env_extra={"TCO_SANDBOX_WORK_BYTES": str(2 << 20),
+                                                 "TCO_SANDBOX_WORK_CHECK_S": "0.2"})
+    assert result.returncode == 122, (result.stderr, record)  # runner.EXIT_WORKDIR_QUOTA
+    assert "workdir_over_quota" in record["flags"] and "agent_timeout" not in record["flags"]
+    assert record["stages"]["agent_exited_at"] is None and record["stages"]["teardown_done_at"]
+    assert record["sandbox"]["work_bytes"] >= 6 << 20 and stdout == "written\n"

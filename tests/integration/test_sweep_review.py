@@ -9,12 +9,14 @@ the plumbing's, not a model's quality.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 
 from django.utils import timezone
 
@@ -73,11 +75,28 @@ def served(model_url: str) -> dict:
         return json.loads(resp.read())
 
 
-def test_a_sweep_and_its_chained_review_campaign(bootstrap, django_user_model, stand_in_model, tmp_path, settings):
+# Outside the host's /tmp (nothing in it can be listed in a sandbox policy: other tasks' scratch
+# space) and outside the test's state directory (tco's own files): the real state dir's test output.
+RUNS_ROOT = Path(django_settings.STATE_DIR) / "test-output"
+
+
+@pytest.fixture
+def runs_dir():
+    path = RUNS_ROOT / f"sweep-runs-{time.time_ns()}"
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_sweep_and_its_chained_review_campaign(bootstrap, django_user_model, stand_in_model, runs_dir, settings):
     cluster = cluster_get_default()
     team = Team.objects.get(project="research")
     admin = django_user_model.objects.get(username="admin")
-    runs = tmp_path / "sweeps" / "runs"  # <state>/sweeps: where the demo ceiling lets review agents read
+    # tco's state dir for this test lies outside the host's /tmp; its sweeps/ is where the demo
+    # ceiling lets review agents read (TCO_SANDBOX_SHARED), everything else in it stays masked.
+    settings.STATE_DIR = runs_dir
+    runs = runs_dir / "sweeps" / "runs"
     # The stand-in listens on a free port: register it there, and the demo ceiling with it.
     port = int(stand_in_model.rsplit(":", 1)[1])
     settings.TCO_DEMO_MODEL_PORT = port

@@ -13,11 +13,20 @@ SOCK = "/tmp/tco-runner-1-0/sock"
 class FakeFS:
     """A Debian 12 host: merged /usr, /etc/resolv.conf a plain file, nothing else linked."""
 
-    links = {"/bin": "usr/bin", "/sbin": "usr/sbin", "/lib": "usr/lib", "/lib64": "usr/lib64"}
+    links = {"/bin": "usr/bin", "/sbin": "usr/sbin", "/lib": "usr/lib", "/lib64": "usr/lib64",
+             "/run/shm": "dev/shm", "/var/lock": "run/lock", "/opt/to-spool": "spool", "/opt/to-root": "",
+             "/opt/to-proc": "proc/1/root", "/opt/to-state": "var/lib/tco/secret_key"}
     dirs = {"/", "/usr", "/usr/bin", "/usr/lib", "/usr/lib64", "/usr/sbin", "/etc", "/tmp", "/var", "/var/tmp",
-            "/run", "/opt", "/opt/data", "/spool", "/spool/work", "/tmp/tco-runner-1-0", "/code", "/code/worker",
-            "/home", "/home/tco"}
-    files = {"/etc/resolv.conf", "/usr/bin/python3.11", "/secrets.json"}
+            "/run", "/run/lock", "/dev/shm", "/opt", "/opt/data", "/spool", "/spool/work", "/tmp/tco-runner-1-0",
+            "/tmp/4243.1.all.q", "/code", "/code/worker", "/home", "/home/tco", "/var/lib", "/var/lib/tco",
+            "/var/lib/tco/sweeps", "/mnt", "/mnt/spool-again", "/mnt/spool-again/work"}
+    files = {"/etc/resolv.conf", "/usr/bin/python3.11", "/secrets.json", "/var/lib/tco/secret_key",
+             "/var/lib/tco/admin-password"}
+    #: Bind mounts: the same directory mounted at another place too (/proc/self/mountinfo).
+    aliases = {"/spool": ["/mnt/spool-again"]}
+
+    def mount_aliases(self, path):
+        return self.aliases.get(path, [])
 
     def lexists(self, path):
         return path in self.links or path in self.dirs or path in self.files
@@ -56,7 +65,7 @@ def argv_for(policy_text: str, **overrides) -> list[str]:
 
 def pairs(argv: list[str], flag: str) -> list[tuple[str, ...]]:
     """Each occurrence of ``flag`` with its arguments."""
-    width = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--ro-bind-data": 2, "--tmpfs": 1, "--remount-ro": 1,
+    width = {"--size": 1, "--ro-bind": 2, "--bind": 2, "--symlink": 2, "--ro-bind-data": 2, "--tmpfs": 1, "--remount-ro": 1,
              "--setenv": 2, "--proc": 1, "--dev": 1}[flag]
     return [tuple(argv[i + 1:i + 1 + width]) for i, a in enumerate(argv) if a == flag]
 
@@ -125,16 +134,18 @@ def test_the_work_directory_is_read_only_without_include_workdir():
     assert (WORK, "/sandbox") not in pairs(argv, "--bind")
 
 
-def test_the_hosts_scratch_directories_are_private_even_under_root():
-    argv = argv_for("version: 1\nfilesystem_policy: {read_only: ['/'], read_write: [/sandbox]}\n")
-    assert ("/", "/") in pairs(argv, "--ro-bind")
-    for private in ("/tmp", "/var/tmp", "/run"):
-        assert (private,) in pairs(argv, "--tmpfs") and (private,) in pairs(argv, "--remount-ro")
-    # tco's own files are covered too: the spool (a directory) and the credentials (a file).
-    assert ("/spool",) in pairs(argv, "--tmpfs")
-    assert ("/dev/null", "/secrets.json") in pairs(argv, "--ro-bind")
+def test_the_hosts_scratch_directories_are_private_even_under_a_listed_ancestor():
+    # "/" itself cannot be listed (bubblewrap cannot make /sandbox in the host's root); its
+    # contents under another name are covered: see the /opt/to-root test below.
+    with pytest.raises(SandboxConfigError, match="/ cannot be listed whole"):
+        argv_for("version: 1\nfilesystem_policy: {read_only: ['/'], read_write: [/sandbox]}\n")
+    argv = argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /var], read_write: [/sandbox]}\n",
+                    state=["/var/lib/tco"])
+    assert ("/var", "/var") in pairs(argv, "--ro-bind")
+    for covered in ("/var/tmp", "/var/lib/tco"):
+        assert (covered,) in pairs(argv, "--tmpfs") and (covered,) in pairs(argv, "--remount-ro")
     order = mount_order(argv)
-    assert order.index("/") < order.index("/proc") < order.index("/spool")
+    assert order.index("/var") < order.index("/var/tmp") and order.index("/var") < order.index("/var/lib/tco")
 
 
 def test_a_read_only_tmp_is_an_empty_read_only_tmpfs():
@@ -188,10 +199,184 @@ def test_the_command_is_the_relay_then_the_agent():
                for src, dst in pairs(argv, "--ro-bind"))
 
 
-def test_admin_covers_hide_a_directory_but_not_what_is_listed_inside_it():
-    plan = plan_for("version: 1\nfilesystem_policy: {read_only: ['/', /opt/data]}\n", covers=["/opt"])
+def test_the_state_directory_hides_all_but_its_shared_directories():
+    # TCO_SANDBOX_MASK (tco's state) and TCO_SANDBOX_SHARED (a demo's outputs inside it).
+    plan = plan_for("version: 1\nfilesystem_policy: {read_only: [/usr, /var, /var/lib/tco/sweeps]}\n",
+                    state=["/var/lib/tco"], shared=["/var/lib/tco/sweeps"])
     argv = build_argv(plan, FakeFS())
     order = mount_order(argv)
-    assert ("/opt",) in pairs(argv, "--tmpfs")  # shown under "/", so covered
-    assert ("/opt/data", "/opt/data") in pairs(argv, "--ro-bind")
-    assert order.index("/opt") < order.index("/opt/data")  # ... and /opt/data is shown on top of it
+    assert ("/var/lib/tco",) in pairs(argv, "--tmpfs")  # shown under /var, so covered
+    assert ("/var/lib/tco/sweeps", "/var/lib/tco/sweeps") in pairs(argv, "--ro-bind")
+    assert order.index("/var/lib/tco") < order.index("/var/lib/tco/sweeps")  # ... shown on top of it
+
+
+# ------------------------------------------------ issue 11: tco's own state is never bindable
+
+
+@pytest.mark.parametrize("listed", ["/var/lib/tco/secret_key", "/var/lib/tco/admin-password", "/var/lib/tco"])
+def test_issue11_state_files_listed_read_only_are_refused(listed):
+    # The attack: a policy listing var/secret_key and var/admin-password read-only.
+    with pytest.raises(SandboxConfigError, match="inside /var/lib/tco"):
+        build_argv(plan_for(f"version: 1\nfilesystem_policy: {{read_only: [/usr, {listed}]}}\n",
+                            state=["/var/lib/tco"]), FakeFS())
+
+
+def test_a_shared_directory_never_opens_the_spool_or_the_credentials():
+    # Only a directory inside the state directory may be shared, never one inside a mask.
+    with pytest.raises(SandboxConfigError, match="inside /spool"):
+        build_argv(plan_for("version: 1\nfilesystem_policy: {read_only: [/usr, /spool/work]}\n",
+                            state=["/spool"], shared=["/spool/work"]), FakeFS())
+
+
+@pytest.mark.parametrize("listed,resolved", [("/opt/to-spool", "/spool"), ("/opt/to-state", "/var/lib/tco")])
+def test_a_link_into_a_masked_directory_is_refused(listed, resolved):
+    with pytest.raises(SandboxConfigError, match=f"resolves to {resolved}.* is inside {resolved}"):
+        build_argv(plan_for(f"version: 1\nfilesystem_policy: {{read_only: [/usr, {listed}]}}\n",
+                            state=["/var/lib/tco"]), FakeFS())
+
+
+def test_a_bind_mount_of_a_masked_directory_is_refused_and_covered():
+    # /mnt/spool-again is the spool mounted a second time: inside it is inside the spool.
+    with pytest.raises(SandboxConfigError, match="inside /mnt/spool-again"):
+        argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /mnt/spool-again/work]}\n")
+    argv = argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /mnt]}\n")
+    assert ("/mnt", "/mnt") in pairs(argv, "--ro-bind") and ("/mnt/spool-again",) in pairs(argv, "--tmpfs")
+
+
+def test_a_link_above_masked_paths_covers_them_where_they_appear_inside():
+    # /opt/to-root -> "/": the spool, the credentials and the host's /tmp show up under /opt/to-root.
+    argv = argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /opt/to-root]}\n", state=["/var/lib/tco"])
+    assert ("/", "/opt/to-root") in pairs(argv, "--ro-bind")
+    tmpfs = pairs(argv, "--tmpfs")
+    for inside in ("/opt/to-root/spool", "/opt/to-root/tmp", "/opt/to-root/run", "/opt/to-root/var/lib/tco",
+                   "/opt/to-root/dev/shm"):
+        assert (inside,) in tmpfs and (inside,) in pairs(argv, "--remount-ro"), inside
+    assert ("/dev/null", "/opt/to-root/secrets.json") in pairs(argv, "--ro-bind")
+    order = mount_order(argv)
+    assert order.index("/opt/to-root") < order.index("/opt/to-root/spool")
+
+
+def test_proc_1_root_through_a_link_is_refused():
+    with pytest.raises(SandboxConfigError, match="resolves to /proc/1/root.*own /proc and /dev"):
+        argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /opt/to-proc]}\n")
+
+
+# -------------------------------------- issue 11 finding 4: other tasks' scratch space, the host's shm
+
+
+def test_another_tasks_tmpdir_is_refused():
+    # Task A listing task B's TMPDIR (Grid Engine's /tmp/<job>.<task>.<queue>) reached B's proxy socket.
+    for listed in ("/tmp/4243.1.all.q", "/tmp/tco-runner-1-0"):
+        with pytest.raises(SandboxConfigError, match="inside /tmp, which holds other tasks' scratch space"):
+            argv_for(f"version: 1\nfilesystem_policy: {{read_write: [/usr, {listed}]}}\n")
+
+
+@pytest.mark.parametrize("listed", ["/run/shm", "/var/lock", "/dev/shm", "/run/lock", "/run", "/tmp"])
+def test_shared_memory_and_lock_directories_are_always_the_sandboxs_own(listed):
+    argv = argv_for(f"version: 1\nfilesystem_policy: {{read_only: [/usr], read_write: [{listed}]}}\n")
+    assert (listed,) in pairs(argv, "--tmpfs")
+    assert not [b for b in pairs(argv, "--bind") + pairs(argv, "--ro-bind")
+                if b[1] == listed or b[0] in ("/dev/shm", "/run/lock", "/run", "/tmp")]
+    # a fresh tmpfs of the plan's size: --size comes right before its --tmpfs
+    at = argv.index(listed, argv.index("--tmpfs") - 1)
+    assert argv[at - 3:at] == ["--size", str(plan_for(SYSTEM).tmpfs_bytes), "--tmpfs"]
+
+
+def test_tmpfs_size_and_process_limit_come_from_the_plan():
+    argv = argv_for(SYSTEM, tmpfs_bytes=12345, max_processes=77)
+    at = argv.index("/tmp", argv.index("--tmpfs") - 1)
+    assert argv[at - 3:at] == ["--size", "12345", "--tmpfs"]
+    relay = len(argv) - 1 - argv[::-1].index("/run/tco-relay.py")
+    tail = argv[relay:]
+    assert tail[tail.index("--max-processes") + 1] == "77"
+    with pytest.raises(SandboxConfigError):
+        argv_for(SYSTEM, max_processes=0)
+
+
+# ------------------------------------------- issue 11 finding 8: the launch form's check is the runner's
+
+
+def refusals_of(policy_text: str, **kw) -> list[str]:
+    from execution.sandbox.checks import refusals
+
+    return refusals(policy_text, masked_paths=["/spool", "/secrets.json", "/tmp/tco-runner-1-0"],
+                    state_paths=["/var/lib/tco"], fs=FakeFS(), **kw)
+
+
+def test_refusals_names_every_reason_and_accepts_a_plain_policy():
+    assert refusals_of(SYSTEM) == []
+    reasons = refusals_of("version: 1\nfilesystem_policy:\n  read_only: [/usr, /opt/to-proc, /spool/work]\n"
+                          "  read_write: [/var/lib/tco/secret_key, /tmp/4243.1.all.q, /run/tco]\n")
+    assert len(reasons) == 5, reasons
+    assert reasons[0].startswith("filesystem_policy.read_only: /opt/to-proc (it resolves to /proc/1/root)")
+    assert reasons[1].startswith("filesystem_policy.read_only: /spool/work is inside /spool")
+    assert reasons[2].startswith("filesystem_policy.read_write: /var/lib/tco/secret_key is inside /var/lib/tco")
+    assert reasons[3].startswith("filesystem_policy.read_write: /tmp/4243.1.all.q is inside /tmp")
+    assert reasons[4].startswith("filesystem_policy.read_write: /run/tco is where tco puts its relay")
+
+
+def test_refusals_include_what_bubblewrap_cannot_enforce_and_invalid_policies():
+    policy = ("version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {host: a.example.com, port: 443, "
+              "protocol: rest, rules: [{allow: {method: GET, path: /}}], deny_rules: [{method: GET, path: /x}]}\n"
+              "    binaries: [{path: /usr/bin/python3}]\n")
+    [reason] = refusals_of(policy)
+    assert "deny_rules: not enforced by the metering proxy" in reason
+    assert refusals_of(policy, runtime="openshell") == []  # OpenShell enforces it itself
+    assert refusals_of("version: 1\nfilesystem_policy: {read_onyl: [/usr]}\n") == [
+        "filesystem_policy.read_onyl: unknown field (did you mean 'read_only'?)"]
+    # A one-line path would make load_policy read that file (e.g. the credentials): never here.
+    assert refusals_of("/spool/credentials.json") == ["policy: expected the policy's YAML text, not a file path"]
+
+
+def test_every_path_refusal_is_also_what_the_argv_builder_raises():
+    # The same function decides both: each path refusals() names makes build_argv refuse too.
+    for path in ("/opt/to-proc", "/spool/work", "/var/lib/tco/secret_key", "/tmp/4243.1.all.q", "/run/tco",
+                 "/mnt/spool-again/work", "/opt/to-state"):
+        policy = f"version: 1\nfilesystem_policy: {{read_only: [/usr, {path}]}}\n"
+        [reason] = refusals_of(policy)
+        with pytest.raises(SandboxConfigError) as caught:
+            build_argv(plan_for(policy, state=["/var/lib/tco"]), FakeFS())
+        assert reason == str(caught.value).replace("filesystem_policy:", "filesystem_policy.read_only:", 1)
+
+
+def test_mountinfo_aliases_are_found():
+    from execution.sandbox.checks import HostFS
+
+    class Mounts(HostFS):
+        def mounts(self):
+            return [("254:0", "/", "/"), ("254:0", "/srv/data", "/mnt/data"), ("0:5", "/", "/mnt/other"),
+                    ("254:0", "/srv/data/state", "/opt/state dir")]
+
+    fs = Mounts()
+    assert fs.mount_aliases("/srv/data/state/secret_key") == ["/mnt/data/state/secret_key",
+                                                              "/opt/state dir/secret_key"]
+    assert fs.mount_aliases("/mnt/other/x") == []
+    from execution.sandbox.checks import _unescape_mountinfo
+    assert _unescape_mountinfo("/opt/state\\040dir\\134x") == "/opt/state dir\\x"
+    assert any(point == "/" for _, _, point in HostFS().mounts())  # this host's own mountinfo
+
+
+def test_under_openshell_a_binding_on_an_unregistered_endpoint_is_refused():
+    # OpenShell injects a provider's credential wherever the policy binds it: the issue's attack
+    # (a binding on the launcher's own port) must not reach it.
+    policy = ("version: 1\nnetwork_policies:\n  m:\n    endpoints:\n"
+              "      - {host: api.anthropic.com, port: 443, protocol: rest, credential_binding: {provider: anthropic},"
+              " rules: [{allow: {method: POST, path: /v1/messages}}]}\n"
+              "      - {host: evil.example.com, port: 8443, protocol: rest, credential_binding: {provider: anthropic},"
+              " rules: [{allow: {method: POST, path: /v1/messages}}]}\n"
+              "    binaries: [{path: /usr/bin/python3}]\n")
+    registered = [{"host": "API.anthropic.com", "port": 443}]
+    [reason] = refusals_of(policy, runtime="openshell", registered=registered)
+    assert reason.startswith("network_policies.m.endpoints[1].credential_binding: evil.example.com:8443 is not a "
+                             "registered model endpoint")
+    assert refusals_of(policy, runtime="bubblewrap", registered=registered) == []  # the proxy adds none there
+
+
+def test_read_only_tmpfs_are_made_read_only_after_the_mounts_inside_them():
+    # /run listed read-only: bubblewrap must still make /run/tco and /run/tco-relay.py inside it.
+    argv = argv_for("version: 1\nfilesystem_policy: {read_only: [/usr, /run, /var]}\n")
+    assert ("/run",) in pairs(argv, "--tmpfs") and ("/var/tmp",) in pairs(argv, "--tmpfs")
+    last_mount = max(i for i, a in enumerate(argv) if a in ("--ro-bind", "--bind", "--tmpfs", "--ro-bind-data",
+                                                           "--symlink"))
+    remounts = [i for i, a in enumerate(argv) if a == "--remount-ro" and argv[i + 1] in ("/run", "/var/tmp")]
+    assert len(remounts) == 2 and min(remounts) > last_mount

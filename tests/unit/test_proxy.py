@@ -18,11 +18,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
+from yarl import URL
 
 from demo.demo_model import StandInConfig, reply_text, start_stand_in
 from execution.metering.prices import PriceTable
-from execution.metering.proxy import (Caps, CredentialResolver, Endpoint, FileCampaignCounter, MeteringProxy, Rule,
-                                   endpoints_from_policy, start_proxy)
+from execution.metering.proxy import (Caps, CredentialResolver, Endpoint, FileCampaignCounter, Limits, MeteringProxy,
+                                      RegisteredEndpoint, Rule, endpoints_from_policy, registered_endpoints,
+                                      start_proxy)
 from execution.metering.usage import SSEDecoder, usage_file_lines
 
 KEY = "sk-stand-in-0123456789abcdef"
@@ -94,14 +96,24 @@ def endpoints(port: int) -> list[Endpoint]:
     ]
 
 
+def registered(port: int) -> list[RegisteredEndpoint]:
+    """The stand-in, registered by the site's admins (the only destinations that get a credential)."""
+    return [RegisteredEndpoint("stand-in-anthropic", "anthropic", "http", "127.0.0.1", port, ("/v1/messages",),
+                               "anthropic"),
+            RegisteredEndpoint("stand-in-openai", "openai", "http", "127.0.0.1", port, ("/v1/chat",), "openai")]
+
+
 @contextlib.asynccontextmanager
 async def stack(tmp: Path, caps: Caps | None = None, prices: PriceTable | None = PRICES, credentials=None,
-                sock_name: str = "proxy.sock", **stand_in):
+                sock_name: str = "proxy.sock", policy_endpoints=None, registrations=None, limits: Limits | None = None,
+                **stand_in):
     key_file = tmp / "model.key"
     key_file.write_text(KEY + "\n")
     runner, model, port = await start_stand_in(StandInConfig(api_key=KEY, **stand_in))
     creds = credentials or {"anthropic": f"file:{key_file}", "openai": f"file:{key_file}"}
-    proxy = MeteringProxy(endpoints(port), creds, caps, prices=prices)
+    proxy = MeteringProxy(policy_endpoints(port) if policy_endpoints else endpoints(port), creds, caps,
+                          prices=prices, registered=registered(port) if registrations is None else registrations(port),
+                          limits=limits)
     await proxy.start(tmp / sock_name)
     session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(str(tmp / sock_name)))
     try:
@@ -643,7 +655,8 @@ def test_start_proxy_runs_in_a_thread_and_feeds_the_usage_file(tmp_path):
         runner, model, port = await start_stand_in(StandInConfig(api_key=KEY, script="review"))
         try:
             handle = start_proxy(tmp_path / "proxy.sock", yaml.safe_load(POLICY.format(port=port)),
-                                 {"anthropic": f"file:{key_file}"}, prices=PRICES, record_path=records_path)
+                                 {"anthropic": f"file:{key_file}"}, prices=PRICES, record_path=records_path,
+                                 registered=registered(port))
             async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(handle.socket_path)) as session:
                 verdicts = []
                 for output in ("loss went down, run finished", "loss diverged at step 40", "the run CRASHED"):
@@ -669,3 +682,246 @@ def test_start_proxy_runs_in_a_thread_and_feeds_the_usage_file(tmp_path):
     assert int(values["tco_output_tokens"]) == totals["output_tokens"] == 9  # "verdict: ok" etc.: 3 tokens each
     assert Decimal(values["tco_cost_usd"]) == Decimal(totals["cost_usd"]) > 0
     assert usage_file_lines(totals)[0] == "tco_requests=3"
+
+
+# ------------------------------------------- issue 11, finding 2: only registered endpoints get a credential
+
+
+class Attacker:
+    """A launcher's own server on a loopback port: records every byte it receives, answers 200."""
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+        self.requests = 0
+        self.server: asyncio.AbstractServer | None = None
+        self.port = 0
+
+    async def start(self) -> "Attacker":
+        async def seen(reader, writer):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            body = await reader.readexactly(length)
+            self.received += head + body
+            self.requests += 1
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+                         b"Connection: close\r\n\r\n{}")
+            await writer.drain()
+            writer.close()
+
+        self.server = await asyncio.start_server(seen, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def test_issue11_a_policy_endpoint_naming_a_credential_gets_none(tmp_path):
+    """The attack: a policy endpoint on the launcher's own loopback port with
+    ``credential_binding: {provider: demo-stand-in}`` (the name of the site's real credential),
+    listed before the model's. It gets no Authorization header and no secret; the registered
+    endpoint still gets its key."""
+    async def body():
+        attacker = await Attacker().start()
+        try:
+            def policy_endpoints(port):
+                rules = (Rule("POST", "/v1/messages"),)
+                return [Endpoint("launchers", "127.0.0.1", attacker.port, rules, credential="demo-stand-in"),
+                        Endpoint("model_api", "127.0.0.1", port, rules, credential="anthropic")]
+
+            def registrations(port):
+                return [RegisteredEndpoint("stand-in", "anthropic", "http", "127.0.0.1", port, ("/",),
+                                           "demo-stand-in")]
+
+            key_file = tmp_path / "site.key"
+            key_file.write_text(KEY)
+            async with stack(tmp_path, policy_endpoints=policy_endpoints, registrations=registrations,
+                             credentials={"demo-stand-in": f"file:{key_file}", "anthropic": f"file:{key_file}"}) as s:
+                payload = json.dumps(message()).encode()
+                target = f"http://127.0.0.1:{attacker.port}/v1/messages"
+                answer = await s.raw(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n"
+                                     f"Authorization: Bearer agent\r\nConnection: close\r\n\r\n".encode() + payload)
+                assert answer.startswith(b"HTTP/1.1 200")  # forwarded: the policy allows it ...
+                # ... but not one credential header of ours (nor the agent's) reached it
+                assert attacker.requests == 1
+                head = bytes(attacker.received).split(b"\r\n\r\n", 1)[0].lower()
+                assert b"authorization:" not in head and b"x-api-key:" not in head
+                assert KEY.encode() not in attacker.received
+                # Origin form: both endpoints allow the path equally; the registered model wins.
+                async with s.session.post(s.url("/v1/messages"), json=message()) as resp:
+                    assert resp.status == 200
+                    assert (await resp.json())["content"][0]["text"].startswith("[stand-in]")
+                assert attacker.requests == 1
+                served = await s.served()
+                assert served["totals"]["requests"] == 1 and served["rejected"] == {}
+                assert [r["credential"] for r in s.proxy.records] == [None, "stand-in"]
+        finally:
+            await attacker.stop()
+    run(body())
+
+
+def test_the_most_specific_registration_gives_the_credential(tmp_path):
+    wrong = tmp_path / "wrong.key"
+    wrong.write_text("sk-not-the-stand-ins-key")
+    right = tmp_path / "right.key"
+    right.write_text(KEY)
+
+    def registrations(port):  # the broad one first: "the first that matches" would pick it
+        return [RegisteredEndpoint("gateway", "anthropic", "http", "127.0.0.1", port, ("/",), "broad"),
+                RegisteredEndpoint("messages", "anthropic", "http", "127.0.0.1", port, ("/v1/messages",), "narrow"),
+                RegisteredEndpoint("other-port", "anthropic", "http", "127.0.0.1", 1, ("/v1/messages/x",), "broad")]
+
+    async def body():
+        async with stack(tmp_path, registrations=registrations,
+                         credentials={"broad": f"file:{wrong}", "narrow": f"file:{right}"}) as s:
+            async with s.session.post(s.url("/v1/messages"), json=message()) as resp:
+                assert resp.status == 200
+            assert s.proxy.records[-1]["credential"] == "messages"
+    run(body())
+
+
+def test_registered_endpoints_match_scheme_host_port_and_whole_path_segments():
+    [reg] = registered_endpoints([{"name": "m", "provider": "anthropic", "scheme": "https",
+                                   "host": "API.example.com", "port": 443, "path_prefixes": ["/v1"],
+                                   "credential_name": "prod"}])
+    assert reg.match(URL("https://api.example.com/v1/messages")) == 3
+    assert reg.match(URL("https://api.example.com:443/v1")) == 3
+    for other in ("http://api.example.com:443/v1/messages", "https://api.example.com:8443/v1/messages",
+                  "https://api.example.com/v10/messages", "https://evil.example.com/v1/messages"):
+        assert reg.match(URL(other)) == -1, other
+    for bad in ([{"name": "m", "scheme": "ftp", "host": "h", "port": 1, "credential_name": "c"}],
+                [{"name": "m", "scheme": "https", "host": "h/x", "port": 1, "credential_name": "c"}],
+                [{"name": "m", "scheme": "https", "host": "h", "port": 0, "credential_name": "c"}],
+                [{"name": "m", "scheme": "https", "host": "h", "port": 1, "credential_name": ""}],
+                [{"name": "m", "scheme": "https", "host": "h", "port": 1, "credential_name": "c",
+                  "path_prefixes": ["/v1/../admin"]}], {"not": "a list"}):
+        with pytest.raises(ValueError):
+            registered_endpoints(bad)
+
+
+def test_without_a_registration_no_credential_is_added(tmp_path):
+    async def body():
+        async with stack(tmp_path, registrations=lambda port: []) as s:
+            async with s.session.post(s.url("/v1/messages"), json=message(),
+                                      headers={"x-api-key": KEY}) as resp:
+                assert resp.status == 401  # the stand-in refused it: no key, not even the agent's
+            served = await s.served()
+            assert served["rejected"] == {"auth": 1}
+            assert served["per_request"] == [] or served["per_request"][0]["credential_headers"] == []
+    run(body())
+
+
+# ------------------------------------------------ issue 11, finding 5: connection, body and record limits
+
+
+async def _outcome(reader: asyncio.StreamReader, proxy: MeteringProxy, held_bytes: int) -> str:
+    """What became of a connection that sent part of a body: "held" (the proxy buffers it),
+    or the start of the proxy's answer ("closed" if it just closed)."""
+    while True:
+        if proxy._buffered >= held_bytes:
+            return "held"
+        try:
+            data = await asyncio.wait_for(reader.read(12), 0.05)
+        except asyncio.TimeoutError:
+            continue
+        except ConnectionError:
+            return "closed"
+        return data.decode() if data else "closed"
+
+
+def test_issue11_unfinished_bodies_on_many_connections_stay_within_the_limits(tmp_path):
+    """The attack: 12 connections each holding 31 MiB of an unfinished body (the runner reached
+    467 MiB). Past 8 connections they are closed; past 8 MiB held at once a body is refused."""
+    limits = Limits(max_connections=8, max_buffered_bytes=8 << 20)
+    part = 3 << 20
+
+    async def body():
+        async with stack(tmp_path, limits=limits) as s:
+            conns = [await asyncio.open_unix_connection(s.sock) for _ in range(12)]
+            deadline = time.monotonic() + 20
+            while s.proxy.counts["connections_refused"] < 4 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert s.proxy.counts["connections_refused"] == 4
+            outcomes, held = [], 0
+            for reader, writer in conns:
+                try:
+                    writer.write(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n" % (31 << 20) + b"x" * part)
+                    await writer.drain()
+                except ConnectionError:
+                    outcomes.append("closed")
+                    continue
+                outcome = await _outcome(reader, s.proxy, held + part)
+                held += part if outcome == "held" else 0
+                outcomes.append(outcome)
+            # 4 closed at once, 2 held (6 MiB), 6 refused (their 503 may be lost in the reset).
+            assert outcomes.count("held") == 2 and len(outcomes) == 12, outcomes
+            assert set(outcomes) <= {"held", "closed", "HTTP/1.1 503"}, outcomes
+            assert s.proxy.totals()["refused_by_reason"] == {"proxy_busy": 6}
+            assert s.proxy.counts["connections_refused"] == 4
+            # Never more than the cap held at once (plus the one read that crossed it).
+            assert s.proxy.buffered_high_water <= (8 << 20) + (1 << 20)
+            for _, writer in conns:
+                writer.close()
+            assert (await s.served())["totals"]["requests"] == 0
+    run(body())
+
+
+def test_a_body_declared_over_the_limit_is_refused_before_it_is_read(tmp_path):
+    async def body():
+        async with stack(tmp_path, limits=Limits(max_body_bytes=1 << 20)) as s:
+            answer = await s.raw(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (31 << 20)
+                                 + b"{" * 1000)
+            assert answer.startswith(b"HTTP/1.1 413") and b"body_too_large" in answer
+            assert s.proxy.buffered_high_water == 0
+    run(body())
+
+
+def test_an_oversized_header_is_refused(tmp_path):
+    async def body():
+        async with stack(tmp_path, limits=Limits(max_header_bytes=1024)) as s:
+            answer = await s.raw(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 4096
+                                 + b"\r\nContent-Length: 0\r\n\r\n")
+            assert answer[:9] in (b"HTTP/1.0 ", b"HTTP/1.1 ") and answer[9:10] == b"4"  # aiohttp's 400
+            assert s.proxy.counts["requests"] == 0 and (await s.served())["totals"]["requests"] == 0
+    run(body())
+
+
+def test_issue11_twenty_thousand_refused_requests_stay_within_the_record_caps(tmp_path):
+    """The attack: 20,000 refused requests made a 47 MB requests.jsonl, every record kept in memory."""
+    records_path = tmp_path / "requests.jsonl"
+    limits = Limits(record_file_bytes=256 << 10, records_in_memory=100)
+    per_connection, connections = 1000, 20
+
+    async def body():
+        runner, model, port = await start_stand_in(StandInConfig(api_key=KEY))
+        try:
+            handle = start_proxy(tmp_path / "proxy.sock", yaml.safe_load(POLICY.format(port=port)), {},
+                                 record_path=records_path, limits=limits)
+
+            async def burst():
+                reader, writer = await asyncio.open_unix_connection(handle.socket_path)
+                writer.write(b"GET /v1/messages HTTP/1.1\r\nHost: x\r\n\r\n" * per_connection)
+                await writer.drain()
+                seen = 0
+                while seen < per_connection:
+                    data = await reader.read(1 << 16)
+                    assert data, "the proxy closed a keep-alive connection"
+                    seen += data.count(b"HTTP/1.1 403")
+                writer.close()
+
+            await asyncio.gather(*(burst() for _ in range(connections)))
+            totals = handle.stop()
+            return totals, handle
+        finally:
+            await runner.cleanup()
+
+    totals, handle = run(body())
+    total = per_connection * connections
+    lines = records_path.read_text().splitlines()
+    assert records_path.stat().st_size <= limits.record_file_bytes
+    assert all(json.loads(line)["refused"] == "not_in_policy" for line in lines)
+    assert totals["refused"] == total and totals["records_dropped"] == total - len(lines) > 0
+    assert len(handle.proxy.records) == limits.records_in_memory

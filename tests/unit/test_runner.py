@@ -400,3 +400,111 @@ def test_the_sandbox_is_stopped_and_continued_with_the_runner(tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     assert spool.record(1)["runner_signal"] == signal.SIGTERM
+
+
+# ------------------------------------------- issue 11 finding 8: the runner refuses what checks.refusals names
+
+
+RO_PREFIX = "version: 1\nfilesystem_policy:\n  read_only: [/usr, /lib, /lib64, /bin, /etc, "
+
+
+@pytest.mark.parametrize("policy", [
+    RO_PREFIX + "/proc/1/root]\n",
+    RO_PREFIX + "{spool}/work]\n",
+    RO_PREFIX + "{spool}/credentials.json]\n",
+    RO_PREFIX + "{state}/secret_key, {state}]\n",
+    RO_PREFIX + "/tmp/4243.1.all.q]\n  read_write: [/run/tco]\n",
+    "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - {{host: a.example.com, port: 443, protocol: rest, "
+    "rules: [{{allow: {{method: GET, path: /}}}}], deny_rules: [{{method: GET, path: /x}}]}}\n"
+    "    binaries: [{{path: /usr/bin/python3}}]\n",
+])
+def test_the_runner_refuses_exactly_what_checks_refusals_names(spool, tmp_path, policy):
+    from execution.sandbox.checks import refusals, runner_masked_paths
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "secret_key").write_text("k")
+    text = policy.format(spool=spool.root, state=state)
+    spool.write([{"task": 1}], policy=text)
+    env = {**spool.env(1), "TCO_SANDBOX_MASK": str(state)}
+    env.pop("TMPDIR", None)
+    proc = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(spool.root),
+                          capture_output=True, timeout=60, start_new_session=True)
+    assert proc.returncode == runner.EXIT_CONFIG
+    # What the launch form would compute with the same settings (the runner adds its TMPDIR, /tmp here).
+    expected = refusals(text, masked_paths=runner_masked_paths(spool=str(spool.root)) + ["/tmp"],
+                        state_paths=[str(state)])
+    assert expected, text
+    record = spool.record(1)
+    assert record["error"] == "the runner refuses this sandbox policy: " + "; ".join(expected)
+    assert record["stages"]["sandbox_create_at"] is None
+
+
+def test_a_grid_engine_tmpdirs_siblings_are_masked(tmp_path):
+    env = {"TCO_SPOOL_DIR": str(tmp_path / "spool"), "JOB_ID": "77", "TMPDIR": str(tmp_path / "77.1.all.q"),
+           "TCO_SANDBOX_MASK": "/srv/state:relative", "TCO_SANDBOX_SHARED": "/srv/state/sweeps"}
+    (tmp_path / "77.1.all.q").mkdir()
+    r = runner.Runner(env)
+    r.spool = env["TCO_SPOOL_DIR"]
+    paths = r._sandbox_paths()
+    assert str(tmp_path) in paths["masked"] and str(tmp_path / "77.1.all.q") in paths["masked"]
+    assert str(tmp_path / "spool") in paths["masked"] and str(tmp_path / "spool" / "credentials.json") in paths["masked"]
+    assert paths["state"] == ["/srv/state"] and paths["shared"] == ["/srv/state/sweeps"]
+
+
+@pytest.mark.parametrize("name,value", [("TCO_SANDBOX_MAX_PROCESSES", "lots"), ("TCO_PROXY_MAX_BODY_BYTES", "0"),
+                                        ("TCO_SANDBOX_WORK_CHECK_S", "-1")])
+def test_a_bad_limit_is_a_configuration_error_before_the_agent_starts(spool, name, value):
+    spool.write([{"task": 1, "duration_s": 0}])
+    proc = subprocess.run([sys.executable, "-m", "execution.runner"], env={**spool.env(1), name: value},
+                          cwd=str(spool.root), capture_output=True, timeout=60, start_new_session=True)
+    assert proc.returncode == runner.EXIT_CONFIG
+    record = spool.record(1)
+    assert record["error"].startswith(f"{name}={value!r}") and record["stages"]["sandbox_create_at"] is None
+
+
+def test_the_proxy_limits_reach_the_proxy(spool, tmp_path):
+    # One limit set, the others the proxy's defaults: a body over 1000 bytes is refused (413).
+    from execution.metering.proxy import Limits
+
+    code = ("import http.client\nc = http.client.HTTPConnection('127.0.0.1', 8790, timeout=30)\n"
+            "c.request('POST', '/v1/messages', b'x' * 5000, {'content-type': 'application/json'})\n"
+            "print(c.getresponse().status)")
+    policy = ("version: 1\nfilesystem_policy: {include_workdir: true, read_only: [/usr, /lib, /lib64, /bin, /etc], "
+              "read_write: [/sandbox, /tmp]}\nnetwork_policies:\n  m:\n    endpoints:\n      - {host: 127.0.0.1, "
+              "port: 9, protocol: rest, rules: [{allow: {method: POST, path: /v1/messages}}]}\n"
+              "    binaries: [{path: /usr/bin/python3.11}]\n")
+    spool.write([{"task": 1}], command=["/usr/bin/python3", "-c", code], policy=policy)
+    proc = subprocess.run([sys.executable, "-m", "execution.runner"],
+                          env={**spool.env(1), "TCO_PROXY_MAX_BODY_BYTES": "1000"}, cwd=str(spool.root),
+                          capture_output=True, timeout=60, start_new_session=True)
+    assert proc.returncode == 0, proc.stderr
+    record = spool.record(1)
+    assert Path(record["stdout_path"]).read_text() == "413\n"
+    assert record["usage"]["refused_by_reason"] == {"body_too_large": 1}
+    assert Limits().max_body_bytes > 5000  # without the setting it would have gone through
+
+
+def test_under_openshell_the_launchers_endpoint_with_a_binding_is_refused(spool, tmp_path):
+    # The issue's attack on the OpenShell runtime, which injects a bound provider's credential itself.
+    standin_dir = tmp_path / "standin"
+    standin_dir.mkdir()
+    policy = ("version: 1\nfilesystem_policy: {include_workdir: true, read_only: [/usr, /lib, /etc], "
+              "read_write: [/sandbox, /tmp]}\nnetwork_policies:\n  m:\n    endpoints:\n"
+              "      - {host: api.anthropic.com, port: 443, protocol: rest, credential_binding: {provider: anthropic},"
+              " rules: [{allow: {method: POST, path: /v1/messages}}]}\n"
+              "      - {host: launcher.example.com, port: 443, protocol: rest, credential_binding: "
+              "{provider: anthropic}, rules: [{allow: {method: POST, path: /v1/messages}}]}\n"
+              "    binaries: [{path: /usr/bin/python3}]\n")
+    spool.write([{"task": 1}], policy=policy,
+                model_endpoint={"base_url": "https://api.anthropic.com", "credential_name": "anthropic-prod"})
+    standin = REPO / "tests" / "fixtures" / "openshell-standin"
+    env = {**spool.env(1), "TCO_SANDBOX_RUNTIME": "openshell", "OPENSHELL_STANDIN_DIR": str(standin_dir),
+           "PATH": f"{standin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    proc = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(spool.root),
+                          capture_output=True, timeout=60, start_new_session=True)
+    assert proc.returncode == runner.EXIT_CONFIG
+    error = spool.record(1)["error"]
+    assert "endpoints[1].credential_binding: launcher.example.com:443 is not a registered model endpoint" in error
+    assert "endpoints[0]" not in error
+    assert list(standin_dir.iterdir()) == []  # openshell was never called

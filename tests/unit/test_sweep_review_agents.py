@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,12 +28,18 @@ REASONS = ["ok", "ok", "diverged", "ok", "crashed", "diverged", "ok", "no_summar
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("runs")
+def runs() -> Path:
+    # Outside the host's /tmp: a sandbox policy may list nothing inside it (other tasks' scratch).
+    import shutil
+    import tempfile
+
+    (REPO / "var").mkdir(exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix="test-sweep-runs-", dir=REPO / "var"))
     for task in range(1, 9):
         subprocess.run([sys.executable, "-m", "demo.demo_sweep", "--out", str(out), "--task", str(task)],
                        cwd=REPO, capture_output=True, timeout=60)
-    return out
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
 
 
 def test_the_sweep_has_ok_diverged_crashed_and_aborted_runs(runs):
@@ -135,9 +143,20 @@ def test_review_agents_give_their_verdicts_through_the_proxy(runs, stand_in, tmp
 
 # --------------------------------------------------------------------------- the launch, on the fake scheduler
 
+@pytest.fixture
+def state_outside_tmp():
+    (REPO / "var").mkdir(exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="test-state-", dir=REPO / "var"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.django_db
-def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_model, tmp_path):
-    from dashboards.models import ModelEndpoint, Team
+def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_model, state_outside_tmp):
+    from dashboards.management.commands.tco_bootstrap import demo_ceiling
+    from dashboards.models import ModelEndpoint, PolicyCeiling, Team
     from dashboards.services import campaign_job_spec
     from demo.sweep import review_policy, sweep_review_launch, sweep_submit
     from execution.sandbox.policy import load_policy
@@ -147,7 +166,11 @@ def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_mod
     fake = FakeScheduler()
     team = Team.objects.get(project="research")
     admin = django_user_model.objects.get(username="admin")
-    runs = tmp_path / "sweeps" / "runs"  # under <state>/sweeps, where the demo ceiling allows reading
+    # tco's state dir outside the host's /tmp (other tasks' scratch space, never bindable); its
+    # sweeps/ folder is where the demo ceiling lets review agents read.
+    bootstrap.STATE_DIR = state_outside_tmp
+    PolicyCeiling.objects.filter(team=team).update(policy=demo_ceiling())
+    runs = state_outside_tmp / "sweeps" / "runs"
     sweep_job, _ = sweep_submit(team=team, count=8, out_dir=runs, name="s", scheduler=fake)
     (_, sweep_spec), = fake.submissions
     assert (sweep_spec.queue, sweep_spec.resources, sweep_spec.args[:2]) == ("classic.q", {}, ["-m", "demo.demo_sweep"])
