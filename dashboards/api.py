@@ -15,13 +15,15 @@ from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from django.contrib.auth import authenticate
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import selectors
+from . import accounts, selectors
 from .models import Campaign, Role, Task
 from .roles import CAPABILITIES, is_admin, teams_with
 
@@ -140,6 +142,34 @@ def _state(request: Request) -> str | None:
     if state is not None and state not in selectors.LIFECYCLE_STATES:
         raise ValidationError({"state": f"one of {', '.join(selectors.LIFECYCLE_STATES)}"})
     return state
+
+
+class ObtainTokenView(APIView):
+    """``POST /api/token/`` with ``username`` and ``password``: a new token (the old one stops working).
+
+    Failed attempts count towards django-axes' lockout like the login page's:
+    a locked-out user name or address gets 429 even with the right password.
+    """
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(summary="Make a new API token with a username and password (replaces the old one)",
+                   request=inline_serializer("TokenRequest", {"username": serializers.CharField(),
+                                                              "password": serializers.CharField()}),
+                   responses=inline_serializer("TokenAnswer", {"token": serializers.CharField()}))
+    def post(self, request: Request) -> Response:
+        username, password = request.data.get("username"), request.data.get("password")
+        if not isinstance(username, str) or not isinstance(password, str) or not username or not password:
+            raise ValidationError({"non_field_errors": ["username and password are required"]})
+        django_request = request._request
+        user = authenticate(request=django_request, username=username, password=password)
+        if getattr(django_request, "axes_locked_out", False):
+            return Response({"detail": "too many failed attempts; try again later"},
+                            status=status.HTTP_429_TOO_MANY_REQUESTS)
+        if user is None or not user.is_active:
+            raise ValidationError({"non_field_errors": ["unable to log in with the provided credentials"]})
+        return Response({"token": accounts.api_token_rotate(user=user).key})
 
 
 class MeView(APIView):

@@ -388,3 +388,4 @@ class AuditEntry(models.Model):
 
 
 from .pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401  (price table, issue 5)
+from .token_models import ApiToken  # noqa: E402,F401  (API tokens, hashed; issue 11)

@@ -6,11 +6,10 @@ from decimal import Decimal
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from dashboards.accounts import api_token_rotate
-from dashboards.models import ModelRequest, Task, Team
+from dashboards.models import ApiToken, ModelRequest, Task, Team
 
 from ..conftest import DEMO_PASSWORD, make_campaign
 
@@ -240,11 +239,15 @@ def test_the_session_works_for_the_api_too(client, data):
 def test_the_token_page_shows_a_new_key_once(client, data):
     assert client.login(username="viewer", password=DEMO_PASSWORD)
     response = client.post("/account/token/", {"action": "rotate"}, follow=True)
-    key = Token.objects.get(user=data["users"]["viewer"]).key
-    assert key in response.content.decode()
+    key = response.context["new_key"]
+    assert len(key) == 40 and key in response.content.decode()
+    token_client_ = APIClient()
+    token_client_.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert token_client_.get("/api/me/").json()["username"] == "viewer"
     assert key not in client.get("/account/token/").content.decode()
     client.post("/account/token/", {"action": "revoke"})
-    assert not Token.objects.filter(user=data["users"]["viewer"]).exists()
+    assert not ApiToken.objects.filter(user=data["users"]["viewer"]).exists()
+    assert token_client_.get("/api/me/").status_code == 401
 
 
 def test_campaign_pages_are_paginated_on_the_queue(data):
