@@ -221,9 +221,33 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
-# Redis requires a password (scripts/dev-cluster writes it to a file only tco can
-# read; scripts/env.sh builds REDIS_URL from it): redis://:PASSWORD@host:port/db.
-REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def redis_url_from_password_file() -> str:
+    """``redis://:<password>@127.0.0.1:<TCO_REDIS_PORT>/<TCO_REDIS_DB>``, the password read from
+    ``TCO_REDIS_PASSWORD_FILE`` (default ``/etc/tco/redis-password``, written by
+    scripts/dev-cluster, readable by tco and root only).
+
+    Built here, in the process that uses it, so the password never appears in
+    a command line. A missing or unreadable file gives a URL without a
+    password: Redis then answers NOAUTH, which names the problem.
+    """
+    from urllib.parse import quote
+
+    port = env_int("TCO_REDIS_PORT", 6379)
+    db = env_int("TCO_REDIS_DB", 0)
+    path = os.environ.get("TCO_REDIS_PASSWORD_FILE") or "/etc/tco/redis-password"
+    try:
+        password = Path(path).read_text().strip()
+    except OSError:
+        password = ""
+    auth = f":{quote(password, safe='')}@" if password else ""
+    return f"redis://{auth}127.0.0.1:{port}/{db}"
+
+
+# Redis requires a password and listens on loopback only (scripts/dev-cluster).
+# REDIS_URL, when set, wins: redis://:PASSWORD@host:port/db.
+REDIS_URL = env_str("REDIS_URL") or redis_url_from_password_file()
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
