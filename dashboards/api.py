@@ -10,6 +10,7 @@ The OpenAPI schema is at ``/api/schema/``.
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 from django.conf import settings
 from django.utils import timezone
@@ -23,7 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import accounts, selectors
+from . import accounts, billing, selectors
 from .models import Campaign, Role, Task
 from .roles import CAPABILITIES, is_admin, teams_with
 
@@ -118,7 +119,9 @@ class UsageRowSerializer(serializers.Serializer):
     team = serializers.CharField()
     project = serializers.CharField()
     tasks = serializers.IntegerField()
-    wallclock_s = serializers.FloatField()
+    records = serializers.IntegerField(help_text="accounting records")
+    wallclock_s = serializers.FloatField(help_text="seconds, from the accounting records")
+    slot_s = serializers.FloatField(help_text="wall clock x slots, seconds")
     input_tokens = serializers.IntegerField()
     cache_read_tokens = serializers.IntegerField()
     cache_write_5m_tokens = serializers.IntegerField()
@@ -288,9 +291,14 @@ class UsageView(APIView):
                                                 description="start of the period, inclusive (default: 1st of this month, UTC)"),
                                OpenApiParameter("until", OpenApiTypes.DATETIME,
                                                 description="end of the period, exclusive (default: now)")],
+                   description="The bill page's definition (dashboards.billing._accumulate): a team's usage is "
+                               "the tasks of its tco campaigns and their accounting records (wall clock and "
+                               "slot-seconds as qacct sums them); jobs run under the team's project that tco did "
+                               "not launch are listed apart in not_launched_by_tco, never in the team's row.",
                    responses=inline_serializer("Usage", {"since": serializers.DateTimeField(),
                                                          "until": serializers.DateTimeField(),
-                                                         "teams": UsageRowSerializer(many=True)}))
+                                                         "teams": UsageRowSerializer(many=True),
+                                                         "not_launched_by_tco": UsageRowSerializer(many=True)}))
     def get(self, request: Request) -> Response:
         if not teams_with(request.user, "bill").exists():
             raise PermissionDenied("usage needs the team lead role (or admin)")
@@ -300,6 +308,9 @@ class UsageView(APIView):
         until = _parse_when(request.query_params.get("until"), now, "until")
         if until <= since:
             raise ValidationError({"until": "must be after since"})
-        rows = selectors.usage_by_team(request.user, since=since, until=until)
-        return Response({"since": selectors.jsonable(since), "until": selectors.jsonable(until), "teams": rows},
+        usage = billing.usage_by_team(request.user, since=since, until=until)
+        for rows in usage.values():
+            for row in rows:
+                row["cost_usd"] = format(row["cost_usd"].quantize(Decimal("1e-8")), "f")
+        return Response({"since": selectors.jsonable(since), "until": selectors.jsonable(until), **usage},
                         status=status.HTTP_200_OK)

@@ -9,7 +9,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from dashboards.accounts import api_token_rotate
-from dashboards.models import ApiToken, ModelRequest, Task, Team
+from dashboards.models import AccountingRecord, ApiToken, ModelRequest, Task, Team
 
 from ..conftest import DEMO_PASSWORD, make_campaign
 
@@ -53,6 +53,13 @@ def data(role_users):
                          tasks=[{**stages(1, wait=1, sandbox=1, agent=1, overhead=1), "input_tokens": 7,
                                  "cost_usd": Decimal("0.5"), "wallclock_s": 3.0}],
                          launched_at=T0 - dt.timedelta(seconds=1))
+    for t in Task.objects.filter(wallclock_s__gt=0):  # wall clock is billed from accounting records
+        AccountingRecord.objects.create(
+            cluster=t.cluster, task=t, job_number=t.job_number, task_number=t.task_number, submission_us=0,
+            start_us=int(t.started_at.timestamp() * 1e6), end_us=int(t.ended_at.timestamp() * 1e6),
+            submitted_at=t.submitted_at, started_at=t.started_at, ended_at=t.ended_at, job_name="x", owner="tco",
+            group="tco", project=t.campaign.team.project, queue="agent.q", hostname="vm", slots=1,
+            wallclock_s=t.wallclock_s, cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
     task = alpha.tasks.get(task_number=1)
     ModelRequest.objects.create(task=task, seq=1, at=T0, provider="anthropic", method="POST", path="/v1/messages",
                                 status=200, model="claude-x", input_tokens=100, output_tokens=50,
