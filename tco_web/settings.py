@@ -385,6 +385,13 @@ if TCO_PRODUCTION:
     CSRF_COOKIE_SECURE = True
     if DEBUG:
         raise ImproperlyConfigured("TCO_PRODUCTION=1 with DEBUG=1: production never runs with DEBUG")
+else:
+    # Dev and tests: plain http on loopback (Django's defaults, said explicitly).
+    SECURE_PROXY_SSL_HEADER = None
+    SECURE_SSL_REDIRECT = False
+    SECURE_HSTS_SECONDS = 0
+    SESSION_COOKIE_SECURE = False
+    CSRF_COOKIE_SECURE = False
 
 # --- e-mail (budget alerts, finished campaigns): Django's mail settings ---------
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
