@@ -26,3 +26,12 @@ def as_user(user: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess
            "SGE_CELL": os.environ.get("SGE_CELL", "default"), "HOME": "/"}
     return subprocess.run(["runuser", "-u", user, "--", *argv], cwd="/", env=env, capture_output=True, text=True,
                           timeout=60, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def probe_account() -> str:
+    """``tco-probe``: an ordinary local account (uid >= 1000, no shell), as scripts/dev-cluster --verify makes it."""
+    if subprocess.run(["id", "tco-probe"], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
+                        "--comment", "tco dev-cluster probe (never submits)", "tco-probe"], check=True)
+    return "tco-probe"

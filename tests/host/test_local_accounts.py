@@ -95,8 +95,8 @@ def qsub_research(user: str) -> subprocess.CompletedProcess:
                           "-j", "y", "-h", "/bin/true"])
 
 
-def test_another_cluster_account_cannot_bill_a_team():
-    refused = qsub_research("tco-probe")
+def test_another_cluster_account_cannot_bill_a_team(probe_account):
+    refused = qsub_research(probe_account)
     assert refused.returncode != 0 and refused.stdout.strip() == "", refused
     accepted = qsub_research("tco")  # held (-h), deleted at once: it never runs
     assert accepted.returncode == 0, accepted
