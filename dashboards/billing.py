@@ -275,16 +275,7 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
                .annotate(tp=Coalesce(F("task__campaign__team__project"), F("project")),
                          tco=_launched_by_tco("task__"))
                .filter(tp__in=projects))
-    key_fields = ["tp", "tco"]
-    if group_by == "model":
-        records = records.annotate(k=_model_expr("task__"))
-        key_fields.append("k")
-    elif group_by == "campaign":
-        records = records.annotate(k=F("task__campaign_id"))
-        key_fields.append("k")
-    if trunc is not None:
-        records = records.annotate(p=trunc)
-        key_fields.append("p")
+    records, key_fields = _grouped(records, group_by=group_by, trunc=trunc, prefix="task__")
     slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
     for item in (records.values(*key_fields)
                  .annotate(n=Count("id"), wall=Sum("wallclock_s"), slot=Sum(slot_s)).order_by()):
@@ -303,16 +294,7 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
                                    recorded_project, Value("")),
                        tco=_launched_by_tco(""))
              .filter(tp__in=projects))
-    task_fields = ["tp", "tco"]
-    if group_by == "model":
-        tasks = tasks.annotate(k=_model_expr(""))
-        task_fields.append("k")
-    elif group_by == "campaign":
-        tasks = tasks.annotate(k=F("campaign_id"))
-        task_fields.append("k")
-    if trunc is not None:
-        tasks = tasks.annotate(p=trunc)
-        task_fields.append("p")
+    tasks, task_fields = _grouped(tasks, group_by=group_by, trunc=trunc, prefix="")
     any_tokens = _any_tokens()
     sums = {bucket: Sum(bucket) for bucket in (*BUCKETS, "reasoning_tokens")}
     cost_units = Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField())
@@ -327,6 +309,22 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
         for bucket in (*BUCKETS, "reasoning_tokens"):
             row[bucket] += int(item[bucket] or 0)
         row["total_tokens"] = sum(row[b] for b in BUCKETS)
+
+
+def _grouped(qs: QuerySet, *, group_by: str, trunc, prefix: str) -> tuple[QuerySet, list[str]]:
+    """``qs`` annotated with the group key ``k`` (model or campaign) and the period ``p``, and the
+    fields to group by: ``tp`` (team project), ``tco`` and those. ``prefix`` reaches the task."""
+    fields = ["tp", "tco"]
+    if group_by == "model":
+        qs = qs.annotate(k=_model_expr(prefix))
+        fields.append("k")
+    elif group_by == "campaign":
+        qs = qs.annotate(k=F(f"{prefix}campaign_id"))
+        fields.append("k")
+    if trunc is not None:
+        qs = qs.annotate(p=trunc)
+        fields.append("p")
+    return qs, fields
 
 
 def _any_tokens() -> Q:
