@@ -325,3 +325,34 @@ def test_a_cross_site_socket_is_refused(role_users, channel_layer):
         await ok.disconnect()
 
     async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_existing_plain_tokens_are_hashed_by_the_migration(role_users):
+    """DRF's authtoken table (before issue 11) held keys in the clear: the migration keeps them working, hashed."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    old_key = "0123456789abcdef0123456789abcdef01234567"
+    executor = MigrationExecutor(connection)
+    executor.migrate([("dashboards", "0005_demo_package_commands")])
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS authtoken_token (key varchar(40) PRIMARY KEY, "
+                       "created datetime NOT NULL, user_id integer NOT NULL UNIQUE)")
+        cursor.execute("INSERT INTO authtoken_token VALUES (%s, %s, %s)",
+                       [old_key, "2026-11-01 00:00:00", role_users["lead"].pk])
+    try:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate([("dashboards", "0006_api_token_hashed")])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT COUNT(*) FROM authtoken_token")
+            assert cursor.fetchone()[0] == 0
+        token = ApiToken.objects.get(user=role_users["lead"])
+        assert token.prefix == old_key[:8] and old_key not in token.digest
+        api = APIClient()
+        api.credentials(HTTP_AUTHORIZATION=f"Token {old_key}")
+        assert api.get("/api/me/").json()["username"] == "lead"
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS authtoken_token")
