@@ -356,3 +356,13 @@ def test_existing_plain_tokens_are_hashed_by_the_migration(role_users):
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS authtoken_token")
+
+
+def test_no_other_redis_client_accepts_pickles():
+    """Celery reads JSON only; channels_redis packs messages with msgpack (data, never code)."""
+    from tco_web.celery import app
+    from tco_web.settings import CHANNEL_LAYERS
+
+    assert set(app.conf.accept_content) == {"json"} and app.conf.task_serializer == "json"
+    assert CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    assert CHANNEL_LAYERS["default"]["CONFIG"].get("serializer_format", "msgpack") == "msgpack"
