@@ -42,7 +42,7 @@ ACTIVE_SIZE = 75_000
 def setup_django(db: Path) -> None:
     os.environ["DATABASE_URL"] = f"sqlite:///{db}"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tco_web.settings")
-    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/5")
+    os.environ.setdefault("TCO_REDIS_DB", "5")  # the password comes from TCO_REDIS_PASSWORD_FILE (settings)
     os.environ["ALLOWED_HOSTS"] = "testserver,localhost,127.0.0.1"
     import django
 

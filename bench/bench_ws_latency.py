@@ -3,7 +3,7 @@
     runuser -u tco -- env LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \\
         .venv/bin/python bench/bench_ws_latency.py [--samples 30] [--db var/bench-ws.sqlite3]
 
-Run as the submit account with the dev cluster and Redis up (``REDIS_URL``
+Run as the submit account with the dev cluster and Redis up (``TCO_REDIS_DB`` or ``REDIS_URL``
 picks the Redis database; the broker queue is purged first). It starts tco's
 web server (daphne), a Celery worker and beat on a database of its own,
 submits one job that can never start (it asks for more model API seats than

@@ -1,16 +1,21 @@
 """Writes about people: demo users per role, API tokens.
 
-API tokens are DRF's (``rest_framework.authtoken``): one per user, sent as
-``Authorization: Token <key>``. A token acts as its user, so it sees and may
-do exactly what that user's teams and role allow.
+API tokens (``token_models.ApiToken``): one per user, sent as
+``Authorization: Token <key>``, stored as a SHA-256 digest (the key is shown
+once). A token acts as its user, so it sees and may do exactly what that
+user's teams and role allow.
 """
 from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from .models import Role, Team
+from .token_models import ApiToken, token_digest
 from .roles import membership_set
 
 # user name -> (team project, role); every demo user is also in the team's group.
@@ -44,18 +49,36 @@ def demo_users_ensure(*, password: str, reset_password: bool = True) -> dict[str
     return users
 
 
-def api_token_rotate(*, user: AbstractBaseUser):
-    """Replace ``user``'s API token with a new one and return it (the old key stops working)."""
-    from rest_framework.authtoken.models import Token
+@dataclass(frozen=True)
+class IssuedToken:
+    """A token just made: ``key`` is the only copy of the secret (the database keeps its digest)."""
 
+    key: str
+    token: ApiToken
+
+
+def api_token_rotate(*, user: AbstractBaseUser) -> IssuedToken:
+    """Replace ``user``'s API token with a new one; the old key stops working.
+
+    Returns the new key (40 hex digits), to be shown once; only its SHA-256
+    is stored (``token_models``).
+    """
+    key = secrets.token_hex(20)
     with transaction.atomic():
-        Token.objects.filter(user=user).delete()
-        return Token.objects.create(user=user)
+        ApiToken.objects.filter(user=user).delete()
+        token = ApiToken.objects.create(user=user, digest=token_digest(key), prefix=key[:8])
+    return IssuedToken(key=key, token=token)
 
 
 def api_token_revoke(*, user: AbstractBaseUser) -> bool:
     """Delete ``user``'s API token; True when there was one."""
-    from rest_framework.authtoken.models import Token
-
-    deleted, _ = Token.objects.filter(user=user).delete()
+    deleted, _ = ApiToken.objects.filter(user=user).delete()
     return bool(deleted)
+
+
+def api_token_user(key: str) -> AbstractBaseUser | None:
+    """The active user whose token has this key, or None (a wrong, revoked or deactivated one)."""
+    token = ApiToken.objects.select_related("user").filter(digest=token_digest(key)).first()
+    if token is None or not token.user.is_active:
+        return None
+    return token.user

@@ -10,18 +10,21 @@ The OpenAPI schema is at ``/api/schema/``.
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from django.contrib.auth import authenticate
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import selectors
+from . import accounts, billing, selectors
 from .models import Campaign, Role, Task
 from .roles import CAPABILITIES, is_admin, teams_with
 
@@ -116,7 +119,9 @@ class UsageRowSerializer(serializers.Serializer):
     team = serializers.CharField()
     project = serializers.CharField()
     tasks = serializers.IntegerField()
-    wallclock_s = serializers.FloatField()
+    records = serializers.IntegerField(help_text="accounting records")
+    wallclock_s = serializers.FloatField(help_text="seconds, from the accounting records")
+    slot_s = serializers.FloatField(help_text="wall clock x slots, seconds")
     input_tokens = serializers.IntegerField()
     cache_read_tokens = serializers.IntegerField()
     cache_write_5m_tokens = serializers.IntegerField()
@@ -140,6 +145,34 @@ def _state(request: Request) -> str | None:
     if state is not None and state not in selectors.LIFECYCLE_STATES:
         raise ValidationError({"state": f"one of {', '.join(selectors.LIFECYCLE_STATES)}"})
     return state
+
+
+class ObtainTokenView(APIView):
+    """``POST /api/token/`` with ``username`` and ``password``: a new token (the old one stops working).
+
+    Failed attempts count towards django-axes' lockout like the login page's:
+    a locked-out user name or address gets 429 even with the right password.
+    """
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(summary="Make a new API token with a username and password (replaces the old one)",
+                   request=inline_serializer("TokenRequest", {"username": serializers.CharField(),
+                                                              "password": serializers.CharField()}),
+                   responses=inline_serializer("TokenAnswer", {"token": serializers.CharField()}))
+    def post(self, request: Request) -> Response:
+        username, password = request.data.get("username"), request.data.get("password")
+        if not isinstance(username, str) or not isinstance(password, str) or not username or not password:
+            raise ValidationError({"non_field_errors": ["username and password are required"]})
+        django_request = request._request
+        user = authenticate(request=django_request, username=username, password=password)
+        if getattr(django_request, "axes_locked_out", False):
+            return Response({"detail": "too many failed attempts; try again later"},
+                            status=status.HTTP_429_TOO_MANY_REQUESTS)
+        if user is None or not user.is_active:
+            raise ValidationError({"non_field_errors": ["unable to log in with the provided credentials"]})
+        return Response({"token": accounts.api_token_rotate(user=user).key})
 
 
 class MeView(APIView):
@@ -258,9 +291,14 @@ class UsageView(APIView):
                                                 description="start of the period, inclusive (default: 1st of this month, UTC)"),
                                OpenApiParameter("until", OpenApiTypes.DATETIME,
                                                 description="end of the period, exclusive (default: now)")],
+                   description="The bill page's definition (dashboards.billing._accumulate): a team's usage is "
+                               "the tasks of its tco campaigns and their accounting records (wall clock and "
+                               "slot-seconds as qacct sums them); jobs run under the team's project that tco did "
+                               "not launch are listed apart in not_launched_by_tco, never in the team's row.",
                    responses=inline_serializer("Usage", {"since": serializers.DateTimeField(),
                                                          "until": serializers.DateTimeField(),
-                                                         "teams": UsageRowSerializer(many=True)}))
+                                                         "teams": UsageRowSerializer(many=True),
+                                                         "not_launched_by_tco": UsageRowSerializer(many=True)}))
     def get(self, request: Request) -> Response:
         if not teams_with(request.user, "bill").exists():
             raise PermissionDenied("usage needs the team lead role (or admin)")
@@ -270,6 +308,9 @@ class UsageView(APIView):
         until = _parse_when(request.query_params.get("until"), now, "until")
         if until <= since:
             raise ValidationError({"until": "must be after since"})
-        rows = selectors.usage_by_team(request.user, since=since, until=until)
-        return Response({"since": selectors.jsonable(since), "until": selectors.jsonable(until), "teams": rows},
+        usage = billing.usage_by_team(request.user, since=since, until=until)
+        for rows in usage.values():
+            for row in rows:
+                row["cost_usd"] = format(row["cost_usd"].quantize(Decimal("1e-8")), "f")
+        return Response({"since": selectors.jsonable(since), "until": selectors.jsonable(until), **usage},
                         status=status.HTTP_200_OK)

@@ -5,3 +5,8 @@ class DashboardsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "dashboards"
     verbose_name = "tco dashboards"
+
+    def ready(self) -> None:
+        from . import realtime
+
+        realtime.connect_signals()

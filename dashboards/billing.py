@@ -33,6 +33,8 @@ from django.core.mail import send_mail
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import (
     BigIntegerField,
+    BooleanField,
+    Case,
     Count,
     DateField,
     ExpressionWrapper,
@@ -44,6 +46,7 @@ from django.db.models import (
     Subquery,
     Sum,
     Value,
+    When,
 )
 from django.db.models.functions import Coalesce, NullIf, Round, Trunc
 from django.utils import timezone
@@ -191,8 +194,11 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
     (tasks started), "records" (accounting records), each bucket of
     ``BUCKETS``, "reasoning_tokens" (part of output), "total_tokens",
     "cost_usd" (Decimal USD), "unpriced_tasks" (tokens without a cost),
-    "wallclock_s", "slot_s"}``, sorted by period, team, label. Rows exist
-    only where something started. Raises ``BillError`` for a bad period,
+    "wallclock_s", "slot_s", "launched_by_tco"}``, sorted by period, team,
+    label. Rows exist only where something started. Usage under a team's
+    project that tco did not launch (another account's ``qsub -P``) is a row of
+    its own, labelled ``NOT_TCO``, and is not in ``totals``: it is summed in
+    ``not_tco_totals``. Raises ``BillError`` for a bad period,
     group or range.
     """
     if period not in PERIODS:
@@ -215,93 +221,170 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
     team_of = {t.project: t for t in teams}
     clusters = list(clusters) if clusters is not None else list(Cluster.objects.order_by("name"))
     rows: dict[tuple, dict[str, Any]] = {}
-    labels: dict[Any, str] = {}
     tz_names = sorted({c.time_zone or "UTC" for c in clusters}) or [settings.TCO_CLUSTER_TZ]
     for cluster in clusters if team_of else ():
         tz = cluster_zone(cluster)
-        begin, end = local_midnight(first, tz), local_midnight(end_day, tz)
-        trunc = Trunc("started_at", period, output_field=DateField(), tzinfo=tz)
+        _accumulate(rows, cluster=cluster, begin=local_midnight(first, tz), end=local_midnight(end_day, tz),
+                    projects=list(team_of), group_by=group_by,
+                    trunc=Trunc("started_at", period, output_field=DateField(), tzinfo=tz))
 
-        # Wall clock and slot-seconds: every accounting record, as qacct sums them.
-        records = AccountingRecord.objects.filter(cluster=cluster, project__in=list(team_of),
-                                                  started_at__gte=begin, started_at__lt=end)
-        key_fields = ["p", "project"]
-        if group_by == "model":
-            records = records.annotate(k=_model_expr("task__"))
-            key_fields.append("k")
-        elif group_by == "campaign":
-            records = records.annotate(k=F("task__campaign_id"))
-            key_fields.append("k")
-        slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
-        for item in (records.annotate(p=trunc).values(*key_fields)
-                     .annotate(n=Count("id"), wall=Sum("wallclock_s"), slot=Sum(slot_s)).order_by()):
-            key = (item["p"], item["project"], item.get("k"))
-            row = rows.setdefault(key, _empty_row(*key))
-            row["records"] += item["n"]
-            row["wallclock_s"] += float(item["wall"] or 0.0)
-            row["slot_s"] += float(item["slot"] or 0.0)
-
-        # Tokens and cost: tasks, by the start of their (last) run.
-        # A task's project: its own (tco's campaigns set it), else its campaign's team's, else its
-        # accounting record's (qstat without -ext does not say, so jobs tco only saw there have none).
-        recorded_project = Subquery(AccountingRecord.objects.filter(task=OuterRef("pk")).exclude(project="")
-                                    .values("project")[:1])
-        tasks = (Task.objects.filter(cluster=cluster, started_at__gte=begin, started_at__lt=end)
-                 .annotate(proj=Coalesce(NullIf(F("project"), Value("")), F("campaign__team__project"),
-                                         recorded_project, Value("")))
-                 .filter(proj__in=list(team_of)))
-        task_fields = ["p", "proj"]
-        if group_by == "model":
-            tasks = tasks.annotate(k=_model_expr(""))
-            task_fields.append("k")
-        elif group_by == "campaign":
-            tasks = tasks.annotate(k=F("campaign_id"))
-            task_fields.append("k")
-        any_tokens = Q()
-        for bucket in BUCKETS:
-            any_tokens |= Q(**{f"{bucket}__gt": 0})
-        sums = {bucket: Sum(bucket) for bucket in (*BUCKETS, "reasoning_tokens")}
-        cost_units = Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField())
-        for item in (tasks.annotate(p=trunc).values(*task_fields)
-                     .annotate(n=Count("id"), cost=cost_units,
-                               unpriced=Count("id", filter=Q(cost_usd__isnull=True) & any_tokens), **sums)
-                     .order_by()):
-            key = (item["p"], item["proj"], item.get("k"))
-            row = rows.setdefault(key, _empty_row(*key))
-            row["tasks"] += item["n"]
-            row["unpriced_tasks"] += item["unpriced"]
-            row["cost_usd"] += Decimal(int(item["cost"] or 0)) / COST_UNITS
-            for bucket in (*BUCKETS, "reasoning_tokens"):
-                row[bucket] += int(item[bucket] or 0)
-
+    labels: dict[Any, str] = {}
     if group_by == "campaign":
         from .models import Campaign
 
-        ids = {k[2] for k in rows if k[2] is not None}
+        ids = {k[3] for k in rows if k[3] is not None and k[2]}
         labels = {pk: f"{name} (#{pk})" for pk, name in Campaign.objects.filter(pk__in=ids).values_list("pk", "name")}
     out = []
-    for (p, project, key), row in rows.items():
-        row["total_tokens"] = sum(row[b] for b in BUCKETS)
+    for (p, project, launched, key), row in rows.items():
         team = team_of.get(project)
         row["team"] = team.name if team else project
-        if group_by == "team":
+        if not launched:
+            row["label"] = NOT_TCO
+        elif group_by == "team":
             row["label"] = row["team"]
         elif group_by == "model":
             row["label"] = key
         else:
             row["label"] = labels.get(key, NOT_TCO) if key is not None else NOT_TCO
         out.append(row)
-    out.sort(key=lambda r: (r["period"], r["team"], r["label"]))
-    totals = _empty_row(first, "", None)
-    for row in out:
-        for field in ("tasks", "records", "reasoning_tokens", "total_tokens", "unpriced_tasks", *BUCKETS):
-            totals[field] += row[field]
-        totals["cost_usd"] += row["cost_usd"]
-        totals["wallclock_s"] += row["wallclock_s"]
-        totals["slot_s"] += row["slot_s"]
-    totals.update(team="", label="total")
+    out.sort(key=lambda r: (r["period"], r["team"], not r["launched_by_tco"], str(r["label"])))
+    totals = _sum_rows(r for r in out if r["launched_by_tco"])
+    totals.update(period=first, team="", label="total")
+    not_tco = _sum_rows(r for r in out if not r["launched_by_tco"])
+    not_tco.update(period=first, team="", label=NOT_TCO)
     return {"period": period, "group_by": group_by, "first": first, "last": end_day - dt.timedelta(days=1),
-            "time_zone": ", ".join(tz_names), "rows": out, "totals": totals}
+            "time_zone": ", ".join(tz_names), "rows": out, "totals": totals, "not_tco_totals": not_tco}
+
+
+def _launched_by_tco(prefix: str):
+    """True for usage of a task of one of tco's campaigns (``prefix`` reaches the task)."""
+    return Case(When(**{f"{prefix}campaign__isnull": False}, then=Value(True)), default=Value(False),
+                output_field=BooleanField())
+
+
+def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
+                projects: list[str], group_by: str, trunc) -> None:
+    """Add the usage started in ``[begin, end)`` on ``cluster`` to ``rows``, the one definition of a team's usage.
+
+    ``rows`` is keyed ``(period date | None, project, launched_by_tco, group
+    key | None)``. A team's usage is what tco launched for it: the tasks of
+    its campaigns and their accounting records. Anything else run under the
+    team's project (a ``qsub -P <project>`` by another account, a job tco
+    only saw in qstat) is kept apart with ``launched_by_tco`` False, never in
+    the team's sums. ``trunc`` (a ``Trunc`` of ``started_at``) cuts periods;
+    None gives one row per key with period None.
+    """
+    # Wall clock and slot-seconds: every accounting record, as qacct sums them.
+    records = (AccountingRecord.objects.filter(cluster=cluster, started_at__gte=begin, started_at__lt=end)
+               .annotate(tp=Coalesce(F("task__campaign__team__project"), F("project")),
+                         tco=_launched_by_tco("task__"))
+               .filter(tp__in=projects))
+    records, key_fields = _grouped(records, group_by=group_by, trunc=trunc, prefix="task__")
+    slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
+    for item in (records.values(*key_fields)
+                 .annotate(n=Count("id"), wall=Sum("wallclock_s"), slot=Sum(slot_s)).order_by()):
+        row = _row_for(rows, item)
+        row["records"] += item["n"]
+        row["wallclock_s"] += float(item["wall"] or 0.0)
+        row["slot_s"] += float(item["slot"] or 0.0)
+
+    # Tokens and cost: tasks, by the start of their (last) run. A task's team: its
+    # campaign's; a task tco did not launch: its own project, else its accounting
+    # record's (qstat without -ext does not say, so jobs tco only saw there have none).
+    recorded_project = Subquery(AccountingRecord.objects.filter(task=OuterRef("pk")).exclude(project="")
+                                .values("project")[:1])
+    tasks = (Task.objects.filter(cluster=cluster, started_at__gte=begin, started_at__lt=end)
+             .annotate(tp=Coalesce(F("campaign__team__project"), NullIf(F("project"), Value("")),
+                                   recorded_project, Value("")),
+                       tco=_launched_by_tco(""))
+             .filter(tp__in=projects))
+    tasks, task_fields = _grouped(tasks, group_by=group_by, trunc=trunc, prefix="")
+    any_tokens = _any_tokens()
+    sums = {bucket: Sum(bucket) for bucket in (*BUCKETS, "reasoning_tokens")}
+    cost_units = Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField())
+    for item in (tasks.values(*task_fields)
+                 .annotate(n=Count("id"), cost=cost_units,
+                           unpriced=Count("id", filter=Q(cost_usd__isnull=True) & any_tokens), **sums)
+                 .order_by()):
+        row = _row_for(rows, item)
+        row["tasks"] += item["n"]
+        row["unpriced_tasks"] += item["unpriced"]
+        row["cost_usd"] += Decimal(int(item["cost"] or 0)) / COST_UNITS
+        for bucket in (*BUCKETS, "reasoning_tokens"):
+            row[bucket] += int(item[bucket] or 0)
+        row["total_tokens"] = sum(row[b] for b in BUCKETS)
+
+
+def _grouped(qs: QuerySet, *, group_by: str, trunc, prefix: str) -> tuple[QuerySet, list[str]]:
+    """``qs`` annotated with the group key ``k`` (model or campaign) and the period ``p``, and the
+    fields to group by: ``tp`` (team project), ``tco`` and those. ``prefix`` reaches the task."""
+    fields = ["tp", "tco"]
+    if group_by == "model":
+        qs = qs.annotate(k=_model_expr(prefix))
+        fields.append("k")
+    elif group_by == "campaign":
+        qs = qs.annotate(k=F(f"{prefix}campaign_id"))
+        fields.append("k")
+    if trunc is not None:
+        qs = qs.annotate(p=trunc)
+        fields.append("p")
+    return qs, fields
+
+
+def _any_tokens() -> Q:
+    """Tasks that used any tokens (those without a cost are "unpriced", not free)."""
+    q = Q()
+    for bucket in BUCKETS:
+        q |= Q(**{f"{bucket}__gt": 0})
+    return q
+
+
+def _row_for(rows: dict[tuple, dict[str, Any]], item: dict[str, Any]) -> dict[str, Any]:
+    launched = bool(item["tco"])
+    key = (item.get("p"), item["tp"], launched, item.get("k") if launched else None)
+    row = rows.get(key)
+    if row is None:
+        row = rows[key] = _empty_row(key[0], key[1], key[3])
+        row["launched_by_tco"] = launched
+    return row
+
+
+def _sum_rows(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    total = _empty_row(None, "", None)
+    for row in rows:
+        for field in ("tasks", "records", "reasoning_tokens", "total_tokens", "unpriced_tasks", *BUCKETS):
+            total[field] += row[field]
+        total["cost_usd"] += row["cost_usd"]
+        total["wallclock_s"] += row["wallclock_s"]
+        total["slot_s"] += row["slot_s"]
+    return total
+
+
+def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datetime) -> dict[str, list[dict[str, Any]]]:
+    """Usage started in ``[since, until)`` per team where ``user`` may read bills (``/api/usage/``).
+
+    The same definition as the bill page (``_accumulate``): ``{"teams":
+    [row], "not_launched_by_tco": [row]}``, a row ``{team, project, tasks,
+    records, wallclock_s, slot_s, input_tokens, cache_read_tokens,
+    cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
+    reasoning_tokens, tokens, cost_usd (Decimal USD), unpriced_tasks}``,
+    sorted by team. Jobs run under a team's project that tco did not launch
+    are in ``not_launched_by_tco``, never in the team's row.
+    """
+    teams = list(teams_billable_by(user))
+    team_of = {t.project: t for t in teams}
+    rows: dict[tuple, dict[str, Any]] = {}
+    for cluster in Cluster.objects.order_by("name") if team_of else ():
+        _accumulate(rows, cluster=cluster, begin=since, end=until, projects=list(team_of), group_by="team",
+                    trunc=None)
+    out: dict[str, list[dict[str, Any]]] = {"teams": [], "not_launched_by_tco": []}
+    for (_p, project, launched, _k), row in sorted(rows.items(), key=lambda kv: team_of[kv[0][1]].name):
+        out["teams" if launched else "not_launched_by_tco"].append({
+            "team": team_of[project].name, "project": project, "tasks": row["tasks"], "records": row["records"],
+            "wallclock_s": row["wallclock_s"], "slot_s": row["slot_s"],
+            **{f: row[f] for f in (*BUCKETS, "reasoning_tokens")}, "tokens": row["total_tokens"],
+            "cost_usd": row["cost_usd"], "unpriced_tasks": row["unpriced_tasks"]})
+    return out
 
 
 CSV_COLUMNS = ("period_start", "team", "project", "group_by", "group", "tasks", "accounting_records",
@@ -324,10 +407,11 @@ def team_spend(team: Team, period: str, *, now: dt.datetime | None = None) -> di
     """What ``team`` spent in the current ``period``: ``{"first": date, "begin", "end" (UTC),
     "spent_usd": Decimal, "unpriced_tasks": int}`` (tasks started in the period, cluster time zone)."""
     first, begin, end = current_period(period, now=now)
-    tasks = Task.objects.filter(Q(project=team.project) | Q(campaign__team=team), started_at__gte=begin,
-                                started_at__lt=end)
+    # The team's usage as bills count it: the tasks of its campaigns (not another account's qsub -P).
+    tasks = Task.objects.filter(campaign__team=team, started_at__gte=begin, started_at__lt=end)
+    any_tokens = _any_tokens()
     agg = tasks.aggregate(cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()),
-                          unpriced=Count("id", filter=Q(cost_usd__isnull=True, output_tokens__gt=0)))
+                          unpriced=Count("id", filter=Q(cost_usd__isnull=True) & any_tokens))
     return {"first": first, "begin": begin, "end": end,
             "spent_usd": Decimal(int(agg["cost"] or 0)) / COST_UNITS, "unpriced_tasks": agg["unpriced"]}
 
@@ -349,20 +433,29 @@ def budget_verdict(team: Team, additional_usd: Decimal | None, *, now: dt.dateti
     """Whether a launch costing about ``additional_usd`` (None: unknown) may go ahead.
 
     A launch "crosses" a budget when the period's spend plus ``additional_usd``
-    exceeds its amount, or the spend already reached it. Returns ``{"action":
-    "submit" | "hold" | "refuse", "message": str, "budgets": [...]}``; refuse
-    wins over hold when several budgets are crossed.
+    exceeds its amount, or the spend already reached it. An unknown cost is
+    never taken as $0: a launch whose forecast is unknown, or a period whose
+    spend includes tasks without a price (``unpriced_tasks``), cannot be shown
+    to fit, and is treated as crossing every budget of the team (the message
+    says the cost is unknown). Returns ``{"action": "submit" | "hold" |
+    "refuse", "message": str, "budgets": [...]}``; refuse wins over hold when
+    several budgets are crossed.
     """
     action, messages = "submit", []
     statuses = budget_status(team, now=now)
     for status in statuses:
         budget = status["budget"]
+        unknown = additional_usd is None or status["unpriced_tasks"] > 0
         projected = status["spent_usd"] + (additional_usd or ZERO)
-        if status["spent_usd"] >= budget.amount_usd or projected > budget.amount_usd:
+        if status["spent_usd"] >= budget.amount_usd or projected > budget.amount_usd or unknown:
             forecast_text = _usd(additional_usd) if additional_usd is not None else "an unknown cost"
+            spent_text = _usd(status["spent_usd"])
+            if status["unpriced_tasks"]:
+                spent_text += f" plus {status['unpriced_tasks']} task(s) of unknown cost"
             messages.append(f"the {PERIOD_ADJECTIVES[budget.period]} budget of {team.name} is "
-                            f"{_usd(budget.amount_usd)}; spent {_usd(status['spent_usd'])} since "
-                            f"{status['first'].isoformat()}, this launch is forecast at {forecast_text}")
+                            f"{_usd(budget.amount_usd)}; spent {spent_text} since "
+                            f"{status['first'].isoformat()}, this launch is forecast at {forecast_text}"
+                            + ("; an unknown cost cannot be checked against the budget" if unknown else ""))
             if budget.on_exceed == "refuse":
                 action = "refuse"
             elif action != "refuse":

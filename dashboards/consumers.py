@@ -6,6 +6,10 @@ so a burst of changes costs one read. A consumer joins a campaign's or a
 task's group only after the selector has found that the user may view it,
 and a snapshot that the user may no longer see closes the socket (4403).
 
+Every socket is also in its user's group and its session's group: a logout
+closes it (4401), a deactivation, role or group change closes it with
+``realtime.RECHECK`` and the browser's reconnect is authorized afresh.
+
 Messages from the browser only choose what to show: ``{"page": n}`` (queue
 and campaign pages) and ``{"state": "failed"|null}`` (campaign page).
 """
@@ -53,11 +57,21 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         except Refused:
             await self.refuse(4403)
             return
+        # Also the user's and the session's groups: a logout, deactivation or
+        # role change closes this socket (realtime.connect_signals).
+        groups = [*groups, realtime.user_group(user.pk)]
+        session = self.scope.get("session")
+        if session is not None and session.session_key:
+            groups.append(realtime.session_group(session.session_key))
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = groups
         await self.accept()
         await self.send_snapshot()
+
+    async def tco_close(self, message: dict) -> None:
+        """The user's session ended or their rights changed: close (4401, or RECHECK to reconnect)."""
+        await self.close(code=int(message.get("code") or realtime.RECHECK))
 
     async def refuse(self, code: int) -> None:
         # Accept, then close with the code: a handshake refused outright reaches the

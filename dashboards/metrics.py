@@ -1,10 +1,11 @@
 """Prometheus metrics at ``/metrics``, read from the database at each scrape.
 
 Access: a request with ``Authorization: Bearer <TCO_METRICS_TOKEN>`` (or the
-token in ``TCO_METRICS_TOKEN_FILE``), or one whose client address is in
-``TCO_METRICS_ALLOW`` (addresses or networks; default ``127.0.0.1``).
-Anything else gets 403; behind a proxy, give the scraper a token (the
-client address is the proxy's).
+token in ``TCO_METRICS_TOKEN_FILE``, by default ``<state dir>/metrics-token``,
+which scripts/setup writes readable by tco only), or one whose client address
+is in ``TCO_METRICS_ALLOW`` (addresses or networks; empty by default: every
+local account connects from 127.0.0.1, so an address alone proves nothing).
+Anything else gets 403.
 
 Metrics (labels in braces; every value is read at scrape time):
 

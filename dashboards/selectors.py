@@ -724,36 +724,6 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
 
 # --------------------------------------------------------------------------- usage
 
-def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datetime) -> list[dict[str, Any]]:
-    """Tokens, cost and wall clock per team for tasks that started in [since, until), teams with ``bill``.
-
-    A task belongs to the period of its start (as ``qacct -b/-e`` does).
-    Returns ``[{team, project, tasks, wallclock_s, input_tokens,
-    cache_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
-    output_tokens, reasoning_tokens, tokens, cost_usd (str), unpriced_tasks}]``.
-    """
-    teams = teams_with(user, "bill")
-    rows = (
-        Task.objects.filter(campaign__team__in=teams, started_at__gte=since, started_at__lt=until)
-        .values("campaign__team__name", "campaign__team__project")
-        .annotate(
-            tasks=Count("id"), wallclock=Sum("wallclock_s"), cost=Sum("cost_usd"),
-            unpriced=Count("id", filter=Q(cost_usd__isnull=True) & (Q(input_tokens__gt=0) | Q(output_tokens__gt=0))),
-            **{f: Sum(f) for f in (*TOKEN_FIELDS, "reasoning_tokens")},
-        )
-        .order_by("campaign__team__name")
-    )
-    out = []
-    for r in rows:
-        tokens = {f: r[f] or 0 for f in (*TOKEN_FIELDS, "reasoning_tokens")}
-        out.append({
-            "team": r["campaign__team__name"], "project": r["campaign__team__project"], "tasks": r["tasks"],
-            "wallclock_s": r["wallclock"] or 0.0, **tokens, "tokens": sum(tokens[f] for f in TOKEN_FIELDS),
-            "cost_usd": _money(r["cost"]) or "0", "unpriced_tasks": r["unpriced"],
-        })
-    return out
-
-
 # --------------------------------------------------------------------------- metrics
 
 USAGE_FIELDS = (*TOKEN_FIELDS, "reasoning_tokens", "cost_usd")

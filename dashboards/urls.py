@@ -1,6 +1,5 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
-from rest_framework.authtoken.views import obtain_auth_token
 
 from . import api, metrics, views
 
@@ -15,7 +14,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     # REST API (dashboards/api.py); schema at /api/schema/.
     path("api/me/", api.MeView.as_view(), name="api-me"),
-    path("api/token/", obtain_auth_token, name="api-token"),
+    path("api/token/", api.ObtainTokenView.as_view(), name="api-token"),
     path("api/queue/", api.QueueView.as_view(), name="api-queue"),
     path("api/queue/depth/", api.QueueDepthView.as_view(), name="api-queue-depth"),
     path("api/campaigns/", api.CampaignListView.as_view(), name="api-campaigns"),

@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from . import accounts, selectors, spool_files
-from .models import Campaign, Task
+from .models import ApiToken, Campaign, Task
 
 
 def _int_param(request: HttpRequest, name: str, default: int = 1) -> int:
@@ -72,20 +72,21 @@ def task_output(request: HttpRequest, task_id: int, name: str) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def token_page(request: HttpRequest) -> HttpResponse:
-    """The user's API token: shown once after it is made; POST ``action=rotate|revoke``."""
-    from rest_framework.authtoken.models import Token
+    """The user's API token: shown once, in the answer to the POST that made it; POST ``action=rotate|revoke``.
 
+    The new key is rendered straight into that answer (never kept in the
+    session, which the database stores in the clear).
+    """
     new_key = None
     if request.method == "POST":
         if request.POST.get("action") == "revoke":
             accounts.api_token_revoke(user=request.user)
-        else:
-            new_key = accounts.api_token_rotate(user=request.user).key
-            request.session["tco_new_token"] = new_key
-        return redirect("token")
-    new_key = request.session.pop("tco_new_token", None)
-    token = Token.objects.filter(user=request.user).first()
-    return render(request, "dashboards/token.html", {"token": token, "new_key": new_key})
+            return redirect("token")
+        new_key = accounts.api_token_rotate(user=request.user).key
+    token = ApiToken.objects.filter(user=request.user).first()
+    response = render(request, "dashboards/token.html", {"token": token, "new_key": new_key})
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def healthz(request: HttpRequest) -> HttpResponse:

@@ -6,6 +6,7 @@ given as ``NAME_FILE`` (a path whose contents are the value).
 """
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import os
 from pathlib import Path
@@ -68,6 +69,10 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = env_bool("DEBUG", False)
+# A production deployment behind a TLS-terminating proxy: HSTS, HTTPS redirect,
+# secure cookies, the proxy's X-Forwarded-Proto trusted (``check --deploy`` is
+# clean). Off: the dev and test setups serve plain http on loopback.
+TCO_PRODUCTION = env_bool("TCO_PRODUCTION", False)
 
 # State that is not source: the SQLite file, the runner spool, logs. A real
 # cluster points TCO_SPOOL_DIR at the shared file system every exec host mounts.
@@ -112,7 +117,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "rest_framework",
-    "rest_framework.authtoken",
+    "axes",
     "drf_spectacular",
     "dashboards",
     "worker",
@@ -126,9 +131,29 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "tco_web.security.ContentSecurityPolicyMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with 429.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# django-axes counts failed logins (the login page and POST /api/token/) in the
+# database and refuses further attempts for a user name, and separately for a
+# client address, after TCO_LOGIN_FAILURE_LIMIT failures, for
+# TCO_LOGIN_COOLOFF_S seconds. The client address is REMOTE_ADDR: behind a
+# proxy, run daphne with --proxy-headers so it is the client's, not the proxy's.
+AUTHENTICATION_BACKENDS = [
+    "tco_web.security.LoginRateLimitBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("TCO_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = dt.timedelta(seconds=env_float("TCO_LOGIN_COOLOFF_S", 900.0))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "dashboards/locked_out.html"
+AXES_ENABLE_ADMIN = True
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "tco_web.urls"
 ASGI_APPLICATION = "tco_web.asgi.application"
@@ -196,7 +221,33 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
-REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def redis_url_from_password_file() -> str:
+    """``redis://:<password>@127.0.0.1:<TCO_REDIS_PORT>/<TCO_REDIS_DB>``, the password read from
+    ``TCO_REDIS_PASSWORD_FILE`` (default ``/etc/tco/redis-password``, written by
+    scripts/dev-cluster, readable by tco and root only).
+
+    Built here, in the process that uses it, so the password never appears in
+    a command line. A missing or unreadable file gives a URL without a
+    password: Redis then answers NOAUTH, which names the problem.
+    """
+    from urllib.parse import quote
+
+    port = env_int("TCO_REDIS_PORT", 6379)
+    db = env_int("TCO_REDIS_DB", 0)
+    path = os.environ.get("TCO_REDIS_PASSWORD_FILE") or "/etc/tco/redis-password"
+    try:
+        password = Path(path).read_text().strip()
+    except OSError:
+        password = ""
+    auth = f":{quote(password, safe='')}@" if password else ""
+    return f"redis://{auth}127.0.0.1:{port}/{db}"
+
+
+# Redis requires a password and listens on loopback only (scripts/dev-cluster).
+# REDIS_URL, when set, wins: redis://:PASSWORD@host:port/db.
+REDIS_URL = env_str("REDIS_URL") or redis_url_from_password_file()
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -205,13 +256,15 @@ CHANNEL_LAYERS = {
 }
 
 # Shared by every web and worker process: cached scheduler answers (qstat -j),
-# stage statistics, the queue-depth history.
+# stage statistics, the queue-depth history. Values are JSON, never pickles:
+# whatever sits in Redis is data, not code (tco_web/cache.py).
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "tco",
         "TIMEOUT": 300,
+        "OPTIONS": {"serializer": "tco_web.cache.JSONSerializer"},
     }
 }
 
@@ -277,7 +330,7 @@ LOGGING = {
 # --- API and metrics --------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "dashboards.api_auth.HashedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -293,9 +346,15 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 # /metrics answers a request that carries ``Authorization: Bearer <TCO_METRICS_TOKEN>``
-# or that comes from one of TCO_METRICS_ALLOW (addresses or CIDR networks).
+# or that comes from one of TCO_METRICS_ALLOW (addresses or CIDR networks; empty by
+# default: every local account shares 127.0.0.1, so an address proves nothing).
 TCO_METRICS_TOKEN = env_str("TCO_METRICS_TOKEN") or None
-TCO_METRICS_ALLOW = env_list("TCO_METRICS_ALLOW", ["127.0.0.1"])
+if TCO_METRICS_TOKEN is None:
+    try:  # written by scripts/setup, mode 0600
+        TCO_METRICS_TOKEN = (STATE_DIR / "metrics-token").read_text().strip() or None
+    except OSError:
+        pass
+TCO_METRICS_ALLOW = env_list("TCO_METRICS_ALLOW", [])
 for _net in TCO_METRICS_ALLOW:
     try:
         ipaddress.ip_network(_net, strict=False)
@@ -314,6 +373,36 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+# Sent on every answer (tco_web/security.py): scripts, styles and connections
+# from this origin only; no inline script. Plotly sets style attributes, hence
+# 'unsafe-inline' for styles only.
+TCO_CONTENT_SECURITY_POLICY = env_str(
+    "TCO_CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+    "font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; object-src 'none'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+)
+if TCO_PRODUCTION:
+    # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it
+    # from clients): check --deploy W004, W008, W012, W016.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    if DEBUG:
+        raise ImproperlyConfigured("TCO_PRODUCTION=1 with DEBUG=1: production never runs with DEBUG")
+else:
+    # Dev and tests: plain http on loopback (Django's defaults, said explicitly).
+    SECURE_PROXY_SSL_HEADER = None
+    SECURE_SSL_REDIRECT = False
+    SECURE_HSTS_SECONDS = 0
+    SESSION_COOKIE_SECURE = False
+    CSRF_COOKIE_SECURE = False
 
 # --- e-mail (budget alerts, finished campaigns): Django's mail settings ---------
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

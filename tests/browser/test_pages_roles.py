@@ -206,6 +206,16 @@ def test_the_api_token_page_and_the_api_work_from_the_live_server(live_stack, br
     assert status == 200 and me["username"] == "lead" and me["capabilities"]["bill"] == ["research"]
     assert get("/api/usage/")[0] == 200
     assert get("/api/queue/", token=None)[0] == 401
-    # /metrics from 127.0.0.1 is allowed by default.
-    with urllib.request.urlopen(live_stack.url + "/metrics", timeout=10) as resp:
+    # /metrics needs its token, even from 127.0.0.1 (every local account connects from there; issue 11).
+    from django.conf import settings
+
+    assert settings.TCO_METRICS_TOKEN, "scripts/setup writes <state dir>/metrics-token"
+    try:
+        urllib.request.urlopen(live_stack.url + "/metrics", timeout=10)
+        raise AssertionError("/metrics answered a local client without its token")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 403
+    request = urllib.request.Request(live_stack.url + "/metrics",
+                                     headers={"Authorization": f"Bearer {settings.TCO_METRICS_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as resp:
         assert resp.status == 200 and b"tco_poll_age_seconds" in resp.read()

@@ -6,11 +6,10 @@ from decimal import Decimal
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from dashboards.accounts import api_token_rotate
-from dashboards.models import ModelRequest, Task, Team
+from dashboards.models import AccountingRecord, ApiToken, ModelRequest, Task, Team
 from schedulers.fake import FakeScheduler
 
 from ..conftest import DEMO_PASSWORD, make_campaign
@@ -55,6 +54,13 @@ def data(role_users):
                          tasks=[{**stages(1, wait=1, sandbox=1, agent=1, overhead=1), "input_tokens": 7,
                                  "cost_usd": Decimal("0.5"), "wallclock_s": 3.0}],
                          launched_at=T0 - dt.timedelta(seconds=1))
+    for t in Task.objects.filter(wallclock_s__gt=0):  # wall clock is billed from accounting records
+        AccountingRecord.objects.create(
+            cluster=t.cluster, task=t, job_number=t.job_number, task_number=t.task_number, submission_us=0,
+            start_us=int(t.started_at.timestamp() * 1e6), end_us=int(t.ended_at.timestamp() * 1e6),
+            submitted_at=t.submitted_at, started_at=t.started_at, ended_at=t.ended_at, job_name="x", owner="tco",
+            group="tco", project=t.campaign.team.project, queue="agent.q", hostname="vm", slots=1,
+            wallclock_s=t.wallclock_s, cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
     task = alpha.tasks.get(task_number=1)
     ModelRequest.objects.create(task=task, seq=1, at=T0, provider="anthropic", method="POST", path="/v1/messages",
                                 status=200, model="claude-x", input_tokens=100, output_tokens=50,
@@ -238,11 +244,15 @@ def test_the_session_works_for_the_api_too(client, data):
 def test_the_token_page_shows_a_new_key_once(client, data):
     assert client.login(username="viewer", password=DEMO_PASSWORD)
     response = client.post("/account/token/", {"action": "rotate"}, follow=True)
-    key = Token.objects.get(user=data["users"]["viewer"]).key
-    assert key in response.content.decode()
+    key = response.context["new_key"]
+    assert len(key) == 40 and key in response.content.decode()
+    token_client_ = APIClient()
+    token_client_.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert token_client_.get("/api/me/").json()["username"] == "viewer"
     assert key not in client.get("/account/token/").content.decode()
     client.post("/account/token/", {"action": "revoke"})
-    assert not Token.objects.filter(user=data["users"]["viewer"]).exists()
+    assert not ApiToken.objects.filter(user=data["users"]["viewer"]).exists()
+    assert token_client_.get("/api/me/").status_code == 401
 
 
 def test_campaign_pages_are_paginated_on_the_queue(data):

@@ -107,7 +107,7 @@ def test_a_bill_per_model_and_per_campaign(bootstrap, ops_users):
     per_model = billing.bill(teams=[research], period="week", first=dt.date(2026, 5, 4), last=dt.date(2026, 5, 4),
                              group_by="model")
     assert {r["label"]: r["wallclock_s"] for r in per_model["rows"]} == {
-        "m-1": 3, "default-model": 4, billing.UNSPECIFIED_MODEL: 5}
+        "m-1": 3, "default-model": 4, billing.NOT_TCO: 5}
     assert per_model["first"] == dt.date(2026, 5, 4) and per_model["last"] == dt.date(2026, 5, 10)
     per_campaign = billing.bill(teams=[research], period="day", first=dt.date(2026, 5, 4), last=dt.date(2026, 5, 4),
                                 group_by="campaign")
@@ -238,3 +238,66 @@ def test_a_forecast_is_median_tokens_times_count_times_price_with_a_10_90_range(
     priced = billing.forecast(agent_definition=agent, count=10, model="m")
     assert priced["priced_by"] == "price table"
     assert priced["cost_usd"]["p50"] == Decimal("0.090000")  # 600 tokens x 10 x $15/M
+
+
+# --- issue 11, finding 7 (issue 16, bug 6): another account's qsub -P is never billed to the team ----
+
+
+def test_a_job_not_launched_by_tco_is_shown_apart_and_not_in_the_teams_total(bootstrap, ops_users):
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"])
+    day = at(2026, 5, 4, 10)
+    make_task(campaign, task_number=1, started_at=day, wallclock_s=10, cost_usd="0.5", tokens=tokens(out=5))
+    make_task(campaign, task_number=2, started_at=day, wallclock_s=20, cost_usd="0.25", tokens=tokens(out=5))
+    # `qsub -P research` by an unrelated account: its record names research's project.
+    make_task(None, started_at=day, wallclock_s=1000, project="research")
+    result = billing.bill(teams=[research], period="day", first=dt.date(2026, 5, 4), last=dt.date(2026, 5, 4))
+    ours = [r for r in result["rows"] if r["launched_by_tco"]]
+    theirs = [r for r in result["rows"] if not r["launched_by_tco"]]
+    assert [(r["label"], r["tasks"], r["wallclock_s"]) for r in ours] == [("research", 2, 30)]
+    assert [(r["team"], r["label"], r["tasks"], r["wallclock_s"]) for r in theirs] == [
+        ("research", billing.NOT_TCO, 1, 1000)]
+    assert result["totals"]["wallclock_s"] == 30 and result["totals"]["tasks"] == 2
+    assert result["not_tco_totals"]["wallclock_s"] == 1000
+
+
+def test_the_bill_and_the_usage_api_agree_for_the_same_team_and_day(bootstrap, ops_users):
+    from rest_framework.test import APIClient
+
+    from dashboards.accounts import api_token_rotate
+
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"])
+    day = at(2026, 5, 4, 10)
+    for n in range(1, 4):
+        make_task(campaign, task_number=n, started_at=day, wallclock_s=7 * n, cost_usd="0.125",
+                  tokens=tokens(inp=n, out=2 * n))
+    make_task(None, started_at=day, wallclock_s=500, project="research")  # not tco's
+    make_task(campaign, task_number=9, started_at=at(2026, 5, 5, 1), wallclock_s=99)  # the next day
+    result = billing.bill(teams=[research], period="day", first=dt.date(2026, 5, 4), last=dt.date(2026, 5, 4))
+    page = result["totals"]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_rotate(user=ops_users['lead']).key}")
+    body = client.get("/api/usage/", {"since": "2026-05-04T00:00:00Z", "until": "2026-05-05T00:00:00Z"}).json()
+    [api] = body["teams"]
+    # Computed here: 3 tasks, 7+14+21 s, 3 x $0.125, 6 input + 12 output tokens.
+    assert (page["tasks"], page["wallclock_s"], page["cost_usd"], page["total_tokens"]) == (3, 42, Decimal("0.375"), 18)
+    assert (api["tasks"], api["wallclock_s"], Decimal(api["cost_usd"]), api["tokens"]) == (3, 42, Decimal("0.375"), 18)
+    [other] = body["not_launched_by_tco"]
+    assert other["wallclock_s"] == 500 == result["not_tco_totals"]["wallclock_s"]
+
+
+def test_an_unknown_cost_is_never_taken_as_zero_by_a_budget(bootstrap, ops_users):
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"])
+    now = at(2026, 5, 20, 12)
+    make_task(campaign, started_at=at(2026, 5, 20, 1), cost_usd="1")
+    billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("100"),
+                       thresholds=[1.0], on_exceed="refuse", alert_emails=[])
+    assert billing.budget_verdict(research, Decimal("1"), now=now)["action"] == "submit"
+    unknown_forecast = billing.budget_verdict(research, None, now=now)
+    assert unknown_forecast["action"] == "refuse" and "unknown cost" in unknown_forecast["message"]
+    # A task that used tokens but has no price: the spend is not known either.
+    make_task(campaign, task_number=2, started_at=at(2026, 5, 20, 2), cost_usd=None, tokens=tokens(inp=1000))
+    verdict = billing.budget_verdict(research, Decimal("1"), now=now)
+    assert verdict["action"] == "refuse" and "1 task(s) of unknown cost" in verdict["message"]
