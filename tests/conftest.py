@@ -68,6 +68,7 @@ class Stack:
             "PYTHONDONTWRITEBYTECODE": "1",
             "DJANGO_SETTINGS_MODULE": "tco_web.settings",
         }
+        self.env.pop("DATABASE_URL_FILE", None)  # it would win over DATABASE_URL (settings.env_str)
         self.log_dir = log_dir
 
     def start(self, name: str, argv: list[str], **extra_env: str) -> None:
