@@ -8,27 +8,28 @@ user's groups and mirrors the attributes; on top of it:
   made to match ``TCO_LDAP_GROUP_MAP`` (roles added, changed and removed);
   an LDAP login is refused for a local account that has a password (the
   bootstrap admin stays local and cannot be taken over from the directory).
-* ``LDAPAccessMiddleware``: a request of a session that logged in through
-  LDAP re-reads the account (at most every ``TCO_LDAP_RECHECK_S`` seconds);
-  an account removed from the directory, in ``TCO_LDAP_DENY_GROUP``, out of
-  ``TCO_LDAP_REQUIRE_GROUP``, or a directory that does not answer, ends the
-  session (fail closed) and marks the user inactive, so its other sessions
-  and API token stop too. The next successful LDAP login makes it active.
+* ``TcoLDAPBackend.get_user``: loading a session's user (each HTTP request,
+  each WebSocket connect) re-reads the account in the directory (at most
+  every ``TCO_LDAP_RECHECK_S`` seconds, remembered in the cache); an account
+  removed from the directory, in ``TCO_LDAP_DENY_GROUP``, out of
+  ``TCO_LDAP_REQUIRE_GROUP``, or a directory that does not answer (fail
+  closed) is refused and marked inactive, so its other sessions and its API
+  token stop too. The next successful LDAP login makes it active again.
+* ``LDAPAccessMiddleware`` flushes such a refused session.
 """
 from __future__ import annotations
 
 import logging
-import time
 
 from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, get_user_model, logout
+from django.contrib.auth import BACKEND_SESSION_KEY, SESSION_KEY, get_user_model, logout
+from django.core.cache import cache
 from django.db import transaction
 from django_auth_ldap.backend import LDAPBackend
 
 log = logging.getLogger(__name__)
 
 BACKEND_PATH = "tco_web.ldap_auth.TcoLDAPBackend"
-CHECKED_KEY = "tco_ldap_checked_at"
 
 
 def team_roles_for(group_dns) -> dict[str, str]:
@@ -70,7 +71,8 @@ def memberships_sync(user, group_dns) -> dict[str, str]:
 
 
 class TcoLDAPBackend(LDAPBackend):
-    """django-auth-ldap's backend with tco's team roles, and no take-over of local accounts."""
+    """django-auth-ldap's backend with tco's team roles, no take-over of local accounts, and a
+    directory check each time a session's user is loaded (HTTP requests and WebSocket connects)."""
 
     def get_or_build_user(self, username, ldap_user):
         user, built = super().get_or_build_user(username, ldap_user)
@@ -86,7 +88,38 @@ class TcoLDAPBackend(LDAPBackend):
                 user.is_active = True  # the directory just let them in: unlocked again
                 user.save(update_fields=["is_active"])
             memberships_sync(user, ldap_user.group_dns)
+            if _recheck_s() > 0:
+                cache.set(_checked_key(user.pk), True, _recheck_s())
         return user
+
+    def get_user(self, user_id):
+        """The session's user, or None once the directory no longer lets them in (then marked inactive).
+
+        Django's AuthenticationMiddleware and Channels' AuthMiddleware both
+        load a session's user through here, so a locked or removed account
+        is refused at its next request and its next WebSocket connect.
+        """
+        user = super().get_user(user_id)
+        if user is None or not user.is_active:
+            return None
+        recheck = _recheck_s()
+        if recheck > 0 and cache.get(_checked_key(user.pk)):
+            return user
+        if not ldap_account_allowed(user.get_username()):
+            log.warning("LDAP account %s is locked or gone: access ended", user.get_username())
+            get_user_model().objects.filter(pk=user.pk).update(is_active=False)
+            return None
+        if recheck > 0:
+            cache.set(_checked_key(user.pk), True, recheck)
+        return user
+
+
+def _recheck_s() -> float:
+    return float(getattr(settings, "TCO_LDAP_RECHECK_S", 0.0))
+
+
+def _checked_key(user_id) -> str:
+    return f"ldap-checked:{user_id}"
 
 
 def ldap_account_allowed(username: str) -> bool:
@@ -108,22 +141,19 @@ def ldap_account_allowed(username: str) -> bool:
 
 
 class LDAPAccessMiddleware:
-    """Ends the session of an LDAP user the directory no longer lets in (after AuthenticationMiddleware)."""
+    """Ends (flushes) a session whose LDAP user the backend no longer loads (after AuthenticationMiddleware).
+
+    The refusal itself is ``TcoLDAPBackend.get_user``; this removes the
+    session too, so unlocking the account later does not revive it.
+    """
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
         user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated and request.session.get(BACKEND_SESSION_KEY) == BACKEND_PATH:
-            now = time.time()
-            checked = request.session.get(CHECKED_KEY, 0.0)
-            if now - checked >= getattr(settings, "TCO_LDAP_RECHECK_S", 0.0):
-                if ldap_account_allowed(user.get_username()):
-                    if getattr(settings, "TCO_LDAP_RECHECK_S", 0.0) > 0:
-                        request.session[CHECKED_KEY] = now  # (with 0, no session write per request)
-                else:
-                    log.warning("LDAP account %s is locked or gone: session ended", user.get_username())
-                    get_user_model().objects.filter(pk=user.pk).update(is_active=False)
-                    logout(request)
+        session = request.session
+        if (user is not None and not user.is_authenticated and session.get(BACKEND_SESSION_KEY) == BACKEND_PATH
+                and session.get(SESSION_KEY)):
+            logout(request)
         return self.get_response(request)

@@ -5,8 +5,9 @@ it defines nothing and tco keeps local accounts only. With it set, users log
 in with their directory account first and local accounts (the bootstrap
 admin) second; an LDAP login never takes over a local account that has a
 password. Group memberships become tco team roles at each login and are
-checked again on requests (``TCO_LDAP_RECHECK_S``): a locked or removed
-account loses access at its next request (``tco_web.ldap_auth``).
+checked again when a session's user is loaded (``TCO_LDAP_RECHECK_S``): a
+locked or removed account loses access at its next request or WebSocket
+connect (``tco_web.ldap_auth``).
 
 Variables (secrets may be given as ``NAME_FILE``, see ``settings.env_str``):
 
@@ -26,8 +27,8 @@ Variables (secrets may be given as ``NAME_FILE``, see ``settings.env_str``):
 ``TCO_LDAP_ADMIN_GROUP``    members are tco admins (``is_staff``, ``is_superuser``)
 ``TCO_LDAP_REQUIRE_GROUP``  only its members may log in
 ``TCO_LDAP_DENY_GROUP``     its members may not log in (a "locked" group)
-``TCO_LDAP_RECHECK_S``      seconds between two directory checks of a logged-in user (default 0:
-                            every request)
+``TCO_LDAP_RECHECK_S``      seconds a good directory answer for a logged-in user is reused
+                            (default 0: checked at every request and WebSocket connect)
 """
 from __future__ import annotations
 

@@ -302,3 +302,31 @@ def test_local_admin_stays_local_and_cannot_be_taken_over(ldap_site):
     admin_after = get_user_model().objects.get(username="admin")
     assert admin_after.password == admin_before.password and admin_after.is_staff
     assert admin_after.email == admin_before.email  # the directory's attributes were not copied in
+
+
+def test_locked_account_is_refused_at_its_next_websocket_connect(ldap_site, directory):
+    from asgiref.sync import async_to_sync
+    from channels.testing import WebsocketCommunicator
+
+    from tco_web.asgi import application
+
+    ldap_site.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    bob = login("bob", PASSWORDS["bob"])
+    assert bob.login_status == 302
+    cookie = f"sessionid={bob.cookies['sessionid'].value}".encode()
+
+    async def first_answer() -> dict:
+        comm = WebsocketCommunicator(application, "/ws/queue/",
+                                     headers=[(b"cookie", cookie), (b"origin", b"http://testserver"),
+                                              (b"host", b"testserver")])
+        connected, _ = await comm.connect(timeout=10)
+        assert connected
+        answer = await comm.receive_output(timeout=10)
+        await comm.disconnect()
+        return answer
+
+    answer = async_to_sync(first_answer)()
+    assert answer["type"] == "websocket.send" and '"queue.snapshot"' in answer["text"]
+    directory.add_member("tco-locked", "bob")
+    answer = async_to_sync(first_answer)()
+    assert answer == {"type": "websocket.close", "code": 4401}  # the consumer's "not logged in"
