@@ -59,6 +59,8 @@ def read_env_file(path: Path) -> dict[str, str]:
         line = line.strip()
         if line and not line.startswith("#"):
             key, _, value = line.partition("=")
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]  # systemd.exec(5): one level of quotes is removed
             env[key] = value
     return env
 
