@@ -51,16 +51,24 @@ def epoch_us(value: dt.datetime | None) -> int:
 
 
 def record_rows(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None = None,
-                *, naive_utc_text: bool) -> list[tuple]:
+                *, sqlite: bool) -> list[tuple]:
     """One tuple per record in ``RECORD_COLUMNS`` order.
 
     ``task_of`` maps a record's index in ``records`` to its task's id.
-    Times become (microseconds, database value): the database value is
-    Django's naive-UTC text for SQLite (``naive_utc_text``), else the aware
-    UTC datetime. Text is cut to the column widths; ``usage`` is JSON text.
+    Times become (microseconds, database value). For SQLite (``sqlite``) the
+    database values are Django's naive-UTC text and ``usage`` as JSON text;
+    otherwise aware UTC datetimes and ``usage`` as the dict itself (binary
+    COPY's jsonb dumper serialises it; JSON text would be stored as a JSON
+    string). Text is cut to the column widths.
     """
     task_of = task_of or {}
     dumps = json.dumps
+
+    def usage(value: dict):
+        if sqlite:
+            return dumps(value) if value else "{}"
+        return value or {}
+
     # Records of one campaign share few distinct times: convert each once.
     times: dict = {None: (0, None)}
 
@@ -68,7 +76,7 @@ def record_rows(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict
         hit = times.get(value)
         if hit is None:
             utc = value.astimezone(dt.timezone.utc)
-            hit = times[value] = (epoch_us(utc), utc.isoformat(" ")[:-6] if naive_utc_text else utc)
+            hit = times[value] = (epoch_us(utc), utc.isoformat(" ")[:-6] if sqlite else utc)
         return hit
 
     rows = []
@@ -82,7 +90,7 @@ def record_rows(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict
             sub_us, start_us, end_us, sub, start, end,
             r.job_name[:255], r.owner[:64], r.group[:64], (r.project or "")[:64], (r.department or "")[:64],
             r.account[:255], r.queue[:64], r.hostname[:255], r.slots, r.wallclock_s, r.cpu_s, r.maxvmem_bytes,
-            r.failed, r.exit_status, r.category, dumps(r.usage) if r.usage else "{}",
+            r.failed, r.exit_status, r.category, usage(r.usage),
         ))
     return rows
 
@@ -111,7 +119,7 @@ def _column_list() -> str:
 
 
 def _store_sqlite(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None) -> int:
-    rows = record_rows(cluster, records, task_of, naive_utc_text=True)
+    rows = record_rows(cluster, records, task_of, sqlite=True)
     table = connection.ops.quote_name(AccountingRecord._meta.db_table)
     sql = (f"INSERT INTO {table} ({_column_list()}) "
            f"VALUES ({', '.join(['%s'] * len(RECORD_COLUMNS))}) ON CONFLICT DO NOTHING")
@@ -122,7 +130,7 @@ def _store_sqlite(cluster: Cluster, records: Sequence[ParsedRecord], task_of: di
 
 
 def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None) -> int:
-    rows = record_rows(cluster, records, task_of, naive_utc_text=False)
+    rows = record_rows(cluster, records, task_of, sqlite=False)
     table = connection.ops.quote_name(AccountingRecord._meta.db_table)
     columns = _column_list()
     with connection.cursor() as cur:
