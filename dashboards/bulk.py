@@ -14,7 +14,7 @@ batch re-read after a crash inserts nothing twice (exactly once).
   format, PostgreSQL manual "COPY"; psycopg 3 ``Copy.write_row``) into a session-local temporary staging
   table, then moved by one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``
   (rows conflicting with each other inside the batch are dropped too). The
-  staging table is emptied before each batch and at each commit.
+  staging table is made anew for each batch and dropped after it.
 
 Memory is one batch's rows: the caller (``dashboards.ingest``) reads the
 accounting file in batches of a bounded size.
@@ -134,12 +134,13 @@ def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of
     table = connection.ops.quote_name(AccountingRecord._meta.db_table)
     columns = _column_list()
     with connection.cursor() as cur:
-        # The staging table has the target's column types and no index or
-        # constraint; temporary, so it lives in this session only (another
-        # worker's batch never meets it) and is never WAL-logged.
-        cur.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {STAGE_TABLE} ON COMMIT DELETE ROWS AS "
+        # The staging table has the target's column types (as they are now,
+        # after any migration) and no index or constraint; temporary, so it
+        # lives in this session only (another worker's batch never meets it),
+        # is never WAL-logged, and is dropped at commit.
+        cur.execute(f"DROP TABLE IF EXISTS pg_temp.{STAGE_TABLE}")
+        cur.execute(f"CREATE TEMPORARY TABLE {STAGE_TABLE} ON COMMIT DROP AS "
                     f"SELECT {columns} FROM {table} WITH NO DATA")
-        cur.execute(f"TRUNCATE {STAGE_TABLE}")
         # Binary COPY needs each value's exact type: the staging table's own, in column order.
         cur.execute("SELECT atttypid FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
                     "AND NOT attisdropped ORDER BY attnum", [STAGE_TABLE])
@@ -151,5 +152,5 @@ def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of
                 copy.write_row(row)
         cur.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {STAGE_TABLE} ON CONFLICT DO NOTHING")
         inserted = cur.rowcount
-        cur.execute(f"TRUNCATE {STAGE_TABLE}")
+        cur.execute(f"DROP TABLE {STAGE_TABLE}")
     return inserted
