@@ -286,3 +286,18 @@ def test_page_websocket_and_static_through_nginx(site, bootstrap):
                 assert kinds and kinds[-1] == "queue.depth", kinds
 
     asyncio.run(scenario())
+
+
+def test_the_deploy_settings_pass_check_deploy_without_a_warning(tmp_path):
+    env = site_environment(tmp_path, database_url=f"sqlite:///{tmp_path / 'check.sqlite3'}",
+                           https_port=443, web_port=8000)
+    env["ALLOWED_HOSTS"] = "tco.example.org"
+    done = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues" in done.stdout
+    # And the same check does warn about the base settings (so this test can fail).
+    base = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=REPO,
+                          env={**env, "DJANGO_SETTINGS_MODULE": "tco_web.settings"}, capture_output=True, text=True,
+                          timeout=120)
+    assert base.returncode != 0 and "security.W004" in base.stderr + base.stdout
