@@ -5,7 +5,7 @@ demo:
 	scripts/demo
 
 test:
-	scripts/test
+	TCO_TEST_DB=$${TCO_TEST_DB:-both} scripts/test
 
 stop:
 	scripts/services stop

@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboards import clusters, enqueue, realtime
+from dashboards import bulk, clusters, enqueue, realtime
 from dashboards.models import (
     AccountingRecord, Campaign, Cluster, IngestCheckpoint, ModelRequest, QuarantinedLine, Task, TaskEvent,
 )
@@ -40,7 +40,6 @@ from schedulers.base import AccountingRecord as ParsedRecord
 
 log = logging.getLogger(__name__)
 
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 CHUNK = 900  # stays under SQLite's 999 bound parameters per IN (...)
 POLL_FIELDS = ("state", "state_code", "restarted", "queue", "host", "slots", "priority", "started_at")
 
@@ -198,19 +197,7 @@ def record_poll_failure(cluster: Cluster, message: str) -> None:
 # --- accounting -------------------------------------------------------------------------
 
 
-def _us(value: dt.datetime | None) -> int:
-    if value is None:
-        return 0
-    delta = value - EPOCH
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-_RECORD_COLUMNS = (
-    "cluster_id", "task_id", "job_number", "task_number", "pe_taskid", "submission_us", "start_us", "end_us",
-    "submitted_at", "started_at", "ended_at", "job_name", "owner", "group", "project", "department", "account",
-    "queue", "hostname", "slots", "wallclock_s", "wallclock_exact_s", "cpu_s", "maxvmem_bytes", "failed",
-    "exit_status", "category", "usage",
-)
+_us = bulk.epoch_us
 
 
 @dataclasses.dataclass
@@ -314,52 +301,15 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
 def _store_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[int, int]:
     """Insert ``records`` (skipping identities already stored), link them to tasks, end finished tasks.
 
-    Returns (records inserted, tasks ended). One ``INSERT ... ON CONFLICT DO
-    NOTHING`` per batch (SQLite >= 3.24 and PostgreSQL alike) on the identity
-    constraint: no model instance per record, which is what keeps the rate
-    above 100,000 records/s.
+    Returns (records inserted, tasks ended). The insert is
+    ``dashboards.bulk.store_accounting_records``: ``INSERT ... ON CONFLICT DO
+    NOTHING`` on the identity constraint (SQLite), COPY into a staging table
+    then one such INSERT (PostgreSQL); no model instance per record.
     """
-    from django.db import connection
-
     if not records:
         return 0, 0
     touched, task_of = _attach_records(cluster, records)
-    sqlite = connection.vendor == "sqlite"
-    dumps = json.dumps
-    # Records of one campaign share few distinct times: convert each once.
-    # (value -> (microseconds, database value)); SQLite stores Django's
-    # naive-UTC text form, PostgreSQL takes the aware datetime.
-    times: dict = {None: (0, None)}
-
-    def conv(value):
-        hit = times.get(value)
-        if hit is None:
-            utc = value.astimezone(dt.timezone.utc)
-            hit = times[value] = (_us(utc), utc.isoformat(" ")[:-6] if sqlite else utc)
-        return hit
-
-    rows = []
-    cluster_id = cluster.pk
-    for i, r in enumerate(records):
-        sub_us, sub = conv(r.submitted_at)
-        start_us, start = conv(r.started_at)
-        end_us, end = conv(r.ended_at)
-        rows.append((
-            cluster_id, task_of.get(i), r.job_number, r.task_number or 0, r.pe_taskid or "",
-            sub_us, start_us, end_us, sub, start, end,
-            r.job_name[:255], r.owner[:64], r.group[:64], (r.project or "")[:64], (r.department or "")[:64],
-            r.account[:255], r.queue[:64], r.hostname[:255], r.slots, r.wallclock_s, r.wallclock_exact_s, r.cpu_s,
-            r.maxvmem_bytes,
-            r.failed, r.exit_status, r.category, dumps(r.usage) if r.usage else "{}",
-        ))
-    table = AccountingRecord._meta.db_table
-    quote = connection.ops.quote_name
-    sql = (f"INSERT INTO {quote(table)} ({', '.join(quote(c) for c in _RECORD_COLUMNS)}) "
-           f"VALUES ({', '.join(['%s'] * len(_RECORD_COLUMNS))}) ON CONFLICT DO NOTHING")
-    with connection.cursor() as cur:
-        cur.executemany(sql, rows)
-        # sqlite3 and psycopg both sum rowcount over executemany; skipped conflicts count 0.
-        inserted = cur.rowcount
+    inserted = bulk.store_accounting_records(cluster, records, task_of)
     return inserted, _finalize_finishing(cluster, touched)
 
 

@@ -41,7 +41,7 @@ as_tco() {
             TCO_REDIS_DB="$TCO_REDIS_DB" TCO_REDIS_PASSWORD_FILE="$TCO_REDIS_PASSWORD_FILE" \
             ${REDIS_URL:+REDIS_URL="$REDIS_URL"} \
             PYTHONDONTWRITEBYTECODE=1 DJANGO_SETTINGS_MODULE=tco_web.settings \
-            ${DATABASE_URL:+DATABASE_URL="$DATABASE_URL"} ${CI:+CI="$CI"} \
-            sh -c 'umask 077 && exec "$@"' sh "$@"
+            ${DATABASE_URL:+DATABASE_URL="$DATABASE_URL"} ${DATABASE_URL_FILE:+DATABASE_URL_FILE="$DATABASE_URL_FILE"} \
+            ${CI:+CI="$CI"} sh -c 'umask 077 && exec "$@"' sh "$@"
     fi
 }

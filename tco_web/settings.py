@@ -414,3 +414,6 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "tco@localhost")
 # Root of "files in a directory" campaign inputs; nothing outside it is read.
 TCO_INPUTS_ROOT = env_str("TCO_INPUTS_ROOT", str(STATE_DIR / "inputs"))
+
+# LDAP logins, active when TCO_LDAP_URI is set (tco_web/ldap_settings.py).
+from tco_web.ldap_settings import *  # noqa: E402,F401,F403

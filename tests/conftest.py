@@ -33,8 +33,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_database_url(name: str) -> str:
+    """A ``DATABASE_URL`` (dj-database-url's format) for database ``name`` on the server under test.
+
+    SQLite: ``name`` is the file. PostgreSQL: ``name`` is the database (the
+    pytest-django test database), on the same server with the same role.
+    """
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    conf = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{name}"
+    if connection.vendor == "postgresql":
+        auth = quote(conf["USER"] or "", safe="")
+        if conf["PASSWORD"]:
+            auth += ":" + quote(conf["PASSWORD"], safe="")
+        return f"postgres://{auth}@{conf['HOST'] or ''}:{conf['PORT'] or 5432}/{quote(name, safe='')}"
+    raise RuntimeError(f"no DATABASE_URL form for the {connection.vendor} backend")
+
+
 class Stack:
-    """tco's web server and workers, started against the test database."""
+    """tco's web server and workers, started against the test database (SQLite file or PostgreSQL database)."""
 
     def __init__(self, db_path: str, spool: Path, log_dir: Path) -> None:
         self.port = free_port()
@@ -42,11 +63,12 @@ class Stack:
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.env = {
             **os.environ,
-            "DATABASE_URL": f"sqlite:///{db_path}",
+            "DATABASE_URL": test_database_url(db_path),
             "TCO_SPOOL_DIR": str(spool),
             "PYTHONDONTWRITEBYTECODE": "1",
             "DJANGO_SETTINGS_MODULE": "tco_web.settings",
         }
+        self.env.pop("DATABASE_URL_FILE", None)  # it would win over DATABASE_URL (settings.env_str)
         self.log_dir = log_dir
 
     def start(self, name: str, argv: list[str], **extra_env: str) -> None:

@@ -1,0 +1,160 @@
+"""Accounting ingest into PostgreSQL: records/s and peak RSS, beside a plain insert loop and SQLite.
+
+Goal (issue 14): >= 200,000 records/s into PostgreSQL, memory flat. Printed
+in one run, on the same server:
+
+* tco ingest: ``ingest_accounting`` end to end (read and parse the file,
+  link to tasks, store with ``dashboards.bulk``: COPY into a staging table
+  and one ``INSERT ... ON CONFLICT DO NOTHING`` a batch, checkpoint);
+* tco store: ``dashboards.bulk.store_accounting_records`` alone, on records
+  parsed beforehand (the part that is PostgreSQL's);
+* baseline: the plain loop, ``line.split(b':')`` and a parameterised
+  ``INSERT`` per record (psycopg ``executemany``) into a bare table;
+* SQLite: ``bench/bench_accounting_ingest.py`` run with the same record count.
+
+Needs the server of ``scripts/postgres`` (or ``DATABASE_URL`` naming a role
+that may create databases); it makes a database of its own and drops it.
+
+    .venv/bin/python bench/bench_pg_ingest.py [--records 1000000] [--no-sqlite]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_accounting_ingest import make_file  # noqa: E402
+
+
+def server_url() -> str:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        path = os.environ.get("DATABASE_URL_FILE", "/etc/tco/database-url")
+        url = Path(path).read_text().strip()
+    if not url.startswith(("postgres://", "postgresql://")):
+        raise SystemExit(f"DATABASE_URL is not a PostgreSQL URL: {url.split('@')[-1]}")
+    return url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--no-sqlite", action="store_true", help="skip the SQLite run")
+    args = parser.parse_args()
+    n = args.records
+
+    import psycopg
+
+    base_url = server_url()
+    db = f"tco_bench_{os.getpid()}"
+    bench_url = re.sub(r"/[^/?]*(\?|$)", f"/{db}\\1", base_url.split("://", 1)[1], count=1)
+    bench_url = base_url.split("://", 1)[0] + "://" + bench_url
+    with psycopg.connect(base_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{db}"')
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix="tco-bench-pg-"))
+        os.environ["DATABASE_URL"] = bench_url
+        os.environ.pop("DATABASE_URL_FILE", None)
+        os.environ.setdefault("TCO_STATE_DIR", str(tmp))
+        os.environ["DJANGO_SETTINGS_MODULE"] = "tco_web.settings"
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+        from django.db import connection, transaction
+
+        call_command("migrate", verbosity=0)
+        from dashboards.bulk import store_accounting_records
+        from dashboards.ingest import ingest_accounting
+        from dashboards.models import AccountingRecord
+        from dashboards.clusters import cluster_get_default
+        from schedulers.gridengine.parsers.accounting import read_accounting
+
+        acct = tmp / "accounting"
+        make_file(acct, n)
+        size_mb = acct.stat().st_size / 1e6
+        cluster = cluster_get_default()
+
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        result = ingest_accounting(cluster, path=str(acct), time_budget_s=3600)
+        ours = time.perf_counter() - t0
+        rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        stored = AccountingRecord.objects.count()
+        again = ingest_accounting(cluster, path=str(acct), time_budget_s=3600)
+
+        # The store alone: parse first (batches as ingest reads them), then time only the inserts.
+        with connection.cursor() as cur:  # an empty table again, without delete's dead rows
+            cur.execute(f"TRUNCATE {AccountingRecord._meta.db_table}")
+        batches, cursor = [], None
+        while True:
+            batch = read_accounting(str(acct), cursor, max_bytes=2 * 1024 * 1024)
+            if not batch.records:
+                break
+            batches.append(batch.records)
+            cursor = batch.cursor
+        t0 = time.perf_counter()
+        for records in batches:
+            with transaction.atomic():
+                store_accounting_records(cluster, records)
+        store = time.perf_counter() - t0
+        stored_again = AccountingRecord.objects.count()
+        del batches
+        connection.close()
+
+        # Baseline: the plain insert loop into a bare table, same server, same file.
+        with psycopg.connect(bench_url) as con:
+            con.execute("CREATE TABLE acct (" + ", ".join(f"f{i} text" for i in range(45)) + ")")
+            sql = f"INSERT INTO acct VALUES ({', '.join(['%s'] * 45)})"
+            t0 = time.perf_counter()
+            rows = []
+            with open(acct, "rb") as fh, con.cursor() as cur:
+                for line in fh:
+                    if line.startswith(b"#"):
+                        continue
+                    rows.append(line.rstrip(b"\n").decode().split(":"))
+                    if len(rows) == 50_000:
+                        cur.executemany(sql, rows)
+                        rows.clear()
+                if rows:
+                    cur.executemany(sql, rows)
+            con.commit()
+            base = time.perf_counter() - t0
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(base_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{db}"')
+
+    sqlite_line = "skipped (--no-sqlite)"
+    if not args.no_sqlite:
+        out = subprocess.run([sys.executable, str(REPO / "bench" / "bench_accounting_ingest.py"), "--records", str(n)],
+                             capture_output=True, text=True, check=True, env={**os.environ, "DATABASE_URL": ""}).stdout
+        found = re.search(r"tco ingest:\s+([\d.]+) s\s+([\d,]+) records/s", out)
+        sqlite_line = f"{float(found.group(1)):7.2f} s  {found.group(2):>10} records/s" if found else out
+
+    print(f"records: {n:,} ({size_mb:.0f} MB file), stored {stored:,}, batches {result.batches}, "
+          f"re-ingest added {again.accepted}")
+    print(f"PostgreSQL tco ingest (end to end): {ours:7.2f} s  {n / ours:10,.0f} records/s  (goal >= 200,000/s)")
+    print(f"PostgreSQL tco store (COPY+upsert): {store:7.2f} s  {n / store:10,.0f} records/s  "
+          f"(stored {stored_again:,})")
+    print(f"PostgreSQL plain insert loop:       {base:7.2f} s  {n / base:10,.0f} records/s")
+    print(f"SQLite tco ingest (end to end):     {sqlite_line}")
+    print(f"peak RSS: {rss1 / 1024:.0f} MiB (before ingest {rss0 / 1024:.0f} MiB)")
+    assert stored == n and stored_again == n, "not every record was stored"
+    assert again.accepted == 0, "a re-read stored records twice"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""Storing accounting records in bulk, each database the way it is fast at.
+
+``store_accounting_records(cluster, records, task_of)`` inserts parsed
+accounting records (``schedulers.base.AccountingRecord``) into
+``AccountingRecord``'s table, skipping every record whose identity (DESIGN.md:
+cluster, job_number, task_number, pe_taskid and the three times) is already
+stored, and returns how many it inserted. It runs inside the caller's
+transaction, so the records and the ingest checkpoint commit together: a
+batch re-read after a crash inserts nothing twice (exactly once).
+
+* SQLite: one ``INSERT ... ON CONFLICT DO NOTHING`` statement run with
+  ``executemany`` (SQLite >= 3.24), no model instance per record.
+* PostgreSQL: the batch is streamed with ``COPY ... FROM STDIN`` (binary
+  format, PostgreSQL manual "COPY"; psycopg 3 ``Copy.write_row``) into a session-local temporary staging
+  table, then moved by one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``
+  (rows conflicting with each other inside the batch are dropped too). The
+  staging table is made anew for each batch and dropped after it.
+
+Memory is one batch's rows: the caller (``dashboards.ingest``) reads the
+accounting file in batches of a bounded size.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Sequence
+
+from django.db import connection
+
+from dashboards.models import AccountingRecord, Cluster
+from schedulers.base import AccountingRecord as ParsedRecord
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+STAGE_TABLE = "tco_accounting_stage"
+
+# The columns written, in the order of the rows built by ``record_rows``.
+RECORD_COLUMNS = (
+    "cluster_id", "task_id", "job_number", "task_number", "pe_taskid", "submission_us", "start_us", "end_us",
+    "submitted_at", "started_at", "ended_at", "job_name", "owner", "group", "project", "department", "account",
+    "queue", "hostname", "slots", "wallclock_s", "wallclock_exact_s", "cpu_s", "maxvmem_bytes", "failed",
+    "exit_status", "category", "usage",
+)
+
+
+def epoch_us(value: dt.datetime | None) -> int:
+    """``value`` (aware) as integer microseconds since 1970-01-01 UTC; 0 for None (the file's "never")."""
+    if value is None:
+        return 0
+    delta = value - EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def record_rows(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None = None,
+                *, sqlite: bool) -> list[tuple]:
+    """One tuple per record in ``RECORD_COLUMNS`` order.
+
+    ``task_of`` maps a record's index in ``records`` to its task's id.
+    Times become (microseconds, database value). For SQLite (``sqlite``) the
+    database values are Django's naive-UTC text and ``usage`` as JSON text;
+    otherwise aware UTC datetimes and ``usage`` as the dict itself (binary
+    COPY's jsonb dumper serialises it; JSON text would be stored as a JSON
+    string). Text is cut to the column widths.
+    """
+    task_of = task_of or {}
+    dumps = json.dumps
+
+    def usage(value: dict):
+        if sqlite:
+            return dumps(value) if value else "{}"
+        return value or {}
+
+    # Records of one campaign share few distinct times: convert each once.
+    times: dict = {None: (0, None)}
+
+    def conv(value):
+        hit = times.get(value)
+        if hit is None:
+            utc = value.astimezone(dt.timezone.utc)
+            hit = times[value] = (epoch_us(utc), utc.isoformat(" ")[:-6] if sqlite else utc)
+        return hit
+
+    rows = []
+    cluster_id = cluster.pk
+    for i, r in enumerate(records):
+        sub_us, sub = conv(r.submitted_at)
+        start_us, start = conv(r.started_at)
+        end_us, end = conv(r.ended_at)
+        rows.append((
+            cluster_id, task_of.get(i), r.job_number, r.task_number or 0, r.pe_taskid or "",
+            sub_us, start_us, end_us, sub, start, end,
+            r.job_name[:255], r.owner[:64], r.group[:64], (r.project or "")[:64], (r.department or "")[:64],
+            r.account[:255], r.queue[:64], r.hostname[:255], r.slots, r.wallclock_s, r.wallclock_exact_s,
+            r.cpu_s, r.maxvmem_bytes, r.failed, r.exit_status, r.category, usage(r.usage),
+        ))
+    return rows
+
+
+def store_accounting_records(cluster: Cluster, records: Sequence[ParsedRecord],
+                             task_of: dict[int, int] | None = None) -> int:
+    """Insert ``records`` not stored yet (by identity); returns the number inserted.
+
+    ``task_of``: {index in ``records``: Task id} for the records that belong
+    to a task (``dashboards.ingest`` finds them). Runs in the caller's
+    transaction. Raises ``NotImplementedError`` for a backend other than
+    SQLite and PostgreSQL, and what the driver raises on a database error.
+    """
+    if not records:
+        return 0
+    if connection.vendor == "postgresql":
+        return _store_postgresql(cluster, records, task_of)
+    if connection.vendor == "sqlite":
+        return _store_sqlite(cluster, records, task_of)
+    raise NotImplementedError(f"accounting ingest into {connection.vendor} is not supported")
+
+
+def _column_list() -> str:
+    quote = connection.ops.quote_name
+    return ", ".join(quote(c) for c in RECORD_COLUMNS)
+
+
+def _store_sqlite(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None) -> int:
+    rows = record_rows(cluster, records, task_of, sqlite=True)
+    table = connection.ops.quote_name(AccountingRecord._meta.db_table)
+    sql = (f"INSERT INTO {table} ({_column_list()}) "
+           f"VALUES ({', '.join(['%s'] * len(RECORD_COLUMNS))}) ON CONFLICT DO NOTHING")
+    with connection.cursor() as cur:
+        cur.executemany(sql, rows)
+        # sqlite3 sums rowcount over executemany; a skipped conflict counts 0.
+        return cur.rowcount
+
+
+def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None) -> int:
+    rows = record_rows(cluster, records, task_of, sqlite=False)
+    table = connection.ops.quote_name(AccountingRecord._meta.db_table)
+    columns = _column_list()
+    with connection.cursor() as cur:
+        # The staging table has the target's column types (as they are now,
+        # after any migration) and no index or constraint; temporary, so it
+        # lives in this session only (another worker's batch never meets it),
+        # is never WAL-logged, and is dropped at commit.
+        cur.execute(f"DROP TABLE IF EXISTS pg_temp.{STAGE_TABLE}")
+        cur.execute(f"CREATE TEMPORARY TABLE {STAGE_TABLE} ON COMMIT DROP AS "
+                    f"SELECT {columns} FROM {table} WITH NO DATA")
+        # Binary COPY needs each value's exact type: the staging table's own, in column order.
+        cur.execute("SELECT atttypid FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                    "AND NOT attisdropped ORDER BY attnum", [STAGE_TABLE])
+        oids = [int(oid) for (oid,) in cur.fetchall()]
+        raw = cur.cursor  # psycopg's own cursor: Django's wrapper has no copy()
+        with raw.copy(f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(oids)
+            for row in rows:
+                copy.write_row(row)
+        cur.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {STAGE_TABLE} ON CONFLICT DO NOTHING")
+        inserted = cur.rowcount
+        cur.execute(f"DROP TABLE {STAGE_TABLE}")
+    return inserted
