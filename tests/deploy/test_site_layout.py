@@ -150,14 +150,20 @@ def site_environment(tmp: Path, *, database_url: str, https_port: int, web_port:
         "CSRF_TRUSTED_ORIGINS": f"https://127.0.0.1:{https_port}",
         "SECRET_KEY_FILE": str(secret),
         "DATABASE_URL": database_url,
-        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/1"),
         "TCO_STATE_DIR": str(tmp / "state"),
         "TCO_SPOOL_DIR": str(tmp / "spool"),
         "TCO_STATIC_ROOT": str(tmp / "static"),
         "TCO_WEB_PORT": str(web_port),
         "TCO_WEB_WORKERS": "2",
     })
-    inherited = {k: v for k, v in os.environ.items() if k != "DATABASE_URL_FILE"}  # it would win over DATABASE_URL
+    # The test's Redis: its URL if the run set one, else the one settings.py builds from the
+    # password file (TCO_REDIS_PORT, TCO_REDIS_DB, TCO_REDIS_PASSWORD_FILE, inherited).
+    env.pop("REDIS_URL", None)
+    if os.environ.get("REDIS_URL"):
+        env["REDIS_URL"] = os.environ["REDIS_URL"]
+    # DATABASE_URL_FILE would win over DATABASE_URL; DJANGO_ALLOW_ASYNC_UNSAFE (set by the browser
+    # tests for Playwright) is never set at a site, and check --deploy rightly refuses it.
+    inherited = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL_FILE", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     return {**inherited, **env, "PYTHONDONTWRITEBYTECODE": "1"}
 
 

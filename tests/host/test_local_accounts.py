@@ -84,10 +84,22 @@ def test_another_account_cannot_read_tco_state():
     for name in ("spool", "log", "run"):
         assert stat.S_IMODE((STATE / name).stat().st_mode) & 0o077 == 0, name
     assert as_user(INTRUDER, ["ls", str(STATE)]).returncode != 0
-    db = Path(settings.DATABASES["default"]["NAME"])
-    assert db.exists(), db
-    copy = as_user(INTRUDER, ["head", "-c", "16", str(db)])
-    assert copy.returncode != 0 and "SQLite" not in copy.stdout
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3"):
+        db = Path(database["NAME"])
+        assert db.exists(), db
+        copy = as_user(INTRUDER, ["head", "-c", "16", str(db)])
+        assert copy.returncode != 0 and "SQLite" not in copy.stdout
+    else:
+        # PostgreSQL: the URL with the role's password is tco's alone, and without it the
+        # intruder reaches no database (neither over TCP nor through the unix socket).
+        url_file = Path(os.environ.get("DATABASE_URL_FILE") or "/etc/tco/database-url")
+        assert url_file.exists() and stat.S_IMODE(url_file.stat().st_mode) & 0o007 == 0, url_file
+        assert as_user(INTRUDER, ["cat", str(url_file)]).returncode != 0
+        for host in ("127.0.0.1", "/var/run/postgresql"):
+            probe = as_user(INTRUDER, ["env", "PGCONNECT_TIMEOUT=5", "psql", "-w", "-h", host, "-U",
+                                       str(database["USER"]), "-d", str(database["NAME"]), "-c", "select 1"])
+            assert probe.returncode != 0, probe
 
 
 def qsub_research(user: str) -> subprocess.CompletedProcess:

@@ -87,9 +87,9 @@ def test_the_cache_serializer_round_trips_what_tco_caches():
         s.dumps({1, 2})
 
 
-def test_metrics_answer_no_address_by_default(monkeypatch, restore_settings_module, client, role_users):
+def test_metrics_answer_no_address_by_default(monkeypatch, restore_settings_module, client, role_users, tmp_path):
     module = reload_settings(monkeypatch, TCO_METRICS_ALLOW=None, TCO_METRICS_TOKEN=None, TCO_METRICS_TOKEN_FILE=None,
-                             TCO_STATE_DIR="/nonexistent-tco-state")
+                             TCO_STATE_DIR=str(tmp_path / "no-token-here"))
     assert module.TCO_METRICS_ALLOW == []
     assert module.TCO_METRICS_TOKEN is None
 
