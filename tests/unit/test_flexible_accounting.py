@@ -228,3 +228,39 @@ def test_the_agent_page_and_the_cluster_card_show_it(ocs9_cluster, django_user_m
     assert detail["task"]["accounting_check"]["message"] == "accounting says 1,200 input tokens, metering 1,150"
     (card,) = [c for c in queue_summary(admin)["clusters"] if c["name"] == "ocs914"]
     assert (card["flavour"], card["accounting_path"]) == ("ocs9", ocs9_cluster.accounting_path)
+
+
+def test_ingesting_the_runner_record_after_the_accounting_record_flags_the_task(ocs9_cluster, tmp_path,
+                                                                              django_user_model):
+    """The other order, through ingest_runner_records: job 22 task 1 of the captures (an array task)."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from dashboards.ingest import EPOCH, ingest_accounting, ingest_runner_records
+    from dashboards.models import AgentDefinition, Campaign, Task
+    from dashboards.services import team_ensure
+
+    (record,) = [r for r in captured_records("accounting.jsonl") if (r["job_number"], r["task_number"]) == (22, 1)]
+    team = team_ensure(name="research", project="research")
+    user = django_user_model.objects.create_user("launcher")
+    agent = AgentDefinition.objects.create(name="a", command=["true"])
+    campaign = Campaign.objects.create(name="c", cluster=ocs9_cluster, team=team, agent_definition=agent,
+                                       launched_by=user, queue="agent.q", task_count=5, launched_at=timezone.now(),
+                                       job_number=22)
+    task = Task.objects.create(cluster=ocs9_cluster, campaign=campaign, job_number=22, task_number=1, is_array=True,
+                               state="running", submitted_at=EPOCH + dt.timedelta(microseconds=record["submission_time"]))
+    Path(ocs9_cluster.accounting_path).write_bytes(
+        with_tco_group(record, {"tco_input_tokens": 1200.0, "tco_output_tokens": 85.0}) + b"\n")
+    assert ingest_accounting(ocs9_cluster).accepted == 1
+    assert Task.objects.get(pk=task.pk).accounting_check is None
+    spool = tmp_path / "spool"
+    path = spool / "records" / str(campaign.pk) / "1.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"version": 2, "campaign_id": campaign.pk, "task_number": 1, "job_number": 22,
+                                "stages": {"task_started_at": "2026-12-01T12:23:36.6Z"}, "exit_status": 0,
+                                "usage": {"requests": 3, "input_tokens": 1150, "output_tokens": 85}}))
+    assert ingest_runner_records(ocs9_cluster, spool=spool).ingested == 1
+    check = Task.objects.get(pk=task.pk).accounting_check
+    assert check["status"] == "differs"
+    assert check["message"] == "accounting says 1,200 input tokens, metering 1,150"
