@@ -38,7 +38,7 @@ RECORD_COLUMNS = (
     "cluster_id", "task_id", "job_number", "task_number", "pe_taskid", "submission_us", "start_us", "end_us",
     "submitted_at", "started_at", "ended_at", "job_name", "owner", "group", "project", "department", "account",
     "queue", "hostname", "slots", "wallclock_s", "wallclock_exact_s", "cpu_s", "maxvmem_bytes", "failed",
-    "exit_status", "category", "usage",
+    "exit_status", "category", "usage", "tokens",
 )
 
 
@@ -51,7 +51,7 @@ def epoch_us(value: dt.datetime | None) -> int:
 
 
 def record_rows(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None = None,
-                *, sqlite: bool) -> list[tuple]:
+                *, sqlite: bool, tokens: dict[int, dict] | None = None) -> list[tuple]:
     """One tuple per record in ``RECORD_COLUMNS`` order.
 
     ``task_of`` maps a record's index in ``records`` to its task's id.
@@ -62,6 +62,7 @@ def record_rows(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict
     string). Text is cut to the column widths.
     """
     task_of = task_of or {}
+    tokens = tokens or {}
     dumps = json.dumps
 
     def usage(value: dict):
@@ -91,14 +92,18 @@ def record_rows(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict
             r.job_name[:255], r.owner[:64], r.group[:64], (r.project or "")[:64], (r.department or "")[:64],
             r.account[:255], r.queue[:64], r.hostname[:255], r.slots, r.wallclock_s, r.wallclock_exact_s,
             r.cpu_s, r.maxvmem_bytes, r.failed, r.exit_status, r.category, usage(r.usage),
+            usage(tokens.get(i) or {}),
         ))
     return rows
 
 
 def store_accounting_records(cluster: Cluster, records: Sequence[ParsedRecord],
-                             task_of: dict[int, int] | None = None) -> int:
+                             task_of: dict[int, int] | None = None, *, tokens: dict[int, dict] | None = None) -> int:
     """Insert ``records`` not stored yet (by identity); returns the number inserted.
 
+    ``tokens``: {index in ``records``: token totals per bucket} read from the
+    record's flexible-accounting group (``dashboards.ingest.accounting_tokens``),
+    stored as ``AccountingRecord.tokens`` (``{}`` for the others).
     ``task_of``: {index in ``records``: Task id} for the records that belong
     to a task (``dashboards.ingest`` finds them). Runs in the caller's
     transaction. Raises ``NotImplementedError`` for a backend other than
@@ -107,9 +112,9 @@ def store_accounting_records(cluster: Cluster, records: Sequence[ParsedRecord],
     if not records:
         return 0
     if connection.vendor == "postgresql":
-        return _store_postgresql(cluster, records, task_of)
+        return _store_postgresql(cluster, records, task_of, tokens)
     if connection.vendor == "sqlite":
-        return _store_sqlite(cluster, records, task_of)
+        return _store_sqlite(cluster, records, task_of, tokens)
     raise NotImplementedError(f"accounting ingest into {connection.vendor} is not supported")
 
 
@@ -118,8 +123,9 @@ def _column_list() -> str:
     return ", ".join(quote(c) for c in RECORD_COLUMNS)
 
 
-def _store_sqlite(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None) -> int:
-    rows = record_rows(cluster, records, task_of, sqlite=True)
+def _store_sqlite(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None,
+                  tokens: dict[int, dict] | None = None) -> int:
+    rows = record_rows(cluster, records, task_of, sqlite=True, tokens=tokens)
     table = connection.ops.quote_name(AccountingRecord._meta.db_table)
     sql = (f"INSERT INTO {table} ({_column_list()}) "
            f"VALUES ({', '.join(['%s'] * len(RECORD_COLUMNS))}) ON CONFLICT DO NOTHING")
@@ -129,8 +135,9 @@ def _store_sqlite(cluster: Cluster, records: Sequence[ParsedRecord], task_of: di
         return cur.rowcount
 
 
-def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None) -> int:
-    rows = record_rows(cluster, records, task_of, sqlite=False)
+def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None,
+                      tokens: dict[int, dict] | None = None) -> int:
+    rows = record_rows(cluster, records, task_of, sqlite=False, tokens=tokens)
     table = connection.ops.quote_name(AccountingRecord._meta.db_table)
     columns = _column_list()
     with connection.cursor() as cur:

@@ -37,6 +37,7 @@ from execution.spool import (TOKEN_FIELDS, JsonLinesStats, RecordError, RecordVe
                              SpoolError, SpoolLayout, iter_json_lines, parse_stage_time)
 from schedulers.base import AccountingCursor, AccountingMissing, QstatTask, SchedulerAdapter, diff_tasks
 from schedulers.base import AccountingRecord as ParsedRecord
+from schedulers.gridengine.parsers.accounting import usage_group_values
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,12 @@ def record_poll_failure(cluster: Cluster, message: str) -> None:
 
 _us = bulk.epoch_us
 
+#: The ``usage_patterns`` group and line prefix of tco's token totals in an OCS/GCS 9 accounting
+#: record: ``reporting_params usage_patterns=tco:tco_*`` puts the ``tco_<bucket>=<n>`` lines that
+#: execution/usage_epilog.py copies into the job's usage file into ``usage.tco`` (sge_conf(5) of OCS 9).
+USAGE_GROUP = "tco"
+USAGE_PREFIX = "tco_"
+
 
 @dataclasses.dataclass
 class IngestResult:
@@ -309,8 +316,87 @@ def _store_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[int, 
     if not records:
         return 0, 0
     touched, task_of = _attach_records(cluster, records)
-    inserted = bulk.store_accounting_records(cluster, records, task_of)
+    tokens = {i: t for i, r in enumerate(records) if r.usage and (t := accounting_tokens(r.usage))}
+    inserted = bulk.store_accounting_records(cluster, records, task_of, tokens=tokens)
+    if tokens:
+        check_accounting_tokens({task_of[i] for i in tokens if i in task_of})
     return inserted, _finalize_finishing(cluster, touched)
+
+
+def accounting_tokens(usage: dict) -> dict[str, int]:
+    """Token totals per bucket of an accounting record's flexible-accounting ``usage``.
+
+    ``usage`` is a parsed record's ``usage`` (``{"tco": {"tco_input_tokens":
+    1200.0, ...}}``, OCS 9 JSON). Returns ``{"input_tokens": 1200, ...}``
+    (tokens) for the buckets of the spool contract (``TOKEN_FIELDS``:
+    ``TOKEN_BUCKETS`` and ``reasoning_tokens``) that the group holds as a
+    whole, non-negative number; the runner's other lines (``tco_requests``,
+    ``tco_cost_usd`` ...) are not tokens and are left in ``usage``. ``{}``
+    without the group (SGE 8, a cell without ``usage_patterns``).
+    """
+    values = usage_group_values(usage, USAGE_GROUP, USAGE_PREFIX)
+    return {bucket: int(values[bucket]) for bucket in TOKEN_FIELDS
+            if bucket in values and values[bucket] >= 0 and float(values[bucket]).is_integer()}
+
+
+def _bucket_label(bucket: str) -> str:
+    return bucket.removesuffix("_tokens").replace("_", " ") + " tokens"
+
+
+def token_check(accounting: dict[str, int], metering: dict | None) -> dict | None:
+    """Compare an accounting record's token totals with tco's own metering of the task.
+
+    ``accounting`` is :func:`accounting_tokens` of the record; ``metering``
+    the runner record's ``usage`` (the metering proxy's totals, the same
+    numbers the runner wrote to ``<task>.usage``), or None when the runner
+    record has none. Returns None when there is nothing to compare, else
+    ``{"status": "confirmed" | "differs", "buckets": {bucket: {"accounting":
+    n, "metering": n}}, "message": str}``: every bucket the record carries is
+    compared (a bucket metering lacks counts 0); ``message`` reads e.g.
+    ``"accounting says 1,200 input tokens, metering 1,150"``.
+    """
+    if not accounting or not isinstance(metering, dict):
+        return None
+    buckets, differ = {}, []
+    for bucket, count in accounting.items():
+        metered = metering.get(bucket) or 0
+        metered = int(metered) if isinstance(metered, (int, float)) and not isinstance(metered, bool) else 0
+        buckets[bucket] = {"accounting": count, "metering": metered}
+        if count != metered:
+            differ.append(f"accounting says {count:,} {_bucket_label(bucket)}, metering {metered:,}")
+    if differ:
+        return {"status": "differs", "buckets": buckets, "message": "; ".join(differ)}
+    said = ", ".join(f"{c:,} {_bucket_label(b)}" for b, c in accounting.items())
+    return {"status": "confirmed", "buckets": buckets, "message": f"accounting confirms metering: {said}"}
+
+
+def check_accounting_tokens(task_ids: Iterable[int]) -> int:
+    """Store on each task the check of its accounting record's tokens against its runner record.
+
+    For every task in ``task_ids`` whose latest master accounting record
+    (highest end time) carries tokens and whose runner record is read, sets
+    ``Task.accounting_check`` to :func:`token_check`'s result (the agent page
+    shows it: a difference is flagged, equal totals are shown as confirmed).
+    Called after accounting records are stored and after a runner record is,
+    whichever comes last. Returns the number of tasks whose check changed.
+    """
+    changed = 0
+    for chunk in _chunks(sorted(set(task_ids))):
+        latest: dict[int, dict] = {}
+        for task_id, tokens in (AccountingRecord.objects.filter(task_id__in=chunk, pe_taskid="")
+                                .order_by("end_us", "id").values_list("task_id", "tokens")):
+            if tokens:
+                latest[task_id] = tokens
+        if not latest:
+            continue
+        for task in Task.objects.filter(pk__in=list(latest)).only("id", "runner_record", "accounting_check"):
+            check = token_check(latest[task.pk], (task.runner_record or {}).get("usage"))
+            if check is not None and check != task.accounting_check:
+                Task.objects.filter(pk=task.pk).update(accounting_check=check)
+                changed += 1
+                if check["status"] == "differs":
+                    log.warning("task %s: %s", task.pk, check["message"])
+    return changed
 
 
 def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list[int], dict[int, int]]:
@@ -631,6 +717,7 @@ def _ingest_claimed(cluster: Cluster, claim: str, layout: SpoolLayout, kept: int
         for row in requests.rows:
             row.task_id = task_id
         ModelRequest.objects.bulk_create(requests.rows, batch_size=1000)
+        check_accounting_tokens([task_id])
     if requests.skipped:
         log.warning("runner record of task %s.%s: %d request records not kept as rows", campaign_id,
                     record.task_number, requests.skipped)

@@ -262,6 +262,9 @@ class Task(TokenUsage):
     teardown_done_at = models.DateTimeField(null=True, blank=True)
     runner_record = models.JSONField(null=True, blank=True)
     usage_flags = models.JSONField(default=list, blank=True)
+    # OCS 9 flexible accounting: the accounting record's token totals checked against the runner
+    # record's (dashboards.ingest.check_accounting_tokens); None until both are read.
+    accounting_check = models.JSONField(null=True, blank=True)
     verdict = models.CharField(max_length=64, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -341,6 +344,9 @@ class AccountingRecord(models.Model):
     exit_status = models.IntegerField()
     category = models.TextField(blank=True)
     usage = models.JSONField(default=dict, blank=True)
+    # Token totals per bucket from ``usage.tco`` (``tco_<bucket>`` lines the usage epilog put in the
+    # job's usage file; OCS 9 ``reporting_params usage_patterns=tco:tco_*``), tokens; {} without them.
+    tokens = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [

@@ -292,7 +292,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
     Shape::
 
         {"generated_at": ISO, "states": [lifecycle states],
-         "clusters": [{name, polled_at, poll_age_s, poll_error, accounting_error, flavour, queues, seats,
+         "clusters": [{name, polled_at, poll_age_s, poll_error, accounting_error, flavour, accounting_path, queues, seats,
                        consumables, quotas, share_tree, status_at}],
          "totals": {state: n}                 # active tasks the user may see
          "by_cluster": [{cluster, states}], "by_queue": [{cluster, queue, states}],
@@ -361,6 +361,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
             "poll_error": cluster.poll_error,
             "accounting_error": cluster.accounting_error,
             "flavour": cluster.flavour,
+            "accounting_path": cluster.accounting_path,
             **cluster_resources(cluster, seat_resource, None if admin else set(projects)),
         })
 
@@ -656,7 +657,8 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
            owner, project, state, state_code, restarted, active, queue, host,
            slots, priority, submitted_at, started_at, ended_at, wallclock_s,
            cpu_s, maxvmem_bytes, failed_code, exit_status, verdict, flags,
-           tokens: {bucket: n, total}, cost_usd},
+           tokens: {bucket: n, total}, cost_usd,
+           accounting_check: {status: "confirmed"|"differs", buckets, message} | None},
          "campaign": {id, name, team} | None,
          "timeline": [{stage, label, start, end, seconds, overhead}],
          "stages": {queue_wait, sandbox_start, agent_work, integration_overhead} (s),
@@ -703,6 +705,7 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
             "wallclock_s": task.wallclock_s, "cpu_s": task.cpu_s, "maxvmem_bytes": task.maxvmem_bytes,
             "failed_code": task.failed_code, "exit_status": task.exit_status, "verdict": task.verdict,
             "flags": list(task.usage_flags or []), "tokens": tokens, "cost_usd": _money(task.cost_usd),
+            "accounting_check": task.accounting_check,
         },
         "campaign": ({"id": campaign.pk, "name": campaign.name, "team": campaign.team.name}
                      if campaign is not None else None),

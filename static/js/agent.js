@@ -8,7 +8,7 @@
   function kv(tbody, pairs) {
     TCO.fill(tbody, pairs.map(function (p) {
       var tr = el("tr", { "data-key": p[0] });
-      tr.appendChild(el("th", null, p[0])); tr.appendChild(el("td", null, p[1])); return tr;
+      tr.appendChild(el("th", null, p[0])); tr.appendChild(el("td", p[2] ? { "class": p[2] } : null, p[1])); return tr;
     }));
   }
 
@@ -21,6 +21,9 @@
       ["wall clock (s)", num(t.wallclock_s)], ["exit status", num(t.exit_status)], ["failed", num(t.failed_code)],
       ["tokens", t.tokens.total + " (input " + t.tokens.input_tokens + ", cache read " + t.tokens.cache_read_tokens +
         ", cache write " + (t.tokens.cache_write_5m_tokens + t.tokens.cache_write_1h_tokens) + ", output " + t.tokens.output_tokens + ")"],
+      // OCS 9 flexible accounting: the record's token totals against tco's metering (dashboards/ingest.py token_check).
+      ["accounting check", t.accounting_check ? t.accounting_check.message : "—",
+        t.accounting_check ? (t.accounting_check.status === "differs" ? "error accounting-differs" : "accounting-confirmed") : ""],
       ["cost", TCO.money(t.cost_usd) || "—"], ["verdict", t.verdict || "—"], ["flags", (t.flags || []).join(", ") || "—"],
       ["runner", d.runner ? ("exit " + num(d.runner.exit_status) + (d.runner.signal ? ", signal " + d.runner.signal : "") +
         ((d.runner.flags || []).length ? ", flags " + d.runner.flags.join(", ") : "") + (d.runner.error ? ", error: " + d.runner.error : "")) : "no record yet"]

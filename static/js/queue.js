@@ -23,6 +23,8 @@
     data.clusters.forEach(function (c) {
       box.appendChild(el("p", null, "Cluster " + c.name + " · last poll " + (TCO.time(c.polled_at) || "never") +
         (c.poll_age_s !== null && c.poll_age_s !== undefined ? " (" + c.poll_age_s.toFixed(1) + " s ago)" : "")));
+      box.appendChild(el("p", { "class": "muted cluster-flavour", "id": "flavour-" + c.name },
+        "Scheduler " + (c.flavour || "unknown") + " · accounting file " + (c.accounting_path || "not set")));
       if (c.poll_error) { box.appendChild(el("p", { "class": "error" }, "Last poll failed: " + c.poll_error)); }
       if (c.accounting_error) {
         box.appendChild(el("p", { "class": "error accounting-error" }, "Accounting: " + c.accounting_error));

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from dashboards.launch import LaunchRequest, launch
-from dashboards.models import AgentDefinition, Team
+from dashboards.models import AgentDefinition, Cluster, Team
 
 from ..conftest import TEST_OUTPUT
 
@@ -58,6 +58,11 @@ def test_queue_page_shows_a_campaign_go_from_pending_to_done_without_reload(live
     page.fill("#id_password", "test-admin-pw-1")
     page.click("#login-submit")
     page.wait_for_selector("#live.on", timeout=15000)
+    # The cluster card names each cluster's flavour and accounting file (from the cluster record).
+    for cluster in Cluster.objects.all():
+        page.wait_for_selector(f"#flavour-{cluster.name}", timeout=15000)
+        card = page.text_content(f"#flavour-{cluster.name}") or ""
+        assert f"Scheduler {cluster.flavour}" in card and cluster.accounting_path in card, card
     # A marker that a reload would wipe out.
     page.evaluate("window.__tcoNoReload = 'still here'")
 

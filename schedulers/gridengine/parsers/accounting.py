@@ -35,13 +35,14 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import json
+import math
 import os
 from typing import Callable
 
 from schedulers.base import (AccountingBatch, AccountingCursor, AccountingLineError, AccountingRecord,
                    QuarantinedLine, SchedulerUnavailable)
 
-__all__ = ["parse_line", "read_accounting", "UTC"]
+__all__ = ["parse_line", "read_accounting", "usage_group_values", "UTC"]
 
 UTC = dt.timezone.utc
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -298,6 +299,34 @@ def _parse_json(line: bytes) -> AccountingRecord:
         deleted_by=_json_optional_str(obj, "deleted_by"),
         wallclock_exact_s=exact,
     )
+
+
+def usage_group_values(usage: dict, group: str, prefix: str = "") -> dict[str, float | int]:
+    """The numeric values of one flexible-accounting group of a record, names without ``prefix``.
+
+    ``usage`` is ``AccountingRecord.usage`` (the JSON record's ``usage``
+    object less ``rusage``/``eusage``); ``group`` a ``usage_patterns`` name,
+    e.g. ``"tco"`` for ``reporting_params usage_patterns=tco:tco_*``, whose
+    object holds ``{"tco_input_tokens": 1200, ...}`` (sge_conf(5) of OCS 9,
+    ``usage_patterns``; GRIDENGINE.md section 2). Returns ``{"input_tokens":
+    1200, ...}``: only names that start with ``prefix``; only JSON numbers
+    (OCS 9.2 writes quoted values as strings, ``true``/``false`` as 1/0:
+    strings and booleans are left out); an integral float (qacct <= 9.1
+    reads values as doubles) becomes an int. ``{}`` when the group is absent
+    or not an object (SGE 8 colon records, a cell without the pattern).
+    Never raises.
+    """
+    values = usage.get(group) if isinstance(usage, dict) else None
+    if not isinstance(values, dict):
+        return {}
+    out: dict[str, float | int] = {}
+    for name, value in values.items():
+        if not isinstance(name, str) or not name.startswith(prefix) or len(name) == len(prefix):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        out[name[len(prefix):]] = int(value) if isinstance(value, float) and value.is_integer() else value
+    return out
 
 
 def parse_line(line: bytes, tz: dt.tzinfo = UTC) -> AccountingRecord:
