@@ -237,7 +237,8 @@ def test_ingesting_the_runner_record_after_the_accounting_record_flags_the_task(
 
     from django.utils import timezone
 
-    from dashboards.ingest import EPOCH, ingest_accounting, ingest_runner_records
+    from dashboards.bulk import EPOCH
+    from dashboards.ingest import ingest_accounting, ingest_runner_records
     from dashboards.models import AgentDefinition, Campaign, Task
     from dashboards.services import team_ensure
 
