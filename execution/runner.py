@@ -51,7 +51,8 @@ are summarised here. The runner spec, ``<spool>/campaigns/<campaign_id>/spec.jso
                         "credential_name": "demo-anthropic"},
      "model_endpoints": [{"name", "provider", "scheme", "host", "port",  # optional
                           "path_prefixes", "credential_name"}],
-     "sandbox": {"runtime": "auto"|"bubblewrap"|"openshell"}}           # optional
+     "sandbox": {"runtime": "auto"|"bubblewrap"|"openshell"},          # optional
+     "network_ceilings": [{"label": str, "network_policies": {...}}]}  # optional
 
 ``{input}`` and ``{workdir}`` in the command become the task's input file and
 work directory as the agent sees them (``/sandbox/input.json``,
