@@ -383,8 +383,13 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
         registered = [spool.ModelEndpoint.from_json(e.spec_entry()) for e in endpoints]
     except spool.SpecError as exc:
         raise LaunchError(f"registered model endpoint: {exc}") from None
+    # The ceilings' network parts go with the spec: a runner re-checks a live network policy change.
+    network_ceilings = [{"label": label, "network_policies": json.loads(json.dumps(
+        ceiling.data.get("network_policies") or {}, default=str))}
+        for label, ceiling in ceilings_for(req.team, req.agent_definition)]
     services.campaign_spool_write(
         campaign, encoded, outputs=list(req.outputs or ()), model_endpoints=registered,
+        network_ceilings=network_ceilings,
         model_endpoint=({"base_url": chosen.base_url, "credential_name": chosen.credential_name}
                         if chosen is not None else None))
     services.prices_write()

@@ -54,14 +54,17 @@ def spool_layout() -> SpoolLayout:
 
 def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
                          model_endpoint: dict[str, str] | None = None, outputs: Sequence[str] = (),
-                         model_endpoints: Sequence[ModelEndpoint] = ()) -> RunnerSpec:
+                         model_endpoints: Sequence[ModelEndpoint] = (),
+                         network_ceilings: Sequence[dict] = ()) -> RunnerSpec:
     """Write a launched campaign's inputs (one JSON text per task) and runner spec into the spool.
 
     The spec (execution/spool.py ``RunnerSpec``) takes the agent definition,
     model, policy and caps from ``campaign``; only the options that are set
     are written, so a plain launch writes a short spec. ``model_endpoints`` are
     the admin-registered endpoints the campaign may use (the only ones the
-    runner's proxy gives a credential to); ``model_endpoint`` the chosen one. Raises LaunchError
+    runner's proxy gives a credential to); ``model_endpoint`` the chosen one; ``network_ceilings``
+    the network part of each admin ceiling (``{"label", "network_policies"}``: the runner refuses
+    a live network policy change wider than one, dashboards/netpolicy.py). Raises LaunchError
     when the spec would break the contract (nothing is written then), OSError.
     """
     layout = spool_layout()
@@ -74,10 +77,14 @@ def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
             cost_cap_usd=campaign.cost_cap_usd,
             model_endpoint={k: str(v) for k, v in (model_endpoint or {}).items()
                             if k in ("base_url", "credential_name") and v} or None,
-            model_endpoints=list(model_endpoints))
+            model_endpoints=list(model_endpoints), network_ceilings=list(network_ceilings))
     except SpecError as exc:
         raise LaunchError(f"runner spec: {exc}") from None
     write_atomic(layout.inputs_path(campaign.pk), ("\n".join(encoded_inputs) + "\n").encode())
+    try:  # a new campaign runs under its launch policy (version 0), never a leftover change
+        os.unlink(layout.network_policy_path(campaign.pk))
+    except FileNotFoundError:
+        pass
     spec.write(layout.spec_path(campaign.pk))
     return spec
 

@@ -4,7 +4,7 @@
 """
 from django.urls import path
 
-from . import views_ops
+from . import views_netpolicy, views_ops
 
 urlpatterns = [
     path("bills/", views_ops.bills_page, name="ops-bills"),
@@ -16,6 +16,8 @@ urlpatterns = [
     path("urgent/agents", views_ops.urgent_agents_fragment, name="ops-urgent-agents"),
     path("campaigns/<int:campaign_id>/", views_ops.campaign_ops_page, name="ops-campaign"),
     path("campaigns/<int:campaign_id>/control", views_ops.campaign_control_view, name="ops-campaign-control"),
+    path("campaigns/<int:campaign_id>/network-policy", views_netpolicy.campaign_network_policy_view,
+         name="ops-campaign-network-policy"),
     path("triage/", views_ops.triage_page, name="ops-triage"),
     path("triage/action", views_ops.triage_action_view, name="ops-triage-action"),
     path("audit/", views_ops.audit_page, name="ops-audit"),

@@ -51,7 +51,8 @@ are summarised here. The runner spec, ``<spool>/campaigns/<campaign_id>/spec.jso
                         "credential_name": "demo-anthropic"},
      "model_endpoints": [{"name", "provider", "scheme", "host", "port",  # optional
                           "path_prefixes", "credential_name"}],
-     "sandbox": {"runtime": "auto"|"bubblewrap"|"openshell"}}           # optional
+     "sandbox": {"runtime": "auto"|"bubblewrap"|"openshell"},          # optional
+     "network_ceilings": [{"label": str, "network_policies": {...}}]}  # optional
 
 ``{input}`` and ``{workdir}`` in the command become the task's input file and
 work directory as the agent sees them (``/sandbox/input.json``,
@@ -91,6 +92,23 @@ bound into the sandbox. It is started when the agent first connects to its
 base URL (the relay says so), so an agent that never calls a model pays
 nothing for it; each request is appended to
 ``records/<campaign_id>/<task>.requests.jsonl`` as it is metered.
+
+Live network policy (issue 17, item 4; bubblewrap runtime): the web side may
+narrow or widen a running campaign's ``network_policies`` by writing
+``campaigns/<campaign_id>/network.json`` (execution/spool.py
+``NetworkPolicyFile``, a rising ``policy_version``). The runner applies the
+file present at its start before the agent starts, then looks at it every
+:data:`NETWORK_POLICY_POLL_S` seconds; a higher version is re-checked here
+(execution/sandbox/live_network.py: the runner's validator, the bubblewrap
+refusals, and the spec's ``network_ceilings``, or without them the launch
+policy's own network part) and, when it passes, the metering proxy routes
+every new request by it (requests in flight are not cut; only registered model
+endpoints ever get a credential, as before). A file that is malformed or wider
+than allowed is refused: the previous rules stay. The record's
+``sandbox.network_policy`` is ``{"version": int in force at the end,
+"changes": [{"version", "at", "applied": bool, "error": str|null}]}``
+(at most :data:`MAX_NETWORK_CHANGES_NOTED` changes; the rest are counted in
+``changes_not_noted``). Under OpenShell the runner does not apply changes.
 
 Files under the spool directory:
 
@@ -188,6 +206,10 @@ KILL_GRACE_S = 5.0
 SIGNALLED_GRACE_S = 3.0  # Grid Engine's notify time before its SIGKILL is 5 s on the dev cluster
 OUTPUT_DRAIN_S = 2.0
 PROXY_STOP_S = 15.0
+#: How often the runner looks at the campaign's network policy file (seconds).
+NETWORK_POLICY_POLL_S = 0.25
+#: The most network policy changes one runner record notes.
+MAX_NETWORK_CHANGES_NOTED = 100
 EXIT_TIMEOUT = 124
 EXIT_WORKDIR_QUOTA = 122
 #: The sandbox's limits (environment variable -> default); see the module doc.
@@ -313,6 +335,31 @@ class _WorkdirWatch(threading.Thread):
             if _tree_bytes(self.path) > self.limit:
                 self.on_over()
                 return
+
+
+class _NetworkPolicyWatch(threading.Thread):
+    """Call ``on_change`` whenever the file at ``path`` changes (size, mtime or inode, looked at
+    every ``interval_s`` seconds), until ``done`` is set."""
+
+    def __init__(self, path: str, interval_s: float, on_change) -> None:
+        super().__init__(daemon=True, name="tco-network-policy-watch")
+        self.path, self.interval_s, self.on_change = path, interval_s, on_change
+        self.done = threading.Event()
+        self.seen = self.signature()
+
+    def signature(self) -> tuple | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval_s):
+            now = self.signature()
+            if now is not None and now != self.seen:
+                self.seen = now
+                self.on_change()
 
 
 def _group_members() -> list[int]:
@@ -453,6 +500,11 @@ class Runner:
         self._proxy_handle = None
         self._proxy_error: str | None = None
         self._proxy_config: dict | None = None
+        self._netpol_lock = threading.Lock()  # the rules in force vs. the proxy starting
+        self._netpol_base = None  # the launch policy (execution.sandbox.policy.Policy)
+        self._netpol_ceilings: list = []
+        self._netpol_seen = 0  # the highest policy_version looked at
+        self._netpol_watch: _NetworkPolicyWatch | None = None
         self._armed = False
         self.workdir_over = False
         self._workdir_watch: _WorkdirWatch | None = None
@@ -664,7 +716,80 @@ class Runner:
                            if self._limit(name) is not None})
         self._proxy_config = {"policy": policy.proxy_policy(), "upstreams": upstreams, "registered": registered,
                               "file": self._credentials_file(), "prices": prices, "token_cap": token_cap,
-                              "cost_cap": cost_cap, "limits": limits}
+                              "cost_cap": cost_cap, "limits": limits, "policy_version": 0}
+        self._network_setup(spec, policy)
+
+    # ---- the live network policy (module doc)
+    def _network_setup(self, spec: dict, policy) -> None:
+        """Take the ceilings the spec carries, apply the network policy file present now (before
+        the agent starts) and start watching it."""
+        ceilings = spec.get("network_ceilings") or []
+        if not isinstance(ceilings, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("network_policies"), dict) for c in ceilings):
+            raise RunnerError("runner spec: network_ceilings must be a list of {label, network_policies}")
+        self._netpol_base = policy
+        self._netpol_ceilings = [(str(c.get("label") or "ceiling"), {"network_policies": c["network_policies"]})
+                                 for c in ceilings] or [("the launch policy", policy)]
+        self.sandbox_info["network_policy"] = {"version": 0, "changes": []}
+        path = self.layout.network_policy_path(self.campaign_id)
+        self._netpol_watch = _NetworkPolicyWatch(path, NETWORK_POLICY_POLL_S, self._network_changed)
+        self._network_changed()
+        self._netpol_watch.start()
+
+    def _network_note(self, version, error: str | None) -> None:
+        info = self.sandbox_info["network_policy"]
+        if len(info["changes"]) >= MAX_NETWORK_CHANGES_NOTED:
+            info["changes_not_noted"] = info.get("changes_not_noted", 0) + 1
+            return
+        info["changes"].append({"version": version, "at": self.clock.iso(), "applied": error is None,
+                                "error": error})
+
+    def _network_changed(self) -> None:
+        """Read the campaign's network policy file; apply a higher version that passes the checks,
+        note a refused one (the rules in force stay). Never raises."""
+        from execution.spool import NetworkPolicyFile, NetworkPolicyFileError
+
+        try:
+            changed = NetworkPolicyFile.read(self.layout.network_policy_path(self.campaign_id))
+        except FileNotFoundError:
+            return
+        except (OSError, NetworkPolicyFileError) as exc:
+            self._network_note(None, f"network policy file refused: {exc}"[:500])
+            return
+        version = changed.policy_version
+        if version <= self._netpol_seen:
+            return
+        self._netpol_seen = version
+        if str(changed.campaign_id) != str(self.campaign_id):
+            self._network_note(version, f"network policy file names campaign {changed.campaign_id}")
+            return
+        try:
+            self._network_apply(changed.network_policies, version)
+        except Exception as exc:  # noqa: BLE001 - refused: the previous rules stay
+            self._network_note(version, str(exc)[:1000])
+        else:
+            self._network_note(version, None)
+
+    def _network_apply(self, network_policies: dict, version: int) -> None:
+        """Check ``network_policies`` (execution/sandbox/live_network.py) and make it the rules the
+        proxy routes new requests by. Raises PolicyError, ValueError (refused; nothing changed)."""
+        from execution.sandbox.live_network import network_problems, with_network
+        from execution.sandbox.policy import PolicyError
+
+        policy = with_network(self._netpol_base, network_policies)
+        problems = network_problems(policy, self._netpol_ceilings)
+        if problems:
+            raise PolicyError(["wider than allowed: " + "; ".join(problems)])
+        proxy_policy = policy.proxy_policy()
+        config = self._proxy_config
+        from execution.metering.proxy import endpoints_from_policy
+
+        endpoints = endpoints_from_policy(proxy_policy, config["upstreams"])
+        with self._netpol_lock:
+            config["policy"], config["policy_version"] = proxy_policy, version
+            if self._proxy_handle is not None:
+                self._proxy_handle.replace_endpoints(endpoints, version)
+        self.sandbox_info["network_policy"]["version"] = version
 
     def _private_base(self) -> str:
         base = self.environ.get("TMPDIR") or "/tmp"
@@ -939,10 +1064,12 @@ class Runner:
                 from execution.metering.proxy import Caps
 
                 caps = Caps(task_tokens=config["token_cap"], task_cost_usd=config["cost_cap"])
-            self._proxy_handle = start_proxy(
-                os.path.join(self.private_dir, "sock", "proxy.sock"), config["policy"], NamedCredentials(),
-                caps=caps, prices=prices, upstreams=config["upstreams"], record_path=self.requests_path,
-                registered=config["registered"], limits=config["limits"])
+            with self._netpol_lock:  # a network policy change waits: the proxy starts with the rules in force
+                self._proxy_handle = start_proxy(
+                    os.path.join(self.private_dir, "sock", "proxy.sock"), config["policy"], NamedCredentials(),
+                    caps=caps, prices=prices, upstreams=config["upstreams"], record_path=self.requests_path,
+                    registered=config["registered"], limits=config["limits"],
+                    policy_version=config["policy_version"])
         except Exception as exc:  # noqa: BLE001 - recorded; the agent sees its connection refused
             self._proxy_error = f"metering proxy did not start: {type(exc).__name__}: {exc}"
 
@@ -1105,6 +1232,10 @@ class Runner:
             self.error = self.error or f"teardown failed: {exc!r}"
         if self._workdir_watch is not None:
             self._workdir_watch.done.set()
+        if self._netpol_watch is not None:
+            self._netpol_watch.done.set()
+            if self._netpol_watch.is_alive():
+                self._netpol_watch.join(PROXY_STOP_S)
         if self.work_dir is not None and self.stages["agent_started_at"] is not None:
             try:
                 work_bytes = _tree_bytes(self.work_dir)

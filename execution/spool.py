@@ -9,6 +9,7 @@ Layout under the spool root (``TCO_SPOOL_DIR``), all in :class:`SpoolLayout`::
 
     campaigns/<campaign>/spec.json          runner spec (RunnerSpec), written at launch
     campaigns/<campaign>/inputs.jsonl       one JSON object per line; line N is task N's input
+    campaigns/<campaign>/network.json       the network policy in force now (NetworkPolicyFile), when changed
     records/<campaign>/<task>.json          runner record (RunnerRecord), written last, atomically
     records/<campaign>/<task>.stdout        the agent's output, capped by the runner
     records/<campaign>/<task>.stderr
@@ -25,7 +26,8 @@ Layout under the spool root (``TCO_SPOOL_DIR``), all in :class:`SpoolLayout`::
 
 Versions: the runner spec is :data:`SPEC_VERSION` (1; ``model_endpoints``
 was added as an optional key, which readers of version 1 ignore, so the
-version did not change). Runner records are :data:`RECORD_VERSION` (2);
+version did not change; nor when ``network_ceilings`` was). The network policy file is
+:data:`NETWORK_POLICY_FILE_VERSION` (1). Runner records are :data:`RECORD_VERSION` (2);
 ingest still reads the versions in :data:`RECORD_VERSIONS_READ` (1 lacked
 ``outputs``, ``sandbox``, ``usage`` and ``requests_path``) and refuses any
 other (:class:`RecordVersionError`).
@@ -43,6 +45,10 @@ from typing import Any, Iterator, Mapping
 
 SPEC_VERSION = 1
 RECORD_VERSION = 2
+#: The format of ``campaigns/<campaign>/network.json`` (:class:`NetworkPolicyFile`).
+NETWORK_POLICY_FILE_VERSION = 1
+#: The largest network policy file a runner reads (bytes).
+MAX_NETWORK_POLICY_BYTES = 256 << 10
 #: Runner record versions ingest accepts (version 1: before outputs, sandbox, usage and requests_path).
 RECORD_VERSIONS_READ = (1, 2)
 
@@ -148,6 +154,11 @@ class SpoolLayout:
     def inputs_path(self, campaign_id: str | int) -> str:
         """``campaigns/<campaign>/inputs.jsonl``: line N is task N's input (a JSON object)."""
         return os.path.join(self.campaign_dir(campaign_id), "inputs.jsonl")
+
+    def network_policy_path(self, campaign_id: str | int) -> str:
+        """``campaigns/<campaign>/network.json``: the :class:`NetworkPolicyFile` (written by the web
+        side when a running campaign's network policy changes; read by its runners)."""
+        return os.path.join(self.campaign_dir(campaign_id), "network.json")
 
     @property
     def prices_path(self) -> str:
@@ -436,7 +447,7 @@ class ModelEndpoint:
 
 
 _SPEC_KEYS = ("version", "campaign_id", "agent", "inputs_file", "timeout_s", "kill_grace_s", "model", "token_cap",
-              "cost_cap_usd", "policy", "model_endpoint", "model_endpoints", "credentials", "sandbox")
+              "cost_cap_usd", "policy", "model_endpoint", "model_endpoints", "credentials", "sandbox", "network_ceilings")
 
 
 @dataclasses.dataclass
@@ -455,8 +466,13 @@ class RunnerSpec:
          "model_endpoint": {"base_url": str, "credential_name": str},
          "model_endpoints": [ModelEndpoint mapping...],
          "credentials": {"provider": "credential name"},
-         "sandbox": {"runtime": "auto"|"bubblewrap"|"openshell"}}
+         "sandbox": {"runtime": "auto"|"bubblewrap"|"openshell"},
+         "network_ceilings": [{"label": str, "network_policies": {mapping}}]}
 
+    ``network_ceilings``: the network part (``network_policies`` in OpenShell's schema) of
+    each admin ceiling the campaign's policy had to fit at launch; a runner refuses a live
+    network policy change (:class:`NetworkPolicyFile`) wider than any of them, and, without
+    them, one wider than the launch policy's own network part.
     ``command`` may hold ``{input}`` and ``{workdir}``; ``outputs`` are
     relative paths or globs in the work directory. Optional keys left unset
     (None, empty) are not written, so a plain launch writes a short spec.
@@ -480,6 +496,7 @@ class RunnerSpec:
     model_endpoints: list[ModelEndpoint] = dataclasses.field(default_factory=list)
     credentials: dict[str, str] | None = None
     sandbox: dict[str, Any] | None = None
+    network_ceilings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
@@ -532,6 +549,10 @@ class RunnerSpec:
         names = [e.name for e in self.model_endpoints]
         if len(set(names)) != len(names):
             raise SpecError("model_endpoints: each name once")
+        if not isinstance(self.network_ceilings, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("label"), str) and isinstance(c.get("network_policies"), dict)
+                for c in self.network_ceilings):
+            raise SpecError("network_ceilings must be a list of {label, network_policies} mappings")
 
     def to_json(self) -> dict[str, Any]:
         """The JSON mapping (only the optional keys that are set)."""
@@ -562,6 +583,8 @@ class RunnerSpec:
                 data[name] = dict(getattr(self, name))
         if self.model_endpoints:
             data["model_endpoints"] = [e.to_json() for e in self.model_endpoints]
+        if self.network_ceilings:
+            data["network_ceilings"] = [dict(c) for c in self.network_ceilings]
         return data
 
     @classmethod
@@ -598,7 +621,8 @@ class RunnerSpec:
             cost_cap_usd=cost, policy=data.get("policy") if data.get("policy") not in ("", None) else None,
             model_endpoint=data.get("model_endpoint"),
             model_endpoints=[ModelEndpoint.from_json(e, f"model_endpoints[{i}]") for i, e in enumerate(endpoints)],
-            credentials=data.get("credentials"), sandbox=data.get("sandbox"))
+            credentials=data.get("credentials"), sandbox=data.get("sandbox"),
+            network_ceilings=data.get("network_ceilings") or [])
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> "RunnerSpec":
@@ -612,6 +636,93 @@ class RunnerSpec:
 
     def write(self, path: str | os.PathLike) -> None:
         """Write the spec atomically (:func:`write_json_atomic`). Raises OSError."""
+        write_json_atomic(path, self.to_json())
+
+
+# --------------------------------------------------------------------------- live network policy
+
+class NetworkPolicyFileError(ValueError):
+    """A network policy file that does not follow this contract; ``str(err)`` names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkPolicyFile:
+    """``campaigns/<campaign>/network.json``: a running campaign's network policy, changed live.
+
+    JSON shape (version :data:`NETWORK_POLICY_FILE_VERSION`)::
+
+        {"version": 1, "campaign_id": str|int, "policy_version": int >= 1,
+         "changed_at": ISO-8601 UTC text with a zone, "changed_by": str,
+         "network_policies": {mapping in OpenShell's schema (execution/sandbox/policy.py)}}
+
+    ``policy_version`` rises by one with every change (the launch policy is version 0); a
+    runner applies a file only when its ``policy_version`` is higher than the one in force,
+    to new requests of its metering proxy. Written by the web side only, atomically
+    (:func:`write_json_atomic`); this type checks the shape, the runner checks the policy
+    itself (validator, ceilings, registered endpoints).
+    """
+
+    campaign_id: str | int
+    policy_version: int
+    changed_at: str
+    changed_by: str
+    network_policies: dict[str, Any]
+    version: int = NETWORK_POLICY_FILE_VERSION
+
+    def __post_init__(self) -> None:
+        if self.version != NETWORK_POLICY_FILE_VERSION:
+            raise NetworkPolicyFileError(f"version must be {NETWORK_POLICY_FILE_VERSION}")
+        try:
+            check_campaign_id(self.campaign_id)
+        except SpoolError as exc:
+            raise NetworkPolicyFileError(f"campaign_id: {exc}") from None
+        if not _is_int(self.policy_version) or self.policy_version < 1:
+            raise NetworkPolicyFileError("policy_version must be an integer >= 1")
+        try:
+            if parse_stage_time(self.changed_at) is None:
+                raise RecordError("empty")
+        except RecordError:
+            raise NetworkPolicyFileError("changed_at must be an ISO-8601 time with a zone") from None
+        if not isinstance(self.changed_by, str):
+            raise NetworkPolicyFileError("changed_by must be text")
+        if not isinstance(self.network_policies, dict):
+            raise NetworkPolicyFileError("network_policies must be a mapping of named rules")
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON mapping."""
+        return {"version": self.version, "campaign_id": self.campaign_id, "policy_version": self.policy_version,
+                "changed_at": self.changed_at, "changed_by": self.changed_by,
+                "network_policies": self.network_policies}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "NetworkPolicyFile":
+        """Parse the mapping. Raises :class:`NetworkPolicyFileError` naming the first wrong field."""
+        if not isinstance(data, dict):
+            raise NetworkPolicyFileError("a network policy file is a JSON object")
+        fields = ("version", "campaign_id", "policy_version", "changed_at", "changed_by", "network_policies")
+        missing = [f for f in fields if f not in data]
+        if missing:
+            raise NetworkPolicyFileError(f"{missing[0]} is required")
+        if isinstance(data["version"], bool):
+            raise NetworkPolicyFileError(f"version must be {NETWORK_POLICY_FILE_VERSION}")
+        return cls(**{f: data[f] for f in fields})
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "NetworkPolicyFile":
+        """Read and parse ``path`` (at most :data:`MAX_NETWORK_POLICY_BYTES`). Raises OSError
+        (FileNotFoundError when no change was made) or :class:`NetworkPolicyFileError`."""
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_NETWORK_POLICY_BYTES + 1)
+        if len(raw) > MAX_NETWORK_POLICY_BYTES:
+            raise NetworkPolicyFileError(f"larger than {MAX_NETWORK_POLICY_BYTES} bytes")
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise NetworkPolicyFileError(f"not JSON: {exc}") from None
+        return cls.from_json(data)
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Write the file atomically (:func:`write_json_atomic`). Raises OSError."""
         write_json_atomic(path, self.to_json())
 
 
@@ -773,4 +884,5 @@ __all__ = ["SPEC_VERSION", "RECORD_VERSION", "RECORD_VERSIONS_READ", "STAGES", "
            "TOKEN_BUCKETS", "REASONING_TOKENS", "TOKEN_FIELDS", "TASK_FILE_SUFFIXES", "CAMPAIGN_ID_RE", "SpoolError", "SpecError",
            "RecordError", "RecordVersionError", "check_campaign_id", "check_task_number", "SpoolLayout",
            "write_atomic", "write_json_atomic", "JsonLinesStats", "iter_json_lines", "ModelEndpoint", "RunnerSpec",
-           "parse_stage_time", "RunnerRecord"]
+           "parse_stage_time", "RunnerRecord", "NETWORK_POLICY_FILE_VERSION", "MAX_NETWORK_POLICY_BYTES",
+           "NetworkPolicyFileError", "NetworkPolicyFile"]

@@ -53,6 +53,12 @@ What it does with each request:
 5. Writes one record per request to ``record_sink`` and keeps totals
    (:meth:`MeteringProxy.totals`).
 
+The endpoints can change while the proxy runs (issue 17: a running campaign's
+network policy narrowed or widened, :meth:`MeteringProxy.replace_endpoints`):
+each request is routed by the endpoints in force when its request line is
+decided, so a change applies to every new request at once and never cuts one
+in flight; each record carries the ``policy_version`` it was routed by.
+
 Limits (:class:`Limits`, issue 11 finding 5): at most ``max_connections``
 connections at once (others are closed at once and counted as
 ``connections_refused``), request lines and header fields of at most
@@ -587,7 +593,9 @@ class MeteringProxy:
     (:meth:`Usage.to_dict` or None), ``cost_usd`` (text or None),
     ``priced_as``, ``ttfb_ms``, ``latency_ms``, ``complete``,
     ``client_disconnected``, ``include_usage_added``, ``flags``, ``credential``
-    (the name of the :class:`RegisteredEndpoint` whose credential was added, or None).
+    (the name of the :class:`RegisteredEndpoint` whose credential was added, or None),
+    ``policy_version`` (the network policy version the request was routed by: 0 the launch
+    policy, then each :meth:`replace_endpoints`).
     Only the newest :attr:`Limits.records_in_memory` records stay in :attr:`records`.
     """
 
@@ -595,8 +603,9 @@ class MeteringProxy:
                  caps: Caps | None = None, record_sink: Callable[[dict], Any] | None = None,
                  prices: PriceTable | None = None, *, max_request_bytes: int | None = None,
                  registered: Iterable[RegisteredEndpoint] = (), limits: Limits | None = None,
-                 connect_timeout_s: float = 30.0, read_timeout_s: float = 600.0) -> None:
-        self.endpoints = list(endpoints)
+                 connect_timeout_s: float = 30.0, read_timeout_s: float = 600.0, policy_version: int = 0) -> None:
+        # The routing rules in force and their version, swapped together by one assignment.
+        self._rules: tuple[list[Endpoint], int] = (list(endpoints), policy_version)
         self.registered = list(registered)
         self.limits = limits or Limits()
         self.credentials = credentials if isinstance(credentials, CredentialResolver) \
@@ -622,6 +631,25 @@ class MeteringProxy:
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.ServerRunner | None = None
         self.socket_path: str | None = None
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        """The endpoints new requests are routed by."""
+        return self._rules[0]
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the network policy in force (0: the launch policy)."""
+        return self._rules[1]
+
+    def replace_endpoints(self, endpoints: Iterable[Endpoint], policy_version: int) -> None:
+        """Route every request decided from now on by ``endpoints`` (network policy version
+        ``policy_version``, an int). Requests already routed (in flight) keep the endpoint they
+        were routed to and are not cut. Call it in the proxy's event loop (or through
+        :meth:`ProxyHandle.replace_endpoints`). Raises ValueError for a version that is not an int."""
+        if isinstance(policy_version, bool) or not isinstance(policy_version, int):
+            raise ValueError(f"policy version {policy_version!r} is not an integer")
+        self._rules = (list(endpoints), policy_version)
 
     # -- lifecycle
 
@@ -681,19 +709,21 @@ class MeteringProxy:
 
     # -- decisions
 
-    def _route(self, method: str, target: str, headers: Mapping[str, str]) -> tuple[Endpoint, str] | _Refusal:
+    def _route(self, method: str, target: str, headers: Mapping[str, str],
+               endpoints: list[Endpoint] | None = None) -> tuple[Endpoint, str] | _Refusal:
+        endpoints = self.endpoints if endpoints is None else endpoints
         if method == "CONNECT":
             return _Refusal("connect", "CONNECT is refused: a tunnel cannot be metered; send plain HTTP "
                                        "requests to the proxy base URL")
         if "upgrade" in headers:
             return _Refusal("upgrade", "protocol upgrades (WebSocket) are refused")
-        candidates = self.endpoints
+        candidates = endpoints
         if not target.startswith("/"):
             url = URL(target, encoded=True) if "://" in target else None
             if url is None or url.scheme not in ("http", "https") or not url.host:
                 return _Refusal("bad_path", f"request target {target[:200]!r} is not a path")
             port = url.explicit_port or (443 if url.scheme == "https" else 80)
-            candidates = [e for e in self.endpoints if e.host.lower() == url.host.lower() and e.port == port]
+            candidates = [e for e in endpoints if e.host.lower() == url.host.lower() and e.port == port]
             if not candidates:
                 return _Refusal("host_not_allowed", f"{url.host}:{port} is not an endpoint of the sandbox policy")
             target = url.raw_path_qs
@@ -773,8 +803,9 @@ class MeteringProxy:
             "priced_as": None, "ttfb_ms": None, "latency_ms": None, "complete": None, "client_disconnected": False,
             "include_usage_added": False, "flags": [], "credential": None,
         }
+        endpoints, record["policy_version"] = self._rules
         self.counts["requests"] += 1
-        decision = self._route(request.method, request.raw_path, request.headers)
+        decision = self._route(request.method, request.raw_path, request.headers, endpoints)
         if isinstance(decision, _Refusal):
             return self._refuse(record, decision, started, request)
         endpoint, target = decision
@@ -1073,6 +1104,12 @@ class ProxyHandle:
         """A copy of the request records so far."""
         return self._call(lambda: [dict(r) for r in self.proxy.records])
 
+    def replace_endpoints(self, endpoints: Iterable[Endpoint], policy_version: int) -> None:
+        """:meth:`MeteringProxy.replace_endpoints`, run in the proxy's loop; returns once new
+        requests are routed by ``endpoints``."""
+        endpoints = list(endpoints)
+        self._call(lambda: self.proxy.replace_endpoints(endpoints, policy_version))
+
     def _call(self, fn: Callable[[], Any]) -> Any:
         if self._stopped:
             return fn()
@@ -1100,7 +1137,7 @@ def start_proxy(socket_path: str | os.PathLike, endpoints: Iterable[Endpoint] | 
                 prices: PriceTable | None = None, record_sink: Callable[[dict], Any] | None = None,
                 record_path: str | os.PathLike | None = None, upstreams: Mapping[str, str] | None = None,
                 registered: Iterable[RegisteredEndpoint] = (), limits: Limits | None = None,
-                socket_mode: int = 0o600, ready_timeout_s: float = 10.0) -> ProxyHandle:
+                socket_mode: int = 0o600, ready_timeout_s: float = 10.0, policy_version: int = 0) -> ProxyHandle:
     """Start a :class:`MeteringProxy` on ``socket_path`` in a daemon thread
     with its own event loop, for a plain (non-asyncio) program such as the
     runner; returns once it listens. ``endpoints``: a list of
@@ -1108,7 +1145,8 @@ def start_proxy(socket_path: str | os.PathLike, endpoints: Iterable[Endpoint] | 
     with ``upstreams``); ``record_path``: append records as JSON lines there
     (besides ``record_sink``), up to ``limits.record_file_bytes``;
     ``registered``: the only destinations that get a credential
-    (:class:`RegisteredEndpoint`); ``limits``: :class:`Limits`. Raises the start error (OSError, ValueError)
+    (:class:`RegisteredEndpoint`); ``limits``: :class:`Limits`; ``policy_version``: the network
+    policy version of ``endpoints`` (0: the launch policy). Raises the start error (OSError, ValueError)
     in the caller's thread. Stop with :meth:`ProxyHandle.stop`."""
     if isinstance(endpoints, Mapping):
         endpoints = endpoints_from_policy(endpoints, upstreams)
@@ -1127,7 +1165,7 @@ def start_proxy(socket_path: str | os.PathLike, endpoints: Iterable[Endpoint] | 
         return kept
 
     proxy = MeteringProxy(endpoints, credentials, caps, sink if sinks else None, prices,
-                          registered=registered, limits=limits)
+                          registered=registered, limits=limits, policy_version=policy_version)
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     failure: list[BaseException] = []
