@@ -28,10 +28,10 @@ from schedulers.base import SchedulerCommandError, SchedulerUnavailable
 from . import clusters, enqueue, limits, services
 from .audit import audit, refused
 from .models import (
+    CAMPAIGN_LIVE,
     CONTROL_TRANSITIONS,
     AuditEntry,
     Campaign,
-    CampaignStatus,
     Cluster,
     ControlRequest,
     ControlState,
@@ -129,7 +129,7 @@ def campaign_control(*, user: AbstractBaseUser, campaign: Campaign, action: str)
     audit_action = f"campaign_{action}"
     if not user_can(user, "control", campaign.team):
         raise refused(user, audit_action, target, {}, f"you may not control campaigns of team {campaign.team.name}")
-    if campaign.job_number is None or campaign.status != CampaignStatus.SUBMITTED:
+    if campaign.job_number is None or campaign.status not in CAMPAIGN_LIVE:
         raise refused(user, audit_action, target, {},
                       f"campaign {campaign.pk} is {campaign.status}; there is nothing to {action}", error=LaunchError)
     active = Task.objects.filter(campaign=campaign, active=True)

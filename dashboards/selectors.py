@@ -44,7 +44,7 @@ OTHER_JOBS_SHOWN = 50
 REQUESTS_SHOWN = 200
 FAILURE_STATES = ("error", "failed", "lost")
 QUEUED_STATES = ("pending", "held")
-UNFINISHED_CAMPAIGN = ("submitting", "submitted")
+UNFINISHED_CAMPAIGN = ("submitting", "submitted", "running", "paused")
 CHUNK = 900  # SQLite: at most 999 parameters in one IN (...)
 TOKEN_FIELDS = TOKEN_BUCKETS  # the disjoint buckets (execution/spool.py); reasoning is inside output
 
