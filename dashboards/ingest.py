@@ -160,13 +160,16 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
                 continue
             new = (t.state, t.state_code, t.restarted, t.queue or "", t.host or "", t.slots, t.priority, t.started_at)
             old = tuple(getattr(row, f) for f in POLL_FIELDS)
-            if new != old or (row.submitted_at is None and t.submitted_at is not None):
+            # tco's own submission time (when DRMAA returned) is a little after the qmaster's:
+            # the scheduler's, once a poll shows it, replaces it (a queue wait is never negative).
+            earlier = t.submitted_at is not None and (row.submitted_at is None or t.submitted_at < row.submitted_at)
+            if new != old or earlier:
                 if row.state != t.state:
                     events.append(TaskEvent(task_id=row.id, at=observed_at, from_state=row.state, to_state=t.state,
                                             state_code=t.state_code))
                 for field, value in zip(POLL_FIELDS, new):
                     setattr(row, field, value)
-                if t.submitted_at is not None and row.submitted_at is None:
+                if earlier:
                     row.submitted_at = t.submitted_at
                 changed_rows.append(row)
         if changed_rows:

@@ -304,7 +304,8 @@ class Task(TokenUsage):
         start = self.task_started_at or self.started_at
         if self.submitted_at is None or start is None:
             return None
-        return (start - self.submitted_at).total_seconds()
+        # tco's submission time (DRMAA returned) can follow the qmaster's start: never negative.
+        return max((start - self.submitted_at).total_seconds(), 0.0)
 
 
 class TaskEvent(models.Model):

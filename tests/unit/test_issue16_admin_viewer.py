@@ -68,3 +68,38 @@ def test_bug5_a_running_or_paused_campaign_can_still_be_controlled_and_finished(
                              tasks=[{"state": "done"}])
     _finish_campaigns({campaign.pk})
     assert Campaign.objects.get(pk=campaign.pk).status == "finished"
+
+
+# --------------------------------------------------------------------------- bug 2
+
+def test_bug2_a_poll_replaces_tcos_late_submission_time_with_the_schedulers(team_and_user):
+    from tests.conftest import make_campaign
+
+    team, user = team_and_user
+    cluster = cluster_get_default()
+    drmaa_returned = T0 + dt.timedelta(seconds=1.766)  # tco's time: DRMAA returned after the qmaster's submit
+    campaign = make_campaign(team=team, user=user, name="c2", job_number=202,
+                             tasks=[{"submitted_at": drmaa_returned}])
+    apply_qstat_poll(cluster, [qtask(202, 1, "qw", "pending", submitted_at=T0 + dt.timedelta(seconds=1))],
+                     observed_at=T0 + dt.timedelta(seconds=2))
+    task = Task.objects.get(campaign=campaign)
+    assert task.submitted_at == T0 + dt.timedelta(seconds=1)
+
+
+def test_bug2_queue_wait_is_never_negative_and_submit_ends_where_queue_wait_begins(team_and_user):
+    from dashboards.stages import task_stages, timeline
+    from tests.conftest import make_campaign
+
+    team, user = team_and_user
+    submitted = T0 + dt.timedelta(seconds=1.766)
+    started = T0 + dt.timedelta(seconds=1)  # the runner started before DRMAA returned to tco
+    campaign = make_campaign(team=team, user=user, name="c2b", job_number=203, launched_at=T0,
+                             tasks=[{"submitted_at": submitted, "state": "running", "task_started_at": started}])
+    Campaign.objects.filter(pk=campaign.pk).update(submitted_at=submitted)
+    task = Task.objects.select_related("campaign").get(campaign=campaign)
+    assert task_stages(task)["queue_wait"] == 0.0
+    assert task.queue_wait_s == 0.0
+    segments = {s["stage"]: s for s in timeline(task)}
+    assert segments["queue_wait"]["seconds"] >= 0
+    assert segments["submit"]["end"] <= segments["queue_wait"]["start"]
+    assert segments["submit"]["seconds"] == pytest.approx(1.0)
