@@ -203,11 +203,12 @@ def campaign_ops_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     campaign = _visible_campaign(request, campaign_id)
     history = []
     can_control = user_can(request.user, "control", campaign.team)
-    if can_control:  # the campaign's own launches and control actions, with their results
-        history = list(AuditEntry.objects.filter(target=f"campaign:{campaign.pk}").select_related("user")
-                       .order_by("-at", "-id")[:50])
+    if can_control:  # the campaign's launches and control actions, an admin's on its job included
+        history = control.campaign_actions(campaign)
+    summary = notices.campaign_summary(campaign)
     return render(request, "dashboards/launch_campaign.html", {
-        "campaign": campaign, "summary": notices.campaign_summary(campaign),
+        "campaign": campaign, "summary": summary, "priority": control.campaign_priority(campaign),
+        "controls": control.campaign_controls(campaign, summary["states"]),
         "can_control": can_control, "history": history,
         "retries": list(campaign.retries.order_by("launched_at")), "now": timezone.now()})
 

@@ -103,3 +103,78 @@ def test_bug2_queue_wait_is_never_negative_and_submit_ends_where_queue_wait_begi
     assert segments["queue_wait"]["seconds"] >= 0
     assert segments["submit"]["end"] <= segments["queue_wait"]["start"]
     assert segments["submit"]["seconds"] == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- bugs 3, 4, 9
+
+from tests.ops.fixtures import ops_users  # noqa: E402,F401
+
+
+def _done_priority(admin, job_number: int, priority: int):
+    from dashboards.models import AuditEntry, ControlRequest
+
+    entry = AuditEntry.objects.create(user=admin, action="triage_priority", target=f"job:{job_number}",
+                                      params={"job_number": job_number, "priority": priority, "status": "done"},
+                                      ok=True, result=f"priority set: job {job_number} tasks all")
+    return ControlRequest.objects.create(user=admin, audit=entry, cluster=cluster_get_default(),
+                                         action="triage_priority", control="priority", job_number=job_number,
+                                         priority=priority, state="done", finished_at=timezone.now())
+
+
+def test_bug3_two_waiting_jobs_get_two_places_and_a_lowered_one_goes_last(ops_users):
+    from dashboards.scheduler_cache import pending_positions
+
+    cluster = cluster_get_default()
+    # Equal JAT_prio (the scheduler has not re-weighed them yet); 301 submitted first.
+    apply_qstat_poll(cluster, [qtask(301, 1, "qw", "pending", priority=0.0),
+                               qtask(302, 1, "qw", "pending", priority=0.0,
+                                     submitted_at=T0 + dt.timedelta(seconds=3))], observed_at=T0)
+    texts = {job: reasons[0]["text"] for job, reasons in pending_positions(cluster, {301: None, 302: None}).items()}
+    assert texts == {301: "number 1 of 2 waiting jobs in the cluster's priority order",
+                     302: "number 2 of 2 waiting jobs in the cluster's priority order"}
+    _done_priority(ops_users["admin"], 301, -100)
+    texts = {job: reasons[0]["text"] for job, reasons in pending_positions(cluster, {301: None, 302: None}).items()}
+    assert texts[301].startswith("number 2 of 2") and texts[302].startswith("number 1 of 2")
+
+
+def _page(client, user, url):
+    client.force_login(user)
+    response = client.get(url)
+    assert response.status_code == 200, response.status_code
+    return response.content.decode()
+
+
+def test_bug4_the_control_page_shows_the_admins_priority_change_and_release(client, ops_users):
+    from dashboards.models import AuditEntry
+    from tests.ops.fixtures import make_campaign as ops_campaign
+
+    campaign = ops_campaign(team=ops_users["launcher"].memberships.get().team, user=ops_users["launcher"],
+                            name="p4", status="submitted", count=1)
+    Task.objects.create(cluster=campaign.cluster, campaign=campaign, job_number=campaign.job_number, task_number=1,
+                        is_array=True, state="held", submitted_at=timezone.now())
+    _done_priority(ops_users["admin"], campaign.job_number, -100)
+    AuditEntry.objects.create(user=ops_users["admin"], action="triage_release", target=f"job:{campaign.job_number}",
+                              params={"job_number": campaign.job_number, "status": "done"}, ok=True,
+                              result=f"released: job {campaign.job_number} tasks all")
+    html = _page(client, ops_users["launcher"], f"/ops/campaigns/{campaign.pk}/")
+    import re
+
+    assert re.search(r'id="priority">-100\b', html)
+    assert "triage_priority to -100" in html and "triage_release" in html
+
+
+def test_bug9_retry_and_cancel_are_offered_only_when_they_can_act(client, ops_users):
+    from tests.ops.fixtures import make_campaign as ops_campaign
+
+    team = ops_users["launcher"].memberships.get().team
+    finished = ops_campaign(team=team, user=ops_users["launcher"], name="f9", status="finished", count=1)
+    Task.objects.create(cluster=finished.cluster, campaign=finished, job_number=finished.job_number, task_number=1,
+                        is_array=True, state="done", active=False)
+    html = _page(client, ops_users["launcher"], f"/ops/campaigns/{finished.pk}/")
+    assert 'id="control-retry"' not in html and 'id="control-cancel"' not in html
+    assert "no failed tasks" in html
+    Task.objects.create(cluster=finished.cluster, campaign=finished, job_number=finished.job_number, task_number=2,
+                        is_array=True, state="failed", active=False)
+    html = _page(client, ops_users["launcher"], f"/ops/campaigns/{finished.pk}/")
+    assert 'id="control-retry"' in html and "Retry the 1 failed task<" in html
+    assert 'id="control-cancel"' not in html
