@@ -178,3 +178,39 @@ def test_bug9_retry_and_cancel_are_offered_only_when_they_can_act(client, ops_us
     html = _page(client, ops_users["launcher"], f"/ops/campaigns/{finished.pk}/")
     assert 'id="control-retry"' in html and "Retry the 1 failed task<" in html
     assert 'id="control-cancel"' not in html
+
+
+# --------------------------------------------------------------------------- bug 13
+
+def test_bug13_404_is_styled_with_navigation(client, ops_users, settings):
+    settings.DEBUG = False
+    client.force_login(ops_users["viewer"])
+    response = client.get("/campaigns/999999/")
+    html = response.content.decode()
+    assert response.status_code == 404
+    assert 'id="error-page"' in html and 'href="/"' in html and "css/tco.css" in html and "Log out" in html
+
+
+def test_bug13_500_is_styled_and_needs_no_database(settings):
+    from django.template.loader import render_to_string
+    from django.views.defaults import server_error
+    from django.test import RequestFactory
+
+    settings.DEBUG = False
+    response = server_error(RequestFactory().get("/x"))
+    html = response.content.decode()
+    assert response.status_code == 500 and 'id="error-page"' in html and "css/tco.css" in html
+    assert 'href="/"' in html
+    assert "500" in render_to_string("500.html")
+
+
+def test_bug13_a_permission_denied_is_the_styled_403(client, ops_users, settings):
+    from django.core.exceptions import PermissionDenied
+    from django.views.defaults import permission_denied
+    from django.test import RequestFactory
+
+    request = RequestFactory().get("/ops/x")
+    request.user = ops_users["viewer"]
+    response = permission_denied(request, PermissionDenied("only admins"))
+    html = response.content.decode()
+    assert response.status_code == 403 and 'id="error-page"' in html and "only admins" in html
