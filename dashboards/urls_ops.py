@@ -18,6 +18,7 @@ urlpatterns = [
     path("campaigns/<int:campaign_id>/control", views_ops.campaign_control_view, name="ops-campaign-control"),
     path("triage/", views_ops.triage_page, name="ops-triage"),
     path("triage/action", views_ops.triage_action_view, name="ops-triage-action"),
+    path("triage/group", views_ops.triage_group_view, name="ops-triage-group"),
     path("audit/", views_ops.audit_page, name="ops-audit"),
     path("agents/", views_ops.agent_definitions_page, name="ops-agents"),
 ]

@@ -214,3 +214,120 @@ def test_bug13_a_permission_denied_is_the_styled_403(client, ops_users, settings
     response = permission_denied(request, PermissionDenied("only admins"))
     html = response.content.decode()
     assert response.status_code == 403 and 'id="error-page"' in html and "only admins" in html
+
+
+# --------------------------------------------------------------------------- feature 2: triage by reason
+
+def _triage_fixture(ops_users):
+    """Jobs: 40 (3 tasks, waiting for seats), 41 (1 task, seats), 42 (held by the launcher in tco),
+    43 (error), 44 (not tco's, no reason: the scheduler no longer knows it)."""
+    from dashboards import scheduler_cache
+    from dashboards.models import AuditEntry, ControlRequest
+    from schedulers.fake import FakeScheduler
+    from tests.ops.fixtures import make_campaign as ops_campaign
+
+    cluster = cluster_get_default()
+    cluster.status = {"global_capacity": {"anthropic_api": 96}, "quotas": [], "hosts": []}
+    cluster.save()
+    team = ops_users["launcher"].memberships.get().team
+    now = timezone.now()
+
+    def tasks(job, n, state, waited_s, owner="tco", campaign=None):
+        for t in range(1, n + 1):
+            Task.objects.create(cluster=cluster, campaign=campaign, job_number=job, task_number=t, is_array=True,
+                                name=f"job{job}", owner=owner, project="research", state=state,
+                                submitted_at=now - dt.timedelta(seconds=waited_s))
+
+    c40 = ops_campaign(team=team, user=ops_users["launcher"], name="sweep-a", status="submitted", job_number=40)
+    tasks(40, 3, "pending", 300, campaign=c40)
+    tasks(41, 1, "pending", 900)
+    c42 = ops_campaign(team=team, user=ops_users["launcher"], name="paused-b", status="paused", job_number=42)
+    tasks(42, 1, "held", 60, campaign=c42)
+    entry = AuditEntry.objects.create(user=ops_users["launcher"], action="campaign_pause", target=f"campaign:{c42.pk}",
+                                      ok=True, result="held")
+    ControlRequest.objects.create(user=ops_users["launcher"], audit=entry, cluster=cluster, campaign=c42,
+                                  action="campaign_pause", control="hold", job_number=42, state="done",
+                                  finished_at=now)
+    tasks(43, 1, "error", 30)
+    tasks(44, 1, "pending", 10, owner="alice")
+    seat = "(-l anthropic_api=1) cannot run globally because it offers only gc:anthropic_api=0.000000"
+
+    def base(job, **fields):
+        return {"job_number": job, "name": "x", "owner": "tco", "project": "research", "hard_resources": {},
+                "tasks": [], "holds": {}, "predecessors": [], "scheduler_messages": [], "global_messages": [],
+                "context": {}, **fields}
+
+    fake = FakeScheduler()
+    fake.set_job_detail(40, base(40, scheduler_messages=[seat]))
+    fake.set_job_detail(41, base(41, scheduler_messages=[seat]))
+    fake.set_job_detail(42, base(42, holds={"user": [[1, 1]]}))
+    fake.set_job_detail(43, base(43, tasks=[{"task_number": 1, "state": "error"}]))
+    scheduler_cache.cache.clear()
+    return cluster, fake
+
+
+def test_triage_groups_pending_work_by_reason_with_count_oldest_wait_and_action(ops_users, monkeypatch):
+    from dashboards import triage
+
+    cluster, fake = _triage_fixture(ops_users)
+    overview = triage.triage_overview(cluster=cluster, scheduler=fake)
+    groups = {g["key"]: g for g in triage.triage_groups(overview["jobs"])}
+    seats = groups["consumable:anthropic_api"]
+    assert seats["tasks"] == 4 and sorted(seats["jobs"]) == [40, 41]
+    assert seats["label"] == "wait for anthropic_api seats" and seats["action"]["action"] == "priority"
+    assert 899 <= seats["oldest_wait_s"] <= 960
+    weekday = timezone.localtime(timezone.now()).strftime("%A")
+    held = groups[f"held_tco:launcher:{weekday}"]
+    assert held["label"] == f"paused by launcher in tco on {weekday}" and held["action"]["action"] == "release"
+    assert groups["error"]["action"]["action"] == "clear_error"
+    assert triage.triage_groups(overview["jobs"])[0]["key"] == "error"
+    by_job = {j["job_number"]: j for j in overview["jobs"]}
+    assert by_job[40]["launcher"] == "launcher" and by_job[41]["launcher"] == "" and by_job[44]["owner"] == "alice"
+
+
+def test_triage_filters_search_and_sorts_on_the_server_with_the_state_in_the_url(client, ops_users, monkeypatch):
+    cluster, fake = _triage_fixture(ops_users)
+    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    client.force_login(ops_users["admin"])
+    import re
+
+    def rows(url):
+        html = client.get(url).content.decode()
+        return [int(n) for n in re.findall(r'<tr data-job="(\d+)"', html)]
+    assert rows("/ops/triage/?reason=consumable:anthropic_api") == [41, 40]  # longest wait first
+    assert rows("/ops/triage/?reason=consumable:anthropic_api&sort=tasks") == [40, 41]
+    assert rows("/ops/triage/?sort=job&dir=asc") == [40, 41, 42, 43, 44]
+    assert rows("/ops/triage/?state=held") == [42]
+    assert rows("/ops/triage/?owner=alice") == [44]
+    assert rows("/ops/triage/?q=sweep-a") == [40]
+    assert rows("/ops/triage/?owner=launcher&sort=job&dir=asc") == [40, 42]
+    html = client.get("/ops/triage/?q=nothing-like-this").content.decode()
+    assert 'id="triage-empty"' in html and "No waiting job matches" in html
+
+
+def test_a_group_action_asks_once_then_acts_on_every_job_and_errors_stay_inline(client, ops_users, monkeypatch,
+                                                                              django_capture_on_commit_callbacks):
+    from dashboards import enqueue
+    from dashboards.models import ControlRequest
+
+    cluster, fake = _triage_fixture(ops_users)
+    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    monkeypatch.setattr(enqueue, "send", lambda name, request_id: None)
+    client.force_login(ops_users["admin"])
+    post = {"group": "consumable:anthropic_api", "action": "priority", "priority": "200", "next": "?state=pending"}
+    html = client.post("/ops/triage/group", post).content.decode()
+    assert 'id="confirm"' in html and 'data-job="40"' in html and 'data-job="41"' in html
+    assert not ControlRequest.objects.filter(action="triage_priority").exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/ops/triage/group", {**post, "confirm": "yes"})
+    assert response.status_code == 302 and response["Location"] == "/ops/triage/?state=pending"
+    assert sorted(ControlRequest.objects.filter(action="triage_priority").values_list("job_number", "priority")) == [
+        (40, 200), (41, 200)]
+    bad = client.post("/ops/triage/group", {**post, "priority": "5000"}, follow=True)
+    assert bad.status_code == 200 and "-1023 to 1024" in bad.content.decode()
+    assert bad.redirect_chain[-1][0] == "/ops/triage/?state=pending"
+    # A bad per-job request is shown on the triage page itself, at the job's row.
+    response = client.post("/ops/triage/action", {"action": "priority", "job_number": "40", "priority": "5000",
+                                                  "tasks": ""})
+    html = response.content.decode()
+    assert response.status_code == 400 and 'id="triage"' in html and 'class="inline-error"' in html
