@@ -781,3 +781,88 @@ def metrics_snapshot() -> dict[str, Any]:
         "checkpoints": list(IngestCheckpoint.objects.select_related("cluster")),
         "usage": usage_by_project(),
     }
+
+
+# --------------------------------------------------------------------------- audit log (admins)
+
+AUDIT_PER_PAGE = 50
+#: Sort keys of the audit table: URL ``sort`` -> the ordering (newest first by default).
+AUDIT_SORTS = {"at": ("at", "id"), "who": ("user__username", "at"), "action": ("action", "at"),
+               "target": ("target", "at"), "ok": ("ok", "at")}
+AUDIT_FILTERS = ("action", "who", "ok", "q", "since", "until")
+_PARAM_LABELS = {"job_number": "job", "tasks": "tasks", "priority": "priority", "status": "status",
+                 "cluster": "cluster", "campaign": "campaign", "control": "scheduler action", "command": "command",
+                 "count": "tasks", "period": "period", "amount_usd": "amount (USD)", "path": "page"}
+
+
+def audit_search(user: AbstractBaseUser, *, action: str = "", who: str = "", ok: str = "", q: str = "",
+                 since: dt.date | None = None, until: dt.date | None = None, sort: str = "at",
+                 descending: bool = True) -> QuerySet:
+    """Audit entries an admin asked for: exact ``action``, ``who`` (user name), ``ok`` ("yes"/"no"),
+    ``q`` (text in the target or result), days ``since``..``until`` (UTC, inclusive), ordered by
+    ``sort`` (a key of :data:`AUDIT_SORTS`). Raises ``audit.ActionRefused`` for non-admins."""
+    from .audit import ActionRefused
+    from .models import AuditEntry
+
+    if not is_admin(user):
+        raise ActionRefused("only admins may read the audit log")
+    entries = AuditEntry.objects.select_related("user")
+    if action:
+        entries = entries.filter(action=action)
+    if who:
+        entries = entries.filter(user__username=who)
+    if ok in ("yes", "no"):
+        entries = entries.filter(ok=ok == "yes")
+    if q:
+        entries = entries.filter(Q(target__icontains=q) | Q(result__icontains=q))
+    if since:
+        entries = entries.filter(at__gte=dt.datetime.combine(since, dt.time.min, tzinfo=dt.timezone.utc))
+    if until:
+        entries = entries.filter(at__lt=dt.datetime.combine(until + dt.timedelta(days=1), dt.time.min,
+                                                            tzinfo=dt.timezone.utc))
+    order = AUDIT_SORTS.get(sort, AUDIT_SORTS["at"])
+    return entries.order_by(*(f"-{f}" if descending else f for f in order), "-id" if descending else "id")
+
+
+def audit_params_text(params: dict) -> list[tuple[str, str]]:
+    """An audit entry's parameters as ``[(label, text)]`` people read: task ranges as ``1-3,5``
+    (``all`` for the whole job), lists joined, None as ``—``; known keys get plain names."""
+    out = []
+    for key, value in (params or {}).items():
+        if key == "tasks" and (value is None or (isinstance(value, list) and all(
+                isinstance(r, list) and len(r) == 2 for r in value))):
+            from .control import ranges_text
+
+            text = ranges_text(value)
+        elif value is None or value == "":
+            text = "—"
+        elif isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif isinstance(value, list):
+            text = ", ".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            text = ", ".join(f"{k}={v}" for k, v in value.items())
+        else:
+            text = str(value)
+        out.append((_PARAM_LABELS.get(key, key.replace("_", " ")), text))
+    return out
+
+
+def audit_target_link(target: str) -> str:
+    """The page of an audit target (``campaign:12``, ``job:812``, ``team:research``, ``agent:x:v1``),
+    or "" when it has none."""
+    from django.urls import NoReverseMatch, reverse
+
+    kind, _, rest = (target or "").partition(":")
+    try:
+        if kind == "campaign" and rest.isdigit():
+            return reverse("ops-campaign", args=[int(rest)])
+        if kind == "job" and rest.isdigit():
+            return reverse("ops-triage") + f"?q={rest}"
+        if kind == "team" and rest:
+            return reverse("ops-audit") + f"?q=team:{rest}"
+        if kind == "agent":
+            return reverse("ops-agents")
+    except NoReverseMatch:
+        return ""
+    return ""

@@ -331,3 +331,42 @@ def test_a_group_action_asks_once_then_acts_on_every_job_and_errors_stay_inline(
                                                   "tasks": ""})
     html = response.content.decode()
     assert response.status_code == 400 and 'id="triage"' in html and 'class="inline-error"' in html
+
+
+# --------------------------------------------------------------------------- feature 5: the audit log
+
+def test_the_audit_log_pages_filters_sorts_links_targets_and_exports_csv(client, ops_users):
+    import csv as csvmod
+    import io
+
+    from dashboards.models import AuditEntry
+
+    admin = ops_users["admin"]
+    for n in range(60):
+        AuditEntry.objects.create(user=admin, action="triage_hold", target=f"job:{1000 + n}",
+                                  params={"job_number": 1000 + n, "tasks": [[1, 3], [5, 5]], "priority": None},
+                                  ok=True, result=f"held: job {1000 + n}")
+    AuditEntry.objects.create(user=ops_users["launcher"], action="campaign_cancel", target="campaign:7", params={},
+                              ok=False, result="refused: no pending or running tasks to cancel")
+    client.force_login(ops_users["viewer"])
+    assert client.get("/ops/audit/").status_code == 403
+    assert client.get("/ops/audit.csv").status_code == 403
+    client.force_login(admin)
+    html = client.get("/ops/audit/").content.decode()
+    assert html.count("<tr class=") == 50 and "page 1 of 2 (61 entries)" in html
+    assert '<a href="/ops/campaigns/7/">campaign:7</a>' in html
+    assert "<dt>tasks</dt><dd>1-3,5</dd>" in html and "<dt>priority</dt><dd>—</dd>" in html
+    html = client.get("/ops/audit/?sort=at&dir=desc&page=2").content.decode()
+    assert html.count("<tr class=") == 11 and '<a href="/ops/triage/?q=1000">job:1000</a>' in html
+    html = client.get("/ops/audit/?ok=no").content.decode()
+    assert html.count("<tr class=") == 1 and "campaign_cancel" in html
+    html = client.get("/ops/audit/?who=launcher&sort=target&dir=asc").content.decode()
+    assert html.count("<tr class=") == 1
+    html = client.get("/ops/audit/?q=job+1059").content.decode()
+    assert html.count("<tr class=") == 1
+    response = client.get("/ops/audit.csv?action=triage_hold")
+    rows = list(csvmod.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[0][:3] == ["at_utc", "user", "action"] and len(rows) == 61
+    assert {r[2] for r in rows[1:]} == {"triage_hold"}
+    html = client.get("/ops/audit/?q=nothing-like-this").content.decode()
+    assert 'id="audit-empty"' in html
