@@ -717,9 +717,115 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
                                                  "stdout_truncated", "stderr_truncated")}
                    if isinstance(record, dict) else None),
         "accounting": accounting,
+        "accounting_rows": [accounting_fields(row) for row in accounting],
         "scheduler": scheduler,
         "pending_reasons": reasons,
+        "progress": task_progress(task),
+        "neighbours": task_neighbours(user, task),
     }
+
+
+#: Accounting record fields as people read them: field -> (label, unit kind).
+ACCOUNTING_LABELS = {
+    "job_number": ("job", ""), "task_number": ("array task", ""), "pe_taskid": ("parallel task", ""),
+    "submitted_at": ("submitted (UTC)", "time"), "started_at": ("started (UTC)", "time"),
+    "ended_at": ("ended (UTC)", "time"), "job_name": ("job name", ""), "owner": ("owner", ""),
+    "group": ("group", ""), "project": ("project", ""), "department": ("department", ""),
+    "account": ("account", ""), "queue": ("queue", ""), "hostname": ("host", ""), "slots": ("slots", ""),
+    "wallclock_s": ("wall clock", "s"), "wallclock_exact_s": ("wall clock, exact", "s"),
+    "cpu_s": ("CPU time", "s"), "maxvmem_bytes": ("peak virtual memory", "bytes"),
+    "failed": ("failed code (0: none)", ""), "exit_status": ("exit status", ""), "category": ("requests (-l, -q, -P)", ""),
+}
+_HIDDEN_ACCOUNTING = {"submission_us", "start_us", "end_us", "usage"}
+
+
+def _bytes_text(value: float) -> str:
+    """Bytes in binary units: ``1.50 GiB (1610612736 bytes)``."""
+    n = float(value)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit} ({n:.0f} bytes)"
+    return f"{n:.0f} bytes"
+
+
+def accounting_fields(row: dict[str, Any]) -> list[list[str]]:
+    """One accounting record (``AccountingRecord`` values, JSON-ready) as ``[[label, text]]``:
+    plain names, seconds with ``s`` (and minutes or hours past a minute), memory in KiB/MiB/GiB,
+    times in UTC without the zone letter; empty and internal fields left out."""
+    out = []
+    for key, value in row.items():
+        if key in _HIDDEN_ACCOUNTING or value is None or value == "":
+            continue
+        label, kind = ACCOUNTING_LABELS.get(key, (key.replace("_", " "), ""))
+        if kind == "s":
+            seconds = float(value)
+            text = f"{seconds:.3f} s" if seconds < 60 else f"{seconds:.0f} s ({_duration_text(seconds)})"
+        elif kind == "bytes":
+            text = _bytes_text(value)
+        elif kind == "time":
+            text = str(value).replace("T", " ").replace("Z", "").split("+")[0]
+        else:
+            text = str(value)
+        out.append([label, text])
+    return out
+
+
+def _duration_text(seconds: float) -> str:
+    total = int(round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def task_progress(task: Task, *, now: dt.datetime | None = None) -> dict[str, Any] | None:
+    """While a task runs: ``{"started_at": ISO, "elapsed_s", "expected_s", "expected_from",
+    "timeout_s", "pct"}`` (None otherwise). ``expected_s`` is the campaign's median run time
+    (scheduler start to end, finished tasks) when at least one task ended, else the agent's
+    timeout; ``pct`` is elapsed over expected, at most 99 while it still runs."""
+    start = task.task_started_at or task.started_at
+    if not task.active or task.state not in ("running", "starting", "suspended", "finishing") or start is None:
+        return None
+    now = now or timezone.now()
+    elapsed = max((now - start).total_seconds(), 0.0)
+    campaign = task.campaign
+    timeout = campaign.agent_definition.timeout_s if campaign is not None else None
+    expected, source = None, ""
+    if campaign is not None:
+        walls = sorted(Task.objects.filter(campaign=campaign, state="done", wallclock_s__isnull=False)
+                       .values_list("wallclock_s", flat=True)[:1000])
+        if walls:
+            from .stages import quantile
+
+            expected, source = quantile(walls, 0.5), f"median of {len(walls)} finished task(s)"
+    if expected is None and timeout:
+        expected, source = float(timeout), "the agent's timeout"
+    pct = None if not expected else round(min(99.0, 100.0 * elapsed / expected), 1)
+    return {"started_at": _iso(start), "elapsed_s": round(elapsed, 3), "expected_s": expected,
+            "expected_from": source, "timeout_s": timeout, "pct": pct}
+
+
+def task_neighbours(user: AbstractBaseUser, task: Task) -> dict[str, Any]:
+    """The previous and next task of the same campaign by task number, that ``user`` may see:
+    ``{"previous": {id, task_id} | None, "next": {id, task_id} | None}`` (both None outside a campaign)."""
+    out: dict[str, Any] = {"previous": None, "next": None}
+    if task.campaign_id is None:
+        return out
+    siblings = tasks_visible_to(user).filter(campaign_id=task.campaign_id)
+    before = siblings.filter(task_number__lt=task.task_number).order_by("-task_number", "-id").first()
+    after = siblings.filter(task_number__gt=task.task_number).order_by("task_number", "id").first()
+    for key, found in (("previous", before), ("next", after)):
+        if found is not None:
+            out[key] = {"id": found.pk, "task_id": found.task_id}
+    return out
+
+
+def task_logs(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
+    """The live tail of a task's stdout and stderr: ``{"stdout": read_spool_file, "stderr": ...,
+    "active": bool, "generated_at"}``. Raises ``Task.DoesNotExist``."""
+    task = task_for(user, task_id)
+    return {"stdout": read_spool_file(task_output_path(task, "stdout")),
+            "stderr": read_spool_file(task_output_path(task, "stderr")),
+            "active": task.active, "generated_at": _iso(timezone.now())}
 
 
 # --------------------------------------------------------------------------- usage

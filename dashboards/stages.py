@@ -224,4 +224,8 @@ def timeline(task: Task) -> list[dict[str, Any]]:
     else:
         add("agent_work", "agent work", task.agent_started_at, task.agent_exited_at)
         add("teardown", "teardown", task.agent_exited_at, task.teardown_done_at, overhead=True)
+    if task.task_started_at is None and task.started_at is not None and task.runner_record is None:
+        # Started by the scheduler, no runner stage reported yet: one segment up to now (or its end).
+        add("running", "running (no runner stage yet)" if task.active else "ran (no runner record)",
+            task.started_at, None if task.active else task.ended_at)
     return segments

@@ -55,6 +55,15 @@ def task_page(request: HttpRequest, task_id: int) -> HttpResponse:
 
 
 @login_required
+def task_logs(request: HttpRequest, task_id: int) -> JsonResponse:
+    """The live tail of a task's stdout and stderr (JSON, ``selectors.task_logs``), polled by the agent page."""
+    try:
+        return JsonResponse(selectors.task_logs(request.user, task_id))
+    except Task.DoesNotExist:
+        raise Http404("no such task") from None
+
+
+@login_required
 def task_output(request: HttpRequest, task_id: int, name: str) -> HttpResponse:
     """One file of the agent's work directory, as text (the last ``TCO_LOG_VIEW_CAP`` bytes)."""
     try:

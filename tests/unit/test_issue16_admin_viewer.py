@@ -370,3 +370,56 @@ def test_the_audit_log_pages_filters_sorts_links_targets_and_exports_csv(client,
     assert {r[2] for r in rows[1:]} == {"triage_hold"}
     html = client.get("/ops/audit/?q=nothing-like-this").content.decode()
     assert 'id="audit-empty"' in html
+
+
+# --------------------------------------------------------------------------- feature 6: the agent page
+
+def test_accounting_fields_have_readable_names_and_units():
+    from dashboards.selectors import accounting_fields
+
+    rows = dict(accounting_fields({"wallclock_s": 125.0, "cpu_s": 0.25, "maxvmem_bytes": 3 * (1 << 29),
+                                   "ended_at": "2026-12-01T10:00:05Z", "failed": 0, "usage": {}, "start_us": 1,
+                                   "department": ""}))
+    assert rows == {"wall clock": "125 s (2 min 05 s)", "CPU time": "0.250 s",
+                    "peak virtual memory": "1.50 GiB (1610612736 bytes)", "ended (UTC)": "2026-12-01 10:00:05",
+                    "failed code (0: none)": "0"}
+
+
+def test_a_running_task_has_elapsed_time_progress_neighbours_and_a_running_segment(team_and_user):
+    from dashboards.selectors import task_neighbours, task_progress
+    from dashboards.stages import timeline
+    from tests.conftest import make_campaign
+
+    team, user = team_and_user
+    now = timezone.now()
+    campaign = make_campaign(team=team, user=user, name="c6", job_number=606, tasks=[
+        {"state": "done", "active": False, "wallclock_s": 100.0},
+        {"state": "done", "active": False, "wallclock_s": 300.0},
+        {"state": "running", "started_at": now - dt.timedelta(seconds=50)}])
+    running = Task.objects.select_related("campaign__agent_definition").get(campaign=campaign, task_number=3)
+    progress = task_progress(running, now=now)
+    assert progress["elapsed_s"] == pytest.approx(50.0) and progress["expected_s"] == pytest.approx(200.0)
+    assert progress["pct"] == pytest.approx(25.0) and "median of 2" in progress["expected_from"]
+    assert task_progress(Task.objects.get(campaign=campaign, task_number=1)) is None
+    segments = {s["stage"]: s for s in timeline(running)}
+    assert segments["running"]["end"] is None and segments["running"]["start"].startswith(
+        (now - dt.timedelta(seconds=50)).strftime("%Y-%m-%dT%H:%M:%S"))
+    admin = type(user).objects.create_superuser("root2", password=None)
+    admin.is_staff = True
+    admin.save()
+    near = task_neighbours(admin, running)
+    assert near["previous"]["task_id"] == "606.2" and near["next"] is None
+
+
+def test_the_log_tail_is_scoped_like_the_task(client, ops_users):
+    from tests.ops.fixtures import make_campaign as ops_campaign
+
+    team = ops_users["launcher"].memberships.get().team
+    campaign = ops_campaign(team=team, user=ops_users["launcher"], name="logs", status="running", count=1)
+    task = Task.objects.create(cluster=campaign.cluster, campaign=campaign, job_number=campaign.job_number,
+                               task_number=1, is_array=True, state="running")
+    client.force_login(ops_users["viewer"])
+    body = client.get(f"/tasks/{task.pk}/logs.json").json()
+    assert body["active"] is True and set(body) >= {"stdout", "stderr"}
+    client.force_login(ops_users["other"])
+    assert client.get(f"/tasks/{task.pk}/logs.json").status_code == 404
