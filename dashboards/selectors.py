@@ -526,8 +526,22 @@ def _task_row(t: Task) -> dict[str, Any]:
     }
 
 
+#: Sort keys of a campaign's task table: URL ``sort`` -> the Task field (the task number breaks ties).
+TASK_SORTS = {"task": "task_number", "state": "state", "host": "host", "started": "started_at",
+              "ended": "ended_at", "wallclock": "wallclock_s", "cost": "cost_usd", "exit": "exit_status",
+              "verdict": "verdict"}
+
+
+def task_table_choice(sort: str | None, direction: str | None, q: str | None) -> dict[str, Any]:
+    """A task table's sort and search as given in a URL or a WebSocket message, checked:
+    ``{"sort": key of TASK_SORTS | None, "descending": bool, "q": str (at most 100 characters)}``."""
+    return {"sort": sort if sort in TASK_SORTS else None, "descending": direction == "desc",
+            "q": (q or "").strip()[:100]}
+
+
 def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, per_page: int = TASKS_PER_PAGE,
-                    state: str | None = None) -> dict[str, Any]:
+                    state: str | None = None, sort: str | None = None, descending: bool = False,
+                    q: str = "") -> dict[str, Any]:
     """One campaign's progress, a page of its tasks (failures and errors first) and its stage table.
 
     Raises ``Campaign.DoesNotExist`` when the campaign is not visible to
@@ -545,8 +559,12 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
          "page", "pages", "per_page", "state_filter",
          "stages": campaign_stages(...)}
 
-    With no ``state`` filter the pages list errors, failures and lost tasks
-    first, then the others by task number; both parts come from indexes.
+    With no ``state`` filter and no ``sort`` the pages list errors, failures
+    and lost tasks first, then the others by task number; both parts come
+    from indexes. ``sort`` (a key of :data:`TASK_SORTS`, ``descending``)
+    orders every task instead; ``q`` keeps the tasks whose number is ``q`` or
+    whose host or verdict contains it. The answer repeats ``sort``,
+    ``descending``, ``q`` and counts the matches in ``matching``.
     """
     if state is not None and state not in LIFECYCLE_STATES:
         raise ValueError(f"unknown state {state!r}")
@@ -555,11 +573,23 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
     states = _state_counts(tasks.values_list("state").annotate(n=Count("id")).order_by())
     ended = sum(states[s] for s in TERMINAL_STATES)
     failures = sum(states[s] for s in FAILURE_STATES)
-    total = states[state] if state else sum(states.values())
+    if sort not in TASK_SORTS:
+        sort = None
+    q = (q or "").strip()[:100]
+    chosen = tasks.filter(state=state) if state else tasks
+    if q:
+        chosen = chosen.filter(Q(host__icontains=q) | Q(verdict__icontains=q)
+                               | (Q(task_number=int(q)) if q.isdigit() else Q(pk__in=[])))
+    total = chosen.count() if (q or sort) else (states[state] if state else sum(states.values()))
     pages = max(1, -(-total // per_page))
     page = min(max(page, 1), pages)
     first = (page - 1) * per_page
-    if state:
+    if q or sort:
+        field = TASK_SORTS[sort or "task"]
+        order = F(field).desc(nulls_last=True) if descending else F(field).asc(nulls_last=True)
+        tie = "-task_number" if descending else "task_number"
+        rows = list(chosen.order_by(order, tie, "id")[first:first + per_page])
+    elif state:
         rows = list(tasks.filter(state=state).order_by("task_number")[first:first + per_page])
     else:
         rows = []
@@ -604,6 +634,10 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
         "pages": pages,
         "per_page": per_page,
         "state_filter": state,
+        "sort": sort,
+        "descending": bool(descending),
+        "q": q,
+        "matching": total,
         "stages": campaign_stages(campaign, states),
     }
 

@@ -423,3 +423,34 @@ def test_the_log_tail_is_scoped_like_the_task(client, ops_users):
     assert body["active"] is True and set(body) >= {"stdout", "stderr"}
     client.force_login(ops_users["other"])
     assert client.get(f"/tasks/{task.pk}/logs.json").status_code == 404
+
+
+# --------------------------------------------------------------------------- feature 5: the tasks table
+
+def test_the_task_table_sorts_and_searches_on_the_server_with_the_state_in_the_url(client, ops_users):
+    import json
+    import re
+
+    from tests.ops.fixtures import make_campaign as ops_campaign
+
+    team = ops_users["launcher"].memberships.get().team
+    campaign = ops_campaign(team=team, user=ops_users["launcher"], name="tbl", status="finished", count=4)
+    for n, (state, host, exit_status) in enumerate([("done", "vm-b", 0), ("failed", "vm-a", 2), ("done", "vm-c", 0),
+                                                    ("done", "vm-a", 1)], 1):
+        Task.objects.create(cluster=campaign.cluster, campaign=campaign, job_number=campaign.job_number,
+                            task_number=n, is_array=True, state=state, host=host, exit_status=exit_status,
+                            active=False)
+    client.force_login(ops_users["viewer"])
+
+    def numbers(query):
+        html = client.get(f"/campaigns/{campaign.pk}/?{query}").content.decode()
+        data = json.loads(re.search(r'<script id="initial-campaign" type="application/json">(.*?)</script>',
+                                    html, re.S).group(1))
+        return [t["task_number"] for t in data["tasks"]], data
+    assert numbers("")[0] == [2, 1, 3, 4]  # failures first by default
+    assert numbers("sort=host&dir=asc")[0] == [2, 4, 1, 3]
+    assert numbers("sort=exit&dir=desc")[0] == [2, 4, 3, 1]
+    found, data = numbers("q=vm-a&sort=task")
+    assert found == [2, 4] and data["matching"] == 2 and data["q"] == "vm-a" and data["sort"] == "task"
+    assert numbers("q=3")[0] == [3]
+    assert numbers("sort=nonsense")[1]["sort"] is None
