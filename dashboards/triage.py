@@ -139,7 +139,7 @@ def _group_of(job: dict, hold: ControlRequest | None) -> dict[str, str]:
             day = timezone.localtime(hold.finished_at or hold.created_at).strftime(_WEEKDAY)
             verb = "paused" if hold.action.startswith("campaign_") else "held"
             return {"key": f"held_tco:{who}:{day}", "kind": "held_tco",
-                    "label": f"{verb} by {who} in tco on {day}"}
+                    "label": f"are {verb} by {who} in tco on {day}"}
         return {"key": "held", "kind": "held", "label": "are held outside tco (user, operator or system hold)"}
     for text in texts:
         if text.startswith("waiting for job") or text.startswith("waiting for the jobs") or \
@@ -164,9 +164,23 @@ def _group_of(job: dict, hold: ControlRequest | None) -> dict[str, str]:
     return {"key": "unknown", "kind": "unknown", "label": "wait without a reason from the scheduler"}
 
 
+_SINGULAR = {"are ": "is ", "wait ": "waits "}
+
+
+def _title(tasks: int, label: str) -> str:
+    """``183 tasks wait for anthropic_api seats`` / ``1 task waits for ...`` (the verb agrees)."""
+    if tasks == 1:
+        for plural, singular in _SINGULAR.items():
+            if label.startswith(plural):
+                label = singular + label[len(plural):]
+                break
+        return f"1 task {label}"
+    return f"{tasks} tasks {label}"
+
+
 def triage_groups(jobs: list[dict]) -> list[dict]:
     """The jobs grouped by ``job["group"]["key"]``, biggest first: ``[{"key", "kind", "label",
-    "tasks": n, "jobs": [job_number], "oldest_wait_s", "action": {"action", "label", "why"}}]``."""
+    "title" ("12 tasks wait for the share tree"), "tasks": n, "jobs": [job_number], "oldest_wait_s", "action": {"action", "label", "why"}}]``."""
     groups: dict[str, dict] = {}
     for job in jobs:
         g = job["group"]
@@ -177,6 +191,7 @@ def triage_groups(jobs: list[dict]) -> list[dict]:
                                         "action": {"action": action, "label": label, "why": why}}
         group["tasks"] += job["tasks"]
         group["jobs"].append(job["job_number"])
+        group["title"] = _title(group["tasks"], group["label"])
         if job["wait_s"] is not None and (group["oldest_wait_s"] is None or job["wait_s"] > group["oldest_wait_s"]):
             group["oldest_wait_s"] = job["wait_s"]
     return sorted(groups.values(), key=lambda g: (g["kind"] != "error", -g["tasks"], g["key"]))

@@ -278,7 +278,10 @@ def test_triage_groups_pending_work_by_reason_with_count_oldest_wait_and_action(
     assert 899 <= seats["oldest_wait_s"] <= 960
     weekday = timezone.localtime(timezone.now()).strftime("%A")
     held = groups[f"held_tco:launcher:{weekday}"]
-    assert held["label"] == f"paused by launcher in tco on {weekday}" and held["action"]["action"] == "release"
+    assert held["title"] == f"1 task is paused by launcher in tco on {weekday}"
+    assert held["action"]["action"] == "release"
+    assert seats["title"] == "4 tasks wait for anthropic_api seats"
+    assert groups["error"]["title"] == "1 task is in the error state"
     assert groups["error"]["action"]["action"] == "clear_error"
     assert triage.triage_groups(overview["jobs"])[0]["key"] == "error"
     by_job = {j["job_number"]: j for j in overview["jobs"]}
@@ -454,3 +457,18 @@ def test_the_task_table_sorts_and_searches_on_the_server_with_the_state_in_the_u
     assert found == [2, 4] and data["matching"] == 2 and data["q"] == "vm-a" and data["sort"] == "task"
     assert numbers("q=3")[0] == [3]
     assert numbers("sort=nonsense")[1]["sort"] is None
+
+
+def test_the_stylesheet_defines_every_colour_variable_in_both_themes():
+    import re
+    from pathlib import Path
+
+    css = (Path(__file__).resolve().parents[2] / "static" / "css" / "tco.css").read_text()
+    light, dark = (dict(re.findall(r"(--[\w-]+):\s*([^;]+);", block)) for block in
+                   re.findall(r":root\s*\{([^}]*)\}", css)[:2])
+    assert set(dark) <= set(light) and set(light) - set(dark) <= {"--focus"}
+    for theme in (light, dark):
+        for name, value in theme.items():
+            assert "var(" not in value, f"{name} refers to a variable: {value}"
+    used = set(re.findall(r"var\((--[\w-]+)\)", css))
+    assert used <= set(light), used - set(light)
