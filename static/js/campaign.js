@@ -59,11 +59,11 @@
       if (h) {
         for (var i = 0; i < h.counts.length; i++) { x.push((h.edges[i] + h.edges[i + 1]) / 2); y.push(h.counts[i]); }
       }
-      window.Plotly.react(div, [{ x: x, y: y, type: "bar", marker: { color: "#8fb0ef" }, name: r.label }], {
+      window.Plotly.react(div, [{ x: x, y: y, type: "bar", marker: { color: "#8fb0ef" }, name: r.label }], TCO.themed({
         title: { text: r.label + (r.median_s !== null ? " · median " + secs(r.median_s) + " s" : " · no data yet"), font: { size: 13 } },
         margin: { l: 40, r: 10, t: 30, b: 35 }, height: 200, bargap: 0.05,
         xaxis: { title: { text: "seconds" } }, yaxis: { title: { text: "tasks" } }
-      }, TCO.plotConfig);
+      }), TCO.plotConfig);
     });
     // Size the plots to their grid cells once the grid has laid them out.
     window.requestAnimationFrame(function () {

@@ -155,7 +155,7 @@
       return { x: d.t, y: d.queued[team], name: team + " queued", type: "scatter", mode: "lines", stackgroup: "queued" };
     });
     traces.push({ x: d.t, y: d.running, name: "running", type: "scatter", mode: "lines", line: { dash: "dot", color: "#1e7b34" } });
-    window.Plotly.react(chart, traces, {
+    window.Plotly.react(chart, traces, TCO.themed({
       // The legend above the plot and room below for the date line of the ticks: a legend or a
       // second tick line pushed under a fixed 40 px margin was clipped to a stray letter.
       margin: { l: 50, r: 10, t: 30, b: 10 }, height: 280,
@@ -163,7 +163,7 @@
       yaxis: { title: { text: "tasks" }, rangemode: "tozero", automargin: true },
       xaxis: { type: "date", automargin: true, tickformatstops: [
         { dtickrange: [null, 86400000], value: "%H:%M" }, { dtickrange: [86400000, null], value: "%b %d" }] }
-    }, TCO.plotConfig);
+    }), TCO.plotConfig);
   }
 
   Array.prototype.forEach.call(document.querySelectorAll(".tabs .tab"), function (b) {
