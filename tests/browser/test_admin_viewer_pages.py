@@ -28,7 +28,7 @@ from tests.ops.fixtures import (  # noqa: F401
 )
 
 from ..conftest import TEST_OUTPUT
-from .test_queue_page import CHROMIUM_ARGS
+from .test_pages_roles import browser  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -38,22 +38,9 @@ SHOTS = TEST_OUTPUT / "uxb"
 PHONE = {"width": 390, "height": 844}
 
 
-@pytest.fixture
-def chromium():
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
 @contextmanager
-def signed_in(chromium, stack, username: str, password: str = PASSWORD, **context_options):
-    context = chromium.new_context(**{"viewport": {"width": 1400, "height": 1000}, **context_options})
+def signed_in(browser, stack, username: str, password: str = PASSWORD, **context_options):
+    context = browser.new_context(**{"viewport": {"width": 1400, "height": 1000}, **context_options})
     page = context.new_page()
     page.goto(stack.url + "/login/")
     page.fill("#id_username", username)
@@ -67,6 +54,7 @@ def signed_in(chromium, stack, username: str, password: str = PASSWORD, **contex
 
 
 def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
@@ -82,7 +70,7 @@ def fits_the_viewport(page) -> None:
     assert box is not None and box["x"] + box["width"] <= PHONE["width"]
 
 
-def test_an_admin_clears_triage_by_reason_and_reads_the_audit_log(ops_stack, chromium, ops_logins):
+def test_an_admin_clears_triage_by_reason_and_reads_the_audit_log(ops_stack, browser, ops_logins):
     admin_password = os.environ["TCO_ADMIN_PASSWORD"]
     # Two jobs held outside tco (a user hold from qsub -h): one group, one action.
     jobs = []
@@ -98,7 +86,7 @@ def test_an_admin_clears_triage_by_reason_and_reads_the_audit_log(ops_stack, chr
     try:
         wait_until(lambda: Task.objects.filter(job_number__in=jobs, state="held", active=True).count() == 2, 60,
                    "the held jobs seen by tco", 0.5)
-        with signed_in(chromium, ops_stack, "admin", admin_password) as page:
+        with signed_in(browser, ops_stack, "admin", admin_password) as page:
             page.goto(ops_stack.url + "/ops/triage/")
             group = 'div.group[data-group="held"]'
             page.wait_for_selector(group)
@@ -154,7 +142,7 @@ def test_an_admin_clears_triage_by_reason_and_reads_the_audit_log(ops_stack, chr
             shot(page, "admin-campaign-control-finished")
             assert AuditEntry.objects.filter(action="triage_release", user=ops_logins["admin"]).count() == 2
         # The same triage page at 390 px, in the dark theme.
-        with signed_in(chromium, ops_stack, "admin", admin_password, viewport=PHONE, color_scheme="dark") as phone:
+        with signed_in(browser, ops_stack, "admin", admin_password, viewport=PHONE, color_scheme="dark") as phone:
             phone.goto(ops_stack.url + "/ops/triage/")
             phone.wait_for_selector("h1")
             fits_the_viewport(phone)
@@ -166,14 +154,14 @@ def test_an_admin_clears_triage_by_reason_and_reads_the_audit_log(ops_stack, chr
             qdel_quietly(job)
 
 
-def test_a_viewer_follows_a_running_agent_and_reads_the_pages_on_a_phone(ops_stack, chromium, ops_logins):
+def test_a_viewer_follows_a_running_agent_and_reads_the_pages_on_a_phone(ops_stack, browser, ops_logins):
     research = Team.objects.get(project="research")
     campaign = launch(user=ops_logins["launcher"], request=LaunchRequest(
         team=research, agent_definition=AgentDefinition.objects.get(name="demo-agent"), name="uxb-view",
         concurrency_cap=1, inputs=[{"task": n, "duration_s": 12.0} for n in (1, 2)])).campaign
     task = wait_until(lambda: Task.objects.filter(campaign=campaign, state="running").first(), 120,
                       "a running task", 0.5)
-    with signed_in(chromium, ops_stack, "viewer") as page:
+    with signed_in(browser, ops_stack, "viewer") as page:
         page.goto(f"{ops_stack.url}/tasks/{task.pk}/")
         page.wait_for_selector("#live.on", timeout=15000)
         page.wait_for_selector("#running-card:not([hidden])", timeout=15000)
@@ -206,7 +194,7 @@ def test_a_viewer_follows_a_running_agent_and_reads_the_pages_on_a_phone(ops_sta
         assert response.status == 404 and page.locator("#error-page").count() == 1
         assert page.locator('header.top nav a[href="/"]').count() == 1
         shot(page, "viewer-404")
-    with signed_in(chromium, ops_stack, "viewer", viewport=PHONE) as phone:
+    with signed_in(browser, ops_stack, "viewer", viewport=PHONE) as phone:
         for name, path in (("queue", "/"), ("campaign", f"/campaigns/{campaign.pk}/"), ("agent", f"/tasks/{task.pk}/")):
             phone.goto(ops_stack.url + path)
             phone.wait_for_selector("#live.on", timeout=15000)
