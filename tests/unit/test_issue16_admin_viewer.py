@@ -472,3 +472,18 @@ def test_the_stylesheet_defines_every_colour_variable_in_both_themes():
             assert "var(" not in value, f"{name} refers to a variable: {value}"
     used = set(re.findall(r"var\((--[\w-]+)\)", css))
     assert used <= set(light), used - set(light)
+
+
+def test_the_campaign_finished_notice_can_be_dismissed_one_campaign_at_a_time(client, ops_users):
+    from tests.ops.fixtures import make_campaign as ops_campaign
+
+    team = ops_users["launcher"].memberships.get().team
+    done = [ops_campaign(team=team, user=ops_users["launcher"], name=f"n{i}", status="finished") for i in (1, 2)]
+    for c in done:
+        Campaign.objects.filter(pk=c.pk).update(finished_at=timezone.now())
+    client.force_login(ops_users["launcher"])
+    html = client.get("/").content.decode()
+    for c in done:
+        finished_at = Campaign.objects.get(pk=c.pk).finished_at
+        assert f'data-notice="campaign-finished-{c.pk}-{int(finished_at.timestamp())}"' in html
+    assert html.count('class="dismiss"') == 2 and "js/notices.js" in html
