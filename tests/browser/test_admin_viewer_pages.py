@@ -189,6 +189,17 @@ def test_a_viewer_follows_a_running_agent_and_reads_the_pages_on_a_phone(ops_sta
         page.wait_for_function("document.querySelector('#tasks tbody tr').dataset.taskNumber === '2'",
                                timeout=10000)
         shot(page, "viewer-campaign-sorted")
+        # Bug 11: no text of the queue-depth chart (ticks, legend) is cut off at its edges.
+        page.goto(ops_stack.url + "/")
+        page.wait_for_selector("#depth-chart .main-svg", timeout=60000)
+        clipped = page.evaluate("""() => {
+            const box = document.querySelector('#depth-chart .main-svg').getBoundingClientRect();
+            return Array.from(document.querySelectorAll('#depth-chart text')).map(t => [t.textContent, t.getBoundingClientRect()])
+              .filter(([s, r]) => s.trim() && r.width > 0 && (r.top < box.top - 1 || r.bottom > box.bottom + 1 ||
+                                                              r.left < box.left - 1 || r.right > box.right + 1))
+              .map(([s]) => s); }""")
+        assert clipped == [], clipped
+        shot(page, "viewer-queue")
         # A missing page is the styled 404 with navigation.
         response = page.goto(f"{ops_stack.url}/campaigns/999999/")
         assert response.status == 404 and page.locator("#error-page").count() == 1
