@@ -23,6 +23,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
+from django.db.models.functions import NullIf
 from django.utils import timezone
 
 from execution.spool import TOKEN_BUCKETS
@@ -586,7 +587,9 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
     first = (page - 1) * per_page
     if q or sort:
         field = TASK_SORTS[sort or "task"]
-        order = F(field).desc(nulls_last=True) if descending else F(field).asc(nulls_last=True)
+        # An empty host or verdict (not yet known) sorts with the unknowns: last, either way.
+        value = NullIf(F(field), Value("")) if field in ("host", "verdict") else F(field)
+        order = value.desc(nulls_last=True) if descending else value.asc(nulls_last=True)
         tie = "-task_number" if descending else "task_number"
         rows = list(chosen.order_by(order, tie, "id")[first:first + per_page])
     elif state:

@@ -456,6 +456,8 @@ def test_the_task_table_sorts_and_searches_on_the_server_with_the_state_in_the_u
     found, data = numbers("q=vm-a&sort=task")
     assert found == [2, 4] and data["matching"] == 2 and data["q"] == "vm-a" and data["sort"] == "task"
     assert numbers("q=3")[0] == [3]
+    Task.objects.filter(campaign=campaign, task_number=3).update(host="")
+    assert numbers("sort=host&dir=asc")[0] == [2, 4, 1, 3] and numbers("sort=host&dir=desc")[0] == [1, 4, 2, 3]
     assert numbers("sort=nonsense")[1]["sort"] is None
 
 
