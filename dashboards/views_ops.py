@@ -342,7 +342,8 @@ def triage_action_view(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def triage_group_view(request: HttpRequest) -> HttpResponse:
-    """One action on every job of a reason group (``group``: its key), after one confirmation.
+    """One action on every job of a reason group (``group``: its key) as the page showed it (the
+    filters and search in ``next``), after one confirmation.
 
     Each job goes through ``control.triage_action`` (checked and audited one by one); the
     results come back as one message on the triage page: how many were queued, and each
@@ -365,13 +366,16 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
             messages.error(request, f"Priority: a whole number from {limits.PRIORITY_MIN} to {limits.PRIORITY_MAX}.")
             return _back_to_triage(request)
     overview = triage.triage_overview(max_jobs=TRIAGE_MAX_JOBS)
-    group = next((g for g in triage.triage_groups(overview["jobs"]) if g["key"] == key), None)
+    # The group as the page showed it: with the filters and search it was sent from.
+    shown = QueryDict(request.POST.get("next", "").lstrip("?"))
+    jobs = triage.triage_filter(overview["jobs"], **{k: shown.get(k, "")[:100] for k in TRIAGE_FILTERS})
+    group = next((g for g in triage.triage_groups(jobs) if g["key"] == key), None)
     if group is None:
         messages.error(request, "That group has no waiting jobs any more (they may have started); nothing was done.")
         return _back_to_triage(request)
     label = dict(TriageActionForm.ACTIONS)[action]
     if request.POST.get("confirm") != "yes":
-        jobs = [j for j in overview["jobs"] if j["job_number"] in group["jobs"]]
+        jobs = [j for j in jobs if j["job_number"] in group["jobs"]]
         return render(request, "dashboards/triage_confirm.html", {
             "group": group, "group_jobs": jobs, "action": action, "action_label": label, "priority": priority,
             "next": request.POST.get("next", "")})

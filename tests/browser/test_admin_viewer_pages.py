@@ -90,8 +90,8 @@ def test_an_admin_clears_triage_by_reason_and_reads_the_audit_log(ops_stack, bro
             page.goto(ops_stack.url + "/ops/triage/")
             group = 'div.group[data-group="held"]'
             page.wait_for_selector(group)
-            assert page.get_attribute(f"{group} h3", "data-count") == "2"
-            assert text(page, f"{group} h3").startswith("2 tasks are held outside tco")
+            assert int(page.get_attribute(f"{group} h3", "data-count")) >= 2
+            assert "tasks are held outside tco" in text(page, f"{group} h3")
             for job in jobs:
                 assert page.locator(f'tr[data-job="{job}"][data-group="held"]').count() == 1
             shot(page, "admin-triage-groups")
@@ -111,14 +111,16 @@ def test_an_admin_clears_triage_by_reason_and_reads_the_audit_log(ops_stack, bro
             assert "1024" in text(page, "#triage-errors") and page.locator("#triage").count() == 1
             shot(page, "admin-triage-inline-error")
             # One confirmation for the whole group.
-            page.goto(ops_stack.url + "/ops/triage/?state=held")
+            # (searched: other suites' held jobs, if any, are not this test's to release)
+            page.goto(ops_stack.url + "/ops/triage/?state=held&q=uxb-held")
+            assert page.get_attribute(f"{group} h3", "data-count") == "2"
             page.click(f'{group} form.group-action button[type="submit"]')
             page.wait_for_selector("#confirm")
             assert page.locator("#confirm-jobs tbody tr").count() == 2
             shot(page, "admin-triage-group-confirm")
             page.click("#confirm")
             page.wait_for_selector("ul.messages li.success")
-            assert "state=held" in page.url
+            assert "state=held" in page.url and "q=uxb-held" in page.url
             wait_until(lambda: ControlRequest.objects.filter(job_number__in=jobs, action="triage_release",
                                                              state="done").count() == 2, 60,
                        "both releases carried out", 0.5)

@@ -326,6 +326,11 @@ def test_a_group_action_asks_once_then_acts_on_every_job_and_errors_stay_inline(
     assert response.status_code == 302 and response["Location"] == "/ops/triage/?state=pending"
     assert sorted(ControlRequest.objects.filter(action="triage_priority").values_list("job_number", "priority")) == [
         (40, 200), (41, 200)]
+    # With the page's search, the group is what the page showed: job 40 only.
+    ControlRequest.objects.all().delete()
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post("/ops/triage/group", {**post, "next": "?q=sweep-a", "confirm": "yes"})
+    assert list(ControlRequest.objects.values_list("job_number", flat=True)) == [40]
     bad = client.post("/ops/triage/group", {**post, "priority": "5000"}, follow=True)
     assert bad.status_code == 200 and "-1023 to 1024" in bad.content.decode()
     assert bad.redirect_chain[-1][0] == "/ops/triage/?state=pending"
