@@ -185,10 +185,10 @@ def test_a_viewer_follows_a_running_agent_and_reads_the_pages_on_a_phone(ops_sta
         page.goto(f"{ops_stack.url}/campaigns/{campaign.pk}/")
         page.wait_for_selector("#live.on", timeout=15000)
         page.click('#tasks a.sort[data-sort="task"]')
-        page.wait_for_function("location.search.includes('sort=task')", timeout=10000)
+        page.wait_for_function("() => location.search.includes('sort=task')", timeout=10000)
         page.click('#tasks a.sort[data-sort="task"]')
-        page.wait_for_function("location.search.includes('dir=desc')", timeout=10000)
-        page.wait_for_function("document.querySelector('#tasks tbody tr').dataset.taskNumber === '2'",
+        page.wait_for_function("() => location.search.includes('dir=desc')", timeout=10000)
+        page.wait_for_function("() => document.querySelector('#tasks tbody tr').dataset.taskNumber === '2'",
                                timeout=10000)
         shot(page, "viewer-campaign-sorted")
         # Bug 11: no text of the queue-depth chart (ticks, legend) is cut off at its edges.
