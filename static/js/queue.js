@@ -162,7 +162,7 @@
       legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
       yaxis: { title: { text: "tasks" }, rangemode: "tozero", automargin: true },
       xaxis: { type: "date", automargin: true, tickformatstops: [
-        { dtickrange: [null, 86400000], value: "%H:%M" }, { dtickrange: [86400000, null], value: "%b %d" }] }
+        { dtickrange: [null, 60000], value: "%H:%M:%S" }, { dtickrange: [60000, 86400000], value: "%H:%M" }, { dtickrange: [86400000, null], value: "%b %d" }] }
     }), TCO.plotConfig);
   }
 
