@@ -180,6 +180,7 @@ class CampaignConsumer(SnapshotConsumer):
 
     page = 1
     state: str | None = None
+    table: dict = {"sort": None, "descending": False, "q": ""}  # selectors.task_table_choice
 
     @database_sync_to_async
     def authorize(self) -> list[str]:
@@ -196,10 +197,15 @@ class CampaignConsumer(SnapshotConsumer):
             state = content["state"] if content["state"] in selectors.LIFECYCLE_STATES else None
             if state != self.state:
                 page = 1
+        table = self.table
+        if any(k in content for k in ("sort", "dir", "q")):
+            table = selectors.task_table_choice(content.get("sort"), content.get("dir"), content.get("q"))
+            if table != self.table:
+                page = 1
         if _page(content.get("page")) is not None:
             page = _page(content["page"])
-        changed = (page, state) != (self.page, self.state)
-        self.page, self.state = page, state
+        changed = (page, state, table) != (self.page, self.state, self.table)
+        self.page, self.state, self.table = page, state, table
         return changed
 
     @database_sync_to_async
@@ -207,13 +213,15 @@ class CampaignConsumer(SnapshotConsumer):
         user, campaign_id = self.scope["user"], self.scope["url_route"]["kwargs"]["campaign_id"]
         try:
             if self.event_id is None:
-                data = selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state)
+                data = selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state, **self.table)
             else:
                 # Checked for this user first; the data itself is the same for everyone who may see it.
                 selectors.campaign_for(user, campaign_id)
-                key = f"snapshot:campaign:{campaign_id}:{self.page}:{self.state}:{self.event_id}"
+                table = self.table
+                key = (f"snapshot:campaign:{campaign_id}:{self.page}:{self.state}:{table['sort']}:"
+                       f"{table['descending']}:{table['q']}:{self.event_id}")
                 data = selectors.shared_snapshot(key, lambda: selectors.campaign_detail(
-                    user, campaign_id, page=self.page, state=self.state))
+                    user, campaign_id, page=self.page, state=self.state, **table))
         except Campaign.DoesNotExist:
             raise Refused from None
         return {"kind": "campaign.snapshot", "data": data}

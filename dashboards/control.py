@@ -28,10 +28,10 @@ from schedulers.base import SchedulerCommandError, SchedulerUnavailable
 from . import clusters, enqueue, limits, services
 from .audit import audit, refused
 from .models import (
+    CAMPAIGN_LIVE,
     CONTROL_TRANSITIONS,
     AuditEntry,
     Campaign,
-    CampaignStatus,
     Cluster,
     ControlRequest,
     ControlState,
@@ -42,6 +42,7 @@ from .roles import user_can
 from .services import LaunchError
 
 CAMPAIGN_ACTIONS = {"cancel": "delete", "pause": "hold", "resume": "release"}
+_ACTIVE_NOT_FINISHING = ("pending", "held", "starting", "running", "suspended", "error", "unknown")
 TRIAGE_ACTIONS = ("hold", "release", "delete", "priority", "clear_error")
 #: Claims (worker deaths) after which a request is given up.
 MAX_ATTEMPTS = 5
@@ -129,7 +130,7 @@ def campaign_control(*, user: AbstractBaseUser, campaign: Campaign, action: str)
     audit_action = f"campaign_{action}"
     if not user_can(user, "control", campaign.team):
         raise refused(user, audit_action, target, {}, f"you may not control campaigns of team {campaign.team.name}")
-    if campaign.job_number is None or campaign.status != CampaignStatus.SUBMITTED:
+    if campaign.job_number is None or campaign.status not in CAMPAIGN_LIVE:
         raise refused(user, audit_action, target, {},
                       f"campaign {campaign.pk} is {campaign.status}; there is nothing to {action}", error=LaunchError)
     active = Task.objects.filter(campaign=campaign, active=True)
@@ -180,6 +181,63 @@ def triage_action(*, user: AbstractBaseUser, action: str, job_number: int, tasks
         priority = None
     return _queue_control(user=user, action=audit_action, target=target, cluster=cluster, control=action,
                           job_number=job_number, ranges=tasks, priority=priority)
+
+
+def job_priorities(cluster: Cluster, job_numbers) -> dict[int, int]:
+    """Each job's POSIX priority (``-p``, -1023..1024) as tco last set it: ``{job_number: priority}``.
+
+    The newest ``priority`` control request the scheduler carried out (``done``)
+    wins; else the priority the campaign was launched with; jobs tco knows
+    nothing about are left out. One query each.
+    """
+    numbers = sorted(set(job_numbers))
+    out: dict[int, int] = dict(Campaign.objects.filter(cluster=cluster, job_number__in=numbers)
+                               .order_by("launched_at").values_list("job_number", "priority"))
+    for job_number, priority in (ControlRequest.objects.filter(
+            cluster=cluster, job_number__in=numbers, control="priority", state=ControlState.DONE,
+            priority__isnull=False).order_by("finished_at", "pk").values_list("job_number", "priority")):
+        out[job_number] = priority
+    return out
+
+
+def campaign_priority(campaign: Campaign) -> int:
+    """The campaign's job priority now (an admin's change included; see :func:`job_priorities`)."""
+    if campaign.job_number is None:
+        return campaign.priority
+    return job_priorities(campaign.cluster, [campaign.job_number]).get(campaign.job_number, campaign.priority)
+
+
+def campaign_controls(campaign: Campaign, states: dict[str, int]) -> dict[str, dict]:
+    """Which controls can act on the campaign now, from its task counts (``{state: n}``, all tasks).
+
+    ``{action: {"count": tasks it would act on, "why": "" | why it is not offered}}``
+    for pause (pending tasks), resume (held tasks), cancel (pending, held, running;
+    not once finished) and retry (failed or lost tasks). The same conditions
+    :func:`campaign_control` and ``launch.campaign_retry`` enforce.
+    """
+    live = campaign.job_number is not None and campaign.status in CAMPAIGN_LIVE
+    not_live = f"the campaign is {campaign.get_status_display()}"
+    active = sum(n for s, n in states.items() if s in _ACTIVE_NOT_FINISHING)
+    counts = {"pause": states.get("pending", 0), "resume": states.get("held", 0), "cancel": active,
+              "retry": states.get("failed", 0) + states.get("lost", 0)}
+    empty = {"pause": "no pending tasks", "resume": "no held tasks", "cancel": "no pending or running tasks",
+             "retry": "no failed tasks"}
+    out = {}
+    for action, count in counts.items():
+        why = not_live if action != "retry" and not live else ("" if count else empty[action])
+        out[action] = {"count": count, "why": why}
+    return out
+
+
+def campaign_actions(campaign: Campaign, *, limit: int = 50) -> list[AuditEntry]:
+    """The campaign's launches and control actions, newest first: those on ``campaign:<pk>`` and
+    an admin's triage actions on its job (``job:<job_number>``, while it was this campaign's)."""
+    from django.db.models import Q
+
+    where = Q(target=f"campaign:{campaign.pk}")
+    if campaign.job_number is not None:
+        where |= Q(target=f"job:{campaign.job_number}", at__gte=campaign.launched_at)
+    return list(AuditEntry.objects.filter(where).select_related("user").order_by("-at", "-id")[:limit])
 
 
 # --------------------------------------------------------------------------- execution (submit worker)

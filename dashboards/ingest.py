@@ -31,7 +31,8 @@ from django.utils import timezone
 
 from dashboards import bulk, clusters, enqueue, realtime
 from dashboards.models import (
-    AccountingRecord, Campaign, Cluster, IngestCheckpoint, ModelRequest, QuarantinedLine, Task, TaskEvent,
+    CAMPAIGN_LIVE, CAMPAIGN_TRANSITIONS, AccountingRecord, Campaign, CampaignStatus, Cluster, IngestCheckpoint,
+    ModelRequest, QuarantinedLine, Task, TaskEvent, transition,
 )
 from execution.spool import (TOKEN_FIELDS, JsonLinesStats, RecordError, RecordVersionError, RunnerRecord,
                              SpoolError, SpoolLayout, iter_json_lines, parse_stage_time)
@@ -160,13 +161,16 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
                 continue
             new = (t.state, t.state_code, t.restarted, t.queue or "", t.host or "", t.slots, t.priority, t.started_at)
             old = tuple(getattr(row, f) for f in POLL_FIELDS)
-            if new != old or (row.submitted_at is None and t.submitted_at is not None):
+            # tco's own submission time (when DRMAA returned) is a little after the qmaster's:
+            # the scheduler's, once a poll shows it, replaces it (a queue wait is never negative).
+            earlier = t.submitted_at is not None and (row.submitted_at is None or t.submitted_at < row.submitted_at)
+            if new != old or earlier:
                 if row.state != t.state:
                     events.append(TaskEvent(task_id=row.id, at=observed_at, from_state=row.state, to_state=t.state,
                                             state_code=t.state_code))
                 for field, value in zip(POLL_FIELDS, new):
                     setattr(row, field, value)
-                if t.submitted_at is not None and row.submitted_at is None:
+                if earlier:
                     row.submitted_at = t.submitted_at
                 changed_rows.append(row)
         if changed_rows:
@@ -182,6 +186,8 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
             TaskEvent.objects.bulk_create(events, batch_size=2000)
         if gone_rows:
             _finalize_finishing(cluster, [r.id for r in gone_rows])
+        if changes.campaigns:
+            campaign_status_follow(changes.campaigns)
         Cluster.objects.filter(pk=cluster.pk).update(polled_at=timezone.now(), poll_error="")
         if changes.any:
             realtime.queue_changed(cluster.name, changes.campaigns)
@@ -533,12 +539,51 @@ def _finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
     return finalized
 
 
+#: Active task states in which a campaign counts as running (its job holds slots or is leaving them).
+_RUNNING_STATES = frozenset({"starting", "running", "suspended", "deleting", "unknown", "finishing"})
+
+
+def campaign_status_of(states: dict[str, int]) -> str | None:
+    """A submitted campaign's status from its active tasks' states (``{state: n}``):
+    ``running`` when one runs (or is finishing), else ``paused`` when tasks are held and
+    none is pending, else ``submitted``; None when no task is active (finishing is ingest's)."""
+    if not any(states.values()):
+        return None
+    if any(states.get(s) for s in _RUNNING_STATES):
+        return CampaignStatus.RUNNING
+    if states.get("held") and not states.get("pending"):
+        return CampaignStatus.PAUSED
+    return CampaignStatus.SUBMITTED
+
+
+def campaign_status_follow(campaign_ids: Iterable[int]) -> int:
+    """Move submitted, running and paused campaigns to the status their active tasks imply
+    (:func:`campaign_status_of`), through ``CAMPAIGN_TRANSITIONS``; returns how many moved."""
+    ids = sorted(set(campaign_ids))
+    moved = 0
+    for chunk in _chunks(ids):
+        current = dict(Campaign.objects.filter(pk__in=chunk, status__in=CAMPAIGN_LIVE).values_list("pk", "status"))
+        states: dict[int, dict[str, int]] = {}
+        for pk, state in Task.objects.filter(campaign_id__in=list(current), active=True).values_list(
+                "campaign_id", "state"):
+            by = states.setdefault(pk, {})
+            by[state] = by.get(state, 0) + 1
+        for pk, status in current.items():
+            target = campaign_status_of(states.get(pk, {}))
+            if target is not None and target != status:
+                moved += transition(Campaign.objects.filter(pk=pk), field="status", transitions=CAMPAIGN_TRANSITIONS,
+                                    source=status, target=target)
+    return moved
+
+
 def _finish_campaigns(campaign_ids: set[int]) -> None:
+    campaign_status_follow(campaign_ids)
     now = timezone.now()
     for campaign_id in campaign_ids:
         if not Task.objects.filter(campaign_id=campaign_id, active=True).exists():
             # The conditional update succeeds once per campaign: only that caller sends the notice.
-            if Campaign.objects.filter(pk=campaign_id, status="submitted").update(status="finished", finished_at=now):
+            if transition(Campaign.objects.filter(pk=campaign_id), field="status", transitions=CAMPAIGN_TRANSITIONS,
+                          source=CAMPAIGN_LIVE, target=CampaignStatus.FINISHED, finished_at=now):
                 transaction.on_commit(lambda pk=campaign_id: _notify_finished(pk))
 
 

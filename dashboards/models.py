@@ -100,20 +100,32 @@ class CampaignStatus(models.TextChoices):
 
     ``submitting`` covers both "waiting for the submit worker" and "claimed by
     one" (``Campaign.submit_claimed_at`` set): the job number is committed in
-    the same update that moves it to ``submitted``.
+    the same update that moves it to ``submitted``. Once submitted, ingest
+    moves it between ``submitted`` (every unfinished task waits), ``running``
+    (at least one task runs or is finishing) and ``paused`` (none runs, and every
+    waiting task is held), and to ``finished`` when no task is active
+    (``ingest.campaign_status_follow``).
     """
 
     SUBMITTING = "submitting", "submitting"
-    SUBMITTED = "submitted", "submitted"
+    SUBMITTED = "submitted", "submitted (waiting)"
+    RUNNING = "running", "running"
+    PAUSED = "paused", "paused (held)"
     REJECTED = "rejected", "rejected by the scheduler"
     FINISHED = "finished", "finished"
+
+
+#: The states of a campaign whose job is in the scheduler (submitted and not finished).
+CAMPAIGN_LIVE = (CampaignStatus.SUBMITTED, CampaignStatus.RUNNING, CampaignStatus.PAUSED)
 
 
 #: Campaign state -> the states it may move to (services.campaign_submit, the reconciler, ingest).
 CAMPAIGN_TRANSITIONS: dict[str, frozenset[str]] = {
     CampaignStatus.SUBMITTING: frozenset({CampaignStatus.SUBMITTING, CampaignStatus.SUBMITTED,
                                           CampaignStatus.REJECTED}),
-    CampaignStatus.SUBMITTED: frozenset({CampaignStatus.FINISHED}),
+    CampaignStatus.SUBMITTED: frozenset({CampaignStatus.RUNNING, CampaignStatus.PAUSED, CampaignStatus.FINISHED}),
+    CampaignStatus.RUNNING: frozenset({CampaignStatus.SUBMITTED, CampaignStatus.PAUSED, CampaignStatus.FINISHED}),
+    CampaignStatus.PAUSED: frozenset({CampaignStatus.SUBMITTED, CampaignStatus.RUNNING, CampaignStatus.FINISHED}),
     CampaignStatus.REJECTED: frozenset(),
     CampaignStatus.FINISHED: frozenset(),
 }
@@ -295,7 +307,8 @@ class Task(TokenUsage):
         start = self.task_started_at or self.started_at
         if self.submitted_at is None or start is None:
             return None
-        return (start - self.submitted_at).total_seconds()
+        # tco's submission time (DRMAA returned) can follow the qmaster's start: never negative.
+        return max((start - self.submitted_at).total_seconds(), 0.0)
 
 
 class TaskEvent(models.Model):

@@ -8,13 +8,13 @@ one query, without asking the scheduler.
 """
 from __future__ import annotations
 
-import bisect
+import datetime as dt
 import time
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Max
+from django.db.models import Max, Min
 from django.utils import timezone
 
 from schedulers.base import SchedulerAdapter, SchedulerError, UnknownJob
@@ -89,21 +89,26 @@ def pending_positions(cluster: Cluster, jobs: dict[int, str | None]) -> dict[int
     (pending) tasks, from the last poll, with one query for all the jobs; a
     job that is not waiting gets ``[]``. Shape: ``schedulers.pending.policy_position``.
     """
-    priorities = dict(
+    from .control import job_priorities
+
+    waiting = {job: (p, submitted) for job, p, submitted in (
         Task.objects.filter(cluster=cluster, active=True, state="pending")
-        .values_list("job_number").annotate(p=Max("priority")).order_by()
-    )
-    ascending = sorted(-p for p in priorities.values())  # negated: highest priority first
+        .values_list("job_number").annotate(p=Max("priority"), s=Min("submitted_at")).order_by()
+        .values_list("job_number", "p", "s"))}
+    posix = job_priorities(cluster, waiting)
+    far = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+    # The scheduler's order: JAT_prio, then -p (which JAT_prio may not show yet), then the
+    # earlier submission, then the lower job number; every job has its own place.
+    order = sorted(waiting, key=lambda j: (-waiting[j][0], -posix.get(j, 0), waiting[j][1] or far, j))
+    rank = {job: i + 1 for i, job in enumerate(order)}
     share_tree = (cluster.status or {}).get("share_tree")
     out: dict[int, list[dict]] = {}
     for job_number, project in jobs.items():
-        mine = priorities.get(job_number)
-        if mine is None:
+        if job_number not in waiting:
             out[job_number] = []
             continue
-        ahead = bisect.bisect_left(ascending, -mine)  # jobs with a higher priority
-        out[job_number] = policy_position(rank=ahead + 1, of=len(ascending), priority=mine, project=project,
-                                          share_tree=share_tree)
+        out[job_number] = policy_position(rank=rank[job_number], of=len(order), priority=waiting[job_number][0],
+                                          project=project, share_tree=share_tree)
     return out
 
 

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
+from django.db.models.functions import NullIf
 from django.utils import timezone
 
 from execution.spool import TOKEN_BUCKETS
@@ -44,7 +45,7 @@ OTHER_JOBS_SHOWN = 50
 REQUESTS_SHOWN = 200
 FAILURE_STATES = ("error", "failed", "lost")
 QUEUED_STATES = ("pending", "held")
-UNFINISHED_CAMPAIGN = ("submitting", "submitted")
+UNFINISHED_CAMPAIGN = ("submitting", "submitted", "running", "paused")
 CHUNK = 900  # SQLite: at most 999 parameters in one IN (...)
 TOKEN_FIELDS = TOKEN_BUCKETS  # the disjoint buckets (execution/spool.py); reasoning is inside output
 
@@ -527,8 +528,22 @@ def _task_row(t: Task) -> dict[str, Any]:
     }
 
 
+#: Sort keys of a campaign's task table: URL ``sort`` -> the Task field (the task number breaks ties).
+TASK_SORTS = {"task": "task_number", "state": "state", "host": "host", "started": "started_at",
+              "ended": "ended_at", "wallclock": "wallclock_s", "cost": "cost_usd", "exit": "exit_status",
+              "verdict": "verdict"}
+
+
+def task_table_choice(sort: str | None, direction: str | None, q: str | None) -> dict[str, Any]:
+    """A task table's sort and search as given in a URL or a WebSocket message, checked:
+    ``{"sort": key of TASK_SORTS | None, "descending": bool, "q": str (at most 100 characters)}``."""
+    return {"sort": sort if sort in TASK_SORTS else None, "descending": direction == "desc",
+            "q": (q or "").strip()[:100]}
+
+
 def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, per_page: int = TASKS_PER_PAGE,
-                    state: str | None = None) -> dict[str, Any]:
+                    state: str | None = None, sort: str | None = None, descending: bool = False,
+                    q: str = "") -> dict[str, Any]:
     """One campaign's progress, a page of its tasks (failures and errors first) and its stage table.
 
     Raises ``Campaign.DoesNotExist`` when the campaign is not visible to
@@ -546,8 +561,12 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
          "page", "pages", "per_page", "state_filter",
          "stages": campaign_stages(...)}
 
-    With no ``state`` filter the pages list errors, failures and lost tasks
-    first, then the others by task number; both parts come from indexes.
+    With no ``state`` filter and no ``sort`` the pages list errors, failures
+    and lost tasks first, then the others by task number; both parts come
+    from indexes. ``sort`` (a key of :data:`TASK_SORTS`, ``descending``)
+    orders every task instead; ``q`` keeps the tasks whose number is ``q`` or
+    whose host or verdict contains it. The answer repeats ``sort``,
+    ``descending``, ``q`` and counts the matches in ``matching``.
     """
     if state is not None and state not in LIFECYCLE_STATES:
         raise ValueError(f"unknown state {state!r}")
@@ -556,11 +575,25 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
     states = _state_counts(tasks.values_list("state").annotate(n=Count("id")).order_by())
     ended = sum(states[s] for s in TERMINAL_STATES)
     failures = sum(states[s] for s in FAILURE_STATES)
-    total = states[state] if state else sum(states.values())
+    if sort not in TASK_SORTS:
+        sort = None
+    q = (q or "").strip()[:100]
+    chosen = tasks.filter(state=state) if state else tasks
+    if q:
+        chosen = chosen.filter(Q(host__icontains=q) | Q(verdict__icontains=q)
+                               | (Q(task_number=int(q)) if q.isdigit() else Q(pk__in=[])))
+    total = chosen.count() if (q or sort) else (states[state] if state else sum(states.values()))
     pages = max(1, -(-total // per_page))
     page = min(max(page, 1), pages)
     first = (page - 1) * per_page
-    if state:
+    if q or sort:
+        field = TASK_SORTS[sort or "task"]
+        # An empty host or verdict (not yet known) sorts with the unknowns: last, either way.
+        value = NullIf(F(field), Value("")) if field in ("host", "verdict") else F(field)
+        order = value.desc(nulls_last=True) if descending else value.asc(nulls_last=True)
+        tie = "-task_number" if descending else "task_number"
+        rows = list(chosen.order_by(order, tie, "id")[first:first + per_page])
+    elif state:
         rows = list(tasks.filter(state=state).order_by("task_number")[first:first + per_page])
     else:
         rows = []
@@ -605,6 +638,10 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
         "pages": pages,
         "per_page": per_page,
         "state_filter": state,
+        "sort": sort,
+        "descending": bool(descending),
+        "q": q,
+        "matching": total,
         "stages": campaign_stages(campaign, states),
     }
 
@@ -720,9 +757,115 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
                                                  "stdout_truncated", "stderr_truncated")}
                    if isinstance(record, dict) else None),
         "accounting": accounting,
+        "accounting_rows": [accounting_fields(row) for row in accounting],
         "scheduler": scheduler,
         "pending_reasons": reasons,
+        "progress": task_progress(task),
+        "neighbours": task_neighbours(user, task),
     }
+
+
+#: Accounting record fields as people read them: field -> (label, unit kind).
+ACCOUNTING_LABELS = {
+    "job_number": ("job", ""), "task_number": ("array task", ""), "pe_taskid": ("parallel task", ""),
+    "submitted_at": ("submitted (UTC)", "time"), "started_at": ("started (UTC)", "time"),
+    "ended_at": ("ended (UTC)", "time"), "job_name": ("job name", ""), "owner": ("owner", ""),
+    "group": ("group", ""), "project": ("project", ""), "department": ("department", ""),
+    "account": ("account", ""), "queue": ("queue", ""), "hostname": ("host", ""), "slots": ("slots", ""),
+    "wallclock_s": ("wall clock", "s"), "wallclock_exact_s": ("wall clock, exact", "s"),
+    "cpu_s": ("CPU time", "s"), "maxvmem_bytes": ("peak virtual memory", "bytes"),
+    "failed": ("failed code (0: none)", ""), "exit_status": ("exit status", ""), "category": ("requests (-l, -q, -P)", ""),
+}
+_HIDDEN_ACCOUNTING = {"submission_us", "start_us", "end_us", "usage"}
+
+
+def _bytes_text(value: float) -> str:
+    """Bytes in binary units: ``1.50 GiB (1610612736 bytes)``."""
+    n = float(value)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit} ({n:.0f} bytes)"
+    return f"{n:.0f} bytes"
+
+
+def accounting_fields(row: dict[str, Any]) -> list[list[str]]:
+    """One accounting record (``AccountingRecord`` values, JSON-ready) as ``[[label, text]]``:
+    plain names, seconds with ``s`` (and minutes or hours past a minute), memory in KiB/MiB/GiB,
+    times in UTC without the zone letter; empty and internal fields left out."""
+    out = []
+    for key, value in row.items():
+        if key in _HIDDEN_ACCOUNTING or value is None or value == "":
+            continue
+        label, kind = ACCOUNTING_LABELS.get(key, (key.replace("_", " "), ""))
+        if kind == "s":
+            seconds = float(value)
+            text = f"{seconds:.3f} s" if seconds < 60 else f"{seconds:.0f} s ({_duration_text(seconds)})"
+        elif kind == "bytes":
+            text = _bytes_text(value)
+        elif kind == "time":
+            text = str(value).replace("T", " ").replace("Z", "").split("+")[0]
+        else:
+            text = str(value)
+        out.append([label, text])
+    return out
+
+
+def _duration_text(seconds: float) -> str:
+    total = int(round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def task_progress(task: Task, *, now: dt.datetime | None = None) -> dict[str, Any] | None:
+    """While a task runs: ``{"started_at": ISO, "elapsed_s", "expected_s", "expected_from",
+    "timeout_s", "pct"}`` (None otherwise). ``expected_s`` is the campaign's median run time
+    (scheduler start to end, finished tasks) when at least one task ended, else the agent's
+    timeout; ``pct`` is elapsed over expected, at most 99 while it still runs."""
+    start = task.task_started_at or task.started_at
+    if not task.active or task.state not in ("running", "starting", "suspended", "finishing") or start is None:
+        return None
+    now = now or timezone.now()
+    elapsed = max((now - start).total_seconds(), 0.0)
+    campaign = task.campaign
+    timeout = campaign.agent_definition.timeout_s if campaign is not None else None
+    expected, source = None, ""
+    if campaign is not None:
+        walls = sorted(Task.objects.filter(campaign=campaign, state="done", wallclock_s__isnull=False)
+                       .values_list("wallclock_s", flat=True)[:1000])
+        if walls:
+            from .stages import quantile
+
+            expected, source = quantile(walls, 0.5), f"median of {len(walls)} finished task(s)"
+    if expected is None and timeout:
+        expected, source = float(timeout), "the agent's timeout"
+    pct = None if not expected else round(min(99.0, 100.0 * elapsed / expected), 1)
+    return {"started_at": _iso(start), "elapsed_s": round(elapsed, 3), "expected_s": expected,
+            "expected_from": source, "timeout_s": timeout, "pct": pct}
+
+
+def task_neighbours(user: AbstractBaseUser, task: Task) -> dict[str, Any]:
+    """The previous and next task of the same campaign by task number, that ``user`` may see:
+    ``{"previous": {id, task_id} | None, "next": {id, task_id} | None}`` (both None outside a campaign)."""
+    out: dict[str, Any] = {"previous": None, "next": None}
+    if task.campaign_id is None:
+        return out
+    siblings = tasks_visible_to(user).filter(campaign_id=task.campaign_id)
+    before = siblings.filter(task_number__lt=task.task_number).order_by("-task_number", "-id").first()
+    after = siblings.filter(task_number__gt=task.task_number).order_by("task_number", "id").first()
+    for key, found in (("previous", before), ("next", after)):
+        if found is not None:
+            out[key] = {"id": found.pk, "task_id": found.task_id}
+    return out
+
+
+def task_logs(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
+    """The live tail of a task's stdout and stderr: ``{"stdout": read_spool_file, "stderr": ...,
+    "active": bool, "generated_at"}``. Raises ``Task.DoesNotExist``."""
+    task = task_for(user, task_id)
+    return {"stdout": read_spool_file(task_output_path(task, "stdout")),
+            "stderr": read_spool_file(task_output_path(task, "stderr")),
+            "active": task.active, "generated_at": _iso(timezone.now())}
 
 
 # --------------------------------------------------------------------------- usage
@@ -784,3 +927,88 @@ def metrics_snapshot() -> dict[str, Any]:
         "checkpoints": list(IngestCheckpoint.objects.select_related("cluster")),
         "usage": usage_by_project(),
     }
+
+
+# --------------------------------------------------------------------------- audit log (admins)
+
+AUDIT_PER_PAGE = 50
+#: Sort keys of the audit table: URL ``sort`` -> the ordering (newest first by default).
+AUDIT_SORTS = {"at": ("at", "id"), "who": ("user__username", "at"), "action": ("action", "at"),
+               "target": ("target", "at"), "ok": ("ok", "at")}
+AUDIT_FILTERS = ("action", "who", "ok", "q", "since", "until")
+_PARAM_LABELS = {"job_number": "job", "tasks": "tasks", "priority": "priority", "status": "status",
+                 "cluster": "cluster", "campaign": "campaign", "control": "scheduler action", "command": "command",
+                 "count": "tasks", "period": "period", "amount_usd": "amount (USD)", "path": "page"}
+
+
+def audit_search(user: AbstractBaseUser, *, action: str = "", who: str = "", ok: str = "", q: str = "",
+                 since: dt.date | None = None, until: dt.date | None = None, sort: str = "at",
+                 descending: bool = True) -> QuerySet:
+    """Audit entries an admin asked for: exact ``action``, ``who`` (user name), ``ok`` ("yes"/"no"),
+    ``q`` (text in the target or result), days ``since``..``until`` (UTC, inclusive), ordered by
+    ``sort`` (a key of :data:`AUDIT_SORTS`). Raises ``audit.ActionRefused`` for non-admins."""
+    from .audit import ActionRefused
+    from .models import AuditEntry
+
+    if not is_admin(user):
+        raise ActionRefused("only admins may read the audit log")
+    entries = AuditEntry.objects.select_related("user")
+    if action:
+        entries = entries.filter(action=action)
+    if who:
+        entries = entries.filter(user__username=who)
+    if ok in ("yes", "no"):
+        entries = entries.filter(ok=ok == "yes")
+    if q:
+        entries = entries.filter(Q(target__icontains=q) | Q(result__icontains=q))
+    if since:
+        entries = entries.filter(at__gte=dt.datetime.combine(since, dt.time.min, tzinfo=dt.timezone.utc))
+    if until:
+        entries = entries.filter(at__lt=dt.datetime.combine(until + dt.timedelta(days=1), dt.time.min,
+                                                            tzinfo=dt.timezone.utc))
+    order = AUDIT_SORTS.get(sort, AUDIT_SORTS["at"])
+    return entries.order_by(*(f"-{f}" if descending else f for f in order), "-id" if descending else "id")
+
+
+def audit_params_text(params: dict) -> list[tuple[str, str]]:
+    """An audit entry's parameters as ``[(label, text)]`` people read: task ranges as ``1-3,5``
+    (``all`` for the whole job), lists joined, None as ``—``; known keys get plain names."""
+    out = []
+    for key, value in (params or {}).items():
+        if key == "tasks" and (value is None or (isinstance(value, list) and all(
+                isinstance(r, list) and len(r) == 2 for r in value))):
+            from .control import ranges_text
+
+            text = ranges_text(value)
+        elif value is None or value == "":
+            text = "—"
+        elif isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif isinstance(value, list):
+            text = ", ".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            text = ", ".join(f"{k}={v}" for k, v in value.items())
+        else:
+            text = str(value)
+        out.append((_PARAM_LABELS.get(key, key.replace("_", " ")), text))
+    return out
+
+
+def audit_target_link(target: str) -> str:
+    """The page of an audit target (``campaign:12``, ``job:812``, ``team:research``, ``agent:x:v1``),
+    or "" when it has none."""
+    from django.urls import NoReverseMatch, reverse
+
+    kind, _, rest = (target or "").partition(":")
+    try:
+        if kind == "campaign" and rest.isdigit():
+            return reverse("ops-campaign", args=[int(rest)])
+        if kind == "job" and rest.isdigit():
+            return reverse("ops-triage") + f"?q={rest}"
+        if kind == "team" and rest:
+            return reverse("ops-audit") + f"?q=team:{rest}"
+        if kind == "agent":
+            return reverse("ops-agents")
+    except NoReverseMatch:
+        return ""
+    return ""

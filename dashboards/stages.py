@@ -58,6 +58,20 @@ class EpochSeconds(Func):
 HISTOGRAM_BINS = 30
 
 
+def queue_wait_start(task: Task) -> dt.datetime | None:
+    """When a task's queue wait began: its submission time, but never after it started.
+
+    Until a poll or the accounting record gives the scheduler's submission time,
+    a campaign task carries tco's (when DRMAA returned), which can be after the
+    qmaster started the task; the wait is then bounded by the start (0 s), never
+    negative.
+    """
+    start = task.task_started_at or task.started_at
+    if task.submitted_at is not None and start is not None and start < task.submitted_at:
+        return start
+    return task.submitted_at
+
+
 def task_stages(task: Task) -> dict[str, float | None]:
     """One task's stage durations in seconds (DESIGN.md "Stages"); None where not reached.
 
@@ -66,7 +80,7 @@ def task_stages(task: Task) -> dict[str, float | None]:
     record yet). ``integration_overhead``: (``teardown_done_at`` -
     ``task_started_at``) minus sandbox start minus agent work.
     """
-    queue_wait = seconds_between(task.submitted_at, task.task_started_at or task.started_at)
+    queue_wait = seconds_between(queue_wait_start(task), task.task_started_at or task.started_at)
     sandbox = seconds_between(task.sandbox_create_at, task.sandbox_ready_at)
     agent = seconds_between(task.agent_started_at, task.agent_exited_at)
     total = seconds_between(task.task_started_at, task.teardown_done_at)
@@ -163,7 +177,7 @@ def campaign_stages(campaign: Campaign, states: dict[str, int] | None = None) ->
     for qw, sb, ag, tot in rows.iterator(chunk_size=5000):
         n += 1
         if qw is not None:
-            queue_wait.append(qw)
+            queue_wait.append(max(qw, 0.0))  # tco's submission time may follow the start (queue_wait_start)
         if sb is not None:
             sandbox.append(sb)
         if ag is not None:
@@ -192,9 +206,13 @@ def timeline(task: Task) -> list[dict[str, Any]]:
             segments.append({"stage": stage, "label": label, "start": iso(start), "end": iso(end),
                              "seconds": seconds_between(start, end), "overhead": overhead})
 
-    if campaign is not None:
-        add("submit", "submit", campaign.launched_at, campaign.submitted_at)
-    add("queue_wait", "queue wait", task.submitted_at, task.task_started_at or task.started_at)
+    if campaign is not None:  # the submit stage ends where the queue wait begins, never after it
+        wait_start = queue_wait_start(task)
+        end = campaign.submitted_at
+        if wait_start is not None and end is not None and wait_start < end:
+            end = wait_start
+        add("submit", "submit", campaign.launched_at, end)
+    add("queue_wait", "queue wait", queue_wait_start(task), task.task_started_at or task.started_at)
     add("runner_setup", "runner setup", task.task_started_at, task.sandbox_create_at or task.agent_started_at,
         overhead=True)
     add("sandbox_start", "sandbox start", task.sandbox_create_at, task.sandbox_ready_at)
@@ -206,4 +224,8 @@ def timeline(task: Task) -> list[dict[str, Any]]:
     else:
         add("agent_work", "agent work", task.agent_started_at, task.agent_exited_at)
         add("teardown", "teardown", task.agent_exited_at, task.teardown_done_at, overhead=True)
+    if task.task_started_at is None and task.started_at is not None and task.runner_record is None:
+        # Started by the scheduler, no runner stage reported yet: one segment up to now (or its end).
+        add("running", "running (no runner stage yet)" if task.active else "ran (no runner record)",
+            task.started_at, None if task.active else task.ended_at)
     return segments

@@ -1,4 +1,5 @@
-"""Triage reads for admins: the waiting jobs, error-state first, with the scheduler's reasons.
+"""Triage reads for admins: the waiting jobs, error-state first, with the scheduler's reasons,
+grouped by the reason that keeps them waiting (:func:`triage_groups`), filtered, searched and sorted.
 
 Reads only; the triage *actions* are ``dashboards.control.triage_action``.
 """
@@ -12,8 +13,8 @@ from django.utils import timezone
 
 
 from . import clusters, scheduler_cache
-from .control import _ranges, ranges_text
-from .models import Cluster, Task
+from .control import _ranges, job_priorities, ranges_text
+from .models import Campaign, Cluster, ControlRequest, ControlState, Task, Team
 
 TRIAGE_STATES = ("error", "pending", "held")
 
@@ -77,5 +78,150 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
             "wait_s": (now - submitted).total_seconds() if submitted else None,
             "reasons": reasons, "reason_error": reason_error,
         })
+    _annotate(cluster, out)
     return {"jobs": out, "total_jobs": len(jobs), "total_tasks": total_tasks, "quotas": status.get("quotas", []),
             "generated_at": now}
+
+
+#: Sort keys of the job table: the URL's ``sort`` value -> (job field, reverse by default).
+SORTS = {"wait": ("wait_s", True), "tasks": ("tasks", True), "priority": ("priority", True),
+         "job": ("job_number", False), "owner": ("owner", False), "team": ("team", False)}
+#: What would move a group of waiting jobs: group kind -> (triage action, button label, what it does).
+GROUP_ACTIONS = {
+    "error": ("clear_error", "Clear the error state", "the tasks go back to pending and are scheduled again"),
+    "held_tco": ("release", "Release", "the held tasks become pending again"),
+    "held": ("release", "Release", "the hold (user, operator or system) is removed"),
+    "dependency": ("delete", "Delete", "they wait for other jobs to finish; delete them if those never will"),
+    "consumable": ("priority", "Raise the priority", "they start first when a seat frees up"),
+    "quota": ("priority", "Raise the priority", "they start first when the quota has room again"),
+    "share_tree": ("priority", "Raise the priority", "a -p above the other teams' jobs outweighs the share tree"),
+    "queue": ("priority", "Raise the priority", "queue instances are full, disabled or in alarm (qmod -e fixes those)"),
+    "scheduling": ("priority", "Raise the priority", "they are next in the scheduler's order"),
+    "unknown": ("hold", "Hold", "the scheduler gives no reason yet"),
+}
+_WEEKDAY = "%A"
+
+
+def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
+    """Add to each job: ``team`` (name), ``launcher`` (tco user who launched it, "" if not tco's),
+    ``queue``, ``priority`` (-p as tco last set it, None if unknown), ``state`` (error, held or
+    pending: the job's most pressing) and ``group`` (``{"key", "kind", "label"}``)."""
+    numbers = [j["job_number"] for j in jobs]
+    campaigns = {c.job_number: c for c in Campaign.objects.filter(cluster=cluster, job_number__in=numbers)
+                 .select_related("launched_by", "team").order_by("launched_at")}
+    teams = dict(Team.objects.values_list("project", "name"))
+    priorities = job_priorities(cluster, numbers)
+    holds: dict[int, ControlRequest] = {}
+    for request in (ControlRequest.objects.filter(cluster=cluster, job_number__in=numbers, control="hold",
+                                                  state=ControlState.DONE)
+                    .select_related("user").order_by("finished_at", "pk")):
+        holds[request.job_number] = request
+    for job in jobs:
+        campaign = campaigns.get(job["job_number"])
+        job["launcher"] = campaign.launched_by.get_username() if campaign else ""
+        job["team"] = teams.get(job["project"] or "", job["project"] or "")
+        job["queue"] = campaign.queue if campaign else ""
+        job["campaign_name"] = campaign.name if campaign else ""
+        job["priority"] = priorities.get(job["job_number"])
+        job["state"] = "error" if job["errors"] else ("held" if job["held"] == job["tasks"] else "pending")
+        job["group"] = _group_of(job, holds.get(job["job_number"]))
+
+
+def _group_of(job: dict, hold: ControlRequest | None) -> dict[str, str]:
+    """The reason that keeps ``job`` waiting, as a group: ``{"key", "kind", "label"}`` (label: what
+    its tasks wait for, said after the count, e.g. "wait for anthropic_api seats")."""
+    texts = [r["text"] for r in job["reasons"]]
+    if job["errors"]:
+        return {"key": "error", "kind": "error", "label": "are in the error state"}
+    if job["held"]:
+        if hold is not None and hold.user is not None:
+            who = hold.user.get_username()
+            day = timezone.localtime(hold.finished_at or hold.created_at).strftime(_WEEKDAY)
+            verb = "paused" if hold.action.startswith("campaign_") else "held"
+            return {"key": f"held_tco:{who}:{day}", "kind": "held_tco",
+                    "label": f"are {verb} by {who} in tco on {day}"}
+        return {"key": "held", "kind": "held", "label": "are held outside tco (user, operator or system hold)"}
+    for text in texts:
+        if text.startswith("waiting for job") or text.startswith("waiting for the jobs") or \
+                text.startswith("waiting for its predecessor"):
+            return {"key": "dependency", "kind": "dependency", "label": "wait for other jobs to finish"}
+    for text in texts:
+        if "(consumable " in text:
+            resource = text.split("(consumable ", 1)[1].split(",")[0].split(")")[0]
+            return {"key": f"consumable:{resource}", "kind": "consumable", "label": f"wait for {resource} seats"}
+    for text in texts:
+        if text.startswith("agent quota reached"):
+            rqs = text.rsplit("(RQS ", 1)[-1].rstrip(")") if "(RQS " in text else "a quota"
+            return {"key": f"quota:{rqs}", "kind": "quota", "label": f"wait for the quota {rqs}"}
+    for text in texts:
+        if "share-tree target" in text and "fewer tickets" in text:
+            return {"key": "share_tree", "kind": "share_tree", "label": "wait for the share tree"}
+    for text in texts:
+        if text.startswith("queue instance") or text.startswith("queue ") or text.startswith("host "):
+            return {"key": "queue", "kind": "queue", "label": "wait for a free or enabled queue instance"}
+    if any(t.startswith("number ") for t in texts):
+        return {"key": "scheduling", "kind": "scheduling", "label": "wait their turn in the priority order"}
+    return {"key": "unknown", "kind": "unknown", "label": "wait without a reason from the scheduler"}
+
+
+_SINGULAR = {"are ": "is ", "wait ": "waits "}
+
+
+def _title(tasks: int, label: str) -> str:
+    """``183 tasks wait for anthropic_api seats`` / ``1 task waits for ...`` (the verb agrees)."""
+    if tasks == 1:
+        for plural, singular in _SINGULAR.items():
+            if label.startswith(plural):
+                label = singular + label[len(plural):]
+                break
+        return f"1 task {label}"
+    return f"{tasks} tasks {label}"
+
+
+def triage_groups(jobs: list[dict]) -> list[dict]:
+    """The jobs grouped by ``job["group"]["key"]``, biggest first: ``[{"key", "kind", "label",
+    "title" ("12 tasks wait for the share tree"), "tasks": n, "jobs": [job_number], "oldest_wait_s", "action": {"action", "label", "why"}}]``."""
+    groups: dict[str, dict] = {}
+    for job in jobs:
+        g = job["group"]
+        group = groups.get(g["key"])
+        if group is None:
+            action, label, why = GROUP_ACTIONS[g["kind"]]
+            group = groups[g["key"]] = {**g, "tasks": 0, "jobs": [], "oldest_wait_s": None,
+                                        "action": {"action": action, "label": label, "why": why}}
+        group["tasks"] += job["tasks"]
+        group["jobs"].append(job["job_number"])
+        group["title"] = _title(group["tasks"], group["label"])
+        if job["wait_s"] is not None and (group["oldest_wait_s"] is None or job["wait_s"] > group["oldest_wait_s"]):
+            group["oldest_wait_s"] = job["wait_s"]
+    return sorted(groups.values(), key=lambda g: (g["kind"] != "error", -g["tasks"], g["key"]))
+
+
+def triage_filter(jobs: list[dict], *, team: str = "", owner: str = "", queue: str = "", reason: str = "",
+                  state: str = "", q: str = "", sort: str = "wait", descending: bool | None = None) -> list[dict]:
+    """The jobs that match every given filter (exact: team name or project, owner or launcher,
+    queue, group key, state; ``q``: a job number, or text in the name, campaign, owner or
+    launcher), sorted by ``sort`` (a key of :data:`SORTS`; unknown keys sort by wait)."""
+    needle = q.strip().lower()
+    out = []
+    for job in jobs:
+        if team and team not in (job["team"], job["project"]):
+            continue
+        if owner and owner not in (job["launcher"], job["owner"]):
+            continue
+        if queue and job["queue"] != queue:
+            continue
+        if reason and job["group"]["key"] != reason:
+            continue
+        if state and job["state"] != state:
+            continue
+        if needle and not (needle == str(job["job_number"]) or any(
+                needle in (job[f] or "").lower() for f in ("name", "campaign_name", "owner", "launcher"))):
+            continue
+        out.append(job)
+    field, default_reverse = SORTS.get(sort, SORTS["wait"])
+    reverse = default_reverse if descending is None else descending
+    present = [j for j in out if j[field] is not None]
+    missing = [j for j in out if j[field] is None]  # unknown values last, whichever the direction
+    present.sort(key=lambda j: (j[field], -j["job_number"] if reverse else j["job_number"]), reverse=reverse)
+    return present + missing

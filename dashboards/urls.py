@@ -9,6 +9,7 @@ urlpatterns = [
     path("campaigns/<int:campaign_id>/", views.campaign_page, name="campaign"),
     path("tasks/<int:task_id>/", views.task_page, name="task"),
     path("tasks/<int:task_id>/outputs/<str:name>", views.task_output, name="task-output"),
+    path("tasks/<int:task_id>/logs.json", views.task_logs, name="task-logs"),
     path("account/token/", views.token_page, name="token"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("healthz", views.healthz, name="healthz"),

@@ -20,6 +20,8 @@ urlpatterns = [
          name="ops-campaign-network-policy"),
     path("triage/", views_ops.triage_page, name="ops-triage"),
     path("triage/action", views_ops.triage_action_view, name="ops-triage-action"),
+    path("triage/group", views_ops.triage_group_view, name="ops-triage-group"),
     path("audit/", views_ops.audit_page, name="ops-audit"),
+    path("audit.csv", views_ops.audit_csv, name="ops-audit-csv"),
     path("agents/", views_ops.agent_definitions_page, name="ops-agents"),
 ]

@@ -39,7 +39,9 @@ def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     if state not in (None, *selectors.LIFECYCLE_STATES):
         state = None
     try:
-        detail = selectors.campaign_detail(request.user, campaign_id, page=_int_param(request, "page"), state=state)
+        choice = selectors.task_table_choice(request.GET.get("sort"), request.GET.get("dir"), request.GET.get("q"))
+        detail = selectors.campaign_detail(request.user, campaign_id, page=_int_param(request, "page"), state=state,
+                                           **choice)
     except Campaign.DoesNotExist:
         raise Http404("no such campaign") from None
     return render(request, "dashboards/campaign.html", {"detail": detail, "states": selectors.LIFECYCLE_STATES})
@@ -52,6 +54,15 @@ def task_page(request: HttpRequest, task_id: int) -> HttpResponse:
     except Task.DoesNotExist:
         raise Http404("no such task") from None
     return render(request, "dashboards/agent.html", {"detail": detail})
+
+
+@login_required
+def task_logs(request: HttpRequest, task_id: int) -> JsonResponse:
+    """The live tail of a task's stdout and stderr (JSON, ``selectors.task_logs``), polled by the agent page."""
+    try:
+        return JsonResponse(selectors.task_logs(request.user, task_id))
+    except Task.DoesNotExist:
+        raise Http404("no such task") from None
 
 
 @login_required

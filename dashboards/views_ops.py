@@ -8,16 +8,21 @@ or invalid request submits nothing and shows the form again as typed.
 from __future__ import annotations
 
 import csv
+import datetime as dt
+import json
+from urllib.parse import urlencode
+
+from django.core.paginator import Paginator
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import agents, audit, billing, control, inputs, launch, limits, notices, triage
+from . import agents, audit, billing, control, inputs, launch, limits, notices, selectors, triage
 from .forms import (
     AgentDefinitionForm,
     BillForm,
@@ -203,11 +208,12 @@ def campaign_ops_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     campaign = _visible_campaign(request, campaign_id)
     history = []
     can_control = user_can(request.user, "control", campaign.team)
-    if can_control:  # the campaign's own launches and control actions, with their results
-        history = list(AuditEntry.objects.filter(target=f"campaign:{campaign.pk}").select_related("user")
-                       .order_by("-at", "-id")[:50])
+    if can_control:  # the campaign's launches and control actions, an admin's on its job included
+        history = control.campaign_actions(campaign)
+    summary = notices.campaign_summary(campaign)
     return render(request, "dashboards/launch_campaign.html", {
-        "campaign": campaign, "summary": notices.campaign_summary(campaign),
+        "campaign": campaign, "summary": summary, "priority": control.campaign_priority(campaign),
+        "controls": control.campaign_controls(campaign, summary["states"]),
         "can_control": can_control, "history": history,
         "retries": list(campaign.retries.order_by("launched_at")), "now": timezone.now()})
 
@@ -245,15 +251,61 @@ def campaign_control_view(request: HttpRequest, campaign_id: int) -> HttpRespons
 
 # --------------------------------------------------------------------------- triage and audit
 
+#: Waiting jobs the triage page reads reasons for (one cached ``qstat -j`` each).
+TRIAGE_MAX_JOBS = 200
+
+TRIAGE_FILTERS = ("team", "owner", "queue", "reason", "state", "q")
+
+
+def _triage_context(request: HttpRequest) -> dict:
+    """The triage page's data for the filters, search and sort in the URL (``TRIAGE_FILTERS``,
+    ``sort``, ``dir=asc|desc``)."""
+    overview = triage.triage_overview(max_jobs=TRIAGE_MAX_JOBS)
+    chosen = {k: request.GET.get(k, "")[:100] for k in TRIAGE_FILTERS}
+    sort = request.GET.get("sort", "wait")
+    if sort not in triage.SORTS:
+        sort = "wait"
+    direction = request.GET.get("dir", "")
+    descending = {"asc": False, "desc": True}.get(direction)
+    jobs = triage.triage_filter(overview["jobs"], **chosen, sort=sort, descending=descending)
+    every = overview["jobs"]
+    facets = {
+        "team": sorted({j["team"] for j in every if j["team"]}),
+        "owner": sorted({j["launcher"] or j["owner"] for j in every if j["launcher"] or j["owner"]}),
+        "queue": sorted({j["queue"] for j in every if j["queue"]}),
+        "reason": sorted({(g["key"], g["label"]) for g in (j["group"] for j in every)}),
+        "state": ["error", "held", "pending"],
+    }
+    reverse = triage.SORTS[sort][1] if descending is None else descending
+    base = {k: v for k, v in chosen.items() if v}
+    columns = []
+    for key, label in (("job", "Job"), ("owner", "Owner"), ("team", "Team"), ("tasks", "Waiting tasks"),
+                       ("priority", "Priority"), ("wait", "Waiting for")):
+        on = key == sort
+        query = {**base, "sort": key, "dir": ("asc" if reverse else "desc") if on else
+                 ("desc" if triage.SORTS[key][1] else "asc")}
+        columns.append({"key": key, "label": label, "query": urlencode(query),
+                        "aria": ("descending" if reverse else "ascending") if on else "none"})
+    recent = list(AuditEntry.objects.filter(action__startswith="triage_").select_related("user")
+                  .order_by("-at", "-id")[:10])
+    return {"overview": overview, "jobs": jobs, "groups": triage.triage_groups(jobs), "facets": facets,
+            "chosen": chosen, "sort": sort, "columns": columns, "filtered": bool(base),
+            "query": request.GET.urlencode(), "recent": recent, "actions": TriageActionForm.ACTIONS}
+
+
+def _back_to_triage(request: HttpRequest) -> HttpResponse:
+    """Back to the triage page with the filters the action was sent from (``next``: a query string)."""
+    query = request.POST.get("next", "")
+    if query.startswith("?"):
+        query = query[1:]
+    return redirect(reverse("ops-triage") + ("?" + QueryDict(query).urlencode() if query else ""))
+
+
 @login_required
 def triage_page(request: HttpRequest) -> HttpResponse:
     if not user_can(request.user, "triage"):
         return refused(request, "Triage is for cluster admins.")
-    overview = triage.triage_overview()
-    recent = list(AuditEntry.objects.filter(action__startswith="triage_").select_related("user")
-                  .order_by("-at", "-id")[:10])
-    return render(request, "dashboards/triage.html", {"overview": overview, "recent": recent,
-                                                      "actions": TriageActionForm.ACTIONS})
+    return render(request, "dashboards/triage.html", _triage_context(request))
 
 
 @login_required
@@ -262,13 +314,16 @@ def triage_action_view(request: HttpRequest) -> HttpResponse:
     if not user_can(request.user, "triage"):
         return refused(request, "Triage is for cluster admins.", action="triage")
     form = TriageActionForm(request.POST)
-    if not form.is_valid():
-        return render(request, "dashboards/triage_confirm.html", {"form": form}, status=400)
+    if not form.is_valid():  # shown inline, at the job's row, with the page as it was
+        context = _triage_context(request)
+        context["row_errors"] = {"job": request.POST.get("job_number", ""), "errors": [
+            (field if field != "__all__" else "", " ".join(errors)) for field, errors in form.errors.items()]}
+        return render(request, "dashboards/triage.html", context, status=400)
     data = form.cleaned_data
     if not data["confirm"]:
         confirm = TriageActionForm(initial={**request.POST.dict(), "confirm": True})
         return render(request, "dashboards/triage_confirm.html", {
-            "form": form, "confirm_form": confirm, "data": data,
+            "form": form, "confirm_form": confirm, "data": data, "next": request.POST.get("next", ""),
             "tasks_text": control.ranges_text(data["tasks"]),
             "action_label": dict(TriageActionForm.ACTIONS)[data["action"]]})
     try:
@@ -277,22 +332,137 @@ def triage_action_view(request: HttpRequest) -> HttpResponse:
     except ActionRefused as exc:
         return refused(request, str(exc))
     except LaunchError as exc:
-        messages.error(request, str(exc))
+        messages.error(request, f"Job {data['job_number']}: {exc}")
     else:
         messages.success(request, f"{dict(TriageActionForm.ACTIONS)[data['action']].capitalize()} of job "
                                   f"{data['job_number']} requested (request #{entry.pk}).")
-    return redirect("ops-triage")
+    return _back_to_triage(request)
+
+
+@login_required
+@require_POST
+def triage_group_view(request: HttpRequest) -> HttpResponse:
+    """One action on every job of a reason group (``group``: its key) as the page showed it (the
+    filters and search in ``next``), after one confirmation.
+
+    Each job goes through ``control.triage_action`` (checked and audited one by one); the
+    results come back as one message on the triage page: how many were queued, and each
+    refusal with its job.
+    """
+    if not user_can(request.user, "triage"):
+        return refused(request, "Triage is for cluster admins.", action="triage")
+    key = request.POST.get("group", "")
+    action = request.POST.get("action", "")
+    if action not in control.TRIAGE_ACTIONS:
+        messages.error(request, f"Unknown action {action[:32]!r}.")
+        return _back_to_triage(request)
+    priority = None
+    if action == "priority":
+        try:
+            priority = int(request.POST.get("priority", ""))
+        except ValueError:
+            priority = None
+        if priority is None or not limits.PRIORITY_MIN <= priority <= limits.PRIORITY_MAX:
+            messages.error(request, f"Priority: a whole number from {limits.PRIORITY_MIN} to {limits.PRIORITY_MAX}.")
+            return _back_to_triage(request)
+    overview = triage.triage_overview(max_jobs=TRIAGE_MAX_JOBS)
+    # The group as the page showed it: with the filters and search it was sent from.
+    shown = QueryDict(request.POST.get("next", "").lstrip("?"))
+    jobs = triage.triage_filter(overview["jobs"], **{k: shown.get(k, "")[:100] for k in TRIAGE_FILTERS})
+    group = next((g for g in triage.triage_groups(jobs) if g["key"] == key), None)
+    if group is None:
+        messages.error(request, "That group has no waiting jobs any more (they may have started); nothing was done.")
+        return _back_to_triage(request)
+    label = dict(TriageActionForm.ACTIONS)[action]
+    if request.POST.get("confirm") != "yes":
+        jobs = [j for j in jobs if j["job_number"] in group["jobs"]]
+        return render(request, "dashboards/triage_confirm.html", {
+            "group": group, "group_jobs": jobs, "action": action, "action_label": label, "priority": priority,
+            "next": request.POST.get("next", "")})
+    queued, failed = [], []
+    for job_number in group["jobs"]:
+        try:
+            control.triage_action(user=request.user, action=action, job_number=job_number, priority=priority)
+        except (ActionRefused, LaunchError) as exc:
+            failed.append(f"job {job_number}: {exc}")
+        else:
+            queued.append(job_number)
+    if queued:
+        messages.success(request, f"{label.capitalize()} of {len(queued)} job{'s' if len(queued) != 1 else ''} "
+                                  f"({group['tasks']} tasks that {group['label']}) requested.")
+    for text in failed:
+        messages.error(request, text)
+    return _back_to_triage(request)
+
+
+def _audit_query(request: HttpRequest) -> tuple[dict, object, str, bool]:
+    """The audit filters, sort and direction from the URL, and the matching entries (admins only)."""
+    chosen = {k: request.GET.get(k, "")[:100] for k in selectors.AUDIT_FILTERS}
+    dates = {}
+    for name in ("since", "until"):
+        try:
+            dates[name] = dt.date.fromisoformat(chosen[name]) if chosen[name] else None
+        except ValueError:
+            dates[name] = None
+            chosen[name] = ""
+    sort = request.GET.get("sort", "at")
+    if sort not in selectors.AUDIT_SORTS:
+        sort = "at"
+    descending = request.GET.get("dir", "desc") != "asc"
+    entries = selectors.audit_search(request.user, action=chosen["action"], who=chosen["who"], ok=chosen["ok"],
+                                     q=chosen["q"], since=dates["since"], until=dates["until"], sort=sort,
+                                     descending=descending)
+    return chosen, entries, sort, descending
 
 
 @login_required
 def audit_page(request: HttpRequest) -> HttpResponse:
     try:
-        entries = audit.audit_entries(request.user, action=request.GET.get("action", "")[:32])
+        chosen, entries, sort, descending = _audit_query(request)
     except ActionRefused as exc:
         return refused(request, str(exc))
-    actions = sorted(set(AuditEntry.objects.values_list("action", flat=True).distinct()))
-    return render(request, "dashboards/audit.html", {"entries": entries, "actions": actions,
-                                                     "selected": request.GET.get("action", "")})
+    page = Paginator(entries, selectors.AUDIT_PER_PAGE).get_page(request.GET.get("page"))
+    rows = [{"entry": e, "params": selectors.audit_params_text(e.params), "link": selectors.audit_target_link(e.target)}
+            for e in page.object_list]
+    base = {k: v for k, v in chosen.items() if v}
+    columns = []
+    for key, label in (("at", "When (UTC)"), ("who", "Who"), ("action", "Action"), ("target", "Target"),
+                       ("ok", "OK")):
+        on = key == sort
+        columns.append({"key": key, "label": label, "aria": ("descending" if descending else "ascending") if on
+                        else "none", "query": urlencode({**base, "sort": key,
+                                                         "dir": ("asc" if descending else "desc") if on else "desc"})})
+    query = urlencode({**base, "sort": sort, "dir": "desc" if descending else "asc"})
+    return render(request, "dashboards/audit.html", {
+        "rows": rows, "page": page, "chosen": chosen, "columns": columns, "query": query, "filtered": bool(base),
+        "actions": sorted(set(AuditEntry.objects.values_list("action", flat=True).distinct())),
+        "users": sorted(set(AuditEntry.objects.filter(user__isnull=False)
+                            .values_list("user__username", flat=True).distinct()))})
+
+
+@login_required
+def audit_csv(request: HttpRequest) -> HttpResponse:
+    """The audit entries of the page's filters and sort, every page, as CSV (UTF-8)."""
+    try:
+        _chosen, entries, _sort, _descending = _audit_query(request)
+    except ActionRefused as exc:
+        return refused(request, str(exc))
+
+    class _Echo:
+        def write(self, value):
+            return value
+
+    writer = csv.writer(_Echo())
+
+    def rows():
+        yield writer.writerow(["at_utc", "user", "action", "target", "ok", "result", "params_json"])
+        for e in entries.iterator(chunk_size=2000):
+            yield writer.writerow([e.at.isoformat(), e.user.get_username() if e.user else "", e.action, e.target,
+                                   "yes" if e.ok else "no", e.result, json.dumps(e.params, sort_keys=True)])
+
+    response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="tco-audit-{timezone.now():%Y%m%d-%H%M%S}.csv"'
+    return response
 
 
 # --------------------------------------------------------------------------- agent registry

@@ -38,14 +38,43 @@
     }
   }
 
+  // The server's clock minus this browser's, from the newest snapshot: in-progress stages and the
+  // elapsed time are drawn up to the server's "now", ticking between snapshots.
+  var offsetMs = 0, current = initial;
+  function serverNow() { return new Date(Date.now() + offsetMs); }
+  function syncClock(d) { if (d.generated_at) { offsetMs = new Date(d.generated_at) - Date.now(); } }
+
+  function duration(s) {
+    s = Math.max(0, Math.round(s));
+    var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+    return h ? h + " h " + (m < 10 ? "0" : "") + m + " min" : m ? m + " min " + (r < 10 ? "0" : "") + r + " s" : r + " s";
+  }
+
+  function renderProgress(d) {
+    var p = d.progress, card = document.getElementById("running-card");
+    card.hidden = !p;
+    if (!p) { return; }
+    var elapsed = (serverNow() - new Date(p.started_at)) / 1000;
+    document.getElementById("elapsed").textContent = duration(elapsed);
+    var pct = p.expected_s ? Math.min(99, 100 * elapsed / p.expected_s) : null;
+    var bar = document.querySelector("#run-progress .bar");
+    bar.style.width = (pct === null ? 0 : pct.toFixed(1)) + "%";
+    document.getElementById("run-progress").setAttribute("aria-valuenow", pct === null ? 0 : pct.toFixed(0));
+    document.getElementById("run-progress-text").textContent = pct === null ? "no expected run time yet" :
+      pct.toFixed(0) + " % of the expected " + duration(p.expected_s);
+    document.getElementById("run-expected").textContent = p.expected_s ? "Expected run time from " + p.expected_from +
+      (p.timeout_s ? "; the agent is stopped after " + duration(p.timeout_s) + "." : ".") : "";
+  }
+
   function renderTimeline(d) {
-    var now = d.generated_at;
+    var now = serverNow().toISOString();
     TCO.fill(document.querySelector("#timeline tbody"), d.timeline.map(function (s) {
       var tr = el("tr", { "data-stage": s.stage, "class": s.overhead ? "overhead" : "" });
       tr.appendChild(el("td", null, s.label + (s.overhead ? " (overhead)" : "")));
       tr.appendChild(el("td", null, TCO.time(s.start)));
       tr.appendChild(el("td", null, s.end ? TCO.time(s.end) : "in progress"));
-      tr.appendChild(el("td", { "class": "num" }, secs(s.seconds)));
+      tr.appendChild(el("td", { "class": "num" }, s.end ? secs(s.seconds) :
+        secs(Math.max(0, (new Date(now) - new Date(s.start)) / 1000)) + " so far"));
       return tr;
     }));
     if (!window.Plotly) { return; }
@@ -54,12 +83,12 @@
       type: "bar", orientation: "h",
       y: segs.map(function (s) { return s.label; }),
       base: segs.map(function (s) { return s.start; }),
-      x: segs.map(function (s) { return (new Date(s.end || now)) - (new Date(s.start)); }),
+      x: segs.map(function (s) { return Math.max(0, (new Date(s.end || now)) - (new Date(s.start))); }),
       marker: { color: segs.map(function (s) { return s.overhead ? "#f0b36b" : s.end ? "#8fb0ef" : "#c9d8f7"; }) },
       hovertext: segs.map(function (s) { return s.label + ": " + (s.seconds === null ? "in progress" : secs(s.seconds) + " s"); }),
       hoverinfo: "text"
-    }], { margin: { l: 140, r: 10, t: 10, b: 40 }, height: 60 + 28 * Math.max(segs.length, 1),
-      xaxis: { type: "date" }, showlegend: false }, TCO.plotConfig);
+    }], TCO.themed({ margin: { l: 140, r: 10, t: 10, b: 40 }, height: 60 + 28 * Math.max(segs.length, 1),
+      xaxis: { type: "date" }, showlegend: false }), TCO.plotConfig);
   }
 
   function renderRequests(d) {
@@ -68,12 +97,24 @@
       (r.count > r.shown ? ", first " + r.shown + " shown" : "") + " · total cost " + (TCO.money(r.totals.cost_usd) || "—");
     TCO.fill(document.querySelector("#requests tbody"), r.rows.map(function (q) {
       var tr = el("tr", { "data-seq": q.seq, "class": q.complete ? "" : "incomplete" });
-      [q.seq, TCO.time(q.at), q.provider, q.method + " " + q.path, q.status,
-       q.model || q.requested_model, q.input_tokens, q.cache_read_tokens, q.cache_write_5m_tokens,
-       q.cache_write_1h_tokens, q.output_tokens, TCO.money(q.cost_usd), num(q.latency_ms, 0), (q.flags || []).join(", ")
-      ].forEach(function (v, i) { tr.appendChild(el("td", { "class": (i >= 6 && i <= 12) || i === 0 || i === 4 ? "num" : "" }, v)); });
+      tr.appendChild(el("td", { "class": "num" }, q.seq));
+      tr.appendChild(el("td", null, TCO.time(q.at)));
+      tr.appendChild(el("td", { "class": "path", "title": q.provider }, q.method + " " + q.path));
+      tr.appendChild(el("td", { "class": "num" }, q.status));
+      tr.appendChild(el("td", { "title": q.requested_model && q.requested_model !== q.model ? "asked for " + q.requested_model : null },
+        q.model || q.requested_model));
+      tr.appendChild(el("td", { "class": "num" }, [q.input_tokens, q.cache_read_tokens,
+        q.cache_write_5m_tokens + q.cache_write_1h_tokens, q.output_tokens].join(" · ")));
+      tr.appendChild(el("td", { "class": "num" }, TCO.money(q.cost_usd) || "unpriced"));
+      tr.appendChild(el("td", { "class": "num" }, q.latency_ms === null || q.latency_ms === undefined ? "" : num(q.latency_ms, 0) + " ms"));
+      tr.appendChild(el("td", null, (q.flags || []).join(", ")));
       return tr;
     }));
+  }
+
+  function size(n) {
+    if (n === null || n === undefined) { return "size unknown"; }
+    return n >= 1048576 ? (n / 1048576).toFixed(1) + " MiB" : n >= 1024 ? (n / 1024).toFixed(1) + " KiB" : n + " bytes";
   }
 
   function renderLog(id, f) {
@@ -81,7 +122,7 @@
     var keepBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
     pre.textContent = f.text || "";
     document.getElementById(id + "-info").textContent = f.error ? "(" + f.error + ")" :
-      (f.size + " bytes" + (f.truncated ? ", last " + (f.text || "").length + " characters shown" : "") + (f.path ? " · " + f.path : ""));
+      (size(f.size) + (f.truncated ? ", the last " + size(new Blob([f.text || ""]).size) + " shown" : "") + (f.path ? " · " + f.path : ""));
     if (keepBottom) { pre.scrollTop = pre.scrollHeight; }
   }
 
@@ -99,12 +140,10 @@
   function renderScheduler(d) {
     var box = TCO.clear(document.getElementById("accounting"));
     if (!d.accounting.length) { box.appendChild(el("p", { "class": "muted" }, "no accounting record yet")); }
-    d.accounting.forEach(function (a) {
+    (d.accounting_rows || []).forEach(function (rows) {
       var t = el("table", { "class": "grid facts accounting" }), tb = el("tbody");
-      Object.keys(a).forEach(function (k) {
-        if (k === "usage" && a[k] && !Object.keys(a[k]).length) { return; }
-        var tr = el("tr"); tr.appendChild(el("th", null, k));
-        tr.appendChild(el("td", null, typeof a[k] === "object" && a[k] !== null ? JSON.stringify(a[k]) : a[k])); tb.appendChild(tr);
+      rows.forEach(function (p) {
+        var tr = el("tr"); tr.appendChild(el("th", null, p[0])); tr.appendChild(el("td", null, p[1])); tb.appendChild(tr);
       });
       t.appendChild(tb); box.appendChild(t);
     });
@@ -118,12 +157,33 @@
   }
 
   function render(d) {
-    renderFacts(d); renderTimeline(d); renderRequests(d);
+    current = d; syncClock(d);
+    renderFacts(d); renderProgress(d); renderTimeline(d); renderRequests(d);
     document.getElementById("policy").textContent = d.policy.text || "(no policy recorded: the runtime's default applies)";
     document.getElementById("policy-source").textContent = d.policy.source ? "from the " + d.policy.source : "";
     renderLog("stdout", d.stdout); renderLog("stderr", d.stderr); renderOutputs(d); renderScheduler(d);
   }
 
+  // Between snapshots: the elapsed time and the in-progress stage tick every second, and the
+  // logs' live tail is read every 3 s while the task is active and "follow" is on.
+  setInterval(function () {
+    if (current.progress) { renderProgress(current); }
+    if (current.timeline.some(function (s) { return !s.end; })) { renderTimeline(current); }
+  }, 1000);
+  var follow = document.getElementById("follow-logs"), logsBusy = false;
+  setInterval(function () {
+    if (!follow.checked || logsBusy || !current.task.active) { return; }
+    logsBusy = true;
+    fetch("/tasks/" + initial.task.id + "/logs.json", { credentials: "same-origin" }).then(function (r) {
+      if (!r.ok) { throw new Error("HTTP " + r.status); }
+      return r.json();
+    }).then(function (logs) {
+      renderLog("stdout", logs.stdout); renderLog("stderr", logs.stderr);
+      document.getElementById("logs-status").textContent = "tail read at " + TCO.time(logs.generated_at);
+    }).catch(function (e) {
+      document.getElementById("logs-status").textContent = "could not read the logs: " + e.message;
+    }).then(function () { logsBusy = false; });
+  }, 3000);
   render(initial);
   TCO.connect("/ws/tasks/" + initial.task.id + "/", function (msg) {
     if (msg.kind === "task.snapshot") { render(msg.data); }

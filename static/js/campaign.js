@@ -59,11 +59,11 @@
       if (h) {
         for (var i = 0; i < h.counts.length; i++) { x.push((h.edges[i] + h.edges[i + 1]) / 2); y.push(h.counts[i]); }
       }
-      window.Plotly.react(div, [{ x: x, y: y, type: "bar", marker: { color: "#8fb0ef" }, name: r.label }], {
+      window.Plotly.react(div, [{ x: x, y: y, type: "bar", marker: { color: "#8fb0ef" }, name: r.label }], TCO.themed({
         title: { text: r.label + (r.median_s !== null ? " · median " + secs(r.median_s) + " s" : " · no data yet"), font: { size: 13 } },
         margin: { l: 40, r: 10, t: 30, b: 35 }, height: 200, bargap: 0.05,
         xaxis: { title: { text: "seconds" } }, yaxis: { title: { text: "tasks" } }
-      }, TCO.plotConfig);
+      }), TCO.plotConfig);
     });
     // Size the plots to their grid cells once the grid has laid them out.
     window.requestAnimationFrame(function () {
@@ -92,9 +92,48 @@
       return tr;
     }));
     TCO.pager(document.getElementById("tasks-pager"), { page: d.page, pages: d.pages }, function (page) { choose({ page: page }); });
+    var empty = document.getElementById("tasks-empty");
+    empty.hidden = d.tasks.length > 0;
+    empty.textContent = d.q || d.state_filter ? "No task matches" + (d.q ? " “" + d.q + "”" : "") +
+      (d.state_filter ? " in state " + d.state_filter : "") + "." : "No tasks yet: the campaign is being submitted.";
+    document.getElementById("task-matching").textContent = d.q ? d.matching + " matching" : "";
+    Array.prototype.forEach.call(document.querySelectorAll("#tasks a.sort"), function (a) {
+      var key = a.getAttribute("data-sort");
+      a.setAttribute("aria-sort", d.sort === key ? (d.descending ? "descending" : "ascending") : "none");
+    });
+    table = { sort: d.sort, dir: d.descending ? "desc" : "asc", q: d.q || "" };
+    remember(d);
   }
 
-  function render(d) { renderHeader(d); renderStages(d); renderTasks(d); }
+  // The table's state lives in the URL, so every view of it is a link (and survives a reload).
+  var table = { sort: initial.sort, dir: initial.descending ? "desc" : "asc", q: initial.q || "" };
+  function remember(d) {
+    var params = new URLSearchParams();
+    if (d.state_filter) { params.set("state", d.state_filter); }
+    if (d.sort) { params.set("sort", d.sort); params.set("dir", d.descending ? "desc" : "asc"); }
+    if (d.q) { params.set("q", d.q); }
+    if (d.page > 1) { params.set("page", d.page); }
+    var query = params.toString();
+    window.history.replaceState(null, "", window.location.pathname + (query ? "?" + query : ""));
+  }
+  Array.prototype.forEach.call(document.querySelectorAll("#tasks a.sort"), function (a) {
+    a.addEventListener("click", function (e) {
+      e.preventDefault();
+      var key = a.getAttribute("data-sort");
+      var dir = table.sort === key && table.dir === "asc" ? "desc" : "asc";
+      document.getElementById("tasks").classList.add("loading-table");
+      choose({ sort: key, dir: dir, q: table.q, page: 1 });
+    });
+  });
+  document.getElementById("task-search").addEventListener("submit", function (e) {
+    e.preventDefault();
+    choose({ sort: table.sort, dir: table.dir, q: document.getElementById("task-q").value, page: 1 });
+  });
+
+  function render(d) {
+    renderHeader(d); renderStages(d); renderTasks(d);
+    document.getElementById("tasks").classList.remove("loading-table");
+  }
 
   function choose(c) { if (live) { live.send(c); } }
 
@@ -102,5 +141,8 @@
   live = TCO.connect("/ws/campaigns/" + initial.campaign.id + "/", function (msg) {
     if (msg.kind === "campaign.snapshot") { render(msg.data); }
   });
-  if (initial.page > 1 || initial.state_filter) { live.send({ page: initial.page, state: initial.state_filter }); }
+  if (initial.page > 1 || initial.state_filter || initial.sort || initial.q) {
+    live.send({ page: initial.page, state: initial.state_filter, sort: initial.sort,
+                dir: initial.descending ? "desc" : "asc", q: initial.q || "" });
+  }
 })();

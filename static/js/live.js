@@ -87,5 +87,15 @@
     nav.appendChild(next);
   };
 
+  // A Plotly layout in the page's theme (light or dark, from the stylesheet): transparent
+  // backgrounds, the text colour of the page, grid lines in its line colour.
+  TCO.themed = function (layout) {
+    var css = getComputedStyle(document.documentElement);
+    var fg = css.getPropertyValue("--fg").trim() || "#1d2330", line = css.getPropertyValue("--line").trim() || "#dde2ea";
+    layout.paper_bgcolor = "rgba(0,0,0,0)"; layout.plot_bgcolor = "rgba(0,0,0,0)";
+    layout.font = Object.assign({ color: fg }, layout.font || {});
+    ["xaxis", "yaxis"].forEach(function (k) { layout[k] = Object.assign({ gridcolor: line, zerolinecolor: line }, layout[k] || {}); });
+    return layout;
+  };
   TCO.plotConfig = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
 })();

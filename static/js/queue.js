@@ -157,10 +157,15 @@
       return { x: d.t, y: d.queued[team], name: team + " queued", type: "scatter", mode: "lines", stackgroup: "queued" };
     });
     traces.push({ x: d.t, y: d.running, name: "running", type: "scatter", mode: "lines", line: { dash: "dot", color: "#1e7b34" } });
-    window.Plotly.react(chart, traces, {
-      margin: { l: 50, r: 10, t: 10, b: 40 }, height: 260, legend: { orientation: "h" },
-      yaxis: { title: { text: "tasks" }, rangemode: "tozero" }, xaxis: { type: "date" }
-    }, TCO.plotConfig);
+    window.Plotly.react(chart, traces, TCO.themed({
+      // The legend above the plot and room below for the date line of the ticks: a legend or a
+      // second tick line pushed under a fixed 40 px margin was clipped to a stray letter.
+      margin: { l: 50, r: 10, t: 30, b: 10 }, height: 280,
+      legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
+      yaxis: { title: { text: "tasks" }, rangemode: "tozero", automargin: true },
+      xaxis: { type: "date", automargin: true, tickformatstops: [
+        { dtickrange: [null, 60000], value: "%H:%M:%S" }, { dtickrange: [60000, 86400000], value: "%H:%M" }, { dtickrange: [86400000, null], value: "%b %d" }] }
+    }), TCO.plotConfig);
   }
 
   Array.prototype.forEach.call(document.querySelectorAll(".tabs .tab"), function (b) {
