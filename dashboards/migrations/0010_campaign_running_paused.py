@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('dashboards', '0008_api_token_hashed'),
+        ('dashboards', '0009_accounting_tokens'),
     ]
 
     operations = [
