@@ -448,13 +448,21 @@ def budget_verdict(team: Team, additional_usd: Decimal | None, *, now: dt.dateti
         unknown = additional_usd is None or status["unpriced_tasks"] > 0
         projected = status["spent_usd"] + (additional_usd or ZERO)
         if status["spent_usd"] >= budget.amount_usd or projected > budget.amount_usd or unknown:
-            forecast_text = _usd(additional_usd) if additional_usd is not None else "an unknown cost"
-            spent_text = _usd(status["spent_usd"])
+            # One precision for every amount of the message, enough that each is within 1 % and
+            # that "spent + forecast" visibly exceeds the budget when it does (issue 16, bug 7).
+            shown = [budget.amount_usd, status["spent_usd"], projected]
+            if additional_usd is not None:
+                shown.append(additional_usd)
+            places = usd_places(shown, over=(projected, budget.amount_usd))
+            forecast_text = usd_text(additional_usd, places) if additional_usd is not None else "an unknown cost"
+            spent_text = usd_text(status["spent_usd"], places)
             if status["unpriced_tasks"]:
                 spent_text += f" plus {status['unpriced_tasks']} task(s) of unknown cost"
+            total = (f" (together {usd_text(projected, places)})"
+                     if additional_usd is not None and not status["unpriced_tasks"] else "")
             messages.append(f"the {PERIOD_ADJECTIVES[budget.period]} budget of {team.name} is "
-                            f"{_usd(budget.amount_usd)}; spent {spent_text} since "
-                            f"{status['first'].isoformat()}, this launch is forecast at {forecast_text}"
+                            f"{usd_text(budget.amount_usd, places)}; spent {spent_text} since "
+                            f"{status['first'].isoformat()}, this launch is forecast at {forecast_text}{total}"
                             + ("; an unknown cost cannot be checked against the budget" if unknown else ""))
             if budget.on_exceed == "refuse":
                 action = "refuse"
@@ -463,10 +471,34 @@ def budget_verdict(team: Team, additional_usd: Decimal | None, *, now: dt.dateti
     return {"action": action, "message": "; ".join(messages), "budgets": statuses}
 
 
-def _usd(amount: Decimal | None) -> str:
+def usd_places(amounts: Iterable[Decimal], *, over: tuple[Decimal, Decimal] | None = None,
+               tolerance: Decimal = Decimal("0.01")) -> int:
+    """Decimal places (2 to 8) to show USD ``amounts`` with: the fewest that put every amount
+    within ``tolerance`` (a fraction, 1 %) of itself and, when ``over = (a, b)`` with ``a > b``,
+    keep ``a`` visibly above ``b``. ``[0.0072, 0.009]`` -> 4 ("$0.0072", "$0.0090")."""
+    amounts = [Decimal(a) for a in amounts if a is not None]
+    for places in range(2, 9):
+        step = Decimal(1).scaleb(-places)
+        if any(a and abs(a.quantize(step) - a) > abs(a) * tolerance for a in amounts):
+            continue
+        if over is not None and over[0] > over[1] and not over[0].quantize(step) > over[1].quantize(step):
+            continue
+        return places
+    return 8
+
+
+def usd_text(amount: Decimal | None, places: int | None = None) -> str:
+    """``amount`` as ``$1,234.56``; with ``places`` None, as many places as ``usd_places`` needs
+    for it alone (``$0.0072``, never a rounded ``$0.01``). ``"?"`` for None."""
     if amount is None:
         return "?"
-    return f"${amount.quantize(Decimal('0.01')):,}"
+    amount = Decimal(amount)
+    if places is None:
+        places = usd_places([amount])
+    return f"${amount.quantize(Decimal(1).scaleb(-places)):,}"
+
+
+_usd = usd_text
 
 
 def parse_thresholds(text: str) -> list[float]:

@@ -1,0 +1,65 @@
+"""Issue 16, the lead's and the launcher's bugs: each test fails without its fix."""
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from dashboards import billing
+from dashboards.models import AgentDefinition, Budget, Campaign, Team
+from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
+from tests.unit.test_ops_views import launch_data
+
+pytestmark = [pytest.mark.django_db]
+
+
+@pytest.fixture
+def as_user(client, ops_users):
+    def login(name):
+        client.force_login(ops_users[name])
+        return client
+    return login
+
+
+# --------------------------------------------------------------------------- bug 7
+
+def _small_budget(ops_users):
+    research = Team.objects.get(project="research")
+    spent = make_campaign(team=research, user=ops_users["launcher"])
+    make_task(spent, started_at=timezone.now() - dt.timedelta(minutes=5), cost_usd="0.0072")
+    billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("0.01"),
+                       thresholds=[1.0], on_exceed="refuse", alert_emails=[])
+    return research
+
+
+def test_budget_refusal_shows_amounts_precisely_enough_to_see_why(ops_users):
+    research = _small_budget(ops_users)
+    verdict = billing.budget_verdict(research, Decimal("0.009"))
+    assert verdict["action"] == "refuse"
+    # 0.0072 + 0.009 = 0.0162 > 0.01: every amount shown as itself, none rounded to "$0.01".
+    assert "$0.0072" in verdict["message"] and "$0.0090" in verdict["message"]
+    assert "$0.0100" in verdict["message"] and "$0.0162" in verdict["message"]
+    assert "$0.01;" not in verdict["message"] and "$0.01 " not in verdict["message"]
+
+
+@pytest.mark.parametrize("amounts, over, places", [
+    ([Decimal("100"), Decimal("80")], None, 2),
+    ([Decimal("0.0072"), Decimal("0.009")], None, 4),
+    ([Decimal("9.996"), Decimal("10")], (Decimal("10.004"), Decimal("10")), 3),
+])
+def test_usd_places_keeps_each_amount_within_one_percent_and_the_excess_visible(amounts, over, places):
+    assert billing.usd_places(amounts, over=over) == places
+
+
+def test_the_launch_button_is_not_offered_when_the_budget_would_refuse(as_user, ops_users):
+    _small_budget(ops_users)
+    client = as_user("launcher")
+    # No history: the budget check uses the cost cap, 0.003 x 3 tasks = $0.009.
+    html = client.post("/ops/launch/", {**launch_data(cost_cap_usd="0.003"), "preview": "1"}).content.decode()
+    assert 'id="budget-verdict"' in html and "$0.0072" in html
+    assert 'id="launch-submit"' not in html and 'id="launch-blocked"' in html
+    Budget.objects.update(amount_usd=Decimal("1"))
+    html = client.post("/ops/launch/", {**launch_data(cost_cap_usd="0.003"), "preview": "1"}).content.decode()
+    assert 'id="launch-submit"' in html and not Campaign.objects.filter(name="sweep-1").exists()
