@@ -418,14 +418,17 @@ def team_spend(team: Team, period: str, *, now: dt.datetime | None = None) -> di
 
 def budget_status(team: Team, *, now: dt.datetime | None = None) -> list[dict[str, Any]]:
     """Each budget of ``team`` with its current period: ``{"budget", "first", "spent_usd",
-    "fraction" (float, spent / amount), "crossed": [thresholds], "alerts": [BudgetAlert]}``."""
+    "fraction" (float, spent / amount), "crossed": [thresholds], "alerts": [BudgetAlert], "deliveries":
+    [(BudgetAlert, {"sent": bool | None, "detail": str})]}`` (``alert_deliveries``)."""
     out = []
     for budget in team.budgets.order_by("period"):
         spend = team_spend(team, budget.period, now=now)
         fraction = float(spend["spent_usd"] / budget.amount_usd) if budget.amount_usd > 0 else 0.0
         crossed = [t for t in budget.thresholds if fraction >= float(t)]
         alerts = list(budget.alerts.filter(period_start=spend["first"]).order_by("threshold"))
-        out.append({"budget": budget, **spend, "fraction": fraction, "crossed": crossed, "alerts": alerts})
+        delivery = alert_deliveries(alerts)
+        out.append({"budget": budget, **spend, "fraction": fraction, "crossed": crossed, "alerts": alerts,
+                    "deliveries": [(a, delivery[a.pk]) for a in alerts]})
     return out
 
 
@@ -600,18 +603,62 @@ def budget_check_alerts(*, teams: Iterable[Team] | None = None, now: dt.datetime
                     f"{'refused' if budget.on_exceed == 'refuse' else 'submitted on hold'}.\n")
             recipients = _alert_recipients(budget)
             if recipients:
-                transaction.on_commit(lambda s=subject, b=body, r=recipients: mail_safely(s, b, r))
+                transaction.on_commit(lambda a=alert, s=subject, b=body, r=recipients: _alert_mail(a, s, b, r))
+            else:
+                _alert_delivery_record(alert, [], "not sent: no recipients (the budget lists no alert e-mails and "
+                                                  "no lead of the team has an e-mail address)")
     return created
 
 
-def mail_safely(subject: str, body: str, recipients: list[str]) -> bool:
-    """Send one e-mail through Django's mail settings; a failure is logged, never raised."""
+#: The audit action that records each budget alert's e-mail, sent or not (issue 16, bug 8).
+ALERT_MAIL_ACTION = "budget_alert_mail"
+
+
+def _alert_target(alert: BudgetAlert) -> str:
+    return f"budget_alert:{alert.pk}"
+
+
+def _alert_delivery_record(alert: BudgetAlert, recipients: list[str], failure: str) -> None:
+    """Record how ``alert``'s e-mail went: sent to ``recipients`` (``failure`` "") or not (why)."""
+    audit(user=None, action=ALERT_MAIL_ACTION, target=_alert_target(alert),
+          params={"budget": alert.budget_id, "threshold": str(alert.threshold), "recipients": len(recipients)},
+          ok=not failure, result=failure or f"sent to {len(recipients)} address(es)")
+
+
+def _alert_mail(alert: BudgetAlert, subject: str, body: str, recipients: list[str]) -> None:
+    error = mail_error(subject, body, recipients)
+    _alert_delivery_record(alert, recipients, f"not sent: {error}" if error else "")
+
+
+def alert_deliveries(alerts: Sequence[BudgetAlert]) -> dict[int, dict[str, Any]]:
+    """alert id -> ``{"sent": bool | None (not yet tried), "detail": str}`` from the audit log."""
+    from .models import AuditEntry
+
+    out: dict[int, dict[str, Any]] = {a.pk: {"sent": None, "detail": "e-mail not tried yet"} for a in alerts}
+    by_target = {_alert_target(a): a.pk for a in alerts}
+    for target, ok, result in (AuditEntry.objects.filter(action=ALERT_MAIL_ACTION, target__in=list(by_target))
+                               .order_by("at", "id").values_list("target", "ok", "result")):
+        out[by_target[target]] = {"sent": ok, "detail": result}
+    return out
+    return created
+
+
+def mail_error(subject: str, body: str, recipients: list[str]) -> str:
+    """Send one e-mail through Django's mail settings: "" when sent, else why not (a failure is
+    logged, never raised)."""
+    if not recipients:
+        return "no recipients"
     try:
-        send_mail(subject, body, None, recipients, fail_silently=False)
-    except Exception:  # noqa: BLE001 - mail is a notice; the page shows the same facts
+        sent = send_mail(subject, body, None, recipients, fail_silently=False)
+    except Exception as exc:  # noqa: BLE001 - mail is a notice; the page shows the same facts
         log.warning("could not send %r to %s", subject, recipients, exc_info=True)
-        return False
-    return True
+        return f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
+    return "" if sent else "the mail backend sent nothing"
+
+
+def mail_safely(subject: str, body: str, recipients: list[str]) -> bool:
+    """Send one e-mail through Django's mail settings; True when sent (a failure is logged)."""
+    return not mail_error(subject, body, recipients)
 
 
 # --------------------------------------------------------------------------- forecasts

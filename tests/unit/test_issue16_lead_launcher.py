@@ -63,3 +63,53 @@ def test_the_launch_button_is_not_offered_when_the_budget_would_refuse(as_user, 
     Budget.objects.update(amount_usd=Decimal("1"))
     html = client.post("/ops/launch/", {**launch_data(cost_cap_usd="0.003"), "preview": "1"}).content.decode()
     assert 'id="launch-submit"' in html and not Campaign.objects.filter(name="sweep-1").exists()
+
+
+# --------------------------------------------------------------------------- bug 8
+
+def _half_spent(ops_users, emails):
+    research = Team.objects.get(project="research")
+    spent = make_campaign(team=research, user=ops_users["launcher"])
+    make_task(spent, started_at=timezone.now() - dt.timedelta(minutes=5), cost_usd="60")
+    billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("100"),
+                       thresholds=[0.5], on_exceed="refuse", alert_emails=emails)
+    return research
+
+
+def test_an_alert_without_recipients_is_shown_as_not_sent(as_user, ops_users, mailoutbox,
+                                                          django_capture_on_commit_callbacks):
+    ops_users["lead"].__class__.objects.filter(pk=ops_users["lead"].pk).update(email="")
+    research = _half_spent(ops_users, [])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert len(billing.budget_check_alerts(teams=[research])) == 1
+    assert mailoutbox == []
+    (alert, delivery), = billing.budget_status(research)[0]["deliveries"]
+    assert delivery["sent"] is False and "no recipients" in delivery["detail"]
+    html = as_user("lead").get("/ops/budgets/").content.decode()
+    assert 'data-sent="no"' in html and "e-mail failed" in html and 'data-sent="yes"' not in html
+
+
+def test_an_alert_the_mail_server_refused_is_shown_as_failed(as_user, ops_users, monkeypatch,
+                                                             django_capture_on_commit_callbacks):
+    def refuse(*args, **kwargs):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(billing, "send_mail", refuse)
+    research = _half_spent(ops_users, ["finance@example.org"])
+    with django_capture_on_commit_callbacks(execute=True):
+        billing.budget_check_alerts(teams=[research])
+    (alert, delivery), = billing.budget_status(research)[0]["deliveries"]
+    assert delivery["sent"] is False and "Connection refused" in delivery["detail"]
+    html = as_user("lead").get("/ops/budgets/").content.decode()
+    assert 'data-sent="no"' in html and "Connection refused" in html
+
+
+def test_an_alert_that_was_mailed_says_so(as_user, ops_users, mailoutbox, django_capture_on_commit_callbacks):
+    research = _half_spent(ops_users, ["finance@example.org"])
+    with django_capture_on_commit_callbacks(execute=True):
+        billing.budget_check_alerts(teams=[research])
+    assert len(mailoutbox) == 1
+    (alert, delivery), = billing.budget_status(research)[0]["deliveries"]
+    assert delivery["sent"] is True and "2 address" in delivery["detail"]
+    html = as_user("lead").get("/ops/budgets/").content.decode()
+    assert 'data-sent="yes"' in html and "e-mailed" in html
