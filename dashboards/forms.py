@@ -197,6 +197,8 @@ class LaunchForm(_LaunchBase):
                 data["inputs"] = inputs.inputs_from_jsonl(data.get("input_jsonl") or "")
             elif kind == "directory":
                 data["inputs"] = inputs.inputs_from_directory(data.get("input_directory") or "")
+            if data.get("inputs") is not None and data.get("agent_definition") is not None:
+                inputs.check_inputs(data["agent_definition"].name, data["inputs"])
         except LaunchError as exc:
             self.add_error({"params": "input_params", "jsonl": "input_jsonl",
                             "directory": "input_directory"}[kind], str(exc))

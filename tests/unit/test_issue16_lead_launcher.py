@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import html as html_lib
 from decimal import Decimal
 
 import pytest
@@ -113,3 +114,41 @@ def test_an_alert_that_was_mailed_says_so(as_user, ops_users, mailoutbox, django
     assert delivery["sent"] is True and "2 address" in delivery["detail"]
     html = as_user("lead").get("/ops/budgets/").content.decode()
     assert 'data-sent="yes"' in html and "e-mailed" in html
+
+
+# --------------------------------------------------------------------------- bug 12
+
+@pytest.mark.parametrize("params, message", [
+    ("task=1 duration_s=abc", 'task 1: duration_s (seconds to think) must be a number >= 0, not "abc"'),
+    ("task=1\ntask=2 duration_s=-3", "task 2: duration_s (seconds to think) must be a number >= 0, not -3"),
+    ("task=x", 'task 1: task (the task\'s number) must be an integer, not "x"'),
+    ("task=1 fail=yes", 'task 1: fail (exit 3 when true) must be true or false, not "yes"'),
+    ("task=1 wait_s=soon", 'task 1: wait_s (seconds) must be a number >= 0, not "soon"'),
+])
+def test_a_parameter_list_with_values_the_agent_cannot_read_is_refused(as_user, params, message):
+    client = as_user("launcher")
+    for button in ("preview", "launch"):
+        html = client.post("/ops/launch/", {**launch_data(input_params=params), button: "1"}).content.decode()
+        field = html.split('id="field-input_params"', 1)[1].split('<div class="field"', 1)[0]
+        assert "field-error" in field
+        assert message in html_lib.unescape(field)
+    assert not Campaign.objects.exists()
+
+
+def test_good_demo_parameters_pass_and_jsonl_is_checked_the_same_way(ops_users):
+    from dashboards import inputs
+    from dashboards.services import LaunchError
+
+    inputs.check_inputs("demo-agent", inputs.inputs_from_params("task=1 duration_s=2.5 fail=false\ntask=2"))
+    with pytest.raises(LaunchError, match="task 2: duration_s"):
+        inputs.check_inputs("demo-agent", inputs.inputs_from_jsonl('{"task": 1}\n{"task": 2, "duration_s": "abc"}'))
+    # The service checks too (the API and the urgent page do not go through the form).
+    from dashboards import launch
+    from dashboards.models import AgentDefinition
+
+    with pytest.raises(LaunchError, match="duration_s"):
+        launch.launch(user=ops_users["launcher"],
+                      request=launch.LaunchRequest(team=Team.objects.get(project="research"),
+                                                   agent_definition=AgentDefinition.objects.get(name="demo-agent"),
+                                                   inputs=[{"duration_s": "abc"}], name="bad-1"))
+    assert not Campaign.objects.exists()
