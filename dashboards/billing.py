@@ -697,28 +697,40 @@ def forecast(*, agent_definition, count: int, model: str = "") -> dict[str, Any]
     """Cost forecast of ``count`` tasks from earlier finished runs of ``agent_definition``.
 
     Median tokens per task x ``count`` x price, with a range from the 10th to
-    the 90th percentile. Each earlier task is priced at today's price of
-    ``model`` when the price table (``price_table``) has it, else at the cost
-    metering recorded for it.
+    the 90th percentile. Every finished run counts, also one that used no
+    tokens (an agent that calls no model forecasts 0 tokens and $0, not "no
+    history"; issue 16, bug 10). Each earlier task is priced at today's price
+    of ``model`` when the price table (``price_table``) has it, else at the
+    cost metering recorded for it (a run without tokens costs $0).
     Returns ``{"history": n tasks, "no_history": bool, "count", "tokens_per_task":
-    {p10, p50, p90} | None, "tokens": {p10, p50, p90} | None (x count),
-    "cost_per_task": {p10, p50, p90} (Decimal USD) | None, "cost_usd": {p10,
-    p50, p90} | None (x count), "priced_by": "price table" | "recorded cost" |
-    None, "unpriced_history": n}``.
+    {p10, p50, p90}, "tokens": {p10, p50, p90} (x count), "metered_history":
+    runs that used tokens, "cost_per_task": {p10, p50, p90} (Decimal USD) |
+    None, "cost_usd": {p10, p50, p90} | None (x count), "priced_by": "price
+    table" | "recorded cost" | None, "unpriced_history": n, "duration_s":
+    {p10, p50, p90} (wall clock seconds per task) | None, "slots": {p10, p50,
+    p90} slots per task}``; the token and cost figures are None when there is no history.
     """
     history = list(
         Task.objects.filter(campaign__agent_definition=agent_definition, state__in=("done", "failed"))
-        .filter(Q(input_tokens__gt=0) | Q(output_tokens__gt=0) | Q(cache_read_tokens__gt=0)
-                | Q(cache_write_5m_tokens__gt=0) | Q(cache_write_1h_tokens__gt=0))
         .order_by("-ended_at", "-id")
-        .values(*BUCKETS, "cost_usd")[:FORECAST_HISTORY]
+        .values(*BUCKETS, "cost_usd", "wallclock_s", "slots")[:FORECAST_HISTORY]
     )
     result: dict[str, Any] = {"history": len(history), "no_history": not history, "count": count,
                               "tokens_per_task": None, "tokens": None, "cost_per_task": None, "cost_usd": None,
-                              "priced_by": None, "unpriced_history": 0, "model": model}
+                              "priced_by": None, "unpriced_history": 0, "model": model, "metered_history": 0,
+                              "duration_s": None}
     if not history:
         return result
-    tokens = sorted(sum(int(h[b]) for b in BUCKETS) for h in history)
+    for h in history:
+        h["total"] = sum(int(h[b] or 0) for b in BUCKETS)
+        if h["total"] == 0 and h["cost_usd"] is None:
+            h["cost_usd"] = ZERO  # no tokens: nothing to pay, not an unknown cost
+    result["metered_history"] = sum(1 for h in history if h["total"])
+    durations = sorted(float(h["wallclock_s"]) for h in history if h["wallclock_s"] is not None)
+    if durations:
+        result["duration_s"] = {name: quantile(durations, q) for name, q in (("p10", 0.1), ("p50", 0.5),
+                                                                              ("p90", 0.9))}
+    tokens = sorted(h["total"] for h in history)
     per_task = {name: quantile(tokens, q) for name, q in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))}
     result["tokens_per_task"] = {k: int(round(v)) for k, v in per_task.items()}
     result["tokens"] = {k: int(round(v * count)) for k, v in per_task.items()}

@@ -152,3 +152,21 @@ def test_good_demo_parameters_pass_and_jsonl_is_checked_the_same_way(ops_users):
                                                    agent_definition=AgentDefinition.objects.get(name="demo-agent"),
                                                    inputs=[{"duration_s": "abc"}], name="bad-1"))
     assert not Campaign.objects.exists()
+
+
+# --------------------------------------------------------------------------- bug 10
+
+def test_sixty_finished_runs_without_tokens_are_history_not_none(as_user, ops_users):
+    research = Team.objects.get(project="research")
+    earlier = make_campaign(team=research, user=ops_users["launcher"])
+    for n in range(1, 61):
+        make_task(earlier, task_number=n, started_at=timezone.now() - dt.timedelta(hours=1), wallclock_s=10 + n)
+    agent = AgentDefinition.objects.get(name="demo-agent")
+    result = billing.forecast(agent_definition=agent, count=5)
+    assert result["history"] == 60 and not result["no_history"] and result["metered_history"] == 0
+    assert result["tokens"] == {"p10": 0, "p50": 0, "p90": 0}
+    assert result["cost_usd"] == {"p10": 0, "p50": 0, "p90": 0}  # no tokens, nothing to pay: $0, known
+    # Wall clock 11..70 s: the median of 60 values is (40 + 41) / 2.
+    assert result["duration_s"]["p50"] == pytest.approx(40.5)
+    html = as_user("launcher").post("/ops/launch/", {**launch_data(), "preview": "1"}).content.decode()
+    assert "No history" not in html and "60 earlier tasks" in html and "none used model tokens" in html
