@@ -79,6 +79,10 @@ MAX_PERIODS = 400
 COST_UNITS = Decimal("100000000")
 UNSPECIFIED_MODEL = "(model not set)"
 NOT_TCO = "(not launched by tco)"
+#: The one definition of a team's usage, said on the bill page, in its CSV and by ``/api/usage/`` (issue 16, bug 6).
+USAGE_DEFINITION = ("A team's usage is the tasks of its tco campaigns that started in the period (cluster time "
+                    "zone) and their accounting records (wall clock and slot-seconds as qacct sums them); jobs run "
+                    "under the team's project that tco did not launch are listed apart, never in the team's total.")
 #: Finished tasks of an agent definition read for a forecast (the newest first).
 FORECAST_HISTORY = 5000
 ZERO = Decimal("0")

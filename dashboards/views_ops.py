@@ -58,7 +58,7 @@ def bills_page(request: HttpRequest) -> HttpResponse:
             form.add_error(None, str(exc))
     return render(request, "dashboards/bills.html", {
         "form": form, "bill": result, "buckets": billing.BUCKETS, "bucket_labels": billing.BUCKET_LABELS,
-        "csv_query": request.GET.urlencode()})
+        "csv_query": request.GET.urlencode(), "usage_definition": billing.USAGE_DEFINITION})
 
 
 @login_required

@@ -170,3 +170,35 @@ def test_sixty_finished_runs_without_tokens_are_history_not_none(as_user, ops_us
     assert result["duration_s"]["p50"] == pytest.approx(40.5)
     html = as_user("launcher").post("/ops/launch/", {**launch_data(), "preview": "1"}).content.decode()
     assert "No history" not in html and "60 earlier tasks" in html and "none used model tokens" in html
+
+
+# --------------------------------------------------------------------------- bug 6
+
+def test_the_bill_and_the_usage_api_agree_for_a_team_and_day_and_say_their_definition(as_user, ops_users):
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"])
+    day = dt.datetime(2026, 11, 3, tzinfo=dt.timezone.utc)
+    make_task(campaign, task_number=1, started_at=day + dt.timedelta(hours=1), wallclock_s=300, cost_usd="0.25",
+              tokens={"input_tokens": 1000, "output_tokens": 50})
+    make_task(campaign, task_number=2, started_at=day + dt.timedelta(hours=2), wallclock_s=258, cost_usd="0.5",
+              tokens={"input_tokens": 2000, "output_tokens": 70})
+    # Another account's qsub -P research the same day: apart on both, never in the team's figures.
+    make_task(None, task_number=1, started_at=day + dt.timedelta(hours=3), wallclock_s=218, project="research")
+    make_task(campaign, task_number=3, started_at=day + dt.timedelta(days=1, hours=1), wallclock_s=999)  # next day
+    client = as_user("lead")
+    html = client.get("/ops/bills/", {"period": "day", "first": "2026-11-03", "last": "2026-11-03",
+                                      "group_by": "team"}).content.decode()
+    total = html.split('id="bill-total"', 1)[1].split("</tr>", 1)[0]
+    not_tco = html.split('id="bill-not-tco"', 1)[1].split("</tr>", 1)[0]
+    api = client.get("/api/usage/", {"since": "2026-11-03T00:00:00Z", "until": "2026-11-04T00:00:00Z"}).json()
+    team_row, = api["teams"]
+    other_row, = api["not_launched_by_tco"]
+    # Computed here: 2 tco tasks, 300 + 258 s, $0.75, 3,120 tokens; the other job 1 task, 218 s.
+    assert (team_row["tasks"], team_row["wallclock_s"], team_row["tokens"]) == (2, 558, 3120)
+    assert Decimal(team_row["cost_usd"]) == Decimal("0.75")
+    assert (other_row["tasks"], other_row["wallclock_s"]) == (1, 218)
+    assert 'data-col="tasks">2<' in total and 'data-col="wallclock_s">558<' in total and "$0.75" in total
+    assert 'data-col="tasks">1<' in not_tco and 'data-col="wallclock_s">218<' in not_tco
+    assert api["definition"] == billing.USAGE_DEFINITION
+    definition = html.split('id="usage-definition">', 1)[1].split("<", 1)[0]
+    assert html_lib.unescape(definition).strip() == billing.USAGE_DEFINITION
