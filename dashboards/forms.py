@@ -125,8 +125,8 @@ class _LaunchBase(forms.Form):
     queue = forms.ChoiceField(choices=())
     seats_per_task = forms.IntegerField(label="model API seats per task", min_value=0,
                                         max_value=limits.SEATS_PER_TASK_MAX, initial=1)
-    model = forms.CharField(required=False, max_length=128, validators=[_model_validator],
-                            help_text="blank: the agent definition's default model")
+    model = forms.ChoiceField(required=False, choices=(), validators=[_model_validator],
+                              help_text="a model of the price table; blank: the agent definition's default model")
 
     capability = "launch"
 
@@ -135,6 +135,19 @@ class _LaunchBase(forms.Form):
         self.user = user
         self.fields["team"].queryset = teams_with(user, self.capability).order_by("name")
         self.fields["queue"].choices = [(q, q) for q in settings.TCO_QUEUES]
+        self.fields["model"].choices = model_choices()
+
+
+def model_choices() -> list[tuple[str, str]]:
+    """The model select: the agent definition's default first, then every model the price table
+    prices (``billing.price_table``) and the agents' default models (marked when unpriced)."""
+    table = billing.price_table()
+    priced = set(table.models) if table is not None else set()
+    defaults = set(AgentDefinition.objects.exclude(default_model="").values_list("default_model", flat=True))
+    choices = [("", "the agent definition's default")]
+    for name in sorted(priced | defaults):
+        choices.append((name, name if name in priced else f"{name} (no price: cost unknown)"))
+    return choices
 
 
 class LaunchForm(_LaunchBase):
@@ -183,6 +196,11 @@ class LaunchForm(_LaunchBase):
             self.data = data
         else:
             self._upload_error = ""
+
+    def input_examples(self) -> dict[str, str]:
+        """Agent definition id -> an example parameter list (``inputs.input_example``), for the form."""
+        return {str(a.pk): inputs.input_example(a.name)
+                for a in self.fields["agent_definition"].queryset if inputs.input_example(a.name)}
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -17,7 +17,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import agents, audit, billing, control, inputs, launch, limits, notices, triage
+from . import agents, audit, billing, control, inputs, launch, launch_forecast, limits, notices, triage
+from .clusters import cluster_get_default
 from .forms import (
     AgentDefinitionForm,
     BillForm,
@@ -151,10 +152,16 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                                                agent_definition=data["agent_definition"], count=len(data["inputs"]),
                                                model=data["model"], cost_cap_usd=data["cost_cap_usd"])
             preview["count"] = len(data["inputs"])
+            preview["timing"] = launch_forecast.timing_forecast(
+                cluster=cluster_get_default(), team=data["team"], count=len(data["inputs"]), queue=data["queue"],
+                seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
+                priority=data["priority"], duration_s=preview["forecast"]["duration_s"])
+            preview["headroom"] = launch_forecast.budget_headroom(preview["verdict"], preview["expected_usd"])
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,
-                                                       "inputs_root": inputs.inputs_root()})
+                                                       "inputs_root": inputs.inputs_root(),
+                                                       "input_examples": form.input_examples()})
 
 
 @login_required

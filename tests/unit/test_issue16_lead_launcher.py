@@ -202,3 +202,93 @@ def test_the_bill_and_the_usage_api_agree_for_a_team_and_day_and_say_their_defin
     assert api["definition"] == billing.USAGE_DEFINITION
     definition = html.split('id="usage-definition">', 1)[1].split("<", 1)[0]
     assert html_lib.unescape(definition).strip() == billing.USAGE_DEFINITION
+
+
+# --------------------------------------------------------------------------- feature 4: when it will run
+
+def _cluster_status(cluster, **overrides):
+    status = {
+        "queues": [{"name": "agent.q", "used": 10, "resv": 0, "available": 0, "total": 10}],
+        "hosts": [{"name": "global", "resources": {"anthropic_api": {"value": "0.000000"}}}],
+        "global_capacity": {"anthropic_api": 8.0},
+        "quotas": [{"rule": "per_project/1", "resource": "slots", "limit": 6, "used": 6,
+                    "filters": {"projects": ["research"]}},
+                   {"rule": "batch_only/1", "resource": "slots", "limit": 1, "used": 0,
+                    "filters": {"projects": ["batch"]}}],
+        "share_tree": [{"node": "/", "project": None, "shares": 1},
+                       {"node": "/research", "project": "research", "shares": 1},
+                       {"node": "/engineering", "project": "engineering", "shares": 3}],
+    }
+    status.update(overrides)
+    cluster.__class__.objects.filter(pk=cluster.pk).update(status=status, status_at=timezone.now())
+    cluster.refresh_from_db()
+    return cluster
+
+
+def test_the_launch_forecast_says_when_from_the_schedulers_figures_and_history(ops_users):
+    from dashboards import launch_forecast
+    from dashboards.clusters import cluster_get_default
+
+    research = Team.objects.get(project="research")
+    cluster = _cluster_status(cluster_get_default())
+    done = make_campaign(team=research, user=ops_users["launcher"])
+    for n in range(1, 11):
+        make_task(done, task_number=n, started_at=timezone.now() - dt.timedelta(hours=2), wallclock_s=60)
+    waiting = make_campaign(team=research, user=ops_users["launcher"], status="submitted")
+    for n in range(1, 5):
+        make_task(waiting, task_number=n, started_at=None, state="pending")
+    for n in range(1, 21):
+        make_task(None, task_number=n, started_at=None, state="pending", project="engineering", job_number=777)
+    now = timezone.now()
+    agent = AgentDefinition.objects.get(name="demo-agent")
+    durations = billing.forecast(agent_definition=agent, count=12)["duration_s"]
+    t = launch_forecast.timing_forecast(cluster=cluster, team=research, count=12, queue="agent.q", seats_per_task=1,
+                                        concurrency_cap=None, priority=0, duration_s=durations, now=now)
+    # Limits: 12 tasks, 10 slots, 8 seats, research's quota 6 (batch's does not apply); while
+    # engineering waits, research's share is 1 of 4 shares of min(10 slots, 8 seats) = 2 at once.
+    assert [lim["tasks"] for lim in t["limits"]] == [2, 6, 8, 10, 12]
+    assert t["at_once"] == 2 and t["free_now"] == 0 and t["share"] == 0.25
+    assert t["ahead"] == 4 and t["ahead_all"] == 24
+    # Start: (4 ahead + 1) x 60 s / (0.25 x 8) = 150 s; run: ceil(12 / 2) = 6 waves x 60 s.
+    assert t["wait_s"] == pytest.approx(150)
+    assert t["finish_at"]["p50"] == now + dt.timedelta(seconds=150 + 360)
+    assert t["slot_hours"]["p50"] == pytest.approx(12 * 60 / 3600)
+
+
+def test_an_idle_cluster_starts_at_once_and_the_cap_limits(ops_users):
+    from dashboards import launch_forecast
+    from dashboards.clusters import cluster_get_default
+
+    research = Team.objects.get(project="research")
+    cluster = _cluster_status(cluster_get_default(),
+                              queues=[{"name": "agent.q", "used": 0, "resv": 0, "available": 10, "total": 10}],
+                              hosts=[{"name": "global", "resources": {"anthropic_api": "8.000000"}}], quotas=[])
+    now = timezone.now()
+    t = launch_forecast.timing_forecast(cluster=cluster, team=research, count=9, queue="agent.q", seats_per_task=2,
+                                        concurrency_cap=3, priority=0,
+                                        duration_s={"p10": 10.0, "p50": 20.0, "p90": 40.0}, now=now)
+    # 8 seats / 2 per task = 4, the cap 3: three at once, 3 waves of 20 s (40 s at the 90th percentile).
+    assert t["at_once"] == 3 and t["free_now"] == 3 and t["wait_s"] == 0
+    assert t["finish_at"] == {"p50": now + dt.timedelta(seconds=60), "p90": now + dt.timedelta(seconds=120)}
+
+
+def test_the_launch_page_shows_start_finish_slot_hours_and_headroom(as_user, ops_users):
+    from dashboards.clusters import cluster_get_default
+
+    research = Team.objects.get(project="research")
+    _cluster_status(cluster_get_default(), queues=[{"name": "agent.q", "used": 0, "resv": 0, "available": 10,
+                                                    "total": 10}], quotas=[],
+                    hosts=[{"name": "global", "resources": {"anthropic_api": "8.000000"}}])
+    done = make_campaign(team=research, user=ops_users["launcher"])
+    for n in range(1, 11):
+        make_task(done, task_number=n, started_at=timezone.now() - dt.timedelta(hours=2), wallclock_s=60,
+                  cost_usd="0.5", tokens={"output_tokens": 100})
+    billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("20"),
+                       thresholds=[1.0], on_exceed="refuse", alert_emails=[])
+    html = as_user("launcher").post("/ops/launch/", {**launch_data(), "preview": "1"}).content.decode()
+    assert "at once (next scheduling run)" in html.split('id="forecast-start"', 1)[1].split("</dd>", 1)[0]
+    assert "UTC" in html.split('id="forecast-finish"', 1)[1].split("</dd>", 1)[0]
+    assert 'id="forecast-slot-hours"' in html
+    # $20 budget, $5 spent (10 x $0.50), this launch 3 x $0.50: $15.00 left now, $13.50 after.
+    budget_row = html.split('id="forecast-budget"', 1)[1].split("</table>", 1)[0]
+    assert "$15.00" in budget_row and "$13.50" in budget_row
