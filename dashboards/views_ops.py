@@ -213,8 +213,11 @@ def campaign_ops_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     if can_control:  # the campaign's own launches and control actions, with their results
         history = list(AuditEntry.objects.filter(target=f"campaign:{campaign.pk}").select_related("user")
                        .order_by("-at", "-id")[:50])
+    summary = notices.campaign_summary(campaign)
+    ended = sum(n for s, n in summary["states"].items() if s in ("done", "failed", "deleted", "lost"))
     return render(request, "dashboards/launch_campaign.html", {
-        "campaign": campaign, "summary": notices.campaign_summary(campaign),
+        "campaign": campaign, "summary": summary, "ended": ended,
+        "progress_pct": round(100.0 * ended / campaign.task_count, 1) if campaign.task_count else 0.0,
         "can_control": can_control, "history": history,
         "retries": list(campaign.retries.order_by("launched_at")), "now": timezone.now()})
 

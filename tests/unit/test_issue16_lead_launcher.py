@@ -292,3 +292,14 @@ def test_the_launch_page_shows_start_finish_slot_hours_and_headroom(as_user, ops
     # $20 budget, $5 spent (10 x $0.50), this launch 3 x $0.50: $15.00 left now, $13.50 after.
     budget_row = html.split('id="forecast-budget"', 1)[1].split("</table>", 1)[0]
     assert "$15.00" in budget_row and "$13.50" in budget_row
+
+
+def test_after_launch_the_launcher_lands_on_the_live_page_with_controls_beside_progress(as_user, ops_users):
+    client = as_user("launcher")
+    response = client.post("/ops/launch/", {**launch_data(), "launch": "1"}, follow=True)
+    campaign = Campaign.objects.get(name="sweep-1")
+    assert response.redirect_chain[-1][0] == f"/ops/campaigns/{campaign.pk}/"
+    html = response.content.decode()
+    live = html.split('class="campaign-live"', 1)[1].split('<section class="card">', 1)[0]
+    assert 'id="progress"' in live and 'id="control"' in live and 'id="progress-bar"' in live
+    assert f'data-api="/api/campaigns/{campaign.pk}/"' in live and "0 of 3 tasks ended" in html.replace("<strong>", "").replace("</strong>", "")
