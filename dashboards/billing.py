@@ -71,7 +71,9 @@ BUCKET_LABELS = {
 }
 PERIODS = ("day", "week", "month")
 PERIOD_ADJECTIVES = {"day": "daily", "week": "weekly", "month": "monthly"}
-GROUPS = ("team", "model", "campaign")
+GROUPS = ("team", "model", "campaign", "launcher")
+#: A "successful verdict": a task that ended done and declared a verdict (verdict.json), whatever it says.
+SUCCESSFUL_VERDICT = "a task that ended done and declared a verdict (its verdict.json), whatever the verdict says"
 #: A bill covers at most this many periods (a year of days).
 MAX_PERIODS = 400
 #: Costs are summed as integers of 1e-8 USD (Task.cost_usd has 8 decimals):
@@ -177,20 +179,24 @@ def _model_expr(prefix: str):
 def _empty_row(period: dt.date, project: str, key: Any) -> dict[str, Any]:
     row: dict[str, Any] = {"period": period, "project": project, "key": key, "tasks": 0, "records": 0,
                            "reasoning_tokens": 0, "total_tokens": 0, "cost_usd": ZERO, "unpriced_tasks": 0,
-                           "wallclock_s": 0.0, "slot_s": 0.0}
+                           "finished_tasks": 0, "verdicts": 0, "wallclock_s": 0.0, "slot_s": 0.0}
     for bucket in BUCKETS:
         row[bucket] = 0
     return row
 
 
 def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, group_by: str = "team",
-         clusters: Sequence[Cluster] | None = None) -> dict[str, Any]:
+         clusters: Sequence[Cluster] | None = None, campaign: int | None = None, model: str = "",
+         launcher: str = "") -> dict[str, Any]:
     """A bill: usage per period and team (and model or campaign) for local days ``first``..``last``.
 
     ``period`` is ``day``, ``week`` or ``month``; ``first`` and ``last`` are
     widened to whole periods. ``group_by`` is ``team`` (one row per team and
     period), ``model`` (the campaign's model, else the agent definition's
-    default model) or ``campaign``.
+    default model), ``campaign`` or ``launcher`` (who launched the campaign).
+    ``campaign`` (id), ``model`` and ``launcher`` (user name) narrow the bill
+    to that campaign, model or launcher's campaigns (usage tco did not launch
+    then has none of them and is left out).
 
     Returns ``{"period", "group_by", "first", "last" (last day included),
     "time_zone", "rows": [row], "totals": row}`` where a row is ``{"period":
@@ -198,6 +204,7 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
     (tasks started), "records" (accounting records), each bucket of
     ``BUCKETS``, "reasoning_tokens" (part of output), "total_tokens",
     "cost_usd" (Decimal USD), "unpriced_tasks" (tokens without a cost),
+    "finished_tasks" (done or failed), "verdicts" (``SUCCESSFUL_VERDICT``),
     "wallclock_s", "slot_s", "launched_by_tco"}``, sorted by period, team,
     label. Rows exist only where something started. Usage under a team's
     project that tco did not launch (another account's ``qsub -P``) is a row of
@@ -230,7 +237,8 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
         tz = cluster_zone(cluster)
         _accumulate(rows, cluster=cluster, begin=local_midnight(first, tz), end=local_midnight(end_day, tz),
                     projects=list(team_of), group_by=group_by,
-                    trunc=Trunc("started_at", period, output_field=DateField(), tzinfo=tz))
+                    trunc=Trunc("started_at", period, output_field=DateField(), tzinfo=tz),
+                    only={"campaign": campaign, "model": model, "launcher": launcher})
 
     labels: dict[Any, str] = {}
     if group_by == "campaign":
@@ -246,8 +254,8 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
             row["label"] = NOT_TCO
         elif group_by == "team":
             row["label"] = row["team"]
-        elif group_by == "model":
-            row["label"] = key
+        elif group_by in ("model", "launcher"):
+            row["label"] = key if key is not None else "(not recorded)"
         else:
             row["label"] = labels.get(key, NOT_TCO) if key is not None else NOT_TCO
         out.append(row)
@@ -266,8 +274,20 @@ def _launched_by_tco(prefix: str):
                 output_field=BooleanField())
 
 
+def _only(qs: QuerySet, only: dict[str, Any] | None, prefix: str) -> QuerySet:
+    """``qs`` narrowed to one campaign (id), model or launcher (user name) when ``only`` says so."""
+    only = only or {}
+    if only.get("campaign"):
+        qs = qs.filter(**{f"{prefix}campaign_id": only["campaign"]})
+    if only.get("launcher"):
+        qs = qs.filter(**{f"{prefix}campaign__launched_by__username": only["launcher"]})
+    if only.get("model"):
+        qs = qs.annotate(only_model=_model_expr(prefix)).filter(only_model=only["model"])
+    return qs
+
+
 def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
-                projects: list[str], group_by: str, trunc) -> None:
+                projects: list[str], group_by: str, trunc, only: dict[str, Any] | None = None) -> None:
     """Add the usage started in ``[begin, end)`` on ``cluster`` to ``rows``, the one definition of a team's usage.
 
     ``rows`` is keyed ``(period date | None, project, launched_by_tco, group
@@ -283,6 +303,7 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
                .annotate(tp=Coalesce(F("task__campaign__team__project"), F("project")),
                          tco=_launched_by_tco("task__"))
                .filter(tp__in=projects))
+    records = _only(records, only, "task__")
     records, key_fields = _grouped(records, group_by=group_by, trunc=trunc, prefix="task__")
     slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
     for item in (records.values(*key_fields)
@@ -302,17 +323,22 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
                                    recorded_project, Value("")),
                        tco=_launched_by_tco(""))
              .filter(tp__in=projects))
+    tasks = _only(tasks, only, "")
     tasks, task_fields = _grouped(tasks, group_by=group_by, trunc=trunc, prefix="")
     any_tokens = _any_tokens()
     sums = {bucket: Sum(bucket) for bucket in (*BUCKETS, "reasoning_tokens")}
     cost_units = Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField())
     for item in (tasks.values(*task_fields)
                  .annotate(n=Count("id"), cost=cost_units,
-                           unpriced=Count("id", filter=Q(cost_usd__isnull=True) & any_tokens), **sums)
+                           unpriced=Count("id", filter=Q(cost_usd__isnull=True) & any_tokens),
+                           finished=Count("id", filter=Q(state__in=("done", "failed"))),
+                           verdicts=Count("id", filter=Q(state="done") & ~Q(verdict="")), **sums)
                  .order_by()):
         row = _row_for(rows, item)
         row["tasks"] += item["n"]
         row["unpriced_tasks"] += item["unpriced"]
+        row["finished_tasks"] += item["finished"]
+        row["verdicts"] += item["verdicts"]
         row["cost_usd"] += Decimal(int(item["cost"] or 0)) / COST_UNITS
         for bucket in (*BUCKETS, "reasoning_tokens"):
             row[bucket] += int(item[bucket] or 0)
@@ -328,6 +354,9 @@ def _grouped(qs: QuerySet, *, group_by: str, trunc, prefix: str) -> tuple[QueryS
         fields.append("k")
     elif group_by == "campaign":
         qs = qs.annotate(k=F(f"{prefix}campaign_id"))
+        fields.append("k")
+    elif group_by == "launcher":
+        qs = qs.annotate(k=F(f"{prefix}campaign__launched_by__username"))
         fields.append("k")
     if trunc is not None:
         qs = qs.annotate(p=trunc)
@@ -356,7 +385,8 @@ def _row_for(rows: dict[tuple, dict[str, Any]], item: dict[str, Any]) -> dict[st
 def _sum_rows(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     total = _empty_row(None, "", None)
     for row in rows:
-        for field in ("tasks", "records", "reasoning_tokens", "total_tokens", "unpriced_tasks", *BUCKETS):
+        for field in ("tasks", "records", "reasoning_tokens", "total_tokens", "unpriced_tasks", "finished_tasks",
+                      "verdicts", *BUCKETS):
             total[field] += row[field]
         total["cost_usd"] += row["cost_usd"]
         total["wallclock_s"] += row["wallclock_s"]
@@ -392,7 +422,8 @@ def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datet
 
 
 CSV_COLUMNS = ("period_start", "team", "project", "group_by", "group", "tasks", "accounting_records",
-               *BUCKETS, "reasoning_tokens", "total_tokens", "cost_usd", "unpriced_tasks", "wallclock_s", "slot_s")
+               *BUCKETS, "reasoning_tokens", "total_tokens", "cost_usd", "unpriced_tasks", "wallclock_s", "slot_s",
+               "launched_by_tco", "finished_tasks", "successful_verdicts")
 
 
 def bill_csv_rows(result: dict[str, Any]) -> Iterator[list[str]]:
@@ -402,7 +433,94 @@ def bill_csv_rows(result: dict[str, Any]) -> Iterator[list[str]]:
         yield [row["period"].isoformat(), row["team"], row["project"], result["group_by"], str(row["label"]),
                str(row["tasks"]), str(row["records"]), *(str(row[b]) for b in BUCKETS), str(row["reasoning_tokens"]),
                str(row["total_tokens"]), format(row["cost_usd"].normalize(), "f"), str(row["unpriced_tasks"]),
-               f"{row['wallclock_s']:.3f}", f"{row['slot_s']:.3f}"]
+               f"{row['wallclock_s']:.3f}", f"{row['slot_s']:.3f}", "yes" if row["launched_by_tco"] else "no",
+               str(row["finished_tasks"]), str(row["verdicts"])]
+
+
+# --------------------------------------------------------------------------- the bill page's views
+
+def unit_costs(row: dict[str, Any]) -> dict[str, Any]:
+    """Cost per finished task and per successful verdict (``SUCCESSFUL_VERDICT``) of a bill row:
+    ``{"per_finished": Decimal | None, "per_verdict": Decimal | None, "complete": bool}``; None
+    when there is nothing to divide by; ``complete`` False when some tasks are unpriced (the
+    figures are then a lower bound, never shown as the whole cost)."""
+    def per(n: int) -> Decimal | None:
+        return (row["cost_usd"] / n).quantize(Decimal("0.000001")) if n else None
+
+    return {"per_finished": per(row["finished_tasks"]), "per_verdict": per(row["verdicts"]),
+            "complete": not row["unpriced_tasks"]}
+
+
+def bill_chart(result: dict[str, Any]) -> dict[str, Any]:
+    """The bill as a stacked chart's data: ``{"periods": [ISO date], "series": [{"label",
+    "cost_usd": [float per period], "unpriced_tasks": [int per period], "launched_by_tco"}],
+    "group_by"}``; one series per label, tco's first by total cost, usage tco did not launch last."""
+    periods = sorted({r["period"] for r in result["rows"]})
+    index = {p: i for i, p in enumerate(periods)}
+    series: dict[tuple, dict[str, Any]] = {}
+    for row in result["rows"]:
+        label = str(row["label"]) if row["launched_by_tco"] else f"{row['team']} {NOT_TCO}"
+        key = (row["launched_by_tco"], label)
+        item = series.setdefault(key, {"label": label, "launched_by_tco": row["launched_by_tco"],
+                                       "cost_usd": [0.0] * len(periods), "unpriced_tasks": [0] * len(periods)})
+        item["cost_usd"][index[row["period"]]] += float(row["cost_usd"])
+        item["unpriced_tasks"][index[row["period"]]] += row["unpriced_tasks"]
+    ordered = sorted(series.values(), key=lambda s: (not s["launched_by_tco"], -sum(s["cost_usd"]), s["label"]))
+    return {"periods": [p.isoformat() for p in periods], "series": ordered, "group_by": result["group_by"]}
+
+
+def costliest_tasks(campaign_id: int, *, teams: Iterable[Team], limit: int = 20) -> list[Task]:
+    """The campaign's tasks by cost, the costliest first (unpriced ones with tokens after them),
+    at most ``limit``; only a campaign of one of ``teams``."""
+    return list(Task.objects.filter(campaign_id=campaign_id, campaign__team__in=list(teams))
+                .filter(Q(cost_usd__isnull=False) | _any_tokens())
+                .order_by(F("cost_usd").desc(nulls_last=True), "task_number")[:limit])
+
+
+def budget_burndown(budget: Budget, *, now: dt.datetime | None = None) -> dict[str, Any]:
+    """The budget's current period day by day: ``{"budget", "first", "end_day" (last day), "days":
+    [ISO date up to today], "cumulative_usd": [float], "amount_usd": float, "spent_usd": Decimal,
+    "projected_usd": Decimal (spend so far / elapsed days x days in the period: the average daily
+    rate carried to the period's end), "unpriced_tasks": int, "over": bool (projected > amount)}``."""
+    tz = cluster_zone(_default_cluster())
+    now = now or timezone.now()
+    first, begin, end = current_period(budget.period, now=now, tz=tz)
+    today = now.astimezone(tz).date()
+    end_day = next_period_start(first, budget.period) - dt.timedelta(days=1)
+    daily = dict(Task.objects.filter(campaign__team=budget.team, started_at__gte=begin, started_at__lt=end)
+                 .annotate(d=Trunc("started_at", "day", output_field=DateField(), tzinfo=tz))
+                 .values("d").annotate(cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()))
+                 .order_by().values_list("d", "cost"))
+    spend = team_spend(budget.team, budget.period, now=now)
+    days, cumulative, running = [], [], ZERO
+    cursor = first
+    while cursor <= today:
+        running += Decimal(int(daily.get(cursor) or 0)) / COST_UNITS
+        days.append(cursor.isoformat())
+        cumulative.append(float(running))
+        cursor += dt.timedelta(days=1)
+    elapsed = max((now - begin).total_seconds(), 1.0)
+    projected = (spend["spent_usd"] * Decimal(str((end - begin).total_seconds() / elapsed))).quantize(
+        Decimal("0.000001"))
+    return {"budget": budget, "first": first, "end_day": end_day, "days": days, "cumulative_usd": cumulative,
+            "amount_usd": float(budget.amount_usd), "spent_usd": spend["spent_usd"], "projected_usd": projected,
+            "unpriced_tasks": spend["unpriced_tasks"], "over": projected > budget.amount_usd}
+
+
+def presets(today: dt.date) -> list[dict[str, Any]]:
+    """The bill's date presets: ``[{"key", "label", "first", "last", "period"}]`` for this week,
+    last week (ISO weeks from Monday), this month and last month, by day."""
+    week = period_start(today, "week")
+    month = period_start(today, "month")
+    last_month = period_start(month - dt.timedelta(days=1), "month")
+    return [
+        {"key": "this-week", "label": "this week", "first": week, "last": today, "period": "day"},
+        {"key": "last-week", "label": "last week", "first": week - dt.timedelta(days=7),
+         "last": week - dt.timedelta(days=1), "period": "day"},
+        {"key": "this-month", "label": "this month", "first": month, "last": today, "period": "day"},
+        {"key": "last-month", "label": "last month", "first": last_month, "last": month - dt.timedelta(days=1),
+         "period": "day"},
+    ]
 
 
 # --------------------------------------------------------------------------- budgets

@@ -32,12 +32,28 @@ def _today() -> dt.date:
     return timezone.now().astimezone(billing.cluster_zone(billing._default_cluster())).date()
 
 
+def _name_validator(value: str) -> None:
+    if not limits.NAME_RE.match(value):
+        raise ValidationError("1-64 letters, digits, '_', '.', '-', starting with a letter or digit "
+                              "(no spaces, colons, slashes or other punctuation)")
+
+
+def _model_validator(value: str) -> None:
+    if value and not limits.MODEL_RE.match(value):
+        raise ValidationError("1-128 letters, digits and '.', '_', '-', '/', ':', '@' (no spaces)")
+
+
 class BillForm(forms.Form):
     team = forms.ModelChoiceField(queryset=None, required=False, empty_label="all my teams")
     period = forms.ChoiceField(choices=[(p, p) for p in billing.PERIODS], initial="day")
     first = forms.DateField(label="from", widget=forms.DateInput(attrs={"type": "date"}))
     last = forms.DateField(label="to", widget=forms.DateInput(attrs={"type": "date"}))
     group_by = forms.ChoiceField(choices=[(g, g) for g in billing.GROUPS], initial="team", label="per")
+    campaign = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    model = forms.CharField(required=False, max_length=128, widget=forms.HiddenInput, validators=[_model_validator])
+    launcher = forms.CharField(required=False, max_length=150, widget=forms.HiddenInput)
+    preset = forms.ChoiceField(required=False, choices=[("", "custom")] + [
+        (k, k) for k in ("this-week", "last-week", "this-month", "last-month")], widget=forms.HiddenInput)
 
     def __init__(self, *args, user: AbstractBaseUser, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -57,13 +73,22 @@ class BillForm(forms.Form):
         team = self.cleaned_data.get("team")
         return [team] if team else list(self.fields["team"].queryset)
 
+    def filters(self) -> dict[str, Any]:
+        """The breakdown asked for: ``{"campaign": id | None, "model": str, "launcher": str}``."""
+        return {"campaign": self.cleaned_data.get("campaign"), "model": self.cleaned_data.get("model") or "",
+                "launcher": self.cleaned_data.get("launcher") or ""}
+
     @classmethod
     def from_query(cls, query, *, user: AbstractBaseUser) -> "BillForm":
-        """Bound to the query string, with the defaults for what it leaves out."""
+        """Bound to the query string, with the defaults for what it leaves out; a ``preset``
+        (this-week, last-week, this-month, last-month) sets the dates and daily periods."""
         today = _today()
         data = {"period": "day", "first": today.replace(day=1).isoformat(), "last": today.isoformat(),
-                "group_by": "team", "team": ""}
+                "group_by": "team", "team": "", "campaign": "", "model": "", "launcher": "", "preset": ""}
         data.update({k: v for k, v in query.items() if k in data})
+        preset = next((p for p in billing.presets(today) if p["key"] == data["preset"]), None)
+        if preset is not None:
+            data.update(first=preset["first"].isoformat(), last=preset["last"].isoformat(), period=preset["period"])
         return cls(data, user=user)
 
 
@@ -105,17 +130,6 @@ class BudgetForm(forms.Form):
         if len(addresses) > 20:
             raise ValidationError("at most 20 addresses")
         return addresses
-
-
-def _name_validator(value: str) -> None:
-    if not limits.NAME_RE.match(value):
-        raise ValidationError("1-64 letters, digits, '_', '.', '-', starting with a letter or digit "
-                              "(no spaces, colons, slashes or other punctuation)")
-
-
-def _model_validator(value: str) -> None:
-    if value and not limits.MODEL_RE.match(value):
-        raise ValidationError("1-128 letters, digits and '.', '_', '-', '/', ':', '@' (no spaces)")
 
 
 class _LaunchBase(forms.Form):

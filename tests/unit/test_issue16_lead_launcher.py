@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from dashboards import billing
-from dashboards.models import AgentDefinition, Budget, Campaign, Team
+from dashboards.models import AgentDefinition, Budget, Campaign, Task, Team
 from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
 from tests.unit.test_ops_views import launch_data
 
@@ -303,3 +303,76 @@ def test_after_launch_the_launcher_lands_on_the_live_page_with_controls_beside_p
     live = html.split('class="campaign-live"', 1)[1].split('<section class="card">', 1)[0]
     assert 'id="progress"' in live and 'id="control"' in live and 'id="progress-bar"' in live
     assert f'data-api="/api/campaigns/{campaign.pk}/"' in live and "0 of 3 tasks ended" in html.replace("<strong>", "").replace("</strong>", "")
+
+
+# --------------------------------------------------------------------------- feature 1: bills a lead reads in a minute
+
+def _bill_history(ops_users):
+    research = Team.objects.get(project="research")
+    day = dt.datetime(2026, 11, 10, 9, tzinfo=dt.timezone.utc)  # a Tuesday
+    big = make_campaign(team=research, user=ops_users["launcher"], name="big", model="claude-x")
+    small = make_campaign(team=research, user=ops_users["lead"], name="small", model="claude-y")
+    costs = ["1.5", "0.25", "4", "0.75"]
+    for n, cost in enumerate(costs, start=1):
+        t = make_task(big, task_number=n, started_at=day, wallclock_s=10, cost_usd=cost,
+                      tokens={"output_tokens": 10 * n}, state="done" if n != 2 else "failed")
+        if n in (1, 3):
+            Task.objects.filter(pk=t.pk).update(verdict="ok")
+    make_task(small, task_number=1, started_at=day + dt.timedelta(days=1), wallclock_s=5, cost_usd=None,
+              tokens={"output_tokens": 99})  # tokens, no price: unpriced, never $0
+    return research, big, small
+
+
+def test_bills_break_down_by_launcher_and_link_every_campaign_to_its_costliest_tasks(as_user, ops_users):
+    research, big, small = _bill_history(ops_users)
+    client = as_user("lead")
+    query = {"period": "day", "first": "2026-11-09", "last": "2026-11-15"}
+    html = client.get("/ops/bills/", {**query, "group_by": "launcher"}).content.decode()
+    rows = {r.split('data-key="', 1)[1].split('"', 1)[0]: r for r in html.split("<tr data-period=")[1:]}
+    assert set(rows) == {"launcher", "lead"}
+    assert "$6.50" in rows["launcher"] and "unpriced" in rows["lead"] and "$0.00" not in rows["lead"]
+    # Cost per finished task and per successful verdict: $6.50 / 5 finished, / 2 verdicts (tasks 1 and 3).
+    assert "$1.30" in html.split('id="kpi-per-finished"', 1)[1].split("</div>", 1)[0]
+    assert "$3.25" in html.split('id="kpi-per-verdict"', 1)[1].split("</div>", 1)[0]
+    assert "+ 1 unpriced task" in html.split('id="kpi-cost"', 1)[1].split("</div>", 1)[0]
+    assert 'id="bill-chart-data"' in html and "plotly" in html
+    html = client.get("/ops/bills/", {**query, "group_by": "campaign"}).content.decode()
+    link = html.split('class="breakdown"', 1)[0].rsplit('href="', 1)[1].split('"', 1)[0]
+    assert f"campaign={big.pk}" in html_lib.unescape(link)
+    html = client.get("/ops/bills/" + html_lib.unescape(link)).content.decode()
+    costliest = html.split('id="costliest"', 1)[1].split("</table>", 1)[0]
+    order = [int(part.split('"', 1)[0]) for part in costliest.split('data-task="')[1:]]
+    assert order == [3, 1, 4, 2]  # $4, $1.50, $0.75, $0.25
+    csv_link = html_lib.unescape(html.split('id="costliest-csv"', 1)[0].rsplit('href="', 1)[1].split('"', 1)[0])
+    body = client.get(csv_link).content.decode().splitlines()
+    assert body[0].startswith("campaign,task_number") and [line.split(",")[1] for line in body[1:]] == ["3", "1", "4", "2"]
+
+
+def test_bill_presets_are_last_week_and_friends(as_user, ops_users, monkeypatch):
+    from dashboards import forms
+
+    monkeypatch.setattr(forms, "_today", lambda: dt.date(2026, 11, 18))  # a Wednesday
+    _bill_history(ops_users)
+    client = as_user("lead")
+    html = client.get("/ops/bills/", {"preset": "last-week", "group_by": "campaign"}).content.decode()
+    assert 'value="2026-11-09"' in html and 'value="2026-11-15"' in html  # Monday to Sunday before
+    assert 'data-preset="last-week" class="on"' in html
+    assert "$6.50" in html.split('id="bill-total"', 1)[1].split("</tr>", 1)[0]
+    csv_body = client.get("/ops/bills.csv", {"preset": "last-week", "group_by": "campaign"}).content.decode()
+    assert "2026-11-10" in csv_body and "big (#" in csv_body
+
+
+def test_a_budgets_burn_down_projects_the_spend_to_the_period_end(ops_users):
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"])
+    budget = billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("100"),
+                                thresholds=[1.0], on_exceed="hold", alert_emails=[])
+    make_task(campaign, task_number=1, started_at=dt.datetime(2026, 11, 2, 12, tzinfo=dt.timezone.utc),
+              cost_usd="10")
+    make_task(campaign, task_number=2, started_at=dt.datetime(2026, 11, 5, 12, tzinfo=dt.timezone.utc),
+              cost_usd="20")
+    now = dt.datetime(2026, 11, 11, 0, tzinfo=dt.timezone.utc)  # 10 of November's 30 days gone
+    burn = billing.budget_burndown(budget, now=now)
+    assert burn["days"][0] == "2026-11-01" and burn["days"][-1] == "2026-11-11"
+    assert burn["cumulative_usd"][0] == 0 and burn["cumulative_usd"][1] == 10 and burn["cumulative_usd"][-1] == 30
+    assert burn["projected_usd"] == Decimal("90") and not burn["over"]  # $30 in 10 days -> $90 in 30
