@@ -11,17 +11,9 @@ from django.utils import timezone
 from dashboards import billing
 from dashboards.models import AgentDefinition, Budget, Campaign, Task, Team
 from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
-from tests.unit.test_ops_views import launch_data
+from tests.unit.test_ops_views import as_user, launch_data  # noqa: F401
 
 pytestmark = [pytest.mark.django_db]
-
-
-@pytest.fixture
-def as_user(client, ops_users):
-    def login(name):
-        client.force_login(ops_users[name])
-        return client
-    return login
 
 
 # --------------------------------------------------------------------------- bug 7
