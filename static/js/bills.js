@@ -7,7 +7,7 @@
   if (!window.Plotly) return;
   const dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
   const layoutBase = {
-    margin: {l: 60, r: 20, t: 10, b: 40}, barmode: "stack", hovermode: "x unified",
+    margin: {l: 60, r: 20, t: 30, b: 40}, barmode: "stack", hovermode: "x unified",
     legend: {orientation: "h", y: -0.2},
     paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     font: {color: dark ? "#ddd" : "#222"},
@@ -47,7 +47,8 @@
         hoverinfo: "skip",
       });
     }
-    Plotly.newPlot(target, traces, Object.assign({}, layoutBase, {xaxis: {type: "date"}}), config);
+    // Periods are categories (a day, an ISO week's Monday, a month's first day): one bar each.
+    Plotly.newPlot(target, traces, Object.assign({}, layoutBase, {xaxis: {type: "category"}}), config);
   } else if (target) {
     target.textContent = "Nothing to draw for these periods.";
   }
