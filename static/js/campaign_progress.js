@@ -33,6 +33,11 @@
     status.id = "progress-status";
     status.textContent = c.status;
     text.append(status);
+    // The details below say the same: status and job number.
+    const detailStatus = document.getElementById("status");
+    if (detailStatus) detailStatus.textContent = c.status;
+    const job = document.getElementById("job-number");
+    if (job && c.job_number) job.textContent = String(c.job_number);
     states.replaceChildren();
     Object.keys(data.states).forEach(function (s) {
       if (data.states[s]) { states.append(badge(s, data.states[s]), " "); }
