@@ -33,6 +33,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from _django import isolate_state  # noqa: E402
 
 FINISHED_CAMPAIGNS = 36
 FINISHED_SIZE = 20_000
@@ -40,6 +43,8 @@ ACTIVE_SIZE = 75_000
 
 
 def setup_django(db: Path) -> None:
+    """Point Django at ``db`` and at a state directory of its own beside it (``<db>.state``)."""
+    isolate_state(Path(str(db) + ".state"))
     os.environ["DATABASE_URL"] = f"sqlite:///{db}"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tco_web.settings")
     os.environ.setdefault("TCO_REDIS_DB", "5")  # the password comes from TCO_REDIS_PASSWORD_FILE (settings)

@@ -35,6 +35,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from _django import isolate_state  # noqa: E402
 
 
 def free_port() -> int:
@@ -48,6 +51,18 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def setup_django(db: Path) -> None:
+    """Point Django (and the processes started from this environment) at ``db`` and at a state
+    directory of its own beside it (``<db>.state``): never the live instance's ``var/``."""
+    isolate_state(Path(str(db) + ".state"))
+    os.environ["DATABASE_URL"] = f"sqlite:///{db}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tco_web.settings")
+    os.environ.setdefault("TCO_ADMIN_PASSWORD", "bench-admin-pw")
+    import django
+
+    django.setup()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=30)
@@ -59,12 +74,7 @@ def main() -> int:
     db = Path(args.db)
     for suffix in ("", "-wal", "-shm"):
         Path(str(db) + suffix).unlink(missing_ok=True)
-    os.environ["DATABASE_URL"] = f"sqlite:///{db}"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tco_web.settings")
-    os.environ.setdefault("TCO_ADMIN_PASSWORD", "bench-admin-pw")
-    import django
-
-    django.setup()
+    setup_django(db)
     from django.conf import settings
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
     from django.contrib.sessions.backends.db import SessionStore

@@ -291,10 +291,8 @@ class UsageView(APIView):
                                                 description="start of the period, inclusive (default: 1st of this month, UTC)"),
                                OpenApiParameter("until", OpenApiTypes.DATETIME,
                                                 description="end of the period, exclusive (default: now)")],
-                   description="The bill page's definition (dashboards.billing._accumulate): a team's usage is "
-                               "the tasks of its tco campaigns and their accounting records (wall clock and "
-                               "slot-seconds as qacct sums them); jobs run under the team's project that tco did "
-                               "not launch are listed apart in not_launched_by_tco, never in the team's row.",
+                   description="The bill page's definition (dashboards.billing.USAGE_DEFINITION): "
+                               + billing.USAGE_DEFINITION + " Here they are in not_launched_by_tco.",
                    responses=inline_serializer("Usage", {"since": serializers.DateTimeField(),
                                                          "until": serializers.DateTimeField(),
                                                          "teams": UsageRowSerializer(many=True),
@@ -312,5 +310,6 @@ class UsageView(APIView):
         for rows in usage.values():
             for row in rows:
                 row["cost_usd"] = format(row["cost_usd"].quantize(Decimal("1e-8")), "f")
-        return Response({"since": selectors.jsonable(since), "until": selectors.jsonable(until), **usage},
+        return Response({"since": selectors.jsonable(since), "until": selectors.jsonable(until),
+                         "definition": billing.USAGE_DEFINITION, **usage},
                         status=status.HTTP_200_OK)

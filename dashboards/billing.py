@@ -71,7 +71,9 @@ BUCKET_LABELS = {
 }
 PERIODS = ("day", "week", "month")
 PERIOD_ADJECTIVES = {"day": "daily", "week": "weekly", "month": "monthly"}
-GROUPS = ("team", "model", "campaign")
+GROUPS = ("team", "model", "campaign", "launcher")
+#: A "successful verdict": a task that ended done and declared a verdict (verdict.json), whatever it says.
+SUCCESSFUL_VERDICT = "a task that ended done and declared a verdict (its verdict.json), whatever the verdict says"
 #: A bill covers at most this many periods (a year of days).
 MAX_PERIODS = 400
 #: Costs are summed as integers of 1e-8 USD (Task.cost_usd has 8 decimals):
@@ -79,6 +81,10 @@ MAX_PERIODS = 400
 COST_UNITS = Decimal("100000000")
 UNSPECIFIED_MODEL = "(model not set)"
 NOT_TCO = "(not launched by tco)"
+#: The one definition of a team's usage, said on the bill page, in its CSV and by ``/api/usage/`` (issue 16, bug 6).
+USAGE_DEFINITION = ("A team's usage is the tasks of its tco campaigns that started in the period (cluster time "
+                    "zone) and their accounting records (wall clock and slot-seconds as qacct sums them); jobs run "
+                    "under the team's project that tco did not launch are listed apart, never in the team's total.")
 #: Finished tasks of an agent definition read for a forecast (the newest first).
 FORECAST_HISTORY = 5000
 ZERO = Decimal("0")
@@ -173,20 +179,24 @@ def _model_expr(prefix: str):
 def _empty_row(period: dt.date, project: str, key: Any) -> dict[str, Any]:
     row: dict[str, Any] = {"period": period, "project": project, "key": key, "tasks": 0, "records": 0,
                            "reasoning_tokens": 0, "total_tokens": 0, "cost_usd": ZERO, "unpriced_tasks": 0,
-                           "wallclock_s": 0.0, "slot_s": 0.0}
+                           "finished_tasks": 0, "verdicts": 0, "wallclock_s": 0.0, "slot_s": 0.0}
     for bucket in BUCKETS:
         row[bucket] = 0
     return row
 
 
 def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, group_by: str = "team",
-         clusters: Sequence[Cluster] | None = None) -> dict[str, Any]:
+         clusters: Sequence[Cluster] | None = None, campaign: int | None = None, model: str = "",
+         launcher: str = "") -> dict[str, Any]:
     """A bill: usage per period and team (and model or campaign) for local days ``first``..``last``.
 
     ``period`` is ``day``, ``week`` or ``month``; ``first`` and ``last`` are
     widened to whole periods. ``group_by`` is ``team`` (one row per team and
     period), ``model`` (the campaign's model, else the agent definition's
-    default model) or ``campaign``.
+    default model), ``campaign`` or ``launcher`` (who launched the campaign).
+    ``campaign`` (id), ``model`` and ``launcher`` (user name) narrow the bill
+    to that campaign, model or launcher's campaigns (usage tco did not launch
+    then has none of them and is left out).
 
     Returns ``{"period", "group_by", "first", "last" (last day included),
     "time_zone", "rows": [row], "totals": row}`` where a row is ``{"period":
@@ -194,6 +204,7 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
     (tasks started), "records" (accounting records), each bucket of
     ``BUCKETS``, "reasoning_tokens" (part of output), "total_tokens",
     "cost_usd" (Decimal USD), "unpriced_tasks" (tokens without a cost),
+    "finished_tasks" (done or failed), "verdicts" (``SUCCESSFUL_VERDICT``),
     "wallclock_s", "slot_s", "launched_by_tco"}``, sorted by period, team,
     label. Rows exist only where something started. Usage under a team's
     project that tco did not launch (another account's ``qsub -P``) is a row of
@@ -226,7 +237,8 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
         tz = cluster_zone(cluster)
         _accumulate(rows, cluster=cluster, begin=local_midnight(first, tz), end=local_midnight(end_day, tz),
                     projects=list(team_of), group_by=group_by,
-                    trunc=Trunc("started_at", period, output_field=DateField(), tzinfo=tz))
+                    trunc=Trunc("started_at", period, output_field=DateField(), tzinfo=tz),
+                    only={"campaign": campaign, "model": model, "launcher": launcher})
 
     labels: dict[Any, str] = {}
     if group_by == "campaign":
@@ -242,8 +254,8 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
             row["label"] = NOT_TCO
         elif group_by == "team":
             row["label"] = row["team"]
-        elif group_by == "model":
-            row["label"] = key
+        elif group_by in ("model", "launcher"):
+            row["label"] = key if key is not None else "(not recorded)"
         else:
             row["label"] = labels.get(key, NOT_TCO) if key is not None else NOT_TCO
         out.append(row)
@@ -262,8 +274,20 @@ def _launched_by_tco(prefix: str):
                 output_field=BooleanField())
 
 
+def _only(qs: QuerySet, only: dict[str, Any] | None, prefix: str) -> QuerySet:
+    """``qs`` narrowed to one campaign (id), model or launcher (user name) when ``only`` says so."""
+    only = only or {}
+    if only.get("campaign"):
+        qs = qs.filter(**{f"{prefix}campaign_id": only["campaign"]})
+    if only.get("launcher"):
+        qs = qs.filter(**{f"{prefix}campaign__launched_by__username": only["launcher"]})
+    if only.get("model"):
+        qs = qs.annotate(only_model=_model_expr(prefix)).filter(only_model=only["model"])
+    return qs
+
+
 def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
-                projects: list[str], group_by: str, trunc) -> None:
+                projects: list[str], group_by: str, trunc, only: dict[str, Any] | None = None) -> None:
     """Add the usage started in ``[begin, end)`` on ``cluster`` to ``rows``, the one definition of a team's usage.
 
     ``rows`` is keyed ``(period date | None, project, launched_by_tco, group
@@ -279,6 +303,7 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
                .annotate(tp=Coalesce(F("task__campaign__team__project"), F("project")),
                          tco=_launched_by_tco("task__"))
                .filter(tp__in=projects))
+    records = _only(records, only, "task__")
     records, key_fields = _grouped(records, group_by=group_by, trunc=trunc, prefix="task__")
     slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
     for item in (records.values(*key_fields)
@@ -298,17 +323,22 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
                                    recorded_project, Value("")),
                        tco=_launched_by_tco(""))
              .filter(tp__in=projects))
+    tasks = _only(tasks, only, "")
     tasks, task_fields = _grouped(tasks, group_by=group_by, trunc=trunc, prefix="")
     any_tokens = _any_tokens()
     sums = {bucket: Sum(bucket) for bucket in (*BUCKETS, "reasoning_tokens")}
     cost_units = Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField())
     for item in (tasks.values(*task_fields)
                  .annotate(n=Count("id"), cost=cost_units,
-                           unpriced=Count("id", filter=Q(cost_usd__isnull=True) & any_tokens), **sums)
+                           unpriced=Count("id", filter=Q(cost_usd__isnull=True) & any_tokens),
+                           finished=Count("id", filter=Q(state__in=("done", "failed"))),
+                           verdicts=Count("id", filter=Q(state="done") & ~Q(verdict="")), **sums)
                  .order_by()):
         row = _row_for(rows, item)
         row["tasks"] += item["n"]
         row["unpriced_tasks"] += item["unpriced"]
+        row["finished_tasks"] += item["finished"]
+        row["verdicts"] += item["verdicts"]
         row["cost_usd"] += Decimal(int(item["cost"] or 0)) / COST_UNITS
         for bucket in (*BUCKETS, "reasoning_tokens"):
             row[bucket] += int(item[bucket] or 0)
@@ -324,6 +354,9 @@ def _grouped(qs: QuerySet, *, group_by: str, trunc, prefix: str) -> tuple[QueryS
         fields.append("k")
     elif group_by == "campaign":
         qs = qs.annotate(k=F(f"{prefix}campaign_id"))
+        fields.append("k")
+    elif group_by == "launcher":
+        qs = qs.annotate(k=F(f"{prefix}campaign__launched_by__username"))
         fields.append("k")
     if trunc is not None:
         qs = qs.annotate(p=trunc)
@@ -352,7 +385,8 @@ def _row_for(rows: dict[tuple, dict[str, Any]], item: dict[str, Any]) -> dict[st
 def _sum_rows(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     total = _empty_row(None, "", None)
     for row in rows:
-        for field in ("tasks", "records", "reasoning_tokens", "total_tokens", "unpriced_tasks", *BUCKETS):
+        for field in ("tasks", "records", "reasoning_tokens", "total_tokens", "unpriced_tasks", "finished_tasks",
+                      "verdicts", *BUCKETS):
             total[field] += row[field]
         total["cost_usd"] += row["cost_usd"]
         total["wallclock_s"] += row["wallclock_s"]
@@ -388,7 +422,8 @@ def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datet
 
 
 CSV_COLUMNS = ("period_start", "team", "project", "group_by", "group", "tasks", "accounting_records",
-               *BUCKETS, "reasoning_tokens", "total_tokens", "cost_usd", "unpriced_tasks", "wallclock_s", "slot_s")
+               *BUCKETS, "reasoning_tokens", "total_tokens", "cost_usd", "unpriced_tasks", "wallclock_s", "slot_s",
+               "launched_by_tco", "finished_tasks", "successful_verdicts")
 
 
 def bill_csv_rows(result: dict[str, Any]) -> Iterator[list[str]]:
@@ -398,7 +433,94 @@ def bill_csv_rows(result: dict[str, Any]) -> Iterator[list[str]]:
         yield [row["period"].isoformat(), row["team"], row["project"], result["group_by"], str(row["label"]),
                str(row["tasks"]), str(row["records"]), *(str(row[b]) for b in BUCKETS), str(row["reasoning_tokens"]),
                str(row["total_tokens"]), format(row["cost_usd"].normalize(), "f"), str(row["unpriced_tasks"]),
-               f"{row['wallclock_s']:.3f}", f"{row['slot_s']:.3f}"]
+               f"{row['wallclock_s']:.3f}", f"{row['slot_s']:.3f}", "yes" if row["launched_by_tco"] else "no",
+               str(row["finished_tasks"]), str(row["verdicts"])]
+
+
+# --------------------------------------------------------------------------- the bill page's views
+
+def unit_costs(row: dict[str, Any]) -> dict[str, Any]:
+    """Cost per finished task and per successful verdict (``SUCCESSFUL_VERDICT``) of a bill row:
+    ``{"per_finished": Decimal | None, "per_verdict": Decimal | None, "complete": bool}``; None
+    when there is nothing to divide by; ``complete`` False when some tasks are unpriced (the
+    figures are then a lower bound, never shown as the whole cost)."""
+    def per(n: int) -> Decimal | None:
+        return (row["cost_usd"] / n).quantize(Decimal("0.000001")) if n else None
+
+    return {"per_finished": per(row["finished_tasks"]), "per_verdict": per(row["verdicts"]),
+            "complete": not row["unpriced_tasks"]}
+
+
+def bill_chart(result: dict[str, Any]) -> dict[str, Any]:
+    """The bill as a stacked chart's data: ``{"periods": [ISO date], "series": [{"label",
+    "cost_usd": [float per period], "unpriced_tasks": [int per period], "launched_by_tco"}],
+    "group_by"}``; one series per label, tco's first by total cost, usage tco did not launch last."""
+    periods = sorted({r["period"] for r in result["rows"]})
+    index = {p: i for i, p in enumerate(periods)}
+    series: dict[tuple, dict[str, Any]] = {}
+    for row in result["rows"]:
+        label = str(row["label"]) if row["launched_by_tco"] else f"{row['team']} {NOT_TCO}"
+        key = (row["launched_by_tco"], label)
+        item = series.setdefault(key, {"label": label, "launched_by_tco": row["launched_by_tco"],
+                                       "cost_usd": [0.0] * len(periods), "unpriced_tasks": [0] * len(periods)})
+        item["cost_usd"][index[row["period"]]] += float(row["cost_usd"])
+        item["unpriced_tasks"][index[row["period"]]] += row["unpriced_tasks"]
+    ordered = sorted(series.values(), key=lambda s: (not s["launched_by_tco"], -sum(s["cost_usd"]), s["label"]))
+    return {"periods": [p.isoformat() for p in periods], "series": ordered, "group_by": result["group_by"]}
+
+
+def costliest_tasks(campaign_id: int, *, teams: Iterable[Team], limit: int = 20) -> list[Task]:
+    """The campaign's tasks by cost, the costliest first (unpriced ones with tokens after them),
+    at most ``limit``; only a campaign of one of ``teams``."""
+    return list(Task.objects.filter(campaign_id=campaign_id, campaign__team__in=list(teams))
+                .filter(Q(cost_usd__isnull=False) | _any_tokens())
+                .order_by(F("cost_usd").desc(nulls_last=True), "task_number")[:limit])
+
+
+def budget_burndown(budget: Budget, *, now: dt.datetime | None = None) -> dict[str, Any]:
+    """The budget's current period day by day: ``{"budget", "first", "end_day" (last day), "days":
+    [ISO date up to today], "cumulative_usd": [float], "amount_usd": float, "spent_usd": Decimal,
+    "projected_usd": Decimal (spend so far / elapsed days x days in the period: the average daily
+    rate carried to the period's end), "unpriced_tasks": int, "over": bool (projected > amount)}``."""
+    tz = cluster_zone(_default_cluster())
+    now = now or timezone.now()
+    first, begin, end = current_period(budget.period, now=now, tz=tz)
+    today = now.astimezone(tz).date()
+    end_day = next_period_start(first, budget.period) - dt.timedelta(days=1)
+    daily = dict(Task.objects.filter(campaign__team=budget.team, started_at__gte=begin, started_at__lt=end)
+                 .annotate(d=Trunc("started_at", "day", output_field=DateField(), tzinfo=tz))
+                 .values("d").annotate(cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()))
+                 .order_by().values_list("d", "cost"))
+    spend = team_spend(budget.team, budget.period, now=now)
+    days, cumulative, running = [], [], ZERO
+    cursor = first
+    while cursor <= today:
+        running += Decimal(int(daily.get(cursor) or 0)) / COST_UNITS
+        days.append(cursor.isoformat())
+        cumulative.append(float(running))
+        cursor += dt.timedelta(days=1)
+    elapsed = max((now - begin).total_seconds(), 1.0)
+    projected = (spend["spent_usd"] * Decimal(str((end - begin).total_seconds() / elapsed))).quantize(
+        Decimal("0.000001"))
+    return {"budget": budget, "first": first, "end_day": end_day, "days": days, "cumulative_usd": cumulative,
+            "amount_usd": float(budget.amount_usd), "spent_usd": spend["spent_usd"], "projected_usd": projected,
+            "unpriced_tasks": spend["unpriced_tasks"], "over": projected > budget.amount_usd}
+
+
+def presets(today: dt.date) -> list[dict[str, Any]]:
+    """The bill's date presets: ``[{"key", "label", "first", "last", "period"}]`` for this week,
+    last week (ISO weeks from Monday), this month and last month, by day."""
+    week = period_start(today, "week")
+    month = period_start(today, "month")
+    last_month = period_start(month - dt.timedelta(days=1), "month")
+    return [
+        {"key": "this-week", "label": "this week", "first": week, "last": today, "period": "day"},
+        {"key": "last-week", "label": "last week", "first": week - dt.timedelta(days=7),
+         "last": week - dt.timedelta(days=1), "period": "day"},
+        {"key": "this-month", "label": "this month", "first": month, "last": today, "period": "day"},
+        {"key": "last-month", "label": "last month", "first": last_month, "last": month - dt.timedelta(days=1),
+         "period": "day"},
+    ]
 
 
 # --------------------------------------------------------------------------- budgets
@@ -418,14 +540,17 @@ def team_spend(team: Team, period: str, *, now: dt.datetime | None = None) -> di
 
 def budget_status(team: Team, *, now: dt.datetime | None = None) -> list[dict[str, Any]]:
     """Each budget of ``team`` with its current period: ``{"budget", "first", "spent_usd",
-    "fraction" (float, spent / amount), "crossed": [thresholds], "alerts": [BudgetAlert]}``."""
+    "fraction" (float, spent / amount), "crossed": [thresholds], "alerts": [BudgetAlert], "deliveries":
+    [(BudgetAlert, {"sent": bool | None, "detail": str})]}`` (``alert_deliveries``)."""
     out = []
     for budget in team.budgets.order_by("period"):
         spend = team_spend(team, budget.period, now=now)
         fraction = float(spend["spent_usd"] / budget.amount_usd) if budget.amount_usd > 0 else 0.0
         crossed = [t for t in budget.thresholds if fraction >= float(t)]
         alerts = list(budget.alerts.filter(period_start=spend["first"]).order_by("threshold"))
-        out.append({"budget": budget, **spend, "fraction": fraction, "crossed": crossed, "alerts": alerts})
+        delivery = alert_deliveries(alerts)
+        out.append({"budget": budget, **spend, "fraction": fraction, "crossed": crossed, "alerts": alerts,
+                    "deliveries": [(a, delivery[a.pk]) for a in alerts]})
     return out
 
 
@@ -448,13 +573,21 @@ def budget_verdict(team: Team, additional_usd: Decimal | None, *, now: dt.dateti
         unknown = additional_usd is None or status["unpriced_tasks"] > 0
         projected = status["spent_usd"] + (additional_usd or ZERO)
         if status["spent_usd"] >= budget.amount_usd or projected > budget.amount_usd or unknown:
-            forecast_text = _usd(additional_usd) if additional_usd is not None else "an unknown cost"
-            spent_text = _usd(status["spent_usd"])
+            # One precision for every amount of the message, enough that each is within 1 % and
+            # that "spent + forecast" visibly exceeds the budget when it does (issue 16, bug 7).
+            shown = [budget.amount_usd, status["spent_usd"], projected]
+            if additional_usd is not None:
+                shown.append(additional_usd)
+            places = usd_places(shown, over=(projected, budget.amount_usd))
+            forecast_text = usd_text(additional_usd, places) if additional_usd is not None else "an unknown cost"
+            spent_text = usd_text(status["spent_usd"], places)
             if status["unpriced_tasks"]:
                 spent_text += f" plus {status['unpriced_tasks']} task(s) of unknown cost"
+            total = (f" (together {usd_text(projected, places)})"
+                     if additional_usd is not None and not status["unpriced_tasks"] else "")
             messages.append(f"the {PERIOD_ADJECTIVES[budget.period]} budget of {team.name} is "
-                            f"{_usd(budget.amount_usd)}; spent {spent_text} since "
-                            f"{status['first'].isoformat()}, this launch is forecast at {forecast_text}"
+                            f"{usd_text(budget.amount_usd, places)}; spent {spent_text} since "
+                            f"{status['first'].isoformat()}, this launch is forecast at {forecast_text}{total}"
                             + ("; an unknown cost cannot be checked against the budget" if unknown else ""))
             if budget.on_exceed == "refuse":
                 action = "refuse"
@@ -463,10 +596,34 @@ def budget_verdict(team: Team, additional_usd: Decimal | None, *, now: dt.dateti
     return {"action": action, "message": "; ".join(messages), "budgets": statuses}
 
 
-def _usd(amount: Decimal | None) -> str:
+def usd_places(amounts: Iterable[Decimal], *, over: tuple[Decimal, Decimal] | None = None,
+               tolerance: Decimal = Decimal("0.01")) -> int:
+    """Decimal places (2 to 8) to show USD ``amounts`` with: the fewest that put every amount
+    within ``tolerance`` (a fraction, 1 %) of itself and, when ``over = (a, b)`` with ``a > b``,
+    keep ``a`` visibly above ``b``. ``[0.0072, 0.009]`` -> 4 ("$0.0072", "$0.0090")."""
+    amounts = [Decimal(a) for a in amounts if a is not None]
+    for places in range(2, 9):
+        step = Decimal(1).scaleb(-places)
+        if any(a and abs(a.quantize(step) - a) > abs(a) * tolerance for a in amounts):
+            continue
+        if over is not None and over[0] > over[1] and not over[0].quantize(step) > over[1].quantize(step):
+            continue
+        return places
+    return 8
+
+
+def usd_text(amount: Decimal | None, places: int | None = None) -> str:
+    """``amount`` as ``$1,234.56``; with ``places`` None, as many places as ``usd_places`` needs
+    for it alone (``$0.0072``, never a rounded ``$0.01``). ``"?"`` for None."""
     if amount is None:
         return "?"
-    return f"${amount.quantize(Decimal('0.01')):,}"
+    amount = Decimal(amount)
+    if places is None:
+        places = usd_places([amount])
+    return f"${amount.quantize(Decimal(1).scaleb(-places)):,}"
+
+
+_usd = usd_text
 
 
 def parse_thresholds(text: str) -> list[float]:
@@ -568,18 +725,62 @@ def budget_check_alerts(*, teams: Iterable[Team] | None = None, now: dt.datetime
                     f"{'refused' if budget.on_exceed == 'refuse' else 'submitted on hold'}.\n")
             recipients = _alert_recipients(budget)
             if recipients:
-                transaction.on_commit(lambda s=subject, b=body, r=recipients: mail_safely(s, b, r))
+                transaction.on_commit(lambda a=alert, s=subject, b=body, r=recipients: _alert_mail(a, s, b, r))
+            else:
+                _alert_delivery_record(alert, [], "not sent: no recipients (the budget lists no alert e-mails and "
+                                                  "no lead of the team has an e-mail address)")
     return created
 
 
-def mail_safely(subject: str, body: str, recipients: list[str]) -> bool:
-    """Send one e-mail through Django's mail settings; a failure is logged, never raised."""
+#: The audit action that records each budget alert's e-mail, sent or not (issue 16, bug 8).
+ALERT_MAIL_ACTION = "budget_alert_mail"
+
+
+def _alert_target(alert: BudgetAlert) -> str:
+    return f"budget_alert:{alert.pk}"
+
+
+def _alert_delivery_record(alert: BudgetAlert, recipients: list[str], failure: str) -> None:
+    """Record how ``alert``'s e-mail went: sent to ``recipients`` (``failure`` "") or not (why)."""
+    audit(user=None, action=ALERT_MAIL_ACTION, target=_alert_target(alert),
+          params={"budget": alert.budget_id, "threshold": str(alert.threshold), "recipients": len(recipients)},
+          ok=not failure, result=failure or f"sent to {len(recipients)} address(es)")
+
+
+def _alert_mail(alert: BudgetAlert, subject: str, body: str, recipients: list[str]) -> None:
+    error = mail_error(subject, body, recipients)
+    _alert_delivery_record(alert, recipients, f"not sent: {error}" if error else "")
+
+
+def alert_deliveries(alerts: Sequence[BudgetAlert]) -> dict[int, dict[str, Any]]:
+    """alert id -> ``{"sent": bool | None (not yet tried), "detail": str}`` from the audit log."""
+    from .models import AuditEntry
+
+    out: dict[int, dict[str, Any]] = {a.pk: {"sent": None, "detail": "e-mail not tried yet"} for a in alerts}
+    by_target = {_alert_target(a): a.pk for a in alerts}
+    for target, ok, result in (AuditEntry.objects.filter(action=ALERT_MAIL_ACTION, target__in=list(by_target))
+                               .order_by("at", "id").values_list("target", "ok", "result")):
+        out[by_target[target]] = {"sent": ok, "detail": result}
+    return out
+    return created
+
+
+def mail_error(subject: str, body: str, recipients: list[str]) -> str:
+    """Send one e-mail through Django's mail settings: "" when sent, else why not (a failure is
+    logged, never raised)."""
+    if not recipients:
+        return "no recipients"
     try:
-        send_mail(subject, body, None, recipients, fail_silently=False)
-    except Exception:  # noqa: BLE001 - mail is a notice; the page shows the same facts
+        sent = send_mail(subject, body, None, recipients, fail_silently=False)
+    except Exception as exc:  # noqa: BLE001 - mail is a notice; the page shows the same facts
         log.warning("could not send %r to %s", subject, recipients, exc_info=True)
-        return False
-    return True
+        return f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
+    return "" if sent else "the mail backend sent nothing"
+
+
+def mail_safely(subject: str, body: str, recipients: list[str]) -> bool:
+    """Send one e-mail through Django's mail settings; True when sent (a failure is logged)."""
+    return not mail_error(subject, body, recipients)
 
 
 # --------------------------------------------------------------------------- forecasts
@@ -618,28 +819,40 @@ def forecast(*, agent_definition, count: int, model: str = "") -> dict[str, Any]
     """Cost forecast of ``count`` tasks from earlier finished runs of ``agent_definition``.
 
     Median tokens per task x ``count`` x price, with a range from the 10th to
-    the 90th percentile. Each earlier task is priced at today's price of
-    ``model`` when the price table (``price_table``) has it, else at the cost
-    metering recorded for it.
+    the 90th percentile. Every finished run counts, also one that used no
+    tokens (an agent that calls no model forecasts 0 tokens and $0, not "no
+    history"; issue 16, bug 10). Each earlier task is priced at today's price
+    of ``model`` when the price table (``price_table``) has it, else at the
+    cost metering recorded for it (a run without tokens costs $0).
     Returns ``{"history": n tasks, "no_history": bool, "count", "tokens_per_task":
-    {p10, p50, p90} | None, "tokens": {p10, p50, p90} | None (x count),
-    "cost_per_task": {p10, p50, p90} (Decimal USD) | None, "cost_usd": {p10,
-    p50, p90} | None (x count), "priced_by": "price table" | "recorded cost" |
-    None, "unpriced_history": n}``.
+    {p10, p50, p90}, "tokens": {p10, p50, p90} (x count), "metered_history":
+    runs that used tokens, "cost_per_task": {p10, p50, p90} (Decimal USD) |
+    None, "cost_usd": {p10, p50, p90} | None (x count), "priced_by": "price
+    table" | "recorded cost" | None, "unpriced_history": n, "duration_s":
+    {p10, p50, p90} (wall clock seconds per task) | None, "slots": {p10, p50,
+    p90} slots per task}``; the token and cost figures are None when there is no history.
     """
     history = list(
         Task.objects.filter(campaign__agent_definition=agent_definition, state__in=("done", "failed"))
-        .filter(Q(input_tokens__gt=0) | Q(output_tokens__gt=0) | Q(cache_read_tokens__gt=0)
-                | Q(cache_write_5m_tokens__gt=0) | Q(cache_write_1h_tokens__gt=0))
         .order_by("-ended_at", "-id")
-        .values(*BUCKETS, "cost_usd")[:FORECAST_HISTORY]
+        .values(*BUCKETS, "cost_usd", "wallclock_s", "slots")[:FORECAST_HISTORY]
     )
     result: dict[str, Any] = {"history": len(history), "no_history": not history, "count": count,
                               "tokens_per_task": None, "tokens": None, "cost_per_task": None, "cost_usd": None,
-                              "priced_by": None, "unpriced_history": 0, "model": model}
+                              "priced_by": None, "unpriced_history": 0, "model": model, "metered_history": 0,
+                              "duration_s": None}
     if not history:
         return result
-    tokens = sorted(sum(int(h[b]) for b in BUCKETS) for h in history)
+    for h in history:
+        h["total"] = sum(int(h[b] or 0) for b in BUCKETS)
+        if h["total"] == 0 and h["cost_usd"] is None:
+            h["cost_usd"] = ZERO  # no tokens: nothing to pay, not an unknown cost
+    result["metered_history"] = sum(1 for h in history if h["total"])
+    durations = sorted(float(h["wallclock_s"]) for h in history if h["wallclock_s"] is not None)
+    if durations:
+        result["duration_s"] = {name: quantile(durations, q) for name, q in (("p10", 0.1), ("p50", 0.5),
+                                                                              ("p90", 0.9))}
+    tokens = sorted(h["total"] for h in history)
     per_task = {name: quantile(tokens, q) for name, q in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))}
     result["tokens_per_task"] = {k: int(round(v)) for k, v in per_task.items()}
     result["tokens"] = {k: int(round(v * count)) for k, v in per_task.items()}

@@ -32,12 +32,28 @@ def _today() -> dt.date:
     return timezone.now().astimezone(billing.cluster_zone(billing._default_cluster())).date()
 
 
+def _name_validator(value: str) -> None:
+    if not limits.NAME_RE.match(value):
+        raise ValidationError("1-64 letters, digits, '_', '.', '-', starting with a letter or digit "
+                              "(no spaces, colons, slashes or other punctuation)")
+
+
+def _model_validator(value: str) -> None:
+    if value and not limits.MODEL_RE.match(value):
+        raise ValidationError("1-128 letters, digits and '.', '_', '-', '/', ':', '@' (no spaces)")
+
+
 class BillForm(forms.Form):
     team = forms.ModelChoiceField(queryset=None, required=False, empty_label="all my teams")
     period = forms.ChoiceField(choices=[(p, p) for p in billing.PERIODS], initial="day")
     first = forms.DateField(label="from", widget=forms.DateInput(attrs={"type": "date"}))
     last = forms.DateField(label="to", widget=forms.DateInput(attrs={"type": "date"}))
     group_by = forms.ChoiceField(choices=[(g, g) for g in billing.GROUPS], initial="team", label="per")
+    campaign = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    model = forms.CharField(required=False, max_length=128, widget=forms.HiddenInput, validators=[_model_validator])
+    launcher = forms.CharField(required=False, max_length=150, widget=forms.HiddenInput)
+    preset = forms.ChoiceField(required=False, choices=[("", "custom")] + [
+        (k, k) for k in ("this-week", "last-week", "this-month", "last-month")], widget=forms.HiddenInput)
 
     def __init__(self, *args, user: AbstractBaseUser, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -57,13 +73,22 @@ class BillForm(forms.Form):
         team = self.cleaned_data.get("team")
         return [team] if team else list(self.fields["team"].queryset)
 
+    def filters(self) -> dict[str, Any]:
+        """The breakdown asked for: ``{"campaign": id | None, "model": str, "launcher": str}``."""
+        return {"campaign": self.cleaned_data.get("campaign"), "model": self.cleaned_data.get("model") or "",
+                "launcher": self.cleaned_data.get("launcher") or ""}
+
     @classmethod
     def from_query(cls, query, *, user: AbstractBaseUser) -> "BillForm":
-        """Bound to the query string, with the defaults for what it leaves out."""
+        """Bound to the query string, with the defaults for what it leaves out; a ``preset``
+        (this-week, last-week, this-month, last-month) sets the dates and daily periods."""
         today = _today()
         data = {"period": "day", "first": today.replace(day=1).isoformat(), "last": today.isoformat(),
-                "group_by": "team", "team": ""}
+                "group_by": "team", "team": "", "campaign": "", "model": "", "launcher": "", "preset": ""}
         data.update({k: v for k, v in query.items() if k in data})
+        preset = next((p for p in billing.presets(today) if p["key"] == data["preset"]), None)
+        if preset is not None:
+            data.update(first=preset["first"].isoformat(), last=preset["last"].isoformat(), period=preset["period"])
         return cls(data, user=user)
 
 
@@ -107,17 +132,6 @@ class BudgetForm(forms.Form):
         return addresses
 
 
-def _name_validator(value: str) -> None:
-    if not limits.NAME_RE.match(value):
-        raise ValidationError("1-64 letters, digits, '_', '.', '-', starting with a letter or digit "
-                              "(no spaces, colons, slashes or other punctuation)")
-
-
-def _model_validator(value: str) -> None:
-    if value and not limits.MODEL_RE.match(value):
-        raise ValidationError("1-128 letters, digits and '.', '_', '-', '/', ':', '@' (no spaces)")
-
-
 class _LaunchBase(forms.Form):
     agent_definition = forms.ModelChoiceField(queryset=AgentDefinition.objects.order_by("name", "-version"),
                                               label="agent definition", empty_label=None)
@@ -125,8 +139,8 @@ class _LaunchBase(forms.Form):
     queue = forms.ChoiceField(choices=())
     seats_per_task = forms.IntegerField(label="model API seats per task", min_value=0,
                                         max_value=limits.SEATS_PER_TASK_MAX, initial=1)
-    model = forms.CharField(required=False, max_length=128, validators=[_model_validator],
-                            help_text="blank: the agent definition's default model")
+    model = forms.ChoiceField(required=False, choices=(), validators=[_model_validator],
+                              help_text="a model of the price table; blank: the agent definition's default model")
 
     capability = "launch"
 
@@ -135,6 +149,19 @@ class _LaunchBase(forms.Form):
         self.user = user
         self.fields["team"].queryset = teams_with(user, self.capability).order_by("name")
         self.fields["queue"].choices = [(q, q) for q in settings.TCO_QUEUES]
+        self.fields["model"].choices = model_choices()
+
+
+def model_choices() -> list[tuple[str, str]]:
+    """The model select: the agent definition's default first, then every model the price table
+    prices (``billing.price_table``) and the agents' default models (marked when unpriced)."""
+    table = billing.price_table()
+    priced = set(table.models) if table is not None else set()
+    defaults = set(AgentDefinition.objects.exclude(default_model="").values_list("default_model", flat=True))
+    choices = [("", "the agent definition's default")]
+    for name in sorted(priced | defaults):
+        choices.append((name, name if name in priced else f"{name} (no price: cost unknown)"))
+    return choices
 
 
 class LaunchForm(_LaunchBase):
@@ -184,6 +211,11 @@ class LaunchForm(_LaunchBase):
         else:
             self._upload_error = ""
 
+    def input_examples(self) -> dict[str, str]:
+        """Agent definition id -> an example parameter list (``inputs.input_example``), for the form."""
+        return {str(a.pk): inputs.input_example(a.name)
+                for a in self.fields["agent_definition"].queryset if inputs.input_example(a.name)}
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if self._upload_error:
@@ -197,6 +229,8 @@ class LaunchForm(_LaunchBase):
                 data["inputs"] = inputs.inputs_from_jsonl(data.get("input_jsonl") or "")
             elif kind == "directory":
                 data["inputs"] = inputs.inputs_from_directory(data.get("input_directory") or "")
+            if data.get("inputs") is not None and data.get("agent_definition") is not None:
+                inputs.check_inputs(data["agent_definition"].name, data["inputs"])
         except LaunchError as exc:
             self.add_error({"params": "input_params", "jsonl": "input_jsonl",
                             "directory": "input_directory"}[kind], str(exc))

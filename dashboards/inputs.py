@@ -155,3 +155,81 @@ def inputs_from_params(text: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN)
     if not items:
         raise LaunchError("the parameter list is empty")
     return items
+
+
+# --------------------------------------------------------------------------- input types (issue 16, bug 12)
+#
+# The rule: every input of a campaign, whatever its kind (parameter list, JSONL line, file), is
+# checked against the agent definition's input schema before anything is submitted, so a value
+# the agent cannot read (``duration_s=abc``) is refused with the task and key named instead of
+# failing every task at run time. Agents tco knows declare their keys below (the demo agent's are
+# documented in demo/demo_agent.py); for every agent, a key named with a unit suffix of tco's
+# convention (``_s`` seconds, ``_bytes``, ``_tokens``, ``_usd``) must be a number >= 0.
+
+#: Type of an input value: ``int`` (integer, not bool), ``number`` (int or float, not bool), ``bool``, ``str``.
+InputType = str
+#: Agent definition name -> {key: (type, minimum or None, what it is)}. Keys not listed pass.
+INPUT_SCHEMAS: dict[str, dict[str, tuple[InputType, float | None, str]]] = {
+    "demo-agent": {
+        "task": ("int", None, "the task's number"),
+        "duration_s": ("number", 0, "seconds to think"),
+        "fail": ("bool", None, "exit 3 when true"),
+        "stdout_bytes": ("int", 0, "extra bytes to print on stdout"),
+        "stderr_bytes": ("int", 0, "extra bytes to print on stderr"),
+        "ignore_sigterm": ("bool", None, "ignore SIGTERM"),
+        "spawn_child_s": ("number", 0, "seconds a stray child sleeps"),
+    },
+}
+#: Unit suffixes whose values are numbers >= 0 for every agent.
+UNIT_SUFFIXES = {"_s": "seconds", "_bytes": "bytes", "_tokens": "tokens", "_usd": "USD"}
+#: An example input per agent definition name, shown on the launch form (parameter-list syntax).
+INPUT_EXAMPLES: dict[str, str] = {
+    "demo-agent": "task=1..20",
+}
+
+
+def input_schema(agent_name: str) -> dict[str, tuple[InputType, float | None, str]]:
+    """The declared keys of agent definition ``agent_name`` (``{}`` when it declares none)."""
+    return INPUT_SCHEMAS.get(agent_name, {})
+
+
+def _type_ok(value: Any, kind: InputType) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+            and value not in (float("inf"), float("-inf"))
+    return isinstance(value, str)
+
+
+_TYPE_WORDS = {"int": "an integer", "number": "a number", "bool": "true or false", "str": "text"}
+
+
+def check_inputs(agent_name: str, items: list[dict[str, Any]]) -> None:
+    """Check each input (task N is ``items[N-1]``) against ``agent_name``'s declared keys and the
+    unit-suffix rule. Raises LaunchError naming the task, the key, what it must be and what it
+    was: ``task 2: duration_s (seconds to think) must be a number >= 0, not "abc"``."""
+    schema = input_schema(agent_name)
+    for number, item in enumerate(items, start=1):
+        for key, value in item.items():
+            declared = schema.get(key)
+            if declared is None:
+                suffix = next((s for s in UNIT_SUFFIXES if key.endswith(s) and len(key) > len(s)), None)
+                if suffix is None:
+                    continue
+                declared = ("number", 0, UNIT_SUFFIXES[suffix])
+            kind, minimum, what = declared
+            if _type_ok(value, kind) and (minimum is None or value >= minimum):
+                continue
+            need = _TYPE_WORDS[kind] + (f" >= {minimum:g}" if minimum is not None else "")
+            raise LaunchError(f"task {number}: {key} ({what}) must be {need}, not {json.dumps(value)[:40]}")
+
+
+def input_example(agent_name: str) -> str:
+    """An example parameter list for ``agent_name``: its own, else one built from its schema, else ""."""
+    if agent_name in INPUT_EXAMPLES:
+        return INPUT_EXAMPLES[agent_name]
+    samples = {"int": "1", "number": "1.5", "bool": "false", "str": "text"}
+    return " ".join(f"{k}={samples[t]}" for k, (t, _, _) in input_schema(agent_name).items())

@@ -36,7 +36,7 @@ from execution import spool
 from execution.sandbox.ceiling import narrowing_problems
 from execution.sandbox.policy import Policy, PolicyError, load_policy
 
-from . import billing, clusters, enqueue, limits, realtime, services
+from . import billing, clusters, enqueue, inputs, limits, realtime, services
 from .audit import ActionRefused, audit, refused
 from .models import AgentDefinition, Campaign, Cluster, ModelEndpoint, PolicyCeiling, Task, Team
 from .roles import teams_with, user_can
@@ -345,6 +345,7 @@ def launch(*, user: AbstractBaseUser, request: LaunchRequest) -> LaunchOutcome:
                                                     "for your role")
     try:
         check_limits(req)
+        inputs.check_inputs(req.agent_definition.name, list(req.inputs))
         _check_predecessor(user, req.predecessor_job, len(req.inputs))
         model = req.model or req.agent_definition.default_model
         policy, endpoints, chosen = check_policy(req.policy or req.agent_definition.default_policy, req.team,

@@ -22,7 +22,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import agents, audit, billing, control, inputs, launch, limits, notices, selectors, triage
+from . import agents, audit, billing, control, inputs, launch, launch_forecast, limits, notices, selectors, triage
+from .clusters import cluster_get_default
+from . import forms as ops_forms
 from .forms import (
     AgentDefinitionForm,
     BillForm,
@@ -48,26 +50,88 @@ def refused(request: HttpRequest, message: str, *, action: str = "") -> HttpResp
 
 # --------------------------------------------------------------------------- bills and budgets
 
+def _bill_query(form: BillForm, **changes) -> str:
+    """The bill's query string with ``changes`` (None drops a key): every view is a link."""
+    from urllib.parse import urlencode
+
+    data = form.cleaned_data
+    query = {"period": data["period"], "first": data["first"].isoformat(), "last": data["last"].isoformat(),
+             "group_by": data["group_by"], "team": data["team"].pk if data.get("team") else "",
+             "campaign": data.get("campaign") or "", "model": data.get("model") or "",
+             "launcher": data.get("launcher") or ""}
+    query.update(changes)
+    return urlencode({k: v for k, v in query.items() if v not in ("", None)})
+
+
+def _bill(form: BillForm) -> dict:
+    data = form.cleaned_data
+    return billing.bill(teams=form.teams(), period=data["period"], first=data["first"], last=data["last"],
+                        group_by=data["group_by"], **form.filters())
+
+
+def _row_links(form: BillForm, result: dict) -> None:
+    """Each launched-by-tco row's label links to its breakdown (a campaign's costliest tasks; a
+    team's, model's or launcher's campaigns)."""
+    group_by = result["group_by"]
+    team_ids = {t.name: t.pk for t in form.teams()}
+    for row in result["rows"]:
+        row["link"] = ""
+        if not row["launched_by_tco"]:
+            continue
+        if group_by == "campaign" and row["key"] is not None:
+            row["link"] = "?" + _bill_query(form, campaign=row["key"], group_by="campaign")
+        elif group_by == "model":
+            row["link"] = "?" + _bill_query(form, model=row["key"], group_by="campaign")
+        elif group_by == "launcher" and row["key"]:
+            row["link"] = "?" + _bill_query(form, launcher=row["key"], group_by="campaign")
+        elif group_by == "team":
+            row["link"] = "?" + _bill_query(form, team=team_ids.get(row["team"], ""), group_by="campaign")
+
+
 @login_required
 def bills_page(request: HttpRequest) -> HttpResponse:
     if not user_can(request.user, "bill"):
         return refused(request, "Bills are for team leads (and admins).")
     form = BillForm.from_query(request.GET, user=request.user)
-    result = None
+    context = {"form": form, "bill": None, "buckets": billing.BUCKETS, "bucket_labels": billing.BUCKET_LABELS,
+               "csv_query": request.GET.urlencode(), "usage_definition": billing.USAGE_DEFINITION,
+               "successful_verdict": billing.SUCCESSFUL_VERDICT, "presets": [], "burndowns": []}
     if form.is_valid():
         try:
-            result = billing.bill(teams=form.teams(), period=form.cleaned_data["period"],
-                                  first=form.cleaned_data["first"], last=form.cleaned_data["last"],
-                                  group_by=form.cleaned_data["group_by"])
+            result = _bill(form)
         except billing.BillError as exc:
             form.add_error(None, str(exc))
-    return render(request, "dashboards/bills.html", {
-        "form": form, "bill": result, "buckets": billing.BUCKETS, "bucket_labels": billing.BUCKET_LABELS,
-        "csv_query": request.GET.urlencode()})
+        else:
+            _row_links(form, result)
+            filters = form.filters()
+            campaign = None
+            if filters["campaign"]:
+                campaign = Campaign.objects.filter(pk=filters["campaign"], team__in=form.teams()).first()
+            today = ops_forms._today()
+            context.update(
+                bill=result, chart=billing.bill_chart(result), units=billing.unit_costs(result["totals"]),
+                csv_query=_bill_query(form), campaign=campaign, filters=filters,
+                costliest=billing.costliest_tasks(campaign.pk, teams=form.teams()) if campaign else [],
+                clear_query=_bill_query(form, campaign=None, model=None, launcher=None),
+                group_links={g: "?" + _bill_query(form, group_by=g) for g in billing.GROUPS},
+                presets=[{**p, "query": _bill_query(form, first=p["first"].isoformat(), last=p["last"].isoformat(),
+                                                    period=p["period"]),
+                          "on": (p["first"], p["last"]) == (form.cleaned_data["first"], form.cleaned_data["last"])}
+                         for p in billing.presets(today)],
+                burndowns=[{**billing.budget_burndown(b), "team": b.team}
+                           for b in Budget.objects.filter(team__in=form.teams()).select_related("team")
+                           .order_by("team__name", "period")])
+            context["burn_chart"] = [{"team": b["team"].name, "period": b["budget"].period, "days": b["days"],
+                                      "cumulative_usd": b["cumulative_usd"], "amount_usd": b["amount_usd"],
+                                      "projected_usd": float(b["projected_usd"]),
+                                      "end_day": b["end_day"].isoformat()} for b in context["burndowns"]]
+    return render(request, "dashboards/bills.html", context)
 
 
 @login_required
 def bills_csv(request: HttpRequest) -> HttpResponse:
+    """The CSV of the view the page shows (same query): the bill's rows, or with ``view=tasks``
+    and a campaign, that campaign's costliest tasks."""
     if not user_can(request.user, "bill"):
         return refused(request, "Bills are for team leads (and admins).")
     form = BillForm.from_query(request.GET, user=request.user)
@@ -75,15 +139,24 @@ def bills_csv(request: HttpRequest) -> HttpResponse:
         return HttpResponse("bad bill request: " + "; ".join(
             f"{k}: {' '.join(v)}" for k, v in form.errors.items()), status=400, content_type="text/plain")
     try:
-        result = billing.bill(teams=form.teams(), period=form.cleaned_data["period"], first=form.cleaned_data["first"],
-                              last=form.cleaned_data["last"], group_by=form.cleaned_data["group_by"])
+        result = _bill(form)
     except billing.BillError as exc:
         return HttpResponse(f"bad bill request: {exc}", status=400, content_type="text/plain")
     response = HttpResponse(content_type="text/csv; charset=utf-8")
+    writer = csv.writer(response)
+    campaign_id = form.filters()["campaign"]
+    if request.GET.get("view") == "tasks" and campaign_id:
+        response["Content-Disposition"] = f'attachment; filename="tco-campaign-{campaign_id}-tasks-by-cost.csv"'
+        writer.writerow(["campaign", "task_number", "state", "verdict", "total_tokens", "cost_usd", "wallclock_s"])
+        for t in billing.costliest_tasks(campaign_id, teams=form.teams(), limit=100_000):
+            tokens = sum(getattr(t, b) or 0 for b in billing.BUCKETS)
+            writer.writerow([campaign_id, t.task_number, t.state, t.verdict, tokens,
+                             format(t.cost_usd.normalize(), "f") if t.cost_usd is not None else "unpriced",
+                             f"{t.wallclock_s or 0:.3f}"])
+        return response
     filename = (f"tco-bill-{result['period']}-{result['group_by']}-{result['first'].isoformat()}"
                 f"-{result['last'].isoformat()}.csv")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    writer = csv.writer(response)
     for row in billing.bill_csv_rows(result):
         writer.writerow(row)
     return response
@@ -156,10 +229,16 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                                                agent_definition=data["agent_definition"], count=len(data["inputs"]),
                                                model=data["model"], cost_cap_usd=data["cost_cap_usd"])
             preview["count"] = len(data["inputs"])
+            preview["timing"] = launch_forecast.timing_forecast(
+                cluster=cluster_get_default(), team=data["team"], count=len(data["inputs"]), queue=data["queue"],
+                seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
+                priority=data["priority"], duration_s=preview["forecast"]["duration_s"])
+            preview["headroom"] = launch_forecast.budget_headroom(preview["verdict"], preview["expected_usd"])
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,
-                                                       "inputs_root": inputs.inputs_root()})
+                                                       "inputs_root": inputs.inputs_root(),
+                                                       "input_examples": form.input_examples()})
 
 
 @login_required
@@ -211,9 +290,11 @@ def campaign_ops_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     if can_control:  # the campaign's launches and control actions, an admin's on its job included
         history = control.campaign_actions(campaign)
     summary = notices.campaign_summary(campaign)
+    ended = sum(n for s, n in summary["states"].items() if s in ("done", "failed", "deleted", "lost"))
     return render(request, "dashboards/launch_campaign.html", {
         "campaign": campaign, "summary": summary, "priority": control.campaign_priority(campaign),
-        "controls": control.campaign_controls(campaign, summary["states"]),
+        "controls": control.campaign_controls(campaign, summary["states"]), "ended": ended,
+        "progress_pct": round(100.0 * ended / campaign.task_count, 1) if campaign.task_count else 0.0,
         "can_control": can_control, "history": history,
         "retries": list(campaign.retries.order_by("launched_at")), "now": timezone.now()})
 

@@ -217,7 +217,8 @@ def _plotly_js_dir() -> Path:
 STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", _plotly_js_dir())]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Hashed names + gzip, served with a ten-year immutable cache (tco_web/static_storage.py).
+    "staticfiles": {"BACKEND": "tco_web.static_storage.StaticStorage"},
 }
 WHITENOISE_USE_FINDERS = True
 

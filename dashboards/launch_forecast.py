@@ -1,0 +1,212 @@
+"""When a campaign will likely start and finish, and how many slot-hours it takes (issue 16, feature 4).
+
+The figures come from the scheduler's own numbers in the last cluster status
+poll (``Cluster.status``: ``qstat -g c`` slots per cluster queue, the global
+host's consumables from ``qhost -F`` and ``complex_values``, ``qquota``
+rules, ``sge_share_mon`` share tree) and from tco's history (wall clock of
+finished tasks; the tasks waiting now). Nothing here asks the scheduler.
+
+The model, stated on the page with every figure it used:
+
+- **at once** (tasks of this campaign running together) is the smallest of:
+  the task count, the concurrency cap (``-tc``), the queue's slots, the
+  model API seats / seats per task, and each ``qquota`` limit that applies to
+  the campaign (its filters name the submit user, the team's project or the
+  queue, or name none), counted in tasks;
+- **free now** is the same with what is free now (``available`` slots, seats
+  left, quota headroom);
+- the campaign **starts** at once when a task can start now and nothing
+  waits ahead of it (tasks pending with the same or a higher priority);
+  else after ``(ahead + 1) x d / (share x slots)`` seconds, where ``d`` is the
+  median wall clock of finished tasks in tco's history, ``slots`` how many
+  run in the queue at once, and ``share`` the team's fraction of the share
+  tree among the projects with work (1 without a share tree; then every task
+  waiting is ahead, else only the team's own);
+- it **finishes** ``ceil(tasks / at once) x`` the agent's wall clock per task
+  later (median and 90th percentile), where at once is also cut to the
+  team's share of the slots while other work waits.
+
+These are estimates for planning, not promises: the scheduler decides.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from .models import Cluster, Task, Team
+from .stages import quantile
+
+#: Finished tasks read for the queue's typical wall clock (the newest first).
+QUEUE_HISTORY = 2000
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def quota_applies(filters: dict[str, list[str]] | None, *, user: str, project: str, queue: str) -> bool:
+    """Whether a ``qquota`` rule with ``filters`` (``{"users": [...], "xprojects": [...], ...}``,
+    parse_qquota's shape) limits a job of ``user`` in ``project`` on ``queue``. ``*`` matches
+    anything; hosts and PEs do not narrow it (a task may land on any host)."""
+    facts = {"users": user, "projects": project, "queues": queue}
+    for key, values in (filters or {}).items():
+        bare = key[1:] if key.startswith("x") else key
+        if bare not in facts:
+            continue
+        names = {v.strip() for v in values}
+        hit = "*" in names or facts[bare] in names or facts[bare].split("@")[0] in names
+        if key.startswith("x") and hit:
+            return False
+        if not key.startswith("x") and not hit:
+            return False
+    return True
+
+
+def _share(status: dict[str, Any], project: str, busy_projects: set[str]) -> tuple[float | None, str]:
+    """The team's fraction of the share tree among the projects with work; (None, why) without one."""
+    nodes = [n for n in status.get("share_tree") or [] if n.get("project")]
+    if not nodes:
+        return None, "no share tree in the last status"
+    mine = next((n for n in nodes if n.get("project") == project), None)
+    if mine is None:
+        return None, f"project {project} has no share-tree node"
+    competing = [n for n in nodes if n.get("project") in busy_projects | {project}]
+    total = sum(_number(n.get("shares")) or 0 for n in competing)
+    shares = _number(mine.get("shares")) or 0
+    if total <= 0 or shares <= 0:
+        return None, "the share tree gives no shares here"
+    return shares / total, f"{project} has {shares:g} of {total:g} shares among the projects with work"
+
+
+def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, seats_per_task: int,
+                    concurrency_cap: int | None, priority: int, duration_s: dict[str, float] | None,
+                    now: dt.datetime | None = None) -> dict[str, Any]:
+    """Start, finish and slot-hours of a campaign of ``count`` tasks (module doc for the model).
+
+    ``duration_s``: the agent's wall clock per task ``{p10, p50, p90}`` in seconds (from
+    ``billing.forecast``), None without history. Returns ``{"at_once": int, "free_now": int,
+    "limits": [{"what": str, "tasks": int}] (the smallest first), "ahead": tasks waiting ahead,
+    "queue_task_s": seconds (the queue's median task) | None, "share": float | None,
+    "share_note": str, "wait_s": float | None, "start_at": datetime | None, "finish_at":
+    {p50, p90} | None, "run_s": {p50, p90} | None, "slot_hours": {p10, p50, p90} | None,
+    "status_at": datetime | None, "notes": [str]}``. Times are None when history is missing.
+    """
+    now = now or timezone.now()
+    status = cluster.status or {}
+    user = settings.TCO_SUBMIT_USER
+    seat = settings.TCO_SEAT_RESOURCE
+    notes: list[str] = []
+    limits: list[dict[str, Any]] = [{"what": f"{count} tasks in the campaign", "tasks": count}]
+    free: list[int] = [count]
+    if concurrency_cap:
+        limits.append({"what": f"concurrency cap -tc {concurrency_cap}", "tasks": concurrency_cap})
+        free.append(concurrency_cap)
+    row = next((q for q in status.get("queues") or [] if q.get("name") == queue), None)
+    queue_slots = None
+    if row is not None and _number(row.get("total")):
+        queue_slots = int(_number(row["total"]) or 0)
+        available = int(_number(row.get("available")) or 0)
+        limits.append({"what": f"{queue}: {queue_slots} slots (qstat -g c)", "tasks": queue_slots})
+        free.append(available)
+        notes.append(f"{queue}: {available} of {queue_slots} slots free")
+    else:
+        notes.append(f"no slot figures for {queue} in the last cluster status")
+    seat_capacity = _number((status.get("global_capacity") or {}).get(seat))
+    seats_free = None
+    for host in status.get("hosts") or []:
+        if host.get("name") == "global":
+            value = (host.get("resources") or {}).get(seat)
+            seats_free = _number(value.get("value") if isinstance(value, dict) else value)
+    if seats_per_task > 0 and seat_capacity:
+        limits.append({"what": f"{seat}: {seat_capacity:g} seats / {seats_per_task} per task",
+                       "tasks": int(seat_capacity // seats_per_task)})
+        if seats_free is not None:
+            free.append(int(seats_free // seats_per_task))
+            notes.append(f"{seat}: {seats_free:g} of {seat_capacity:g} seats free")
+    for quota in status.get("quotas") or []:
+        limit, used = _number(quota.get("limit")), _number(quota.get("used")) or 0.0
+        resource = quota.get("resource")
+        if limit is None or not quota_applies(quota.get("filters"), user=user, project=team.project, queue=queue):
+            continue
+        per_task = 1 if resource == "slots" else (seats_per_task if resource == seat else None)
+        if not per_task:
+            continue
+        limits.append({"what": f"quota {quota.get('rule')}: {limit:g} {resource}", "tasks": int(limit // per_task)})
+        free.append(max(0, int((limit - used) // per_task)))
+        notes.append(f"quota {quota.get('rule')}: {used:g} of {limit:g} {resource} in use")
+    limits.sort(key=lambda item: item["tasks"])
+    at_once = max(1, min(item["tasks"] for item in limits))
+    free_now = max(0, min(free))
+
+    waiting = Task.objects.filter(cluster=cluster, active=True, state="pending")
+    ahead_all = waiting.exclude(campaign__priority__lt=priority).count()
+    busy = set(waiting.values_list("project", flat=True).distinct()[:100])
+    busy |= set(Task.objects.filter(cluster=cluster, active=True, state="running")
+                .values_list("project", flat=True).distinct()[:100])
+    share, share_note = _share(status, team.project, {p for p in busy if p})
+    ahead = ahead_all
+    if share is not None:
+        ahead = waiting.filter(project=team.project).exclude(campaign__priority__lt=priority).count()
+    queue_history = sorted(float(w) for w in Task.objects.filter(cluster=cluster, state__in=("done", "failed"),
+                                                                   wallclock_s__isnull=False)
+                           .order_by("-ended_at", "-id").values_list("wallclock_s", flat=True)[:QUEUE_HISTORY])
+    queue_task_s = quantile(queue_history, 0.5) if queue_history else (duration_s or {}).get("p50")
+    running_slots = queue_slots or at_once
+    if seat_capacity and seats_per_task:
+        running_slots = min(running_slots, int(seat_capacity // seats_per_task) or 1)
+    contention = ahead_all > 0 or free_now < 1
+    if contention and share is not None:
+        fair = max(1, int(share * running_slots))
+        if fair < at_once:
+            limits.insert(0, {"what": f"share tree: {share:.0%} of {running_slots} slots while others wait",
+                              "tasks": fair})
+            at_once = fair
+
+    result: dict[str, Any] = {"at_once": at_once, "free_now": free_now, "limits": limits, "ahead": ahead,
+                              "ahead_all": ahead_all, "queue_task_s": queue_task_s, "share": share,
+                              "share_note": share_note, "wait_s": None, "start_at": None, "finish_at": None,
+                              "run_s": None, "slot_hours": None, "status_at": cluster.status_at, "notes": notes}
+    if free_now >= 1 and ahead == 0:
+        result["wait_s"] = 0.0
+    elif queue_task_s:
+        result["wait_s"] = (ahead + 1) * queue_task_s / ((share or 1.0) * max(1, running_slots))
+    if result["wait_s"] is not None:
+        result["start_at"] = now + dt.timedelta(seconds=result["wait_s"])
+    if duration_s:
+        waves = math.ceil(count / at_once)
+        result["run_s"] = {q: waves * duration_s[q] for q in ("p50", "p90")}
+        result["slot_hours"] = {q: count * duration_s[q] / 3600 for q in ("p10", "p50", "p90")}
+        if result["start_at"] is not None:
+            result["finish_at"] = {q: result["start_at"] + dt.timedelta(seconds=result["run_s"][q])
+                                   for q in ("p50", "p90")}
+    return result
+
+
+def budget_headroom(verdict: dict[str, Any], expected_usd) -> list[dict[str, Any]]:
+    """Each budget of the team before the launch: ``{"budget", "first", "spent_usd", "left_usd"
+    (amount - spent), "after_usd" (left - expected; None when the cost is unknown), "unpriced_tasks",
+    "places" (decimal places that show every amount as itself, ``billing.usd_places``)}``."""
+    from . import billing
+
+    rows = []
+    for status in verdict.get("budgets") or []:
+        amount = status["budget"].amount_usd
+        left = amount - status["spent_usd"]
+        after = left - expected_usd if expected_usd is not None and not status["unpriced_tasks"] else None
+        shown = [amount, status["spent_usd"], left] + ([after] if after is not None else [])
+        places = billing.usd_places([abs(a) for a in shown])
+        rows.append({"budget": status["budget"], "first": status["first"], "spent_usd": status["spent_usd"],
+                     "left_usd": left, "after_usd": after, "unpriced_tasks": status["unpriced_tasks"],
+                     "text": {"amount": billing.usd_text(amount, places),
+                              "spent": billing.usd_text(status["spent_usd"], places),
+                              "left": billing.usd_text(left, places),
+                              "after": billing.usd_text(after, places) if after is not None else None}})
+    return rows

@@ -1,0 +1,58 @@
+// The campaign control page's progress, kept live: every few seconds it reads the campaign's
+// state counts from /api/campaigns/<id>/ (the same figures as the campaign page) and redraws the
+// bar, the counts and the status beside the controls. It stops when the campaign is finished.
+(function () {
+  "use strict";
+  const box = document.getElementById("progress");
+  if (!box || !window.fetch) return;
+  const url = box.dataset.api;
+  const bar = document.getElementById("progress-bar");
+  const text = document.getElementById("progress-text");
+  const states = document.getElementById("progress-states");
+  const live = document.getElementById("progress-live");
+  const PERIOD_MS = 3000;
+
+  function badge(state, n) {
+    const span = document.createElement("span");
+    span.className = "badge state-" + state;
+    span.dataset.state = state;
+    span.textContent = n + " " + state;
+    return span;
+  }
+
+  function draw(data) {
+    const c = data.campaign;
+    bar.value = data.progress_pct;
+    bar.textContent = data.progress_pct + "%";
+    text.replaceChildren();
+    const strong = document.createElement("strong");
+    strong.textContent = String(data.ended);
+    text.append(strong, " of " + c.task_count + " task" + (c.task_count === 1 ? "" : "s") + " ended (" +
+      data.progress_pct + "%)" + (data.failures ? ", " + data.failures + " failed" : "") + "; status ");
+    const status = document.createElement("span");
+    status.id = "progress-status";
+    status.textContent = c.status;
+    text.append(status);
+    // The details below say the same: status and job number.
+    const detailStatus = document.getElementById("status");
+    if (detailStatus) detailStatus.textContent = c.status;
+    const job = document.getElementById("job-number");
+    if (job && c.job_number) job.textContent = String(c.job_number);
+    states.replaceChildren();
+    Object.keys(data.states).forEach(function (s) {
+      if (data.states[s]) { states.append(badge(s, data.states[s]), " "); }
+    });
+    return c.status !== "finished" && c.status !== "rejected";
+  }
+
+  function tick() {
+    fetch(url, {credentials: "same-origin", headers: {"Accept": "application/json"}})
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
+      .then(function (data) {
+        live.hidden = false;
+        if (draw(data)) setTimeout(tick, PERIOD_MS);
+      })
+      .catch(function () { live.hidden = true; setTimeout(tick, PERIOD_MS * 3); });
+  }
+  setTimeout(tick, 500);
+})();
