@@ -177,10 +177,6 @@ def _finished(campaign_ids: Sequence[int], jobs: Sequence[int] = ()) -> Callable
 
 # --------------------------------------------------------------------------- run 1
 
-def _to_dt(seconds: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc)
-
-
 def stage_medians(tasks: Sequence[Task]) -> dict[str, float | None]:
     """Medians (seconds) of :func:`dashboards.stages.task_stages` over ``tasks``."""
     per_task = [task_stages(t) for t in tasks]
@@ -292,7 +288,8 @@ def run_sweep(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, ou
     if not stand_in_answers(endpoint):
         raise ReplayError(f"the stand-in model does not answer at {endpoint.base_url} (make demo starts it; "
                           "or manage.py tco_sweep_review --start-model)")
-    runs = out_dir / "sweep-runs"
+    # Under <state dir>/sweeps/: the demo policy ceiling lets review agents read there (read-only).
+    runs = Path(settings.STATE_DIR) / "sweeps" / f"replay-{out_dir.name}"
     sweep_job, _ = sweep_submit(team=team, count=opts.sweep, out_dir=runs, name="replay", scheduler=ingest.scheduler)
     called_at = timezone.now()
     campaign = sweep_review_launch(user=user, team=team, sweep_job=sweep_job, runs_dir=runs, count=opts.sweep,
@@ -512,6 +509,7 @@ def replay(*, opts: ReplayOptions, log: Callable[[str], None] = print) -> dict:
     ``<state dir>/replay/<time>``). Returns ``{"report", "teams", "sweep", "bill", "out_dir"}``.
     Raises ReplayError (and the launch service's ActionRefused/LaunchError, SchedulerError)."""
     from django.contrib.auth import get_user_model
+    import os
     import socket
 
     try:
@@ -528,7 +526,7 @@ def replay(*, opts: ReplayOptions, log: Callable[[str], None] = print) -> dict:
     sweep_run = run_sweep(user=user, opts=opts, ingest=ingest, out_dir=out_dir, log=log) if opts.sweep else None
     ingest.step()
     bill = bill_check(since=since, teams=teams)
-    report = render_report(teams=teams_run, sweep=sweep_run, bill=bill, opts=opts, host=socket.gethostname())
+    report = render_report(teams=teams_run, sweep=sweep_run, bill=bill, opts=opts, host=f"{socket.gethostname()} ({os.cpu_count()} cores)")
     (out_dir / "report.txt").write_text(report)
     if teams_run:
         write_figure(teams_run["running"], out_dir / "running.html")
