@@ -161,16 +161,21 @@ def _submitted(campaigns: Sequence[Campaign], *, submit_here: bool, wait_s: floa
         time.sleep(0.02)
 
 
-def _finished(campaign_ids: Sequence[int], jobs: Sequence[int] = ()) -> Callable[[], bool]:
+def _finished(campaign_ids: Sequence[int], jobs: Sequence[int] = (), *,
+              since: dt.datetime) -> Callable[[], bool]:
     """True once every task of the campaigns has its runner record and every task (and every
-    task of the extra ``jobs``) its accounting record."""
+    task of the extra ``jobs``) its accounting record submitted after ``since`` (a job number
+    the qmaster gave before, in an earlier life of the cluster, is not counted)."""
+    after = int(since.timestamp() - 1) * 1_000_000
+
     def done() -> bool:
         tasks = Task.objects.filter(campaign_id__in=campaign_ids)
         if tasks.filter(teardown_done_at__isnull=True).exists():
             return False
         wanted = {(c.job_number, c.task_count) for c in Campaign.objects.filter(pk__in=campaign_ids)}
         wanted |= {(j, Task.objects.filter(job_number=j).count()) for j in jobs}
-        return all(AccountingRecord.objects.filter(job_number=j).values("task_number").distinct().count() >= n
+        return all(AccountingRecord.objects.filter(job_number=j, submission_us__gte=after)
+                   .values("task_number").distinct().count() >= n
                    for j, n in wanted)
     return done
 
@@ -248,7 +253,7 @@ def run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, lo
                            input={"task": 1, "duration_s": round(WORK_MEDIAN_S * opts.work_scale, 1)}).campaign
     urgent = _submitted([urgent], submit_here=opts.submit_here)[0]
     log(f"run 1: urgent agent (campaign {urgent.pk}, job {urgent.job_number}) launched with {queued} tasks queued")
-    ingest.until(_finished([*ids, urgent.pk]), timeout_s=opts.timeout_s, poll_s=opts.poll_s,
+    ingest.until(_finished([*ids, urgent.pk], since=called_at), timeout_s=opts.timeout_s, poll_s=opts.poll_s,
                  what="run 1's agents and their accounting")
 
     tasks = list(Task.objects.filter(campaign_id__in=ids))
@@ -290,18 +295,21 @@ def run_sweep(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, ou
                           "or manage.py tco_sweep_review --start-model)")
     # Under <state dir>/sweeps/: the demo policy ceiling lets review agents read there (read-only).
     runs = Path(settings.STATE_DIR) / "sweeps" / f"replay-{out_dir.name}"
+    sweep_called = timezone.now()
     sweep_job, _ = sweep_submit(team=team, count=opts.sweep, out_dir=runs, name="replay", scheduler=ingest.scheduler)
     called_at = timezone.now()
     campaign = sweep_review_launch(user=user, team=team, sweep_job=sweep_job, runs_dir=runs, count=opts.sweep,
                                    endpoint=endpoint.name, name="replay-review")
     campaign = _submitted([campaign], submit_here=opts.submit_here)[0]
     log(f"run 2: sweep job {sweep_job} on classic.q, review campaign {campaign.pk} job {campaign.job_number}")
-    ingest.until(_finished([campaign.pk], [sweep_job]), timeout_s=opts.timeout_s, poll_s=opts.poll_s,
-                 what="run 2's sweep, reviews and accounting")
+    ingest.until(_finished([campaign.pk], [sweep_job], since=sweep_called), timeout_s=opts.timeout_s,
+                 poll_s=opts.poll_s, what="run 2's sweep, reviews and accounting")
 
     tasks = list(Task.objects.filter(campaign=campaign).order_by("task_number"))
-    sweep_end = {r.task_number: r.ended_at for r in AccountingRecord.objects.filter(job_number=sweep_job)}
-    sweep_exit = {r.task_number: r.exit_status for r in AccountingRecord.objects.filter(job_number=sweep_job)}
+    records = AccountingRecord.objects.filter(job_number=sweep_job,
+                                              submission_us__gte=int(sweep_called.timestamp() - 1) * 1_000_000)
+    sweep_end = {r.task_number: r.ended_at for r in records}
+    sweep_exit = {r.task_number: r.exit_status for r in records}
     on_predecessor, after_hold = [], []
     for t in tasks:
         end = sweep_end.get(t.task_number)
@@ -522,6 +530,7 @@ def replay(*, opts: ReplayOptions, log: Callable[[str], None] = print) -> dict:
     cluster = cluster_get_default()
     ingest = Ingest(cluster)
     since = timezone.now()
+    ingest.step()   # catch up first, so the loop's steps are short while the runs go
     teams_run = run_teams(user=user, opts=opts, ingest=ingest, log=log) if opts.agents else None
     sweep_run = run_sweep(user=user, opts=opts, ingest=ingest, out_dir=out_dir, log=log) if opts.sweep else None
     ingest.step()
