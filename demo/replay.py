@@ -412,7 +412,8 @@ def goals(teams: dict | None, sweep: dict | None) -> list[str]:
         if wait is not None and wait <= URGENT_GOAL_S:
             out.append(f"met: urgent agent waited {wait:.3f} s <= {URGENT_GOAL_S:.0f} s")
         elif wait is not None:
-            out.append(f"MISSED: urgent agent waited {wait:.3f} s > {URGENT_GOAL_S:.0f} s, by {wait - URGENT_GOAL_S:.3f} s;"
+            out.append(f"MISSED: urgent agent waited {wait:.3f} s > {URGENT_GOAL_S:.0f} s, "
+                       f"by {wait - URGENT_GOAL_S:.3f} s;"
                        " why: it starts at the next slot a finishing agent frees (all 96 were busy) plus the "
                        "qmaster's scheduling interval")
     return out
@@ -459,6 +460,8 @@ def render_report(*, teams: dict | None, sweep: dict | None, bill: dict | None, 
                  "submission time (qstat, whole seconds) -> the runner's first timestamp; for the review "
                  "agents it includes the hold on the sweep, shown apart below.)")
     if teams:
+        t = teams["running"]["t"]
+        step = t[1] - t[0] if len(t) > 1 else 0
         lines += ["", "Run 1: two teams, one cluster",
                   f"campaigns {[c.pk for c in teams['campaigns']]} (jobs {[c.job_number for c in teams['campaigns']]}),"
                   f" {teams['launch']['tasks']} agents, most running at once: {teams['running']['peak_total']}",
@@ -467,7 +470,7 @@ def render_report(*, teams: dict | None, sweep: dict | None, bill: dict | None, 
                   f"{ARTICLE['urgent_wait_s']:.0f} s), {_fmt(teams['urgent_from_call_s'])} s from the launch call to "
                   f"its runner's start (launch -> DRMAA {_fmt(teams['urgent_submit_s'])} s)",
                   "running agents per team (runner records), every "
-                  f"{teams['running']['t'][1] - teams['running']['t'][0] if len(teams['running']['t']) > 1 else 0:.0f} s:"]
+                  f"{step:.0f} s:"]
         projects = list(teams["running"]["projects"])
         lines.append(f"{'t (s)':>7} " + " ".join(f"{p:>12}" for p in projects))
         for i, t in enumerate(teams["running"]["t"]):
@@ -535,7 +538,8 @@ def replay(*, opts: ReplayOptions, log: Callable[[str], None] = print) -> dict:
     sweep_run = run_sweep(user=user, opts=opts, ingest=ingest, out_dir=out_dir, log=log) if opts.sweep else None
     ingest.step()
     bill = bill_check(since=since, teams=teams)
-    report = render_report(teams=teams_run, sweep=sweep_run, bill=bill, opts=opts, host=f"{socket.gethostname()} ({os.cpu_count()} cores)")
+    host = f"{socket.gethostname()} ({os.cpu_count()} cores)"
+    report = render_report(teams=teams_run, sweep=sweep_run, bill=bill, opts=opts, host=host)
     (out_dir / "report.txt").write_text(report)
     if teams_run:
         write_figure(teams_run["running"], out_dir / "running.html")
