@@ -13,55 +13,23 @@ from __future__ import annotations
 import datetime as dt
 import io
 import re
-import shutil
 import statistics
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 from django.core.management import call_command
 
 from dashboards.clusters import cluster_get_default
 from dashboards.management.commands.tco_bootstrap import demo_ceiling
 from dashboards.models import Campaign, ModelEndpoint, PolicyCeiling, Task
-from demo.demo_model import spawn
 from demo.sweep import write_demo_credential
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-REPO = Path(__file__).resolve().parents[2]
-KEY = "sk-tco-replay-test-51c9"
-RUNS_ROOT = Path(django_settings.STATE_DIR) / "test-output"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def state_dir():
-    path = RUNS_ROOT / f"replay-{time.time_ns()}"
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def stand_in_model(tmp_path):
-    port = free_port()
-    key_file = tmp_path / "model.key"
-    key_file.write_text(KEY + "\n")
-    proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(REPO))
-    yield port
-    proc.terminate()
-    proc.wait(10)
+# The sweep-and-review test's stand-in model (on a free port, key KEY) and its run directory
+# outside the host's /tmp (the review agents' policy may name it).
+from tests.integration.test_sweep_review import KEY, runs_dir, stand_in_model  # noqa: E402,F401
 
 
 def stage(record: dict, name: str) -> dt.datetime:
@@ -73,11 +41,13 @@ def report_row(report: str, label: str) -> list[str]:
     return line[len(label):].split()
 
 
-def test_the_replay_reports_figures_of_its_own_run_and_a_bill_equal_to_qacct(bootstrap, stand_in_model, state_dir,
+def test_the_replay_reports_figures_of_its_own_run_and_a_bill_equal_to_qacct(bootstrap, stand_in_model, runs_dir,
                                                                              settings):
+    state_dir = runs_dir
     settings.STATE_DIR = state_dir
-    ModelEndpoint.objects.filter(name="demo-stand-in").update(port=stand_in_model)
-    settings.TCO_DEMO_MODEL_PORT = stand_in_model
+    port = int(stand_in_model.rsplit(":", 1)[1])
+    ModelEndpoint.objects.filter(name="demo-stand-in").update(port=port)
+    settings.TCO_DEMO_MODEL_PORT = port
     PolicyCeiling.objects.update(policy=demo_ceiling())
     write_demo_credential(name="demo-stand-in", secret=KEY)
     out = io.StringIO()
