@@ -15,7 +15,6 @@ import io
 import re
 import statistics
 import subprocess
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
