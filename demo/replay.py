@@ -404,9 +404,9 @@ def goals(teams: dict | None, sweep: dict | None) -> list[str]:
                            f"the launch call <= {bound:.2f} s")
             else:
                 out.append(f"MISSED: all {run['launch']['tasks']} tasks ({name}) in the scheduler {ours:.3f} s after "
-                           f"the launch call > {bound:.2f} s, by {ours - bound:.3f} s; why: the launch call "
-                           "returns before the submit worker has taken the campaign and the DRMAA call "
-                           "returned (the campaigns of both teams are submitted one after the other)")
+                           f"the launch call > {bound:.2f} s, by {ours - bound:.3f} s; why: the launch service "
+                           "(checks, audit, spooling every input) and the submission (the submit worker's hop, "
+                           "unless --submit-here, and one DRMAA call per campaign, one after the other) add up")
     if teams:
         wait = teams["urgent_wait_s"]
         if wait is not None and wait <= URGENT_GOAL_S:
