@@ -1,0 +1,44 @@
+"""The seed replay's pure figures (demo/replay.py): work distribution, running counts, goals."""
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from types import SimpleNamespace
+
+from demo.replay import ARTICLE, goals, running_over_time, work_durations
+
+T0 = dt.datetime(2026, 11, 9, 12, 0, tzinfo=dt.timezone.utc)
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def test_work_durations_have_the_article_median_scaled_and_stay_in_bounds():
+    work = work_durations(1001, scale=1.0, seed=7)
+    assert abs(statistics.median(work) - 21.9) < 21.9 * 0.05
+    assert min(work) >= 10.9 and max(work) <= 43.8 and len(set(work)) > 50
+    small = work_durations(1001, scale=0.05, seed=7)
+    assert abs(statistics.median(small) - 1.1) <= 0.1
+    assert work_durations(5, seed=3) == work_durations(5, seed=3)
+
+
+def test_running_over_time_counts_tasks_between_their_runner_start_and_teardown():
+    tasks = [SimpleNamespace(project="research", task_started_at=at(0), teardown_done_at=at(10)),
+             SimpleNamespace(project="research", task_started_at=at(5), teardown_done_at=at(12)),
+             SimpleNamespace(project="engineering", task_started_at=at(6), teardown_done_at=at(8)),
+             SimpleNamespace(project="engineering", task_started_at=None, teardown_done_at=None)]
+    result = running_over_time(tasks, step_s=5)
+    assert result["t"] == [0, 5, 10, 15]
+    assert result["projects"] == {"engineering": [0, 0, 0, 0], "research": [1, 2, 1, 0]}
+    assert result["peak_total"] == 3  # at 6 s, between two samples
+
+
+def test_goals_say_what_was_missed_and_by_how_much():
+    run = {"stages": {"sandbox_start": 0.05, "integration_overhead": 0.5},
+           "launch": {"all_in_scheduler_s": 0.2, "tasks": 410}, "urgent_wait_s": 3.5}
+    lines = goals(run, None)
+    assert f"met: sandbox start (two teams) 0.050 s <= {ARTICLE['sandbox_start'] / 10:.2f} s" in lines[0]
+    assert lines[1].startswith("MISSED: integration overhead (two teams) 0.500 s > 0.20 s, by 0.300 s")
+    assert lines[2].startswith("met: all 410 tasks")
+    assert lines[3].startswith("MISSED: urgent agent waited 3.500 s > 2 s, by 1.500 s")
