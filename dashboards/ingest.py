@@ -241,7 +241,8 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
     """
     import time
 
-    from schedulers.accounting import AccountingCursor, read_accounting
+    from schedulers.accounting import read_accounting
+    from schedulers.accounting_cursor import fingerprint, plan_read
 
     path = path or cluster.accounting_path
     result = IngestResult()
@@ -249,14 +250,20 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
                                                            defaults={"path": path})
     deadline = time.monotonic() + time_budget_s
     while True:
-        cursor = AccountingCursor(inode=checkpoint.inode, offset=checkpoint.offset) if checkpoint.inode else None
+        # Rotation (the rest of the rotated file first), truncation and regrowth (fingerprint of the
+        # first bytes): schedulers/accounting_cursor.py.
         try:
-            batch = read_accounting(path, cursor, max_bytes=max_bytes)
+            plan = plan_read(path, checkpoint.inode, checkpoint.offset, checkpoint.fingerprint)
+            batch = read_accounting(plan.path, plan.cursor, max_bytes=max_bytes)
         except FileNotFoundError:
             return result
+        if plan.cursor is not None and batch.reset:
+            if time.monotonic() > deadline:
+                return result
+            continue  # the file was swapped between the plan and the read: plan again, store nothing
         result.batches += 1
         result.deferred_bytes = batch.deferred_bytes
-        result.reset = result.reset or batch.reset
+        result.reset = result.reset or plan.reset
         with transaction.atomic():
             accepted, finalized = _store_records(cluster, batch.records)
             result.accepted += accepted
@@ -278,9 +285,10 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
             checkpoint.path = path
             checkpoint.inode = batch.cursor.inode
             checkpoint.offset = batch.cursor.offset
+            checkpoint.fingerprint = fingerprint(plan.path, batch.cursor.offset, inode=batch.cursor.inode)
             checkpoint.accepted += accepted
             checkpoint.quarantined += len(batch.quarantined)
-            checkpoint.resets += 1 if batch.reset else 0
+            checkpoint.resets += 1 if plan.reset else 0
             checkpoint.save()
         if not moved or not (batch.records or batch.quarantined or batch.skipped) or time.monotonic() > deadline:
             return result

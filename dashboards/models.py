@@ -42,13 +42,16 @@ class Cluster(models.Model):
 
 
 class IngestCheckpoint(models.Model):
-    """Where the incremental read of a file stopped: (inode, byte offset)."""
+    """Where the incremental read of a file stopped: (inode, byte offset, fingerprint of its first bytes)."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE)
     source = models.CharField(max_length=32)  # "accounting"
     path = models.CharField(max_length=255)
     inode = models.BigIntegerField(default=0)
     offset = models.BigIntegerField(default=0)
+    # "<n>:<sha256>" of the file's first n bytes (schedulers/accounting_cursor.py): a file truncated
+    # and regrown past the offset has other first bytes.
+    fingerprint = models.CharField(max_length=80, blank=True, default="")
     accepted = models.BigIntegerField(default=0)
     quarantined = models.BigIntegerField(default=0)
     resets = models.IntegerField(default=0)
