@@ -190,9 +190,14 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
 
 
 def record_poll_failure(cluster: Cluster, message: str) -> None:
-    """A failed poll is recorded and shown; it never reads as an empty queue."""
+    """A failed poll is recorded and shown; it never reads as an empty queue.
+
+    ``poll_error_at`` is the first failure since the last good poll ("scheduler unreachable since T",
+    dashboards/health.py); later failures only update the message.
+    """
     now = timezone.now()
-    Cluster.objects.filter(pk=cluster.pk).update(poll_error=message[:2000], poll_error_at=now)
+    Cluster.objects.filter(pk=cluster.pk, poll_error="").update(poll_error_at=now)
+    Cluster.objects.filter(pk=cluster.pk).update(poll_error=message[:2000])
     realtime.queue_changed(cluster.name)
 
 
