@@ -30,12 +30,16 @@ def _identity_json(obj: dict) -> tuple:
             obj.get("end_time", 0) // 1_000_000, obj.get("hostname", ""))
 
 
-def file_identities(paths: Iterable[str | os.PathLike], jobs: set[int] | None = None) -> set[tuple]:
+def file_identities(paths: Iterable[str | os.PathLike], jobs: set[int] | None = None,
+                    upto: dict | None = None) -> set[tuple]:
     """Identities of the complete record lines of ``paths`` (comments, short lines and a last line
-    without its newline are not records), restricted to ``jobs`` when given."""
+    without its newline are not records), restricted to ``jobs`` when given; ``upto``: {path: bytes},
+    the prefix of a file to read (what an ingest had seen when it stopped)."""
     found: set[tuple] = set()
     for path in paths:
         data = open(path, "rb").read()
+        if upto and os.fspath(path) in upto:
+            data = data[: upto[os.fspath(path)]]
         for raw in data[: data.rfind(b"\n") + 1].split(b"\n"):
             text = raw.decode("utf-8", "replace")
             if len(text) <= 1 or text.startswith("#"):
@@ -61,11 +65,12 @@ def db_identities(cluster, jobs: set[int] | None = None) -> collections.Counter:
     )
 
 
-def compare(cluster, paths: Iterable[str | os.PathLike], jobs: set[int] | None = None) -> dict:
+def compare(cluster, paths: Iterable[str | os.PathLike], jobs: set[int] | None = None,
+            upto: dict | None = None) -> dict:
     """``{"lost", "doubled", "extra", "records", "line"}``: file records missing from the database,
     database records stored more than once, database records in no file, the file's count, and the
     closing line (printed by the fault tests)."""
-    in_file = file_identities(paths, jobs)
+    in_file = file_identities(paths, jobs, upto)
     in_db = db_identities(cluster, jobs)
     lost = len(in_file - set(in_db))
     doubled = sum(n - 1 for n in in_db.values() if n > 1)
