@@ -252,6 +252,8 @@ TCO_INGEST_INTERVAL_S = env_float("TCO_INGEST_INTERVAL_S", 1.0)
 TCO_LOST_GRACE_S = env_float("TCO_LOST_GRACE_S", 120.0)
 # A task whose runner finished this long ago while the scheduler still lists it is called out (dashboards/health.py).
 TCO_RUNNER_FINISHED_GRACE_S = env_float("TCO_RUNNER_FINISHED_GRACE_S", 90.0)
+# A failed task with no runner record this long after its end had its runner killed outright (dashboards/orphans.py).
+TCO_RUNNER_RECORD_GRACE_S = env_float("TCO_RUNNER_RECORD_GRACE_S", 60.0)
 TCO_DELETED_GRACE_S = env_float("TCO_DELETED_GRACE_S", 10.0)
 # Submit with -notify; needs execd_params NOTIFY_KILL=TERM,NOTIFY_SUSP=none on the cluster.
 TCO_NOTIFY = env_bool("TCO_NOTIFY", True)
