@@ -10,6 +10,7 @@ submit account ``tco`` (``runuser``). Each test ends with the line
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -164,7 +165,12 @@ class RedisServer:
         with open(f"/proc/{self.pid}/status") as fh:
             uid = next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
         self.user = pwd.getpwuid(uid).pw_name
-        self.argv = [info["executable"]]
+        # INFO's "executable" joins a relative argv[0] to the cwd, and the binary behaves by its argv[0]
+        # name (redis-server is a link to redis-check-rdb): that name, in the folder of the real binary.
+        executable = info["executable"]
+        if not os.path.exists(executable):
+            executable = shutil.which(os.path.basename(executable)) or executable
+        self.argv = [executable]
         if info.get("config_file"):
             self.argv.append(info["config_file"])
         self.argv += ["--bind", config.get("bind") or "127.0.0.1", "--port", str(config["port"]),
