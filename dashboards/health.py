@@ -69,18 +69,23 @@ def scheduler_unreachable(clusters: list[Cluster] | None = None) -> list[Schedul
 
 
 def live_updates_paused() -> tuple[bool, str]:
-    """(True, why) when Redis does not answer a PING within a second; probed at most every 2 s per process."""
+    """(True, why) when Redis does not answer a PING (through the cache's connection settings when the
+    cache is dashboards.resilient_cache, else ``REDIS_URL``); probed at most every 2 s per process."""
     now = time.monotonic()
     if now - _redis_probe["at"] < REDIS_PROBE_TTL_S:
         return (not _redis_probe["ok"], _redis_probe["error"])
     import redis
+    from django.core.cache import cache
 
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
-        try:
-            client.ping()
-        finally:
-            client.close()
+        if hasattr(cache, "ping"):  # dashboards.resilient_cache: the cache's own address and credentials
+            cache.ping()
+        else:
+            client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
+            try:
+                client.ping()
+            finally:
+                client.close()
         ok, error = True, ""
     except (redis.RedisError, OSError) as exc:
         ok, error = False, f"{type(exc).__name__}: {exc}"[:200]

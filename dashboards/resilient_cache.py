@@ -50,6 +50,13 @@ class ResilientRedisCache(RedisCache):
             self.down_since = None
         return value
 
+    def ping(self) -> None:
+        """PING Redis through the cache's own connection settings (address, credentials, timeouts).
+
+        Raises ``redis.RedisError``/``OSError`` when it does not answer.
+        """
+        self._cache.get_client(write=True).ping()
+
     def get(self, key, default=None, version=None):
         try:
             return self._ok(super().get(key, default, version))
