@@ -3,14 +3,23 @@
 While it is down: every poll fails and is recorded; the pages say
 "scheduler unreachable since T" and keep the last known state; no task is
 marked failed, finished or lost because a poll failed. The campaign's tasks
-end while the qmaster is down (their execd keeps the reports). Once it is
-back, everything catches up by itself (the same periodic rounds, nothing
-restarted by hand): every task done, and every accounting record of the job
-in the database once.
+end while the qmaster is down (their execd keeps the reports) and their
+runner records arrive (written here as the runner writes them: the jobs are
+plain sleeps). The execd is then held silent (SIGSTOP) while the qmaster
+starts again, as an execd that does not re-register for minutes: the
+qmaster lists the tasks as running although their runners have finished,
+and tco shows them as "finished per its runner; the scheduler still lists
+it: execd on host H silent since T", with a notice to admins. Once the execd
+reports (SIGCONT), everything catches up by itself (the same periodic rounds,
+nothing restarted by hand): every task done, and every accounting record of
+the job in the database once.
 """
 from __future__ import annotations
 
 import datetime as dt
+import glob
+import os
+import signal
 import time
 
 import pytest
@@ -20,6 +29,7 @@ from django.utils import timezone
 from dashboards import health
 from dashboards.models import Campaign, Task, TaskEvent, Team
 from dashboards.services import cluster_get_default
+from execution.spool import RunnerRecord, SpoolLayout
 from tests.conftest import make_campaign
 
 from .conftest import poll_cycle, qmaster_start, qmaster_stop, submit_as_tco, wait_for
@@ -32,9 +42,36 @@ SLEEP_S = 20
 OUTAGE_S = 45
 
 
-def test_a_qmaster_outage_mid_campaign_loses_nothing_and_catches_up(fault_db, root_only, django_user_model):
-    from django.conf import settings
+def execd_pids() -> list[int]:
+    """The dev host's sge_execd (scripts/dev-cluster: $EXECD_SPOOL/<host>/execd.pid)."""
+    pids = []
+    for pidfile in glob.glob("/var/spool/gridengine/execd/*/execd.pid"):
+        try:
+            pid = int(open(pidfile).read().strip())
+            if open(f"/proc/{pid}/comm").read().strip() == "sge_execd":
+                pids.append(pid)
+        except (OSError, ValueError):
+            continue
+    return pids
 
+
+def write_runner_record(layout: SpoolLayout, task: Task) -> dt.datetime:
+    """The record the runner writes at its end (execution/runner.py), for a task that ran SLEEP_S seconds."""
+    start = task.started_at
+    at = lambda s: (start + dt.timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: E731
+    end = start + dt.timedelta(seconds=SLEEP_S + 0.2)
+    stages = {"task_started_at": at(0.1), "sandbox_create_at": at(0.2), "sandbox_ready_at": at(0.4),
+              "agent_started_at": at(0.5), "agent_exited_at": at(SLEEP_S), "teardown_done_at": at(SLEEP_S + 0.2)}
+    RunnerRecord(campaign_id=str(task.campaign_id), task_number=task.task_number, job_number=task.job_number,
+                 hostname=task.host, stages=stages, exit_status=0).write(
+        layout.record_path(task.campaign_id, task.task_number))
+    return end
+
+
+def test_a_qmaster_outage_mid_campaign_loses_nothing_and_catches_up(fault_db, root_only, django_user_model,
+                                                                     settings):
+    settings.TCO_RUNNER_FINISHED_GRACE_S = 5.0
+    layout = SpoolLayout(settings.TCO_SPOOL_DIR)
     cluster = cluster_get_default()
     admin = django_user_model.objects.get(username="admin")
     job = submit_as_tco("-q", "agent.q", "-P", "research", "-l", "anthropic_api=1", "-N", "fault-qmaster",
@@ -70,7 +107,31 @@ def test_a_qmaster_outage_mid_campaign_loses_nothing_and_catches_up(fault_db, ro
         assert page.get(f"/campaigns/{campaign.pk}/").status_code == 200
         cluster.refresh_from_db()
         assert cluster.poll_error_at == outage.since  # the first failure, not the latest
+        # The runners have finished (their sleep is over): their records arrive.
+        ends = {t.task_number: write_runner_record(layout, t) for t in tasks.all()}
+        stopped = execd_pids()
+        assert stopped, "no sge_execd found to hold silent"
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)  # the execd does not re-register: resumed below, and in finally
+        qmaster_start()
+        # The qmaster lists the tasks as running; their runners said they finished.
+        flagged = wait_for("the tasks to be called out as finished per their runners",
+                           lambda: poll_cycle(cluster) and len(health.runner_finished_tasks()) == N_TASKS
+                           and health.execd_silences(), 90, step=1)
+        assert sorted(tasks.values_list("state", flat=True).distinct()) == ["running"]
+        [silence] = flagged
+        host = tasks.first().host
+        assert (silence.host, silence.tasks, silence.since) == (host, N_TASKS, min(ends.values()))
+        note = (f"finished per its runner; the scheduler still lists it: execd on host {host} silent since "
+                f"{min(ends.values()).astimezone(dt.timezone.utc):%Y-%m-%d}")
+        assert page.get(f"/tasks/{tasks.first().pk}/").status_code == 200
+        notes = [health.task_note(t) for t in tasks.all()]  # fresh rows, not the queryset's cache
+        assert all(n.startswith(note) for n in notes), (note, notes)
+        triage = page.get("/ops/triage/").content.decode()
+        assert f"execd on host {host} (" in triage and "silent since" in triage
     finally:
+        for pid in execd_pids():
+            os.kill(pid, signal.SIGCONT)
         qmaster_start()
     restarted_at = time.monotonic()
 
@@ -85,6 +146,7 @@ def test_a_qmaster_outage_mid_campaign_loses_nothing_and_catches_up(fault_db, ro
 
     wait_for("every task to end after the qmaster returned", caught_up, 480, step=1)
     caught_up_s = time.monotonic() - restarted_at
+    assert health.runner_finished_tasks() == []
     print(f"qmaster outage: caught up {caught_up_s:.0f} s after the restart; tasks still listed as running "
           f"in {listed_after_end} polls after it")
     assert health.scheduler_unreachable() == []
