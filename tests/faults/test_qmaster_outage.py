@@ -147,7 +147,7 @@ def test_a_qmaster_outage_mid_campaign_loses_nothing_and_catches_up(fault_db, ro
     wait_for("every task to end after the qmaster returned", caught_up, 480, step=1)
     caught_up_s = time.monotonic() - restarted_at
     assert health.runner_finished_tasks() == []
-    print(f"qmaster outage: caught up {caught_up_s:.0f} s after the restart; tasks still listed as running "
+    print(f"qmaster outage: caught up {caught_up_s:.0f} s after the execd resumed; tasks still listed as running "
           f"in {listed_after_end} polls after it")
     assert health.scheduler_unreachable() == []
     assert sorted(tasks.values_list("task_number", "state")) == [(n, "done") for n in range(1, N_TASKS + 1)]
@@ -155,5 +155,6 @@ def test_a_qmaster_outage_mid_campaign_loses_nothing_and_catches_up(fault_db, ro
     assert not bad.exists(), list(bad.values_list("task__task_number", "from_state", "to_state"))
     assert Campaign.objects.get(pk=campaign.pk).status == "finished"
     result = compare(cluster, [settings.TCO_ACCOUNTING_FILE], jobs={job})
-    report(result, f"qmaster stopped {OUTAGE_S} s mid-campaign (caught up {caught_up_s:.0f} s after restart)")
+    report(result, f"qmaster stopped {OUTAGE_S} s mid-campaign, execd silent after it (caught up "
+                   f"{caught_up_s:.0f} s after the execd resumed)")
     assert (result["lost"], result["doubled"], result["extra"], result["records"]) == (0, 0, 0, N_TASKS), result
