@@ -71,11 +71,15 @@ def scheduler_unreachable(clusters: list[Cluster] | None = None) -> list[Schedul
 def live_updates_paused() -> tuple[bool, str]:
     """(True, why) when Redis does not answer a PING (through the cache's connection settings when the
     cache is dashboards.resilient_cache, else ``REDIS_URL``); probed at most every 2 s per process."""
+    from django.core.cache import cache
+
+    # When this thread's cache calls failed (dashboards.resilient_cache), probe now: an earlier
+    # "ok" must not hide the outage (and a good PING ends the cache's outage).
     now = time.monotonic()
-    if now - _redis_probe["at"] < REDIS_PROBE_TTL_S:
+    fresh = getattr(cache, "down_since", None) is None
+    if fresh and now - _redis_probe["at"] < REDIS_PROBE_TTL_S:
         return (not _redis_probe["ok"], _redis_probe["error"])
     import redis
-    from django.core.cache import cache
 
     try:
         if hasattr(cache, "ping"):  # dashboards.resilient_cache: the cache's own address and credentials

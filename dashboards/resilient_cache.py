@@ -53,9 +53,9 @@ class ResilientRedisCache(RedisCache):
     def ping(self) -> None:
         """PING Redis through the cache's own connection settings (address, credentials, timeouts).
 
-        Raises ``redis.RedisError``/``OSError`` when it does not answer.
+        Raises ``redis.RedisError``/``OSError`` when it does not answer; an answer ends ``down_since``.
         """
-        self._cache.get_client(write=True).ping()
+        self._ok(self._cache.get_client(write=True).ping())
 
     def get(self, key, default=None, version=None):
         try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
+import time
 
 import pytest
 from django.utils import timezone
@@ -30,6 +31,15 @@ def dead_redis(settings):
     health._redis_probe["at"] = -1e9
     yield url
     health._redis_probe["at"] = -1e9
+
+
+def test_a_failed_cache_call_pauses_live_updates_even_right_after_a_good_probe(dead_redis):
+    """An "ok" probe a moment before Redis stopped must not hide the outage from the next page."""
+    from django.core.cache import cache
+
+    health._redis_probe.update(at=time.monotonic(), ok=True, error="")
+    assert cache.get("k") is None  # fails, noted by the cache
+    assert health.live_updates_paused()[0] is True
 
 
 def test_the_cache_is_a_miss_not_an_error_while_redis_is_down(dead_redis):
