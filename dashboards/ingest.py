@@ -195,9 +195,14 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
 
 
 def record_poll_failure(cluster: Cluster, message: str) -> None:
-    """A failed poll is recorded and shown; it never reads as an empty queue."""
+    """A failed poll is recorded and shown; it never reads as an empty queue.
+
+    ``poll_error_at`` is the first failure since the last good poll ("scheduler unreachable since T",
+    dashboards/health.py); later failures only update the message.
+    """
     now = timezone.now()
-    Cluster.objects.filter(pk=cluster.pk).update(poll_error=message[:2000], poll_error_at=now)
+    Cluster.objects.filter(pk=cluster.pk, poll_error="").update(poll_error_at=now)
+    Cluster.objects.filter(pk=cluster.pk).update(poll_error=message[:2000])
     realtime.queue_changed(cluster.name)
 
 
@@ -268,7 +273,10 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
                                                            defaults={"path": path})
     deadline = time.monotonic() + time_budget_s
     while True:
-        cursor = AccountingCursor(inode=checkpoint.inode, offset=checkpoint.offset) if checkpoint.inode else None
+        # Rotation (the rest of the rotated file first), truncation and regrowth (fingerprint of the
+        # first bytes): the adapter's accounting_since, schedulers/accounting_cursor.py.
+        cursor = (AccountingCursor(inode=checkpoint.inode, offset=checkpoint.offset,
+                                   fingerprint=checkpoint.fingerprint) if checkpoint.inode else None)
         try:
             batch = scheduler.accounting_since(cursor, max_bytes)
         except AccountingMissing as exc:
@@ -303,6 +311,7 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
             checkpoint.path = path
             checkpoint.inode = batch.cursor.inode
             checkpoint.offset = batch.cursor.offset
+            checkpoint.fingerprint = batch.cursor.fingerprint
             checkpoint.accepted += accepted
             checkpoint.quarantined += len(batch.quarantined)
             checkpoint.resets += 1 if batch.reset else 0

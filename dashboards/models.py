@@ -46,13 +46,16 @@ class Cluster(models.Model):
 
 
 class IngestCheckpoint(models.Model):
-    """Where the incremental read of a file stopped: (inode, byte offset)."""
+    """Where the incremental read of a file stopped: (inode, byte offset, fingerprint of its first bytes)."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE)
     source = models.CharField(max_length=32)  # "accounting"
     path = models.CharField(max_length=255)
     inode = models.BigIntegerField(default=0)
     offset = models.BigIntegerField(default=0)
+    # "<n>:<sha256>" of the file's first n bytes (schedulers/accounting_cursor.py): a file truncated
+    # and regrown past the offset has other first bytes.
+    fingerprint = models.CharField(max_length=80, blank=True, default="")
     accepted = models.BigIntegerField(default=0)
     quarantined = models.BigIntegerField(default=0)
     resets = models.IntegerField(default=0)
@@ -184,7 +187,7 @@ class Campaign(models.Model):
     concurrency_cap = models.PositiveIntegerField(null=True, blank=True)
     priority = models.SmallIntegerField(default=0)
     urgent = models.BooleanField(default=False)
-    # Launch options (validated by services.campaign_launch before anything is written).
+    # Launch options (validated by dashboards.launch before anything is written).
     model = models.CharField(max_length=128, blank=True)
     policy = models.TextField(blank=True, help_text="sandbox policy YAML (OpenShell schema)")
     predecessor_job = models.PositiveIntegerField(null=True, blank=True, help_text="-hold_jid_ad")

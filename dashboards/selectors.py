@@ -30,6 +30,7 @@ from execution.spool import TOKEN_BUCKETS
 from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, SCHEDULER_STATES, TERMINAL_STATES
 
 from . import history
+from .health import task_note
 from .models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team
 from .roles import is_admin, teams_with
 from .spool_files import read_spool_file, task_output_path, task_outputs
@@ -513,6 +514,7 @@ def _task_row(t: Task) -> dict[str, Any]:
         "task_number": t.task_number,
         "state": t.state,
         "state_code": t.state_code if t.active else "",  # qstat's letters mean nothing once it has ended
+        "runner_note": task_note(t),  # finished per its runner while the scheduler still lists it
         "host": t.host,
         "queue": t.queue,
         "submitted_at": _iso(t.submitted_at),
@@ -736,6 +738,7 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
             "id": task.pk, "task_id": task.task_id, "job_number": task.job_number,
             "task_number": task.task_number, "name": task.name, "owner": task.owner, "project": task.project,
             "state": task.state, "state_code": task.state_code, "restarted": task.restarted,
+            "runner_note": task_note(task),
             "active": task.active, "queue": task.queue, "host": task.host, "slots": task.slots,
             "priority": task.priority, "submitted_at": _iso(task.submitted_at),
             "started_at": _iso(task.started_at), "ended_at": _iso(task.ended_at),

@@ -231,11 +231,15 @@ def diff_tasks(previous: dict[tuple[int, int], QstatTask], current: list[QstatTa
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AccountingCursor:
-    """Checkpoint in the accounting file: its inode and the byte offset just
-    after the last complete line consumed."""
+    """Checkpoint in the accounting file: its inode, the byte offset just
+    after the last complete line consumed, and the fingerprint of the bytes
+    before it (``schedulers.accounting_cursor.fingerprint``: ``"<n>:<sha256>"``
+    of the first ``n`` bytes; empty when not known), which tells a file
+    truncated and regrown past the offset from the same file grown."""
 
     inode: int
     offset: int
+    fingerprint: str = ""
 
 
 @dataclasses.dataclass(slots=True)

@@ -261,11 +261,12 @@ CHANNEL_LAYERS = {
 # whatever sits in Redis is data, not code (tco_web/cache.py).
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # A miss, not a 500, while Redis is down (dashboards/resilient_cache.py).
+        "BACKEND": "dashboards.resilient_cache.ResilientRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "tco",
         "TIMEOUT": 300,
-        "OPTIONS": {"serializer": "tco_web.cache.JSONSerializer"},
+        "OPTIONS": {"serializer": "tco_web.cache.JSONSerializer", "socket_connect_timeout": 1, "socket_timeout": 2},
     }
 }
 
@@ -306,6 +307,10 @@ TCO_INGEST_INTERVAL_S = env_float("TCO_INGEST_INTERVAL_S", 1.0)
 # A task gone from qstat with no accounting record after this long is "lost"
 # (or "deleted" if it never started).
 TCO_LOST_GRACE_S = env_float("TCO_LOST_GRACE_S", 120.0)
+# A task whose runner finished this long ago while the scheduler still lists it is called out (dashboards/health.py).
+TCO_RUNNER_FINISHED_GRACE_S = env_float("TCO_RUNNER_FINISHED_GRACE_S", 90.0)
+# A failed task with no runner record this long after its end had its runner killed outright (dashboards/orphans.py).
+TCO_RUNNER_RECORD_GRACE_S = env_float("TCO_RUNNER_RECORD_GRACE_S", 60.0)
 TCO_DELETED_GRACE_S = env_float("TCO_DELETED_GRACE_S", 10.0)
 # Submit with -notify; needs execd_params NOTIFY_KILL=TERM,NOTIFY_SUSP=none on the cluster.
 TCO_NOTIFY = env_bool("TCO_NOTIFY", True)

@@ -105,8 +105,12 @@ def ingest_runner_records() -> dict:
 def reconcile_gone_tasks() -> int:
     from dashboards.clusters import cluster_get_default
     from dashboards.ingest import reconcile_gone_tasks as reconcile
+    from dashboards.orphans import recover_killed_runners
 
-    return reconcile(cluster_get_default())
+    cluster = cluster_get_default()
+    decided = reconcile(cluster)
+    recover_killed_runners(cluster)  # runners killed outright: their metered usage, from the spool
+    return decided
 
 
 @shared_task(time_limit=30, soft_time_limit=25)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
+from schedulers.accounting_cursor import fingerprint, plan_read
 from schedulers.base import (
     AccountingBatch,
     AccountingCursor,
@@ -190,10 +191,31 @@ class GridEngine(SchedulerAdapter):
     def accounting_since(self, cursor: AccountingCursor | None, max_bytes: int) -> AccountingBatch:
         """Records of :attr:`accounting_path` after ``cursor`` (``parsers.accounting.read_accounting``).
 
-        Raises AccountingMissing when the file does not exist or cannot be read.
+        Where to read is planned by ``schedulers.accounting_cursor.plan_read``:
+        after a rotation the rest of the rotated file first (found by its
+        inode), then the new file from 0 (``reset='rotated'``); a file
+        truncated, or truncated and regrown past the offset (its first bytes
+        no longer match the cursor's fingerprint), again from 0
+        (``reset='truncated'``). The returned cursor carries the fingerprint
+        of what was consumed. Raises AccountingMissing when the file does not
+        exist (and no rotated copy is left to read) or cannot be read.
         """
         try:
-            return read_accounting(self.accounting_path, cursor, max_bytes=max_bytes)
+            for _ in range(3):
+                plan = plan_read(self.accounting_path, cursor.inode if cursor else 0,
+                                 cursor.offset if cursor else 0, cursor.fingerprint if cursor else "")
+                batch = read_accounting(plan.path, plan.cursor, max_bytes=max_bytes)
+                if plan.cursor is None or not batch.reset:
+                    break
+                # The file was swapped between the plan and the read: plan again.
+            else:
+                return AccountingBatch(records=[], quarantined=[], skipped=0, deferred_bytes=0,
+                                       cursor=cursor, reset=None)
+            batch.reset = plan.reset
+            batch.cursor = AccountingCursor(
+                inode=batch.cursor.inode, offset=batch.cursor.offset,
+                fingerprint=fingerprint(plan.path, batch.cursor.offset, inode=batch.cursor.inode))
+            return batch
         except FileNotFoundError as exc:
             raise AccountingMissing(f"accounting file {self.accounting_path} does not exist",
                                     path=self.accounting_path) from exc

@@ -15,7 +15,8 @@
   function renderFacts(d) {
     var t = d.task;
     kv(document.querySelector("#facts tbody"), [
-      ["state", t.state + (t.state_code ? " (" + t.state_code + ")" : "") + (t.restarted ? " restarted" : "")],
+      ["state", t.state + (t.state_code ? " (" + t.state_code + ")" : "") + (t.restarted ? " restarted" : "") +
+        (t.runner_note ? " — " + t.runner_note : "")],
       ["queue / host", (t.queue || "—") + " / " + (t.host || "—")],
       ["submitted", TCO.time(t.submitted_at)], ["started", TCO.time(t.started_at)], ["ended", TCO.time(t.ended_at)],
       ["wall clock (s)", num(t.wallclock_s)], ["exit status", num(t.exit_status)], ["failed", num(t.failed_code)],

@@ -76,7 +76,9 @@
       var tr = el("tr", { "class": "state-" + t.state, "data-task": t.id, "data-task-number": t.task_number });
       var td = el("td"); td.appendChild(el("a", { "href": "/tasks/" + t.id + "/" }, t.task_id)); tr.appendChild(td);
       var st = el("td", { "data-col": "state" }, t.state + " ");
-      st.appendChild(el("span", { "class": "muted" }, t.state_code)); tr.appendChild(st);
+      st.appendChild(el("span", { "class": "muted" }, t.state_code));
+      if (t.runner_note) { st.appendChild(el("div", { "class": "error runner-note" }, t.runner_note)); }
+      tr.appendChild(st);
       tr.appendChild(el("td", null, t.host));
       tr.appendChild(el("td", { "class": "num" }, secs(t.queue_wait_s)));
       tr.appendChild(el("td", { "class": "num" }, secs(t.sandbox_start_s)));
