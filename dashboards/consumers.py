@@ -180,6 +180,7 @@ class CampaignConsumer(SnapshotConsumer):
 
     page = 1
     state: str | None = None
+    host: str | None = None
 
     @database_sync_to_async
     def authorize(self) -> list[str]:
@@ -191,15 +192,19 @@ class CampaignConsumer(SnapshotConsumer):
         return [realtime.campaign_group(campaign_id)]
 
     def choose(self, content: dict) -> bool:
-        page, state = self.page, self.state
+        page, state, host = self.page, self.state, self.host
         if "state" in content:
             state = content["state"] if content["state"] in selectors.LIFECYCLE_STATES else None
             if state != self.state:
                 page = 1
+        if "host" in content:
+            host = selectors.host_filter(content["host"])
+            if host != self.host:
+                page = 1
         if _page(content.get("page")) is not None:
             page = _page(content["page"])
-        changed = (page, state) != (self.page, self.state)
-        self.page, self.state = page, state
+        changed = (page, state, host) != (self.page, self.state, self.host)
+        self.page, self.state, self.host = page, state, host
         return changed
 
     @database_sync_to_async
@@ -207,13 +212,14 @@ class CampaignConsumer(SnapshotConsumer):
         user, campaign_id = self.scope["user"], self.scope["url_route"]["kwargs"]["campaign_id"]
         try:
             if self.event_id is None:
-                data = selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state)
+                data = selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state,
+                                                 host=self.host)
             else:
                 # Checked for this user first; the data itself is the same for everyone who may see it.
                 selectors.campaign_for(user, campaign_id)
-                key = f"snapshot:campaign:{campaign_id}:{self.page}:{self.state}:{self.event_id}"
+                key = f"snapshot:campaign:{campaign_id}:{self.page}:{self.state}:{self.host}:{self.event_id}"
                 data = selectors.shared_snapshot(key, lambda: selectors.campaign_detail(
-                    user, campaign_id, page=self.page, state=self.state))
+                    user, campaign_id, page=self.page, state=self.state, host=self.host))
         except Campaign.DoesNotExist:
             raise Refused from None
         return {"kind": "campaign.snapshot", "data": data}

@@ -39,7 +39,8 @@ def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     if state not in (None, *selectors.LIFECYCLE_STATES):
         state = None
     try:
-        detail = selectors.campaign_detail(request.user, campaign_id, page=_int_param(request, "page"), state=state)
+        detail = selectors.campaign_detail(request.user, campaign_id, page=_int_param(request, "page"), state=state,
+                                           host=selectors.host_filter(request.GET.get("host")))
     except Campaign.DoesNotExist:
         raise Http404("no such campaign") from None
     return render(request, "dashboards/campaign.html", {"detail": detail, "states": selectors.LIFECYCLE_STATES})

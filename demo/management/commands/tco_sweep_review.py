@@ -117,15 +117,19 @@ class Command(BaseCommand):
         write_demo_credential(name=credential_name, secret=key)
         from demo.demo_model import spawn
 
+        from schedulers.hosts import master_address
+
+        # Where the runners on the execution hosts reach it (127.0.0.1 on a single-host cluster).
+        host = master_address(settings.SGE_ROOT, settings.SGE_CELL)
         try:
             proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(settings.BASE_DIR),
-                         stdout=open(log_dir / "demo-model.log", "ab"), new_session=True)
+                         stdout=open(log_dir / "demo-model.log", "ab"), new_session=True, host=host)
         except RuntimeError as exc:
             raise CommandError(f"{exc}; see {log_dir / 'demo-model.log'}") from exc
         # scripts/services stop ends it with the other services.
         (Path(settings.STATE_DIR) / "run" / "demo-model.pid").write_text(f"{proc.pid}\n")
-        self.stdout.write(f"stand-in model (scripted, not a real model): http://127.0.0.1:{port}, pid {proc.pid}")
-        return f"http://127.0.0.1:{port}"
+        self.stdout.write(f"stand-in model (scripted, not a real model): http://{host}:{port}, pid {proc.pid}")
+        return f"http://{host}:{port}"
 
     def _wait_and_report(self, campaign, out_dir: Path, count: int, timeout: float) -> None:
         from dashboards.ingest import ingest_runner_records
