@@ -102,8 +102,13 @@ class Command(BaseCommand):
             self._wait_and_report(campaign, out_dir, count, options["wait"])
 
     def _start_model(self, endpoint: ModelEndpoint) -> str:
-        if endpoint.host not in ("127.0.0.1", "localhost") or endpoint.scheme != "http":
-            raise CommandError(f"--start-model needs a loopback http endpoint; {endpoint} is not one")
+        from dashboards.management.commands.tco_bootstrap import demo_model_host
+
+        # Where the runners on the execution hosts reach it (127.0.0.1 on a single-host cluster).
+        host = demo_model_host()
+        if endpoint.host not in ("127.0.0.1", "localhost", host) or endpoint.scheme != "http":
+            raise CommandError(f"--start-model needs an http endpoint on this machine ({host} or loopback); "
+                               f"{endpoint} is not one")
         port = endpoint.port
         credential_name = endpoint.credential_name
         key = "sk-tco-demo-" + secrets.token_hex(12)
@@ -117,10 +122,6 @@ class Command(BaseCommand):
         write_demo_credential(name=credential_name, secret=key)
         from demo.demo_model import spawn
 
-        from schedulers.hosts import master_address
-
-        # Where the runners on the execution hosts reach it (127.0.0.1 on a single-host cluster).
-        host = master_address(settings.SGE_ROOT, settings.SGE_CELL)
         try:
             proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(settings.BASE_DIR),
                          stdout=open(log_dir / "demo-model.log", "ab"), new_session=True, host=host)
