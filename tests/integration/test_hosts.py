@@ -70,7 +70,7 @@ def qstat_tasks(job: int) -> dict[int, tuple[str, str]]:
 def accounting_lines(job: int) -> list[list[str]]:
     """Every accounting line of ``job`` (one per attempt), split on ':' (SGE 8 format)."""
     lines = []
-    for raw in Path(settings.TCO_ACCOUNTING_FILE).read_text(errors="replace").splitlines():
+    for raw in Path(cluster_get_default().accounting_path).read_text(errors="replace").splitlines():
         fields = raw.split(":")
         if not raw.startswith("#") and len(fields) > 35 and fields[5] == str(job):
             lines.append(fields)
