@@ -141,6 +141,18 @@ def launch(name: str, inputs: list[dict], **options) -> Campaign:
     return campaign
 
 
+def wait_all_running(cluster, scheduler, job: int, count: int) -> dict[int, str]:
+    """Drive tco until qstat shows all ``count`` tasks of ``job`` running; their hosts by task number."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        drive(cluster, scheduler)
+        seen = qstat_tasks(job)
+        if len(seen) == count and all("r" in s and h for s, h in seen.values()):
+            return {n: h for n, (_, h) in seen.items()}
+        time.sleep(0.5)
+    pytest.fail(f"the {count} tasks did not all start: {qstat_tasks(job)}")
+
+
 def test_a_campaign_spreads_over_every_agent_host_and_is_all_ingested(bootstrap, hosts):
     names, slots = hosts
     # agent.q fills the least loaded host first (queue_sort_method seqno, then load): with one task more than
@@ -184,16 +196,7 @@ def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(boo
     assert "-r y" in scheduler.native_specification(campaign_job_spec(campaign))
 
     # All four running (qstat says so), on one agent host or more.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        drive(cluster, scheduler)
-        seen = qstat_tasks(job)
-        if len(seen) == 4 and all("r" in s and h for s, h in seen.values()):
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"the tasks did not all start: {qstat_tasks(job)}")
-    placed = {n: h for n, (_, h) in qstat_tasks(job).items()}
+    placed = wait_all_running(cluster, scheduler, job, 4)
     lost_host = max(set(placed.values()), key=list(placed.values()).count)
     on_lost = sorted(n for n, h in placed.items() if h == lost_host)
 
@@ -292,16 +295,7 @@ def test_without_rerun_the_lost_hosts_tasks_stay_unknown_until_it_comes_back_the
     scheduler = scheduler_for(cluster)
     campaign = launch("back-again", [{"task": n, "duration_s": 50.0} for n in (1, 2)])
     job = campaign.job_number
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        drive(cluster, scheduler)
-        seen = qstat_tasks(job)
-        if len(seen) == 2 and all("r" in s and h for s, h in seen.values()):
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"the tasks did not both start: {qstat_tasks(job)}")
-    placed = {n: h for n, (_, h) in qstat_tasks(job).items()}
+    placed = wait_all_running(cluster, scheduler, job, 2)
     lost_host = placed[1]
     fault("down", lost_host)
     try:
