@@ -180,7 +180,10 @@ def figures(records: list[dict]) -> dict:
 
 
 def report(label: str, fig: dict, goal_s: float, article: str) -> None:
-    print(f"\n{label}: {len(fig['sandbox'])} tasks ok, {fig['failed']} failed, at most {fig['peak']} at once")
+    from bench._hosts import cluster_label
+
+    print(f"\n{label} [{cluster_label()}]: {len(fig['sandbox'])} tasks ok, {fig['failed']} failed, "
+          f"at most {fig['peak']} at once")
     print(f"  sandbox start median        {median_ms(fig['sandbox'])}  (p90 {p90_ms(fig['sandbox'])}; "
           f"goal <= 50 ms; article's Podman 13.0 s)")
     print(f"  integration overhead median {median_ms(fig['overhead'])}  (p90 {p90_ms(fig['overhead'])}; "

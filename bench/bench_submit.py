@@ -70,6 +70,9 @@ def main() -> None:
         jobs.append(out.stdout.strip())
     run_command(["qdel", *[str(j) for j in jobs]], timeout=60)
     d, q = statistics.median(drmaa_times), statistics.median(qsub_times)
+    from bench._hosts import cluster_label
+
+    print(f"cluster: {cluster_label()}")
     print(f"array of {len(tasks):,} tasks through DRMAA runBulkJobs: {array_s:.3f} s (goal <= 1 s)")
     print(f"single job, median of {args.singles}: DRMAA {d * 1000:.1f} ms, qsub {q * 1000:.1f} ms; "
           f"ratio qsub/DRMAA {q / d:.1f}x")

@@ -214,7 +214,10 @@ async def measure(base: str, session_key: str, job: int, samples: int, sge: dict
             reader.cancel()
     stop.set()
     good_db = [x for x in db_lat if x == x]
-    print(f"\n{len(ws_lat)} changes (poll interval {os.environ.get('TCO_POLL_INTERVAL_S', '1.0')} s)")
+    from bench._hosts import cluster_label
+
+    print(f"\n{len(ws_lat)} changes (poll interval {os.environ.get('TCO_POLL_INTERVAL_S', '1.0')} s; "
+          f"{cluster_label()})")
     print(f"{'':<28} {'p50 s':>7} {'p95 s':>7} {'max s':>7}")
     print(f"{'database (baseline: poll)':<28} {statistics.median(good_db):7.3f} {pct(good_db, 0.95):7.3f} "
           f"{max(good_db):7.3f}")

@@ -92,8 +92,10 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler: SchedulerAdapter | No
     """Store the cluster's queue slots, hosts, consumables and quotas; push a change.
 
     ``status`` becomes ``{"queues": [...], "hosts": [...], "quotas": [...],
-    "global_capacity": {resource: number}, "share_tree": [...]}`` (shapes of
-    ``SchedulerAdapter``; on a share-tree failure ``share_tree_error``
+    "global_capacity": {resource: number}, "share_tree": [...],
+    "queue_instances": [...]}`` (shapes of ``SchedulerAdapter`` and
+    ``schedulers.hosts.parse_queue_instances``; on a share-tree or
+    queue-instance failure ``share_tree_error`` / ``queue_instances_error``
     instead). On ``SchedulerError`` the previous status stays and
     ``{"error": message}`` is returned; else ``{"queues": n, "hosts": n}``.
     """
@@ -107,12 +109,16 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler: SchedulerAdapter | No
         }
     except SchedulerError as exc:
         return {"error": str(exc)}
-    # The share tree is optional (a cluster may use only functional tickets):
-    # without it the rest of the status is still stored.
-    try:
-        status["share_tree"] = scheduler.share_tree()
-    except SchedulerError as exc:
-        status["share_tree_error"] = str(exc)[:500]
+    # Optional parts (an adapter may lack queue_instances, a cluster use only functional tickets):
+    # on a failure the rest of the status is still stored, with the part's error. queue_instances:
+    # states and reasons of the queue instances, for the hosts display (schedulers.hosts).
+    for part in ("queue_instances", "share_tree"):
+        read = getattr(scheduler, part, None)
+        if read is not None:
+            try:
+                status[part] = read()
+            except SchedulerError as exc:
+                status[f"{part}_error"] = str(exc)[:500]
     if status != cluster.status:
         Cluster.objects.filter(pk=cluster.pk).update(status=status, status_at=timezone.now())
         realtime.queue_changed(cluster.name)

@@ -181,6 +181,7 @@ class CampaignConsumer(SnapshotConsumer):
     page = 1
     state: str | None = None
     table: dict = {"sort": None, "descending": False, "q": ""}  # selectors.task_table_choice
+    host: str | None = None
 
     @database_sync_to_async
     def authorize(self) -> list[str]:
@@ -192,7 +193,7 @@ class CampaignConsumer(SnapshotConsumer):
         return [realtime.campaign_group(campaign_id)]
 
     def choose(self, content: dict) -> bool:
-        page, state = self.page, self.state
+        page, state, host = self.page, self.state, self.host
         if "state" in content:
             state = content["state"] if content["state"] in selectors.LIFECYCLE_STATES else None
             if state != self.state:
@@ -202,10 +203,15 @@ class CampaignConsumer(SnapshotConsumer):
             table = selectors.task_table_choice(content.get("sort"), content.get("dir"), content.get("q"))
             if table != self.table:
                 page = 1
+        host = self.host
+        if "host" in content:
+            host = selectors.host_filter(content["host"])
+            if host != self.host:
+                page = 1
         if _page(content.get("page")) is not None:
             page = _page(content["page"])
-        changed = (page, state, table) != (self.page, self.state, self.table)
-        self.page, self.state, self.table = page, state, table
+        changed = (page, state, table, host) != (self.page, self.state, self.table, self.host)
+        self.page, self.state, self.table, self.host = page, state, table, host
         return changed
 
     @database_sync_to_async
@@ -213,15 +219,16 @@ class CampaignConsumer(SnapshotConsumer):
         user, campaign_id = self.scope["user"], self.scope["url_route"]["kwargs"]["campaign_id"]
         try:
             if self.event_id is None:
-                data = selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state, **self.table)
+                data = selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state,
+                                                 host=self.host, **self.table)
             else:
                 # Checked for this user first; the data itself is the same for everyone who may see it.
                 selectors.campaign_for(user, campaign_id)
                 table = self.table
                 key = (f"snapshot:campaign:{campaign_id}:{self.page}:{self.state}:{table['sort']}:"
-                       f"{table['descending']}:{table['q']}:{self.event_id}")
+                       f"{table['descending']}:{table['q']}:{self.host}:{self.event_id}")
                 data = selectors.shared_snapshot(key, lambda: selectors.campaign_detail(
-                    user, campaign_id, page=self.page, state=self.state, **table))
+                    user, campaign_id, page=self.page, state=self.state, host=self.host, **table))
         except Campaign.DoesNotExist:
             raise Refused from None
         return {"kind": "campaign.snapshot", "data": data}

@@ -191,6 +191,7 @@ class LaunchForm(_LaunchBase):
                                       label="cost cap per task (USD)")
     priority = forms.IntegerField(initial=0, min_value=limits.PRIORITY_MIN, max_value=limits.PRIORITY_MAX,
                                   help_text="-1023 to 0 (urgent launchers up to 1024)")
+    rerunnable = forms.BooleanField(required=False, label="rerun a task elsewhere if its host is lost (-r y)")
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -258,7 +259,8 @@ class LaunchForm(_LaunchBase):
             team=data["team"], agent_definition=data["agent_definition"], inputs=data["inputs"], name=data["name"],
             queue=data["queue"], seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
             priority=data["priority"], model=data["model"], policy=data["policy"],
-            predecessor_job=data["predecessor_job"], token_cap=data["token_cap"], cost_cap_usd=data["cost_cap_usd"])
+            predecessor_job=data["predecessor_job"], token_cap=data["token_cap"], cost_cap_usd=data["cost_cap_usd"],
+            rerunnable=data.get("rerunnable", False))
 
 
 class UrgentForm(_LaunchBase):

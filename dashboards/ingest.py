@@ -432,7 +432,7 @@ def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list
     tasks: dict[tuple[int, int], list[Task]] = {}
     for chunk in _chunks(jobs):
         for task in Task.objects.filter(cluster=cluster, job_number__in=chunk).only(
-            "id", "job_number", "task_number", "active", "submitted_at"
+            "id", "job_number", "task_number", "active", "submitted_at", "restarted"
         ):
             tasks.setdefault((task.job_number, task.task_number), []).append(task)
     campaign_of = _campaigns_by_job(cluster, jobs)
@@ -440,6 +440,7 @@ def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list
     task_of: dict[int, int] = {}
     unseen: dict[tuple, tuple[Task, ParsedRecord]] = {}
     links: list[tuple[int, tuple]] = []
+    rescheduled: set[int] = set()  # tasks given a "rescheduling" record in this batch
     for i, r in masters:
         key = (r.job_number, r.task_number or 0)
         candidates = tasks.get(key)
@@ -449,8 +450,12 @@ def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list
                         None)
             if task is None:
                 task = next((t for t in candidates if t.submitted_at == r.submitted_at), None)
+            if task is None:
+                task = next((t for t in candidates if t.active and _rerun_of(t, r, rescheduled)), None)
         if task is not None:
             task_of[i] = task.id
+            if r.failed == RESCHEDULED:
+                rescheduled.add(task.id)
             if task.active:
                 touched.append(task.id)
             continue
@@ -480,6 +485,24 @@ def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list
     return touched, task_of
 
 
+RESCHEDULED = 25  # accounting(5) "failed": rescheduling (the qmaster reruns the task, e.g. its host was lost)
+
+
+def _rerun_of(task: Task, rec: ParsedRecord, rescheduled: set[int]) -> bool:
+    """Whether ``rec`` can be a later attempt of the active ``task`` rerun by the scheduler.
+
+    A rerun (``-r y``, its host lost) keeps the job and task number, but its
+    record's submission time (``qsub_time``) is when the qmaster rescheduled
+    it, after the task's own. So a record submitted later belongs to the task
+    when the task is known to be rerun: qstat showed it restarted (``R``), or
+    a "rescheduling" record (``failed`` 25) is already linked to it.
+    """
+    if rec.submitted_at is None or task.submitted_at is None or rec.submitted_at < task.submitted_at:
+        return False
+    return (task.restarted or task.id in rescheduled
+            or AccountingRecord.objects.filter(task_id=task.id, failed=RESCHEDULED).exists())
+
+
 def _same_submission(seen: dt.datetime | None, recorded: dt.datetime | None) -> bool:
     """Whether a task and a record can be one job despite a wrapped job number.
 
@@ -506,11 +529,28 @@ def _apply_record(task: Task, rec: AccountingRecord) -> None:
     task.exit_status = rec.exit_status
 
 
+def _of_last_attempt(rec: AccountingRecord, task: Task) -> bool:
+    """Whether ``rec`` can be the end of the last attempt of ``task`` that qstat showed.
+
+    A task rerun elsewhere (``-r y``, its host lost) has one record per
+    attempt; the record of an earlier attempt (``failed`` 25 "rescheduling",
+    all-zero times) must not end the task while the last attempt's record is
+    still to come. A task last seen running since ``started_at`` is ended
+    only by a record that ended after that start (1 s of clock slack); one
+    never seen running, by any record.
+    """
+    if task.started_at is None:
+        return True
+    return bool(rec.end_us) and rec.end_us >= _us(task.started_at) - 1_000_000
+
+
 def _finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
     """Tasks gone from qstat whose accounting record is read become ``done`` or ``failed``.
 
     A task still in qstat keeps its scheduler state even if a record arrived
-    (a start that failed and is retried writes a record and runs again).
+    (a start that failed and is retried writes a record and runs again), and
+    only a record of its last attempt ends it (:func:`_of_last_attempt`);
+    until that record comes it stays ``finishing``.
     """
     finalized = 0
     campaigns: set[int] = set()
@@ -520,8 +560,10 @@ def _finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
         if not tasks:
             continue
         latest: dict[int, AccountingRecord] = {}
-        for rec in AccountingRecord.objects.filter(task_id__in=[t.id for t in tasks], pe_taskid="").order_by("end_us"):
-            latest[rec.task_id] = rec
+        by_id = {t.id: t for t in tasks}
+        for rec in AccountingRecord.objects.filter(task_id__in=list(by_id), pe_taskid="").order_by("end_us"):
+            if _of_last_attempt(rec, by_id[rec.task_id]):
+                latest[rec.task_id] = rec
         events = []
         done = []
         for task in tasks:

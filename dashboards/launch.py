@@ -61,7 +61,9 @@ class LaunchRequest:
     ``token_cap`` (tokens per task), ``cost_cap_usd`` (USD per task, Decimal).
     ``outputs``: files of the work directory (relative paths or globs) the runner keeps for the
     pages. ``urgent``: an urgent agent (urgent launchers only). ``retry_of``: the campaign this
-    retries. ``action``: the audit entry's action name.
+    retries. ``rerunnable``: qsub ``-r y`` (a task whose host is lost is rerun on another host after
+    the cluster's ``reschedule_unknown``; each attempt keeps its accounting record).
+    ``action``: the audit entry's action name.
     """
 
     team: Team
@@ -83,6 +85,7 @@ class LaunchRequest:
     outputs: Sequence[str] = ()
     retry_of: Campaign | None = None
     cluster: Cluster | None = None
+    rerunnable: bool = False
     action: str = "launch"
 
     def audit_params(self) -> dict[str, Any]:
@@ -95,7 +98,7 @@ class LaunchRequest:
                 "advance_reservation": self.advance_reservation, "token_cap": self.token_cap,
                 "cost_cap_usd": str(self.cost_cap_usd) if self.cost_cap_usd is not None else None,
                 "outputs": [str(o)[:255] for o in list(self.outputs)[:MAX_OUTPUTS]], "urgent": self.urgent,
-                "retry_of": self.retry_of.pk if self.retry_of else None}
+                "retry_of": self.retry_of.pk if self.retry_of else None, "rerunnable": self.rerunnable}
 
 
 @dataclasses.dataclass
@@ -147,6 +150,8 @@ def check_limits(req: LaunchRequest) -> None:
         raise LaunchError("cost cap: a positive amount of USD per task")
     if req.model and not limits.MODEL_RE.match(req.model):
         raise LaunchError("model: 1-128 letters, digits and '.', '_', '-', '/', ':', '@'")
+    if not isinstance(req.rerunnable, bool):
+        raise LaunchError("rerunnable: true or false")
     outputs = list(req.outputs or ())
     if len(outputs) > MAX_OUTPUTS:
         raise LaunchError(f"outputs: at most {MAX_OUTPUTS}")
@@ -378,7 +383,8 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
         launched_by=user, queue=req.queue, task_count=len(req.inputs), seats_per_task=req.seats_per_task,
         concurrency_cap=req.concurrency_cap, priority=req.priority, urgent=req.urgent, model=model, policy=policy,
         predecessor_job=req.predecessor_job, advance_reservation=req.advance_reservation, token_cap=req.token_cap,
-        cost_cap_usd=req.cost_cap_usd, submit_on_hold=hold, retry_of=req.retry_of, launched_at=timezone.now())
+        cost_cap_usd=req.cost_cap_usd, submit_on_hold=hold, rerunnable=req.rerunnable, retry_of=req.retry_of,
+        launched_at=timezone.now())
     encoded = [json.dumps(item, separators=(",", ":"), sort_keys=True) for item in req.inputs]
     try:
         registered = [spool.ModelEndpoint.from_json(e.spec_entry()) for e in endpoints]
@@ -465,7 +471,7 @@ def campaign_retry(*, user: AbstractBaseUser, campaign: Campaign) -> LaunchOutco
         model_endpoint=endpoint_name, advance_reservation=campaign.advance_reservation,
         token_cap=campaign.token_cap, cost_cap_usd=campaign.cost_cap_usd,
         outputs=(spec.get("agent") or {}).get("outputs") or (), urgent=campaign.urgent and priority > 0,
-        retry_of=campaign, cluster=campaign.cluster, action="campaign_retry"))
+        retry_of=campaign, cluster=campaign.cluster, rerunnable=campaign.rerunnable, action="campaign_retry"))
 
 
 def urgent_agents(user: AbstractBaseUser, *, limit: int = 50) -> list[dict[str, Any]]:

@@ -196,6 +196,7 @@ class Campaign(models.Model):
     cost_cap_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True,
                                        help_text="USD per task")
     submit_on_hold = models.BooleanField(default=False)
+    rerunnable = models.BooleanField(default=False, help_text="-r y: rerun a task elsewhere if its host is lost")
     retry_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries")
     status = models.CharField(max_length=12, choices=CampaignStatus.choices, default=CampaignStatus.SUBMITTING)
     submit_error = models.TextField(blank=True)

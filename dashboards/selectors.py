@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from decimal import Decimal
 from typing import Any, Iterable
 
@@ -265,6 +266,44 @@ def cluster_resources(cluster: Cluster, seat_resource: str, projects: set[str] |
     }
 
 
+HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")  # a host name (RFC 1123 letters), as a filter
+
+
+def host_filter(value: object) -> str | None:
+    """A host-name filter from a request: the name, or None for anything that is not one."""
+    return value if isinstance(value, str) and HOST_RE.fullmatch(value) else None
+
+
+HOST_TASKS_SHOWN = 12  # task links per host on the queue page (the count is always whole)
+
+
+def cluster_hosts(cluster: Cluster, user: AbstractBaseUser) -> dict[str, Any]:
+    """The cluster's execution hosts from the last status poll, with the active tasks ``user`` may see on each.
+
+    Returns ``{"hosts": [...], "problems": [...]}``: ``hosts`` as
+    ``schedulers.hosts.host_states`` (name, state up/unreachable/error/alarm/
+    disabled, why, load_avg, num_proc, mem_total_bytes, mem_used_bytes,
+    slots_used, slots_total, queues) with ``tasks``: ``{"count": n,
+    "shown": [{id, task_id, campaign_id, state}]}`` (at most
+    ``HOST_TASKS_SHOWN``); ``problems``: queue instances in any state (alarm,
+    unknown, disabled, error ...) with what the letters mean and the
+    scheduler's reasons (``schedulers.hosts.instance_problems``).
+    """
+    from schedulers.hosts import host_states, instance_problems
+
+    status = cluster.status or {}
+    instances = status.get("queue_instances") or []
+    visible = tasks_visible_to(user).filter(cluster=cluster, active=True).exclude(host="")
+    counts = dict(visible.values_list("host").annotate(n=Count("id")).order_by())
+    hosts = host_states(status.get("hosts") or [], instances)
+    for host in hosts:  # one query per host that has tasks (a cluster has tens of hosts, not thousands)
+        shown = visible.filter(host=host["name"]).order_by("job_number", "task_number")[:HOST_TASKS_SHOWN]
+        host["tasks"] = {"count": counts.get(host["name"], 0),
+                         "shown": [{"id": t.pk, "task_id": t.task_id, "campaign_id": t.campaign_id, "state": t.state}
+                                   for t in shown] if counts.get(host["name"]) else []}
+    return {"hosts": hosts, "problems": instance_problems(instances)}
+
+
 # --------------------------------------------------------------------------- queue page
 
 def _campaign_row(c: Campaign, states: dict[str, int]) -> dict[str, Any]:
@@ -295,7 +334,8 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
 
         {"generated_at": ISO, "states": [lifecycle states],
          "clusters": [{name, polled_at, poll_age_s, poll_error, accounting_error, flavour, accounting_path, queues, seats,
-                       consumables, quotas, share_tree, status_at}],
+                       consumables, quotas, share_tree, status_at,
+                       hosts, problems}],            # cluster_hosts()
          "totals": {state: n}                 # active tasks the user may see
          "by_cluster": [{cluster, states}], "by_queue": [{cluster, queue, states}],
          "by_team": [{team, project, states}],  # active states only
@@ -365,6 +405,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
             "flavour": cluster.flavour,
             "accounting_path": cluster.accounting_path,
             **cluster_resources(cluster, seat_resource, None if admin else set(projects)),
+            **cluster_hosts(cluster, user),
         })
 
     def team_label(project: str) -> str:
@@ -545,7 +586,7 @@ def task_table_choice(sort: str | None, direction: str | None, q: str | None) ->
 
 def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, per_page: int = TASKS_PER_PAGE,
                     state: str | None = None, sort: str | None = None, descending: bool = False,
-                    q: str = "") -> dict[str, Any]:
+                    q: str = "", host: str | None = None) -> dict[str, Any]:
     """One campaign's progress, a page of its tasks (failures and errors first) and its stage table.
 
     Raises ``Campaign.DoesNotExist`` when the campaign is not visible to
@@ -560,7 +601,8 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
                     submitted_at, started_at, ended_at, queue_wait_s,
                     sandbox_start_s, agent_work_s, integration_overhead_s,
                     tokens, cost_usd, exit_status, failed_code, verdict, flags}],
-         "page", "pages", "per_page", "state_filter",
+         "page", "pages", "per_page", "state_filter", "host_filter",
+         "hosts": [{"host", "tasks"}],   # execution hosts of its tasks, with counts
          "stages": campaign_stages(...)}
 
     With no ``state`` filter and no ``sort`` the pages list errors, failures
@@ -569,6 +611,8 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
     orders every task instead; ``q`` keeps the tasks whose number is ``q`` or
     whose host or verdict contains it. The answer repeats ``sort``,
     ``descending``, ``q`` and counts the matches in ``matching``.
+    ``host`` keeps only the tasks on that execution host (their latest
+    attempt's host), with any of the above.
     """
     if state is not None and state not in LIFECYCLE_STATES:
         raise ValueError(f"unknown state {state!r}")
@@ -580,11 +624,20 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
     if sort not in TASK_SORTS:
         sort = None
     q = (q or "").strip()[:100]
+    hosts = list(tasks.exclude(host="").values_list("host").annotate(n=Count("id")).order_by("host"))
+    if host:
+        tasks = tasks.filter(host=host)
+        failures_here = tasks.filter(state__in=FAILURE_STATES).count()
+    else:
+        failures_here = failures
     chosen = tasks.filter(state=state) if state else tasks
     if q:
         chosen = chosen.filter(Q(host__icontains=q) | Q(verdict__icontains=q)
                                | (Q(task_number=int(q)) if q.isdigit() else Q(pk__in=[])))
-    total = chosen.count() if (q or sort) else (states[state] if state else sum(states.values()))
+    if q or sort or host:
+        total = chosen.count()
+    else:
+        total = states[state] if state else sum(states.values())
     pages = max(1, -(-total // per_page))
     page = min(max(page, 1), pages)
     first = (page - 1) * per_page
@@ -599,11 +652,11 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
         rows = list(tasks.filter(state=state).order_by("task_number")[first:first + per_page])
     else:
         rows = []
-        if first < failures:
+        if first < failures_here:
             rows = list(tasks.filter(state__in=FAILURE_STATES).order_by("task_number")[first:first + per_page])
         room = per_page - len(rows)
         if room > 0:
-            offset = max(0, first - failures)
+            offset = max(0, first - failures_here)
             rows += list(tasks.exclude(state__in=FAILURE_STATES).order_by("task_number")[offset:offset + room])
     agent = campaign.agent_definition
     return {
@@ -644,6 +697,8 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
         "descending": bool(descending),
         "q": q,
         "matching": total,
+        "host_filter": host,
+        "hosts": [{"host": h, "tasks": n} for h, n in hosts],
         "stages": campaign_stages(campaign, states),
     }
 

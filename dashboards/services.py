@@ -159,6 +159,7 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
         hold_jid_ad=campaign.predecessor_job,
         advance_reservation=campaign.advance_reservation,
         hold=campaign.submit_on_hold,
+        rerunnable=campaign.rerunnable,
     )
 
 

@@ -41,7 +41,7 @@ def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     try:
         choice = selectors.task_table_choice(request.GET.get("sort"), request.GET.get("dir"), request.GET.get("q"))
         detail = selectors.campaign_detail(request.user, campaign_id, page=_int_param(request, "page"), state=state,
-                                           **choice)
+                                           host=selectors.host_filter(request.GET.get("host")), **choice)
     except Campaign.DoesNotExist:
         raise Http404("no such campaign") from None
     return render(request, "dashboards/campaign.html", {"detail": detail, "states": selectors.LIFECYCLE_STATES})

@@ -450,8 +450,12 @@ async def start_stand_in(config: StandInConfig, host: str = "127.0.0.1", port: i
 
 
 def spawn(*, port: int, api_key_file: str, script: str = "echo", cwd: str, stdout: Any = None,
-          new_session: bool = False, wait_s: float = 20.0) -> Any:
-    """Start ``python -m demo.demo_model`` on 127.0.0.1:``port`` in a child process and wait until it listens.
+          new_session: bool = False, wait_s: float = 20.0, host: str = "127.0.0.1") -> Any:
+    """Start ``python -m demo.demo_model`` on ``host``:``port`` in a child process and wait until it listens.
+
+    ``host``: the address to listen on; with execution hosts in their own
+    namespaces, the master's address on their bridge
+    (``schedulers.hosts.master_address``), which the runners can reach.
 
     ``stdout`` (a file or None for /dev/null) also takes stderr. Returns the
     process. Raises RuntimeError (after killing it) when it does not listen
@@ -462,7 +466,7 @@ def spawn(*, port: int, api_key_file: str, script: str = "echo", cwd: str, stdou
     import subprocess
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "demo.demo_model", "--port", str(port), "--script", script,
+        [sys.executable, "-m", "demo.demo_model", "--host", host, "--port", str(port), "--script", script,
          "--api-key-file", str(api_key_file)],
         cwd=cwd, env={**os.environ, "PYTHONPATH": str(cwd)},
         stdout=stdout if stdout is not None else subprocess.DEVNULL, stderr=subprocess.STDOUT,
@@ -470,14 +474,14 @@ def spawn(*, port: int, api_key_file: str, script: str = "echo", cwd: str, stdou
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            socket.create_connection((host, port), 0.5).close()
             return proc
         except OSError:
             if proc.poll() is not None:
                 break
             time.sleep(0.05)
     proc.kill()
-    raise RuntimeError(f"the stand-in model did not listen on 127.0.0.1:{port}")
+    raise RuntimeError(f"the stand-in model did not listen on {host}:{port}")
 
 
 def main(argv: list[str] | None = None) -> int:

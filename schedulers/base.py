@@ -298,6 +298,8 @@ class ArrayJobSpec:
     hold_jid_ad: int | None = None
     advance_reservation: int | None = None
     hold: bool = False
+    #: ``-r y``: the scheduler may rerun a task elsewhere when its host is lost (reschedule_unknown).
+    rerunnable: bool = False
 
 
 class SchedulerAdapter(abc.ABC):

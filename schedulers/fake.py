@@ -84,6 +84,8 @@ class FakeScheduler(SchedulerAdapter):
         self.submissions: list[tuple[int, ArrayJobSpec]] = []
         self.control_calls: list[list[str]] = []
         self.unavailable = False
+        # Queue instance states by host (schedulers.hosts letters, e.g. {"h2": "u"}); see queue_instances().
+        self.host_states: dict[str, str] = {}
         self.accounting_missing = False
         self.queue_rows: list[dict] = []
         self.host_rows: list[dict] = []
@@ -170,6 +172,18 @@ class FakeScheduler(SchedulerAdapter):
         """``capacity`` (set by the test): ``{consumable: amount}``."""
         self._check_available()
         return dict(self.capacity)
+
+    def queue_instances(self) -> list[dict]:
+        """One instance per queue on each host running a task or named in ``host_states``
+        (shape of ``schedulers.hosts.parse_queue_instances``; states from ``host_states``)."""
+        self._check_available()
+        hosts = sorted({t.host for t in self.tasks.values() if t.host} | set(self.host_states) | {self.hostname})
+        return [{"name": f"{q}@{h}", "queue": q, "host": h, "qtype": "B",
+                 "slots_used": sum(1 for t in self.tasks.values()
+                                   if t.host == h and t.spec.queue == q and t.state in ("running", "suspended")),
+                 "slots_resv": 0, "slots_total": 48, "load_avg": None if "u" in self.host_states.get(h, "") else 0.5,
+                 "arch": "lx-amd64", "states": self.host_states.get(h, ""), "reasons": []}
+                for h in hosts for q in sorted(self.queues)]
 
     def share_tree(self) -> list[dict]:
         """A root and one node per project with its running-task count (no usage decay)."""

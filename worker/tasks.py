@@ -45,9 +45,10 @@ def single_flight(name: str, timeout: float):
 
 @shared_task(time_limit=30, soft_time_limit=25)
 def poll_queue() -> dict:
-    """Poll ``qstat -xml -u '*'`` once and apply the difference."""
+    """Poll ``qstat -xml -u '*'`` and ``qstat -f`` once (whatever the number of hosts) and apply the difference."""
     from dashboards.clusters import cluster_get_default, scheduler_for
     from dashboards.ingest import apply_qstat_poll, record_poll_failure
+    from schedulers.hosts import tasks_with_host_states
 
     cluster = cluster_get_default()
     with single_flight(f"poll:{cluster.name}", timeout=30) as mine:
@@ -55,7 +56,8 @@ def poll_queue() -> dict:
             return {"skipped": True}
         observed_at = timezone.now()
         try:
-            tasks = scheduler_for(cluster).list_tasks()
+            # Tasks on an unreachable host are "unknown", never running, done or failed on a guess.
+            tasks = tasks_with_host_states(scheduler_for(cluster))
         except SchedulerError as exc:
             # A failed poll is never an empty queue: keep the last state, show the error.
             record_poll_failure(cluster, f"{type(exc).__name__}: {exc}")

@@ -144,6 +144,15 @@ class GridEngine(SchedulerAdapter):
         """Exec hosts with resources, ``qhost -F -xml``, parsed by ``parse_qhost``."""
         return self._status(["qhost", "-F", "-xml"], parse_qhost, ["qhost", "-F", "-fmt", "json"], parse_qhost_json)
 
+    def queue_instances(self) -> list[dict]:
+        """Queue instances with their states and reasons, ``qstat -f -explain aAcE -xml``,
+        parsed by ``schedulers.hosts.parse_queue_instances`` (one command whatever the number of hosts).
+
+        Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
+        """
+        from schedulers.hosts import QSTAT_F_ARGV, parse_queue_instances
+        return parse_queue_instances(self._run(list(QSTAT_F_ARGV)))
+
     def quotas(self) -> list[dict]:
         """Resource quota usage, ``qquota -u '*' -xml``, parsed by ``parse_qquota``."""
         return self._status(["qquota", "-u", "*", "-xml"], parse_qquota,

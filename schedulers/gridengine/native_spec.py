@@ -133,6 +133,8 @@ def validate_spec(spec: ArrayJobSpec, *, queues: Iterable[str], projects: Iterab
             raise bad(f"{label} {value!r}: must be a positive integer")
     if not isinstance(spec.hold, bool):
         raise bad("hold must be True or False")
+    if not isinstance(spec.rerunnable, bool):
+        raise bad("rerunnable must be True or False")
 
     if not isinstance(spec.account, str) or not ACCOUNT_RE.match(spec.account):
         raise bad(f"account {spec.account!r}: use 1 to 64 letters, digits, '_', '.', '-' "
@@ -174,7 +176,7 @@ def native_specification(spec: ArrayJobSpec, *, queues: Iterable[str], projects:
     """The qsub options string for ``spec`` (validated first).
 
     Contains only ``-q``, ``-P``, ``-l``, ``-p``, ``-A``, ``-tc``,
-    ``-hold_jid_ad``, ``-ar`` built from validated fields, and ``-notify``
+    ``-hold_jid_ad``, ``-ar``, ``-r y`` (``spec.rerunnable``) built from validated fields, and ``-notify``
     when ``notify`` is true (see :class:`GridEngine`). Job name, paths,
     environment and hold go through DRMAA attributes instead (drmaa_attributes(3)).
     ``-t`` is never used: in a native specification it does not make an
@@ -195,6 +197,8 @@ def native_specification(spec: ArrayJobSpec, *, queues: Iterable[str], projects:
         parts += ["-hold_jid_ad", str(spec.hold_jid_ad)]
     if spec.advance_reservation is not None:
         parts += ["-ar", str(spec.advance_reservation)]
+    if spec.rerunnable:
+        parts += ["-r", "y"]
     if notify:
         parts.append("-notify")
     return " ".join(parts)

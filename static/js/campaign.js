@@ -32,6 +32,17 @@
       a.onclick = function (e) { e.preventDefault(); choose({ state: s, page: 1 }); };
       filter.appendChild(a);
     });
+    // Per-host filter: the execution hosts the campaign's tasks ran or run on.
+    var hosts = TCO.clear(document.getElementById("host-filter"));
+    var anyHost = el("a", { "href": "#", "class": d.host_filter ? "" : "on", "data-host": "" }, "all hosts");
+    anyHost.onclick = function (e) { e.preventDefault(); choose({ host: null, page: 1 }); };
+    hosts.appendChild(anyHost);
+    (d.hosts || []).forEach(function (h) {
+      hosts.appendChild(document.createTextNode(" · "));
+      var a = el("a", { "href": "#", "class": d.host_filter === h.host ? "on" : "", "data-host": h.host }, h.host + " (" + h.tasks + ")");
+      a.onclick = function (e) { e.preventDefault(); choose({ host: h.host, page: 1 }); };
+      hosts.appendChild(a);
+    });
   }
 
   function renderStages(d) {
@@ -143,8 +154,8 @@
   live = TCO.connect("/ws/campaigns/" + initial.campaign.id + "/", function (msg) {
     if (msg.kind === "campaign.snapshot") { render(msg.data); }
   });
-  if (initial.page > 1 || initial.state_filter || initial.sort || initial.q) {
+  if (initial.page > 1 || initial.state_filter || initial.sort || initial.q || initial.host_filter) {
     live.send({ page: initial.page, state: initial.state_filter, sort: initial.sort,
-                dir: initial.descending ? "desc" : "asc", q: initial.q || "" });
+                dir: initial.descending ? "desc" : "asc", q: initial.q || "", host: initial.host_filter });
   }
 })();

@@ -84,6 +84,7 @@
     STATES = data.states; ACTIVE = data.active_states || data.states;
     document.getElementById("generated-at").textContent = data.generated_at;
     renderClusters(data);
+    if (TCO.renderHosts) { TCO.renderHosts(data); }
     var teams = (data.by_team || []).map(function (r) {
       var tr = el("tr", { "data-team": r.project }); tr.appendChild(el("td", null, r.team)); stateCells(tr, r.states, ACTIVE); return tr;
     });

@@ -18,6 +18,7 @@ from dashboards.models import AgentDefinition, Campaign, Task, TaskEvent, Team
 from dashboards.clusters import cluster_get_default, scheduler_for
 from dashboards.services import campaign_submit
 from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
+from tests.sge_env import sge_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -40,8 +41,7 @@ def accounting_lines_for(job_number: int) -> dict[int, list[str]]:
 
 def qstat_job_present(job_number: int) -> bool:
     out = subprocess.run(["qstat", "-u", "*", "-xml"], capture_output=True, text=True, check=True,
-                         env={"SGE_ROOT": settings.SGE_ROOT, "SGE_CELL": settings.SGE_CELL, "TZ": "UTC",
-                              "PATH": "/usr/bin:/bin"}).stdout
+                         env=sge_env(settings.SGE_ROOT, settings.SGE_CELL, TZ="UTC")).stdout
     return f"<JB_job_number>{job_number}</JB_job_number>" in out
 
 

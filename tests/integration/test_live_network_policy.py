@@ -28,6 +28,7 @@ from dashboards.launch import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, PolicyCeiling, Role, Team
 from dashboards.roles import membership_set
 from dashboards.services import campaign_submit
+from schedulers.hosts import master_address
 from tests.unit.test_runner_live_network import AGENT, Upstream
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -45,13 +46,15 @@ def wait_for(predicate, what: str, timeout: float = 120.0) -> None:
 
 
 def test_a_narrowing_then_a_widening_reach_a_running_campaign_under_grid_engine(bootstrap, django_user_model):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    # Where the runners on the execution hosts reach the master (127.0.0.1 on a single-host cluster).
+    host = master_address(settings.SGE_ROOT, settings.SGE_CELL)
+    server = ThreadingHTTPServer((host, 0), Upstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     python = os.path.realpath(settings.TCO_RUNNER_PYTHON)
 
     def network(paths: list[str]) -> dict:
-        return {"m": {"endpoints": [{"host": "127.0.0.1", "port": port, "protocol": "rest", "enforcement": "enforce",
+        return {"m": {"endpoints": [{"host": host, "port": port, "protocol": "rest", "enforcement": "enforce",
                                      "rules": [{"allow": {"method": "POST", "path": p}} for p in paths]}],
                       "binaries": [{"path": python}]}}
 

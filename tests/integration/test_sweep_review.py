@@ -28,6 +28,7 @@ from demo.sweep import review_agreement, sweep_review_launch, sweep_submit, writ
 from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
 from demo.reference_checker import SCRIPTED_CAVEAT, check_file
 from demo.demo_model import spawn
+from schedulers.hosts import master_address
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -62,8 +63,10 @@ def stand_in_model(tmp_path):
     port = free_port()
     key_file = tmp_path / "model.key"
     key_file.write_text(KEY + "\n")
-    proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(REPO))
-    yield f"http://127.0.0.1:{port}"
+    # On the master's address the execution hosts reach (127.0.0.1 on a single-host cluster).
+    host = master_address(settings.SGE_ROOT, settings.SGE_CELL)
+    proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(REPO), host=host)
+    yield f"http://{host}:{port}"
     proc.terminate()
     proc.wait(10)
 

@@ -18,6 +18,7 @@ import pytest
 from dashboards.models import AccountingRecord, AgentDefinition, Campaign, Cluster, Role, Task, Team
 from dashboards.roles import membership_set
 from django.conf import settings
+from tests.sge_env import sge_env
 
 PASSWORD = "ops-test-pw-1"
 ROLES = ("viewer", "lead", "launcher", "urgent")
@@ -126,7 +127,7 @@ def ops_stack(transactional_db, bootstrap, tmp_path):
 
 # --------------------------------------------------------------------------- the real cluster
 
-SGE_ENV = {"SGE_ROOT": settings.SGE_ROOT, "SGE_CELL": settings.SGE_CELL, "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+SGE_ENV = sge_env(settings.SGE_ROOT, settings.SGE_CELL, LC_ALL="C")
 
 
 def qstat_jobs() -> dict[int, dict[str, str]]:

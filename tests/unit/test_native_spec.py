@@ -321,7 +321,7 @@ def test_spec_fields_are_all_covered_by_validation():
     # A new ArrayJobSpec field must be validated (or knowingly ignored) here.
     known = {"name", "command", "args", "count", "queue", "project", "resources", "environment",
              "working_directory", "output_path", "error_path", "account", "priority",
-             "concurrency_cap", "hold_jid_ad", "advance_reservation", "hold"}
+             "concurrency_cap", "hold_jid_ad", "advance_reservation", "hold", "rerunnable"}
     assert {f.name for f in dataclasses.fields(ArrayJobSpec)} == known
 
 

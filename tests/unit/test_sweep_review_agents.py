@@ -20,6 +20,8 @@ import pytest
 
 from demo.reference_checker import SCRIPTED_CAVEAT, agreement, check_file, check_run
 from demo.demo_model import spawn
+from dashboards.models import ModelEndpoint
+from schedulers.hosts import master_address
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-tco-review-unit-9e2"
@@ -183,9 +185,12 @@ def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_mod
                                                                projects=["research"], resources=["anthropic_api"])
     spec = json.loads((Path(bootstrap.TCO_SPOOL_DIR) / "campaigns" / str(campaign.pk) / "spec.json").read_text())
     port = bootstrap.TCO_DEMO_MODEL_PORT
-    assert spec["model_endpoint"] == {"base_url": f"http://127.0.0.1:{port}", "credential_name": "demo-stand-in"}
+    # Registered where the runners reach the master: 127.0.0.1 on a single host, else its bridge address.
+    host = ModelEndpoint.objects.get(name="demo-stand-in").host
+    assert host in ("127.0.0.1", master_address(bootstrap.SGE_ROOT, bootstrap.SGE_CELL))
+    assert spec["model_endpoint"] == {"base_url": f"http://{host}:{port}", "credential_name": "demo-stand-in"}
     assert spec["model_endpoints"] == [{"name": "demo-stand-in", "provider": "anthropic", "scheme": "http",
-                                        "host": "127.0.0.1", "port": port, "path_prefixes": ["/v1/"],
+                                        "host": host, "port": port, "path_prefixes": ["/v1/"],
                                         "credential_name": "demo-stand-in"}]
     assert spec["agent"]["outputs"] == ["verdict.json", "transcript.jsonl"]
     policy = load_policy(spec["policy"])

@@ -50,16 +50,30 @@ def demo_policy(*, read_only: list[str], host: str, port: int, provider: str, la
     )
 
 
-def demo_ceiling() -> str:
+def demo_model_host() -> str:
+    """The IPv4 address the demo's stand-in model listens on and its endpoint names: where the
+    runners on the execution hosts reach the master (``schedulers.hosts.master_address``; the
+    master's bridge address with execution hosts in namespaces, 127.0.0.1 on a single-host
+    cluster), or 127.0.0.1 when the cell's ``act_qmaster`` cannot be read or resolved."""
+    from schedulers.hosts import master_address
+
+    try:
+        return master_address(settings.SGE_ROOT, settings.SGE_CELL)
+    except OSError:
+        return "127.0.0.1"
+
+
+def demo_ceiling(host: str | None = None) -> str:
     """The policy ceiling of the demo teams: what the demo agent (the runner's default policy) and
     the sweep's review agents (demo/sweep.py review_policy) need, and no more: system directories,
     tco's demo code and venv, the sweeps' run directories read-only; the work directory and /tmp
-    writable; POST /v1/messages on the stand-in model only, with its credential."""
+    writable; POST /v1/messages on the stand-in model only, with its credential. ``host``: the
+    model's address, :func:`demo_model_host` when None."""
     import sys
 
     read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "demo"), sys.prefix,
                  str(Path(settings.STATE_DIR) / "sweeps")]
-    return demo_policy(read_only=read_only, host="127.0.0.1", port=settings.TCO_DEMO_MODEL_PORT,
+    return demo_policy(read_only=read_only, host=host or demo_model_host(), port=settings.TCO_DEMO_MODEL_PORT,
                        provider=DEMO_PROVIDER)
 
 
@@ -109,12 +123,19 @@ class Command(BaseCommand):
         # endpoint a demo runner gives a credential to, and the most a demo campaign may allow.
         ModelEndpoint.objects.get_or_create(
             name=DEMO_ENDPOINT,
-            defaults={"provider": DEMO_PROVIDER, "scheme": "http", "host": "127.0.0.1",
+            defaults={"provider": DEMO_PROVIDER, "scheme": "http", "host": demo_model_host(),
                       "port": settings.TCO_DEMO_MODEL_PORT, "path_prefixes": ["/v1/"],
                       "credential_name": DEMO_ENDPOINT})
         for team in Team.objects.filter(project__in=[p for _, p in TEAMS]):
             PolicyCeiling.objects.get_or_create(team=team, defaults={
                 "policy": demo_ceiling(), "note": "tco_bootstrap: what the demo and review agents need"})
+        # Made on a single-host cluster, then the cell got execution hosts in namespaces: the
+        # runners no longer reach 127.0.0.1 of the master. Only the untouched demo entries move.
+        host = demo_model_host()
+        if host != "127.0.0.1":
+            ModelEndpoint.objects.filter(name=DEMO_ENDPOINT, host="127.0.0.1").update(host=host)
+            PolicyCeiling.objects.filter(team__project__in=[p for _, p in TEAMS],
+                                         policy=demo_ceiling("127.0.0.1")).update(policy=demo_ceiling(host))
         password_file = Path(settings.STATE_DIR) / "admin-password"
         User = get_user_model()
         user = User.objects.filter(username=options["admin"]).first()

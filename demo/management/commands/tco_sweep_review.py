@@ -102,8 +102,13 @@ class Command(BaseCommand):
             self._wait_and_report(campaign, out_dir, count, options["wait"])
 
     def _start_model(self, endpoint: ModelEndpoint) -> str:
-        if endpoint.host not in ("127.0.0.1", "localhost") or endpoint.scheme != "http":
-            raise CommandError(f"--start-model needs a loopback http endpoint; {endpoint} is not one")
+        from dashboards.management.commands.tco_bootstrap import demo_model_host
+
+        # Where the runners on the execution hosts reach it (127.0.0.1 on a single-host cluster).
+        host = demo_model_host()
+        if endpoint.host not in ("127.0.0.1", "localhost", host) or endpoint.scheme != "http":
+            raise CommandError(f"--start-model needs an http endpoint on this machine ({host} or loopback); "
+                               f"{endpoint} is not one")
         port = endpoint.port
         credential_name = endpoint.credential_name
         key = "sk-tco-demo-" + secrets.token_hex(12)
@@ -119,13 +124,13 @@ class Command(BaseCommand):
 
         try:
             proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(settings.BASE_DIR),
-                         stdout=open(log_dir / "demo-model.log", "ab"), new_session=True)
+                         stdout=open(log_dir / "demo-model.log", "ab"), new_session=True, host=host)
         except RuntimeError as exc:
             raise CommandError(f"{exc}; see {log_dir / 'demo-model.log'}") from exc
         # scripts/services stop ends it with the other services.
         (Path(settings.STATE_DIR) / "run" / "demo-model.pid").write_text(f"{proc.pid}\n")
-        self.stdout.write(f"stand-in model (scripted, not a real model): http://127.0.0.1:{port}, pid {proc.pid}")
-        return f"http://127.0.0.1:{port}"
+        self.stdout.write(f"stand-in model (scripted, not a real model): http://{host}:{port}, pid {proc.pid}")
+        return f"http://{host}:{port}"
 
     def _wait_and_report(self, campaign, out_dir: Path, count: int, timeout: float) -> None:
         from dashboards.ingest import ingest_runner_records

@@ -1,0 +1,334 @@
+"""Several execution hosts, for real: a campaign spread over the agent hosts, and a host lost mid-campaign.
+
+Runs against the cell the environment names (``SGE_ROOT``/``SGE_CELL`` and,
+for a cell on its own ports, ``SGE_QMASTER_PORT``/``SGE_EXECD_PORT``), made
+by ``scripts/dev-cluster`` with execution hosts in namespaces; run it through
+``scripts/test``, which also starts ``scripts/cluster-faults`` (the root
+helper that takes a host's execd down and up for the submit account).
+Host names are read from the cluster, never assumed. What the database shows
+is checked against ``qstat``, ``qacct`` and the accounting file themselves,
+read here with regexes and ``split(":")``, not with tco's parsers.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from dashboards import selectors
+from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
+from dashboards.models import AccountingRecord, AgentDefinition, Campaign, Task, Team
+from dashboards.clusters import cluster_get_default, cluster_status_refresh, scheduler_for
+from dashboards.launch import LaunchRequest
+from dashboards.launch import launch as launch_request
+from dashboards.services import campaign_job_spec, campaign_submit
+from schedulers.hosts import tasks_with_host_states
+from tests.sge_env import sge_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+TERMINAL = ("done", "failed", "deleted", "lost")
+FAULTS_DIR = Path("/run/tco-dev-cluster")
+
+
+def sge(*argv: str) -> str:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=True, timeout=30,
+                          env=sge_env(settings.SGE_ROOT, settings.SGE_CELL, TZ="UTC", LC_ALL="C")).stdout
+
+
+def queue_instances() -> dict[str, tuple[str, int]]:
+    """``queue@host`` -> (state letters, slots_total), from ``qstat -f -xml`` read with regexes."""
+    found = {}
+    for block in re.findall(r"<Queue-List>(.*?)</Queue-List>", sge("qstat", "-f", "-xml"), re.S):
+        block = re.sub(r"<job_list.*?</job_list>", "", block, flags=re.S)
+        state = re.search(r"<state>([^<]*)</state>", block)
+        found[re.search(r"<name>([^<]+)</name>", block).group(1)] = (
+            state.group(1) if state else "", int(re.search(r"<slots_total>(\d+)</slots_total>", block).group(1)))
+    return found
+
+
+def qstat_tasks(job: int) -> dict[int, tuple[str, str]]:
+    """task number -> (state letters, host or "") of ``job`` in ``qstat -u '*'`` (plain text; ranges expanded)."""
+    tasks: dict[int, tuple[str, str]] = {}
+    for line in sge("qstat", "-u", "*", "-g", "d").splitlines()[2:]:
+        f = line.split()
+        if not f or f[0] != str(job):
+            continue
+        host = f[7].split("@", 1)[1] if len(f) >= 10 and "@" in f[7] else ""
+        tasks[int(f[-1])] = (f[4], host)
+    return tasks
+
+
+def accounting_lines(job: int) -> list[list[str]]:
+    """Every accounting line of ``job`` (one per attempt), split on ':' (SGE 8 format)."""
+    lines = []
+    for raw in Path(cluster_get_default().accounting_path).read_text(errors="replace").splitlines():
+        fields = raw.split(":")
+        if not raw.startswith("#") and len(fields) > 35 and fields[5] == str(job):
+            lines.append(fields)
+    return lines
+
+
+def qacct_count(job: int) -> int:
+    """How many accounting records ``qacct -j JOB`` prints (one ``====`` block each)."""
+    out = subprocess.run(["qacct", "-j", str(job)], capture_output=True, text=True, timeout=60,
+                         env=sge_env(settings.SGE_ROOT, settings.SGE_CELL, LC_ALL="C")).stdout
+    return sum(1 for line in out.splitlines() if line.startswith("====="))
+
+
+def agent_hosts() -> tuple[list[str], int]:
+    """The hosts agent.q spans and its slots per host (the smallest)."""
+    agent = {name.split("@", 1)[1]: total for name, (_, total) in queue_instances().items()
+             if name.startswith("agent.q@")}
+    return sorted(agent), min(agent.values())
+
+
+@pytest.fixture
+def hosts(sge_cluster):
+    names, slots = agent_hosts()
+    if len(names) < 2:
+        pytest.skip(f"agent.q spans {names}: this cluster has one agent host (scripts/dev-cluster --exec-hosts 0 "
+                    f"or 1); the multi-host tests need at least two")
+    return names, slots
+
+
+def drive(cluster, scheduler) -> None:
+    """One round of what the workers do: poll (with host states), ingest accounting and runner records, status."""
+    apply_qstat_poll(cluster, tasks_with_host_states(scheduler), observed_at=timezone.now())
+    ingest_accounting(cluster)
+    ingest_runner_records(cluster)
+    cluster_status_refresh(cluster=cluster, scheduler=scheduler)
+
+
+def fault(action: str, host: str, timeout: float = 60) -> None:
+    """Ask scripts/cluster-faults (root) to take ``host``'s execd down (kill -9) or up; wait until done."""
+    fifo = FAULTS_DIR / f"faults-{settings.SGE_CELL}.fifo"
+    done = FAULTS_DIR / f"faults-{settings.SGE_CELL}.log"
+    if not fifo.exists():
+        pytest.fail(f"{fifo} is missing: run the tests through scripts/test, which starts scripts/cluster-faults")
+    request = uuid.uuid4().hex
+    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(fd, f"{request} {action} {host}\n".encode())
+    finally:
+        os.close(fd)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in done.read_text().splitlines():
+            f = line.split()
+            if f and f[0] == request:
+                assert f[3] == "0", f"scripts/cluster-faults: {action} {host} failed (exit {f[3]})"
+                return
+        time.sleep(0.2)
+    pytest.fail(f"scripts/cluster-faults did not do '{action} {host}' within {timeout:g} s")
+
+
+def launch(name: str, inputs: list[dict], **options) -> Campaign:
+    user = get_user_model().objects.get(username="admin")
+    campaign = launch_request(user=user, request=LaunchRequest(
+        team=Team.objects.get(project="research"), agent_definition=AgentDefinition.objects.get(name="demo-agent"),
+        inputs=inputs, name=name, **options)).campaign
+    campaign = campaign_submit(campaign_id=campaign.pk)
+    assert campaign.status == "submitted", campaign.submit_error
+    return campaign
+
+
+def wait_all_running(cluster, scheduler, job: int, count: int) -> dict[int, str]:
+    """Drive tco until qstat shows all ``count`` tasks of ``job`` running; their hosts by task number."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        drive(cluster, scheduler)
+        seen = qstat_tasks(job)
+        if len(seen) == count and all("r" in s and h for s, h in seen.values()):
+            return {n: h for n, (_, h) in seen.items()}
+        time.sleep(0.5)
+    pytest.fail(f"the {count} tasks did not all start: {qstat_tasks(job)}")
+
+
+def test_a_campaign_spreads_over_every_agent_host_and_is_all_ingested(bootstrap, hosts):
+    names, slots = hosts
+    # agent.q fills the least loaded host first (queue_sort_method seqno, then load): with one task more than
+    # all but one host can hold at once, every agent host must run some.
+    n_tasks = slots * (len(names) - 1) + 1
+    cluster = cluster_get_default()
+    scheduler = scheduler_for(cluster)
+    campaign = launch("spread", [{"task": n, "duration_s": 8.0} for n in range(1, n_tasks + 1)])
+    job = campaign.job_number
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        drive(cluster, scheduler)
+        if not Task.objects.filter(campaign=campaign, active=True).exists() and not qstat_tasks(job):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"the campaign did not finish: {sorted(Task.objects.filter(campaign=campaign).values_list('state'))}")
+    drive(cluster, scheduler)  # runner records written last
+
+    lines = accounting_lines(job)
+    by_task = {int(f[35]): f for f in lines}
+    assert len(lines) == len(by_task) == n_tasks  # one attempt each: nothing lost, nothing doubled
+    assert {f[1] for f in lines} == set(names)  # every agent host ran some
+    assert qacct_count(job) == n_tasks
+    tasks = list(Task.objects.filter(campaign=campaign).order_by("task_number"))
+    assert [t.task_number for t in tasks] == list(range(1, n_tasks + 1))
+    for t in tasks:
+        f = by_task[t.task_number]
+        assert (t.state, t.host, t.queue, t.exit_status) == ("done", f[1], f[0], int(f[12]))
+        assert t.task_started_at is not None and t.agent_exited_at is not None, t.task_number  # the runner's record
+    assert AccountingRecord.objects.filter(job_number=job).count() == n_tasks
+
+
+def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(bootstrap, hosts):
+    names, _ = hosts
+    cluster = cluster_get_default()
+    scheduler = scheduler_for(cluster)
+    admin = get_user_model().objects.get(username="admin")
+    campaign = launch("lost-host", [{"task": n, "duration_s": 40.0} for n in (1, 2, 3, 4)], rerunnable=True)
+    job = campaign.job_number
+    assert "-r y" in scheduler.native_specification(campaign_job_spec(campaign))
+
+    # All four running (qstat says so), on one agent host or more.
+    placed = wait_all_running(cluster, scheduler, job, 4)
+    lost_host = max(set(placed.values()), key=list(placed.values()).count)
+    on_lost = sorted(n for n, h in placed.items() if h == lost_host)
+
+    def never_ended_while_queued():
+        listed = qstat_tasks(job)
+        ended = set(Task.objects.filter(campaign=campaign, state__in=TERMINAL).values_list("task_number", flat=True))
+        assert not ended & set(listed), f"tasks {sorted(ended & set(listed))} ended in tco while qstat lists them"
+
+    fault("down", lost_host)
+    try:
+        # The scheduler declares the host unknown (instance state u) after max_unheard.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            drive(cluster, scheduler)
+            never_ended_while_queued()
+            if all("u" in s for q, (s, _) in queue_instances().items() if q.endswith("@" + lost_host)):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"{lost_host} never became unknown: {queue_instances()}")
+        drive(cluster, scheduler)  # one poll after qstat -f says u
+        still = {n: s for n, (s, h) in qstat_tasks(job).items() if h == lost_host}
+        # Not yet rescheduled (reschedule_unknown waits 30 s): qstat still says r on the lost host; tco says
+        # unknown, never done or failed.
+        assert still, f"rescheduled before a poll saw {lost_host} unknown: {qstat_tasks(job)}"
+        states = dict(Task.objects.filter(campaign=campaign, task_number__in=still).values_list(
+            "task_number", "state"))
+        assert states == {n: "unknown" for n in still}, states
+        hosts_shown = {h["name"]: h for h in selectors.cluster_hosts(cluster_get_default(), admin)["hosts"]}
+        assert hosts_shown[lost_host]["state"] == "unreachable"
+        assert all(hosts_shown[h]["state"] == "up" for h in names if h != lost_host)
+
+        # -r y: the qmaster reschedules the lost host's tasks (Rq), each attempt accounted.
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            drive(cluster, scheduler)
+            never_ended_while_queued()
+            listed = qstat_tasks(job)
+            if all(listed.get(n, ("", lost_host))[1] != lost_host for n in on_lost):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the tasks of {lost_host} were not rescheduled: {qstat_tasks(job)}")
+        drive(cluster, scheduler)
+        restarted = dict(Task.objects.filter(campaign=campaign, task_number__in=on_lost).values_list(
+            "task_number", "restarted"))
+        listed = qstat_tasks(job)
+        assert all(restarted[n] for n in on_lost if n in listed and "R" in listed[n][0]), (restarted, listed)
+    finally:
+        fault("up", lost_host)
+
+    # Converges by itself: every task ends, once, from its last attempt.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        drive(cluster, scheduler)
+        never_ended_while_queued()
+        if not Task.objects.filter(campaign=campaign, active=True).exists() and not qstat_tasks(job):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"no convergence: {list(Task.objects.filter(campaign=campaign).values_list('task_number', 'state'))}"
+                    f" qstat {qstat_tasks(job)}")
+    time.sleep(2)  # accounting flush time is 1 s: a late line of an old attempt would show now
+    drive(cluster, scheduler)
+
+    lines = accounting_lines(job)
+    attempts: dict[int, list[list[str]]] = {}
+    for f in lines:
+        attempts.setdefault(int(f[35]), []).append(f)
+    assert sorted(attempts) == [1, 2, 3, 4]  # nothing lost
+    assert qacct_count(job) == len(lines)
+    stored = sorted((r.task_number, r.hostname, r.failed, r.exit_status, int(r.start_us // 1_000_000))
+                    for r in AccountingRecord.objects.filter(job_number=job, pe_taskid=""))
+    from_file = sorted((int(f[35]), f[1], int(f[11]), int(f[12]), int(f[9])) for f in lines)
+    assert stored == from_file  # every attempt kept, nothing doubled
+    tasks = {t.task_number: t for t in Task.objects.filter(campaign=campaign)}
+    assert len(tasks) == 4 == Task.objects.filter(job_number=job).count()
+    for n, task in tasks.items():
+        last = max(attempts[n], key=lambda f: int(f[10]))
+        assert task.state == "done" and (task.host, task.exit_status) == (last[1], 0), (n, task.state, last[:13])
+        if n in on_lost:
+            # The attempt on the lost host is in the file and the database, beside the one that finished.
+            assert any(f[1] == lost_host for f in attempts[n]) and len(attempts[n]) >= 2, attempts[n]
+            assert AccountingRecord.objects.filter(task=task).count() == len(attempts[n])
+    hosts_shown = {h["name"]: h["state"] for h in selectors.cluster_hosts(cluster_get_default(), admin)["hosts"]}
+    deadline = time.monotonic() + 60
+    while hosts_shown.get(lost_host) != "up" and time.monotonic() < deadline:
+        time.sleep(1)
+        drive(cluster, scheduler)
+        hosts_shown = {h["name"]: h["state"] for h in selectors.cluster_hosts(cluster_get_default(), admin)["hosts"]}
+    assert hosts_shown[lost_host] == "up"
+
+
+def test_without_rerun_the_lost_hosts_tasks_stay_unknown_until_it_comes_back_then_finish(bootstrap, hosts):
+    cluster = cluster_get_default()
+    scheduler = scheduler_for(cluster)
+    campaign = launch("back-again", [{"task": n, "duration_s": 50.0} for n in (1, 2)])
+    job = campaign.job_number
+    placed = wait_all_running(cluster, scheduler, job, 2)
+    lost_host = placed[1]
+    fault("down", lost_host)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            drive(cluster, scheduler)
+            if all("u" in s for q, (s, _) in queue_instances().items() if q.endswith("@" + lost_host)):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"{lost_host} never became unknown: {queue_instances()}")
+        drive(cluster, scheduler)
+        on_lost = sorted(n for n, h in placed.items() if h == lost_host)
+        states = dict(Task.objects.filter(campaign=campaign).values_list("task_number", "state"))
+        assert all(states[n] == "unknown" for n in on_lost), states
+        assert not set(states.values()) & set(TERMINAL)
+        # Not rerunnable: still listed on the lost host, never rescheduled.
+        assert {n: h for n, (_, h) in qstat_tasks(job).items() if n in on_lost} == {n: lost_host for n in on_lost}
+    finally:
+        fault("up", lost_host)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        drive(cluster, scheduler)
+        if not Task.objects.filter(campaign=campaign, active=True).exists() and not qstat_tasks(job):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"no convergence: {list(Task.objects.filter(campaign=campaign).values_list('task_number', 'state'))}")
+    drive(cluster, scheduler)
+    lines = {int(f[35]): f for f in accounting_lines(job)}
+    assert sorted(lines) == [1, 2] and len(accounting_lines(job)) == 2  # one attempt each
+    for task in Task.objects.filter(campaign=campaign):
+        f = lines[task.task_number]
+        expected = "done" if (f[11], f[12]) == ("0", "0") else "failed"
+        assert (task.state, task.host, task.failed_code, task.exit_status) == (expected, f[1], int(f[11]), int(f[12]))
+    assert Task.objects.filter(job_number=job).count() == 2
