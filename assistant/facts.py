@@ -21,9 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from django.db.models import Count, QuerySet
+
 from dashboards.models import Task
 
-__all__ = ["FactContext", "PROVIDERS", "pending_facts"]
+__all__ = ["FactContext", "PROVIDERS", "pending_facts", "held_predecessor_reasons"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class FactContext:
     (``Cluster.status`` dict). ``resources``: ``selectors.cluster_resources``
     for the caller (queues, seats, consumables, quotas, share_tree).
     ``position``: ``scheduler_cache.pending_position`` entries ``[{text, raw}]``.
+    ``visible_tasks``: the tasks the caller may see (``selectors.tasks_visible_to``);
+    a provider that looks at other jobs looks only through it.
     """
 
     task: Task
@@ -43,6 +47,7 @@ class FactContext:
     status: dict
     resources: dict
     position: list[dict]
+    visible_tasks: QuerySet[Task]
 
 
 def _requested(detail: dict | None) -> dict[str, str]:
@@ -66,12 +71,36 @@ def _queue_names(ctx: FactContext) -> set[str]:
 
 
 def dependencies(ctx: FactContext) -> dict | None:
-    """``{"predecessors": [job numbers], "holds": {kind: [[first, last, step]]}}`` (``-hold_jid``, ``-h``)."""
+    """``{"predecessors": [job numbers], "holds": {kind: [[first, last, step]]}, "predecessor_states":
+    [{job_number, states: {lifecycle state: tasks}}]}`` (``-hold_jid``/``-hold_jid_ad``, ``-h``).
+
+    ``predecessor_states``: what tco's last poll says of each predecessor's
+    active tasks, for predecessors the caller may see (others are left out).
+    """
     detail = ctx.detail or {}
     predecessors, holds = list(detail.get("predecessors") or []), dict(detail.get("holds") or {})
     if not predecessors and not holds:
         return None
-    return {"predecessors": predecessors, "holds": holds}
+    states: dict[int, dict[str, int]] = {}
+    rows = (ctx.visible_tasks.filter(cluster=ctx.task.cluster, job_number__in=predecessors, active=True)
+            .values_list("job_number", "state").annotate(n=Count("pk")).order_by())
+    for job_number, state, n in rows:
+        states.setdefault(job_number, {})[state] = n
+    return {"predecessors": predecessors, "holds": holds,
+            "predecessor_states": [{"job_number": j, "states": states[j]} for j in predecessors if j in states]}
+
+
+def held_predecessor_reasons(dependencies_fact: dict | None) -> list[dict]:
+    """``[{text, raw}]``: one reason per predecessor the caller may see whose active tasks are all held
+    (the job waits for a job that cannot start until someone releases it)."""
+    reasons = []
+    for row in (dependencies_fact or {}).get("predecessor_states") or []:
+        states = row["states"]
+        if states and set(states) == {"held"}:
+            reasons.append({"text": f"job {row['job_number']}, which it waits for, is held: it starts only "
+                                    f"when released (qrls)",
+                            "raw": f"predecessor {row['job_number']}: {states['held']} task(s) held"})
+    return reasons
 
 
 def requests(ctx: FactContext) -> dict | None:

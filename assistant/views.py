@@ -20,7 +20,7 @@ from dashboards import accounts, billing, selectors
 from dashboards.models import Campaign, Task
 from dashboards.scheduler_cache import pending_position
 
-from .facts import FactContext, pending_facts
+from .facts import FactContext, held_predecessor_reasons, pending_facts
 
 __all__ = ["Refused", "caller", "queue_summary", "campaign", "task", "why_pending", "team_bill",
            "TASK_LOG_CHARS"]
@@ -93,8 +93,9 @@ def why_pending(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
     """Why a task is not running: tco's plain-words reasons and the scheduler facts behind them.
 
     Returns ``{"task": {id, task_id, job_number, task_number, state, project,
-    queue, campaign}, "waiting": bool, "reasons": [{text, raw}] (explain_pending
-    then the policy position; [] when the task is not waiting), "facts": {name:
+    queue, campaign}, "waiting": bool, "reasons": [{text, raw}] (explain_pending,
+    the policy position, then a held predecessor the user may see; [] when the
+    task is not waiting), "facts": {name:
     value} (``facts.PROVIDERS``: dependencies, requests, consumables, quotas,
     share_tree, queues, calendars, reservations, position, scheduler_messages;
     present only when they say something), "scheduler": {"fetched_at", "error"}
@@ -115,13 +116,16 @@ def why_pending(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
     resources = selectors.cluster_resources(row.cluster, settings.TCO_SEAT_RESOURCE, projects)
     position = pending_position(row.cluster, row.job_number, row.project) if waiting else []
     facts = pending_facts(FactContext(task=row, detail=job, status=row.cluster.status or {},
-                                      resources=resources, position=position)) if waiting else {}
+                                      resources=resources, position=position,
+                                      visible_tasks=selectors.tasks_visible_to(user))) if waiting else {}
+    reasons = list(detail.get("pending_reasons") or [])
+    reasons += [r for r in held_predecessor_reasons(facts.get("dependencies")) if r not in reasons]
     return {
         "task": {"id": row.pk, "task_id": row.task_id, "job_number": row.job_number,
                  "task_number": row.task_number, "state": row.state, "project": row.project,
                  "queue": row.queue, "campaign": detail.get("campaign")},
         "waiting": waiting,
-        "reasons": detail.get("pending_reasons") or [],
+        "reasons": reasons,
         "facts": selectors.jsonable(facts),
         "scheduler": ({"fetched_at": scheduler.get("fetched_at"), "error": scheduler.get("error")}
                       if scheduler else None),

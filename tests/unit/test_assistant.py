@@ -40,6 +40,8 @@ def world(role_users, monkeypatch):
             "cost_usd": Decimal("0.25")}
     mine = make_campaign(team=research, user=admin, name="mine", job_number=1101,
                          tasks=[done, {"state": "pending"}], launched_at=T0 - dt.timedelta(seconds=1))
+    make_campaign(team=research, user=admin, name="first", job_number=1100,
+                  tasks=[{"state": "held", "state_code": "hqw"}] * 2, launched_at=T0 - dt.timedelta(seconds=2))
     theirs = make_campaign(team=engineering, user=admin, name="theirs", job_number=1102,
                            tasks=[{**done, "cost_usd": Decimal("7.5")}, {"state": "pending"}],
                            launched_at=T0 - dt.timedelta(seconds=1))
@@ -114,7 +116,7 @@ def test_the_queue_summary_lists_only_the_users_campaigns(world):
     assert not error
     assert [c["name"] for c in answer["campaigns"]] == ["theirs"]
     error, answer = call(world["keys"]["viewer"], "queue_summary")
-    assert [c["name"] for c in answer["campaigns"]] == ["mine"]
+    assert sorted(c["name"] for c in answer["campaigns"]) == ["first", "mine"]
     # The share tree shows the user's own team only, as on the queue page.
     assert [n["project"] for c in answer["clusters"] for n in c["share_tree"]] == ["research"]
 
@@ -158,7 +160,9 @@ def test_why_pending_gives_the_reason_and_the_facts_behind_it(world):
     assert "waiting for a model API seat: 2 of 2 in use (consumable anthropic_api, global)" in texts
     assert any(r["raw"] == SEAT_MESSAGE for r in answer["reasons"])
     f = answer["facts"]
-    assert f["dependencies"] == {"predecessors": [1100], "holds": {}}
+    assert f["dependencies"] == {"predecessors": [1100], "holds": {},
+                                 "predecessor_states": [{"job_number": 1100, "states": {"held": 2}}]}
+    assert "job 1100, which it waits for, is held: it starts only when released (qrls)" in texts
     assert f["consumables"] == [{"resource": "anthropic_api", "requested": "1", "capacity": 2, "used": 2.0,
                                  "free": 0.0}]
     assert f["share_tree"] == [{"node": "/research", "project": "research", "actual_share": 0.2,
@@ -168,6 +172,23 @@ def test_why_pending_gives_the_reason_and_the_facts_behind_it(world):
     assert f["position"][0]["text"].startswith("number 1 of ")
     # Nothing in the data about calendars or reservations: those facts are absent, not invented.
     assert "calendars" not in f and "reservations" not in f and "quotas" not in f
+
+
+def test_a_predecessor_of_another_team_is_not_described(world):
+    world["theirs"].tasks.update(state="held", state_code="hqw")
+    world["fake"].job_details[1101]["predecessors"] = [1102]
+    task = world["mine"].tasks.get(task_number=2)
+    error, answer = call(world["keys"]["viewer"], "why_pending", task_id=task.pk)
+    assert not error
+    assert answer["facts"]["dependencies"]["predecessor_states"] == []
+    assert not any("is held" in r["text"] for r in answer["reasons"])
+    # The same job seen by its own team is described.
+    other = world["theirs"].tasks.get(task_number=2)
+    world["fake"].set_job_detail(1102, {**world["fake"].job_details[1101], "job_number": 1102})
+    error, answer = call(world["keys"]["eng-viewer"], "why_pending", task_id=other.pk)
+    # Its task 1 ended (inactive): only task 2 counts.
+    assert answer["facts"]["dependencies"]["predecessor_states"] == [{"job_number": 1102,
+                                                                      "states": {"held": 1}}]
 
 
 def test_calendar_and_reservation_facts_appear_when_the_poll_has_them(world):
