@@ -133,8 +133,9 @@ def seats_exhausted(ctx: CauseContext) -> Made:
     task = waiting_task(campaign, "pending")
 
     def check(facts: dict) -> None:
-        assert {"resource": "anthropic_api", "requested": "1", "capacity": capacity, "used": float(capacity),
-                "free": 0.0} in facts["consumables"], facts.get("consumables")
+        [seats] = [c for c in facts["consumables"] if c["resource"] == "anthropic_api"]
+        assert float(seats["requested"]) == 1 and seats["capacity"] == capacity, seats
+        assert seats["used"] == capacity and seats["free"] == 0, seats
         assert any("anthropic_api" in m for m in facts["scheduler_messages"])
 
     return Made(task=task, check_facts=check,

@@ -6,9 +6,7 @@ on purpose by tests/integration/assistant_causes.py.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import io
 import os
 import subprocess
 import sys
@@ -22,6 +20,7 @@ import anyio
 import pytest
 from django.db import connection
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -132,6 +131,13 @@ async def calls(client: Client, *requests: tuple[str, dict]) -> list[tuple[bool,
     return out
 
 
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
+
+
 def session(transport, key, *requests):
     return anyio.run(calls, transport.client(key), *requests)
 
@@ -184,8 +190,10 @@ def test_a_viewer_gets_their_teams_answers_and_refusals_for_the_others(transport
 
 @pytest.mark.parametrize("key", [None, "f" * 40])
 def test_a_missing_or_invalid_token_is_refused(transport, two_teams, key):
-    with pytest.raises(Exception):
+    with pytest.raises(Exception) as caught:
         session(transport, key, ("campaign", {"campaign_id": two_teams["ours"].pk}))
+    # The session never opens: the client gets a protocol error (stdio: the server closed; HTTP: 401).
+    assert any(isinstance(e, MCPError) for e in leaves(caught.value)), caught.value
     if transport.name == "stdio":
         # The server says why on stderr and exits before serving.
         assert "assistant: refused: " in transport.errors() and "token" in transport.errors()
