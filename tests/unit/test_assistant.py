@@ -15,7 +15,7 @@ from django.conf import settings as django_settings
 from mcp import Client
 
 from assistant import facts
-from assistant.server import build_server, bearer_key, is_loopback
+from assistant.server import bearer_key, build_server, http_app, is_loopback
 from dashboards.accounts import api_token_revoke, api_token_rotate
 from dashboards.clusters import cluster_get_default
 from dashboards.models import AccountingRecord, Task, Team
@@ -224,3 +224,9 @@ def test_bearer_keys_and_loopback_hosts():
     assert bearer_key("Basic abc") is None and bearer_key("Bearer ") is None and bearer_key(None) is None
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1") and not is_loopback("example.org")
+
+
+def test_the_http_app_refuses_a_non_loopback_address():
+    with pytest.raises(ValueError, match="loopback only"):
+        http_app(build_server(), host="0.0.0.0", port=8765)
+    assert callable(http_app(build_server(), host="127.0.0.1", port=8765))
