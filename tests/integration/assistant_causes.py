@@ -75,6 +75,14 @@ def global_capacity(resource: str) -> int:
     return int(match.group(1))
 
 
+def global_free(resource: str) -> float:
+    """What is left of a global consumable now: the ``global`` host's ``gc:RESOURCE=N`` in ``qhost -F``."""
+    text = run(["qhost", "-F", resource])
+    match = re.search(rf"^global\s.*?\n\s+Host Resource\(s\):\s+gc:{re.escape(resource)}=([\d.]+)", text, re.M)
+    assert match, f"no global {resource} in qhost -F:\n{text}"
+    return float(match.group(1))
+
+
 def qsub_sleep(*options: str, name: str, seconds: int = 600) -> int:
     """A plain ``sleep`` job (not tco's) with extra qsub ``options``; its job number."""
     out = run(["qsub", "-terse", "-b", "y", "-o", "/dev/null", "-e", "/dev/null", "-N", name, *options,
@@ -120,13 +128,17 @@ def waiting_task(campaign: Campaign, *states: str) -> Task:
 
 @cause("seats exhausted")
 def seats_exhausted(ctx: CauseContext) -> Made:
-    """A plain job takes every model API seat (the global consumable anthropic_api); a tco task asking
-    for one seat waits."""
+    """A plain job takes every model API seat still free (the global consumable anthropic_api); a tco
+    task asking for one seat waits."""
     capacity = global_capacity("anthropic_api")
-    blocker = qsub_sleep("-q", "agent.q", "-P", ctx.team.project, "-l", f"anthropic_api={capacity}",
-                         name="seat-blocker")
-    ctx.jobs.append(blocker)
-    wait_until(lambda: "r" in qstat_jobs().get(blocker, {}).get("states", ""), 60, "the seat blocker running", 0.5)
+    free = int(global_free("anthropic_api"))  # jobs left by others may hold some: take what is left
+    if free > 0:
+        blocker = qsub_sleep("-q", "agent.q", "-P", ctx.team.project, "-l", f"anthropic_api={free}",
+                             name="seat-blocker")
+        ctx.jobs.append(blocker)
+        wait_until(lambda: "r" in qstat_jobs().get(blocker, {}).get("states", ""), 60,
+                   "the seat blocker running", 0.5)
+    assert global_free("anthropic_api") == 0
     campaign = launch_campaign(ctx, "seatless", seats_per_task=1)
     wait_until(lambda: scheduler_said(campaign.job_number, "anthropic_api=0"), 60,
                "the scheduler saying no seat is left", 0.5)
