@@ -27,7 +27,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from dashboards.accounts import api_token_rotate
 from dashboards.models import Team
-from tests.conftest import REPO, free_port, make_campaign, test_database_url
+from tests.conftest import REPO, free_port, make_campaign
+from tests.conftest import test_database_url as database_url_for  # aliased: pytest would collect test_*
 from tests.ops.fixtures import ops_users, qdel_quietly  # noqa: F401
 from tests.ops.fixtures import make_task
 
@@ -41,7 +42,7 @@ T0 = dt.datetime(2026, 11, 2, 9, 0, 0, tzinfo=dt.timezone.utc)
 @pytest.fixture
 def server_env(bootstrap):
     """The environment of ``python -m assistant`` on this test's database (and the suite's Redis)."""
-    env = {**os.environ, "DATABASE_URL": test_database_url(connection.settings_dict["NAME"]),
+    env = {**os.environ, "DATABASE_URL": database_url_for(connection.settings_dict["NAME"]),
            "DJANGO_SETTINGS_MODULE": "tco_web.settings", "TCO_SPOOL_DIR": str(bootstrap.TCO_SPOOL_DIR),
            "TCO_JOB_DETAIL_CACHE_S": "0.5", "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("DATABASE_URL_FILE", None)  # it would win over DATABASE_URL
