@@ -121,7 +121,12 @@ def waiting_task(campaign: Campaign, *states: str) -> Task:
     def found():
         poll()
         return Task.objects.filter(campaign=campaign, task_number=1, state__in=states, active=True).first()
-    return wait_until(found, 60, f"task 1 of {campaign.name} {'/'.join(states)} in tco", 1.0)
+    try:
+        return wait_until(found, 60, f"task 1 of {campaign.name} {'/'.join(states)} in tco", 1.0)
+    except AssertionError as exc:
+        seen = list(Task.objects.filter(campaign=campaign).values_list("task_number", "state", "state_code"))
+        raise AssertionError(f"{exc}; tco has {seen}, qstat says "
+                             f"{qstat_jobs().get(campaign.job_number)}") from None
 
 
 # --------------------------------------------------------------------------- the causes

@@ -210,28 +210,27 @@ def test_the_http_server_listens_on_loopback_only(server_env):
     assert out.returncode == 2 and "--host must be a loopback address" in out.stderr
 
 
-def test_why_pending_names_the_cause_made_on_purpose(server_env, ops_users, tmp_path):
-    """Every cause in assistant_causes.CAUSES, asked over both transports."""
+@pytest.mark.parametrize("name", list(CAUSES))
+def test_why_pending_names_the_cause_made_on_purpose(server_env, ops_users, tmp_path, name):
+    """Each cause in assistant_causes.CAUSES on its own, asked over both transports."""
     ctx = CauseContext(launcher=ops_users["launcher"], team=Team.objects.get(project="research"))
     viewer_key = api_token_rotate(user=ops_users["viewer"]).key
     other_key = api_token_rotate(user=ops_users["other"]).key
     log = open(tmp_path / "assistant-http.log", "wb")
     http = Http(server_env, log)
     try:
-        made = {name: make(ctx) for name, make in CAUSES.items()}
+        made = CAUSES[name](ctx)
         for transport in (Stdio(server_env), http):
-            requests = [("why_pending", {"task_id": m.task.pk}) for m in made.values()]
-            answers = session(transport, viewer_key, *requests)
-            for (name, m), (error, answer) in zip(made.items(), answers):
-                assert error is False, (name, answer)
-                texts = [r["text"] for r in answer["reasons"]]
-                assert answer["waiting"] is True, (name, answer)
-                for expected in m.expected:
-                    assert expected in texts, (transport.name, name, texts)
-                m.check_facts(answer["facts"])
-            # The other team's user is refused every one of them.
-            refused = session(transport, other_key, *requests)
-            assert all(error and "refused: no task" in text for error, text in refused), refused
+            [(error, answer)] = session(transport, viewer_key, ("why_pending", {"task_id": made.task.pk}))
+            assert error is False, (transport.name, answer)
+            assert answer["waiting"] is True, (transport.name, answer)
+            texts = [r["text"] for r in answer["reasons"]]
+            for expected in made.expected:
+                assert expected in texts, (transport.name, texts)
+            made.check_facts(answer["facts"])
+            # The other team's user is refused.
+            [(error, text)] = session(transport, other_key, ("why_pending", {"task_id": made.task.pk}))
+            assert error and "refused: no task" in text, text
     finally:
         http.stop()
         log.close()
