@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import subprocess
 import uuid
+from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -23,7 +24,7 @@ from django.utils import timezone
 from dashboards.clusters import cluster_get_default, cluster_status_refresh, scheduler_for
 from dashboards.ingest import apply_qstat_poll
 from dashboards.launch import LaunchRequest, launch
-from dashboards.models import AgentDefinition, Campaign, Task, Team
+from dashboards.models import AgentDefinition, Budget, Campaign, Task, Team
 from dashboards.services import campaign_submit
 from tests.ops.fixtures import SGE_ENV, qstat_jobs, wait_until
 
@@ -162,9 +163,13 @@ def seats_exhausted(ctx: CauseContext) -> Made:
 
 @cause("held predecessor")
 def held_predecessor(ctx: CauseContext) -> Made:
-    """A campaign held by its user (qhold); a second campaign that depends on it (-hold_jid_ad) waits."""
-    first = launch_campaign(ctx, "held-first")
-    run(["qhold", str(first.job_number)])
+    """A campaign submitted on hold (its team's budget says hold: qsub -h, no race with the scheduler);
+    a second campaign that depends on it (-hold_jid_ad) waits."""
+    Budget.objects.create(team=ctx.team, period="day", amount_usd=Decimal("1"), thresholds=[1.0], on_exceed="hold")
+    try:
+        first = launch_campaign(ctx, "held-first", cost_cap_usd=Decimal("5"))
+    finally:
+        Budget.objects.filter(team=ctx.team).delete()
     second = launch_campaign(ctx, "after-held", predecessor_job=first.job_number)
     waiting_task(first, "held")
     task = waiting_task(second, "held", "pending")  # -hold_jid_ad: a dependency hold (hqw)
