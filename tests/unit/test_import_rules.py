@@ -9,7 +9,7 @@ from pathlib import Path
 from dashboards import enqueue
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("tco_web", "worker", "demo", "dashboards", "schedulers", "execution")
+PACKAGES = ("tco_web", "worker", "assistant", "demo", "dashboards", "schedulers", "execution")
 LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
         "sys.exit(lint_imports_command())"]
 
