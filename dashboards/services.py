@@ -109,9 +109,14 @@ def prices_write() -> Path | None:
 
 
 def sandbox_state_paths() -> list[str]:
-    """tco's state directory: hidden from every agent (the runner's ``TCO_SANDBOX_MASK``),
-    except :func:`sandbox_shared_paths` inside it."""
-    return [str(settings.STATE_DIR)]
+    """tco's state directory and its secrets elsewhere (``TCO_SECRET_PATHS``: ``/etc/tco``, the
+    ``*_FILE`` secrets): hidden from every agent (the runner's ``TCO_SANDBOX_MASK``), except
+    :func:`sandbox_shared_paths` inside the state directory."""
+    paths = [str(settings.STATE_DIR)]
+    for path in getattr(settings, "TCO_SECRET_PATHS", ()):
+        if path not in paths:
+            paths.append(path)
+    return paths
 
 
 def sandbox_shared_paths() -> list[str]:

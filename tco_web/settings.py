@@ -74,6 +74,17 @@ DEBUG = env_bool("DEBUG", False)
 # clean). Off: the dev and test setups serve plain http on loopback.
 TCO_PRODUCTION = env_bool("TCO_PRODUCTION", False)
 
+# tco's secrets outside the state directory (the Redis and PostgreSQL passwords, the database URL,
+# the secret key, the metrics token): the folder /etc/tco that the setup scripts write, and each
+# secret file named by a *_FILE setting. Hidden from every agent like the state directory
+# (dashboards.services.sandbox_state_paths -> the runner's TCO_SANDBOX_MASK), whatever its policy
+# lists (/etc read-only is usual); a launch that lists one of them is refused.
+TCO_SECRET_PATHS = sorted({"/etc/tco", *(
+    os.path.normpath(os.environ[name]) for name in (
+        "SECRET_KEY_FILE", "DATABASE_URL_FILE", "TCO_REDIS_PASSWORD_FILE", "TCO_METRICS_TOKEN_FILE",
+        "TCO_DATABASE_URL_FILE")
+    if os.environ.get(name, "").startswith("/"))})
+
 # State that is not source: the SQLite file, the runner spool, logs. A real
 # cluster points TCO_SPOOL_DIR at the shared file system every exec host mounts.
 STATE_DIR = Path(env_str("TCO_STATE_DIR", str(BASE_DIR / "var")))
@@ -189,6 +200,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": env_str("TCO_TEST_DB", str(STATE_DIR / "test-tco.sqlite3"))}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# A launch form carries its inputs (up to dashboards.limits.INPUT_MAX_BYTES, 16 MiB) and policy
+# (64 KiB): Django's default 2.5 MB would answer a bare "400 Bad Request" before the form can say
+# what is wrong. tests/unit/test_launch_service.py keeps this above the form's own limits.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 17 * 1024 * 1024
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -25,7 +25,7 @@ from django.conf import settings
 from dashboards import netpolicy, services
 from dashboards.audit import ActionRefused
 from dashboards.launch import LaunchRequest, launch
-from dashboards.models import AgentDefinition, AuditEntry, PolicyCeiling, Role, Team
+from dashboards.models import AgentDefinition, AuditEntry, ModelEndpoint, PolicyCeiling, Role, Team
 from dashboards.roles import membership_set
 from dashboards.services import campaign_submit
 from schedulers.hosts import master_address
@@ -65,6 +65,10 @@ def test_a_narrowing_then_a_widening_reach_a_running_campaign_under_grid_engine(
             "network_policies": net}, sort_keys=False)
 
     team = Team.objects.get(project="research")
+    # An unregistered host that is not loopback is reached over https (a real model API); this
+    # plain-http upstream on the master's bridge address is registered as http (no credential).
+    ModelEndpoint.objects.create(name="netpol-upstream", provider="netpol", scheme="http", host=host, port=port,
+                                 path_prefixes=["/v1/"], credential_name="netpol")
     PolicyCeiling.objects.filter(team=team).update(policy=policy(network(["/v1/**"])))
     agent = AgentDefinition.objects.create(name="netpol-agent", version=1, command=[python, "-c", AGENT],
                                            timeout_s=300)

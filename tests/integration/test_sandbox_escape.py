@@ -586,3 +586,32 @@ def test_issue11_a_work_directory_over_its_size_stops_the_agent(tmp_path):
     assert "workdir_over_quota" in record["flags"] and "agent_timeout" not in record["flags"]
     assert record["stages"]["agent_exited_at"] is None and record["stages"]["teardown_done_at"]
     assert record["sandbox"]["work_bytes"] >= 6 << 20 and stdout == "written\n"
+
+
+def test_review_tcos_secrets_outside_the_state_dir_stay_hidden_under_a_listed_etc(outside_tmp):
+    """Review of a fresh clone: /etc listed read-only (as the default policy and the demo ceilings
+    do) showed /etc/tco, where the Redis and PostgreSQL passwords and the database URL live, to
+    every agent (it runs as tco's uid). The job's TCO_SANDBOX_MASK (dashboards.services) now
+    names it; without that mask the same run reads the secret (so this test can fail)."""
+    from dashboards.services import sandbox_state_paths
+
+    secret = Path("/etc/tco/redis-password")
+    if not os.access(secret, os.R_OK):
+        pytest.skip("no readable /etc/tco/redis-password on this machine (scripts/dev-cluster writes it)")
+    value = secret.read_text().strip()
+    assert value and "/etc/tco" in sandbox_state_paths()
+    code = ("import os\ntry:\n    print(sorted(os.listdir('/etc/tco')))\n    print(open('/etc/tco/redis-password').read())\n"
+            "except OSError as exc:\n    print('refused', exc)\n")
+    state = outside_tmp / "var"
+    state.mkdir()
+    masked = ":".join([str(state), *[p for p in sandbox_state_paths() if p.startswith("/etc")]])
+    root = outside_tmp / "masked"
+    root.mkdir()
+    result, record, stdout = run_task(root, code, env_extra={"TCO_SANDBOX_MASK": masked})
+    assert record["exit_status"] == 0, record
+    # At most an empty placeholder where a masked file was (its name, never its bytes).
+    assert value not in stdout and "database-url" not in stdout, stdout
+    control = outside_tmp / "unmasked"
+    control.mkdir()
+    result, record, stdout = run_task(control, code, env_extra={"TCO_SANDBOX_MASK": str(state)})
+    assert value in stdout, "without the mask the agent reads /etc/tco: the check above proves the mask"

@@ -64,7 +64,7 @@ def stand_in_model(tmp_path):
     key_file = tmp_path / "model.key"
     key_file.write_text(KEY + "\n")
     # On the master's address the execution hosts reach (127.0.0.1 on a single-host cluster).
-    host = master_address(settings.SGE_ROOT, settings.SGE_CELL)
+    host = master_address(django_settings.SGE_ROOT, django_settings.SGE_CELL)
     proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(REPO), host=host)
     yield f"http://{host}:{port}"
     proc.terminate()

@@ -215,3 +215,29 @@ def test_a_policy_the_runner_would_refuse_at_run_time_is_refused_at_launch(ops_u
         launch(user=ops_users["launcher"], request=request(
             research, agent, policy=f"version: 1\nfilesystem_policy: {{read_only: [{path}]}}\n"))
     assert not Campaign.objects.exists() and sent == []
+
+
+def test_review_a_policy_listing_tcos_secret_folder_is_refused_at_launch(settings):
+    """Review of a fresh clone: `read_only: [/etc/tco]` was accepted at launch (the passwords and
+    the database URL live there). It is one of tco's secret paths now, refused like the state dir."""
+    from dashboards import launch as launch_module
+    from dashboards.services import sandbox_state_paths
+    from execution.sandbox.policy import load_policy
+
+    settings.TCO_SECRET_PATHS = ["/etc/tco"]
+    assert "/etc/tco" in sandbox_state_paths()
+    policy = load_policy("version: 1\nfilesystem_policy:\n  include_workdir: true\n"
+                         "  read_only: [/usr, /lib, /lib64, /bin, /etc/tco]\n  read_write: [/sandbox, /tmp]\n"
+                         "process: {run_as_user: sandbox, run_as_group: sandbox}\n")
+    problems = launch_module.sandbox_bind_problems(policy)
+    assert any("/etc/tco" in p for p in problems), problems
+
+
+def test_review_the_request_limit_lets_the_form_refuse_big_inputs_itself(settings):
+    """Review: a 3 MB JSONL got Django's bare 400 (DATA_UPLOAD_MAX_MEMORY_SIZE 2.5 MB), not the
+    form's message; the request limit must stay above what the form accepts and checks itself."""
+    from django.conf import settings as live
+
+    from dashboards import limits
+
+    assert live.DATA_UPLOAD_MAX_MEMORY_SIZE > limits.INPUT_MAX_BYTES + limits.POLICY_MAX_BYTES
