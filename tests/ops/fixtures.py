@@ -117,12 +117,8 @@ def ops_stack(transactional_db, bootstrap, tmp_path):
     stack = Stack(db_path, Path(bootstrap.TCO_SPOOL_DIR), log_dir)
     stack.env["DJANGO_SETTINGS_MODULE"] = "tests.ops.settings"
     stack.mail_dir = mail_dir
-    stack.start_services(tmp_path / "beat-schedule", "ops")
-    try:
-        stack.wait_http()
+    with stack.serving(tmp_path / "beat-schedule", "ops"):
         yield stack
-    finally:
-        stack.stop()
 
 
 # --------------------------------------------------------------------------- the real cluster
