@@ -47,6 +47,7 @@ from schedulers.gridengine import drmaa as drmaa_session  # noqa: E402
 from schedulers.base import ArrayJobSpec  # noqa: E402
 from schedulers.gridengine.adapter import GridEngine  # noqa: E402
 from schedulers.gridengine.commands import run_command  # noqa: E402
+from tests.helpers import model_api_policy  # noqa: E402
 
 PYTHON = str(REPO / ".venv" / "bin" / "python")
 KEY = "sk-tco-bench-sandbox"
@@ -96,23 +97,7 @@ def start_model(root: Path) -> tuple[subprocess.Popen, int]:
 
 
 def policy(port: int) -> str:
-    return f"""version: 1
-filesystem_policy:
-  include_workdir: true
-  read_only: [/usr, /lib, /lib64, /bin, /etc]
-  read_write: [/sandbox, /tmp]
-process: {{run_as_user: sandbox, run_as_group: sandbox}}
-network_policies:
-  model_api:
-    endpoints:
-      - host: 127.0.0.1
-        port: {port}
-        protocol: rest
-        enforcement: enforce
-        credential_binding: {{provider: anthropic}}
-        rules: [{{allow: {{method: POST, path: /v1/messages}}}}]
-    binaries: [{{path: {os.path.realpath(sys.executable)}}}]
-"""
+    return model_api_policy(port, os.path.realpath(sys.executable))
 
 
 def run_campaign(ge: GridEngine, spool: Path, campaign: str, count: int, cap: int, command: list[str],

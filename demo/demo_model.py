@@ -285,6 +285,13 @@ class StandInModel:
             return _error(400, "invalid_request_error", "model and messages are required")
         return body
 
+    async def _forced_or_body(self, request: web.Request) -> dict | web.Response:
+        """A forced error (``x-stand-in-status``, counted as rejected) or else :meth:`_body`."""
+        forced = _forced(request, self.ledger)
+        if forced is not None:
+            return forced
+        return await self._body(request)
+
     def _entry(self, request: web.Request, api: str, body: dict, stream: bool) -> dict:
         return {"n": next(self._ids), "api": api, "model": self.config.model_id or body["model"], "stream": stream,
                 "credential_headers": sorted(h for h in ("x-api-key", "authorization") if h in request.headers),
@@ -295,10 +302,7 @@ class StandInModel:
         if not self._key_ok(request.headers.get("x-api-key")):
             self.ledger.reject("auth")
             return _error(401, "authentication_error", "invalid x-api-key")
-        forced = _forced(request, self.ledger)
-        if forced is not None:
-            return forced
-        body = await self._body(request)
+        body = await self._forced_or_body(request)
         if isinstance(body, web.Response):
             return body
         if not isinstance(body.get("max_tokens"), int):
@@ -382,10 +386,7 @@ class StandInModel:
             return web.json_response({"error": {"type": "invalid_request_error", "code": "invalid_api_key",
                                                 "message": f"invalid key ({LABEL})"}},
                                      status=401, headers=STAND_IN_HEADER)
-        forced = _forced(request, self.ledger)
-        if forced is not None:
-            return forced
-        body = await self._body(request)
+        body = await self._forced_or_body(request)
         if isinstance(body, web.Response):
             return body
         await asyncio.sleep(_ms(request, "x-stand-in-latency-ms", self.config.latency_ms) / 1000)

@@ -41,24 +41,24 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true or false)")
 
 
-def env_float(name: str, default: float) -> float:
+def _env_number(name: str, default, convert, what: str):
+    """``convert(value)`` of the variable ``name`` (``default`` when unset or empty); ImproperlyConfigured
+    ("... is not <what>") when ``convert`` raises ValueError."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return float(raw)
+        return convert(raw)
     except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
+        raise ImproperlyConfigured(f"{name}={raw!r} is not {what}") from exc
+
+
+def env_float(name: str, default: float) -> float:
+    return _env_number(name, default, float, "a number")
 
 
 def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from exc
+    return _env_number(name, default, int, "an integer")
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

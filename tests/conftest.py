@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -101,6 +103,17 @@ class Stack:
         self.start("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=INFO",
                             "--schedule", str(beat_schedule)])
 
+    @contextmanager
+    def serving(self, beat_schedule: Path, worker_name: str) -> Iterator["Stack"]:
+        """:meth:`start_services`, wait for the web server (RuntimeError after 30 s), yield the stack,
+        and :meth:`stop` it however the block ends."""
+        self.start_services(beat_schedule, worker_name)
+        try:
+            self.wait_http()
+            yield self
+        finally:
+            self.stop()
+
     def stop(self) -> None:
         for _, proc in reversed(self.procs):
             proc.terminate()
@@ -122,12 +135,8 @@ def live_stack(transactional_db, bootstrap, tmp_path):
         shutil.rmtree(log_dir)
     log_dir.mkdir(parents=True)
     stack = Stack(db_path, Path(bootstrap.TCO_SPOOL_DIR), log_dir)
-    stack.start_services(tmp_path / "beat-schedule", "test")
-    try:
-        stack.wait_http()
+    with stack.serving(tmp_path / "beat-schedule", "test"):
         yield stack
-    finally:
-        stack.stop()
 
 
 # --- roles and scoped data (issue 6) ----------------------------------------------------

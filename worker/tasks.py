@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from contextlib import contextmanager
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
@@ -43,17 +45,25 @@ def single_flight(name: str, timeout: float):
                 pass  # expired while we worked: the next holder already has it
 
 
+def on_default_cluster(kind: str, timeout: float, work: Callable[[Any], dict]) -> dict:
+    """``work(cluster)`` on the default cluster while holding the single-flight lock
+    ``<kind>:<cluster name>`` (at most ``timeout`` seconds); ``{"skipped": True}`` when another
+    worker holds it."""
+    from dashboards.clusters import cluster_get_default
+
+    cluster = cluster_get_default()
+    with single_flight(f"{kind}:{cluster.name}", timeout=timeout) as mine:
+        return work(cluster) if mine else {"skipped": True}
+
+
 @shared_task(time_limit=30, soft_time_limit=25)
 def poll_queue() -> dict:
     """Poll ``qstat -xml -u '*'`` and ``qstat -f`` once (whatever the number of hosts) and apply the difference."""
-    from dashboards.clusters import cluster_get_default, scheduler_for
+    from dashboards.clusters import scheduler_for
     from dashboards.ingest import apply_qstat_poll, record_poll_failure
     from schedulers.hosts import tasks_with_host_states
 
-    cluster = cluster_get_default()
-    with single_flight(f"poll:{cluster.name}", timeout=30) as mine:
-        if not mine:
-            return {"skipped": True}
+    def poll(cluster) -> dict:
         observed_at = timezone.now()
         try:
             # Tasks on an unreachable host are "unknown", never running, done or failed on a guess.
@@ -65,42 +75,35 @@ def poll_queue() -> dict:
         changes = apply_qstat_poll(cluster, tasks, observed_at=observed_at)
         return {"added": changes.added, "changed": changes.changed, "gone": changes.gone}
 
+    return on_default_cluster("poll", 30, poll)
+
 
 @shared_task(time_limit=30, soft_time_limit=25)
 def poll_cluster_status() -> dict:
     """Poll queue slots, hosts and consumables, and resource quotas."""
-    from dashboards.clusters import cluster_get_default, cluster_status_refresh
+    from dashboards.clusters import cluster_status_refresh
 
-    cluster = cluster_get_default()
-    with single_flight(f"status:{cluster.name}", timeout=30) as mine:
-        if not mine:
-            return {"skipped": True}
-        return cluster_status_refresh(cluster=cluster)
+    return on_default_cluster("status", 30, lambda cluster: cluster_status_refresh(cluster=cluster))
 
 
 @shared_task(time_limit=300, soft_time_limit=290)
 def ingest_accounting() -> dict:
-    from dashboards.clusters import cluster_get_default
     from dashboards.ingest import ingest_accounting as ingest
 
-    cluster = cluster_get_default()
-    with single_flight(f"accounting:{cluster.name}", timeout=300) as mine:
-        if not mine:
-            return {"skipped": True}
+    def accounting(cluster) -> dict:
         result = ingest(cluster)
         return {"accepted": result.accepted, "quarantined": result.quarantined, "finalized": result.finalized,
                 **({"error": result.error} if result.error else {})}
+
+    return on_default_cluster("accounting", 300, accounting)
 
 
 @shared_task(time_limit=120, soft_time_limit=110)
 def ingest_runner_records() -> dict:
     """Store the runners' records; the counts of dashboards.ingest.RunnerIngestResult (quarantined, ...)."""
-    from dashboards.clusters import cluster_get_default
     from dashboards.ingest import ingest_runner_records as ingest
 
-    cluster = cluster_get_default()
-    with single_flight(f"runner-records:{cluster.name}", timeout=120) as mine:
-        return ingest(cluster).as_dict() if mine else {"skipped": True}
+    return on_default_cluster("runner-records", 120, lambda cluster: ingest(cluster).as_dict())
 
 
 @shared_task(time_limit=60)

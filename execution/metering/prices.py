@@ -273,18 +273,15 @@ class PriceTable:
     def resolve(self, response_model: str | None, requested_model: str | None = None) -> tuple[str | None, str | None]:
         """``(table model name, via)`` by the lookup order of the module doc,
         or ``(None, None)``. Dates are not considered here."""
-        if response_model:
-            if response_model in self._rates:
-                return response_model, "response_model"
-            target = self.aliases.get(response_model)
+        for name, exact, via_alias in ((response_model, "response_model", "alias"),
+                                       (requested_model, "requested_model", "requested_alias")):
+            if not name:
+                continue
+            if name in self._rates:
+                return name, exact
+            target = self.aliases.get(name)
             if target in self._rates:
-                return target, "alias"
-        if requested_model:
-            if requested_model in self._rates:
-                return requested_model, "requested_model"
-            target = self.aliases.get(requested_model)
-            if target in self._rates:
-                return target, "requested_alias"
+                return target, via_alias
         for name in (requested_model, response_model):
             if not name:
                 continue

@@ -28,6 +28,7 @@ from tests.ops.fixtures import (  # noqa: F401
 )
 
 from ..conftest import TEST_OUTPUT
+from .test_ops_pages import login
 from .test_pages_roles import browser  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -42,11 +43,7 @@ PHONE = {"width": 390, "height": 844}
 def signed_in(browser, stack, username: str, password: str = PASSWORD, **context_options):
     context = browser.new_context(**{"viewport": {"width": 1400, "height": 1000}, **context_options})
     page = context.new_page()
-    page.goto(stack.url + "/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", password)
-    page.click("#login-submit")
-    page.wait_for_url(lambda url: "/login/" not in url, timeout=15000)
+    login(page, stack, username, password)
     try:
         yield page
     finally:

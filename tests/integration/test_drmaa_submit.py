@@ -6,6 +6,7 @@ to hold its records, then checks the runner records against both.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import pytest
 from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
 from schedulers.gridengine.adapter import GridEngine
 from schedulers.gridengine.commands import run_command
+from tests import helpers
 
 pytestmark = pytest.mark.integration
 
@@ -125,14 +127,7 @@ def accounting_rows(path: str, job_number: int) -> list[dict]:
     return rows
 
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+wait_until = functools.partial(helpers.wait_until, step=0.2)
 
 
 def test_a_five_task_array_runs_the_runner_and_is_accounted(engine, submitted, sge_cluster, tmp_path,

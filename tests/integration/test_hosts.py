@@ -108,6 +108,30 @@ def drive(cluster, scheduler) -> None:
     cluster_status_refresh(cluster=cluster, scheduler=scheduler)
 
 
+def drive_until(cluster, scheduler, done, timeout: float, failure, each=None) -> None:
+    """:func:`drive` every 0.5 s until ``done()`` is true (``each()``, a check, runs after every round);
+    after ``timeout`` seconds fail with the message ``failure()``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        drive(cluster, scheduler)
+        if each is not None:
+            each()
+        if done():
+            return
+        time.sleep(0.5)
+    pytest.fail(failure())
+
+
+def campaign_over(campaign: Campaign, job: int):
+    """A condition for :func:`drive_until`: no task of ``campaign`` is active in tco, none of ``job`` in qstat."""
+    return lambda: not Task.objects.filter(campaign=campaign, active=True).exists() and not qstat_tasks(job)
+
+
+def host_unknown(host: str):
+    """A condition for :func:`drive_until`: every queue instance on ``host`` is in state u."""
+    return lambda: all("u" in s for q, (s, _) in queue_instances().items() if q.endswith("@" + host))
+
+
 def fault(action: str, host: str, timeout: float = 60) -> None:
     """Ask scripts/cluster-faults (root) to take ``host``'s execd down (kill -9) or up; wait until done."""
     fifo = FAULTS_DIR / f"faults-{settings.SGE_CELL}.fifo"
@@ -162,14 +186,8 @@ def test_a_campaign_spreads_over_every_agent_host_and_is_all_ingested(bootstrap,
     scheduler = scheduler_for(cluster)
     campaign = launch("spread", [{"task": n, "duration_s": 8.0} for n in range(1, n_tasks + 1)])
     job = campaign.job_number
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        drive(cluster, scheduler)
-        if not Task.objects.filter(campaign=campaign, active=True).exists() and not qstat_tasks(job):
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"the campaign did not finish: {sorted(Task.objects.filter(campaign=campaign).values_list('state'))}")
+    drive_until(cluster, scheduler, campaign_over(campaign, job), 600, lambda: (
+        f"the campaign did not finish: {sorted(Task.objects.filter(campaign=campaign).values_list('state'))}"))
     drive(cluster, scheduler)  # runner records written last
 
     lines = accounting_lines(job)
@@ -208,15 +226,8 @@ def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(boo
     fault("down", lost_host)
     try:
         # The scheduler declares the host unknown (instance state u) after max_unheard.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            drive(cluster, scheduler)
-            never_ended_while_queued()
-            if all("u" in s for q, (s, _) in queue_instances().items() if q.endswith("@" + lost_host)):
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"{lost_host} never became unknown: {queue_instances()}")
+        drive_until(cluster, scheduler, host_unknown(lost_host), 120,
+                    lambda: f"{lost_host} never became unknown: {queue_instances()}", each=never_ended_while_queued)
         drive(cluster, scheduler)  # one poll after qstat -f says u
         still = {n: s for n, (s, h) in qstat_tasks(job).items() if h == lost_host}
         # Not yet rescheduled (reschedule_unknown waits 30 s): qstat still says r on the lost host; tco says
@@ -230,16 +241,10 @@ def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(boo
         assert all(hosts_shown[h]["state"] == "up" for h in names if h != lost_host)
 
         # -r y: the qmaster reschedules the lost host's tasks (Rq), each attempt accounted.
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            drive(cluster, scheduler)
-            never_ended_while_queued()
-            listed = qstat_tasks(job)
-            if all(listed.get(n, ("", lost_host))[1] != lost_host for n in on_lost):
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"the tasks of {lost_host} were not rescheduled: {qstat_tasks(job)}")
+        drive_until(cluster, scheduler,
+                    lambda: all(qstat_tasks(job).get(n, ("", lost_host))[1] != lost_host for n in on_lost), 180,
+                    lambda: f"the tasks of {lost_host} were not rescheduled: {qstat_tasks(job)}",
+                    each=never_ended_while_queued)
         drive(cluster, scheduler)
         restarted = dict(Task.objects.filter(campaign=campaign, task_number__in=on_lost).values_list(
             "task_number", "restarted"))
@@ -249,16 +254,9 @@ def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(boo
         fault("up", lost_host)
 
     # Converges by itself: every task ends, once, from its last attempt.
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        drive(cluster, scheduler)
-        never_ended_while_queued()
-        if not Task.objects.filter(campaign=campaign, active=True).exists() and not qstat_tasks(job):
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"no convergence: {list(Task.objects.filter(campaign=campaign).values_list('task_number', 'state'))}"
-                    f" qstat {qstat_tasks(job)}")
+    drive_until(cluster, scheduler, campaign_over(campaign, job), 300, lambda: (
+        f"no convergence: {list(Task.objects.filter(campaign=campaign).values_list('task_number', 'state'))}"
+        f" qstat {qstat_tasks(job)}"), each=never_ended_while_queued)
     time.sleep(2)  # accounting flush time is 1 s: a late line of an old attempt would show now
     drive(cluster, scheduler)
 
@@ -299,14 +297,8 @@ def test_without_rerun_the_lost_hosts_tasks_stay_unknown_until_it_comes_back_the
     lost_host = placed[1]
     fault("down", lost_host)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            drive(cluster, scheduler)
-            if all("u" in s for q, (s, _) in queue_instances().items() if q.endswith("@" + lost_host)):
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"{lost_host} never became unknown: {queue_instances()}")
+        drive_until(cluster, scheduler, host_unknown(lost_host), 120,
+                    lambda: f"{lost_host} never became unknown: {queue_instances()}")
         drive(cluster, scheduler)
         on_lost = sorted(n for n, h in placed.items() if h == lost_host)
         states = dict(Task.objects.filter(campaign=campaign).values_list("task_number", "state"))
@@ -316,14 +308,8 @@ def test_without_rerun_the_lost_hosts_tasks_stay_unknown_until_it_comes_back_the
         assert {n: h for n, (_, h) in qstat_tasks(job).items() if n in on_lost} == {n: lost_host for n in on_lost}
     finally:
         fault("up", lost_host)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        drive(cluster, scheduler)
-        if not Task.objects.filter(campaign=campaign, active=True).exists() and not qstat_tasks(job):
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"no convergence: {list(Task.objects.filter(campaign=campaign).values_list('task_number', 'state'))}")
+    drive_until(cluster, scheduler, campaign_over(campaign, job), 240, lambda: (
+        f"no convergence: {list(Task.objects.filter(campaign=campaign).values_list('task_number', 'state'))}"))
     drive(cluster, scheduler)
     lines = {int(f[35]): f for f in accounting_lines(job)}
     assert sorted(lines) == [1, 2] and len(accounting_lines(job)) == 2  # one attempt each

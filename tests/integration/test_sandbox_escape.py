@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import model_api_policy
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,24 +139,7 @@ def escape(tmp_path_factory):
                   "spool": str(spool), "other_workdir": str(other), "credentials_file": str(creds),
                   "state_secret": str(state / "secret_key")}
         (campaign_dir / "inputs.jsonl").write_text(json.dumps(inputs) + "\n")
-        policy = f"""\
-version: 1
-filesystem_policy:
-  include_workdir: true
-  read_only: [/usr, /lib, /lib64, /bin, /etc, {probe_dir}]
-  read_write: [/sandbox, /tmp]
-process: {{run_as_user: sandbox, run_as_group: sandbox}}
-network_policies:
-  model_api:
-    endpoints:
-      - host: 127.0.0.1
-        port: {model_port}
-        protocol: rest
-        enforcement: enforce
-        credential_binding: {{provider: anthropic}}
-        rules: [{{allow: {{method: POST, path: /v1/messages}}}}]
-    binaries: [{{path: /usr/bin/python3.11}}]
-"""
+        policy = model_api_policy(model_port, "/usr/bin/python3.11", [probe_dir])
         spec = {"version": 1, "campaign_id": CAMPAIGN, "inputs_file": "inputs.jsonl", "timeout_s": 120,
                 "agent": {"command": ["/usr/bin/python3", str(probe_dir / "sandbox_probes.py")],
                           "outputs": ["probes.json"]},

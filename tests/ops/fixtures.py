@@ -9,7 +9,6 @@ import itertools
 import re
 import shutil
 import subprocess
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from dashboards.models import AccountingRecord, AgentDefinition, Campaign, Cluster, Role, Task, Team
 from dashboards.roles import membership_set
 from django.conf import settings
+from tests.helpers import wait_until  # noqa: F401  (imported from here by the ops tests)
 from tests.sge_env import sge_env
 
 PASSWORD = "ops-test-pw-1"
@@ -117,12 +117,8 @@ def ops_stack(transactional_db, bootstrap, tmp_path):
     stack = Stack(db_path, Path(bootstrap.TCO_SPOOL_DIR), log_dir)
     stack.env["DJANGO_SETTINGS_MODULE"] = "tests.ops.settings"
     stack.mail_dir = mail_dir
-    stack.start_services(tmp_path / "beat-schedule", "ops")
-    try:
-        stack.wait_http()
+    with stack.serving(tmp_path / "beat-schedule", "ops"):
         yield stack
-    finally:
-        stack.stop()
 
 
 # --------------------------------------------------------------------------- the real cluster
@@ -156,15 +152,5 @@ def qdel_quietly(*job_numbers: int | None) -> None:
     ids = [str(j) for j in job_numbers if j]
     if ids:
         subprocess.run(["qdel", *ids], capture_output=True, env=SGE_ENV)
-
-
-def wait_until(predicate, timeout: float, what: str, step: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
