@@ -69,18 +69,21 @@ def fits_the_viewport(page) -> None:
 
 def test_an_admin_clears_triage_by_reason_and_reads_the_audit_log(ops_stack, browser, ops_logins):
     admin_password = os.environ["TCO_ADMIN_PASSWORD"]
-    # Two jobs held outside tco (a user hold from qsub -h): one group, one action.
+    # Two jobs held outside tco (a user hold from qsub -h): one group, one action. Named for this run,
+    # so held jobs another (failed) run left on the cluster are never this test's to count or release.
+    HELD_NAME = f"uxb-held-{os.getpid()}"
     jobs = []
     for n in range(2):
         out = subprocess.run(["qsub", "-terse", "-h", "-b", "y", "-o", "/dev/null", "-e", "/dev/null", "-P", "research",
-                              "-q", "agent.q", "-N", f"uxb-held-{n}", "/bin/sleep", "1"],
+                              "-q", "agent.q", "-N", f"{HELD_NAME}-{n}", "/bin/sleep", "1"],
                              capture_output=True, text=True, env=SGE_ENV, check=True)
         jobs.append(int(out.stdout.strip().split(".")[0]))
-    research = Team.objects.get(project="research")
-    finished = make_campaign(team=research, user=ops_logins["launcher"], name="done-one", status="finished", count=1)
-    Task.objects.create(cluster=finished.cluster, campaign=finished, job_number=finished.job_number, task_number=1,
-                        is_array=True, state="done", active=False, ended_at=timezone.now())
     try:
+        research = Team.objects.get(project="research")
+        finished = make_campaign(team=research, user=ops_logins["launcher"], name="done-one", status="finished",
+                                 count=1)
+        Task.objects.create(cluster=finished.cluster, campaign=finished, job_number=finished.job_number,
+                            task_number=1, is_array=True, state="done", active=False, ended_at=timezone.now())
         wait_until(lambda: Task.objects.filter(job_number__in=jobs, state="held", active=True).count() == 2, 60,
                    "the held jobs seen by tco", 0.5)
         with signed_in(browser, ops_stack, "admin", admin_password) as page:
@@ -109,7 +112,7 @@ def test_an_admin_clears_triage_by_reason_and_reads_the_audit_log(ops_stack, bro
             shot(page, "admin-triage-inline-error")
             # One confirmation for the whole group.
             # (searched: other suites' held jobs, if any, are not this test's to release)
-            page.goto(ops_stack.url + "/ops/triage/?state=held&q=uxb-held")
+            page.goto(ops_stack.url + f"/ops/triage/?state=held&q={HELD_NAME}")
             assert page.get_attribute(f"{group} h3", "data-count") == "2"
             page.click(f'{group} form.group-action button[type="submit"]')
             page.wait_for_selector("#confirm")
@@ -117,7 +120,7 @@ def test_an_admin_clears_triage_by_reason_and_reads_the_audit_log(ops_stack, bro
             shot(page, "admin-triage-group-confirm")
             page.click("#confirm")
             page.wait_for_selector("ul.messages li.success")
-            assert "state=held" in page.url and "q=uxb-held" in page.url
+            assert "state=held" in page.url and f"q={HELD_NAME}" in page.url
             wait_until(lambda: ControlRequest.objects.filter(job_number__in=jobs, action="triage_release",
                                                              state="done").count() == 2, 60,
                        "both releases carried out", 0.5)
