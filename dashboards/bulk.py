@@ -106,8 +106,11 @@ def store_accounting_records(cluster: Cluster, records: Sequence[ParsedRecord],
     stored as ``AccountingRecord.tokens`` (``{}`` for the others).
     ``task_of``: {index in ``records``: Task id} for the records that belong
     to a task (``dashboards.ingest`` finds them). Runs in the caller's
-    transaction. Raises ``NotImplementedError`` for a backend other than
-    SQLite and PostgreSQL, and what the driver raises on a database error.
+    transaction. SQLite: one multi-row ``INSERT ... ON CONFLICT DO NOTHING``;
+    PostgreSQL: binary COPY into a staging table, then one such insert; any
+    other backend: Django's ``bulk_create(ignore_conflicts=True)`` (slower,
+    the count taken before and after). Raises what the driver raises on a
+    database error.
     """
     if not records:
         return 0
@@ -115,7 +118,19 @@ def store_accounting_records(cluster: Cluster, records: Sequence[ParsedRecord],
         return _store_postgresql(cluster, records, task_of, tokens)
     if connection.vendor == "sqlite":
         return _store_sqlite(cluster, records, task_of, tokens)
-    raise NotImplementedError(f"accounting ingest into {connection.vendor} is not supported")
+    return _store_portable(cluster, records, task_of, tokens)
+
+
+def _store_portable(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None,
+                    tokens: dict[int, dict] | None = None) -> int:
+    """Any backend Django supports: the ORM's conflict-ignoring bulk insert. It reports no count,
+    so the records of the batch's jobs are counted before and after (in the caller's transaction)."""
+    rows = record_rows(cluster, records, task_of, sqlite=False, tokens=tokens)
+    objects = [AccountingRecord(**dict(zip(RECORD_COLUMNS, row))) for row in rows]
+    stored = AccountingRecord.objects.filter(cluster=cluster, job_number__in={r.job_number for r in records})
+    before = stored.count()
+    AccountingRecord.objects.bulk_create(objects, batch_size=500, ignore_conflicts=True)
+    return stored.count() - before
 
 
 def _column_list() -> str:

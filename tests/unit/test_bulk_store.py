@@ -71,3 +71,20 @@ def test_epoch_us_counts_microseconds_since_1970_utc():
     assert epoch_us(dt.datetime(1970, 1, 2, 0, 0, 0, 5, tzinfo=dt.timezone.utc)) == 86_400_000_005
     assert epoch_us(dt.datetime(1970, 1, 1, 1, 0, tzinfo=BERLIN)) == 0  # 01:00 CET is midnight UTC
 
+
+
+def test_the_portable_path_for_other_backends_stores_the_same_rows_once():
+    """Backends other than SQLite and PostgreSQL take Django's bulk_create path: same rows, same count."""
+    from dashboards import bulk
+
+    cluster = cluster_get_default()
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    records = [parsed(11, 1, start=start, usage={"tokens": {"in": 5}}), parsed(11, 2, start=start),
+               parsed(11, 2, start=start)]
+    with transaction.atomic():
+        assert bulk._store_portable(cluster, records, None, {0: {"input_tokens": 5}}) == 2
+    with transaction.atomic():
+        assert bulk._store_portable(cluster, records, None) == 0
+    first = AccountingRecord.objects.get(job_number=11, task_number=1)
+    assert first.usage == {"tokens": {"in": 5}} and first.tokens == {"input_tokens": 5}
+    assert first.started_at == start and first.start_us == 1767225600 * 1_000_000  # date -d 2026-01-01Z +%s
