@@ -212,13 +212,21 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     # covered, at every place it appears inside (a bind's inside path may differ from its
     # host path, when the listed path is a link).
     hidden = [(h, True) for h in resolve_masks(PRIVATE_DIRS, fs)] + [(h, False) for h in masks + state]
+    # A hidden path inside another hidden directory is left to that directory's empty tmpfs:
+    # a placeholder mounted inside it would show the hidden file's name (/etc/tco/database-url).
     covered: set[str] = set()
     for inside, real in binds:
+        found: list[tuple[str, str]] = []  # (inside path, host path)
         for host, scratch in hidden:
             if host == real or not _under(host, real) or fs.islink(host) or not fs.lexists(host):
                 continue
-            where = os.path.normpath(inside.rstrip("/") + "/" + host[len(real.rstrip("/")):].lstrip("/"))
+            found.append((os.path.normpath(inside.rstrip("/") + "/" + host[len(real.rstrip("/")):].lstrip("/")),
+                          host))
+        emptied = [where for where, host in found if fs.isdir(host)]
+        for where, host in found:
             if where in private_listed or where in covered:
+                continue
+            if any(_under(where, above) and where != above for above in emptied):
                 continue
             covered.add(where)
             if fs.isdir(host):
