@@ -121,8 +121,18 @@ def sandbox_state_paths() -> list[str]:
 
 def sandbox_shared_paths() -> list[str]:
     """Directories inside the state directory that a policy may list (``TCO_SANDBOX_SHARED``):
-    ``<state>/sweeps``, the demo sweep's run outputs its review agents read."""
+    ``<state>/sweeps``, the demo sweep's run outputs its review agents read (each team's under
+    :func:`team_sweeps_dir`, the only part its policy ceiling lets it list)."""
     return [str(Path(settings.STATE_DIR) / "sweeps")]
+
+
+def team_sweeps_dir(project: str) -> Path:
+    """``<state>/sweeps/<project>``: where a team's demo sweeps write their runs, and all of the
+    sweeps its demo policy ceiling lets its agents read (another team's stay out of reach).
+    Raises ValueError for a project name that is not one path component."""
+    if not project or "/" in project or project in (".", ".."):
+        raise ValueError(f"project {project!r}: not a directory name")
+    return Path(settings.STATE_DIR) / "sweeps" / project
 
 
 def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:

@@ -48,7 +48,7 @@ from dashboards.clusters import cluster_get_default, scheduler_for
 from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
 from dashboards.launch import LaunchRequest, launch, urgent_launch
 from dashboards.models import AccountingRecord, AgentDefinition, Campaign, ModelEndpoint, Task, Team
-from dashboards.services import campaign_submit
+from dashboards.services import campaign_submit, team_sweeps_dir
 from dashboards.stages import task_stages
 from demo.reference_checker import SCRIPTED_CAVEAT
 from demo.sweep import review_agreement, sweep_review_launch, sweep_submit
@@ -305,8 +305,8 @@ def run_sweep(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, ou
     if not stand_in_answers(endpoint):
         raise ReplayError(f"the stand-in model does not answer at {endpoint.base_url} (make demo starts it; "
                           "or manage.py tco_sweep_review --start-model)")
-    # Under <state dir>/sweeps/: the demo policy ceiling lets review agents read there (read-only).
-    runs = Path(settings.STATE_DIR) / "sweeps" / f"replay-{out_dir.name}"
+    # Under the team's <state dir>/sweeps/<project>/: its demo ceiling lets its review agents read there.
+    runs = team_sweeps_dir(team.project) / f"replay-{out_dir.name}"
     sweep_called = timezone.now()
     sweep_job, _ = sweep_submit(team=team, count=opts.sweep, out_dir=runs, name="replay", scheduler=ingest.scheduler)
     called_at = timezone.now()

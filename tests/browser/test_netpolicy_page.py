@@ -30,7 +30,7 @@ def test_a_launcher_changes_a_running_campaigns_network_policy_with_confirmation
     page = browser_page
     campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_logins["launcher"],
                              name="netpol-page", status="submitted", count=1)
-    ceiling_network = yaml.safe_load(demo_ceiling())["network_policies"]
+    ceiling_network = yaml.safe_load(demo_ceiling(project="research"))["network_policies"]
     login(page, ops_stack, "launcher")
     page.goto(ops_stack.url + f"/ops/campaigns/{campaign.pk}/")
     assert "Version 0" in page.text_content("#network-policy-version")

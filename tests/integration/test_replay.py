@@ -47,7 +47,9 @@ def test_the_replay_reports_figures_of_its_own_run_and_a_bill_equal_to_qacct(boo
     port = int(stand_in_model.rsplit(":", 1)[1])
     ModelEndpoint.objects.filter(name="demo-stand-in").update(port=port)
     settings.TCO_DEMO_MODEL_PORT = port
-    PolicyCeiling.objects.update(policy=demo_ceiling())
+    for ceiling in PolicyCeiling.objects.select_related("team"):
+        ceiling.policy = demo_ceiling(project=ceiling.team.project)
+        ceiling.save(update_fields=["policy"])
     write_demo_credential(name="demo-stand-in", secret=KEY)
     out = io.StringIO()
     started = dt.datetime.now(dt.timezone.utc)

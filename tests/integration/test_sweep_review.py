@@ -23,7 +23,7 @@ from django.utils import timezone
 from dashboards.clusters import cluster_get_default, scheduler_for
 from dashboards.management.commands.tco_bootstrap import demo_ceiling
 from dashboards.models import ModelEndpoint, PolicyCeiling, Task, Team
-from dashboards.services import campaign_submit
+from dashboards.services import campaign_submit, team_sweeps_dir
 from demo.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
 from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
 from demo.reference_checker import SCRIPTED_CAVEAT, check_file
@@ -99,12 +99,12 @@ def test_a_sweep_and_its_chained_review_campaign(bootstrap, django_user_model, s
     # tco's state dir for this test lies outside the host's /tmp; its sweeps/ is where the demo
     # ceiling lets review agents read (TCO_SANDBOX_SHARED), everything else in it stays masked.
     settings.STATE_DIR = runs_dir
-    runs = runs_dir / "sweeps" / "runs"
+    runs = team_sweeps_dir(team.project) / "runs"
     # The stand-in listens on a free port: register it there, and the demo ceiling with it.
     port = int(stand_in_model.rsplit(":", 1)[1])
     settings.TCO_DEMO_MODEL_PORT = port
     ModelEndpoint.objects.filter(name="demo-stand-in").update(port=port)
-    PolicyCeiling.objects.filter(team=team).update(policy=demo_ceiling())
+    PolicyCeiling.objects.filter(team=team).update(policy=demo_ceiling(project=team.project))
     write_demo_credential(name="demo-stand-in", secret=KEY)
     scheduler = scheduler_for(cluster)
 

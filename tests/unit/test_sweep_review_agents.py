@@ -171,8 +171,8 @@ def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_mod
     # tco's state dir outside the host's /tmp (other tasks' scratch space, never bindable); its
     # sweeps/ folder is where the demo ceiling lets review agents read.
     bootstrap.STATE_DIR = state_outside_tmp
-    PolicyCeiling.objects.filter(team=team).update(policy=demo_ceiling())
-    runs = state_outside_tmp / "sweeps" / "runs"
+    PolicyCeiling.objects.filter(team=team).update(policy=demo_ceiling(project=team.project))
+    runs = state_outside_tmp / "sweeps" / team.project / "runs"
     sweep_job, _ = sweep_submit(team=team, count=8, out_dir=runs, name="s", scheduler=fake)
     (_, sweep_spec), = fake.submissions
     assert (sweep_spec.queue, sweep_spec.resources, sweep_spec.args[:2]) == ("classic.q", {}, ["-m", "demo.demo_sweep"])
@@ -198,3 +198,70 @@ def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_mod
     assert policy.proxy_policy()["network_policies"]["model_api"]["endpoints"][0]["port"] == port
     endpoint = ModelEndpoint.objects.get(name="demo-stand-in")
     assert spec["policy"] == review_policy(runs_dir=runs, endpoint=endpoint).strip()
+
+
+@pytest.mark.django_db
+def test_a_teams_review_agents_may_not_read_another_teams_sweeps(bootstrap, django_user_model, state_outside_tmp):
+    """Review F3: both demo teams' ceilings listed all of <state>/sweeps, so research's review
+    campaign could read engineering's sweep runs. Each ceiling now lists the team's own."""
+    from dashboards.launch import LaunchError
+    from dashboards.models import PolicyCeiling, Team
+    from demo.sweep import sweep_review_launch, sweep_submit
+    from execution.sandbox.policy import load_policy
+    from schedulers.fake import FakeScheduler
+
+    bootstrap.STATE_DIR = state_outside_tmp
+    PolicyCeiling.objects.all().delete()
+    call_command_quiet("tco_bootstrap")  # the demo ceilings, for this state directory
+    research, engineering = Team.objects.get(project="research"), Team.objects.get(project="engineering")
+    admin = django_user_model.objects.get(username="admin")
+    theirs = state_outside_tmp / "sweeps" / "engineering" / "runs"
+    ours = state_outside_tmp / "sweeps" / "research" / "runs"
+    for path in (theirs, ours):
+        path.mkdir(parents=True)
+    for team, own in ((research, ours), (engineering, theirs)):
+        ceiling = load_policy(PolicyCeiling.objects.get(team=team).policy)
+        assert str(own.parent) in ceiling.read_only
+        assert str(state_outside_tmp / "sweeps") not in ceiling.read_only
+    job, _ = sweep_submit(team=research, count=2, out_dir=ours, name="s", scheduler=FakeScheduler())
+    with pytest.raises(LaunchError, match=r"read_only: .*/sweeps/engineering/runs is outside the ceiling"):
+        sweep_review_launch(user=admin, team=research, sweep_job=job, runs_dir=theirs, count=2,
+                            endpoint="demo-stand-in")
+    campaign = sweep_review_launch(user=admin, team=research, sweep_job=job, runs_dir=ours, count=2,
+                                   endpoint="demo-stand-in")
+    assert str(ours) in load_policy(campaign.policy).read_only
+
+
+def call_command_quiet(*args):
+    from django.core.management import call_command
+    call_command(*args, stdout=open(os.devnull, "w"))
+
+
+@pytest.mark.django_db
+def test_bootstrap_moves_earlier_shared_demo_ceilings_to_the_teams_own_and_keeps_edited_ones(bootstrap):
+    from dashboards.management.commands.tco_bootstrap import demo_ceiling, demo_model_host
+    from dashboards.models import PolicyCeiling, Team
+
+    shared = str(Path(bootstrap.STATE_DIR) / "sweeps")
+    research, engineering = Team.objects.get(project="research"), Team.objects.get(project="engineering")
+    own = str(Path(bootstrap.STATE_DIR) / "sweeps" / "research")
+    earlier = demo_ceiling("127.0.0.1", project="research").replace(own, shared)  # an install before F3's fix
+    PolicyCeiling.objects.filter(team=research).update(policy=earlier)
+    edited = demo_ceiling(project="engineering").replace("/usr, ", "/usr, /srv/data, ")  # an admin's edit
+    PolicyCeiling.objects.filter(team=engineering).update(policy=edited)
+    call_command_quiet("tco_bootstrap")
+    assert PolicyCeiling.objects.get(team=research).policy == demo_ceiling(demo_model_host(), project="research")
+    assert PolicyCeiling.objects.get(team=engineering).policy == edited
+
+
+@pytest.mark.django_db
+def test_a_sites_bootstrap_makes_no_demo_teams_agent_endpoint_or_ceilings(db, tmp_path, settings):
+    from dashboards.models import AgentDefinition, Cluster, ModelEndpoint, PolicyCeiling, Team
+    from django.contrib.auth import get_user_model
+
+    settings.STATE_DIR = tmp_path
+    os.environ["TCO_ADMIN_PASSWORD"] = "test-admin-pw-1"
+    call_command_quiet("tco_bootstrap", "--no-demo")
+    assert Cluster.objects.count() == 1 and get_user_model().objects.filter(username="admin").exists()
+    assert (Team.objects.count(), AgentDefinition.objects.count(), ModelEndpoint.objects.count(),
+            PolicyCeiling.objects.count()) == (0, 0, 0, 0)

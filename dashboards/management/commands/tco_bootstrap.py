@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand
 
 from dashboards.clusters import cluster_get_default
 from dashboards.models import AgentDefinition, ModelEndpoint, PolicyCeiling, Team
-from dashboards.services import team_ensure
+from dashboards.services import team_ensure, team_sweeps_dir
 
 TEAMS = (("research", "research"), ("engineering", "engineering"))
 STAND_IN_MODEL = "stand-in-review"  # the model id the demo's review agents ask the stand-in for
@@ -63,16 +63,17 @@ def demo_model_host() -> str:
         return "127.0.0.1"
 
 
-def demo_ceiling(host: str | None = None) -> str:
-    """The policy ceiling of the demo teams: what the demo agent (the runner's default policy) and
-    the sweep's review agents (demo/sweep.py review_policy) need, and no more: system directories,
-    tco's demo code and venv, the sweeps' run directories read-only; the work directory and /tmp
-    writable; POST /v1/messages on the stand-in model only, with its credential. ``host``: the
-    model's address, :func:`demo_model_host` when None."""
+def demo_ceiling(host: str | None = None, *, project: str) -> str:
+    """The policy ceiling of the demo team ``project``: what the demo agent (the runner's default
+    policy) and the sweep's review agents (demo/sweep.py review_policy) need, and no more: system
+    directories, tco's demo code and venv, the team's own sweep runs (:func:`team_sweeps_dir`,
+    never another team's) read-only; the work directory and /tmp writable; POST /v1/messages on
+    the stand-in model only, with its credential. ``host``: the model's address,
+    :func:`demo_model_host` when None."""
     import sys
 
     read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "demo"), sys.prefix,
-                 str(Path(settings.STATE_DIR) / "sweeps")]
+                 str(team_sweeps_dir(project))]
     return demo_policy(read_only=read_only, host=host or demo_model_host(), port=settings.TCO_DEMO_MODEL_PORT,
                        provider=DEMO_PROVIDER)
 
@@ -83,13 +84,46 @@ def demo_agent_command() -> list[str]:
 
 
 class Command(BaseCommand):
-    help = "Create the cluster record, the research and engineering teams, the demo agent and an admin login."
+    help = ("Create the cluster record and an admin login, and (unless --no-demo) the demo teams research and "
+            "engineering, the demo agent, the stand-in model endpoint and the demo policy ceilings.")
 
     def add_arguments(self, parser):
         parser.add_argument("--admin", default="admin", help="user name of the admin login (default admin)")
+        parser.add_argument("--no-demo", action="store_true",
+                            help="a site's installation: only the cluster record and the admin; no demo teams, "
+                                 "demo agent, stand-in model endpoint, demo price or demo policy ceilings")
 
     def handle(self, *args, **options):
         cluster = cluster_get_default()
+        if not options["no_demo"]:
+            self._demo()
+
+        password_file = Path(settings.STATE_DIR) / "admin-password"
+        User = get_user_model()
+        user = User.objects.filter(username=options["admin"]).first()
+        try:
+            recorded = password_file.read_text().strip()
+        except OSError:
+            recorded = ""
+        # The file is what the demo prints: keep it true. A new admin, or one
+        # whose password no longer matches the file, gets a fresh password.
+        if user is None or not recorded or not user.check_password(recorded):
+            password = os.environ.get("TCO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+            if user is None:
+                User.objects.create_superuser(options["admin"], email="", password=password)
+            else:
+                user.set_password(password)
+                user.save(update_fields=["password"])
+            password_file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(password + "\n")
+        teams = "no demo teams" if options["no_demo"] else "demo teams research and engineering"
+        self.stdout.write(f"cluster {cluster.name}, {teams}, admin login "
+                          f"{options['admin']} (password in {password_file})")
+
+    def _demo(self) -> None:
+        """The demo teams, agent, price, stand-in endpoint and the teams' policy ceilings."""
         for name, project in TEAMS:
             team_ensure(name=name, project=project)
         AgentDefinition.objects.get_or_create(
@@ -121,40 +155,25 @@ class Command(BaseCommand):
         )
         # The stand-in model's endpoint and the demo teams' policy ceilings (issue 11): the only
         # endpoint a demo runner gives a credential to, and the most a demo campaign may allow.
+        host = demo_model_host()
         ModelEndpoint.objects.get_or_create(
             name=DEMO_ENDPOINT,
-            defaults={"provider": DEMO_PROVIDER, "scheme": "http", "host": demo_model_host(),
+            defaults={"provider": DEMO_PROVIDER, "scheme": "http", "host": host,
                       "port": settings.TCO_DEMO_MODEL_PORT, "path_prefixes": ["/v1/"],
                       "credential_name": DEMO_ENDPOINT})
+        shared_sweeps = str(Path(settings.STATE_DIR) / "sweeps")
         for team in Team.objects.filter(project__in=[p for _, p in TEAMS]):
             PolicyCeiling.objects.get_or_create(team=team, defaults={
-                "policy": demo_ceiling(), "note": "tco_bootstrap: what the demo and review agents need"})
-        # Made on a single-host cluster, then the cell got execution hosts in namespaces: the
-        # runners no longer reach 127.0.0.1 of the master. Only the untouched demo entries move.
-        host = demo_model_host()
+                "policy": demo_ceiling(host, project=team.project),
+                "note": "tco_bootstrap: what the demo and review agents need"})
+            # Untouched demo ceilings of earlier installs move to this one: made on a single-host
+            # cluster (the runners in namespaces no longer reach 127.0.0.1 of the master), or
+            # listing every team's sweeps (<state>/sweeps) instead of the team's own.
+            own = str(team_sweeps_dir(team.project))
+            earlier = {demo_ceiling(h, project=team.project).replace(own, shared) for h in ("127.0.0.1", host)
+                       for shared in (own, shared_sweeps)}
+            earlier.discard(demo_ceiling(host, project=team.project))
+            PolicyCeiling.objects.filter(team=team, policy__in=earlier).update(
+                policy=demo_ceiling(host, project=team.project))
         if host != "127.0.0.1":
             ModelEndpoint.objects.filter(name=DEMO_ENDPOINT, host="127.0.0.1").update(host=host)
-            PolicyCeiling.objects.filter(team__project__in=[p for _, p in TEAMS],
-                                         policy=demo_ceiling("127.0.0.1")).update(policy=demo_ceiling(host))
-        password_file = Path(settings.STATE_DIR) / "admin-password"
-        User = get_user_model()
-        user = User.objects.filter(username=options["admin"]).first()
-        try:
-            recorded = password_file.read_text().strip()
-        except OSError:
-            recorded = ""
-        # The file is what the demo prints: keep it true. A new admin, or one
-        # whose password no longer matches the file, gets a fresh password.
-        if user is None or not recorded or not user.check_password(recorded):
-            password = os.environ.get("TCO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
-            if user is None:
-                User.objects.create_superuser(options["admin"], email="", password=password)
-            else:
-                user.set_password(password)
-                user.save(update_fields=["password"])
-            password_file.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(password + "\n")
-        self.stdout.write(f"cluster {cluster.name}, teams research and engineering, admin login "
-                          f"{options['admin']} (password in {password_file})")

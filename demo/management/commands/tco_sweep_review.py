@@ -30,7 +30,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from dashboards.audit import ActionRefused
 from dashboards.models import Campaign, ModelEndpoint, Task, Team
-from dashboards.services import LaunchError, campaign_submit
+from dashboards.services import LaunchError, campaign_submit, team_sweeps_dir
 from demo.sweep import (review_agreement, review_runs_dir, sweep_review_launch, sweep_submit,
                               write_demo_credential)
 from schedulers.base import SchedulerError
@@ -45,8 +45,9 @@ class Command(BaseCommand):
         parser.add_argument("--user", default="admin")
         parser.add_argument("--name", default="sweep-review")
         parser.add_argument("--out-dir", default=None,
-                            help="where the sweep writes its runs (default <state dir>/sweeps/<name>-<time>); on a "
-                                 "real cluster a shared directory every exec host mounts")
+                            help="where the sweep writes its runs (default <state dir>/sweeps/<team project>/"
+                                 "<name>-<time>: the team's own sweeps, all its demo ceiling lets its agents read); "
+                                 "on a real cluster a shared directory every exec host mounts")
         parser.add_argument("--endpoint", default="demo-stand-in",
                             help="name of the registered model endpoint the review agents use")
         parser.add_argument("--model", default="stand-in-review",
@@ -76,7 +77,7 @@ class Command(BaseCommand):
         if not 1 <= count <= 1000:
             raise CommandError("--tasks: 1 to 1000")
         name = options["name"]
-        out_dir = Path(options["out_dir"] or Path(settings.STATE_DIR) / "sweeps" / f"{name}-{int(time.time())}")
+        out_dir = Path(options["out_dir"] or team_sweeps_dir(team.project) / f"{name}-{int(time.time())}")
         endpoint = ModelEndpoint.objects.filter(name=options["endpoint"], active=True).first()
         if endpoint is None:
             raise CommandError(f"model endpoint {options['endpoint']!r} is not registered (run manage.py "
