@@ -40,6 +40,7 @@ from zoneinfo import ZoneInfo
 
 __all__ = ["CalendarError", "Calendar", "parse_calendar", "parse_calendar_conf", "parse_queue_calendars",
            "calendar_status", "calendar_text", "opening_text", "queue_calendar_fields", "when_text",
+           "read_queue_calendars", "annotate_queues", "queue_opening_reason",
            "STATE_WORDS"]
 
 UTC = dt.timezone.utc
@@ -348,3 +349,52 @@ def opening_text(queue: str, status: dict, now: dt.datetime) -> str | None:
 def zone(name: str | None) -> dt.tzinfo:
     """The qmaster's zone by IANA name (None or blank: UTC)."""
     return ZoneInfo(name) if name else UTC
+
+
+def read_queue_calendars(run) -> dict[str, dict]:
+    """Every cluster queue's calendar as the status poll stores it (``queue_calendar_fields``).
+
+    ``run(argv) -> bytes`` runs a Grid Engine command (raising the adapter's SchedulerError):
+    ``qconf -sq '*'`` once, then ``qconf -scal NAME`` per calendar named. A calendar whose
+    definition cannot be read or parsed gets ``calendar_error`` instead of its fields.
+    """
+    names = parse_queue_calendars(run(["qconf", "-sq", "*"]))
+    calendars: dict[str, Calendar] = {}
+    errors: dict[str, str] = {}
+    for name in sorted(set(names.values())):
+        try:
+            calendars[name] = parse_calendar_conf(run(["qconf", "-scal", name]))
+        except Exception as exc:  # SchedulerError from run, CalendarError from the parser
+            errors[name] = str(exc)[:300]
+    fields = queue_calendar_fields(names, calendars)
+    for queue, name in names.items():
+        if name in errors:
+            fields[queue]["calendar_error"] = errors[name]
+    return fields
+
+
+def annotate_queues(queues: list[dict], fields: dict[str, dict] | None, now: dt.datetime,
+                    tz: dt.tzinfo = UTC) -> list[dict]:
+    """Status-poll queue entries (``qstat -g c`` rows, ``{"name", ...}``) with their calendar:
+    ``fields`` from ``read_queue_calendars`` merged in, then ``calendar_status`` at ``now`` and
+    ``calendar_text``. Rows of queues without a calendar come back unchanged; new dicts throughout."""
+    out = []
+    for row in queues:
+        row = {**row, **((fields or {}).get(row.get("name")) or {})}
+        if row.get("calendar") and not row.get("calendar_error"):
+            row.update(calendar_status(row, now, tz) or {})
+        if row.get("calendar"):
+            row["calendar_text"] = calendar_text(row.get("name", "?"), row, now)
+        out.append(row)
+    return out
+
+
+def queue_opening_reason(queue: str, queues: list[dict] | None, now: dt.datetime,
+                         tz: dt.tzinfo = UTC) -> str | None:
+    """``opening_text`` for cluster queue ``queue`` from status-poll entries (state worked out at
+    ``now`` from the stored definition, not from when the poll ran); None without a closing calendar."""
+    row = next((q for q in queues or () if q.get("name") == queue), None)
+    if not row or not row.get("calendar") or row.get("calendar_error"):
+        return None
+    status = calendar_status(row, now, tz)
+    return opening_text(queue, status, now) if status else None
