@@ -123,7 +123,8 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler: SchedulerAdapter | No
                 status[f"{part}_error"] = str(exc)[:500]
     # Calendars (schedulers.calendars): merged into the queue entries (calendar, calendar_year,
     # calendar_week, calendar_state, calendar_next_change, calendar_next_state, calendar_text).
-    status["queues"] = annotate_queues(status["queues"], status.pop("queue_calendars", None), timezone.now())
+    status["queues"] = annotate_queues(status["queues"], status.pop("queue_calendars", None), timezone.now(),
+                                       cluster.time_zone)
     if status != cluster.status:
         Cluster.objects.filter(pk=cluster.pk).update(status=status, status_at=timezone.now())
         realtime.queue_changed(cluster.name)

@@ -347,8 +347,11 @@ def opening_text(queue: str, status: dict, now: dt.datetime) -> str | None:
 
 
 def zone(name: str | None) -> dt.tzinfo:
-    """The qmaster's zone by IANA name (None or blank: UTC)."""
-    return ZoneInfo(name) if name else UTC
+    """The qmaster's zone by IANA name (None, blank or a name the zone database lacks: UTC)."""
+    try:
+        return ZoneInfo(name) if name else UTC
+    except (ValueError, KeyError):  # ZoneInfoNotFoundError is a KeyError
+        return UTC
 
 
 def read_queue_calendars(run) -> dict[str, dict]:
@@ -374,27 +377,30 @@ def read_queue_calendars(run) -> dict[str, dict]:
 
 
 def annotate_queues(queues: list[dict], fields: dict[str, dict] | None, now: dt.datetime,
-                    tz: dt.tzinfo = UTC) -> list[dict]:
+                    tz_name: str | None = None) -> list[dict]:
     """Status-poll queue entries (``qstat -g c`` rows, ``{"name", ...}``) with their calendar:
-    ``fields`` from ``read_queue_calendars`` merged in, then ``calendar_status`` at ``now`` and
+    ``fields`` from ``read_queue_calendars`` merged in, ``calendar_tz`` (the qmaster's zone,
+    ``tz_name`` or one already stored, default UTC), then ``calendar_status`` at ``now`` and
     ``calendar_text``. Rows of queues without a calendar come back unchanged; new dicts throughout."""
     out = []
     for row in queues:
         row = {**row, **((fields or {}).get(row.get("name")) or {})}
+        if row.get("calendar"):
+            row["calendar_tz"] = tz_name or row.get("calendar_tz") or "UTC"
         if row.get("calendar") and not row.get("calendar_error"):
-            row.update(calendar_status(row, now, tz) or {})
+            row.update(calendar_status(row, now, zone(row["calendar_tz"])) or {})
         if row.get("calendar"):
             row["calendar_text"] = calendar_text(row.get("name", "?"), row, now)
         out.append(row)
     return out
 
 
-def queue_opening_reason(queue: str, queues: list[dict] | None, now: dt.datetime,
-                         tz: dt.tzinfo = UTC) -> str | None:
+def queue_opening_reason(queue: str, queues: list[dict] | None, now: dt.datetime) -> str | None:
     """``opening_text`` for cluster queue ``queue`` from status-poll entries (state worked out at
-    ``now`` from the stored definition, not from when the poll ran); None without a closing calendar."""
+    ``now`` in the entry's ``calendar_tz`` from the stored definition, not from when the poll ran);
+    None without a closing calendar."""
     row = next((q for q in queues or () if q.get("name") == queue), None)
     if not row or not row.get("calendar") or row.get("calendar_error"):
         return None
-    status = calendar_status(row, now, tz)
+    status = calendar_status(row, now, zone(row.get("calendar_tz")))
     return opening_text(queue, status, now) if status else None
