@@ -160,14 +160,18 @@ def _weekday(text: str) -> int:
         raise CalendarError(f"week day {text!r}: one of {', '.join(WEEKDAYS)}") from None
 
 
-def _weekdays(text: str) -> tuple:
+def _day_ranges(text: str, one, what: str, wraps: bool) -> tuple:
+    """``a-b,c,...`` -> ((first, last), ...) with ``one`` parsing a day; a week range may wrap
+    (``fri-mon``) but its two days must differ, a year range may not run backwards."""
     ranges = []
     for item in text.split(","):
         first, dash, last = item.partition("-")
-        a = _weekday(first)
-        b = _weekday(last) if dash else a
-        if dash and a == b:
-            raise CalendarError(f"week day range {item!r}: the two days must differ (calendar_conf(5))")
+        a = one(first)
+        b = one(last) if dash else a
+        if dash and wraps and a == b:
+            raise CalendarError(f"{what} range {item!r}: the two days must differ (calendar_conf(5))")
+        if not wraps and b < a:
+            raise CalendarError(f"{what} range {item!r}: ends before it starts")
         ranges.append((a, b))
     return tuple(ranges)
 
@@ -182,18 +186,6 @@ def _yearday(text: str) -> dt.date:
         return dt.date(int(year), month_number or int(month), int(day))
     except ValueError:
         raise CalendarError(f"year day {text!r}: not a date") from None
-
-
-def _yeardays(text: str) -> tuple:
-    ranges = []
-    for item in text.split(","):
-        first, dash, last = item.partition("-")
-        a = _yearday(first)
-        b = _yearday(last) if dash else a
-        if b < a:
-            raise CalendarError(f"year day range {item!r}: ends before it starts")
-        ranges.append((a, b))
-    return tuple(ranges)
 
 
 def _entries(text: str, year: bool) -> tuple:
@@ -214,7 +206,7 @@ def _entries(text: str, year: bool) -> tuple:
             elif year and "." in part:
                 if position != 0:
                     raise CalendarError(f"entry {word!r}: the day list comes first")
-                days = _yeardays(part)
+                days = _day_ranges(part, _yearday, "year day", wraps=False)
             elif part[:1].isdigit():
                 if times:
                     raise CalendarError(f"entry {word!r}: two daytime lists")
@@ -222,7 +214,7 @@ def _entries(text: str, year: bool) -> tuple:
             elif not year and part:
                 if position != 0:
                     raise CalendarError(f"entry {word!r}: the day list comes first")
-                days = _weekdays(part)
+                days = _day_ranges(part, _weekday, "week day", wraps=True)
             else:
                 raise CalendarError(f"{'year' if year else 'week'} entry {word!r}: {part!r} is not understood")
         if not (days or times or state):

@@ -14,6 +14,7 @@ import pytest
 
 from ..conftest import TEST_OUTPUT
 from ..integration.calendar_window import CALENDAR, QUEUE, closed_window
+from .test_ops_pages import login
 from .test_queue_page import browser_page, wait_for  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -27,10 +28,8 @@ def calendar_line(page) -> str | None:
 
 def test_the_queue_page_shows_the_calendar_closed_then_open(live_stack, browser_page):
     page = browser_page
+    login(page, live_stack, "admin", "test-admin-pw-1")
     page.goto(live_stack.url + "/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", "test-admin-pw-1")
-    page.click("#login-submit")
     page.wait_for_selector("#live.on", timeout=15000)
     page.evaluate("window.__tcoNoReload = 'still here'")
     with closed_window(60) as opens:

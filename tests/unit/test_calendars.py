@@ -96,6 +96,13 @@ def test_year_entry_with_wrapping_times_and_seconds():
     assert window.next_change(at("2026-12-01 16:42:00")) is None     # never closes again
 
 
+def test_week_day_range_over_the_weekend_wraps():
+    cal = parse_calendar("w", "NONE", "fri-mon=suspended")
+    assert [cal.state_at(at(f"2026-12-0{d} 12:00:00")) for d in range(1, 8)] == \
+        ["on", "on", "on", "suspended", "suspended", "suspended", "suspended"]  # Tue 1 .. Mon 7
+    assert cal.next_change(at("2026-12-02 12:00:00")) == (at("2026-12-04 00:00:00"), "suspended")
+
+
 def test_local_zone_of_the_qmaster():
     berlin = ZoneInfo("Europe/Berlin")  # UTC+1 in December
     assert AFTER_HOURS.state_at(at("2026-12-01 17:30:00"), berlin) == "on"   # 18:30 in Berlin
@@ -108,6 +115,7 @@ def test_local_zone_of_the_qmaster():
     ("NONE", "8-25"),
     ("NONE", "8:61-9"),
     ("31.2.2026", "NONE"),
+    ("1.2.2026-1.1.2026", "NONE"),  # a year day range may not run backwards
     ("NONE", "on=8-18"),             # the state comes last
     ("NONE", "8-18=9-10"),
 ])
