@@ -37,8 +37,11 @@ def test_a_job_waits_for_the_calendar_and_starts_when_it_opens(bootstrap):
     try:
         with closed_window(WINDOW_S) as opens:
             # The queue instance is disabled by its calendar: state D (qstat -f).
-            states = {name: s for name, (s, _) in queue_instances().items() if name.startswith(QUEUE + "@")}
-            assert states and all("D" in s for s in states.values()), states
+            def cal_states() -> dict[str, str]:
+                return {name: s for name, (s, _) in queue_instances().items() if name.startswith(QUEUE + "@")}
+            wait_until(lambda: cal_states() and all("D" in s for s in cal_states().values()), 20,
+                       "cal.q's queue instances disabled by the calendar (D)", 0.5)
+            states = cal_states()
             row = cal_queue_status()
             assert (row["calendar"], row["calendar_state"]) == (CALENDAR, "off"), row
             assert row["calendar_next_change"] == opens.strftime("%Y-%m-%dT%H:%M:%SZ"), row
