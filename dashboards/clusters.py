@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from schedulers import registry
 from schedulers.base import SchedulerAdapter, SchedulerError
+from schedulers.calendars import annotate_queues
 from schedulers.gridengine import flavours
 
 from . import realtime
@@ -93,7 +94,8 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler: SchedulerAdapter | No
 
     ``status`` becomes ``{"queues": [...], "hosts": [...], "quotas": [...],
     "global_capacity": {resource: number}, "share_tree": [...],
-    "queue_instances": [...]}`` (shapes of ``SchedulerAdapter`` and
+    "queue_instances": [...]}``, queue entries with their calendar (``schedulers.calendars.annotate_queues``;
+    ``queue_calendars_error`` when it could not be read) (shapes of ``SchedulerAdapter`` and
     ``schedulers.hosts.parse_queue_instances``; on a share-tree or
     queue-instance failure ``share_tree_error`` / ``queue_instances_error``
     instead). On ``SchedulerError`` the previous status stays and
@@ -112,13 +114,17 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler: SchedulerAdapter | No
     # Optional parts (an adapter may lack queue_instances, a cluster use only functional tickets):
     # on a failure the rest of the status is still stored, with the part's error. queue_instances:
     # states and reasons of the queue instances, for the hosts display (schedulers.hosts).
-    for part in ("queue_instances", "share_tree"):
+    for part in ("queue_instances", "share_tree", "queue_calendars"):
         read = getattr(scheduler, part, None)
         if read is not None:
             try:
                 status[part] = read()
             except SchedulerError as exc:
                 status[f"{part}_error"] = str(exc)[:500]
+    # Calendars (schedulers.calendars): merged into the queue entries (calendar, calendar_year,
+    # calendar_week, calendar_state, calendar_next_change, calendar_next_state, calendar_text).
+    status["queues"] = annotate_queues(status["queues"], status.pop("queue_calendars", None), timezone.now(),
+                                       cluster.time_zone)
     if status != cluster.status:
         Cluster.objects.filter(pk=cluster.pk).update(status=status, status_at=timezone.now())
         realtime.queue_changed(cluster.name)

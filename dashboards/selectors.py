@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from execution.spool import TOKEN_BUCKETS
 from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, SCHEDULER_STATES, TERMINAL_STATES
+from schedulers.calendars import annotate_queues
 
 from . import history
 from .health import task_note
@@ -225,7 +226,8 @@ def _finished_campaign_states(campaign: Campaign) -> dict[str, int]:
 def cluster_resources(cluster: Cluster, seat_resource: str, projects: set[str] | None = None) -> dict[str, Any]:
     """Slots per cluster queue, model API seats, consumables, RQS limits and share tree from the last status poll.
 
-    Returns ``{"queues": [{name, used, resv, available, total, ...}], "seats":
+    Returns ``{"queues": [{name, used, resv, available, total, ..., and for a queue with a
+    calendar: calendar, calendar_state, calendar_next_change, calendar_text}], "seats":
     {resource, used, capacity} | None, "consumables": [{resource, used,
     capacity}], "quotas": [{rule, resource, limit, used, filters}],
     "share_tree": [{node, project, shares, job_count, actual_share,
@@ -256,7 +258,8 @@ def cluster_resources(cluster: Cluster, seat_resource: str, projects: set[str] |
         if projects is None or (node.get("project") in projects)
     ]
     return {
-        "queues": status.get("queues", []),
+        # Calendar state and next change worked out now from the stored definitions (schedulers.calendars).
+        "queues": annotate_queues(status.get("queues", []), None, timezone.now()),
         "seats": seats,
         "consumables": consumables,
         "quotas": status.get("quotas", []),
@@ -782,7 +785,7 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
         if task.state in ("pending", "held", "error") and scheduler["detail"]:
             status = task.cluster.status or {}
             reasons = explain_pending(scheduler["detail"], status.get("quotas"), status.get("hosts"),
-                                      status.get("global_capacity"))
+                                      status.get("global_capacity"), queues=status.get("queues"))
             reasons += pending_position(task.cluster, task.job_number, task.project)
     tokens = {f: getattr(task, f) for f in (*TOKEN_FIELDS, "reasoning_tokens")}
     tokens["total"] = _tokens(task)

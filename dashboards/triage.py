@@ -64,7 +64,7 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
                 reason_error = f"reasons unavailable: {found['error']}"
             else:
                 reasons = explain_pending(found["detail"], quota=status.get("quotas"), hosts=status.get("hosts"),
-                                          capacities=status.get("global_capacity"))
+                                          capacities=status.get("global_capacity"), queues=status.get("queues"))
                 reasons += positions[job["job_number"]]
         except (ValueError, TypeError) as exc:
             reason_error = f"reasons unavailable: {exc}"

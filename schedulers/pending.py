@@ -12,8 +12,11 @@ Each reason is ``{"text": plain words, "raw": what Grid Engine said}``.
 """
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Iterable
+
+from schedulers.calendars import queue_opening_reason
 
 __all__ = ["explain_pending", "RESOURCE_LABELS"]
 
@@ -130,7 +133,8 @@ def _global_free(resource: str, offered: str | None, hosts: Iterable[dict] | Non
 
 
 def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | None = None,
-                    capacities: dict | None = None) -> list[dict]:
+                    capacities: dict | None = None, queues: list | None = None,
+                    now: dt.datetime | None = None) -> list[dict]:
     """Plain-words reasons a job (or some of its tasks) is not running.
 
     ``job_detail``: ``parse_job_detail`` output. ``quota``: ``parse_qquota``
@@ -139,6 +143,10 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
     what is still free of a global consumable. ``capacities``: configured
     totals of global consumables (``complex_values`` of ``qconf -se
     global``, e.g. ``{"anthropic_api": 96}``), which qhost does not show.
+    ``queues``: the status poll's queue entries (``schedulers.calendars.annotate_queues``):
+    a queue instance "dropped because it is disabled/suspended" whose queue's calendar
+    closes it at ``now`` (default: the current time) reads ``agent.q opens at 18:00 UTC
+    (calendar after_hours)`` instead (calendar_conf(5)).
 
     Returns ``[{"text": str, "raw": str}]``: errors, holds and dependencies
     first; then the scheduler's messages for this job in its order; then,
@@ -187,13 +195,22 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
             messages.append(message)
     hard_queue: list[str] = []
     for message in messages:
-        text = _explain_message(message, job_detail, quota, hosts, capacities, hard_queue)
+        text = _calendar_reason(message, queues, now)
+        text = text or _explain_message(message, job_detail, quota, hosts, capacities, hard_queue)
         if text is not None:
             add(text, message)
     if hard_queue:
         add(f"only runs in the queues it requested (-q); {len(hard_queue)} other queue(s) skipped",
             hard_queue[0] + (f" (+{len(hard_queue) - 1} similar)" if len(hard_queue) > 1 else ""))
     return reasons
+
+
+def _calendar_reason(message: str, queues: list | None, now: dt.datetime | None) -> str | None:
+    """The opening time of a queue instance's queue that its calendar closes (None otherwise)."""
+    match = _QI_DROPPED.search(message) if queues else None
+    if not match or match.group(2) not in ("disabled", "suspended"):
+        return None
+    return queue_opening_reason(match.group(1).split("@")[0], queues, now or dt.datetime.now(dt.timezone.utc))
 
 
 def policy_position(*, rank: int, of: int, priority: float | None, project: str | None,

@@ -153,6 +153,16 @@ class GridEngine(SchedulerAdapter):
         from schedulers.hosts import QSTAT_F_ARGV, parse_queue_instances
         return parse_queue_instances(self._run(list(QSTAT_F_ARGV)))
 
+    def queue_calendars(self) -> dict[str, dict]:
+        """Each cluster queue's calendar (queue_conf(5) ``calendar``, calendar_conf(5)):
+        ``{queue: {"calendar", "calendar_year", "calendar_week"}}`` for queues that name one,
+        from ``qconf -sq '*'`` and ``qconf -scal NAME`` (``schedulers.calendars.read_queue_calendars``).
+
+        Raises SchedulerUnavailable, SchedulerCommandError.
+        """
+        from schedulers.calendars import read_queue_calendars
+        return read_queue_calendars(self._run)
+
     def quotas(self) -> list[dict]:
         """Resource quota usage, ``qquota -u '*' -xml``, parsed by ``parse_qquota``."""
         return self._status(["qquota", "-u", "*", "-xml"], parse_qquota,

@@ -44,6 +44,11 @@
         tb.appendChild(tr);
       });
       t.appendChild(tb); box.appendChild(t);
+      c.queues.forEach(function (q) {  // queue calendars (calendar_conf(5)): state now, next change
+        if (!q.calendar_text) { return; }
+        box.appendChild(el("p", { "class": "calendar calendar-" + (q.calendar_state || "unknown"), "data-queue": q.name },
+          q.calendar_text));
+      });
       if (c.seats) {
         box.appendChild(el("p", { "id": "seats" }, "Model API seats (consumable " + c.seats.resource + ", global): " +
           num(c.seats.used, 0) + " of " + num(c.seats.capacity, 0) + " in use"));

@@ -19,6 +19,7 @@ from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Callable
 
+from django.conf import settings
 from django.utils import timezone
 
 from dashboards.clusters import cluster_get_default, cluster_status_refresh, scheduler_for
@@ -31,12 +32,14 @@ from tests.ops.fixtures import SGE_ENV, qstat_jobs, wait_until
 
 @dataclass
 class CauseContext:
-    """What a cause may use: ``launcher`` (a user who may launch on ``team``), ``team``, and
-    ``jobs``, where it appends every job number it submits as soon as it has it."""
+    """What a cause may use: ``launcher`` (a user who may launch on ``team``), ``team``,
+    ``jobs``, where it appends every job number it submits as soon as it has it, and ``undo``,
+    where it appends what restores the cluster after the test (called last first, always)."""
 
     launcher: object
     team: Team
     jobs: list[int] = field(default_factory=list)
+    undo: list[Callable[[], None]] = field(default_factory=list)
 
 
 @dataclass
@@ -182,3 +185,30 @@ def held_predecessor(ctx: CauseContext) -> Made:
     return Made(task=task, check_facts=check,
                 expected=[f"waiting for job {first.job_number} to finish",
                           f"job {first.job_number}, which it waits for, is held: it starts only when released (qrls)"])
+
+
+@cause("closed calendar")
+def closed_calendar(ctx: CauseContext) -> Made:
+    """The test queue cal.q closed by its calendar tco_window for about 90 s (scripts/cluster-faults ->
+    dev-cluster --calendar-window; agent.q is never touched); a campaign launched into cal.q waits."""
+    from django.test import override_settings
+
+    from .calendar_window import (CALENDAR, QUEUE, close_queue_until, open_window_end, opening_reason,
+                                  remove_window)
+
+    opens = open_window_end(90)
+    ctx.undo.append(remove_window)
+    close_queue_until(opens)
+    with override_settings(TCO_QUEUES=[*settings.TCO_QUEUES, QUEUE]):
+        campaign = launch_campaign(ctx, "after-hours", queue=QUEUE)
+    wait_until(lambda: scheduler_said(campaign.job_number, f'"{QUEUE}@'), 60,
+               "the scheduler saying cal.q is disabled", 0.5)
+    task = waiting_task(campaign, "pending")
+    assert timezone.now() < opens, "the calendar window closed before the task was seen waiting"
+
+    def check(facts: dict) -> None:
+        [row] = facts["calendars"]
+        assert (row["queue"], row["calendar"], row["calendar_state"]) == (QUEUE, CALENDAR, "off"), row
+        assert row["calendar_next_change"] == opens.strftime("%Y-%m-%dT%H:%M:%SZ"), row
+
+    return Made(task=task, check_facts=check, expected=[opening_reason(opens)])

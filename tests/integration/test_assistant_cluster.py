@@ -235,3 +235,5 @@ def test_why_pending_names_the_cause_made_on_purpose(server_env, ops_users, tmp_
         http.stop()
         log.close()
         qdel_quietly(*ctx.jobs)
+        for undo in reversed(ctx.undo):
+            undo()
