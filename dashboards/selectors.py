@@ -284,7 +284,7 @@ def cluster_hosts(cluster: Cluster, user: AbstractBaseUser) -> dict[str, Any]:
     """The cluster's execution hosts from the last status poll, with the active tasks ``user`` may see on each.
 
     Returns ``{"hosts": [...], "problems": [...]}``: ``hosts`` as
-    ``schedulers.hosts.host_states`` (name, state up/unreachable/error/alarm/
+    ``schedulers.hosts.host_states`` (name, state up/unreachable/error/alarm/closed/
     disabled, why, load_avg, num_proc, mem_total_bytes, mem_used_bytes,
     slots_used, slots_total, queues) with ``tasks``: ``{"count": n,
     "shown": [{id, task_id, campaign_id, state}]}`` (at most

@@ -30,7 +30,11 @@ P      preempted
 
 A *host*'s state here is derived from its queue instances, by precedence:
 ``unreachable`` (any instance ``u``) > ``error`` (any ``E``) > ``alarm`` (any
-``a``/``A``) > ``disabled`` (every instance ``d``/``D``) > ``up``.
+``a``/``A``) > ``closed`` (every instance closed by its calendar only: ``C``/``D``
+and no other letter) > ``disabled`` (every instance ``d``/``D``) > ``up``. A
+calendar's closing is planned, not a problem: :func:`instance_problems` leaves
+out instances whose only letters are ``C``/``D`` (the queue page shows the
+calendar and when it opens, schedulers/calendars.py).
 
 The scheduler keeps showing a job on an unknown host as running (``r``): it
 cannot know. :func:`mark_unreachable` adds the host's ``u`` to such a task's
@@ -65,7 +69,9 @@ QINSTANCE_LETTERS: dict[str, str] = {
     "P": "preempted",
 }
 
-HOST_STATES = ("up", "unreachable", "error", "alarm", "disabled")
+HOST_STATES = ("up", "unreachable", "error", "alarm", "closed", "disabled")
+#: Queue instance letters set by a calendar (calendar_conf(5)): planned, not problems.
+CALENDAR_LETTERS = frozenset("CD")
 
 #: The one command that gives every queue instance's state and reasons, whatever the number of hosts.
 QSTAT_F_ARGV = ["qstat", "-f", "-explain", "aAcE", "-xml"]
@@ -140,13 +146,19 @@ def parse_queue_instances(data: bytes) -> list[dict]:
     return result
 
 
-def _host_state(letters: set[str], instance_count: int, disabled_count: int) -> str:
+def _calendar_only(states: str) -> bool:
+    return bool(states) and set(states) <= CALENDAR_LETTERS
+
+
+def _host_state(letters: set[str], instance_count: int, disabled_count: int, closed_count: int = 0) -> str:
     if "u" in letters:
         return "unreachable"
     if "E" in letters:
         return "error"
     if letters & {"a", "A"}:
         return "alarm"
+    if instance_count and closed_count == instance_count:
+        return "closed"
     if instance_count and disabled_count == instance_count:
         return "disabled"
     return "up"
@@ -189,8 +201,9 @@ def host_states(qhost: Iterable[Mapping], instances: Iterable[Mapping],
         host = by_host[name]
         letters = {letter for q in host["queues"] for letter in q["states"]}
         disabled = sum(1 for q in host["queues"] if set(q["states"]) & {"d", "D"})
+        closed = sum(1 for q in host["queues"] if _calendar_only(q["states"]))
         if host["queues"]:
-            state = _host_state(letters, len(host["queues"]), disabled)
+            state = _host_state(letters, len(host["queues"]), disabled, closed)
         else:
             state = "unreachable" if host["load_avg"] is None else "up"
         if not host["queues"] and state == "unreachable":
@@ -212,12 +225,14 @@ def instance_problems(instances: Iterable[Mapping]) -> list[dict]:
     """Queue instances in any state (alarm, unknown, disabled, error ...), for the queue page.
 
     Returns ``[{"name", "queue", "host", "states", "meanings": [str], "reasons": [str]}]``
-    in the order given; instances without state letters are left out.
+    in the order given; instances without state letters are left out, and so are those
+    whose only letters are their calendar's (``C``/``D``: planned closing, shown with the
+    queue's calendar).
     """
     return [{"name": qi["name"], "queue": qi["queue"], "host": qi["host"], "states": qi["states"],
              "meanings": [QINSTANCE_LETTERS.get(letter, "state not known to tco") for letter in qi["states"]],
              "reasons": list(qi["reasons"])}
-            for qi in instances if qi["states"]]
+            for qi in instances if qi["states"] and not _calendar_only(qi["states"])]
 
 
 def mark_unreachable(tasks: Iterable[QstatTask], unreachable: Iterable[str]) -> int:

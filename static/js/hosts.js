@@ -11,7 +11,8 @@
   function renderAlerts(data) {
     var box = TCO.clear(document.getElementById("host-alerts"));
     data.clusters.forEach(function (c) {
-      var troubled = (c.hosts || []).filter(function (h) { return h.state !== "up"; });
+      // A host closed by its queues' calendar is planned, not trouble (the calendar line says when it opens).
+      var troubled = (c.hosts || []).filter(function (h) { return h.state !== "up" && h.state !== "closed"; });
       if (!troubled.length && !(c.problems || []).length) { return; }
       var card = el("section", { "class": "card alert", "data-cluster": c.name });
       card.appendChild(el("h2", null, "Cluster " + c.name + ": " + troubled.length + " host(s) not up, " +

@@ -93,8 +93,22 @@ def test_host_state_precedence():
         instance("c", "agent.q", "d"), instance("c", "classic.q", "A"),
         instance("d", "agent.q", "d"), instance("d", "classic.q", "D"),
         instance("e", "agent.q", "d"), instance("e", "classic.q", ""),
+        instance("f", "agent.q", "D"), instance("f", "classic.q", "C"),
+        instance("g", "agent.q", "D"), instance("g", "classic.q", ""),
     ])}
-    assert hosts == {"a": "unreachable", "b": "error", "c": "alarm", "d": "disabled", "e": "up"}
+    assert hosts == {"a": "unreachable", "b": "error", "c": "alarm", "d": "disabled", "e": "up", "f": "closed",
+                     "g": "up"}
+
+
+def test_a_calendar_closing_is_no_problem_but_a_disabled_or_alarmed_closed_instance_is():
+    def instance(name, states):
+        return {"name": name, "queue": name.split("@")[0], "host": name.split("@")[1], "states": states,
+                "reasons": [], "slots_used": 0, "slots_total": 1, "load_avg": 1.0}
+
+    problems = instance_problems([instance("agent.q@x", "D"), instance("agent.q@y", "C"), instance("agent.q@z", "dD"),
+                                  instance("agent.q@w", "aD"), instance("agent.q@v", "")])
+    assert [p["name"] for p in problems] == ["agent.q@z", "agent.q@w"]
+    assert problems[0]["meanings"] == ["disabled", "disabled by its calendar"]
 
 
 def test_instance_problems_list_only_instances_in_a_state_with_their_meaning():
