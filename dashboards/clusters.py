@@ -93,7 +93,8 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler: SchedulerAdapter | No
 
     ``status`` becomes ``{"queues": [...], "hosts": [...], "quotas": [...],
     "global_capacity": {resource: number}, "share_tree": [...],
-    "queue_instances": [...]}`` (shapes of ``SchedulerAdapter`` and
+    "queue_instances": [...], "reservations": [...], "reserving_jobs": [...]}`` (shapes of
+    ``SchedulerAdapter``, ``dashboards.reservations.poll_status`` and
     ``schedulers.hosts.parse_queue_instances``; on a share-tree or
     queue-instance failure ``share_tree_error`` / ``queue_instances_error``
     instead). On ``SchedulerError`` the previous status stays and
@@ -119,6 +120,9 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler: SchedulerAdapter | No
                 status[part] = read()
             except SchedulerError as exc:
                 status[f"{part}_error"] = str(exc)[:500]
+    # Advance reservations and pending -R y jobs (issue 17): status["reservations"], ["reserving_jobs"].
+    from .reservations import poll_status
+    poll_status(scheduler, cluster, status)
     if status != cluster.status:
         Cluster.objects.filter(pk=cluster.pk).update(status=status, status_at=timezone.now())
         realtime.queue_changed(cluster.name)
