@@ -150,7 +150,7 @@ def team_choices(user: AbstractBaseUser, cluster: Cluster | None = None) -> list
     rows = (Reservation.objects.filter(cluster=cluster, deleted_at__isnull=True, end_at__gt=timezone.now(),
                                        team__in=teams_with(user, "launch"))
             .select_related("team").order_by("start_at", "ar_id"))
-    return [(r.ar_id, f"{r.ar_id} {r.name} ({r.team.name}, {timezone.localtime(r.start_at):%Y-%m-%d %H:%M} "
+    return [(r.ar_id, f"{r.ar_id} {r.name} ({r.team.name}, {r.start_at.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
                       f"for {_duration_text((r.end_at - r.start_at).total_seconds())})") for r in rows]
 
 

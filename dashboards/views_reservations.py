@@ -54,8 +54,11 @@ class ReservationForm(forms.Form):
 
     def clean_start(self) -> dt.datetime:
         value = self.cleaned_data["start"]
-        # The form's times are UTC whatever the site's zone (the field says so).
-        value = value.replace(tzinfo=dt.timezone.utc) if timezone.is_naive(value) else value
+        # The form's times are UTC whatever the site's zone (the field says so); Django made the
+        # wall-clock input aware in the current zone, so it is read again as UTC.
+        if timezone.is_aware(value):
+            value = timezone.make_naive(value, timezone.get_current_timezone())
+        value = value.replace(tzinfo=dt.timezone.utc)
         if value < timezone.now() - dt.timedelta(minutes=1):
             raise forms.ValidationError("the start is in the past")
         return value

@@ -32,11 +32,14 @@ from tests.ops.fixtures import SGE_ENV, qstat_jobs, wait_until
 @dataclass
 class CauseContext:
     """What a cause may use: ``launcher`` (a user who may launch on ``team``), ``team``, and
-    ``jobs``, where it appends every job number it submits as soon as it has it."""
+    ``jobs``, where it appends every job number it submits as soon as it has it (``reservations``:
+    the advance reservation ids it books)."""
 
     launcher: object
     team: Team
     jobs: list[int] = field(default_factory=list)
+    #: advance reservations a cause booked (qrdel afterwards)
+    reservations: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -182,3 +185,35 @@ def held_predecessor(ctx: CauseContext) -> Made:
     return Made(task=task, check_facts=check,
                 expected=[f"waiting for job {first.job_number} to finish",
                           f"job {first.job_number}, which it waits for, is held: it starts only when released (qrls)"])
+
+
+@cause("future reservation")
+def future_reservation(ctx: CauseContext) -> Made:
+    """The launcher books an advance reservation through tco that starts in a bit over two days
+    (so the "in …" of the reason does not change while the test asks), then launches a campaign
+    into it (-ar): its task waits for the reservation's start."""
+    import datetime as dt
+
+    from dashboards.reservations import BookRequest, book
+
+    start = (timezone.now() + dt.timedelta(hours=50, minutes=30)).replace(second=0, microsecond=0)
+    booked = book(user=ctx.launcher, request=BookRequest(team=ctx.team, name=f"mcp-ar-{uuid.uuid4().hex[:6]}",
+                                                         start=start, duration_s=600, queue="agent.q", seats=1))
+    ctx.reservations.append(booked.ar_id)
+    # The start as the scheduler holds it (qrstat -ar ID, read here), and the wait in whole hours.
+    text = run(["qrstat", "-ar", str(booked.ar_id)])
+    found = re.search(r"^start_time\s+(\S+ \S+)", text, re.M)
+    assert found, text
+    when = dt.datetime.strptime(found.group(1), "%m/%d/%Y %H:%M:%S").replace(tzinfo=dt.timezone.utc)
+    campaign = launch_campaign(ctx, "in-future-ar", advance_reservation=booked.ar_id)
+    task = waiting_task(campaign, "pending")
+    hours = int((when - timezone.now()).total_seconds() // 3600)
+    expected = (f"waits for advance reservation {booked.ar_id} (team {ctx.team.project}), which starts at "
+                f"{when:%Y-%m-%d %H:%M} UTC (in {hours // 24} d {hours % 24} h)")
+
+    def check(facts: dict) -> None:
+        [reservation] = facts["reservations"]
+        assert reservation["id"] == booked.ar_id and reservation["team"] == ctx.team.project, reservation
+        assert reservation["state"] == "waiting", reservation
+
+    return Made(task=task, check_facts=check, expected=[expected])

@@ -319,6 +319,10 @@ def test_the_reservations_page_books_and_lists(booking_env, ops_users, client, m
                                                 "duration_min": 30, "queue": "agent.q", "slots": 1, "seats": 1},
                          follow=True)
     assert b"page-booking" in answer.content and b'id="reservation-1"' in answer.content
+    injected = client.post("/ops/reservations/", {"team": team.pk, "name": "-u", "start": start, "duration_min": 30,
+                                                  "queue": "agent.q", "slots": 1, "seats": 1})
+    assert injected.status_code == 200 and b"a letter first" in injected.content
+    assert len(booking_env.reservation_calls) == 1  # only the first booking reached qrsub
     queue = client.get("/")
     assert b'id="reservation-1"' in queue.content and b"page-booking" in queue.content
     client.force_login(ops_users["viewer"])
