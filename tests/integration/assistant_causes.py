@@ -202,9 +202,10 @@ def future_reservation(ctx: CauseContext) -> Made:
     ctx.reservations.append(booked.ar_id)
     # The start as the scheduler holds it (qrstat -ar ID, read here), and the wait in whole hours.
     text = run(["qrstat", "-ar", str(booked.ar_id)])
-    found = re.search(r"^start_time\s+(\S+ \S+)", text, re.M)
+    found = re.search(r"^start_time\s+(\d\d)/(\d\d)/(\d{4}) (\d\d):(\d\d)", text, re.M)
     assert found, text
-    when = dt.datetime.strptime(found.group(1), "%m/%d/%Y %H:%M:%S").replace(tzinfo=dt.timezone.utc)
+    month, day, year, hour, minute = (int(g) for g in found.groups())
+    when = dt.datetime(year, month, day, hour, minute, tzinfo=dt.timezone.utc)
     campaign = launch_campaign(ctx, "in-future-ar", advance_reservation=booked.ar_id)
     task = waiting_task(campaign, "pending")
     hours = int((when - timezone.now()).total_seconds() // 3600)

@@ -327,3 +327,18 @@ def test_the_reservations_page_books_and_lists(booking_env, ops_users, client, m
     assert b'id="reservation-1"' in queue.content and b"page-booking" in queue.content
     client.force_login(ops_users["viewer"])
     assert client.get("/ops/reservations/").status_code == 403
+
+
+def test_triage_groups_jobs_waiting_on_a_reservation():
+    from dashboards.triage import GROUP_ACTIONS, _group_of
+
+    def job(text):
+        return {"errors": 0, "held": 0, "reasons": [{"text": text, "raw": ""}]}
+
+    ar = _group_of(job("waits for advance reservation 12 (team research), which starts at 18:00 UTC (in 41 min)"),
+                   None)
+    assert ar == {"key": "reservation:ar12", "kind": "reservation",
+                  "label": "wait for advance reservation 12 to start"}
+    rr = _group_of(job("slots on sge-exec3 are reserved for job 123 (-R y), which needs 2 slots"), None)
+    assert rr["key"] == "reservation:job123" and "job 123 (-R y)" in rr["label"]
+    assert "reservation" in GROUP_ACTIONS
