@@ -150,9 +150,9 @@ def _group_of(job: dict, hold: ControlRequest | None) -> dict[str, str]:
                 text.startswith("waiting for its predecessor"):
             return {"key": "dependency", "kind": "dependency", "label": "wait for other jobs to finish"}
     for text in texts:  # issue 17: an advance reservation not started yet, or slots kept for a -R y job
-        if text.startswith("waits for advance reservation") or " (-R y), which needs " in text:
+        if text.startswith("waits for advance reservation") or " (-R y)" in text and " are reserved for " in text:
             ar = text.split("advance reservation ", 1)[1].split(" ", 1)[0] if "advance reservation" in text else ""
-            job = text.split("reserved for job ", 1)[1].split(" ", 1)[0] if "reserved for job" in text else ""
+            job = text.split("reserved for job ", 1)[1].split(" ", 1)[0] if "reserved for job" in text else "?"
             return ({"key": f"reservation:ar{ar}", "kind": "reservation",
                      "label": f"wait for advance reservation {ar} to start"} if ar else
                     {"key": f"reservation:job{job}", "kind": "reservation",

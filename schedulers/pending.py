@@ -37,6 +37,8 @@ _QI_DROPPED = re.compile(r'queue instance "([^"]+)" dropped because it is (full|
 _PE_SLOTS = re.compile(r'cannot run in PE "([^"]+)" because it only offers (\d+) slots')
 _NO_PERMISSION = re.compile(r'has no permission for (cluster queue|queue instance|host|queue) "([^"]+)"')
 _TURNED_OFF = "Collecting of scheduler job information is turned off"
+_DUE_TO_RESERVATION = re.compile(r'cannot run (?:in queue|at host) "([^"]+)" because it offers only \S+ due to a '
+                                 r'reservation')
 
 
 def _number(text: str) -> float | None:
@@ -194,7 +196,14 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
         if _TURNED_OFF in message or (waiting and match and (not wanted or match.group(1).split("@")[0] in wanted)):
             messages.append(message)
     hard_queue: list[str] = []
+    reserved_hosts: list[str] = []  # "… because it offers only qc:slots=0.000000 due to a reservation"
     for message in messages:
+        match = _DUE_TO_RESERVATION.search(message)
+        if match:
+            host = match.group(1).split("@")[-1]
+            if host not in reserved_hosts:
+                reserved_hosts.append(host)
+            continue
         text = _explain_message(message, job_detail, quota, hosts, capacities, hard_queue)
         if text is not None:
             add(text, message)
@@ -202,7 +211,8 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
         add(f"only runs in the queues it requested (-q); {len(hard_queue)} other queue(s) skipped",
             hard_queue[0] + (f" (+{len(hard_queue) - 1} similar)" if len(hard_queue) > 1 else ""))
     if waiting:
-        for reason in reservation_reasons(job_detail, reservations, reserving_jobs, queue_instances, now):
+        for reason in reservation_reasons(job_detail, reservations, reserving_jobs, queue_instances, now,
+                                          reserved_hosts=reserved_hosts):
             add(reason["text"], reason["raw"])
     return reasons
 
@@ -241,7 +251,8 @@ def _clock(moment: dt.datetime, now: dt.datetime) -> str:
 
 
 def reservation_reasons(job_detail: dict, reservations: list | None = None, reserving_jobs: list | None = None,
-                        queue_instances: list | None = None, now: dt.datetime | None = None) -> list[dict]:
+                        queue_instances: list | None = None, now: dt.datetime | None = None, *,
+                        reserved_hosts: list[str] | None = None) -> list[dict]:
     """Why a waiting job waits on a reservation: ``[{"text", "raw"}]``.
 
     - Advance reservation (``-ar N``, ``job_detail["advance_reservation"]``):
@@ -257,7 +268,11 @@ def reservation_reasons(job_detail: dict, reservations: list | None = None, rese
       ``-R y`` jobs) hold slots on queue instances with ``slots_resv`` > 0 in
       ``queue_instances`` that this job may use (its ``hard_queues``, all if
       none): "slots on sge-exec3 are reserved for job 123 (-R y), which needs
-      2 slots".
+      2 slots". ``reserved_hosts`` are the hosts the scheduler itself named
+      ("cannot run in queue "classic.q@sge-exec3" because it offers only
+      qc:slots=0.000000 due to a reservation", SGE 8.1.9): they win over the
+      guess from free slots, and are reported even when the reserving job is
+      not known ("… reserved for a job that asked for a resource reservation (-R y)").
     """
     now = now or dt.datetime.now(dt.timezone.utc)
     out: list[dict] = []
@@ -290,6 +305,10 @@ def reservation_reasons(job_detail: dict, reservations: list | None = None, rese
         return out
     others = [j for j in reserving_jobs or [] if j.get("job_number") != job_detail.get("job_number")]
     wanted = set(job_detail.get("hard_queues") or [])
+    if reserved_hosts and not others:
+        out.append({"text": f"slots on {', '.join(reserved_hosts)} are reserved for a job that asked for a "
+                            "resource reservation (-R y)",
+                    "raw": f"offers only slots=0 due to a reservation on {', '.join(reserved_hosts)}"})
     for job in [] if ar else others:
         theirs = set(job.get("queues") or [])
         if wanted and theirs and not wanted & theirs:
@@ -300,6 +319,7 @@ def reservation_reasons(job_detail: dict, reservations: list | None = None, rese
                         if (not theirs or qi.get("queue") in theirs) and (not wanted or qi.get("queue") in wanted)
                         and (qi.get("slots_resv") or 0) + (qi.get("slots_used") or 0) < (qi.get("slots_total") or 0)
                         or (qi.get("slots_resv") or 0) > 0 and (not theirs or qi.get("queue") in theirs)})
+        hosts = list(reserved_hosts or []) or hosts
         where = f"slots on {', '.join(hosts)}" if hosts else (
             f"slots in {', '.join(sorted(theirs))}" if theirs else "free slots")
         slots = job.get("slots") or 1

@@ -41,27 +41,42 @@ def test_ocs92_summary_and_detail_of_a_waiting_reservation():
     assert parse_qrstat((OCS / "qrstat_xml_empty.xml").read_bytes()) == []
 
 
-def test_sge819_reservation_with_seats_and_a_pe_as_the_dev_cluster_prints_it():
-    rows = parse_qrstat((SGE / "qrstat_ar_detail.xml").read_bytes())
-    by_name = {r["name"]: r for r in rows}
-    agent, classic = by_name["ar_capture"], by_name["ar_classic"]
-    assert agent["owner"] == classic["owner"] == "tco"
-    assert agent["resources"].get("anthropic_api") in ("2", "2.000000")
-    assert agent["queues"] and all(q["queue"] == "agent.q" for q in agent["queues"])
-    assert classic["pe"] == "smp" and classic["slots"] == 2
-    assert classic["queues"] == [{"queue_instance": "classic.q@sge-exec3", "queue": "classic.q",
-                                  "host": "sge-exec3", "slots": 2}]
-    for row in rows:
-        assert row["duration_s"] == 600 and (row["end_at"] - row["start_at"]).total_seconds() == 600
-        assert row["state"] == "waiting"
+def test_sge819_reservation_with_a_pe_as_the_dev_cluster_prints_it():
+    (detail,) = parse_qrstat((SGE / "qrstat_ar_detail.xml").read_bytes())
+    # granted_slots queue_instance="classic.q@sge-exec3" slots="2"; smp, 2; 17:11:00-17:21:00.
+    assert detail["id"] == 2 and detail["name"] == "ar_classic" and detail["owner"] == "tco"
+    assert detail["queues"] == [{"queue_instance": "classic.q@sge-exec3", "queue": "classic.q",
+                                 "host": "sge-exec3", "slots": 2}]
+    assert detail["slots"] == 2 and detail["pe"] == "smp" and detail["pe_slots"] == 2
+    assert detail["start_at"] == dt.datetime(2026, 12, 1, 17, 11, tzinfo=UTC) and detail["duration_s"] == 600
+    assert detail["submitted_at"] == dt.datetime(2026, 12, 1, 17, 8, 5, tzinfo=UTC)
+    assert detail["state"] == "waiting" and detail["account"] == "sge" and detail["resources"] == {}
+    (summary,) = parse_qrstat((SGE / "qrstat_u_all.xml").read_bytes())
+    assert "queues" not in summary and summary["end_at"] == dt.datetime(2026, 12, 1, 17, 21, tzinfo=UTC)
     assert parse_qrstat((SGE / "qrstat_empty.xml").read_bytes()) == []
 
 
 def test_a_job_submitted_into_a_reservation_names_it_in_qstat_j():
     assert parse_job_detail((OCS / "qstat_j_in_ar.xml").read_bytes())["advance_reservation"] == 1
-    assert parse_job_detail((SGE / "qstat_j_in_ar.xml").read_bytes())["advance_reservation"] is not None
     plain = parse_job_detail((SGE / "qstat_j_pending_classic.xml").read_bytes())
     assert plain["advance_reservation"] is None and plain["reserve"] is False
+
+
+def test_the_real_resource_reservation_the_scheduler_made_is_explained():
+    """Captured: job 600 runs on one of classic.q's 2 slots, 601 asks -pe smp 2 -R y, and 602 (1 slot,
+    h_rt 1 h) is told "offers only qc:slots=0.000000 due to a reservation"."""
+    big = parse_job_detail((SGE / "qstat_j_rr_big.xml").read_bytes())
+    small = parse_job_detail((SGE / "qstat_j_rr_small.xml").read_bytes())
+    assert (big["reserve"], big["pe"], big["pe_slots"]) == (True, "smp", 2) and small["reserve"] is False
+    texts = [r["text"] for r in explain_pending(small)]
+    assert "slots on sge-exec3 are reserved for a job that asked for a resource reservation (-R y)" in texts
+    assert not any("has only" in t for t in texts)  # not mistaken for a full queue
+    reserving = [{"job_number": 601, "slots": 2, "pe": "smp", "queues": ["classic.q"]}]
+    texts = [r["text"] for r in explain_pending(small, reserving_jobs=reserving)]
+    assert "slots on sge-exec3 are reserved for job 601 (-R y), which needs 2 slots" in texts
+    own = [r["text"] for r in explain_pending(big, reserving_jobs=reserving)]
+    assert any(t.startswith("asked for a resource reservation (-R y)") for t in own)
+    assert not any("reserved for job 601" in t for t in own)
 
 
 @pytest.mark.parametrize("text, seconds", [("00:10:00", 600), ("25:00:01", 90001), ("61", 61), ("x", None)])

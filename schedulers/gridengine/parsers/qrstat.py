@@ -6,8 +6,9 @@ the dev cluster's SGE 8.1.9 prints (``tests/fixtures/sge819/qrstat_*.xml``)
 and OCS 9.2 prints (``/work/shared/captures/ocs-9.2.0prealpha/qrstat_*.xml``):
 a ``<qrstat>`` root holding one ``<ar_summary>`` per reservation with
 ``id, name, owner, state, start_time, end_time, duration``; the detailed
-format adds ``submission_time, group, account``, the granted
-``<exec_queue_list>`` (queue instance and slots), the requested
+format adds ``submission_time, group, account``, the granted queue
+instances and slots (OCS 9: ``<exec_queue_list>``; SGE 8.1.9:
+``<granted_slots_list>`` of ``<granted_slots queue_instance=… slots=…/>``), the requested
 ``<resource_list>`` (``-l``), ``<granted_parallel_environment>`` (``-pe``)
 and ``<acl_list>`` (``-u``), each where set. Times are printed without a zone
 in the qrstat process's ``TZ`` (tco runs it with ``TZ=UTC``).
@@ -52,11 +53,14 @@ def _resources(el) -> dict[str, str]:
             continue
         name = item.get("name")
         if name:
-            result[name] = (item.text or "").strip()
+            result[name] = (item.get("value") or item.text or "").strip()
             continue
         values = children_text(item)
         if values.get("CE_name"):
             result[values["CE_name"]] = values.get("CE_stringval") or values.get("CE_doubleval", "")
+        elif "=" in (item.text or ""):  # "anthropic_api=2", as the plain format prints it
+            key, _, value = item.text.strip().partition("=")
+            result[key.strip()] = value.strip()
     return result
 
 
@@ -98,13 +102,16 @@ def parse_qrstat(data: bytes, tz: dt.tzinfo = UTC) -> list[dict]:
             "start_at": start, "end_at": end,
             "duration_s": duration if duration is not None else int((end - start).total_seconds()),
         }
-        if "submission_time" in fields or el.find("exec_queue_list") is not None:
+        if "submission_time" in fields or el.find("exec_queue_list") is not None \
+                or el.find("granted_slots_list") is not None:
             item["submitted_at"] = epoch_or_iso_to_utc(fields.get("submission_time"), tz)
             item["group"] = (fields.get("group") or "").strip()
             item["account"] = (fields.get("account") or "").strip()
             queues = []
-            for q in el.iter("exec_queue"):
-                values = children_text(q)
+            # OCS 9: <exec_queue><queue_instance>q@h</queue_instance><slots>1</slots></exec_queue>;
+            # SGE 8.1.9: <granted_slots queue_instance="q@h" slots="2"/> in <granted_slots_list>.
+            for q in [*el.iter("exec_queue"), *el.iter("granted_slots")]:
+                values = {**children_text(q), **{k: v for k, v in q.attrib.items()}}
                 instance = (values.get("queue_instance") or "").strip()
                 try:
                     slots = int(values.get("slots") or 0)
