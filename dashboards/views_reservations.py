@@ -38,7 +38,8 @@ class ReservationForm(forms.Form):
                                 widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}),
                                 help_text="YYYY-MM-DD HH:MM, in UTC")
     duration_min = forms.IntegerField(min_value=1, max_value=MAX_DURATION_MIN, initial=60, label="duration (minutes)")
-    queue = forms.ChoiceField(choices=())
+    queue = forms.ChoiceField(choices=(), help_text="a queue restricted to projects (agent.q on the dev cluster) "
+                                                     "cannot be reserved on SGE 8.1.9: its qrsub has no -P")
     slots = forms.IntegerField(min_value=1, max_value=1000, initial=1,
                                help_text=f"job slots; more than 1 uses the parallel environment "
                                          f"{reservations.RESERVATION_PE}")
@@ -91,7 +92,8 @@ def reservations_page(request: HttpRequest) -> HttpResponse:
     else:
         start = (timezone.now() + dt.timedelta(minutes=10)).astimezone(dt.timezone.utc).replace(second=0,
                                                                                                 microsecond=0)
-        form = ReservationForm(user=request.user, initial={"start": start.strftime("%Y-%m-%dT%H:%M")})
+        form = ReservationForm(user=request.user, initial={"start": start.strftime("%Y-%m-%dT%H:%M"),
+                                                           "queue": "classic.q"})
     cluster.refresh_from_db()
     return render(request, "dashboards/reservations.html", {
         "form": form, "rows": reservations.rows_for(request.user, cluster), "now": timezone.now(),

@@ -34,7 +34,7 @@ def test_a_launcher_books_a_reservation_and_sees_it_on_the_queue_page(ops_stack,
         page.fill("#id_name", name)
         page.fill("#id_start", start.strftime("%Y-%m-%dT%H:%M"))
         page.fill("#id_duration_min", "20")
-        page.select_option("#id_queue", "agent.q")
+        page.select_option("#id_queue", "classic.q")
         page.fill("#id_slots", "1")
         page.fill("#id_seats", "2")
         page.click("#book")

@@ -190,15 +190,16 @@ def held_predecessor(ctx: CauseContext) -> Made:
 @cause("future reservation")
 def future_reservation(ctx: CauseContext) -> Made:
     """The launcher books an advance reservation through tco that starts in a bit over two days
-    (so the "in …" of the reason does not change while the test asks), then launches a campaign
-    into it (-ar): its task waits for the reservation's start."""
+    (so the "in …" of the reason does not change while the test asks), on classic.q (agent.q takes
+    only its projects' jobs and SGE 8.1.9's qrsub has no -P), then launches a campaign into it
+    (-ar): its task waits for the reservation's start."""
     import datetime as dt
 
     from dashboards.reservations import BookRequest, book
 
     start = (timezone.now() + dt.timedelta(hours=50, minutes=30)).replace(second=0, microsecond=0)
     booked = book(user=ctx.launcher, request=BookRequest(team=ctx.team, name=f"mcp-ar-{uuid.uuid4().hex[:6]}",
-                                                         start=start, duration_s=600, queue="agent.q", seats=1))
+                                                         start=start, duration_s=600, queue="classic.q", seats=1))
     ctx.reservations.append(booked.ar_id)
     # The start as the scheduler holds it (qrstat -ar ID, read here), and the wait in whole hours.
     text = run(["qrstat", "-ar", str(booked.ar_id)])
@@ -206,7 +207,7 @@ def future_reservation(ctx: CauseContext) -> Made:
     assert found, text
     month, day, year, hour, minute = (int(g) for g in found.groups())
     when = dt.datetime(year, month, day, hour, minute, tzinfo=dt.timezone.utc)
-    campaign = launch_campaign(ctx, "in-future-ar", advance_reservation=booked.ar_id)
+    campaign = launch_campaign(ctx, "in-future-ar", queue="classic.q", advance_reservation=booked.ar_id)
     task = waiting_task(campaign, "pending")
     hours = int((when - timezone.now()).total_seconds() // 3600)
     expected = (f"waits for advance reservation {booked.ar_id} (team {ctx.team.project}), which starts at "

@@ -1,6 +1,7 @@
 """Advance reservations and resource reservation on the real dev cluster (issue 17, items 1 and 3).
 
-1. A launcher books a reservation through tco (qrsub) that starts about 75 s from now, launches a
+1. A launcher books a reservation on classic.q through tco (qrsub; agent.q takes only its projects'
+   jobs, and SGE 8.1.9's qrsub has no -P, so it cannot be reserved) that starts about 75 s from now, launches a
    campaign into it (-ar), sees it pending with the reservation as the reason, and sees it start
    once the reservation starts (qacct's arid and start time say so, not tco).
 2. classic.q has 2 slots on one host: a blocker takes one, a 2-slot PE job asks for a resource
@@ -67,7 +68,7 @@ def test_a_campaign_in_a_reservation_waits_for_its_start_then_runs(sge_cluster, 
     research = Team.objects.get(project="research")
     start = (timezone.now() + dt.timedelta(seconds=75)).replace(microsecond=0)
     booked = bookings.book(user=ops_users["launcher"], request=bookings.BookRequest(
-        team=research, name=f"it-ar-{uuid.uuid4().hex[:6]}", start=start, duration_s=300, queue="agent.q",
+        team=research, name=f"it-ar-{uuid.uuid4().hex[:6]}", start=start, duration_s=300, queue="classic.q",
         seats=2))
     ar = booked.ar_id
     job = None
@@ -81,7 +82,7 @@ def test_a_campaign_in_a_reservation_waits_for_its_start_then_runs(sge_cluster, 
         agent = AgentDefinition.objects.get(name="demo-agent")
         outcome = launch(user=ops_users["launcher"], request=LaunchRequest(
             team=research, agent_definition=agent, name=f"in-ar-{uuid.uuid4().hex[:6]}",
-            inputs=[{"task": 1, "duration_s": 1.0}], advance_reservation=ar))
+            inputs=[{"task": 1, "duration_s": 1.0}], queue="classic.q", advance_reservation=ar))
         campaign = campaign_submit(campaign_id=outcome.campaign.pk)
         job = campaign.job_number
         assert campaign.status == "submitted", campaign.submit_error
@@ -114,14 +115,14 @@ def test_another_teams_reservation_is_refused_at_launch(sge_cluster, ops_users):
     research, engineering = Team.objects.get(project="research"), Team.objects.get(project="engineering")
     booked = bookings.book(user=ops_users["launcher"], request=bookings.BookRequest(
         team=research, name="it-ar-mine", start=timezone.now() + dt.timedelta(hours=2), duration_s=600,
-        queue="agent.q", seats=1))
+        queue="classic.q", seats=1))
     try:
         from dashboards.services import LaunchError
         agent = AgentDefinition.objects.get(name="demo-agent")
         with pytest.raises(LaunchError, match="booked for team"):
             launch(user=ops_users["other"], request=LaunchRequest(
                 team=engineering, agent_definition=agent, name="it-ar-theirs", inputs=[{"task": 1}],
-                advance_reservation=booked.ar_id))
+                queue="classic.q", advance_reservation=booked.ar_id))
         assert not Campaign.objects.filter(name="it-ar-theirs").exists()
         bookings.delete(user=ops_users["launcher"], cluster=cluster_get_default(), ar_id=booked.ar_id)
         assert str(booked.ar_id) not in run(["qrstat", "-u", "*"]).split()
