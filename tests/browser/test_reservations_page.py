@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from dashboards.models import Reservation, Team
-from tests.ops.fixtures import SGE_ENV, ops_logins, ops_stack, ops_users, wait_until  # noqa: F401
+from tests.ops.fixtures import SGE_ENV, ops_logins, ops_stack, ops_users  # noqa: F401
 
 from ..conftest import TEST_OUTPUT
 from .test_ops_pages import login
