@@ -56,6 +56,15 @@ def test_sge819_reservation_with_a_pe_as_the_dev_cluster_prints_it():
     assert parse_qrstat((SGE / "qrstat_empty.xml").read_bytes()) == []
 
 
+def test_sge819_seats_of_a_reservation_are_read_from_the_type_attribute():
+    (detail,) = parse_qrstat((SGE / "qrstat_ar_seats.xml").read_bytes())
+    # The plain twin (qrstat_ar_seats.txt) says "resource_list  anthropic_api=2".
+    plain = (SGE / "qrstat_ar_seats.txt").read_text()
+    name, _, value = plain.split("resource_list", 1)[1].split()[0].partition("=")
+    assert detail["resources"] == {name: value} == {"anthropic_api": "2"}
+    assert detail["slots"] == 1 and detail["pe"] is None and detail["name"] == "ar_seats"
+
+
 def test_a_job_submitted_into_a_reservation_names_it_in_qstat_j():
     assert parse_job_detail((OCS / "qstat_j_in_ar.xml").read_bytes())["advance_reservation"] == 1
     plain = parse_job_detail((SGE / "qstat_j_pending_classic.xml").read_bytes())

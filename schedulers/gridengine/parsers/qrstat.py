@@ -43,8 +43,9 @@ def duration_seconds(text: str) -> int | None:
 
 
 def _resources(el) -> dict[str, str]:
-    """``<resource_list>``: ``{name: value}``. SGE prints ``<resource name=".." type=".."> value
-    </resource>``; a ``CE_name``/``CE_stringval`` element list is read too (other printers)."""
+    """``<resource_list>``: ``{name: value}``. SGE 8.1.9 prints ``<resource name="anthropic_api"
+    type="2"/>`` (the value in ``type``); text content or a ``value`` attribute win where present, and
+    a ``CE_name``/``CE_stringval`` element list is read too (other printers)."""
     result: dict[str, str] = {}
     if el is None:
         return result
@@ -53,7 +54,9 @@ def _resources(el) -> dict[str, str]:
             continue
         name = item.get("name")
         if name:
-            result[name] = (item.get("value") or item.text or "").strip()
+            # SGE 8.1.9 prints the value in the type attribute: <resource name="anthropic_api" type="2"/>
+            # (tests/fixtures/sge819/qrstat_ar_seats.xml; its plain output says anthropic_api=2).
+            result[name] = ((item.text or "").strip() or item.get("value") or item.get("type") or "").strip()
             continue
         values = children_text(item)
         if values.get("CE_name"):
