@@ -94,8 +94,9 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler: SchedulerAdapter | No
 
     ``status`` becomes ``{"queues": [...], "hosts": [...], "quotas": [...],
     "global_capacity": {resource: number}, "share_tree": [...],
-    "queue_instances": [...]}``, queue entries with their calendar (``schedulers.calendars.annotate_queues``;
-    ``queue_calendars_error`` when it could not be read) (shapes of ``SchedulerAdapter`` and
+    "queue_instances": [...], "reservations": [...], "reserving_jobs": [...]}``, queue entries with
+    their calendar (``schedulers.calendars.annotate_queues``; ``queue_calendars_error`` when it could
+    not be read) (shapes of ``SchedulerAdapter``, ``dashboards.reservations.poll_status`` and
     ``schedulers.hosts.parse_queue_instances``; on a share-tree or
     queue-instance failure ``share_tree_error`` / ``queue_instances_error``
     instead). On ``SchedulerError`` the previous status stays and
@@ -125,6 +126,9 @@ def cluster_status_refresh(*, cluster: Cluster, scheduler: SchedulerAdapter | No
     # calendar_week, calendar_state, calendar_next_change, calendar_next_state, calendar_text).
     status["queues"] = annotate_queues(status["queues"], status.pop("queue_calendars", None), timezone.now(),
                                        cluster.time_zone)
+    # Advance reservations and pending -R y jobs (issue 17): status["reservations"], ["reserving_jobs"].
+    from .reservations import poll_status
+    poll_status(scheduler, cluster, status)
     if status != cluster.status:
         Cluster.objects.filter(pk=cluster.pk).update(status=status, status_at=timezone.now())
         realtime.queue_changed(cluster.name)

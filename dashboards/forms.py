@@ -192,9 +192,14 @@ class LaunchForm(_LaunchBase):
     priority = forms.IntegerField(initial=0, min_value=limits.PRIORITY_MIN, max_value=limits.PRIORITY_MAX,
                                   help_text="-1023 to 0 (urgent launchers up to 1024)")
     rerunnable = forms.BooleanField(required=False, label="rerun a task elsewhere if its host is lost (-r y)")
+    advance_reservation = forms.TypedChoiceField(required=False, coerce=int, empty_value=None,
+                                                 label="advance reservation (-ar)",
+                                                 help_text="run in capacity your team booked (Reservations page)")
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        from .reservations import team_choices
+        self.fields["advance_reservation"].choices = [("", "none")] + team_choices(self.user)
         # An uploaded file is read into the text box, so a form shown again keeps it.
         if self.is_bound and self.files.get("input_jsonl_file") is not None:
             upload = self.files["input_jsonl_file"]
@@ -260,7 +265,7 @@ class LaunchForm(_LaunchBase):
             queue=data["queue"], seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
             priority=data["priority"], model=data["model"], policy=data["policy"],
             predecessor_job=data["predecessor_job"], token_cap=data["token_cap"], cost_cap_usd=data["cost_cap_usd"],
-            rerunnable=data.get("rerunnable", False))
+            rerunnable=data.get("rerunnable", False), advance_reservation=data.get("advance_reservation"))
 
 
 class UrgentForm(_LaunchBase):

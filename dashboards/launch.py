@@ -36,7 +36,7 @@ from execution import spool
 from execution.sandbox.ceiling import narrowing_problems
 from execution.sandbox.policy import Policy, PolicyError, load_policy
 
-from . import billing, clusters, enqueue, inputs, limits, realtime, services
+from . import billing, clusters, enqueue, inputs, limits, realtime, reservations, services
 from .audit import ActionRefused, audit, refused
 from .models import AgentDefinition, Campaign, Cluster, ModelEndpoint, PolicyCeiling, Task, Team
 from .roles import teams_with, user_can
@@ -54,7 +54,8 @@ class LaunchRequest:
     ``inputs``: one JSON object per task (task N gets ``inputs[N-1]``).
     ``priority``: qsub ``-p`` (``limits.PRIORITY_MIN`` up to the role's limit).
     ``predecessor_job``: ``-hold_jid_ad`` (a campaign of a team the user sees, same task count).
-    ``advance_reservation``: ``-ar`` (a reservation number). ``concurrency_cap``: ``-tc``.
+    ``advance_reservation``: ``-ar`` (a reservation number; refused when tco booked it for another
+    team, ``reservations.check_launch_into``). ``concurrency_cap``: ``-tc``.
     ``model``, ``policy`` (YAML): blank takes the agent definition's defaults (the runner's default
     policy when that is blank too). ``model_endpoint``: the *name* of a registered ``ModelEndpoint``
     the metering proxy sends the agent's requests to (it must be an endpoint of the policy).
@@ -352,6 +353,7 @@ def launch(*, user: AbstractBaseUser, request: LaunchRequest) -> LaunchOutcome:
         check_limits(req)
         inputs.check_inputs(req.agent_definition.name, list(req.inputs))
         _check_predecessor(user, req.predecessor_job, len(req.inputs))
+        reservations.check_launch_into(user=user, team=req.team, ar_id=req.advance_reservation, cluster=req.cluster)
         model = req.model or req.agent_definition.default_model
         policy, endpoints, chosen = check_policy(req.policy or req.agent_definition.default_policy, req.team,
                                                  req.agent_definition, model_endpoint=req.model_endpoint)

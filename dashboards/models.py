@@ -613,3 +613,4 @@ class PolicyCeiling(models.Model):
 
 from .pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401  (price table, issue 5)
 from .token_models import ApiToken  # noqa: E402,F401  (API tokens, hashed; issue 11)
+from .reservation_models import Reservation  # noqa: E402,F401  (advance reservations booked from tco; issue 17)

@@ -784,8 +784,10 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
         scheduler = job_detail_cached(task.cluster, task.job_number)
         if task.state in ("pending", "held", "error") and scheduler["detail"]:
             status = task.cluster.status or {}
+            from .reservations import reservation_context
             reasons = explain_pending(scheduler["detail"], status.get("quotas"), status.get("hosts"),
-                                      status.get("global_capacity"), queues=status.get("queues"))
+                                      status.get("global_capacity"), queues=status.get("queues"),
+                                      **reservation_context(status))
             reasons += pending_position(task.cluster, task.job_number, task.project)
     tokens = {f: getattr(task, f) for f in (*TOKEN_FIELDS, "reasoning_tokens")}
     tokens["total"] = _tokens(task)

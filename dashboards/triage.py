@@ -13,6 +13,7 @@ from django.utils import timezone
 
 
 from . import clusters, scheduler_cache
+from .reservations import reservation_context
 from .control import _ranges, job_priorities, ranges_text
 from .models import Campaign, Cluster, ControlRequest, ControlState, Task, Team
 
@@ -64,7 +65,8 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
                 reason_error = f"reasons unavailable: {found['error']}"
             else:
                 reasons = explain_pending(found["detail"], quota=status.get("quotas"), hosts=status.get("hosts"),
-                                          capacities=status.get("global_capacity"), queues=status.get("queues"))
+                                          capacities=status.get("global_capacity"), queues=status.get("queues"),
+                                          **reservation_context(status))
                 reasons += positions[job["job_number"]]
         except (ValueError, TypeError) as exc:
             reason_error = f"reasons unavailable: {exc}"
@@ -97,6 +99,8 @@ GROUP_ACTIONS = {
     "share_tree": ("priority", "Raise the priority", "a -p above the other teams' jobs outweighs the share tree"),
     "queue": ("priority", "Raise the priority", "queue instances are full, disabled or in alarm (qmod -e fixes those)"),
     "scheduling": ("priority", "Raise the priority", "they are next in the scheduler's order"),
+    "reservation": ("hold", "Hold", "they wait for a reservation (an advance reservation's start, or slots the "
+                                    "scheduler keeps for a -R y job); hold them to keep them aside"),
     "unknown": ("hold", "Hold", "the scheduler gives no reason yet"),
 }
 _WEEKDAY = "%A"
@@ -145,6 +149,14 @@ def _group_of(job: dict, hold: ControlRequest | None) -> dict[str, str]:
         if text.startswith("waiting for job") or text.startswith("waiting for the jobs") or \
                 text.startswith("waiting for its predecessor"):
             return {"key": "dependency", "kind": "dependency", "label": "wait for other jobs to finish"}
+    for text in texts:  # issue 17: an advance reservation not started yet, or slots kept for a -R y job
+        if text.startswith("waits for advance reservation") or " (-R y)" in text and " are reserved for " in text:
+            ar = text.split("advance reservation ", 1)[1].split(" ", 1)[0] if "advance reservation" in text else ""
+            job = text.split("reserved for job ", 1)[1].split(" ", 1)[0] if "reserved for job" in text else "?"
+            return ({"key": f"reservation:ar{ar}", "kind": "reservation",
+                     "label": f"wait for advance reservation {ar} to start"} if ar else
+                    {"key": f"reservation:job{job}", "kind": "reservation",
+                     "label": f"wait behind the slots reserved for job {job} (-R y)"})
     for text in texts:
         if "(consumable " in text:
             resource = text.split("(consumable ", 1)[1].split(",")[0].split(")")[0]

@@ -4,7 +4,7 @@
 """
 from django.urls import path
 
-from . import views_netpolicy, views_ops
+from . import views_netpolicy, views_ops, views_reservations
 
 urlpatterns = [
     path("bills/", views_ops.bills_page, name="ops-bills"),
@@ -13,6 +13,9 @@ urlpatterns = [
     path("budgets/<int:budget_id>/delete", views_ops.budget_delete, name="ops-budget-delete"),
     path("launch/", views_ops.launch_page, name="ops-launch"),
     path("urgent/", views_ops.urgent_page, name="ops-urgent"),
+    path("reservations/", views_reservations.reservations_page, name="ops-reservations"),
+    path("reservations/<int:ar_id>/delete", views_reservations.reservation_delete_view,
+         name="ops-reservation-delete"),
     path("urgent/agents", views_ops.urgent_agents_fragment, name="ops-urgent-agents"),
     path("campaigns/<int:campaign_id>/", views_ops.campaign_ops_page, name="ops-campaign"),
     path("campaigns/<int:campaign_id>/control", views_ops.campaign_control_view, name="ops-campaign-control"),

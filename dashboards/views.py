@@ -24,7 +24,11 @@ def queue_page(request: HttpRequest) -> HttpResponse:
                                       page=_int_param(request, "page"))
     depth = {"hour": selectors.queue_depth_history(request.user, "hour"),
              "day": selectors.queue_depth_history(request.user, "day")}
-    return render(request, "dashboards/queue.html", {"summary": summary, "depth": depth})
+    from .clusters import cluster_get_default
+    from .reservations import rows_for
+    reservations = rows_for(request.user, cluster_get_default())  # issue 17: advance reservations
+    return render(request, "dashboards/queue.html", {"summary": summary, "depth": depth,
+                                                     "reservations": reservations})
 
 
 @login_required

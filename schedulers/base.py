@@ -302,6 +302,33 @@ class ArrayJobSpec:
     rerunnable: bool = False
 
 
+@dataclasses.dataclass(slots=True)
+class ReservationSpec:
+    """An advance reservation to book (``qrsub``, qrsub(1)).
+
+    ``start`` is an aware datetime (sent in UTC, whole seconds), ``duration_s``
+    seconds (at least 60). ``queue`` is a cluster queue of the adapter's
+    allow-list. ``slots`` are job slots: 1 without a parallel environment,
+    else ``pe`` (e.g. ``smp``) is required and ``slots`` are its slot count.
+    ``seats`` is the consumable ``seat_resource`` (``anthropic_api``)
+    reserved for the jobs in the reservation (0: none). ``name`` is the AR
+    name (sge_types(5) "name": a letter first, then letters, digits, ``_ . -``;
+    at most 64 characters). ``users`` are the accounts (or ``@acl``) allowed
+    to submit into it (``-u``; empty: only the owner). ``account`` is ``-A``.
+    """
+
+    name: str
+    start: dt.datetime
+    duration_s: int
+    queue: str
+    slots: int = 1
+    pe: str | None = None
+    seats: int = 0
+    seat_resource: str = "anthropic_api"
+    users: list[str] = dataclasses.field(default_factory=list)
+    account: str = "tco"
+
+
 class SchedulerAdapter(abc.ABC):
     """Everything tco asks of a scheduler cell. Implemented by the Grid Engine
     adapter (:class:`schedulers.gridengine.adapter.GridEngine`) and by the fake
@@ -398,6 +425,34 @@ class SchedulerAdapter(abc.ABC):
 
         Raises InvalidSubmission (bad action or argument; nothing run),
         SchedulerCommandError (refused, e.g. no such job), SchedulerUnavailable.
+        """
+
+    # ---- advance reservations (qrsub(1), qrstat(1), qrdel(1))
+    @abc.abstractmethod
+    def reservations(self) -> list[dict[str, Any]]:
+        """Every user's advance reservations with their details (``qrstat -u '*' -xml``,
+        then ``qrstat -ar ID,... -xml``). Shape (``parsers.qrstat.parse_qrstat``,
+        detailed): ``[{"id", "name", "owner", "state" (waiting|warning|running|error|deleted),
+        "state_code", "start_at", "end_at" (aware UTC), "duration_s", "submitted_at",
+        "queues" [{"queue_instance", "queue", "host", "slots"}], "slots", "resources"
+        {name: value}, "pe", "pe_slots", "users", "group", "account"}]``, by id.
+        """
+
+    @abc.abstractmethod
+    def reservation_submit(self, spec: ReservationSpec) -> int:
+        """Book ``spec`` (``qrsub``, an argv list); return the reservation id.
+
+        Raises InvalidSubmission (bad field; nothing run), SchedulerCommandError
+        (refused: no queue can hold it, not in ``arusers``, limit reached),
+        SchedulerUnavailable.
+        """
+
+    @abc.abstractmethod
+    def reservation_delete(self, reservation_id: int) -> None:
+        """Delete advance reservation ``reservation_id`` (``qrdel ID``); its jobs are deleted too.
+
+        Raises InvalidSubmission (not a positive int), SchedulerCommandError
+        (refused or unknown), SchedulerUnavailable.
         """
 
 

@@ -29,12 +29,13 @@ from schedulers.base import (
     ArrayJobSpec,
     InvalidSubmission,
     QstatTask,
+    ReservationSpec,
     SchedulerAdapter,
     SchedulerCommandError,
     SchedulerUnavailable,
     UnknownJob,
 )
-from schedulers.gridengine.commands import control_argv
+from schedulers.gridengine.commands import control_argv, reservation_id_argument, reservation_submit_argv
 from schedulers.gridengine.native_spec import DEFAULT_MAX_TASKS, job_id_arguments, native_specification
 
 #: The fake accounting "file" never rotates: its cursor is (FAKE_INODE, records read).
@@ -94,6 +95,10 @@ class FakeScheduler(SchedulerAdapter):
         self.job_details: dict[int, dict] = {}
         self.job_messages: dict[int, list[str]] = {}
         self.job_detail_calls: list[tuple[int, float | None]] = []
+        # Advance reservations by id (reservations() shape); qrsub argv lists in reservation_calls.
+        self.reservation_rows: dict[int, dict] = {}
+        self.reservation_calls: list[list[str]] = []
+        self.next_reservation_id = 1
 
     def _check_available(self) -> None:
         if self.unavailable:
@@ -142,7 +147,8 @@ class FakeScheduler(SchedulerAdapter):
                        "state": "held" if t.held and t.state == "pending" else t.state} for t in tasks],
             "holds": {}, "predecessors": [spec.hold_jid_ad] if spec.hold_jid_ad else [],
             "scheduler_messages": list(self.job_messages.get(job_number, [])), "global_messages": [],
-            "context": {},
+            "context": {}, "advance_reservation": spec.advance_reservation, "reserve": False,
+            "pe": None, "pe_slots": None,
         }
 
     def set_job_detail(self, job_number: int, detail: dict) -> None:
@@ -246,6 +252,61 @@ class FakeScheduler(SchedulerAdapter):
                     # A running task killed by qdel: accounting says failed 100, killed by SIGKILL.
                     self._account(t, exit_status=137, failed=100)
                 del self.tasks[(t.job_number, t.task_number)]
+
+    # ---- advance reservations
+    def reservations(self) -> list[dict]:
+        """The reservations booked here, by id, in ``parse_qrstat``'s detailed shape; ``state``
+        is ``running`` from ``start_at`` on (by ``clock``), else ``waiting``; ended ones are gone."""
+        self._check_available()
+        now = self.clock()
+        out = []
+        for ar_id in sorted(self.reservation_rows):
+            row = self.reservation_rows[ar_id]
+            if row["end_at"] <= now:
+                continue
+            running = row["start_at"] <= now
+            out.append({**row, "state": "running" if running else "waiting", "state_code": "r" if running else "w"})
+        return out
+
+    def reservation_submit(self, spec: ReservationSpec) -> int:
+        """Validate as GridEngine does (the same qrsub argv, logged in ``reservation_calls``), then book.
+
+        Raises InvalidSubmission (nothing booked), SchedulerUnavailable.
+        """
+        now = self.clock()
+        argv = reservation_submit_argv(spec, queues=self.queues, resources=self.resources, now=now)
+        self._check_available()
+        ar_id = self.next_reservation_id
+        self.next_reservation_id += 1
+        self.reservation_calls.append(argv)
+        start = spec.start.astimezone(dt.timezone.utc).replace(microsecond=0)
+        self.reservation_rows[ar_id] = {
+            "id": ar_id, "name": spec.name, "owner": self.owner, "state": "waiting", "state_code": "w",
+            "start_at": start, "end_at": start + dt.timedelta(seconds=spec.duration_s),
+            "duration_s": spec.duration_s, "submitted_at": now, "group": self.owner, "account": spec.account,
+            "queues": [{"queue_instance": f"{spec.queue}@{self.hostname}", "queue": spec.queue,
+                        "host": self.hostname, "slots": spec.slots}],
+            "slots": spec.slots, "resources": {spec.seat_resource: str(spec.seats)} if spec.seats else {},
+            "pe": spec.pe, "pe_slots": spec.slots if spec.pe else None, "users": list(spec.users),
+        }
+        return ar_id
+
+    def reservation_delete(self, reservation_id: int) -> None:
+        """Forget a reservation and delete the jobs submitted into it (as qrdel does).
+
+        Raises InvalidSubmission, SchedulerCommandError (unknown id), SchedulerUnavailable.
+        """
+        argv = ["qrdel", reservation_id_argument(reservation_id)]
+        self._check_available()
+        if reservation_id not in self.reservation_rows:
+            raise SchedulerCommandError(f"qrdel exited with status 1: advance reservation {reservation_id} "
+                                        "does not exist", argv=argv, returncode=1,
+                                        stderr=f'denied: advance reservation "{reservation_id}" does not exist')
+        self.reservation_calls.append(argv)
+        del self.reservation_rows[reservation_id]
+        for key, t in list(self.tasks.items()):
+            if t.spec.advance_reservation == reservation_id:
+                del self.tasks[key]
 
     # ---- moving tasks along (test helpers)
     def _select(self, job_number: int, task_numbers: Sequence[int] | None) -> list[FakeTask]:

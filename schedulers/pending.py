@@ -18,7 +18,7 @@ from typing import Iterable
 
 from schedulers.calendars import queue_opening_reason
 
-__all__ = ["explain_pending", "RESOURCE_LABELS"]
+__all__ = ["explain_pending", "reservation_reasons", "RESOURCE_LABELS"]
 
 # Consumables that tco uses for model API seats; anything else is named as is.
 RESOURCE_LABELS = {
@@ -39,6 +39,8 @@ _QI_DROPPED = re.compile(r'queue instance "([^"]+)" dropped because it is (full|
 _PE_SLOTS = re.compile(r'cannot run in PE "([^"]+)" because it only offers (\d+) slots')
 _NO_PERMISSION = re.compile(r'has no permission for (cluster queue|queue instance|host|queue) "([^"]+)"')
 _TURNED_OFF = "Collecting of scheduler job information is turned off"
+_DUE_TO_RESERVATION = re.compile(r'cannot run (?:in queue|at host) "([^"]+)" because it offers only \S+ due to a '
+                                 r'reservation')
 
 
 def _number(text: str) -> float | None:
@@ -133,7 +135,9 @@ def _global_free(resource: str, offered: str | None, hosts: Iterable[dict] | Non
 
 
 def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | None = None,
-                    capacities: dict | None = None, queues: list | None = None,
+                    capacities: dict | None = None, queues: list | None = None, *,
+                    reservations: list | None = None, reserving_jobs: list | None = None,
+                    queue_instances: list | None = None,
                     now: dt.datetime | None = None) -> list[dict]:
     """Plain-words reasons a job (or some of its tasks) is not running.
 
@@ -158,6 +162,11 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
     812 to finish``, ``agent quota reached: slots 8 of 8 for user tco (RQS
     agent_cap)``, ``waiting for a model API seat: 96 of 96 in use
     (consumable anthropic_api, global)``. Unknown messages: text = the message.
+
+    Reservations (issue 17; see :func:`reservation_reasons`): ``reservations``
+    is the poll's ``qrstat`` list, ``reserving_jobs`` the pending ``-R y`` jobs
+    and ``queue_instances`` the poll's queue instances (their ``slots_resv``);
+    ``now`` (aware UTC) defaults to the clock.
     """
     reasons: list[dict] = []
     seen: set[str] = set()
@@ -194,7 +203,14 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
         if _TURNED_OFF in message or (waiting and match and (not wanted or match.group(1).split("@")[0] in wanted)):
             messages.append(message)
     hard_queue: list[str] = []
+    reserved_hosts: list[str] = []  # "… because it offers only qc:slots=0.000000 due to a reservation"
     for message in messages:
+        match = _DUE_TO_RESERVATION.search(message)
+        if match:
+            host = match.group(1).split("@")[-1]
+            if host not in reserved_hosts:
+                reserved_hosts.append(host)
+            continue
         text = _calendar_reason(message, queues, now)
         text = text or _explain_message(message, job_detail, quota, hosts, capacities, hard_queue)
         if text is not None:
@@ -202,6 +218,10 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
     if hard_queue:
         add(f"only runs in the queues it requested (-q); {len(hard_queue)} other queue(s) skipped",
             hard_queue[0] + (f" (+{len(hard_queue) - 1} similar)" if len(hard_queue) > 1 else ""))
+    if waiting:
+        for reason in reservation_reasons(job_detail, reservations, reserving_jobs, queue_instances, now,
+                                          reserved_hosts=reserved_hosts):
+            add(reason["text"], reason["raw"])
     return reasons
 
 
@@ -211,6 +231,119 @@ def _calendar_reason(message: str, queues: list | None, now: dt.datetime | None)
     if not match or match.group(2) not in ("disabled", "suspended"):
         return None
     return queue_opening_reason(match.group(1).split("@")[0], queues, now or dt.datetime.now(dt.timezone.utc))
+
+
+# ---------------------------------------------------------------- reservations (issue 17)
+
+def _when(value) -> dt.datetime | None:
+    """An aware datetime from a datetime or an ISO string (the poll stores JSON); None if neither."""
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+    try:
+        parsed = dt.datetime.fromisoformat(str(value))
+    except (TypeError, ValueError):
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+
+
+def _in(seconds: float) -> str:
+    """``41 min``, ``2 h 5 min``, ``3 d 4 h``: a wait in words (rounded up to the minute)."""
+    minutes = max(1, int(-(-seconds // 60)))
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def _clock(moment: dt.datetime, now: dt.datetime) -> str:
+    """``18:00 UTC`` today, else ``2026-12-02 18:00 UTC``."""
+    moment = moment.astimezone(dt.timezone.utc)
+    if moment.date() == now.astimezone(dt.timezone.utc).date():
+        return moment.strftime("%H:%M UTC")
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def reservation_reasons(job_detail: dict, reservations: list | None = None, reserving_jobs: list | None = None,
+                        queue_instances: list | None = None, now: dt.datetime | None = None, *,
+                        reserved_hosts: list[str] | None = None) -> list[dict]:
+    """Why a waiting job waits on a reservation: ``[{"text", "raw"}]``.
+
+    - Advance reservation (``-ar N``, ``job_detail["advance_reservation"]``):
+      ``reservations`` holds ``parse_qrstat`` dicts (times as datetimes or ISO
+      strings; an optional ``team`` the dashboard adds). Before its start:
+      "waits for advance reservation 12 (team research), which starts at
+      18:00 UTC (in 41 min)"; while it runs: "runs only in advance reservation
+      12 (…), which ends at 18:30 UTC: all it reserved is in use"; not listed:
+      "… no longer listed by qrstat (ended or deleted)".
+    - Resource reservation (``-R y``, sched_conf(5) ``max_reservation``): the
+      job itself reserves ("asked for a resource reservation (-R y) …"), or
+      ``reserving_jobs`` (``[{"job_number", "slots", "pe"}]``: other pending
+      ``-R y`` jobs) hold slots on queue instances with ``slots_resv`` > 0 in
+      ``queue_instances`` that this job may use (its ``hard_queues``, all if
+      none): "slots on sge-exec3 are reserved for job 123 (-R y), which needs
+      2 slots". ``reserved_hosts`` are the hosts the scheduler itself named
+      ("cannot run in queue "classic.q@sge-exec3" because it offers only
+      qc:slots=0.000000 due to a reservation", SGE 8.1.9): they win over the
+      guess from free slots, and are reported even when the reserving job is
+      not known ("… reserved for a job that asked for a resource reservation (-R y)").
+    """
+    now = now or dt.datetime.now(dt.timezone.utc)
+    out: list[dict] = []
+    ar = job_detail.get("advance_reservation")
+    if ar:
+        found = next((r for r in reservations or [] if str(r.get("id")) == str(ar)), None)
+        if found is None:
+            if reservations is not None:
+                out.append({"text": f"submitted into advance reservation {ar}, which qrstat no longer lists "
+                                    "(ended or deleted)", "raw": f"-ar {ar}: not in qrstat"})
+        else:
+            label = f"advance reservation {ar}"
+            if found.get("team"):
+                label += f" (team {found['team']})"
+            start, end = _when(found.get("start_at")), _when(found.get("end_at"))
+            raw = (f"-ar {ar}: qrstat state {found.get('state_code') or found.get('state')}, "
+                   f"start {found.get('start_at')}, end {found.get('end_at')}")
+            if start is not None and start > now:
+                out.append({"text": f"waits for {label}, which starts at {_clock(start, now)} "
+                                    f"(in {_in((start - now).total_seconds())})", "raw": raw})
+            elif end is not None:
+                out.append({"text": f"runs only in {label}, which ends at {_clock(end, now)}: "
+                                    "it waits until the slots or seats the reservation holds are free",
+                            "raw": raw})
+    if job_detail.get("reserve"):
+        slots = job_detail.get("pe_slots") or 1
+        out.append({"text": f"asked for a resource reservation (-R y): the scheduler keeps slots free for it "
+                            f"as they free up until it has the {slots} slot{'s' if slots != 1 else ''} it needs",
+                    "raw": "JB_reserve true"})
+        return out
+    others = [j for j in reserving_jobs or [] if j.get("job_number") != job_detail.get("job_number")]
+    wanted = set(job_detail.get("hard_queues") or [])
+    if reserved_hosts and not others:
+        out.append({"text": f"slots on {', '.join(reserved_hosts)} are reserved for a job that asked for a "
+                            "resource reservation (-R y)",
+                    "raw": f"offers only slots=0 due to a reservation on {', '.join(reserved_hosts)}"})
+    for job in [] if ar else others:
+        theirs = set(job.get("queues") or [])
+        if wanted and theirs and not wanted & theirs:
+            continue  # the reserving job cannot use this job's queues: it holds nothing back here
+        # -R y reservations are the scheduler's own plan (qstat does not list them): the queue
+        # instances both jobs may use that still have a free slot are held back for it.
+        hosts = sorted({qi.get("host") for qi in queue_instances or []
+                        if (not theirs or qi.get("queue") in theirs) and (not wanted or qi.get("queue") in wanted)
+                        and (qi.get("slots_resv") or 0) + (qi.get("slots_used") or 0) < (qi.get("slots_total") or 0)
+                        or (qi.get("slots_resv") or 0) > 0 and (not theirs or qi.get("queue") in theirs)})
+        hosts = list(reserved_hosts or []) or hosts
+        where = f"slots on {', '.join(hosts)}" if hosts else (
+            f"slots in {', '.join(sorted(theirs))}" if theirs else "free slots")
+        slots = job.get("slots") or 1
+        out.append({"text": f"{where} are reserved for job {job['job_number']} (-R y), "
+                            f"which needs {slots} slot{'s' if slots != 1 else ''}",
+                    "raw": f"job {job['job_number']}: JB_reserve true, {slots} slots, queues "
+                           f"{','.join(sorted(theirs)) or 'any'}; max_reservation > 0"})
+    return out
 
 
 def policy_position(*, rank: int, of: int, priority: float | None, project: str | None,

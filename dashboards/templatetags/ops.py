@@ -14,6 +14,7 @@ register = template.Library()
 _LINKS = (
     ("ops-launch", "Launch", "launch"),
     ("ops-urgent", "Urgent", "urgent"),
+    ("ops-reservations", "Reservations", "launch"),
     ("ops-bills", "Bills", "bill"),
     ("ops-budgets", "Budgets", "bill"),
     ("ops-triage", "Triage", "triage"),

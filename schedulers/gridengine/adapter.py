@@ -18,6 +18,7 @@ from schedulers.base import (
     AccountingMissing,
     ArrayJobSpec,
     QstatTask,
+    ReservationSpec,
     SchedulerAdapter,
     SchedulerCommandError,
     SchedulerError,
@@ -25,7 +26,8 @@ from schedulers.base import (
 )
 
 from . import drmaa
-from .commands import DEFAULT_SGE_CELL, DEFAULT_SGE_ROOT, control_argv, qmod_cleared, run_command
+from .commands import (DEFAULT_SGE_CELL, DEFAULT_SGE_ROOT, control_argv, qmod_cleared, reservation_id_argument,
+                       reservation_id_from, reservation_submit_argv, run_command)
 from .flavours import defaults_for, version_tuple
 from .native_spec import DEFAULT_MAX_TASKS, job_id_arguments, native_specification
 from .parsers.accounting import read_accounting
@@ -33,6 +35,7 @@ from .parsers.ocs_json import parse_qhost_json, parse_qquota_json, parse_qstat_j
 from .parsers.qconf import parse_complex_values
 from .parsers.qhost import parse_qhost
 from .parsers.qquota import parse_qquota
+from .parsers.qrstat import parse_qrstat
 from .parsers.qstat import parse_qstat
 from .parsers.qstat_j import parse_job_detail
 from .parsers.queue_summary import parse_cluster_queue_summary
@@ -261,6 +264,38 @@ class GridEngine(SchedulerAdapter):
             if action == "clear_error" and qmod_cleared(exc.stderr):
                 return
             raise
+
+    # ---- advance reservations
+    def reservations(self) -> list[dict]:
+        """Every user's advance reservations, detailed: ``qrstat -u '*' -xml`` for the ids,
+        then one ``qrstat -ar ID,... -xml`` (qrstat(1)), parsed by ``parse_qrstat``.
+
+        A reservation that ends between the two calls is left out. Raises
+        SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
+        """
+        summary = parse_qrstat(self._run(["qrstat", "-u", "*", "-xml"]))
+        if not summary:
+            return []
+        ids = ",".join(str(r["id"]) for r in summary)
+        try:
+            detailed = {r["id"]: r for r in parse_qrstat(self._run(["qrstat", "-ar", ids, "-xml"]))}
+        except SchedulerCommandError:
+            detailed = {}  # one ended in between (qrstat exits 1): the summary still answers
+        return sorted((detailed.get(r["id"], r) for r in summary), key=lambda r: r["id"])
+
+    def reservation_submit(self, spec: ReservationSpec) -> int:
+        """Book ``spec`` with ``qrsub`` (argv from ``commands.reservation_submit_argv``,
+        checked against this adapter's queue and resource allow-lists); return its id.
+
+        Raises InvalidSubmission (nothing run), SchedulerCommandError (refused:
+        "no suitable queues", not in arusers …), SchedulerUnavailable.
+        """
+        argv = reservation_submit_argv(spec, queues=self.queues, resources=self.resources)
+        return reservation_id_from(self._run(argv))
+
+    def reservation_delete(self, reservation_id: int) -> None:
+        """``qrdel ID`` (qrdel(1)). Raises InvalidSubmission, SchedulerCommandError, SchedulerUnavailable."""
+        self._run(["qrdel", reservation_id_argument(reservation_id)])
 
     # ---- submission
     def native_specification(self, spec: ArrayJobSpec) -> str:

@@ -33,13 +33,16 @@ from tests.ops.fixtures import SGE_ENV, qstat_jobs, wait_until
 @dataclass
 class CauseContext:
     """What a cause may use: ``launcher`` (a user who may launch on ``team``), ``team``,
-    ``jobs``, where it appends every job number it submits as soon as it has it, and ``undo``,
-    where it appends what restores the cluster after the test (called last first, always)."""
+    ``jobs``, where it appends every job number it submits as soon as it has it, ``reservations``
+    (the advance reservation ids it books; qrdel afterwards) and ``undo``, where it appends what
+    restores the cluster after the test (called last first, always)."""
 
     launcher: object
     team: Team
     jobs: list[int] = field(default_factory=list)
     undo: list[Callable[[], None]] = field(default_factory=list)
+    #: advance reservations a cause booked (qrdel afterwards)
+    reservations: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -212,3 +215,37 @@ def closed_calendar(ctx: CauseContext) -> Made:
         assert row["calendar_next_change"] == opens.strftime("%Y-%m-%dT%H:%M:%SZ"), row
 
     return Made(task=task, check_facts=check, expected=[opening_reason(opens)])
+
+
+@cause("future reservation")
+def future_reservation(ctx: CauseContext) -> Made:
+    """The launcher books an advance reservation through tco that starts in a bit over two days
+    (so the "in …" of the reason does not change while the test asks), on classic.q (agent.q takes
+    only its projects' jobs and SGE 8.1.9's qrsub has no -P), then launches a campaign into it
+    (-ar): its task waits for the reservation's start."""
+    import datetime as dt
+
+    from dashboards.reservations import BookRequest, book
+
+    start = (timezone.now() + dt.timedelta(hours=50, minutes=30)).replace(second=0, microsecond=0)
+    booked = book(user=ctx.launcher, request=BookRequest(team=ctx.team, name=f"mcp-ar-{uuid.uuid4().hex[:6]}",
+                                                         start=start, duration_s=600, queue="classic.q", seats=1))
+    ctx.reservations.append(booked.ar_id)
+    # The start as the scheduler holds it (qrstat -ar ID, read here), and the wait in whole hours.
+    text = run(["qrstat", "-ar", str(booked.ar_id)])
+    found = re.search(r"^start_time\s+(\d\d)/(\d\d)/(\d{4}) (\d\d):(\d\d)", text, re.M)
+    assert found, text
+    month, day, year, hour, minute = (int(g) for g in found.groups())
+    when = dt.datetime(year, month, day, hour, minute, tzinfo=dt.timezone.utc)
+    campaign = launch_campaign(ctx, "in-future-ar", queue="classic.q", advance_reservation=booked.ar_id)
+    task = waiting_task(campaign, "pending")
+    hours = int((when - timezone.now()).total_seconds() // 3600)
+    expected = (f"waits for advance reservation {booked.ar_id} (team {ctx.team.project}), which starts at "
+                f"{when:%Y-%m-%d %H:%M} UTC (in {hours // 24} d {hours % 24} h)")
+
+    def check(facts: dict) -> None:
+        [reservation] = facts["reservations"]
+        assert reservation["id"] == booked.ar_id and reservation["team"] == ctx.team.project, reservation
+        assert reservation["state"] == "waiting", reservation
+
+    return Made(task=task, check_facts=check, expected=[expected])

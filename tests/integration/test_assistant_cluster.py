@@ -29,7 +29,7 @@ from dashboards.accounts import api_token_rotate
 from dashboards.models import Team
 from tests.conftest import REPO, free_port, make_campaign
 from tests.conftest import test_database_url as database_url_for  # aliased: pytest would collect test_*
-from tests.ops.fixtures import ops_users, qdel_quietly  # noqa: F401
+from tests.ops.fixtures import SGE_ENV, ops_users, qdel_quietly  # noqa: F401
 from tests.ops.fixtures import make_task
 
 from .assistant_causes import CAUSES, CauseContext
@@ -235,5 +235,7 @@ def test_why_pending_names_the_cause_made_on_purpose(server_env, ops_users, tmp_
         http.stop()
         log.close()
         qdel_quietly(*ctx.jobs)
+        for ar in ctx.reservations:  # advance reservations a cause booked (issue 17)
+            subprocess.run(["qrdel", str(ar)], capture_output=True, env=SGE_ENV)
         for undo in reversed(ctx.undo):
             undo()

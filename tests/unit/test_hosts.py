@@ -238,6 +238,8 @@ class Recorder:
             return b"qname agent.q\ncalendar NONE\nqname classic.q\ncalendar NONE\n"
         if argv[0].endswith("sge_share_mon"):
             return (sge819 / "sge_share_mon_n.txt").read_bytes()
+        if argv == ("qrstat", "-u", "*", "-xml"):  # issue 17: no advance reservation
+            return (sge819 / "qrstat_empty.xml").read_bytes()
         raise AssertionError(f"unexpected command {argv}")
 
 
@@ -278,7 +280,7 @@ def test_one_round_of_scheduler_commands_per_poll_whatever_the_number_of_hosts(b
     # A first poll asks qstat -ext once for the new job's project; later polls do not.
     assert len(first) == 3 and len(second) == 2
     assert tuple(QSTAT_F_ARGV) in second and ("qstat", "-xml", "-u", "*") in second
-    assert len(status) == 7  # qstat -g c, qhost, qquota, qconf -se, qstat -f, sge_share_mon, qconf -sq
+    assert len(status) == 8  # qstat -g c, qhost, qquota, qconf -se, qstat -f, sge_share_mon, qconf -sq, qrstat
 
 
 # --- -r y: a campaign option down to the native specification --------------------------

@@ -12,7 +12,9 @@ from schedulers.gridengine.adapter import GridEngine
 
 #: What tco uses of a scheduler (issue 10): if the interface loses one, this fails.
 USED = {"list_tasks", "job_detail", "queue_summary", "hosts", "quotas", "global_capacity", "share_tree",
-        "accounting_since", "native_specification", "submit_array", "control"}
+        "accounting_since", "native_specification", "submit_array", "control",
+        # issue 17: advance reservations
+        "reservations", "reservation_submit", "reservation_delete"}
 
 
 def test_the_interface_declares_everything_tco_uses():

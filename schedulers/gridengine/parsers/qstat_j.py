@@ -224,7 +224,17 @@ def _job_detail(job: etree._Element, messages: dict[int | None, list[str]], glob
         if "VA_variable" in values:
             context[values["VA_variable"]] = values.get("VA_value", "")
 
+    # Reservations (issue 17): -ar N (JB_ar, 0 = none), -R y (JB_reserve) and the PE request
+    # (JB_pe, JB_pe_range's first RN_min), which a reserving job needs to name its slots.
+    ar_text = (text("JB_ar") or "").strip()
+    pe_range = fields.get("JB_pe_range")
+    pe_min = next((t.text.strip() for t in pe_range.iter("RN_min") if t.text and t.text.strip().isdigit()),
+                  None) if pe_range is not None else None
     return {
+        "advance_reservation": int(ar_text) if ar_text.isdigit() and int(ar_text) > 0 else None,
+        "reserve": (text("JB_reserve") or "").strip().lower() in ("true", "1", "y", "yes"),
+        "pe": (text("JB_pe") or "").strip() or None,
+        "pe_slots": int(pe_min) if pe_min else None,
         "job_number": job_number,
         "name": text("JB_job_name") or "",
         "owner": text("JB_owner") or "",
@@ -324,7 +334,10 @@ def parse_job_detail(data: bytes, tz: dt.tzinfo = UTC) -> dict:
     - ``scheduler_messages``: texts the scheduler recorded for this job
       (needs ``schedd_job_info true``); ``global_messages``: the scheduler's
       global ones;
-    - ``context``: ``JB_context`` as ``{variable: value}`` (``-ac``).
+    - ``context``: ``JB_context`` as ``{variable: value}`` (``-ac``);
+    - ``advance_reservation``: the ``-ar`` id (``JB_ar``) or None; ``reserve``:
+      ``-R y`` (``JB_reserve``); ``pe``, ``pe_slots``: the ``-pe`` name and its
+      least slot count (``JB_pe``, ``JB_pe_range``), None without one.
 
     Raises UnknownJob when the id is unknown, SchedulerParseError otherwise.
     """
