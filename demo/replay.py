@@ -52,6 +52,7 @@ from dashboards.services import campaign_submit
 from dashboards.stages import task_stages
 from demo.reference_checker import SCRIPTED_CAVEAT
 from demo.sweep import review_agreement, sweep_review_launch, sweep_submit
+from demo.watch import LAG_GOAL_S, LiveWatch, live_figures, render_live, service_pids
 from schedulers.gridengine.commands import run_command
 
 #: The article's figures (its stage table is the medians of the 256 review agents; seconds).
@@ -108,6 +109,15 @@ class ReplayOptions:
     user: str = "admin"
     out_dir: Path | None = None
     seed: int = 410
+    #: Items 4 and 5 (demo/watch.py): ``live`` watches run 1 from qstat and from the browser (an
+    #: admin's sockets); ``watchers`` more clients of both teams; the web server at ``web_url``
+    #: (default ``http://127.0.0.1:$TCO_PORT``); ``pids``: processes whose memory is sampled
+    #: (default: scripts/services' pid files); ``qstat_sample_s``: the sampler's period.
+    live: bool = True
+    watchers: int = 50
+    web_url: str | None = None
+    pids: dict[str, int] | None = None
+    qstat_sample_s: float = 0.25
 
 
 def work_durations(count: int, *, scale: float = 1.0, seed: int = 410) -> list[float]:
@@ -240,13 +250,18 @@ def run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, lo
     agent = AgentDefinition.objects.get(name="demo-agent", version=1)
     work = work_durations(opts.agents, scale=opts.work_scale, seed=opts.seed)
     halves = [work[: opts.agents // 2], work[opts.agents // 2:]]
+    watch = _live_watch(opts, ingest, log) if opts.live else None
     called_at = timezone.now()
     campaigns = []
     for team, durations in zip(teams, halves):
         inputs = [{"task": n, "duration_s": d} for n, d in enumerate(durations, start=1)]
         campaigns.append(launch(user=user, request=LaunchRequest(
             team=team, agent_definition=agent, inputs=inputs, name=f"replay-{team.project}")).campaign)
+    if watch and not opts.submit_here:
+        watch.follow(campaigns)   # the admin's pages open while the submit worker submits
     campaigns = _submitted(campaigns, submit_here=opts.submit_here)
+    if watch and opts.submit_here:
+        watch.follow(campaigns)
     log(f"run 1: campaigns {[c.pk for c in campaigns]} submitted as jobs {[c.job_number for c in campaigns]}")
 
     # The urgent agent: once the first wave runs (an agent has started and half a work median
@@ -265,8 +280,14 @@ def run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, lo
                            input={"task": 1, "duration_s": round(WORK_MEDIAN_S * opts.work_scale, 1)}).campaign
     urgent = _submitted([urgent], submit_here=opts.submit_here)[0]
     log(f"run 1: urgent agent (campaign {urgent.pk}, job {urgent.job_number}) launched with {queued} tasks queued")
-    ingest.until(_finished([*ids, urgent.pk], since=called_at), timeout_s=opts.timeout_s, poll_s=opts.poll_s,
-                 what="run 1's agents and their accounting")
+    if watch:
+        watch.follow([urgent])
+    try:
+        ingest.until(_finished([*ids, urgent.pk], since=called_at), timeout_s=opts.timeout_s, poll_s=opts.poll_s,
+                     what="run 1's agents and their accounting")
+    finally:
+        if watch:
+            watch.stop()
 
     tasks = list(Task.objects.filter(campaign_id__in=ids))
     utask = Task.objects.get(campaign=urgent)
@@ -279,7 +300,32 @@ def run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, lo
         "urgent_wait_s": task_stages(utask)["queue_wait"],
         "urgent_from_call_s": (utask.task_started_at - urgent_called).total_seconds(),
         "urgent_submit_s": urgent.submit_seconds,
+        "live": watch.results() if watch else None,
     }
+
+
+def _live_watch(opts: ReplayOptions, ingest: Ingest, log: Callable[[str], None]) -> LiveWatch:
+    """Items 4 and 5: the qstat sampler, the admin's and ``opts.watchers`` clients' queue sockets and
+    the load sampler, started (demo/watch.py). Raises ReplayError when the web server does not answer."""
+    import os
+
+    from django.contrib.auth import get_user_model
+
+    base = opts.web_url or f"http://127.0.0.1:{os.environ.get('TCO_PORT', '8000')}"
+    admin = get_user_model().objects.filter(is_superuser=True, is_active=True).order_by("pk").first()
+    if admin is None:
+        raise ReplayError("no active admin to watch the run as (run manage.py tco_bootstrap first)")
+    pids = opts.pids if opts.pids is not None else service_pids(Path(settings.STATE_DIR))
+    watch = LiveWatch(base_url=base, watchers=opts.watchers, list_tasks=ingest.scheduler.list_tasks, admin=admin,
+                      qstat_period_s=opts.qstat_sample_s, pids=pids, log=log)
+    try:
+        watch.start()
+    except OSError as exc:
+        raise ReplayError(f"the web server does not answer on {base} ({exc}): start it (make demo / scripts/services "
+                          "start), name it with --web-url, or pass --no-live") from exc
+    log(f"run 1: watching from qstat (every {opts.qstat_sample_s} s) and {1 + opts.watchers} browser client(s) "
+        f"on {base}; memory of {sorted(pids) or 'no processes'}")
+    return watch
 
 
 # --------------------------------------------------------------------------- run 2
@@ -432,6 +478,19 @@ def goals(teams: dict | None, sweep: dict | None) -> list[str]:
                        f"by {wait - URGENT_GOAL_S:.3f} s;"
                        " why: it starts at the next slot a finishing agent frees (all 96 were busy) plus the "
                        "qmaster's scheduling interval")
+    live = teams and teams.get("live")
+    if live:
+        f = live_figures(live)
+        for label, figures in (("live lag (admin's campaign pages)", f.get("lag")),
+                               (f"delivery to {f['clients']} clients", f["load"] if f["clients"] else None)):
+            if figures and figures["p95"] is not None:
+                p95 = figures["p95"]
+                out.append(f"met: {label} p95 {p95:.3f} s <= {LAG_GOAL_S:.0f} s" if p95 <= LAG_GOAL_S else
+                           f"MISSED: {label} p95 {p95:.3f} s > {LAG_GOAL_S:.0f} s, by {p95 - LAG_GOAL_S:.3f} s")
+        if f["clients"]:
+            bad = len(f["incomplete"]) + len(f["violations"])
+            out.append(f"{'met' if not bad else 'MISSED'}: every client got every change of its team and none of "
+                       f"another's ({len(f['incomplete'])} incomplete, {len(f['violations'])} saw too much)")
     return out
 
 
@@ -491,6 +550,8 @@ def render_report(*, teams: dict | None, sweep: dict | None, bill: dict | None, 
         lines.append(f"{'t (s)':>7} " + " ".join(f"{p:>12}" for p in projects))
         for i, t in enumerate(teams["running"]["t"]):
             lines.append(f"{t:>7.0f} " + " ".join(f"{teams['running']['projects'][p][i]:>12}" for p in projects))
+        if teams.get("live"):
+            lines += render_live(teams["live"])
     if sweep:
         ag = sweep["agreement"]
         shown = "n/a" if ag["agreement"] is None else f"{ag['agreement']:.0%}"
