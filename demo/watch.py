@@ -118,20 +118,25 @@ class Sightings:
 
 
 def task_lags(sighted: Mapping[Key, float], arrived: Mapping[Key, float], *, jobs: Iterable[int],
-              since: float | None = None) -> dict[str, Any]:
+              since: float | Callable[[Key], float | None] | None = None) -> dict[str, Any]:
     """Match qstat's first sightings to a client's first arrivals, change by change.
 
     ``sighted``/``arrived``: ``{(job, task, kind): epoch s}``; only changes of ``jobs`` count.
     ``since``: changes sighted before it (the client was not yet connected) are left out of the
-    lags (still counted as received when they arrived). Returns ``{"lags": [s], "received": n,
+    lags (still counted as received when they arrived); a function of the change gives the
+    instant for each (its page's socket), None leaving it out. Returns ``{"lags": [s], "received": n,
     "expected": n, "missed": [keys], "unexpected": [keys arrived that qstat never saw]}``.
     A lag is ``arrival - sighting`` and is negative when the page showed the change before
     the sampler's next qstat did (tco's own poll ran in between).
     """
     jobs = set(jobs)
     expected = {k for k in sighted if k[0] in jobs}
-    lags = [arrived[k] - sighted[k] for k in sorted(expected & set(arrived))
-            if since is None or sighted[k] >= since]
+    start = since if callable(since) else (lambda _k: since if since is not None else -math.inf)
+    lags = []
+    for k in sorted(expected & set(arrived)):
+        began = start(k)
+        if began is not None and sighted[k] >= began:
+            lags.append(arrived[k] - sighted[k])
     return {"lags": lags, "received": len(expected & set(arrived)), "expected": len(expected),
             "missed": sorted(expected - set(arrived)),
             "unexpected": sorted(k for k in arrived if k[0] in jobs and k not in sighted)}
@@ -564,18 +569,24 @@ class LiveWatch:
         for user, client in zip(self.users, self.clients):
             allowed = allowed_campaigns(user, rows)
             allowed_jobs = {rows[c].job_number for c in allowed}
-            # Lags count from the moment every socket of this client had its first snapshot.
-            since = max(client.connected_at.values()) if client.connected_at else None
+            label_of = {rows[c].job_number: f"/ws/campaigns/{c}/" for c in allowed}
+
+            def since(key: Key, client=client, label_of=label_of) -> float | None:
+                # From the first snapshot of the socket showing the task's page (no failures reorder it).
+                page = max(1, math.ceil(key[1] / TASKS_PER_PAGE))
+                return client.connected_at.get(f"{label_of.get(key[0])}?page={page}")
+
             matched = task_lags(sighted, client.arrivals.first, jobs=allowed_jobs, since=since)
             wave_lags = [client.arrivals.first[k] - sighted[k] for k in sorted(wave)
                          if k in client.arrivals.first and k[0] in allowed_jobs
-                         and (since is None or sighted[k] >= since)]
+                         and since(k) is not None and sighted[k] >= since(k)]
+            queue_since = client.connected_at.get("/ws/queue/?page=1")
             queue_lags = []
             for c in allowed:
                 series = client.queue_counts.get(c, [])
                 for kind, index in ((STARTED, 1), (GONE, 2)):
                     times = [v for k, v in sighted.items() if k[0] == rows[c].job_number and k[2] == kind]
-                    queue_lags += count_lags(times, [(s[0], s[index]) for s in series], since=since)["lags"]
+                    queue_lags += count_lags(times, [(s[0], s[index]) for s in series], since=queue_since)["lags"]
             if user.is_superuser:
                 violations = []   # an admin may see everything
             else:
@@ -585,6 +596,7 @@ class LiveWatch:
                     seen_campaigns=client.seen_campaigns, seen_projects=client.seen_projects,
                     arrived=client.arrivals.first, probes=client.probes)
             per_client.append({"user": user.username, "admin": user.is_superuser, "lag": matched,
+                               "arrived": sorted(client.arrivals.first),
                                "wave_lags": wave_lags, "queue_lags": queue_lags, "violations": violations,
                                "errors": client.errors, "messages": client.messages,
                                "probes": dict(client.probes)})

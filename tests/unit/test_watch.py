@@ -54,6 +54,9 @@ def test_task_lags_match_changes_by_task_and_report_missed_and_unexpected():
     # changes sighted before the client was connected arrive (received) but give no lag
     late = task_lags(sighted, arrived, jobs={7}, since=100.1)
     assert late["lags"] == [-0.25] and late["received"] == 2
+    # per change (its page's socket): task 1's socket from 99, task 2's never connected
+    per_page = task_lags(sighted, arrived, jobs={7}, since=lambda k: 99.0 if k[1] == 1 else None)
+    assert per_page["lags"] == [1.5] and per_page["received"] == 2
 
 
 def test_count_lags_match_the_kth_sighting_with_the_first_count_reaching_k():
