@@ -232,6 +232,8 @@ class Client:
     probes: dict[int, int | None] = dataclasses.field(default_factory=dict)
     messages: int = 0
     errors: list[str] = dataclasses.field(default_factory=list)
+    # (arrival, kind, the snapshot's generated_at): where a delivery's time went
+    timeline: list[tuple[float, str, str]] = dataclasses.field(default_factory=list)
 
     def on_queue(self, at: float, data: dict) -> None:
         for row in data.get("campaigns") or []:
@@ -322,6 +324,7 @@ class Browsers:
                     data = json.loads(msg.data)
                     client.messages += 1
                     kind, body = data.get("kind"), data.get("data") or {}
+                    client.timeline.append((at, f"{kind} {label}", body.get("generated_at") or ""))
                     if kind == "queue.snapshot":
                         client.on_queue(at, body)
                     elif kind == "campaign.snapshot":
