@@ -142,15 +142,20 @@ def median(values: Sequence[float | None]) -> float | None:
 # --------------------------------------------------------------------------- waiting
 
 class Ingest:
-    """tco's ingest steps, run in a loop by the replay: qstat poll, runner records, accounting."""
+    """tco's ingest steps, run in a loop by the replay: qstat poll, runner records, accounting.
 
-    def __init__(self, cluster):
+    ``poll_qstat`` False leaves the qstat poll to the workers' (while the replay measures the live
+    lag, its own poll would push changes the product's poll had not yet seen)."""
+
+    def __init__(self, cluster, *, poll_qstat: bool = True):
         self.cluster = cluster
         self.scheduler = scheduler_for(cluster)
+        self.poll_qstat = poll_qstat
 
     def step(self) -> None:
-        observed = timezone.now()
-        apply_qstat_poll(self.cluster, self.scheduler.list_tasks(), observed_at=observed)
+        if self.poll_qstat:
+            observed = timezone.now()
+            apply_qstat_poll(self.cluster, self.scheduler.list_tasks(), observed_at=observed)
         ingest_runner_records(self.cluster)
         ingest_accounting(self.cluster)
 
@@ -244,13 +249,24 @@ def running_over_time(tasks: Sequence[Task], *, step_s: float) -> dict[str, Any]
 
 
 def run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, log: Callable[[str], None]) -> dict:
-    """Run 1 (module doc). Returns the campaigns, launch figures, stage medians, running counts
-    and the urgent agent's figures."""
+    """Run 1 (module doc). Returns the campaigns, launch figures, stage medians, running counts,
+    the urgent agent's figures and, with ``opts.live``, the live lag and load (``"live"``)."""
+    watch = _live_watch(opts, ingest, log) if opts.live else None
+    try:
+        return _run_teams(user=user, opts=opts, ingest=ingest, log=log, watch=watch)
+    finally:
+        ingest.poll_qstat = True
+        if watch:
+            watch.stop()   # already stopped when the run went well
+
+
+def _run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, log: Callable[[str], None],
+               watch: LiveWatch | None) -> dict:
     teams = [Team.objects.get(project="research"), Team.objects.get(project="engineering")]
     agent = AgentDefinition.objects.get(name="demo-agent", version=1)
     work = work_durations(opts.agents, scale=opts.work_scale, seed=opts.seed)
     halves = [work[: opts.agents // 2], work[opts.agents // 2:]]
-    watch = _live_watch(opts, ingest, log) if opts.live else None
+    ingest.poll_qstat = watch is None   # measured: the product's own poll, not this loop's
     called_at = timezone.now()
     campaigns = []
     for team, durations in zip(teams, halves):
@@ -286,9 +302,9 @@ def run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, lo
         ingest.until(_finished([*ids, urgent.pk], since=called_at), timeout_s=opts.timeout_s, poll_s=opts.poll_s,
                      what="run 1's agents and their accounting")
     finally:
+        ingest.poll_qstat = True
         if watch:
             watch.stop()
-
     tasks = list(Task.objects.filter(campaign_id__in=ids))
     utask = Task.objects.get(campaign=urgent)
     return {

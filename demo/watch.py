@@ -554,6 +554,9 @@ class LiveWatch:
                 _wait(opened, wait_s)
 
     def stop(self) -> None:
+        """Stop the samplers and close the sockets (once; later calls do nothing)."""
+        if self.stopped_at is not None:
+            return
         self.stopped_at = time.time()
         self.sampler.stop()
         self.load.stop()
