@@ -553,12 +553,27 @@ class LiveWatch:
             if n == 0:
                 _wait(opened, wait_s)
 
-    def stop(self) -> None:
-        """Stop the samplers and close the sockets (once; later calls do nothing)."""
+    def stop(self, linger_s: float = 10.0) -> None:
+        """Stop the qstat sampler, give the clients up to ``linger_s`` seconds to receive every change
+        it saw of the campaigns they may see (a change later than that counts as missed), then stop
+        the rest and close the sockets (once; later calls do nothing)."""
         if self.stopped_at is not None:
             return
         self.stopped_at = time.time()
         self.sampler.stop()
+        try:
+            from dashboards.models import Campaign
+
+            jobs = dict(Campaign.objects.filter(pk__in=self.campaigns).values_list("pk", "job_number"))
+            wanted = [({jobs[c] for c in allowed_campaigns(user, jobs)}, client)
+                      for user, client in zip(self.users, self.clients)]
+        except Exception:  # noqa: BLE001 - no lingering then; the results say what arrived
+            wanted = []
+        sighted = dict(self.sampler.sightings.first)
+        deadline = time.monotonic() + linger_s
+        while time.monotonic() < deadline and any(
+                k not in client.arrivals.first for allowed, client in wanted for k in sighted if k[0] in allowed):
+            time.sleep(0.2)
         self.load.stop()
         self.browsers.stop()
 
