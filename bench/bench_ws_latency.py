@@ -25,7 +25,7 @@ The difference is the push path (channel layer, consumer, scoped re-read).
 Two campaigns of ``--tasks`` tasks (research and engineering) are written to
 the database; a scripted qstat (all pending; ``--slots`` start at once; every
 few seconds a handful end and as many start) is applied by this process's
-poll loop (``apply_qstat_poll``, every ``TCO_POLL_INTERVAL_S``) while the
+poll loop (``worker.tasks.poll_burst``, every ``TCO_POLL_INTERVAL_S``) while the
 seed replay's watchers (demo/watch.py: the admin and ``--watchers`` users of
 both teams on the queue and campaign pages, through daphne) timestamp each
 task's change. The lag is from the scripted qstat's change to the browser,
@@ -78,6 +78,41 @@ def setup_django(db: Path) -> None:
     django.setup()
 
 
+def fresh_django(db: Path):
+    """A new database at ``db`` (migrated, bootstrapped) for this process; returns its admin."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    setup_django(db)
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    call_command("tco_bootstrap", stdout=open(os.devnull, "w"))
+    return get_user_model().objects.get(username="admin")
+
+
+def fresh_log_dir() -> Path:
+    log_dir = REPO / "var" / "bench-ws-logs"
+    shutil.rmtree(log_dir, ignore_errors=True)
+    log_dir.mkdir(parents=True)
+    return log_dir
+
+
+def wait_web(base: str, log_dir: Path) -> None:
+    """Wait up to 30 s for the web server's /healthz; RuntimeError after."""
+    import urllib.request
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(base + "/healthz", timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"web server did not start; see {log_dir}/web.log") from None
+            time.sleep(0.2)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=30)
@@ -93,20 +128,13 @@ def main() -> int:
     if os.getuid() == 0:
         sys.exit("run as the submit account (runuser -u tco -- ...): Grid Engine refuses root")
 
-    db = Path(args.db)
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
-    setup_django(db)
+    admin = fresh_django(Path(args.db))
     from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
-    from django.core.management import call_command
 
     from dashboards.models import Task
 
-    call_command("migrate", verbosity=0)
-    call_command("tco_bootstrap", stdout=open(os.devnull, "w"))
-    admin = get_user_model().objects.get(username="admin")
     session = SessionStore()
     session[SESSION_KEY] = str(admin.pk)
     session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
@@ -115,9 +143,7 @@ def main() -> int:
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    log_dir = REPO / "var" / "bench-ws-logs"
-    shutil.rmtree(log_dir, ignore_errors=True)
-    log_dir.mkdir(parents=True)
+    log_dir = fresh_log_dir()
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     py = sys.executable
     subprocess.run([py, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO, env=env, check=True,
@@ -135,17 +161,7 @@ def main() -> int:
     sge = {**env, "SGE_ROOT": settings.SGE_ROOT, "SGE_CELL": settings.SGE_CELL}
     job = None
     try:
-        import urllib.request
-
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"web server did not start; see {log_dir}/web.log") from None
-                time.sleep(0.2)
+        wait_web(base, log_dir)
         out = subprocess.run(["qsub", "-terse", "-h", "-b", "y", "-N", "wsbench", "-q", "classic.q",
                               "-l", "anthropic_api=100000", "/bin/sleep", "60"],
                              env=sge, capture_output=True, text=True, check=True).stdout
@@ -255,26 +271,16 @@ async def measure(base: str, session_key: str, job: int, samples: int, sge: dict
 def burst(args) -> int:
     """``--burst`` (module doc)."""
     import datetime as dt
-    import urllib.request
 
-    db = Path(args.db)
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
-    setup_django(db)
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
+    admin = fresh_django(Path(args.db))
     from django.db import connection
     from django.utils import timezone
 
     from dashboards.clusters import cluster_get_default
-    from dashboards.ingest import apply_qstat_poll
     from dashboards.models import AgentDefinition, Campaign, Task, Team
     from demo.watch import LiveWatch, render_live
     from schedulers.base import QstatTask
 
-    call_command("migrate", verbosity=0)
-    call_command("tco_bootstrap", stdout=open(os.devnull, "w"))
-    admin = get_user_model().objects.get(username="admin")
     cluster = cluster_get_default()
     now = timezone.now()
     half = args.tasks // 2
@@ -296,9 +302,7 @@ def burst(args) -> int:
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    log_dir = REPO / "var" / "bench-ws-logs"
-    shutil.rmtree(log_dir, ignore_errors=True)
-    log_dir.mkdir(parents=True)
+    log_dir = fresh_log_dir()
     web = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                             "tco_web.asgi:application"], cwd=REPO, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
                            stdout=open(log_dir / "web.log", "wb"), stderr=subprocess.STDOUT)
@@ -334,15 +338,7 @@ def burst(args) -> int:
         connection.close()
 
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"web server did not start; see {log_dir}/web.log") from None
-                time.sleep(0.2)
+        wait_web(base, log_dir)
         watch = LiveWatch(base_url=base, watchers=args.watchers, list_tasks=qstat, admin=admin,
                           pids={"web": web.pid})
         watch.start()
