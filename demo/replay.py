@@ -26,6 +26,13 @@ service and the DRMAA call) and the accounting records. The wall-clock
 instant read just before each launch call is the one figure taken here.
 While it waits, the replay runs its own ingest loop (qstat poll, runner
 records, accounting), which is safe beside the workers' (issue 15 item 6).
+
+With ``live`` (the default), run 1 is also watched from qstat and from
+WebSocket clients of the live pages, an admin's and ``watchers`` users' of
+both teams (:mod:`demo.watch`; issue 15 items 4 and 5): the lag from a change
+in qstat to the browser, every client's changes against what it may see, and
+the memory and page times of the web server and workers, printed as their own
+section after run 1. Meanwhile the loop leaves the qstat poll to the workers.
 """
 from __future__ import annotations
 
