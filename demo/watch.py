@@ -672,7 +672,7 @@ def render_live(results: dict[str, Any]) -> list[str]:
 
     if "lag" in f:
         row("admin, campaign pages, every task change", f["lag"])
-        row("  of which the first wave (started before any ended)", f["wave"])
+        row("  the first wave (started before any ended)", f["wave"])
         row("admin, queue page (campaign counts)", f["queue"])
         lines.append(f"changes qstat saw: {f['lag']['expected']} ({results['wave']} in the first wave); "
                      f"arrived: {f['lag']['received']}; missed: {f['lag']['missed']}")
