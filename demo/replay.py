@@ -182,7 +182,10 @@ def _submitted(campaigns: Sequence[Campaign], *, submit_here: bool, wait_s: floa
     """Submit the campaigns here, or wait for the submit worker to; returns them reloaded.
     Raises ReplayError when the worker has not submitted them within ``wait_s`` seconds."""
     if submit_here:
-        return [campaign_submit(campaign_id=c.pk) for c in campaigns]
+        here = [campaign_submit(campaign_id=c.pk) for c in campaigns]
+        if all(c.job_number for c in here):
+            return here
+        # The submit worker (make demo runs one) claimed some first: it submits them; wait for it.
     deadline = time.monotonic() + wait_s
     while True:
         fresh = [Campaign.objects.get(pk=c.pk) for c in campaigns]
@@ -637,6 +640,9 @@ def replay(*, opts: ReplayOptions, log: Callable[[str], None] = print) -> dict:
     since = timezone.now()
     ingest.step()   # catch up first, so the loop's steps are short while the runs go
     teams_run = run_teams(user=user, opts=opts, ingest=ingest, log=log) if opts.agents else None
+    if teams_run:   # kept whatever happens to run 2
+        (out_dir / "report-run1.txt").write_text(render_report(teams=teams_run, sweep=None, bill=None, opts=opts,
+                                                               host=f"{socket.gethostname()} ({os.cpu_count()} cores)"))
     sweep_run = run_sweep(user=user, opts=opts, ingest=ingest, out_dir=out_dir, log=log) if opts.sweep else None
     ingest.step()
     bill = bill_check(since=since, teams=teams)
