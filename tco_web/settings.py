@@ -268,7 +268,9 @@ REDIS_URL = env_str("REDIS_URL") or redis_url_from_password_file()
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 10},
+        # redis-py's asyncio pool allows 100 connections and then raises (MaxConnectionsError): 250
+        # sockets opening at once (50 browsers at a run's start) each join 3-4 groups (issue 15 item 5).
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 2000}], "capacity": 1000, "expiry": 10},
     }
 }
 

@@ -56,7 +56,8 @@ def on_default_cluster(kind: str, timeout: float, work: Callable[[Any], dict]) -
         return work(cluster) if mine else {"skipped": True}
 
 
-#: A poll that changed at least this many tasks (started, ended; not new submissions) is a burst
+#: A poll that changed the state of at least this many tasks (started, ended; not new submissions,
+#: not priorities) is a burst
 #: (96 agents starting at once): poll again after ``TCO_POLL_BURST_S`` instead of waiting for the next
 #: beat, within three quarters of the poll interval (issue 15 item 4).
 BURST_TASKS = 8
@@ -84,7 +85,7 @@ def poll_burst(cluster, list_tasks: Callable[[], list], *, budget_s: float, ever
         out["polls"] += 1
         for key in ("added", "changed", "gone"):
             out[key] += getattr(changes, key)
-        if changes.changed + changes.gone < BURST_TASKS or time.monotonic() + every_s >= deadline:
+        if changes.state_changes < BURST_TASKS or time.monotonic() + every_s >= deadline:
             return out
         time.sleep(every_s)
 
