@@ -99,3 +99,29 @@ def test_a_poll_that_finds_a_burst_polls_again_until_it_is_over(bootstrap, monke
     # No time left in the budget: one poll, however many changed.
     after = {n: "running" for n in range(1, 11)}
     assert tasks.poll_burst(cluster, list_tasks, budget_s=0, every_s=0.01)["polls"] == 1
+
+
+def test_a_poll_writes_priority_only_changes_per_priority_and_counts_no_state_change(bootstrap, monkeypatch):
+    from dashboards.clusters import cluster_get_default
+    from dashboards.ingest import apply_qstat_poll
+    from schedulers.base import QstatTask
+
+    monkeypatch.setattr("dashboards.realtime.queue_changed", lambda *a, **k: None)
+    cluster = cluster_get_default()
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def rows(priorities: dict[int, float], running: set[int] = frozenset()) -> list:
+        return [QstatTask(job_number=5151, task_number=n, name="p", owner="tco", project="research",
+                          state="running" if n in running else "pending", state_code="r" if n in running else "qw",
+                          restarted=False, queue="agent.q" if n in running else None,
+                          host="h1" if n in running else None, slots=1, submitted_at=at,
+                          started_at=at if n in running else None, priority=p) for n, p in priorities.items()]
+
+    apply_qstat_poll(cluster, rows({n: 0.5 for n in range(1, 7)}), observed_at=at)
+    # The share tree moved tasks 1-3 to 0.6 and 4-5 to 0.55; task 6 started (and its priority moved too).
+    changes = apply_qstat_poll(cluster, rows({1: 0.6, 2: 0.6, 3: 0.6, 4: 0.55, 5: 0.55, 6: 0.7}, running={6}),
+                               observed_at=at + dt.timedelta(seconds=1))
+    assert (changes.changed, changes.state_changes) == (6, 1)
+    stored = dict(Task.objects.filter(job_number=5151).values_list("task_number", "priority"))
+    assert stored == {1: 0.6, 2: 0.6, 3: 0.6, 4: 0.55, 5: 0.55, 6: 0.7}
+    assert list(Task.objects.filter(job_number=5151, state="running").values_list("task_number", "host")) == [(6, "h1")]
