@@ -538,6 +538,7 @@ class LiveWatch:
         others' without waiting (they connect while the run goes, as browsers would); every other
         client also probes one campaign it may not see."""
         ids = [c.pk for c in campaigns]
+        self.followed_at = getattr(self, "followed_at", None) or time.time()
         for c in campaigns:
             self.campaigns[c.pk] = {"tasks": c.task_count}
         for n, (user, client) in enumerate(zip(self.users, self.clients)):
@@ -622,10 +623,16 @@ class LiveWatch:
                                "errors": client.errors, "messages": client.messages,
                                "probes": dict(client.probes)})
         rss = {name: {"start": v[0], "peak": max(v), "end": v[-1]} for name, v in self.load.rss.items() if v}
+        pages = [at for c in self.clients for label, at in c.connected_at.items() if label.startswith("/ws/campaigns/")]
+        opened = sum(1 for c in self.clients for _ in c.connected_at) + sum(
+            len(c.errors) for c in self.clients)
         return {"clients": per_client, "sighted": len(sighted), "wave": len(wave),
                 "qstat_samples": self.sampler.samples, "qstat_errors": self.sampler.errors,
                 "qstat_period_s": self.sampler.period_s,
                 "qstat_p50_s": percentile(self.sampler.durations, 0.5),
+                "sockets": {"campaign_pages": len(pages), "opened": opened,
+                            "last_s": max(pages) - self.followed_at if pages and getattr(self, "followed_at", None)
+                            else None},
                 "rss": rss, "pages": {k: lag_summary(v) for k, v in self.load.page_times.items()},
                 "page_errors": self.load.page_errors, "duration_s": (self.stopped_at or time.time()) - self.started_at}
 
@@ -695,6 +702,10 @@ def render_live(results: dict[str, Any]) -> list[str]:
         if p95 is not None:
             lines.append(f"goal p95 delivery <= {LAG_GOAL_S:.0f} s: " + ("met" if p95 <= LAG_GOAL_S else
                                                                           f"MISSED by {p95 - LAG_GOAL_S:.3f} s"))
+    sockets = results.get("sockets")
+    if sockets:
+        lines.append(f"sockets: {sockets['campaign_pages']} campaign-page sockets had their first snapshot, the last "
+                     f"{_s(sockets['last_s'])} s after the launch; {sockets['opened']} sockets in all (errors included)")
     if f["errors"]:
         lines.append(f"socket errors: {dict(list(f['errors'].items())[:3])}")
     if results["rss"]:
