@@ -125,4 +125,3 @@ def test_a_poll_writes_priority_only_changes_per_priority_and_counts_no_state_ch
     stored = dict(Task.objects.filter(job_number=5151).values_list("task_number", "priority"))
     assert stored == {1: 0.6, 2: 0.6, 3: 0.6, 4: 0.55, 5: 0.55, 6: 0.7}
     assert list(Task.objects.filter(job_number=5151, state="running").values_list("task_number", "host")) == [(6, "h1")]
-
