@@ -254,15 +254,19 @@ class CampaignConsumer(SnapshotConsumer):
                 # campaign is visible depends on the teams one sees only); the data itself is the same
                 # for everyone who may see it.
                 scope = selectors.scope_key(user)
-                if not shared_here(f"visible:{scope}:{campaign_id}:{self.event_id}", lambda: selectors.campaigns_visible_to(
-                        user).filter(pk=campaign_id).exists()):
+                visible = shared_here(f"visible:{scope}:{campaign_id}:{self.event_id}",
+                                      lambda: selectors.campaigns_visible_to(user).filter(pk=campaign_id).exists())
+                if not visible:
                     raise Campaign.DoesNotExist
                 table = self.table
                 key = (f"snapshot:campaign:{campaign_id}:{self.page}:{self.state}:{table['sort']}:"
                        f"{table['descending']}:{table['q']}:{self.host}:{self.event_id}")
-                return shared_here(key, lambda: json.dumps({"kind": "campaign.snapshot", "data": selectors.shared_snapshot(
-                    key, lambda: selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state,
-                                                           host=self.host, **table))}))
+                def read() -> dict:
+                    return selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state,
+                                                     host=self.host, **table)
+
+                return shared_here(key, lambda: json.dumps({"kind": "campaign.snapshot",
+                                                            "data": selectors.shared_snapshot(key, read)}))
         except Campaign.DoesNotExist:
             raise Refused from None
         return {"kind": "campaign.snapshot", "data": data}

@@ -705,7 +705,8 @@ def render_live(results: dict[str, Any]) -> list[str]:
     sockets = results.get("sockets")
     if sockets:
         lines.append(f"sockets: {sockets['campaign_pages']} campaign-page sockets had their first snapshot, the last "
-                     f"{_s(sockets['last_s'])} s after the launch; {sockets['opened']} sockets in all (errors included)")
+                     f"{_s(sockets['last_s'])} s after the launch; {sockets['opened']} sockets in all "
+                     "(errors included)")
     if f["errors"]:
         lines.append(f"socket errors: {dict(list(f['errors'].items())[:3])}")
     if results["rss"]:

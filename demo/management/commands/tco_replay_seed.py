@@ -44,7 +44,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-live", action="store_true",
                             help="do not watch run 1 from qstat and the browser (items 4 and 5 of issue 15)")
         parser.add_argument("--watchers", type=int, default=50,
-                            help="WebSocket clients of both teams watching run 1 besides the admin's (0: the admin's only)")
+                            help="WebSocket clients of both teams watching run 1 besides the admin's "
+                                 "(0: the admin's only)")
         parser.add_argument("--web-url", default=None,
                             help="tco's web server for the watchers (default http://127.0.0.1:$TCO_PORT)")
 
