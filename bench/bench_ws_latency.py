@@ -16,6 +16,21 @@ it measures, from the moment the command returned:
 - **WebSocket**: until a pushed queue snapshot shows the new state.
 
 The difference is the push path (channel layer, consumer, scoped re-read).
+
+``--burst`` measures the push path under a burst instead, with no cluster
+(issue 15 items 4 and 5)::
+
+    .venv/bin/python bench/bench_ws_latency.py --burst [--tasks 410] [--slots 96] [--watchers 50]
+
+Two campaigns of ``--tasks`` tasks (research and engineering) are written to
+the database; a scripted qstat (all pending; ``--slots`` start at once; every
+few seconds a handful end and as many start) is applied by this process's
+poll loop (``worker.tasks.poll_burst``, every ``TCO_POLL_INTERVAL_S``) while the
+seed replay's watchers (demo/watch.py: the admin and ``--watchers`` users of
+both teams on the queue and campaign pages, through daphne) timestamp each
+task's change. The lag is from the scripted qstat's change to the browser,
+so it is the poll period's phase plus the database write plus the push.
+Needs Redis only (``REDIS_URL``).
 """
 from __future__ import annotations
 
@@ -63,28 +78,63 @@ def setup_django(db: Path) -> None:
     django.setup()
 
 
+def fresh_django(db: Path):
+    """A new database at ``db`` (migrated, bootstrapped) for this process; returns its admin."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    setup_django(db)
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    call_command("tco_bootstrap", stdout=open(os.devnull, "w"))
+    return get_user_model().objects.get(username="admin")
+
+
+def fresh_log_dir() -> Path:
+    log_dir = REPO / "var" / "bench-ws-logs"
+    shutil.rmtree(log_dir, ignore_errors=True)
+    log_dir.mkdir(parents=True)
+    return log_dir
+
+
+def wait_web(base: str, log_dir: Path) -> None:
+    """Wait up to 30 s for the web server's /healthz; RuntimeError after."""
+    import urllib.request
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(base + "/healthz", timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"web server did not start; see {log_dir}/web.log") from None
+            time.sleep(0.2)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--db", default=str(REPO / "var" / "bench-ws.sqlite3"))
+    parser.add_argument("--burst", action="store_true", help="the push path under a scripted burst (no cluster)")
+    parser.add_argument("--tasks", type=int, default=410, help="--burst: tasks of the two campaigns together")
+    parser.add_argument("--slots", type=int, default=96, help="--burst: tasks starting at once")
+    parser.add_argument("--watchers", type=int, default=50, help="--burst: clients besides the admin")
+    parser.add_argument("--seconds", type=float, default=40.0, help="--burst: how long the scripted run goes")
     args = parser.parse_args()
+    if args.burst:
+        return burst(args)
     if os.getuid() == 0:
         sys.exit("run as the submit account (runuser -u tco -- ...): Grid Engine refuses root")
 
-    db = Path(args.db)
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
-    setup_django(db)
+    admin = fresh_django(Path(args.db))
     from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
-    from django.core.management import call_command
 
     from dashboards.models import Task
 
-    call_command("migrate", verbosity=0)
-    call_command("tco_bootstrap", stdout=open(os.devnull, "w"))
-    admin = get_user_model().objects.get(username="admin")
     session = SessionStore()
     session[SESSION_KEY] = str(admin.pk)
     session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
@@ -93,9 +143,7 @@ def main() -> int:
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    log_dir = REPO / "var" / "bench-ws-logs"
-    shutil.rmtree(log_dir, ignore_errors=True)
-    log_dir.mkdir(parents=True)
+    log_dir = fresh_log_dir()
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     py = sys.executable
     subprocess.run([py, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO, env=env, check=True,
@@ -113,17 +161,7 @@ def main() -> int:
     sge = {**env, "SGE_ROOT": settings.SGE_ROOT, "SGE_CELL": settings.SGE_CELL}
     job = None
     try:
-        import urllib.request
-
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"web server did not start; see {log_dir}/web.log") from None
-                time.sleep(0.2)
+        wait_web(base, log_dir)
         out = subprocess.run(["qsub", "-terse", "-h", "-b", "y", "-N", "wsbench", "-q", "classic.q",
                               "-l", "anthropic_api=100000", "/bin/sleep", "60"],
                              env=sge, capture_output=True, text=True, check=True).stdout
@@ -227,6 +265,133 @@ async def measure(base: str, session_key: str, job: int, samples: int, sge: dict
     print(f"{'push path (WebSocket - db)':<28} {statistics.median(push):7.3f} {pct(push, 0.95):7.3f} {max(push):7.3f}")
     p95 = pct(ws_lat, 0.95)
     print(f"\nWebSocket p95 {p95:.3f} s (goal <= 2 s): {'OK' if p95 <= 2.0 else 'OVER'}")
+    return 0
+
+
+def burst(args) -> int:
+    """``--burst`` (module doc)."""
+    import datetime as dt
+
+    admin = fresh_django(Path(args.db))
+    from django.db import connection
+    from django.utils import timezone
+
+    from dashboards.clusters import cluster_get_default
+    from dashboards.models import AgentDefinition, Campaign, Task, Team
+    from demo.watch import LiveWatch, render_live
+    from schedulers.base import QstatTask
+
+    cluster = cluster_get_default()
+    now = timezone.now()
+    half = args.tasks // 2
+    campaigns, script = [], {}
+    for n, (project, job) in enumerate((("research", 900001), ("engineering", 900002))):
+        count = half if n == 0 else args.tasks - half
+        team = Team.objects.get(project=project)
+        c = Campaign.objects.create(name=f"burst-{project}", cluster=cluster, team=team,
+                                    agent_definition=AgentDefinition.objects.get(name="demo-agent"),
+                                    launched_by=admin, queue="agent.q", task_count=count, status="submitted",
+                                    launched_at=now, submitted_at=now, job_number=job)
+        campaigns.append(c)
+        Task.objects.bulk_create([Task(cluster=cluster, campaign=c, job_number=job, task_number=i, is_array=True,
+                                       name=f"tco-c{c.pk}", owner="tco", project=project, state="pending",
+                                       state_code="qw", submitted_at=now) for i in range(1, count + 1)])
+        for i in range(1, count + 1):
+            script[(job, i)] = project
+    connection.close()
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log_dir = fresh_log_dir()
+    web = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                            "tco_web.asgi:application"], cwd=REPO, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                           stdout=open(log_dir / "web.log", "wb"), stderr=subprocess.STDOUT)
+    lock = threading.Lock()
+    state: dict[tuple[int, int], str] = {k: "pending" for k in script}
+
+    def qstat() -> list:
+        with lock:
+            items = list(state.items())
+        at = dt.datetime.now(dt.timezone.utc)
+        return [QstatTask(job_number=j, task_number=t, name="burst", owner="tco", project=script[(j, t)], state=s,
+                          state_code="r" if s == "running" else "qw", restarted=False,
+                          queue="agent.q" if s == "running" else None, host="h1" if s == "running" else None,
+                          slots=1, submitted_at=at - dt.timedelta(seconds=1), started_at=None, priority=0.5)
+                for (j, t), s in items]
+
+    stop = threading.Event()
+    poll_s = float(os.environ.get("TCO_POLL_INTERVAL_S", "1.0"))
+
+    polls: list[tuple[float, float, int]] = []   # (began, took s, tasks changed) of each poll task
+    from django.conf import settings as django_settings
+
+    from worker.tasks import poll_burst
+
+    def poller() -> None:
+        # As the beat and worker.tasks.poll_queue: one poll task every TCO_POLL_INTERVAL_S, polling
+        # again every TCO_POLL_BURST_S while a burst goes on.
+        while not stop.is_set():
+            began, began_at = time.monotonic(), time.time()
+            out = poll_burst(cluster, qstat, budget_s=poll_s * 0.75, every_s=django_settings.TCO_POLL_BURST_S)
+            polls.append((began_at, time.monotonic() - began, out["changed"] + out["gone"] + out["added"]))
+            stop.wait(max(0.0, poll_s - (time.monotonic() - began)))
+        connection.close()
+
+    try:
+        wait_web(base, log_dir)
+        watch = LiveWatch(base_url=base, watchers=args.watchers, list_tasks=qstat, admin=admin,
+                          pids={"web": web.pid})
+        watch.start()
+        watch.follow(campaigns)
+        threading.Thread(target=poller, daemon=True).start()
+        time.sleep(3)   # every socket connected, the poll in its stride
+        order = sorted(state)
+        order = [k for pair in zip(order[:half], order[half:]) for k in pair]   # the two teams in turn
+        running = order[:args.slots]
+        queue = order[args.slots:]
+        with lock:
+            for k in running:
+                state[k] = "running"
+        burst_at = time.time()
+        print(f"{len(running)} tasks started at once; {len(queue)} queued")
+        end = time.monotonic() + args.seconds
+        while time.monotonic() < end:
+            time.sleep(random.uniform(0.5, 2.0))
+            with lock:
+                for _ in range(min(len(running), random.randint(1, 8))):
+                    del state[running.pop(0)]
+                    if queue:
+                        k = queue.pop(0)
+                        state[k] = "running"
+                        running.append(k)
+        time.sleep(3)
+        stop.set()
+        watch.stop()
+        import django.db
+
+        django.db.connections.close_all()
+        results = watch.results()
+        print("\n".join(render_live(results)))
+        if os.environ.get("TCO_BENCH_TIMELINE"):
+            print("timeline after the burst (s from it): polls (began, took, changed), the admin's snapshots "
+                  "(arrival, generated)")
+            for began, took, n in polls:
+                if 0 <= began - burst_at < 4:
+                    print(f"  poll task {began - burst_at:6.3f} took {took:.3f} changed {n}")
+            for at, kind, generated in watch.clients[0].timeline:
+                if 0 <= at - burst_at < 4:
+                    gen = dt.datetime.fromisoformat(generated).timestamp() - burst_at if generated else float("nan")
+                    print(f"  {kind:<40} arrived {at - burst_at:6.3f} generated {gen:6.3f}")
+        busy = [(took, n) for _, took, n in polls if n]
+        if busy:
+            worst = max(busy)
+            print(f"poll loop (burst re-poll every {django_settings.TCO_POLL_BURST_S} s): {len(polls)} poll tasks, "
+                  f"{len(busy)} with changes; p50 "
+                  f"{statistics.median(t for t, _ in busy):.3f} s, slowest {worst[0]:.3f} s ({worst[1]} tasks)")
+    finally:
+        stop.set()
+        web.terminate()
+        web.wait(timeout=15)
     return 0
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 
 import asyncio
+import json
 import time
 
 from channels.db import database_sync_to_async
@@ -28,6 +29,29 @@ from . import realtime, selectors
 from .models import Campaign, Task
 
 MIN_INTERVAL_S = 0.3
+#: How long this process keeps an answer to one change event (seconds; as selectors.shared_snapshot).
+SHARED_TTL_S = 10.0
+_SHARED: dict[str, tuple[float, object]] = {}
+
+
+def shared_here(key: str, compute):
+    """``compute()``, shared by the sockets of this process for ``SHARED_TTL_S`` seconds under ``key``.
+
+    The keys name the change event answered (its id), so a burst of changes
+    fanned out to N sockets costs one read, one JSON encoding and one
+    visibility check per scope in this process, not N (issue 15 item 4);
+    ``selectors.shared_snapshot`` below it shares the read between processes.
+    """
+    now = time.monotonic()
+    hit = _SHARED.get(key)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    value = compute()
+    if len(_SHARED) > 2000:
+        for old in [k for k, (until, _) in _SHARED.items() if until <= now]:
+            _SHARED.pop(old, None)
+    _SHARED[key] = (now + SHARED_TTL_S, value)
+    return value
 
 
 class Refused(Exception):
@@ -90,8 +114,8 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         """The groups this connection may join (empty: refuse it)."""
 
     @abc.abstractmethod
-    async def snapshot(self) -> dict:
-        """What this page shows now, for this user."""
+    async def snapshot(self) -> dict | str:
+        """What this page shows now, for this user (a dict, or its JSON text)."""
 
     async def receive_json(self, content, **kwargs) -> None:
         if isinstance(content, dict) and self.choose(content):
@@ -124,7 +148,10 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         except Refused:
             await self.close(code=4403)
             return
-        await self.send_json(data)
+        if isinstance(data, str):  # already encoded, shared with the other sockets answering the same event
+            await self.send(text_data=data)
+        else:
+            await self.send_json(data)
 
 
 def _page(value) -> int | None:
@@ -172,7 +199,8 @@ class QueueConsumer(SnapshotConsumer):
         if self.event_id is None:
             return {"kind": "queue.snapshot", "data": read()}
         key = f"snapshot:queue:{selectors.scope_key(user)}:{self.page}:{self.event_id}"
-        return {"kind": "queue.snapshot", "data": selectors.shared_snapshot(key, read)}
+        return shared_here(key, lambda: json.dumps({"kind": "queue.snapshot",
+                                                    "data": selectors.shared_snapshot(key, read)}))
 
 
 class CampaignConsumer(SnapshotConsumer):
@@ -222,13 +250,23 @@ class CampaignConsumer(SnapshotConsumer):
                 data = selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state,
                                                  host=self.host, **self.table)
             else:
-                # Checked for this user first; the data itself is the same for everyone who may see it.
-                selectors.campaign_for(user, campaign_id)
+                # Checked for this user first (once per event for all users of the same scope: whether a
+                # campaign is visible depends on the teams one sees only); the data itself is the same
+                # for everyone who may see it.
+                scope = selectors.scope_key(user)
+                visible = shared_here(f"visible:{scope}:{campaign_id}:{self.event_id}",
+                                      lambda: selectors.campaigns_visible_to(user).filter(pk=campaign_id).exists())
+                if not visible:
+                    raise Campaign.DoesNotExist
                 table = self.table
                 key = (f"snapshot:campaign:{campaign_id}:{self.page}:{self.state}:{table['sort']}:"
                        f"{table['descending']}:{table['q']}:{self.host}:{self.event_id}")
-                data = selectors.shared_snapshot(key, lambda: selectors.campaign_detail(
-                    user, campaign_id, page=self.page, state=self.state, host=self.host, **table))
+                def read() -> dict:
+                    return selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state,
+                                                     host=self.host, **table)
+
+                return shared_here(key, lambda: json.dumps({"kind": "campaign.snapshot",
+                                                            "data": selectors.shared_snapshot(key, read)}))
         except Campaign.DoesNotExist:
             raise Refused from None
         return {"kind": "campaign.snapshot", "data": data}

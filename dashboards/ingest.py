@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 CHUNK = 900  # stays under SQLite's 999 bound parameters per IN (...)
 POLL_FIELDS = ("state", "state_code", "restarted", "queue", "host", "slots", "priority", "started_at")
+_PRIORITY = POLL_FIELDS.index("priority")
 
 
 @dataclasses.dataclass
@@ -54,6 +55,8 @@ class PollChanges:
     changed: int = 0
     gone: int = 0
     campaigns: set[int] = dataclasses.field(default_factory=set)
+    #: Of ``changed`` and ``gone``: tasks whose state changed (started, ended...), not only their priority.
+    state_changes: int = 0
 
     @property
     def any(self) -> bool:
@@ -149,6 +152,7 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
             changes.campaigns.update(pk for pk in campaign_of.values())
 
         changed_rows: list[Task] = []
+        reprioritized: list[Task] = []
         gone_rows: list[Task] = []
         for key, row in existing.items():
             t = current.get(key)
@@ -168,17 +172,28 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
                 if row.state != t.state:
                     events.append(TaskEvent(task_id=row.id, at=observed_at, from_state=row.state, to_state=t.state,
                                             state_code=t.state_code))
+                # The share tree moves pending tasks' priorities at every scheduling run: those rows
+                # get one UPDATE per priority value below, not the bulk update's CASE per row.
+                only_priority = not earlier and all(a == b for i, (a, b) in enumerate(zip(new, old)) if i != _PRIORITY)
                 for field, value in zip(POLL_FIELDS, new):
                     setattr(row, field, value)
                 if earlier:
                     row.submitted_at = t.submitted_at
-                changed_rows.append(row)
+                (reprioritized if only_priority else changed_rows).append(row)
         if changed_rows:
             Task.objects.bulk_update(changed_rows, [*POLL_FIELDS, "submitted_at"], batch_size=1000)
+        by_priority: dict[float, list[int]] = {}
+        for row in reprioritized:
+            by_priority.setdefault(row.priority, []).append(row.id)
+        for priority, ids in by_priority.items():
+            for chunk in _chunks(ids):
+                Task.objects.filter(pk__in=chunk).update(priority=priority)
+        changed_rows += reprioritized
         if gone_rows:
             Task.objects.bulk_update(gone_rows, ["state", "gone_at"], batch_size=1000)
         changes.changed = len(changed_rows)
         changes.gone = len(gone_rows)
+        changes.state_changes = len(events)
         for row in (*changed_rows, *gone_rows):
             if row.campaign_id:
                 changes.campaigns.add(row.campaign_id)

@@ -26,6 +26,13 @@ service and the DRMAA call) and the accounting records. The wall-clock
 instant read just before each launch call is the one figure taken here.
 While it waits, the replay runs its own ingest loop (qstat poll, runner
 records, accounting), which is safe beside the workers' (issue 15 item 6).
+
+With ``live`` (the default), run 1 is also watched from qstat and from
+WebSocket clients of the live pages, an admin's and ``watchers`` users' of
+both teams (:mod:`demo.watch`; issue 15 items 4 and 5): the lag from a change
+in qstat to the browser, every client's changes against what it may see, and
+the memory and page times of the web server and workers, printed as their own
+section after run 1. Meanwhile the loop leaves the qstat poll to the workers.
 """
 from __future__ import annotations
 
@@ -52,6 +59,7 @@ from dashboards.services import campaign_submit, team_sweeps_dir
 from dashboards.stages import task_stages
 from demo.reference_checker import SCRIPTED_CAVEAT
 from demo.sweep import review_agreement, sweep_review_launch, sweep_submit
+from demo.watch import LAG_GOAL_S, LiveWatch, live_figures, render_live, service_pids
 from schedulers.gridengine.commands import run_command
 
 #: The article's figures (its stage table is the medians of the 256 review agents; seconds).
@@ -108,6 +116,15 @@ class ReplayOptions:
     user: str = "admin"
     out_dir: Path | None = None
     seed: int = 410
+    #: Items 4 and 5 (demo/watch.py): ``live`` watches run 1 from qstat and from the browser (an
+    #: admin's sockets); ``watchers`` more clients of both teams; the web server at ``web_url``
+    #: (default ``http://127.0.0.1:$TCO_PORT``); ``pids``: processes whose memory is sampled
+    #: (default: scripts/services' pid files); ``qstat_sample_s``: the sampler's period.
+    live: bool = True
+    watchers: int = 50
+    web_url: str | None = None
+    pids: dict[str, int] | None = None
+    qstat_sample_s: float = 0.25
 
 
 def work_durations(count: int, *, scale: float = 1.0, seed: int = 410) -> list[float]:
@@ -132,15 +149,20 @@ def median(values: Sequence[float | None]) -> float | None:
 # --------------------------------------------------------------------------- waiting
 
 class Ingest:
-    """tco's ingest steps, run in a loop by the replay: qstat poll, runner records, accounting."""
+    """tco's ingest steps, run in a loop by the replay: qstat poll, runner records, accounting.
 
-    def __init__(self, cluster):
+    ``poll_qstat`` False leaves the qstat poll to the workers' (while the replay measures the live
+    lag, its own poll would push changes the product's poll had not yet seen)."""
+
+    def __init__(self, cluster, *, poll_qstat: bool = True):
         self.cluster = cluster
         self.scheduler = scheduler_for(cluster)
+        self.poll_qstat = poll_qstat
 
     def step(self) -> None:
-        observed = timezone.now()
-        apply_qstat_poll(self.cluster, self.scheduler.list_tasks(), observed_at=observed)
+        if self.poll_qstat:
+            observed = timezone.now()
+            apply_qstat_poll(self.cluster, self.scheduler.list_tasks(), observed_at=observed)
         ingest_runner_records(self.cluster)
         ingest_accounting(self.cluster)
 
@@ -160,7 +182,10 @@ def _submitted(campaigns: Sequence[Campaign], *, submit_here: bool, wait_s: floa
     """Submit the campaigns here, or wait for the submit worker to; returns them reloaded.
     Raises ReplayError when the worker has not submitted them within ``wait_s`` seconds."""
     if submit_here:
-        return [campaign_submit(campaign_id=c.pk) for c in campaigns]
+        here = [campaign_submit(campaign_id=c.pk) for c in campaigns]
+        if all(c.job_number for c in here):
+            return here
+        # The submit worker (make demo runs one) claimed some first: it submits them; wait for it.
     deadline = time.monotonic() + wait_s
     while True:
         fresh = [Campaign.objects.get(pk=c.pk) for c in campaigns]
@@ -234,19 +259,35 @@ def running_over_time(tasks: Sequence[Task], *, step_s: float) -> dict[str, Any]
 
 
 def run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, log: Callable[[str], None]) -> dict:
-    """Run 1 (module doc). Returns the campaigns, launch figures, stage medians, running counts
-    and the urgent agent's figures."""
+    """Run 1 (module doc). Returns the campaigns, launch figures, stage medians, running counts,
+    the urgent agent's figures and, with ``opts.live``, the live lag and load (``"live"``)."""
+    watch = _live_watch(opts, ingest, log) if opts.live else None
+    try:
+        return _run_teams(user=user, opts=opts, ingest=ingest, log=log, watch=watch)
+    finally:
+        ingest.poll_qstat = True
+        if watch:
+            watch.stop()   # already stopped when the run went well
+
+
+def _run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, log: Callable[[str], None],
+               watch: LiveWatch | None) -> dict:
     teams = [Team.objects.get(project="research"), Team.objects.get(project="engineering")]
     agent = AgentDefinition.objects.get(name="demo-agent", version=1)
     work = work_durations(opts.agents, scale=opts.work_scale, seed=opts.seed)
     halves = [work[: opts.agents // 2], work[opts.agents // 2:]]
+    ingest.poll_qstat = watch is None   # measured: the product's own poll, not this loop's
     called_at = timezone.now()
     campaigns = []
     for team, durations in zip(teams, halves):
         inputs = [{"task": n, "duration_s": d} for n, d in enumerate(durations, start=1)]
         campaigns.append(launch(user=user, request=LaunchRequest(
             team=team, agent_definition=agent, inputs=inputs, name=f"replay-{team.project}")).campaign)
+    if watch and not opts.submit_here:
+        watch.follow(campaigns)   # the admin's pages open while the submit worker submits
     campaigns = _submitted(campaigns, submit_here=opts.submit_here)
+    if watch and opts.submit_here:
+        watch.follow(campaigns)
     log(f"run 1: campaigns {[c.pk for c in campaigns]} submitted as jobs {[c.job_number for c in campaigns]}")
 
     # The urgent agent: once the first wave runs (an agent has started and half a work median
@@ -265,9 +306,15 @@ def run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, lo
                            input={"task": 1, "duration_s": round(WORK_MEDIAN_S * opts.work_scale, 1)}).campaign
     urgent = _submitted([urgent], submit_here=opts.submit_here)[0]
     log(f"run 1: urgent agent (campaign {urgent.pk}, job {urgent.job_number}) launched with {queued} tasks queued")
-    ingest.until(_finished([*ids, urgent.pk], since=called_at), timeout_s=opts.timeout_s, poll_s=opts.poll_s,
-                 what="run 1's agents and their accounting")
-
+    if watch:
+        watch.follow([urgent])
+    try:
+        ingest.until(_finished([*ids, urgent.pk], since=called_at), timeout_s=opts.timeout_s, poll_s=opts.poll_s,
+                     what="run 1's agents and their accounting")
+    finally:
+        ingest.poll_qstat = True
+        if watch:
+            watch.stop()
     tasks = list(Task.objects.filter(campaign_id__in=ids))
     utask = Task.objects.get(campaign=urgent)
     return {
@@ -279,7 +326,32 @@ def run_teams(*, user: AbstractBaseUser, opts: ReplayOptions, ingest: Ingest, lo
         "urgent_wait_s": task_stages(utask)["queue_wait"],
         "urgent_from_call_s": (utask.task_started_at - urgent_called).total_seconds(),
         "urgent_submit_s": urgent.submit_seconds,
+        "live": watch.results() if watch else None,
     }
+
+
+def _live_watch(opts: ReplayOptions, ingest: Ingest, log: Callable[[str], None]) -> LiveWatch:
+    """Items 4 and 5: the qstat sampler, the admin's and ``opts.watchers`` clients' queue sockets and
+    the load sampler, started (demo/watch.py). Raises ReplayError when the web server does not answer."""
+    import os
+
+    from django.contrib.auth import get_user_model
+
+    base = opts.web_url or f"http://127.0.0.1:{os.environ.get('TCO_PORT', '8000')}"
+    admin = get_user_model().objects.filter(is_superuser=True, is_active=True).order_by("pk").first()
+    if admin is None:
+        raise ReplayError("no active admin to watch the run as (run manage.py tco_bootstrap first)")
+    pids = opts.pids if opts.pids is not None else service_pids(Path(settings.STATE_DIR))
+    watch = LiveWatch(base_url=base, watchers=opts.watchers, list_tasks=ingest.scheduler.list_tasks, admin=admin,
+                      qstat_period_s=opts.qstat_sample_s, pids=pids, log=log)
+    try:
+        watch.start()
+    except OSError as exc:
+        raise ReplayError(f"the web server does not answer on {base} ({exc}): start it (make demo / scripts/services "
+                          "start), name it with --web-url, or pass --no-live") from exc
+    log(f"run 1: watching from qstat (every {opts.qstat_sample_s} s) and {1 + opts.watchers} browser client(s) "
+        f"on {base}; memory of {sorted(pids) or 'no processes'}")
+    return watch
 
 
 # --------------------------------------------------------------------------- run 2
@@ -432,6 +504,19 @@ def goals(teams: dict | None, sweep: dict | None) -> list[str]:
                        f"by {wait - URGENT_GOAL_S:.3f} s;"
                        " why: it starts at the next slot a finishing agent frees (all 96 were busy) plus the "
                        "qmaster's scheduling interval")
+    live = teams and teams.get("live")
+    if live:
+        f = live_figures(live)
+        for label, figures in (("live lag (admin's campaign pages)", f.get("lag")),
+                               (f"delivery to {f['clients']} clients", f["load"] if f["clients"] else None)):
+            if figures and figures["p95"] is not None:
+                p95 = figures["p95"]
+                out.append(f"met: {label} p95 {p95:.3f} s <= {LAG_GOAL_S:.0f} s" if p95 <= LAG_GOAL_S else
+                           f"MISSED: {label} p95 {p95:.3f} s > {LAG_GOAL_S:.0f} s, by {p95 - LAG_GOAL_S:.3f} s")
+        if f["clients"]:
+            bad = len(f["incomplete"]) + len(f["violations"])
+            out.append(f"{'met' if not bad else 'MISSED'}: every client got every change of its team and none of "
+                       f"another's ({len(f['incomplete'])} incomplete, {len(f['violations'])} saw too much)")
     return out
 
 
@@ -491,6 +576,8 @@ def render_report(*, teams: dict | None, sweep: dict | None, bill: dict | None, 
         lines.append(f"{'t (s)':>7} " + " ".join(f"{p:>12}" for p in projects))
         for i, t in enumerate(teams["running"]["t"]):
             lines.append(f"{t:>7.0f} " + " ".join(f"{teams['running']['projects'][p][i]:>12}" for p in projects))
+        if teams.get("live"):
+            lines += render_live(teams["live"])
     if sweep:
         ag = sweep["agreement"]
         shown = "n/a" if ag["agreement"] is None else f"{ag['agreement']:.0%}"
@@ -553,6 +640,9 @@ def replay(*, opts: ReplayOptions, log: Callable[[str], None] = print) -> dict:
     since = timezone.now()
     ingest.step()   # catch up first, so the loop's steps are short while the runs go
     teams_run = run_teams(user=user, opts=opts, ingest=ingest, log=log) if opts.agents else None
+    if teams_run:   # kept whatever happens to run 2
+        (out_dir / "report-run1.txt").write_text(render_report(teams=teams_run, sweep=None, bill=None, opts=opts,
+                                                               host=f"{socket.gethostname()} ({os.cpu_count()} cores)"))
     sweep_run = run_sweep(user=user, opts=opts, ingest=ingest, out_dir=out_dir, log=log) if opts.sweep else None
     ingest.step()
     bill = bill_check(since=since, teams=teams)

@@ -268,7 +268,9 @@ REDIS_URL = env_str("REDIS_URL") or redis_url_from_password_file()
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 10},
+        # redis-py's asyncio pool allows 100 connections and then raises (MaxConnectionsError): 250
+        # sockets opening at once (50 browsers at a run's start) each join 3-4 groups (issue 15 item 5).
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 2000}], "capacity": 1000, "expiry": 10},
     }
 }
 
@@ -318,6 +320,8 @@ TCO_REQUESTABLE_RESOURCES = env_list("TCO_REQUESTABLE_RESOURCES", ["anthropic_ap
 TCO_SEAT_RESOURCE = env_str("TCO_SEAT_RESOURCE", "anthropic_api")
 TCO_SUBMIT_USER = env_str("TCO_SUBMIT_USER", "tco")
 TCO_POLL_INTERVAL_S = env_float("TCO_POLL_INTERVAL_S", 1.0)
+# While a poll finds a burst of changes (worker.tasks.BURST_TASKS), the next one comes this much later.
+TCO_POLL_BURST_S = env_float("TCO_POLL_BURST_S", 0.25)
 TCO_STATUS_INTERVAL_S = env_float("TCO_STATUS_INTERVAL_S", 5.0)
 TCO_INGEST_INTERVAL_S = env_float("TCO_INGEST_INTERVAL_S", 1.0)
 # A task gone from qstat with no accounting record after this long is "lost"

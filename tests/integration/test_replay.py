@@ -54,6 +54,7 @@ def test_the_replay_reports_figures_of_its_own_run_and_a_bill_equal_to_qacct(boo
     out = io.StringIO()
     started = dt.datetime.now(dt.timezone.utc)
     call_command("tco_replay_seed", "--agents", "6", "--sweep", "5", "--work-scale", "0.05", "--submit-here",
+                 "--no-live",
                  "--timeout", "600", "--out-dir", str(state_dir / "report"), stdout=out, stderr=io.StringIO())
     report = out.getvalue()
     assert (state_dir / "report" / "report.txt").read_text() in report

@@ -42,3 +42,29 @@ def test_goals_say_what_was_missed_and_by_how_much():
     assert lines[1].startswith("MISSED: integration overhead (two teams) 0.500 s > 0.20 s, by 0.300 s")
     assert lines[2].startswith("met: all 410 tasks")
     assert lines[3].startswith("MISSED: urgent agent waited 3.500 s > 2 s, by 1.500 s")
+
+
+def test_submit_here_waits_for_the_submit_worker_when_it_claimed_the_campaign_first(monkeypatch):
+    """Beside make demo's submit worker, campaign_submit here can find the campaign claimed: its
+    job number then comes from the worker (read again), not None (run 2 crashed on that)."""
+    import demo.replay as replay
+
+    rows = {1: SimpleNamespace(pk=1, job_number=None)}
+    reads = []
+
+    class Objects:
+        @staticmethod
+        def get(pk):
+            reads.append(pk)
+            if len(reads) >= 3:   # the worker's DRMAA call returns after a while
+                rows[pk] = SimpleNamespace(pk=pk, job_number=4711)
+            return rows[pk]
+
+    monkeypatch.setattr(replay, "campaign_submit", lambda campaign_id: SimpleNamespace(pk=campaign_id, job_number=None))
+    monkeypatch.setattr(replay, "Campaign", SimpleNamespace(objects=Objects))
+    monkeypatch.setattr(replay.time, "sleep", lambda s: None)
+    assert [c.job_number for c in replay._submitted([rows[1]], submit_here=True)] == [4711]
+    # Submitted here: no waiting.
+    monkeypatch.setattr(replay, "campaign_submit", lambda campaign_id: SimpleNamespace(pk=campaign_id, job_number=99))
+    reads.clear()
+    assert [c.job_number for c in replay._submitted([rows[1]], submit_here=True)] == [99] and reads == []

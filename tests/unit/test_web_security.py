@@ -115,7 +115,7 @@ def test_redis_url_is_built_from_the_password_file(monkeypatch, restore_settings
                              TCO_REDIS_PORT="6390", TCO_REDIS_DB="4")
     assert module.REDIS_URL == "redis://:s3cr%2Ft@127.0.0.1:6390/4"
     assert module.CACHES["default"]["LOCATION"] == module.REDIS_URL == module.CELERY_BROKER_URL
-    assert module.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] == [module.REDIS_URL]
+    assert [h["address"] for h in module.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]] == [module.REDIS_URL]
 
 
 # --- finding 3: API tokens stored hashed --------------------------------------------------

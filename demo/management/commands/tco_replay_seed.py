@@ -1,10 +1,13 @@
 """Replay the source article's runs through tco and print its table beside ours (issue 15).
 
     manage.py tco_replay_seed                      # 410 agents, 256-run sweep, the bill
-    manage.py tco_replay_seed --agents 6 --sweep 4 --work-scale 0.05 --submit-here
+    manage.py tco_replay_seed --agents 6 --sweep 4 --work-scale 0.05 --submit-here --watchers 4
 
 Needs what ``make demo`` starts: the submit worker (or ``--submit-here``) and
-the stand-in model on the registered endpoint (``--endpoint``). It runs its
+the stand-in model on the registered endpoint (``--endpoint``) and, unless
+``--no-live``, the web server (``--web-url``): run 1 is watched from qstat
+and by an admin's and ``--watchers`` other users' WebSocket clients (issue 15
+items 4 and 5; demo/watch.py). It runs its
 own ingest loop (qstat poll, runner records, accounting) while it waits, safe
 beside the workers'. Writes ``report.txt`` and ``running.html`` (Plotly, with
 plotly.min.js beside it, no CDN) into ``--out-dir`` and prints the report.
@@ -12,6 +15,7 @@ Logic: demo/replay.py.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -37,16 +41,29 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
                             help="the longest to wait for one run")
         parser.add_argument("--out-dir", default=None, help="where report.txt and running.html go")
+        parser.add_argument("--no-live", action="store_true",
+                            help="do not watch run 1 from qstat and the browser (items 4 and 5 of issue 15)")
+        parser.add_argument("--watchers", type=int, default=50,
+                            help="WebSocket clients of both teams watching run 1 besides the admin's "
+                                 "(0: the admin's only)")
+        parser.add_argument("--web-url", default=None,
+                            help="tco's web server for the watchers (default http://127.0.0.1:$TCO_PORT)")
 
     def handle(self, *args, **options):
         if not 0 <= options["agents"] <= 10000 or not 0 <= options["sweep"] <= 1000:
             raise CommandError("--agents: 0 to 10000, --sweep: 0 to 1000")
         if not 0 < options["work_scale"] <= 10:
             raise CommandError("--work-scale: above 0, at most 10")
+        if not 0 <= options["watchers"] <= 500:
+            raise CommandError("--watchers: 0 to 500")
+        web_url = options["web_url"]
+        if web_url is not None and not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+/?", web_url):
+            raise CommandError("--web-url: http(s)://host[:port]")
         opts = ReplayOptions(agents=options["agents"], sweep=options["sweep"], work_scale=options["work_scale"],
                              submit_here=options["submit_here"], timeout_s=options["timeout"],
                              endpoint=options["endpoint"], user=options["user"],
-                             out_dir=Path(options["out_dir"]) if options["out_dir"] else None)
+                             out_dir=Path(options["out_dir"]) if options["out_dir"] else None,
+                             live=not options["no_live"], watchers=options["watchers"], web_url=web_url)
         try:
             result = replay(opts=opts, log=self.stderr.write)
         except (ReplayError, ActionRefused, LaunchError, SchedulerError) as exc:

@@ -1,0 +1,127 @@
+"""The live push under a burst (issue 15 item 4): one read per change for many sockets, and the poll
+that polls again while a burst goes on."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from asgiref.sync import async_to_sync
+
+from dashboards import realtime, selectors
+from dashboards.models import Task
+
+from .test_roles_scoping import push, world, ws_connect  # noqa: F401 - world is a fixture
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_passwords", "locmem_cache")]
+
+
+def test_sockets_answering_one_change_share_one_read_and_the_check_stays_per_scope(world, monkeypatch):
+    viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
+    alpha = world["alpha"].pk
+    reads, checks = [], []
+    real_read, real_check = selectors.campaign_detail, selectors.campaigns_visible_to
+
+    def counted(user, *args, **kwargs):
+        reads.append(user.username)
+        return real_read(user, *args, **kwargs)
+
+    def checked(user):
+        checks.append(user.username)
+        return real_check(user)
+
+    monkeypatch.setattr(selectors, "campaign_detail", counted)
+    monkeypatch.setattr(selectors, "campaigns_visible_to", checked)
+
+    def revoke(user):
+        user.memberships.all().delete()
+        user.groups.clear()
+
+    async def scenario():
+        from channels.db import database_sync_to_async
+
+        sockets = [await ws_connect(user, f"/ws/campaigns/{alpha}/") for user in (viewer, lead, launcher)]
+        assert all(connected for _, connected, _, _ in sockets)
+        reads.clear()
+        checks.clear()
+        await push(realtime.campaign_group(alpha), {"kind": "campaign.changed", "id": "e1"})
+        first = [json.loads((await comm.receive_output(timeout=5))["text"]) for comm, _, _, _ in sockets]
+        one_read = (list(reads), list(checks))
+        # The launcher loses the team; the next change reaches the others and closes the launcher's socket.
+        await database_sync_to_async(revoke)(launcher)
+        await push(realtime.campaign_group(alpha), {"kind": "campaign.changed", "id": "e2"})
+        second = [await comm.receive_output(timeout=5) for comm, _, _, _ in sockets]
+        for comm, _, _, _ in sockets:
+            await comm.disconnect()
+        return first, one_read, second
+
+    first, one_read, second = async_to_sync(scenario)()
+    # three sockets of one scope, one change: one read, and one visibility check for the scope beside the
+    # read's own (it was one per socket: 4)
+    assert (len(one_read[0]), len(one_read[1])) == (1, 2)
+    assert first[0] == first[1] == first[2] and first[0]["data"]["campaign"]["name"] == "alpha"
+    assert [m.get("type") for m in second] == ["websocket.send", "websocket.send", "websocket.close"]
+    assert second[2]["code"] == 4403
+    assert json.loads(second[0]["text"])["data"]["campaign"]["id"] == alpha
+
+
+def qstat_rows(states: dict[int, str]) -> list:
+    from schedulers.base import QstatTask
+
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    return [QstatTask(job_number=4242, task_number=n, name="burst", owner="tco", project="research", state=s,
+                      state_code="r" if s == "running" else "qw", restarted=False,
+                      queue="agent.q" if s == "running" else None, host="h1" if s == "running" else None, slots=1,
+                      submitted_at=at, started_at=at if s == "running" else None, priority=0.5)
+            for n, s in states.items()]
+
+
+@pytest.mark.parametrize("started,polls", [(10, 2), (7, 1)])
+def test_a_poll_that_finds_a_burst_polls_again_until_it_is_over(bootstrap, monkeypatch, started, polls):
+    from dashboards.clusters import cluster_get_default
+    from worker import tasks
+
+    monkeypatch.setattr("dashboards.realtime.queue_changed", lambda *a, **k: None)
+    cluster = cluster_get_default()
+    pending = {n: "pending" for n in range(1, 11)}
+    assert tasks.poll_burst(cluster, lambda: qstat_rows(pending), budget_s=10, every_s=0)["polls"] == 1  # new: no burst
+    after = {**pending, **{n: "running" for n in range(1, started + 1)}}
+    calls = []
+
+    def list_tasks():
+        calls.append(1)
+        return qstat_rows(after)
+
+    out = tasks.poll_burst(cluster, list_tasks, budget_s=10, every_s=0)
+    # BURST_TASKS (8) started: one more poll, which finds nothing new, and it stops; fewer: one poll
+    assert (out["polls"], len(calls), out["changed"]) == (polls, polls, started)
+    assert Task.objects.filter(job_number=4242, state="running").count() == started
+    # No time left in the budget: one poll, however many changed.
+    after = {n: "running" for n in range(1, 11)}
+    assert tasks.poll_burst(cluster, list_tasks, budget_s=0, every_s=0.01)["polls"] == 1
+
+
+def test_a_poll_writes_priority_only_changes_per_priority_and_counts_no_state_change(bootstrap, monkeypatch):
+    from dashboards.clusters import cluster_get_default
+    from dashboards.ingest import apply_qstat_poll
+    from schedulers.base import QstatTask
+
+    monkeypatch.setattr("dashboards.realtime.queue_changed", lambda *a, **k: None)
+    cluster = cluster_get_default()
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def rows(priorities: dict[int, float], running: set[int] = frozenset()) -> list:
+        return [QstatTask(job_number=5151, task_number=n, name="p", owner="tco", project="research",
+                          state="running" if n in running else "pending", state_code="r" if n in running else "qw",
+                          restarted=False, queue="agent.q" if n in running else None,
+                          host="h1" if n in running else None, slots=1, submitted_at=at,
+                          started_at=at if n in running else None, priority=p) for n, p in priorities.items()]
+
+    apply_qstat_poll(cluster, rows({n: 0.5 for n in range(1, 7)}), observed_at=at)
+    # The share tree moved tasks 1-3 to 0.6 and 4-5 to 0.55; task 6 started (and its priority moved too).
+    changes = apply_qstat_poll(cluster, rows({1: 0.6, 2: 0.6, 3: 0.6, 4: 0.55, 5: 0.55, 6: 0.7}, running={6}),
+                               observed_at=at + dt.timedelta(seconds=1))
+    assert (changes.changed, changes.state_changes) == (6, 1)
+    stored = dict(Task.objects.filter(job_number=5151).values_list("task_number", "priority"))
+    assert stored == {1: 0.6, 2: 0.6, 3: 0.6, 4: 0.55, 5: 0.55, 6: 0.7}
+    assert list(Task.objects.filter(job_number=5151, state="running").values_list("task_number", "host")) == [(6, "h1")]
