@@ -1,4 +1,5 @@
-"""Web-side protections: a Content-Security-Policy header on every answer; login rate limits.
+"""Web-side protections: a Content-Security-Policy header on every answer; login rate limits;
+WebSocket handshakes from the page's own origin only.
 
 Django 5.2 has no CSP support of its own (it arrives in 6.0); the policy is
 one setting, ``TCO_CONTENT_SECURITY_POLICY`` (the header's value, as in
@@ -41,3 +42,61 @@ class LoginRateLimitBackend(AxesStandaloneBackend):
         if request is None:
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_key(scheme: str, hostname: str | None, port: int | None) -> tuple[str, str, int] | None:
+    if scheme not in _DEFAULT_PORTS or not hostname:
+        return None
+    return scheme, hostname.lower().rstrip("."), port or _DEFAULT_PORTS[scheme]
+
+
+def websocket_origin_allowed(origin: bytes | None, host: bytes | None) -> bool:
+    """True if a WebSocket handshake's ``Origin`` is the page's own origin: the same scheme,
+    host *and port* as the ``Host`` the browser connected to (whose name ``ALLOWED_HOSTS``
+    allows), or one of ``CSRF_TRUSTED_ORIGINS`` exactly. No ``Origin`` (not a browser's
+    handshake from a page) is refused too.
+
+    Channels' ``AllowedHostsOriginValidator`` compares the host name only, so a page any
+    local user serves on another port of the same host (http://127.0.0.1:9999) could open
+    the dashboard's sockets with the signed-in user's cookies (cross-site WebSocket
+    hijacking); browsers send cookies to every port of a host (RFC 6265 section 8.5).
+    The origin tuple is that of RFC 6454 (scheme, host, port; default ports 80/443)."""
+    from urllib.parse import urlsplit
+
+    from django.http.request import validate_host
+
+    if not origin or not host:
+        return False
+    try:
+        parsed = urlsplit(origin.decode("ascii"))
+        page = _origin_key(parsed.scheme.lower(), parsed.hostname, parsed.port)
+        for trusted in settings.CSRF_TRUSTED_ORIGINS:
+            t = urlsplit(trusted)
+            if page is not None and page == _origin_key(t.scheme.lower(), t.hostname, t.port):
+                return True
+        served = urlsplit("//" + host.decode("ascii"))
+        target = _origin_key(parsed.scheme.lower(), served.hostname, served.port)
+    except (UnicodeDecodeError, ValueError):  # a port that is not a number, non-ASCII bytes
+        return False
+    if page is None or target is None or page != target:
+        return False
+    return validate_host(target[1], settings.ALLOWED_HOSTS)
+
+
+class SameOriginWebsocketValidator:
+    """ASGI middleware for the ``websocket`` protocol: the handshake goes on only if
+    :func:`websocket_origin_allowed`; otherwise it is denied (HTTP 403 to the browser)."""
+
+    def __init__(self, application) -> None:
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        from channels.security.websocket import WebsocketDenier
+
+        headers = dict(scope.get("headers") or [])
+        if websocket_origin_allowed(headers.get(b"origin"), headers.get(b"host")):
+            return await self.application(scope, receive, send)
+        return await WebsocketDenier()(scope, receive, send)

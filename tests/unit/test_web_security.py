@@ -320,6 +320,54 @@ def test_a_login_does_not_close_sockets(role_users, channel_layer, django_captur
     async_to_sync(scenario)()
 
 
+def test_a_page_on_another_port_of_the_same_host_cannot_open_the_dashboards_socket(role_users, channel_layer,
+                                                                                   settings):
+    """Fresh-clone review: a local user's page on http://127.0.0.1:9999 opened
+    ws://127.0.0.1:8000/ws/queue/ with the signed-in admin's cookies (browsers send cookies to
+    every port) and read the queue; Channels' AllowedHostsOriginValidator compares names only."""
+    settings.ALLOWED_HOSTS = ["localhost", "127.0.0.1"]
+    browser = logged_in("lead")
+    from tco_web.asgi import application
+
+    async def handshake(origin: bytes, host: bytes) -> bool:
+        cookie = f"sessionid={browser.cookies['sessionid'].value}".encode()
+        comm = WebsocketCommunicator(application, "/ws/queue/", headers=[
+            (b"cookie", cookie), (b"origin", origin), (b"host", host)])
+        connected, _ = await comm.connect(timeout=5)
+        if connected:
+            await comm.disconnect()
+        return connected
+
+    async def scenario():
+        assert not await handshake(b"http://127.0.0.1:9999", b"127.0.0.1:8000")   # the attack
+        assert not await handshake(b"http://localhost:31337", b"127.0.0.1:8000")
+        assert await handshake(b"http://127.0.0.1:8000", b"127.0.0.1:8000")       # the page's own origin
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.parametrize("origin, host, trusted, allowed", [
+    (b"http://localhost", b"localhost", [], True),
+    (b"http://localhost:80", b"localhost", [], True),          # default port written out
+    (b"https://tco.example.org", b"tco.example.org", [], False),  # name not in ALLOWED_HOSTS
+    (b"https://tco.site", b"tco.site:443", [], True),
+    (b"https://tco.site", b"tco.site:8443", [], False),
+    (b"https://tco.site:8443", b"internal:8000", ["https://tco.site:8443"], True),  # a trusted origin
+    (b"https://tco.site:8443", b"internal:8000", ["https://tco.site"], False),
+    (None, b"localhost", [], False),
+    (b"null", b"localhost", [], False),
+    (b"file://", b"localhost", [], False),
+    (b"http://localhost:x", b"localhost", [], False),
+    (b"http://localhost", b"localhost:99999", [], False),
+])
+def test_websocket_origin_allowed_compares_scheme_host_and_port(settings, origin, host, trusted, allowed):
+    from tco_web.security import websocket_origin_allowed
+
+    settings.ALLOWED_HOSTS = ["localhost", "tco.site"]
+    settings.CSRF_TRUSTED_ORIGINS = trusted
+    assert websocket_origin_allowed(origin, host) is allowed
+
+
 def test_a_cross_site_socket_is_refused(role_users, channel_layer):
     browser = logged_in("lead")
     from tco_web.asgi import application
