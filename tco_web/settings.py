@@ -163,6 +163,8 @@ AXES_COOLOFF_TIME = dt.timedelta(seconds=env_float("TCO_LOGIN_COOLOFF_S", 900.0)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "dashboards/locked_out.html"
+# JSON {"detail": ...} with Retry-After under /api/, the template elsewhere.
+AXES_LOCKOUT_CALLABLE = "tco_web.security.lockout_response"
 AXES_ENABLE_ADMIN = True
 AXES_VERBOSE = False
 
