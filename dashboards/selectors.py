@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from execution.spool import TOKEN_BUCKETS
 from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, SCHEDULER_STATES, TERMINAL_STATES
+from schedulers.hosts import QINSTANCE_LETTERS
 
 from . import history
 from .health import task_note
@@ -225,7 +226,8 @@ def _finished_campaign_states(campaign: Campaign) -> dict[str, int]:
 def cluster_resources(cluster: Cluster, seat_resource: str, projects: set[str] | None = None) -> dict[str, Any]:
     """Slots per cluster queue, model API seats, consumables, RQS limits and share tree from the last status poll.
 
-    Returns ``{"queues": [{name, used, resv, available, total, ...}], "seats":
+    Returns ``{"queues": [{name, used, resv, available, total, ...}], "slots":
+    [queue_slots() rows], "seats":
     {resource, used, capacity} | None, "consumables": [{resource, used,
     capacity}], "quotas": [{rule, resource, limit, used, filters}],
     "share_tree": [{node, project, shares, job_count, actual_share,
@@ -257,6 +259,7 @@ def cluster_resources(cluster: Cluster, seat_resource: str, projects: set[str] |
     ]
     return {
         "queues": status.get("queues", []),
+        "slots": queue_slots(status.get("queues", []), status.get("queue_instances") or []),
         "seats": seats,
         "consumables": consumables,
         "quotas": status.get("quotas", []),
@@ -264,6 +267,69 @@ def cluster_resources(cluster: Cluster, seat_resource: str, projects: set[str] |
         "share_tree_error": status.get("share_tree_error") if projects is None else None,
         "status_at": _iso(cluster.status_at),
     }
+
+
+#: Queue instance state letters under which Grid Engine starts no new task there (qstat(1): the
+#: letters qstat -g c counts as aoACDS "temporarily disabled" and cdsuE "manual intervention").
+NO_DISPATCH_LETTERS = frozenset("aoACDScdsuE")
+
+
+def queue_slots(queues: list[dict], instances: list[dict]) -> list[dict]:
+    """One definition of a cluster queue's slots for the queue page, as parts that add up to the total.
+
+    ``queues``: ``qstat -g c -xml`` rows (``parse_cluster_queue_summary``);
+    ``instances``: ``qstat -f -explain aAcE -xml`` rows (``schedulers.hosts.
+    parse_queue_instances``), [] when the poll has none. Returns, per cluster
+    queue in ``queues``' order, ``{"name", "total", "in_use", "reserved",
+    "unavailable", "free", "unavailable_instances": [{"name", "states",
+    "meanings", "slots"}], "source"}`` (slots, ints) where:
+
+    - ``in_use``: slots held by tasks placed there (running, suspended or
+      ending), the ``used`` of qstat -f / -g c, on every instance;
+    - ``reserved``: slots held by advance reservations now (``resv``);
+    - ``unavailable``: the other slots of instances in a state that stops
+      dispatch (:data:`NO_DISPATCH_LETTERS`: disabled, unknown, alarm,
+      suspended, calendar, error ...): they exist but no task can start there;
+    - ``free``: the other slots of instances that take work.
+
+    ``in_use + reserved + unavailable + free == total`` (an instance holding
+    more than its slots counts none free). A resource quota (RQS) may
+    still cap the queue below its free slots; qquota's ``used`` counts only
+    the tasks its rule's filters match. Without instances the split comes
+    from qstat -g c alone (``source`` "qstat -g c": its ``available`` is the
+    free slots, the rest of the total not in use or reserved is unavailable).
+    """
+    by_queue: dict[str, list[dict]] = {}
+    for qi in instances:
+        by_queue.setdefault(qi.get("queue", ""), []).append(qi)
+    out = []
+    for q in queues:
+        mine = by_queue.get(q["name"])
+        if mine:
+            row = {"name": q["name"], "total": 0, "in_use": 0, "reserved": 0, "unavailable": 0, "free": 0,
+                   "unavailable_instances": [], "source": "queue instances"}
+            for qi in mine:
+                total, used, resv = int(qi["slots_total"]), int(qi["slots_used"]), int(qi["slots_resv"])
+                rest = max(0, total - used - resv)
+                row["total"] += total
+                row["in_use"] += used
+                row["reserved"] += resv
+                blocking = [letter for letter in qi.get("states", "") if letter in NO_DISPATCH_LETTERS]
+                if blocking:
+                    row["unavailable"] += rest
+                    row["unavailable_instances"].append({
+                        "name": qi["name"], "states": "".join(blocking), "slots": rest,
+                        "meanings": [QINSTANCE_LETTERS.get(letter, "state not known to tco") for letter in blocking]})
+                else:
+                    row["free"] += rest
+        else:
+            total, used, resv = int(q.get("total", 0)), int(q.get("used", 0)), int(q.get("resv", 0))
+            free = max(0, min(int(q.get("available", 0)), total - used - resv))
+            row = {"name": q["name"], "total": total, "in_use": used, "reserved": resv,
+                   "unavailable": max(0, total - used - resv - free), "free": free,
+                   "unavailable_instances": [], "source": "qstat -g c"}
+        out.append(row)
+    return out
 
 
 HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")  # a host name (RFC 1123 letters), as a filter

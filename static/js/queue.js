@@ -29,21 +29,33 @@
       if (c.accounting_error) {
         box.appendChild(el("p", { "class": "error accounting-error" }, "Accounting: " + c.accounting_error));
       }
+      // One definition of the slots (dashboards.selectors.queue_slots): the parts add up to the total.
       var t = el("table", { "class": "grid", "id": "queues-" + c.name });
       var h = el("tr");
-      ["Queue", "Slots used", "Reserved", "Available", "Total"].forEach(function (x) { h.appendChild(el("th", null, x)); });
+      ["Queue", "Slots", "In use (tasks placed there)", "Reserved (advance reservations)", "Unavailable", "Free"].forEach(function (x) { h.appendChild(el("th", null, x)); });
       var thead = el("thead"); thead.appendChild(h); t.appendChild(thead);
       var tb = el("tbody");
-      c.queues.forEach(function (q) {
+      (c.slots || []).forEach(function (q) {
         var tr = el("tr", { "data-queue": q.name });
         tr.appendChild(el("td", null, q.name));
-        tr.appendChild(el("td", { "class": "num slots-used" }, q.used));
-        tr.appendChild(el("td", { "class": "num" }, q.resv));
-        tr.appendChild(el("td", { "class": "num" }, q.available));
         tr.appendChild(el("td", { "class": "num slots-total" }, q.total));
+        tr.appendChild(el("td", { "class": "num slots-used" }, q.in_use));
+        tr.appendChild(el("td", { "class": "num slots-reserved" }, q.reserved));
+        tr.appendChild(el("td", { "class": "num slots-unavailable" }, q.unavailable));
+        tr.appendChild(el("td", { "class": "num slots-free" }, q.free));
         tb.appendChild(tr);
       });
       t.appendChild(tb); box.appendChild(t);
+      (c.slots || []).forEach(function (q) {
+        var parts = [q.in_use + " in use by tasks placed there"];
+        if (q.reserved) { parts.push(q.reserved + " reserved by advance reservations"); }
+        var why = q.unavailable_instances.filter(function (i) { return i.slots > 0; }).map(function (i) {
+          return i.name + " " + i.meanings.join(", ").split(":")[0] + " (" + i.states + ")";
+        });
+        if (q.unavailable) { parts.push(q.unavailable + " unavailable" + (why.length ? " (" + why.join("; ") + ")" : "")); }
+        parts.push(q.free + " free");
+        box.appendChild(el("p", { "class": "slots-line", "data-queue": q.name }, q.name + ": " + q.total + " slots: " + parts.join(", ") + "."));
+      });
       if (c.seats) {
         box.appendChild(el("p", { "id": "seats" }, "Model API seats (consumable " + c.seats.resource + ", global): " +
           num(c.seats.used, 0) + " of " + num(c.seats.capacity, 0) + " in use"));
@@ -54,7 +66,14 @@
           num(x.used) + " of " + num(x.capacity) + " in use"));
       });
       c.quotas.forEach(function (q) {
-        box.appendChild(el("p", { "class": "quota" }, "Quota " + q.rule + ": " + q.resource + " " + num(q.used) + " of " + num(q.limit)));
+        // qquota's usage counts only what the rule's filters match (for slots: tasks placed in them).
+        var scope = Object.keys(q.filters || {}).sort().map(function (k) {
+          return k.charAt(0) === "x" ? k.slice(1) + " not " + q.filters[k].join(",") : k + " " + q.filters[k].join(",");
+        }).join(", ");
+        var counted = q.resource === "slots" ? "slots of the tasks placed" : q.resource + " requested by the tasks placed";
+        box.appendChild(el("p", { "class": "quota", "data-rule": q.rule }, "Quota " + q.rule + " (resource quota): " +
+          q.resource + " " + num(q.used) + " of " + num(q.limit) + " in use, counting the " + counted +
+          (scope ? " in " + scope : " anywhere") + "."));
       });
       var nodes = (c.share_tree || []).filter(function (n) { return n.project && !n.user; });
       if (nodes.length) {
