@@ -166,6 +166,13 @@
     }));
   }
 
+  // [start, end] of the samples' times, widened to MIN_SPAN_MS ending at the last one (ms since the epoch).
+  var MIN_SPAN_MS = 60000;
+  function minuteRange(times) {
+    var first = Date.parse(times[0]), last = Date.parse(times[times.length - 1]);
+    return last - first >= MIN_SPAN_MS ? [first, last] : [last - MIN_SPAN_MS, last];
+  }
+
   function drawDepth() {
     var d = depth && depth[depthWindow];
     var chart = document.getElementById("depth-chart");
@@ -183,7 +190,9 @@
       margin: { l: 50, r: 10, t: 30, b: 10 }, height: 280,
       legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
       yaxis: { title: { text: "tasks" }, rangemode: "tozero", automargin: true },
-      xaxis: { type: "date", automargin: true, tickformatstops: [
+      // At least a minute wide: one or two samples a second apart gave sub-second ticks, each
+      // labelled with the same second ("16:29:59" four times).
+      xaxis: { type: "date", automargin: true, range: minuteRange(d.t), tickformatstops: [
         { dtickrange: [null, 60000], value: "%H:%M:%S" }, { dtickrange: [60000, 86400000], value: "%H:%M" }, { dtickrange: [86400000, null], value: "%b %d" }] }
     }), TCO.plotConfig);
   }
