@@ -198,3 +198,25 @@ def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_mod
     assert policy.proxy_policy()["network_policies"]["model_api"]["endpoints"][0]["port"] == port
     endpoint = ModelEndpoint.objects.get(name="demo-stand-in")
     assert spec["policy"] == review_policy(runs_dir=runs, endpoint=endpoint).strip()
+
+
+@pytest.mark.django_db
+def test_bootstrap_moves_the_untouched_demo_endpoint_off_the_old_unprivileged_port(bootstrap):
+    """SECURITY.md F4: an install made with the stand-in on 8793 (bindable by any account once the
+    stand-in stopped) gets the privileged port on the next bootstrap; an admin's own entries stay."""
+    from django.core.management import call_command
+
+    from dashboards.management.commands.tco_bootstrap import OLD_DEMO_MODEL_PORT, demo_ceiling
+    from dashboards.models import PolicyCeiling
+
+    endpoint = ModelEndpoint.objects.get(name="demo-stand-in")
+    host = endpoint.host
+    ModelEndpoint.objects.filter(pk=endpoint.pk).update(port=OLD_DEMO_MODEL_PORT)
+    old = demo_ceiling(host, OLD_DEMO_MODEL_PORT)
+    assert f"port: {OLD_DEMO_MODEL_PORT}" in old
+    PolicyCeiling.objects.filter(team__project="research").update(policy=old)
+    PolicyCeiling.objects.filter(team__project="engineering").update(policy=old + "# edited by an admin\n")
+    call_command("tco_bootstrap", stdout=open(os.devnull, "w"))
+    assert ModelEndpoint.objects.get(name="demo-stand-in").port == bootstrap.TCO_DEMO_MODEL_PORT < 1024
+    assert PolicyCeiling.objects.get(team__project="research").policy == demo_ceiling(host)
+    assert PolicyCeiling.objects.get(team__project="engineering").policy.endswith("# edited by an admin\n")

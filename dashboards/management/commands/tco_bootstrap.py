@@ -63,17 +63,22 @@ def demo_model_host() -> str:
         return "127.0.0.1"
 
 
-def demo_ceiling(host: str | None = None) -> str:
+#: The demo stand-in's port before it became privileged (SECURITY.md, F4); untouched entries move.
+OLD_DEMO_MODEL_PORT = 8793
+
+
+def demo_ceiling(host: str | None = None, port: int | None = None) -> str:
     """The policy ceiling of the demo teams: what the demo agent (the runner's default policy) and
     the sweep's review agents (demo/sweep.py review_policy) need, and no more: system directories,
     tco's demo code and venv, the sweeps' run directories read-only; the work directory and /tmp
     writable; POST /v1/messages on the stand-in model only, with its credential. ``host``: the
-    model's address, :func:`demo_model_host` when None."""
+    model's address, :func:`demo_model_host` when None; ``port``: its port, ``TCO_DEMO_MODEL_PORT``
+    when None."""
     import sys
 
     read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "demo"), sys.prefix,
                  str(Path(settings.STATE_DIR) / "sweeps")]
-    return demo_policy(read_only=read_only, host=host or demo_model_host(), port=settings.TCO_DEMO_MODEL_PORT,
+    return demo_policy(read_only=read_only, host=host or demo_model_host(), port=port or settings.TCO_DEMO_MODEL_PORT,
                        provider=DEMO_PROVIDER)
 
 
@@ -136,6 +141,13 @@ class Command(BaseCommand):
             ModelEndpoint.objects.filter(name=DEMO_ENDPOINT, host="127.0.0.1").update(host=host)
             PolicyCeiling.objects.filter(team__project__in=[p for _, p in TEAMS],
                                          policy=demo_ceiling("127.0.0.1")).update(policy=demo_ceiling(host))
+        # Made when the stand-in's port was the unprivileged 8793, which any local account could
+        # bind once the stand-in stopped (SECURITY.md, F4): the untouched demo entries move too.
+        port = settings.TCO_DEMO_MODEL_PORT
+        if port != OLD_DEMO_MODEL_PORT:
+            ModelEndpoint.objects.filter(name=DEMO_ENDPOINT, port=OLD_DEMO_MODEL_PORT).update(port=port)
+            PolicyCeiling.objects.filter(team__project__in=[p for _, p in TEAMS],
+                                         policy=demo_ceiling(host, OLD_DEMO_MODEL_PORT)).update(policy=demo_ceiling(host))
         password_file = Path(settings.STATE_DIR) / "admin-password"
         User = get_user_model()
         user = User.objects.filter(username=options["admin"]).first()
