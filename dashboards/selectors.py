@@ -412,6 +412,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
          "other_jobs": {state: n} | None,      # admins: jobs tco did not launch
          "other_job_rows": [{cluster, job_number, name, owner, project,
                              tasks, states}] | None, "other_jobs_more": int,
+         "other_owner_rows": [{cluster, owner, jobs, tasks, states}] | None,  # one line per owner
          "recent_finished": [{id, task_id, name, campaign, campaign_id, state,
                               project, host, wallclock_s, exit_status,
                               failed_code, ended_at}]}
@@ -449,10 +450,11 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
 
     campaign_rows, campaigns_page = campaign_list(user, page=page, per_page=per_page, counts=counts)
 
-    other_rows = None
+    other_rows = other_owners = None
     other_more = 0
     if admin:
         other_rows, other_more = _other_job_rows(clusters)
+        other_owners = _other_owner_rows(clusters)
 
     finished = (
         tasks_visible_to(user).filter(state__in=TERMINAL_STATES, ended_at__isnull=False)
@@ -494,6 +496,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
         "other_jobs": other_jobs,
         "other_job_rows": other_rows,
         "other_jobs_more": other_more,
+        "other_owner_rows": other_owners,
         "recent_finished": [
             {
                 "id": t.pk,
@@ -569,6 +572,22 @@ def _other_job_rows(clusters: dict[int, Cluster]) -> tuple[list[dict], int]:
                 row.update(name=name, owner=owner, project=project)
                 row["states"][state] += n
     return list(rows.values()), max(0, len(jobs) - len(shown))
+
+
+def _other_owner_rows(clusters: dict[int, Cluster]) -> list[dict]:
+    """Active jobs tco did not launch, one line per (cluster, owner): ``{"cluster", "owner",
+    "jobs", "tasks", "states"}`` (counts), most tasks first (issue 16: collapsed per owner).
+    Two aggregate queries, whatever the number of jobs."""
+    base = Task.objects.filter(campaign__isnull=True, active=True)
+    rows: dict[tuple[int, str], dict] = {}
+    for cluster_id, owner, jobs, n in (base.values_list("cluster_id", "owner")
+                                       .annotate(jobs=Count("job_number", distinct=True), n=Count("id")).order_by()):
+        rows[(cluster_id, owner)] = {"cluster": clusters[cluster_id].name if cluster_id in clusters else "",
+                                     "owner": owner, "jobs": jobs, "tasks": n, "states": _state_counts()}
+    for cluster_id, owner, state, n in (base.values_list("cluster_id", "owner", "state")
+                                        .annotate(n=Count("id")).order_by()):
+        rows[(cluster_id, owner)]["states"][state] += n
+    return sorted(rows.values(), key=lambda r: (-r["tasks"], r["cluster"], r["owner"]))
 
 
 def queue_depth_history(user: AbstractBaseUser, window: str = "hour") -> dict[str, Any]:

@@ -141,6 +141,12 @@
       otherCard.hidden = false;
       var tr = el("tr"); stateCells(tr, data.other_jobs);
       TCO.fill(document.querySelector("#other-jobs tbody"), [tr]);
+      // One line per owner; each job under "Each job".
+      TCO.fill(document.querySelector("#other-owners tbody"), (data.other_owner_rows || []).map(function (o) {
+        var r = el("tr", { "data-owner": o.owner });
+        r.appendChild(el("td", null, o.owner || "(unknown)")); r.appendChild(el("td", { "class": "num" }, o.jobs));
+        r.appendChild(el("td", { "class": "num" }, o.tasks)); stateCells(r, o.states, ACTIVE); return r;
+      }));
       TCO.fill(document.querySelector("#other-job-rows tbody"), (data.other_job_rows || []).map(function (j) {
         var r = el("tr", { "data-job": j.job_number });
         r.appendChild(el("td", { "class": "num" }, j.job_number)); r.appendChild(el("td", null, j.name));

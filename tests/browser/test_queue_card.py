@@ -73,6 +73,11 @@ def test_the_card_splits_the_slots_and_the_depth_chart_keeps_its_labels(bootstra
                    {"name": "classic.q", "used": 0, "resv": 0, "available": 2, "total": 2}],
         "quotas": parse_qquota((FIXTURES / "sge819/qquota.xml").read_bytes()), "global_capacity": {}, "hosts": [],
         "queue_instances": parse_queue_instances((FIXTURES / "multihost/qstat_f_unknown_disabled.xml").read_bytes())})
+    from dashboards.models import Task
+
+    for job in (4000, 4001):  # two jobs of another account: one line for their owner
+        Task.objects.create(cluster=cluster_get_default(), job_number=job, name="theirs", owner="alice",
+                            project="", state="pending", state_code="qw")
     client = Client()
     assert client.login(username="admin", password="test-admin-pw-1")
     url, server = served_page(tmp_path, client.get("/").content.decode())
@@ -90,6 +95,8 @@ def test_the_card_splits_the_slots_and_the_depth_chart_keeps_its_labels(bootstra
                                     "(agent.q@mh-exec1 unknown (u); agent.q@mh-exec2 disabled (d)), 0 free."), line
                     quota = page.text_content('p.quota[data-rule="agent_cap/1"]')
                     assert "slots 5 of 96 in use" in quota and "in queues agent.q" in quota, quota
+                    owner = page.locator('#other-owners tr[data-owner="alice"] td')
+                    assert [owner.nth(i).text_content() for i in range(3)] == ["alice", "2", "2"]
                     found = page.evaluate("""() => {
                       const out = {labels: [], outside: []};
                       document.querySelectorAll('#depth-chart .xtick text').forEach(t => out.labels.push(t.textContent));
