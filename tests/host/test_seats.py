@@ -49,6 +49,6 @@ def test_another_account_cannot_hold_api_seats(probe_account):
                 break
             time.sleep(1)
         assert not running(job), f"job {job} of {probe_account} runs holding an anthropic_api seat"
-        assert f"in rule {SEAT_RULE}/" in reasons, qstat_j(job)
+        assert f'in rule "{SEAT_RULE}/' in reasons, qstat_j(job)  # qstat -j quotes the rule
     finally:
         as_user(probe_account, ["qdel", job])
