@@ -46,6 +46,8 @@ def served_page(tmp_path: Path, html: str) -> tuple[str, http.server.ThreadingHT
     shutil.copytree(settings.BASE_DIR / "static", static)
     plotly_dir = next(Path(d[1]) for d in settings.STATICFILES_DIRS if isinstance(d, tuple) and d[0] == "plotly")
     shutil.copytree(plotly_dir, static / "plotly")
+    if Path(settings.STATIC_ROOT).is_dir():  # after collectstatic the page names hashed files
+        shutil.copytree(settings.STATIC_ROOT, static, dirs_exist_ok=True)
     (site / "index.html").write_text(html)
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
