@@ -231,15 +231,16 @@ def effective_policy(text: str) -> Policy:
 def sandbox_bind_problems(policy: Policy) -> list[str]:
     """Every reason the runner would refuse ``policy`` at run time (issue 11, findings 2, 4, 8):
     binds of tco's masked paths (the spool, credentials and prices files, the state directory
-    but for its shared folders), ``/proc``, ``/dev``, other tasks' scratch space, and what the
-    sandbox cannot enforce. The runner's own check (``execution.sandbox.checks.refusals``)
+    but for its shared folders), ``/proc``, ``/dev``, other tasks' scratch space, what the
+    sandbox cannot enforce, and a relay interpreter (``TCO_RUNNER_PYTHON``) it does not show. The runner's own check (``execution.sandbox.checks.refusals``)
     with the values the runner gets from the job's environment
     (:func:`services.campaign_job_spec`), so a launch is refused exactly when the runner would
     refuse it."""
     from execution.sandbox.checks import refusals, runner_masked_paths
 
     return refusals(policy, masked_paths=runner_masked_paths(spool=str(settings.TCO_SPOOL_DIR)),
-                    state_paths=services.sandbox_state_paths(), shared_paths=services.sandbox_shared_paths())
+                    state_paths=services.sandbox_state_paths(), shared_paths=services.sandbox_shared_paths(),
+                    interpreter=str(settings.TCO_RUNNER_PYTHON))
 
 
 def ceilings_for(team: Team, agent_definition: AgentDefinition) -> list[tuple[str, Policy]]:

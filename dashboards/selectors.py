@@ -30,6 +30,7 @@ from django.utils import timezone
 from execution.spool import TOKEN_BUCKETS
 from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, SCHEDULER_STATES, TERMINAL_STATES
 from schedulers.calendars import annotate_queues
+from schedulers.hosts import QINSTANCE_LETTERS
 
 from . import history
 from .health import task_note
@@ -227,7 +228,8 @@ def cluster_resources(cluster: Cluster, seat_resource: str, projects: set[str] |
     """Slots per cluster queue, model API seats, consumables, RQS limits and share tree from the last status poll.
 
     Returns ``{"queues": [{name, used, resv, available, total, ..., and for a queue with a
-    calendar: calendar, calendar_state, calendar_next_change, calendar_text}], "seats":
+    calendar: calendar, calendar_state, calendar_next_change, calendar_text}], "slots":
+    [queue_slots() rows], "seats":
     {resource, used, capacity} | None, "consumables": [{resource, used,
     capacity}], "quotas": [{rule, resource, limit, used, filters}],
     "share_tree": [{node, project, shares, job_count, actual_share,
@@ -260,6 +262,7 @@ def cluster_resources(cluster: Cluster, seat_resource: str, projects: set[str] |
     return {
         # Calendar state and next change worked out now from the stored definitions (schedulers.calendars).
         "queues": annotate_queues(status.get("queues", []), None, timezone.now()),
+        "slots": queue_slots(status.get("queues", []), status.get("queue_instances") or []),
         "seats": seats,
         "consumables": consumables,
         "quotas": status.get("quotas", []),
@@ -267,6 +270,69 @@ def cluster_resources(cluster: Cluster, seat_resource: str, projects: set[str] |
         "share_tree_error": status.get("share_tree_error") if projects is None else None,
         "status_at": _iso(cluster.status_at),
     }
+
+
+#: Queue instance state letters under which Grid Engine starts no new task there (qstat(1): the
+#: letters qstat -g c counts as aoACDS "temporarily disabled" and cdsuE "manual intervention").
+NO_DISPATCH_LETTERS = frozenset("aoACDScdsuE")
+
+
+def queue_slots(queues: list[dict], instances: list[dict]) -> list[dict]:
+    """One definition of a cluster queue's slots for the queue page, as parts that add up to the total.
+
+    ``queues``: ``qstat -g c -xml`` rows (``parse_cluster_queue_summary``);
+    ``instances``: ``qstat -f -explain aAcE -xml`` rows (``schedulers.hosts.
+    parse_queue_instances``), [] when the poll has none. Returns, per cluster
+    queue in ``queues``' order, ``{"name", "total", "in_use", "reserved",
+    "unavailable", "free", "unavailable_instances": [{"name", "states",
+    "meanings", "slots"}], "source"}`` (slots, ints) where:
+
+    - ``in_use``: slots held by tasks placed there (running, suspended or
+      ending), the ``used`` of qstat -f / -g c, on every instance;
+    - ``reserved``: slots held by advance reservations now (``resv``);
+    - ``unavailable``: the other slots of instances in a state that stops
+      dispatch (:data:`NO_DISPATCH_LETTERS`: disabled, unknown, alarm,
+      suspended, calendar, error ...): they exist but no task can start there;
+    - ``free``: the other slots of instances that take work.
+
+    ``in_use + reserved + unavailable + free == total`` (an instance holding
+    more than its slots counts none free). A resource quota (RQS) may
+    still cap the queue below its free slots; qquota's ``used`` counts only
+    the tasks its rule's filters match. Without instances the split comes
+    from qstat -g c alone (``source`` "qstat -g c": its ``available`` is the
+    free slots, the rest of the total not in use or reserved is unavailable).
+    """
+    by_queue: dict[str, list[dict]] = {}
+    for qi in instances:
+        by_queue.setdefault(qi.get("queue", ""), []).append(qi)
+    out = []
+    for q in queues:
+        mine = by_queue.get(q["name"])
+        if mine:
+            row = {"name": q["name"], "total": 0, "in_use": 0, "reserved": 0, "unavailable": 0, "free": 0,
+                   "unavailable_instances": [], "source": "queue instances"}
+            for qi in mine:
+                total, used, resv = int(qi["slots_total"]), int(qi["slots_used"]), int(qi["slots_resv"])
+                rest = max(0, total - used - resv)
+                row["total"] += total
+                row["in_use"] += used
+                row["reserved"] += resv
+                blocking = [letter for letter in qi.get("states", "") if letter in NO_DISPATCH_LETTERS]
+                if blocking:
+                    row["unavailable"] += rest
+                    row["unavailable_instances"].append({
+                        "name": qi["name"], "states": "".join(blocking), "slots": rest,
+                        "meanings": [QINSTANCE_LETTERS.get(letter, "state not known to tco") for letter in blocking]})
+                else:
+                    row["free"] += rest
+        else:
+            total, used, resv = int(q.get("total", 0)), int(q.get("used", 0)), int(q.get("resv", 0))
+            free = max(0, min(int(q.get("available", 0)), total - used - resv))
+            row = {"name": q["name"], "total": total, "in_use": used, "reserved": resv,
+                   "unavailable": max(0, total - used - resv - free), "free": free,
+                   "unavailable_instances": [], "source": "qstat -g c"}
+        out.append(row)
+    return out
 
 
 HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")  # a host name (RFC 1123 letters), as a filter
@@ -349,6 +415,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
          "other_jobs": {state: n} | None,      # admins: jobs tco did not launch
          "other_job_rows": [{cluster, job_number, name, owner, project,
                              tasks, states}] | None, "other_jobs_more": int,
+         "other_owner_rows": [{cluster, owner, jobs, tasks, states}] | None,  # one line per owner
          "recent_finished": [{id, task_id, name, campaign, campaign_id, state,
                               project, host, wallclock_s, exit_status,
                               failed_code, ended_at}]}
@@ -386,10 +453,11 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
 
     campaign_rows, campaigns_page = campaign_list(user, page=page, per_page=per_page, counts=counts)
 
-    other_rows = None
+    other_rows = other_owners = None
     other_more = 0
     if admin:
         other_rows, other_more = _other_job_rows(clusters)
+        other_owners = _other_owner_rows(clusters)
 
     finished = (
         tasks_visible_to(user).filter(state__in=TERMINAL_STATES, ended_at__isnull=False)
@@ -431,6 +499,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
         "other_jobs": other_jobs,
         "other_job_rows": other_rows,
         "other_jobs_more": other_more,
+        "other_owner_rows": other_owners,
         "recent_finished": [
             {
                 "id": t.pk,
@@ -506,6 +575,22 @@ def _other_job_rows(clusters: dict[int, Cluster]) -> tuple[list[dict], int]:
                 row.update(name=name, owner=owner, project=project)
                 row["states"][state] += n
     return list(rows.values()), max(0, len(jobs) - len(shown))
+
+
+def _other_owner_rows(clusters: dict[int, Cluster]) -> list[dict]:
+    """Active jobs tco did not launch, one line per (cluster, owner): ``{"cluster", "owner",
+    "jobs", "tasks", "states"}`` (counts), most tasks first (issue 16: collapsed per owner).
+    Two aggregate queries, whatever the number of jobs."""
+    base = Task.objects.filter(campaign__isnull=True, active=True)
+    rows: dict[tuple[int, str], dict] = {}
+    for cluster_id, owner, jobs, n in (base.values_list("cluster_id", "owner")
+                                       .annotate(jobs=Count("job_number", distinct=True), n=Count("id")).order_by()):
+        rows[(cluster_id, owner)] = {"cluster": clusters[cluster_id].name if cluster_id in clusters else "",
+                                     "owner": owner, "jobs": jobs, "tasks": n, "states": _state_counts()}
+    for cluster_id, owner, state, n in (base.values_list("cluster_id", "owner", "state")
+                                        .annotate(n=Count("id")).order_by()):
+        rows[(cluster_id, owner)]["states"][state] += n
+    return sorted(rows.values(), key=lambda r: (-r["tasks"], r["cluster"], r["owner"]))
 
 
 def queue_depth_history(user: AbstractBaseUser, window: str = "hour") -> dict[str, Any]:

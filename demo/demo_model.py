@@ -436,27 +436,33 @@ class StandInModel:
         return response
 
 
-async def start_stand_in(config: StandInConfig, host: str = "127.0.0.1", port: int = 0
-                         ) -> tuple[web.AppRunner, StandInModel, int]:
+async def start_stand_in(config: StandInConfig, host: str = "127.0.0.1", port: int = 0,
+                         sock: Any = None) -> tuple[web.AppRunner, StandInModel, int]:
     """Start the stand-in on ``host:port`` (0: any free port) in the running
-    loop. Returns ``(runner, model, port)``; ``await runner.cleanup()`` stops it."""
+    loop, or on ``sock``, a listening socket made by someone else (e.g. bound
+    by root to a privileged port, scripts/listen-as). Returns ``(runner,
+    model, port)``; ``await runner.cleanup()`` stops it."""
     model = StandInModel(config)
     # handler_cancellation: a client that disconnects stops the "generation" at once.
     runner = web.AppRunner(model.app(), handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.SockSite(runner, sock) if sock is not None else web.TCPSite(runner, host, port)
     await site.start()
     bound = runner.addresses[0][1]
     return runner, model, bound
 
 
 def spawn(*, port: int, api_key_file: str, script: str = "echo", cwd: str, stdout: Any = None,
-          new_session: bool = False, wait_s: float = 20.0, host: str = "127.0.0.1") -> Any:
+          new_session: bool = False, wait_s: float = 20.0, host: str = "127.0.0.1",
+          listen_fd: int | None = None) -> Any:
     """Start ``python -m demo.demo_model`` on ``host``:``port`` in a child process and wait until it listens.
 
     ``host``: the address to listen on; with execution hosts in their own
     namespaces, the master's address on their bridge
     (``schedulers.hosts.master_address``), which the runners can reach.
+    ``listen_fd``: a listening socket already bound to ``host``:``port`` (by
+    root on a privileged port, scripts/listen-as), passed on to the child
+    instead of binding there (``--fd``).
 
     ``stdout`` (a file or None for /dev/null) also takes stderr. Returns the
     process. Raises RuntimeError (after killing it) when it does not listen
@@ -466,12 +472,14 @@ def spawn(*, port: int, api_key_file: str, script: str = "echo", cwd: str, stdou
     import socket
     import subprocess
 
+    argv = [sys.executable, "-m", "demo.demo_model", "--host", host, "--port", str(port), "--script", script,
+            "--api-key-file", str(api_key_file)]
+    if listen_fd is not None:
+        argv += ["--fd", str(listen_fd)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "demo.demo_model", "--host", host, "--port", str(port), "--script", script,
-         "--api-key-file", str(api_key_file)],
-        cwd=cwd, env={**os.environ, "PYTHONPATH": str(cwd)},
+        argv, cwd=cwd, env={**os.environ, "PYTHONPATH": str(cwd)},
         stdout=stdout if stdout is not None else subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        start_new_session=new_session)
+        start_new_session=new_session, pass_fds=(listen_fd,) if listen_fd is not None else ())
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
@@ -495,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--event-delay-ms", type=float, default=0.0, help="delay between stream events")
     parser.add_argument("--script", choices=SCRIPTS, default="echo")
     parser.add_argument("--model-id", default=None, help="model id to answer with (default: the requested one)")
+    parser.add_argument("--fd", type=int, default=None,
+                        help="serve on this inherited listening socket (bound to --host:--port by its maker)")
     args = parser.parse_args(argv)
     with open(args.api_key_file, encoding="utf-8") as fh:
         key = fh.read().strip()
@@ -503,8 +513,16 @@ def main(argv: list[str] | None = None) -> int:
     config = StandInConfig(api_key=key, latency_ms=args.latency_ms, event_delay_ms=args.event_delay_ms,
                            script=args.script, model_id=args.model_id)
 
+    sock = None
+    if args.fd is not None:
+        import socket
+
+        sock = socket.socket(fileno=args.fd)
+        if sock.type != socket.SOCK_STREAM or sock.getsockname()[:2] != (args.host, args.port):
+            parser.error(f"--fd {args.fd} is not a TCP socket bound to {args.host}:{args.port}")
+
     async def serve() -> None:
-        runner, _, port = await start_stand_in(config, args.host, args.port)
+        runner, _, port = await start_stand_in(config, args.host, args.port, sock=sock)
         print(f"{LABEL} listening on http://{args.host}:{port} (script {args.script})", flush=True)
         try:
             await asyncio.Event().wait()

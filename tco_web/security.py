@@ -1,6 +1,10 @@
 """Web-side protections: a Content-Security-Policy header on every answer; login rate limits;
 WebSocket handshakes from the page's own origin only.
 
+A locked-out login (django-axes) is answered by ``lockout_response``: JSON
+``{"detail": ...}`` with ``Retry-After`` under ``/api/``, the styled page
+elsewhere.
+
 Django 5.2 has no CSP support of its own (it arrives in 6.0); the policy is
 one setting, ``TCO_CONTENT_SECURITY_POLICY`` (the header's value, as in
 https://www.w3.org/TR/CSP3/), and an empty value sends none.
@@ -11,7 +15,8 @@ from typing import Callable
 
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 
 
 class ContentSecurityPolicyMiddleware:
@@ -42,6 +47,34 @@ class LoginRateLimitBackend(AxesStandaloneBackend):
         if request is None:
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)
+
+
+def lockout_response(request: HttpRequest, original_response: HttpResponse | None = None,
+                     credentials: dict | None = None) -> HttpResponse:
+    """django-axes' ``AXES_LOCKOUT_CALLABLE``: the answer to a locked-out login attempt.
+
+    Both answers are HTTP 429 with ``Retry-After`` = the cool-off in whole
+    seconds (``AXES_COOLOFF_TIME``; axes restarts it at every attempt during
+    the lockout, RFC 9110 section 10.2.3). Under ``/api/`` (``POST /api/token/``)
+    the body is JSON ``{"detail": "too many failed attempts; ..."}`` as every
+    other API error; elsewhere it is the page ``AXES_LOCKOUT_TEMPLATE``.
+    """
+    from axes.helpers import get_client_username, get_cool_off, get_failure_limit
+
+    cool_off = get_cool_off(request)
+    seconds = int(cool_off.total_seconds()) if cool_off else None
+    if request.path.startswith("/api/"):
+        detail = "too many failed attempts for this user name or from this address; try again later"
+        if seconds is not None:
+            detail += f" (in {seconds} s)"
+        response: HttpResponse = JsonResponse({"detail": detail}, status=429)
+    else:
+        context = {"failure_limit": get_failure_limit(request, credentials),
+                   "username": get_client_username(request, credentials) or "", "cooloff_timedelta": cool_off}
+        response = render(request, settings.AXES_LOCKOUT_TEMPLATE, context, status=429)
+    if seconds is not None:
+        response["Retry-After"] = str(seconds)
+    return response
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}

@@ -163,6 +163,8 @@ AXES_COOLOFF_TIME = dt.timedelta(seconds=env_float("TCO_LOGIN_COOLOFF_S", 900.0)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "dashboards/locked_out.html"
+# JSON {"detail": ...} with Retry-After under /api/, the template elsewhere.
+AXES_LOCKOUT_CALLABLE = "tco_web.security.lockout_response"
 AXES_ENABLE_ADMIN = True
 AXES_VERBOSE = False
 
@@ -340,9 +342,11 @@ TCO_RUNNER_PYTHON = env_str("TCO_RUNNER_PYTHON", str(BASE_DIR / ".venv" / "bin" 
 # control tasks' time limits) by a worker that is gone is settled by worker.tasks.reconcile_claims.
 TCO_SUBMIT_CLAIM_GRACE_S = env_float("TCO_SUBMIT_CLAIM_GRACE_S", 900.0)
 TCO_CONTROL_CLAIM_GRACE_S = env_float("TCO_CONTROL_CLAIM_GRACE_S", 300.0)
-# The loopback port of the demo's stand-in model, registered by tco_bootstrap as model endpoint
-# "demo-stand-in" (the demo starts the stand-in there).
-TCO_DEMO_MODEL_PORT = env_int("TCO_DEMO_MODEL_PORT", 8793)
+# The port of the demo's stand-in model, registered by tco_bootstrap as model endpoint
+# "demo-stand-in" (the demo starts the stand-in there). Privileged (< 1024): scripts/demo binds
+# it as root (scripts/listen-as) so that no other local account can listen there, also after
+# `make stop` (SECURITY.md, F4); it was 8793.
+TCO_DEMO_MODEL_PORT = env_int("TCO_DEMO_MODEL_PORT", 793)
 
 LOGGING = {
     "version": 1,

@@ -116,7 +116,12 @@ def _endpoint_fits(rule: NetworkRule, endpoint: Endpoint, crule: NetworkRule, ce
     if endpoint.tls == "skip" and cend.tls != "skip":
         problems.append("tls: skip is wider than the ceiling")
     if endpoint.enforcement == "audit" and cend.enforcement != "audit":
-        problems.append("enforcement: audit is wider than the ceiling's enforce")
+        if "enforcement" in endpoint.fields:
+            problems.append("enforcement: audit is wider than the ceiling's enforce")
+        else:  # the launcher never wrote "audit": say where it comes from
+            problems.append("enforcement: not set, so it is audit (OpenShell's default: requests the rules do "
+                            "not allow are logged, not refused), wider than the ceiling's enforce; "
+                            "write enforcement: enforce")
     if endpoint.allowed_ips and not set(endpoint.allowed_ips) <= set(cend.allowed_ips or ()):
         problems.append("allowed_ips wider than the ceiling's")
     ceiling_rules = _rules(cend)

@@ -227,7 +227,8 @@ def path_refusal(path: str, *, masks: Iterable[str], state: Iterable[str] = (), 
 
 def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[str] = (),
              shared_paths: Iterable[str] = (), runtime: str = "bubblewrap",
-             registered: Iterable[Mapping[str, Any]] = (), fs: HostFS | None = None) -> list[str]:
+             registered: Iterable[Mapping[str, Any]] = (), interpreter: str | None = None,
+             fs: HostFS | None = None) -> list[str]:
     """Every reason the runner refuses ``policy`` at run time; empty if it runs it.
 
     ``policy``: a :class:`~execution.sandbox.policy.Policy`, its YAML text or a mapping
@@ -241,7 +242,12 @@ def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[
     ``model_endpoints``: mappings with ``host`` and ``port``): under OpenShell, which
     injects a provider's credential wherever the policy binds it, a ``credential_binding``
     on an endpoint that is not registered is refused (the bubblewrap runtime's proxy just
-    adds none there). Pure apart from reading the host's links and mounts through ``fs``."""
+    adds none there); ``interpreter``: the host python that runs the relay inside the
+    bubblewrap sandbox (the runner's ``sys.executable``, the launch side's
+    ``TCO_RUNNER_PYTHON``): when given and no path is refused, the policy must show it
+    at its own path, else "the relay runs <python> inside the sandbox: list its
+    directory ..." (the argv builder's own check, :func:`execution.sandbox.bwrap.build_argv`,
+    run on a stand-in plan). Pure apart from reading the host's links and mounts through ``fs``."""
     from execution.sandbox.policy import Policy, PolicyError, load_policy
 
     if not isinstance(policy, Policy):
@@ -273,4 +279,25 @@ def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[
                                   where=f"filesystem_policy.{field}")
             if reason is not None:
                 reasons.append(reason)
+    if interpreter and runtime == "bubblewrap" and not reasons:
+        reasons += _relay_refusals(policy, masked_paths=masked_paths, state_paths=state_paths,
+                                   shared_paths=shared_paths, interpreter=interpreter, fs=fs)
     return reasons
+
+
+def _relay_refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[str],
+                    shared_paths: Iterable[str], interpreter: str, fs: HostFS) -> list[str]:
+    """What the bubblewrap argv builder refuses for ``policy`` once its paths pass (the relay's
+    ``interpreter`` not shown inside), asked of the builder itself with a stand-in plan
+    (no file descriptors or directories are used: it only computes the argv)."""
+    from execution.sandbox.bwrap import SandboxConfigError, SandboxPlan, build_argv
+
+    plan = SandboxPlan(policy=policy, workdir="/nonexistent/work", socket_dir="/nonexistent/socket",
+                       agent_argv=[], env={}, masks=list(masked_paths), interpreter=interpreter, status_fd=3,
+                       json_status_fd=4, stdout_fd=5, stderr_fd=6, state=list(state_paths),
+                       shared=list(shared_paths))
+    try:
+        build_argv(plan, fs)
+    except SandboxConfigError as exc:
+        return [str(exc)]
+    return []

@@ -302,8 +302,14 @@ def _endpoint_findings(e: Endpoint) -> list[Finding]:
         found.append(Finding(f"{where}.host", f"{e.host} is loopback: OpenShell refuses loopback endpoints, so "
                                               "this policy works with the bubblewrap runtime only"))
     if e.enforcement == "audit":
-        found.append(Finding(f"{where}.enforcement", "audit (the default) is enforced anyway: the metering "
-                                                     "proxy refuses what the rules do not allow"))
+        # OpenShell's default is audit: requests the rules do not allow are logged but let
+        # through. The metering proxy has no audit mode; it refuses them (as enforce would).
+        what = ("not set, so OpenShell's default applies: audit (requests the rules do not allow are logged "
+                "but not refused)" if "enforcement" not in e.fields
+                else "audit: OpenShell logs but does not refuse requests the rules do not allow")
+        found.append(Finding(f"{where}.enforcement", f"{what}; under the bubblewrap runtime the metering proxy "
+                                                     "refuses them anyway, as enforcement: enforce does (write "
+                                                     "enforcement: enforce to get that under OpenShell too)"))
     if e.allowed_ips:
         found.append(Finding(f"{where}.allowed_ips", "not checked by the metering proxy (it connects wherever "
                                                      "the host name resolves); refusing to run", refuse=True))

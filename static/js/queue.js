@@ -29,18 +29,20 @@
       if (c.accounting_error) {
         box.appendChild(el("p", { "class": "error accounting-error" }, "Accounting: " + c.accounting_error));
       }
+      // One definition of the slots (dashboards.selectors.queue_slots): the parts add up to the total.
       var t = el("table", { "class": "grid", "id": "queues-" + c.name });
       var h = el("tr");
-      ["Queue", "Slots used", "Reserved", "Available", "Total"].forEach(function (x) { h.appendChild(el("th", null, x)); });
+      ["Queue", "Slots", "In use (tasks placed there)", "Reserved (advance reservations)", "Unavailable", "Free"].forEach(function (x) { h.appendChild(el("th", null, x)); });
       var thead = el("thead"); thead.appendChild(h); t.appendChild(thead);
       var tb = el("tbody");
-      c.queues.forEach(function (q) {
+      (c.slots || []).forEach(function (q) {
         var tr = el("tr", { "data-queue": q.name });
         tr.appendChild(el("td", null, q.name));
-        tr.appendChild(el("td", { "class": "num slots-used" }, q.used));
-        tr.appendChild(el("td", { "class": "num" }, q.resv));
-        tr.appendChild(el("td", { "class": "num" }, q.available));
         tr.appendChild(el("td", { "class": "num slots-total" }, q.total));
+        tr.appendChild(el("td", { "class": "num slots-used" }, q.in_use));
+        tr.appendChild(el("td", { "class": "num slots-reserved" }, q.reserved));
+        tr.appendChild(el("td", { "class": "num slots-unavailable" }, q.unavailable));
+        tr.appendChild(el("td", { "class": "num slots-free" }, q.free));
         tb.appendChild(tr);
       });
       t.appendChild(tb); box.appendChild(t);
@@ -48,6 +50,16 @@
         if (!q.calendar_text) { return; }
         box.appendChild(el("p", { "class": "calendar calendar-" + (q.calendar_state || "unknown"), "data-queue": q.name },
           q.calendar_text));
+      });
+      (c.slots || []).forEach(function (q) {
+        var parts = [q.in_use + " in use by tasks placed there"];
+        if (q.reserved) { parts.push(q.reserved + " reserved by advance reservations"); }
+        var why = q.unavailable_instances.filter(function (i) { return i.slots > 0; }).map(function (i) {
+          return i.name + " " + i.meanings.join(", ").split(":")[0] + " (" + i.states + ")";
+        });
+        if (q.unavailable) { parts.push(q.unavailable + " unavailable" + (why.length ? " (" + why.join("; ") + ")" : "")); }
+        parts.push(q.free + " free");
+        box.appendChild(el("p", { "class": "slots-line", "data-queue": q.name }, q.name + ": " + q.total + " slots: " + parts.join(", ") + "."));
       });
       if (c.seats) {
         box.appendChild(el("p", { "id": "seats" }, "Model API seats (consumable " + c.seats.resource + ", global): " +
@@ -59,7 +71,14 @@
           num(x.used) + " of " + num(x.capacity) + " in use"));
       });
       c.quotas.forEach(function (q) {
-        box.appendChild(el("p", { "class": "quota" }, "Quota " + q.rule + ": " + q.resource + " " + num(q.used) + " of " + num(q.limit)));
+        // qquota's usage counts only what the rule's filters match (for slots: tasks placed in them).
+        var scope = Object.keys(q.filters || {}).sort().map(function (k) {
+          return k.charAt(0) === "x" ? k.slice(1) + " not " + q.filters[k].join(",") : k + " " + q.filters[k].join(",");
+        }).join(", ");
+        var counted = q.resource === "slots" ? "slots of the tasks placed" : q.resource + " requested by the tasks placed";
+        box.appendChild(el("p", { "class": "quota", "data-rule": q.rule }, "Quota " + q.rule + " (resource quota): " +
+          q.resource + " " + num(q.used) + " of " + num(q.limit) + " in use, counting the " + counted +
+          (scope ? " in " + scope : " anywhere") + "."));
       });
       var nodes = (c.share_tree || []).filter(function (n) { return n.project && !n.user; });
       if (nodes.length) {
@@ -127,6 +146,12 @@
       otherCard.hidden = false;
       var tr = el("tr"); stateCells(tr, data.other_jobs);
       TCO.fill(document.querySelector("#other-jobs tbody"), [tr]);
+      // One line per owner; each job under "Each job".
+      TCO.fill(document.querySelector("#other-owners tbody"), (data.other_owner_rows || []).map(function (o) {
+        var r = el("tr", { "data-owner": o.owner });
+        r.appendChild(el("td", null, o.owner || "(unknown)")); r.appendChild(el("td", { "class": "num" }, o.jobs));
+        r.appendChild(el("td", { "class": "num" }, o.tasks)); stateCells(r, o.states, ACTIVE); return r;
+      }));
       TCO.fill(document.querySelector("#other-job-rows tbody"), (data.other_job_rows || []).map(function (j) {
         var r = el("tr", { "data-job": j.job_number });
         r.appendChild(el("td", { "class": "num" }, j.job_number)); r.appendChild(el("td", null, j.name));
@@ -152,6 +177,13 @@
     }));
   }
 
+  // [start, end] of the samples' times, widened to MIN_SPAN_MS ending at the last one (ms since the epoch).
+  var MIN_SPAN_MS = 60000;
+  function minuteRange(times) {
+    var first = Date.parse(times[0]), last = Date.parse(times[times.length - 1]);
+    return last - first >= MIN_SPAN_MS ? [first, last] : [last - MIN_SPAN_MS, last];
+  }
+
   function drawDepth() {
     var d = depth && depth[depthWindow];
     var chart = document.getElementById("depth-chart");
@@ -169,7 +201,9 @@
       margin: { l: 50, r: 10, t: 30, b: 10 }, height: 280,
       legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
       yaxis: { title: { text: "tasks" }, rangemode: "tozero", automargin: true },
-      xaxis: { type: "date", automargin: true, tickformatstops: [
+      // At least a minute wide: one or two samples a second apart gave sub-second ticks, each
+      // labelled with the same second ("16:29:59" four times).
+      xaxis: { type: "date", automargin: true, range: minuteRange(d.t), tickformatstops: [
         { dtickrange: [null, 60000], value: "%H:%M:%S" }, { dtickrange: [60000, 86400000], value: "%H:%M" }, { dtickrange: [86400000, null], value: "%b %d" }] }
     }), TCO.plotConfig);
   }

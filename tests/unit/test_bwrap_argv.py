@@ -344,6 +344,21 @@ def test_refusals_include_what_bubblewrap_cannot_enforce_and_invalid_policies():
     assert refusals_of("/spool/credentials.json") == ["policy: expected the policy's YAML text, not a file path"]
 
 
+def test_refusals_name_a_relay_interpreter_the_policy_does_not_show():
+    """The launch side refused nothing for a policy without /usr; the runner then raised at run time."""
+    policy = "version: 1\nfilesystem_policy: {read_only: [/etc]}\n"
+    message = ("the relay runs /usr/bin/python3.11 inside the sandbox: list its directory "
+               "(for example /usr) in filesystem_policy.read_only")
+    assert refusals_of(policy, interpreter="/usr/bin/python3") == [message]
+    with pytest.raises(SandboxConfigError) as caught:
+        argv_for(policy)
+    assert str(caught.value) == message  # the same words as the runner's
+    assert refusals_of(SYSTEM, interpreter="/usr/bin/python3") == []
+    # Listing /usr is enough (the interpreter is /usr/bin/python3.11, shown at its own path).
+    assert refusals_of("version: 1\nfilesystem_policy: {read_only: [/usr, /etc]}\n",
+                       interpreter="/usr/bin/python3") == []
+
+
 def test_every_path_refusal_is_also_what_the_argv_builder_raises():
     # The same function decides both: each path refusals() names makes build_argv refuse too.
     for path in ("/opt/to-proc", "/spool/work", "/var/lib/tco/secret_key", "/tmp/4243.1.all.q", "/run/tco",

@@ -122,6 +122,14 @@ def test_each_network_widening_is_named(overrides, expected):
     assert len(found) >= 1 and any(expected in p for p in found), found
 
 
+def test_an_endpoint_without_enforcement_is_told_it_defaults_to_audit():
+    """The launcher never wrote "audit" and was told "enforcement: audit is wider"."""
+    [found] = problems(_endpoint(enforcement=None))
+    assert found.endswith("enforcement: not set, so it is audit (OpenShell's default: requests the rules do not "
+                          "allow are logged, not refused), wider than the ceiling's enforce; "
+                          "write enforcement: enforce"), found
+
+
 def test_rules_under_a_ceiling_glob_fit():
     assert problems(_endpoint(rules="[{allow: {method: GET, path: /v1/models/x/**}}]")) == []
     assert problems(_endpoint(rules="[{allow: {method: GET, path: /v1/models/**}}]")) == []

@@ -101,12 +101,12 @@ def test_a_chosen_endpoint_must_be_one_the_policy_reaches(ops_users, research, a
 
 def test_the_agent_definitions_ceiling_applies_as_well_as_the_teams(ops_users, research, agent):
     PolicyCeiling.objects.create(agent_definition=agent, policy="version: 1\nfilesystem_policy: "
-                                                                 "{include_workdir: true, read_only: [/usr/lib]}\n")
+                                                                 "{include_workdir: true, read_only: [/usr/lib, /usr/bin]}\n")
     with pytest.raises(LaunchError, match=r"/usr is outside the ceiling's paths \(ceiling: agent demo-agent v1\)"):
         launch(user=ops_users["launcher"], request=request(
             research, agent, policy="version: 1\nfilesystem_policy: {read_only: [/usr]}\n"))
     ok = launch(user=ops_users["launcher"], request=request(
-        research, agent, policy="version: 1\nfilesystem_policy: {read_only: [/usr/lib/x]}\n")).campaign
+        research, agent, policy="version: 1\nfilesystem_policy: {read_only: [/usr/bin, /usr/lib/x]}\n")).campaign
     assert ok.policy.startswith("version: 1")
 
 
@@ -214,6 +214,19 @@ def test_a_policy_the_runner_would_refuse_at_run_time_is_refused_at_launch(ops_u
     with pytest.raises(LaunchError, match="outside the ceiling's paths"):
         launch(user=ops_users["launcher"], request=request(
             research, agent, policy=f"version: 1\nfilesystem_policy: {{read_only: [{path}]}}\n"))
+    assert not Campaign.objects.exists() and sent == []
+
+
+def test_a_policy_hiding_the_relays_interpreter_is_refused_at_launch(ops_users, research, agent, bootstrap, sent):
+    """Launch accepted a policy without /usr; the runner then refused it at run time because the
+    relay's interpreter (TCO_RUNNER_PYTHON, resolved) was not visible inside the sandbox."""
+    import os
+
+    interpreter = os.path.realpath(bootstrap.TCO_RUNNER_PYTHON)
+    with pytest.raises(LaunchError) as caught:
+        launch(user=ops_users["launcher"], request=request(
+            research, agent, policy="version: 1\nfilesystem_policy: {include_workdir: true, read_only: [/etc]}\n"))
+    assert f"the relay runs {interpreter} inside the sandbox: list its directory" in str(caught.value)
     assert not Campaign.objects.exists() and sent == []
 
 

@@ -225,6 +225,23 @@ def test_fields_the_proxy_cannot_enforce_are_notes_or_refusals(endpoint, field, 
     assert matching and matching[0].refuse is refuse, findings
 
 
+def test_an_endpoint_without_enforcement_is_told_plainly_what_the_default_is_and_why():
+    """The note read "audit (the default) is enforced anyway": it did not say the field was
+    missing, what audit does, nor what the bubblewrap runtime does instead."""
+    unset = load_policy(endpoint_policy("{host: a.example.com, port: 443, protocol: rest, access: read-only}"))
+    [note] = [f.message for f in unset.unenforceable() if f.field.endswith(".enforcement")]
+    assert note.startswith("not set, so OpenShell's default applies: audit"), note
+    assert "logged but not refused" in note and "the metering proxy refuses them" in note
+    assert "enforcement: enforce" in note  # what to write to say so
+    written = load_policy(endpoint_policy(
+        "{host: a.example.com, port: 443, protocol: rest, access: read-only, enforcement: audit}"))
+    [note] = [f.message for f in written.unenforceable() if f.field.endswith(".enforcement")]
+    assert note.startswith("audit: OpenShell logs but does not refuse"), note
+    enforced = load_policy(endpoint_policy(
+        "{host: a.example.com, port: 443, protocol: rest, access: read-only, enforcement: enforce}"))
+    assert not [f for f in enforced.unenforceable() if f.field.endswith(".enforcement")]
+
+
 def test_uninspected_endpoints_are_not_reachable():
     policy = load_policy(endpoint_policy("{host: a.example.com, port: 443}"))
     (finding,) = [f for f in policy.unenforceable() if f.field == "network_policies.api.endpoints[0]"]

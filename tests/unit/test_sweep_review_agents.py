@@ -265,3 +265,25 @@ def test_a_sites_bootstrap_makes_no_demo_teams_agent_endpoint_or_ceilings(db, tm
     assert Cluster.objects.count() == 1 and get_user_model().objects.filter(username="admin").exists()
     assert (Team.objects.count(), AgentDefinition.objects.count(), ModelEndpoint.objects.count(),
             PolicyCeiling.objects.count()) == (0, 0, 0, 0)
+
+
+@pytest.mark.django_db
+def test_bootstrap_moves_the_untouched_demo_endpoint_off_the_old_unprivileged_port(bootstrap):
+    """SECURITY.md F4: an install made with the stand-in on 8793 (bindable by any account once the
+    stand-in stopped) gets the privileged port on the next bootstrap; an admin's own entries stay."""
+    from django.core.management import call_command
+
+    from dashboards.management.commands.tco_bootstrap import OLD_DEMO_MODEL_PORT, demo_ceiling
+    from dashboards.models import PolicyCeiling
+
+    endpoint = ModelEndpoint.objects.get(name="demo-stand-in")
+    host = endpoint.host
+    ModelEndpoint.objects.filter(pk=endpoint.pk).update(port=OLD_DEMO_MODEL_PORT)
+    old = demo_ceiling(host, OLD_DEMO_MODEL_PORT, project="research")
+    assert f"port: {OLD_DEMO_MODEL_PORT}" in old
+    PolicyCeiling.objects.filter(team__project="research").update(policy=old)
+    PolicyCeiling.objects.filter(team__project="engineering").update(policy=old + "# edited by an admin\n")
+    call_command("tco_bootstrap", stdout=open(os.devnull, "w"))
+    assert ModelEndpoint.objects.get(name="demo-stand-in").port == bootstrap.TCO_DEMO_MODEL_PORT < 1024
+    assert PolicyCeiling.objects.get(team__project="research").policy == demo_ceiling(host, project="research")
+    assert PolicyCeiling.objects.get(team__project="engineering").policy.endswith("# edited by an admin\n")

@@ -223,6 +223,21 @@ def test_the_lockout_page_says_why(role_users):
     assert response.status_code == 429 and b'id="locked-out"' in response.content
 
 
+def test_the_api_lockout_answers_json_with_retry_after(role_users, settings):
+    """F5: a locked-out ``POST /api/token/`` is an API answer, not the login page's HTML."""
+    wrong_logins(10, username="viewer", address="10.4.0.1", api=True)
+    response = APIClient(REMOTE_ADDR="10.4.0.1").post(
+        "/api/token/", {"username": "viewer", "password": DEMO_PASSWORD}, format="json")
+    assert response.status_code == 429
+    assert response["Content-Type"].startswith("application/json"), response["Content-Type"]
+    body = json.loads(response.content)
+    assert set(body) == {"detail"} and "too many failed" in body["detail"]
+    assert int(response["Retry-After"]) == int(settings.AXES_COOLOFF_TIME.total_seconds())
+    # The login page keeps its styled HTML answer.
+    page = Client(REMOTE_ADDR="10.4.0.1").post("/login/", {"username": "viewer", "password": DEMO_PASSWORD})
+    assert page.status_code == 429 and b'id="locked-out"' in page.content
+
+
 # --- finding 8: sockets end with the session and the rights that opened them --------------
 
 

@@ -63,18 +63,22 @@ def demo_model_host() -> str:
         return "127.0.0.1"
 
 
-def demo_ceiling(host: str | None = None, *, project: str) -> str:
+#: The demo stand-in's port before it became privileged (SECURITY.md, F4); untouched entries move.
+OLD_DEMO_MODEL_PORT = 8793
+
+
+def demo_ceiling(host: str | None = None, port: int | None = None, *, project: str) -> str:
     """The policy ceiling of the demo team ``project``: what the demo agent (the runner's default
     policy) and the sweep's review agents (demo/sweep.py review_policy) need, and no more: system
     directories, tco's demo code and venv, the team's own sweep runs (:func:`team_sweeps_dir`,
     never another team's) read-only; the work directory and /tmp writable; POST /v1/messages on
     the stand-in model only, with its credential. ``host``: the model's address,
-    :func:`demo_model_host` when None."""
+    :func:`demo_model_host` when None; ``port``: its port, ``TCO_DEMO_MODEL_PORT`` when None."""
     import sys
 
     read_only = ["/usr", "/lib", "/lib64", "/bin", "/etc", str(Path(settings.BASE_DIR) / "demo"), sys.prefix,
                  str(team_sweeps_dir(project))]
-    return demo_policy(read_only=read_only, host=host or demo_model_host(), port=settings.TCO_DEMO_MODEL_PORT,
+    return demo_policy(read_only=read_only, host=host or demo_model_host(), port=port or settings.TCO_DEMO_MODEL_PORT,
                        provider=DEMO_PROVIDER)
 
 
@@ -167,13 +171,18 @@ class Command(BaseCommand):
                 "policy": demo_ceiling(host, project=team.project),
                 "note": "tco_bootstrap: what the demo and review agents need"})
             # Untouched demo ceilings of earlier installs move to this one: made on a single-host
-            # cluster (the runners in namespaces no longer reach 127.0.0.1 of the master), or
-            # listing every team's sweeps (<state>/sweeps) instead of the team's own.
+            # cluster (the runners in namespaces no longer reach 127.0.0.1 of the master), with the
+            # stand-in on the unprivileged 8793 (any local account could bind it once the stand-in
+            # stopped: SECURITY.md, F4), or listing every team's sweeps (<state>/sweeps).
             own = str(team_sweeps_dir(team.project))
-            earlier = {demo_ceiling(h, project=team.project).replace(own, shared) for h in ("127.0.0.1", host)
+            earlier = {demo_ceiling(h, p, project=team.project).replace(own, shared)
+                       for h in ("127.0.0.1", host) for p in (OLD_DEMO_MODEL_PORT, settings.TCO_DEMO_MODEL_PORT)
                        for shared in (own, shared_sweeps)}
             earlier.discard(demo_ceiling(host, project=team.project))
             PolicyCeiling.objects.filter(team=team, policy__in=earlier).update(
                 policy=demo_ceiling(host, project=team.project))
         if host != "127.0.0.1":
             ModelEndpoint.objects.filter(name=DEMO_ENDPOINT, host="127.0.0.1").update(host=host)
+        if settings.TCO_DEMO_MODEL_PORT != OLD_DEMO_MODEL_PORT:
+            ModelEndpoint.objects.filter(name=DEMO_ENDPOINT, port=OLD_DEMO_MODEL_PORT).update(
+                port=settings.TCO_DEMO_MODEL_PORT)

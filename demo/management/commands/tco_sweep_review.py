@@ -54,6 +54,10 @@ class Command(BaseCommand):
                             help="model id to ask for (the demo price table prices stand-in-review)")
         parser.add_argument("--start-model", action="store_true",
                             help="start the scripted stand-in model on the endpoint's (loopback) port")
+        parser.add_argument("--model-fd", type=int, default=None, metavar="FD",
+                            help="with --start-model: serve on this inherited listening socket, bound to the "
+                                 "endpoint's address and privileged port by root (scripts/listen-as, as "
+                                 "scripts/demo does), so that no other local account can take the port over")
         parser.add_argument("--submit-here", action="store_true",
                             help="submit the review campaign in this process instead of the submit worker")
         parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
@@ -83,7 +87,7 @@ class Command(BaseCommand):
             raise CommandError(f"model endpoint {options['endpoint']!r} is not registered (run manage.py "
                                "tco_bootstrap, or register it in the admin)")
         if options["start_model"]:
-            self._start_model(endpoint)
+            self._start_model(endpoint, listen_fd=options["model_fd"])
 
         try:
             sweep_job, _ = sweep_submit(team=team, count=count, out_dir=out_dir, name=name)
@@ -102,7 +106,7 @@ class Command(BaseCommand):
         if options["wait"]:
             self._wait_and_report(campaign, out_dir, count, options["wait"])
 
-    def _start_model(self, endpoint: ModelEndpoint) -> str:
+    def _start_model(self, endpoint: ModelEndpoint, listen_fd: int | None = None) -> str:
         from dashboards.management.commands.tco_bootstrap import demo_model_host
 
         # Where the runners on the execution hosts reach it (127.0.0.1 on a single-host cluster).
@@ -111,6 +115,11 @@ class Command(BaseCommand):
             raise CommandError(f"--start-model needs an http endpoint on this machine ({host} or loopback); "
                                f"{endpoint} is not one")
         port = endpoint.port
+        if port >= 1024:
+            # Any local account may bind an unprivileged port once the stand-in is gone (after
+            # `make stop`) and receive the agents' requests with their credential (SECURITY.md, F4).
+            self.stderr.write(f"warning: {endpoint} is on unprivileged port {port}: after the stand-in stops, "
+                              "any local account can listen there; scripts/demo uses a privileged port")
         credential_name = endpoint.credential_name
         key = "sk-tco-demo-" + secrets.token_hex(12)
         log_dir = Path(settings.STATE_DIR) / "log"
@@ -125,7 +134,8 @@ class Command(BaseCommand):
 
         try:
             proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(settings.BASE_DIR),
-                         stdout=open(log_dir / "demo-model.log", "ab"), new_session=True, host=host)
+                         stdout=open(log_dir / "demo-model.log", "ab"), new_session=True, host=host,
+                         listen_fd=listen_fd)
         except RuntimeError as exc:
             raise CommandError(f"{exc}; see {log_dir / 'demo-model.log'}") from exc
         # scripts/services stop ends it with the other services.
