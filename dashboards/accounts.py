@@ -25,12 +25,14 @@ DEMO_USERS: dict[str, tuple[str, str]] = {
     "launcher": ("research", Role.LAUNCHER),
     "urgent": ("research", Role.URGENT),
     "eng-viewer": ("engineering", Role.VIEWER),
+    # The demo's priced model usage is engineering's (the sweep's review agents): its lead reads that bill.
+    "eng-lead": ("engineering", Role.LEAD),
 }
 
 
 @transaction.atomic
 def demo_users_ensure(*, password: str, reset_password: bool = True) -> dict[str, AbstractBaseUser]:
-    """One user per role on ``research`` and a viewer on ``engineering`` (see ``DEMO_USERS``).
+    """One user per role on ``research``, a viewer and a lead on ``engineering`` (see ``DEMO_USERS``).
 
     The teams must exist (``tco_bootstrap``). Idempotent: an existing user
     keeps its role row updated and, unless ``reset_password`` is False, gets

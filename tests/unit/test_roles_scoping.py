@@ -92,6 +92,21 @@ def test_a_viewer_of_the_other_team_sees_only_that_team(client, world):
     assert client.get(f"/campaigns/{world['beta'].pk}/").status_code == 200
 
 
+def test_the_engineering_lead_reads_engineerings_bill_and_not_researchs(client, world):
+    """Fresh-demo trial: the demo's priced usage is engineering's, but no demo login could read its
+    bill (only eng-viewer existed). eng-lead is engineering's team lead."""
+    from dashboards.billing import teams_billable_by
+
+    login(client, "eng-lead")
+    assert [t.project for t in teams_billable_by(world["users"]["eng-lead"])] == ["engineering"]
+    page = client.get("/ops/bills/")
+    assert page.status_code == 200 and "Bills are for team leads" not in page.content.decode()
+    research = Team.objects.get(project="research")
+    assert client.get(f"/ops/bills/?team={research.pk}").context["bill"] is None  # not a choice for this lead
+    assert client.get(f"/campaigns/{world['alpha'].pk}/").status_code == 404
+    assert client.get(f"/campaigns/{world['beta'].pk}/").status_code == 200
+
+
 def test_an_admin_sees_every_team_and_the_jobs_tco_did_not_launch(client, world):
     login(client, "admin")
     summary = summary_of(client.get("/"))

@@ -1,4 +1,5 @@
-"""Create one demo login per role (viewer, team lead, launcher, urgent launcher on research; a viewer on engineering).
+"""Create one demo login per role (viewer, team lead, launcher, urgent launcher on research; a viewer and a
+team lead on engineering).
 
 The password comes from ``--password`` or ``TCO_DEMO_PASSWORD``; without
 either, a random one is generated and printed. Run ``tco_bootstrap`` first
