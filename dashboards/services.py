@@ -208,29 +208,33 @@ def campaign_job_name(campaign: Campaign) -> str:
 
 def find_campaign_job(campaign: Campaign, scheduler) -> tuple[int, list[int]] | None:
     """The array job a campaign already has at the scheduler, found by its job name
-    (:func:`campaign_job_name`): ``(job_number, task_numbers)`` or None.
+    (:func:`campaign_job_name`) among the jobs of the submit account (``TCO_SUBMIT_USER``):
+    ``(job_number, task_numbers)`` or None.
 
     Looks in the scheduler's job list (``list_tasks``), then, for a job that
     already left it, in the tasks the polls recorded and in the accounting
-    records, all since the campaign was launched. Raises SchedulerUnavailable
-    (the caller must not resubmit then).
+    records, all since the campaign was launched. The name is predictable, so a
+    job of any other owner is never the campaign's (another user could submit one,
+    held, to have it adopted). Raises SchedulerUnavailable (the caller must not
+    resubmit then).
     """
     name = campaign_job_name(campaign)
+    owner = settings.TCO_SUBMIT_USER
     found: dict[int, set[int]] = {}
     for task in scheduler.list_tasks():
-        if task.name == name:
+        if task.name == name and task.owner == owner:
             found.setdefault(task.job_number, set()).add(task.task_number or 0)
     if not found:
         for job_number, task_number in Task.objects.filter(
-                cluster=campaign.cluster, name=name, submitted_at__gte=campaign.launched_at).values_list(
-                "job_number", "task_number"):
+                cluster=campaign.cluster, name=name, owner=owner, submitted_at__gte=campaign.launched_at
+        ).values_list("job_number", "task_number"):
             found.setdefault(job_number, set()).add(task_number)
     if not found:
         from .models import AccountingRecord
 
         for job_number, task_number in AccountingRecord.objects.filter(
-                cluster=campaign.cluster, job_name=name, submitted_at__gte=campaign.launched_at).values_list(
-                "job_number", "task_number"):
+                cluster=campaign.cluster, job_name=name, owner=owner, submitted_at__gte=campaign.launched_at
+        ).values_list("job_number", "task_number"):
             found.setdefault(job_number, set()).add(task_number)
     if not found:
         return None

@@ -2,11 +2,16 @@
 without its fix."""
 from __future__ import annotations
 
-import pytest
+import dataclasses
+import datetime as dt
 
-from dashboards import enqueue, launch as launching
-from dashboards.models import AgentDefinition, AuditEntry, Campaign, Team
+import pytest
+from django.utils import timezone
+
+from dashboards import enqueue, launch as launching, services
+from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Campaign, Task, Team
 from dashboards.services import LaunchError
+from schedulers.fake import FakeScheduler
 from tests.ops.fixtures import ops_users  # noqa: F401
 from tests.unit.test_launching import agent, research  # noqa: F401  (fixtures)
 from tests.unit.test_ops_views import as_user, launch_data  # noqa: F401  (fixture, form data)
@@ -60,3 +65,56 @@ def test_without_a_seat_consumable_zero_seats_is_still_a_launch(ops_users, resea
         campaign = launching.launch(user=ops_users["launcher"], request=launching.LaunchRequest(
             team=research, agent_definition=agent, inputs=[{"task": 1}], name="unmetered", seats_per_task=0)).campaign
     assert campaign.seats_per_task == 0 and len(sent) == 1
+
+
+# --------------------------------------------------------------------------- 2: adopting another user's job
+
+@pytest.fixture
+def claimed(ops_users, research, agent, sent):
+    """A campaign whose submitter died after its claim (a stale claim the reconciler settles)."""
+    campaign = launching.launch(user=ops_users["launcher"], request=launching.LaunchRequest(
+        team=research, agent_definition=agent, inputs=[{"task": n} for n in (1, 2)], name="victim")).campaign
+    Campaign.objects.filter(pk=campaign.pk).update(submit_claimed_at=timezone.now() - dt.timedelta(hours=2),
+                                                   submit_claimed_by="deadhost:1", submit_attempts=1)
+    return Campaign.objects.get(pk=campaign.pk)
+
+
+def _accounting(campaign, *, job_number: int, owner: str) -> None:
+    now = timezone.now()
+    us = int(now.timestamp()) * 1_000_000
+    for n in (1, 2):
+        AccountingRecord.objects.create(
+            cluster=campaign.cluster, job_number=job_number, task_number=n, submission_us=us, start_us=us,
+            end_us=us, submitted_at=now, started_at=now, ended_at=now, job_name=services.campaign_job_name(campaign),
+            owner=owner, group=owner, project="research", queue="agent.q", hostname="h1", wallclock_s=0.0,
+            cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
+
+
+def test_another_users_job_with_the_campaigns_name_is_not_adopted(claimed, settings):
+    """The attack: mallory pre-submits a held job named ``tco-c<id>-<name>``; the reconciler
+    looked the name up across all owners (qstat, the polls' tasks, accounting) and adopted it.
+    Only jobs of the submit account count; the campaign is released and submitted afresh."""
+    settings.TCO_SUBMIT_USER = "tco"
+    name = services.campaign_job_name(claimed)
+    mallory = FakeScheduler(owner="mallory", first_job_number=900)
+    mallory.submit_array(dataclasses.replace(services.campaign_job_spec(claimed), hold=True))
+    assert [t.name for t in mallory.list_tasks()] == [name, name]
+    for n in (1, 2):  # what a poll recorded of it
+        Task.objects.create(cluster=claimed.cluster, job_number=900, task_number=n, is_array=True, name=name,
+                            owner="mallory", state="held", submitted_at=timezone.now())
+    _accounting(claimed, job_number=901, owner="mallory")
+
+    assert services.find_campaign_job(claimed, mallory) is None
+    assert services.reconcile_submissions(scheduler=mallory, grace_s=0)["adopted"] == []
+    assert Campaign.objects.get(pk=claimed.pk).job_number is None
+
+    # The submit account's own job is still found, in each of the three places.
+    ours = FakeScheduler(owner="tco", first_job_number=950)
+    ours.submit_array(services.campaign_job_spec(claimed))
+    assert services.find_campaign_job(claimed, ours) == (950, [1, 2])
+    empty = FakeScheduler(owner="tco")
+    _accounting(claimed, job_number=960, owner="tco")
+    assert services.find_campaign_job(claimed, empty) == (960, [1, 2])
+    Task.objects.create(cluster=claimed.cluster, job_number=955, task_number=1, is_array=True, name=name,
+                        owner="tco", state="done", active=False, submitted_at=timezone.now())
+    assert services.find_campaign_job(claimed, empty) == (955, [1, 2])
