@@ -2,8 +2,10 @@
 without its fix."""
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime as dt
+import io
 
 import pytest
 from django.utils import timezone
@@ -12,7 +14,7 @@ from dashboards import enqueue, launch as launching, services
 from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Campaign, Task, Team
 from dashboards.services import LaunchError
 from schedulers.fake import FakeScheduler
-from tests.ops.fixtures import ops_users  # noqa: F401
+from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
 from tests.unit.test_launching import agent, research  # noqa: F401  (fixtures)
 from tests.unit.test_ops_views import as_user, launch_data  # noqa: F401  (fixture, form data)
 
@@ -118,3 +120,56 @@ def test_another_users_job_with_the_campaigns_name_is_not_adopted(claimed, setti
     Task.objects.create(cluster=claimed.cluster, job_number=955, task_number=1, is_array=True, name=name,
                         owner="tco", state="done", active=False, submitted_at=timezone.now())
     assert services.find_campaign_job(claimed, empty) == (955, [1, 2])
+
+
+# --------------------------------------------------------------------------- 3: CSV formula injection
+
+ATTACK = '=HYPERLINK("http://evil.example/x","ok")'
+
+
+def _csv(response) -> list[list[str]]:
+    body = (b"".join(response.streaming_content) if response.streaming else response.content).decode()
+    return list(csv.reader(io.StringIO(body)))
+
+
+@pytest.mark.parametrize("text, cell", [
+    (ATTACK, "'" + ATTACK), ("+1+cmd|' /C calc'!A0", "'+1+cmd|' /C calc'!A0"), ("-2+3", "'-2+3"),
+    ("@SUM(A1)", "'@SUM(A1)"), ("\t=1", "'\t=1"), ("\r=1", "'\r=1"), ("-inf", "'-inf"),
+    ("-0.5", "-0.5"), ("+3", "+3"), ("-1e3", "-1e3"), ("ok", "ok"), ("a=b", "a=b"), ("", ""),
+])
+def test_a_csv_cell_a_spreadsheet_would_run_is_made_text(text, cell):
+    from dashboards import csv_export
+
+    out = io.StringIO()
+    csv_export.writer(out).writerow([text, -0.5, 3])
+    assert next(csv.reader(io.StringIO(out.getvalue()))) == [cell, "-0.5", "3"]
+
+
+def test_every_csv_export_makes_formulas_text(as_user, ops_users):
+    """The attack: an agent's verdict ``=HYPERLINK(...)`` went into the costliest-tasks CSV as a
+    formula. Each export (the bill, a campaign's costliest tasks, the audit log) escapes such
+    cells; a negative amount stays a number."""
+    research = Team.objects.get(project="research")
+    launcher = ops_users["launcher"]
+    launcher.username = "@SUM(1+1)"   # Django's username validator allows '@', '+', '-'
+    launcher.save()
+    campaign = make_campaign(team=research, user=launcher, name="sweep")
+    start = dt.datetime.combine(timezone.now().date(), dt.time(1), tzinfo=dt.timezone.utc)
+    task = make_task(campaign, started_at=start, wallclock_s=12, cost_usd="-0.5", tokens={"output_tokens": 40})
+    Task.objects.filter(pk=task.pk).update(verdict=ATTACK)
+    client = as_user("lead")
+
+    rows = _csv(client.get("/ops/bills.csv", {"period": "day", "group_by": "launcher"}))
+    group = rows[0].index("group")
+    assert [r[group] for r in rows[1:]] == ["'@SUM(1+1)"]
+    assert rows[1][rows[0].index("cost_usd")] == "-0.5"
+
+    rows = _csv(client.get("/ops/bills.csv", {"period": "day", "view": "tasks", "campaign": campaign.pk}))
+    assert rows[0][3] == "verdict" and rows[1][3] == "'" + ATTACK and rows[1][5] == "-0.5"
+
+    AuditEntry.objects.create(user=ops_users["admin"], action="launch", target="-1+cmd", params={}, ok=False,
+                              result=ATTACK)
+    client.force_login(ops_users["admin"])
+    rows = _csv(client.get("/ops/audit.csv"))
+    entry = next(r for r in rows[1:] if r[2] == "launch")
+    assert entry[3] == "'-1+cmd" and entry[5] == "'" + ATTACK
