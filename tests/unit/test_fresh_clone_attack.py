@@ -173,3 +173,26 @@ def test_every_csv_export_makes_formulas_text(as_user, ops_users):
     rows = _csv(client.get("/ops/audit.csv"))
     entry = next(r for r in rows[1:] if r[2] == "launch")
     assert entry[3] == "'-1+cmd" and entry[5] == "'" + ATTACK
+
+
+# --------------------------------------------------------------------------- 5: a server path in an error
+
+def test_an_input_directory_outside_the_root_is_refused_without_the_servers_path(as_user, settings, tmp_path,
+                                                                                 caplog):
+    """The attack: "input directory '../../../etc' is outside the inputs root /work/review/var/inputs"
+    told a launcher where tco lives. The error says which rule was broken; the log keeps the path.
+    (The form's help text names the inputs root on purpose: launchers put their files there.)"""
+    root = tmp_path / "site-inputs-root"
+    (root / "mine").mkdir(parents=True)
+    settings.TCO_INPUTS_ROOT = str(root)
+    client = as_user("launcher")
+    for directory, reason in (("../../../etc", "outside the inputs root"), ("missing", "does not exist")):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="dashboards.inputs"):
+            html = client.post("/ops/launch/", {**launch_data(input_kind="directory", input_directory=directory),
+                                                "preview": "1"}).content.decode()
+        field = html.split('id="field-input_directory"', 1)[1].split('<div class="field"', 1)[0]
+        error = field.split('class="error field-error">', 1)[1].split("</span>", 1)[0]
+        assert reason in error and str(tmp_path) not in error
+        assert str(root) in caplog.text and directory in caplog.text
+    assert not Campaign.objects.exists()
