@@ -954,7 +954,7 @@ def _declared_verdict(record: RunnerRecord, layout: SpoolLayout) -> str:
 
 def _move(src: str, dst: str) -> None:
     """Move a claimed record (ours alone) to ``dst``, replacing an older one there."""
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    os.makedirs(os.path.dirname(dst), mode=0o700, exist_ok=True)  # the submit account's alone
     os.replace(src, dst)
 
 

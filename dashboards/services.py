@@ -141,8 +141,8 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
     layout = spool_layout()
     logs = Path(layout.logs_dir(campaign.pk))
     work = Path(layout.work_dir(campaign.pk))
-    logs.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(mode=0o700, parents=True, exist_ok=True)  # the submit account's alone, like the whole spool
+    work.mkdir(mode=0o700, parents=True, exist_ok=True)
     resources: dict[str, str | int] = {}
     if campaign.seats_per_task:
         resources[settings.TCO_SEAT_RESOURCE] = campaign.seats_per_task

@@ -271,18 +271,19 @@ def _component(name: str) -> str:
 
 # --------------------------------------------------------------------------- atomic writes
 
-def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:
+def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int = 0o600) -> None:
     """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one.
 
     A temporary file in the same directory (made if missing), written and
     ``fsync``-ed, then ``os.replace``-d over ``path``, then the directory
     ``fsync``-ed (skipped where the filesystem refuses it). ``mode`` is the
-    new file's permission bits. Raises OSError; the temporary file is removed
-    on failure.
+    new file's permission bits (default 0600: the spool is the submit account's
+    alone; a missing directory is made 0700). Raises OSError; the temporary file
+    is removed on failure.
     """
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{id(data):x}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:
@@ -309,7 +310,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> 
         os.close(dir_fd)
 
 
-def write_json_atomic(path: str | os.PathLike, data: Mapping[str, Any], *, mode: int = 0o644) -> None:
+def write_json_atomic(path: str | os.PathLike, data: Mapping[str, Any], *, mode: int = 0o600) -> None:
     """:func:`write_atomic` of ``data`` as indented JSON text with a final newline."""
     write_atomic(path, (json.dumps(data, indent=1) + "\n").encode(), mode=mode)
 

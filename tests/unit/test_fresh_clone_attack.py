@@ -3,6 +3,7 @@ without its fix."""
 from __future__ import annotations
 
 import csv
+import os
 import dataclasses
 import datetime as dt
 import io
@@ -196,3 +197,44 @@ def test_an_input_directory_outside_the_root_is_refused_without_the_servers_path
         assert reason in error and str(tmp_path) not in error
         assert str(root) in caplog.text and directory in caplog.text
     assert not Campaign.objects.exists()
+
+
+# --------------------------------------------------------------------------- 4: spool file modes
+
+def test_what_the_runner_writes_is_for_the_submit_account_alone(tmp_path):
+    """Defense in depth: the runner's records, logs, request records, work directory, input and
+    outputs were 0644/0755, protected only by the spool directory's 0700. Whatever the umask it
+    inherits (022 here, Grid Engine's usual), files are 0600 and directories 0700."""
+    import stat
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.unit.test_runner import Spool
+
+    spool = Spool(tmp_path / "spool")
+    code = ("import http.client\nc = http.client.HTTPConnection('127.0.0.1', 8790, timeout=30)\n"
+            "c.request('POST', '/v1/messages', b'x' * 5000, {'content-type': 'application/json'})\n"
+            "print(c.getresponse().status)\nopen('verdict.json', 'w').write('{}')\n")
+    policy = ("version: 1\nfilesystem_policy: {include_workdir: true, read_only: [/usr, /lib, /lib64, /bin, /etc], "
+              "read_write: [/sandbox, /tmp]}\nnetwork_policies:\n  m:\n    endpoints:\n      - {host: 127.0.0.1, "
+              "port: 9, protocol: rest, rules: [{allow: {method: POST, path: /v1/messages}}]}\n"
+              "    binaries: [{path: /usr/bin/python3.11}]\n")
+    spool.write([{"task": 1}], command=["/usr/bin/python3", "-c", code], policy=policy,
+                agent_extra={"outputs": ["verdict.json"]})
+    proc = subprocess.run([sys.executable, "-m", "execution.runner"],
+                          env={**spool.env(1), "TCO_PROXY_MAX_BODY_BYTES": "1000"}, cwd=str(spool.root),
+                          capture_output=True, timeout=60, start_new_session=True,
+                          preexec_fn=lambda: os.umask(0o022))
+    assert proc.returncode == 0, proc.stderr
+    record = spool.record(1)
+    assert record["outputs"] and record["requests_path"], record
+    written = [Path(p) for p in (spool.record_path(1), record["stdout_path"], record["stderr_path"],
+                                 record["requests_path"], record["outputs"][0]["path"])]
+    work = spool.root / "work" / "c-1" / "1"
+    written += [work / "input.json", work / "verdict.json"]
+    for path in written:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    for directory in (spool.root / "records", spool.record_path(1).parent, Path(record["outputs"][0]["path"]).parent,
+                      spool.root / "work", work.parent, work):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
