@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, write_atomic
+from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, make_private_dirs, write_atomic
 from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
 from schedulers.gridengine.native_spec import sanitize_name
 
@@ -141,8 +141,8 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
     layout = spool_layout()
     logs = Path(layout.logs_dir(campaign.pk))
     work = Path(layout.work_dir(campaign.pk))
-    logs.mkdir(mode=0o700, parents=True, exist_ok=True)  # the submit account's alone, like the whole spool
-    work.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private_dirs(logs)  # 0700: the submit account's alone, like the whole spool
+    make_private_dirs(work)
     resources: dict[str, str | int] = {}
     if campaign.seats_per_task:
         resources[settings.TCO_SEAT_RESOURCE] = campaign.seats_per_task

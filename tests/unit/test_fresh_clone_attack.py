@@ -238,3 +238,50 @@ def test_what_the_runner_writes_is_for_the_submit_account_alone(tmp_path):
     for directory in (spool.root / "records", spool.record_path(1).parent, Path(record["outputs"][0]["path"]).parent,
                       spool.root / "work", work.parent, work):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+
+
+def test_the_doctor_warns_of_a_spool_others_can_enter(tmp_path):
+    import getpass
+
+    from schedulers.gridengine import doctor
+
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o755)
+    os.chmod(spool, 0o755)
+    me = getpass.getuser()
+    cell = doctor.Cell(sge_root=str(tmp_path), sge_cell="default", flavour="ocs9", accounting_path="",
+                       submit_user=me, spool_dir=str(spool))
+    check = doctor.check_spool(cell)
+    assert check.status == doctor.WARN and "0755" in check.detail and f"chmod 700 {spool}" in check.fix
+    os.chmod(spool, 0o700)
+    assert doctor.check_spool(cell).status == doctor.OK
+    other = doctor.Cell(**{**cell.__dict__, "submit_user": "nobody" if me != "nobody" else "root"})
+    check = doctor.check_spool(other)
+    assert check.status == doctor.WARN and f"owned by {me}" in check.detail and "chown" in check.fix
+    fresh = doctor.Cell(**{**cell.__dict__, "spool_dir": str(tmp_path / "new-spool")})
+    assert doctor.check_spool(fresh).status == doctor.OK  # made 0700 when missing
+
+
+def test_the_web_sides_spool_writes_are_private_too(tmp_path, ops_users, research, agent, sent):
+    """The spec, inputs, logs and work folders tco's web and workers make: every folder they
+    create 0700 (not only the last one, as ``os.makedirs`` would), files 0600."""
+    import stat
+
+    from execution.spool import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "a" / "b" / "c.json", b"{}")
+        campaign = launching.launch(user=ops_users["launcher"], request=launching.LaunchRequest(
+            team=research, agent_definition=agent, inputs=[{"task": 1}], name="private")).campaign
+        services.campaign_job_spec(campaign)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a" / "b" / "c.json").stat().st_mode) == 0o600
+    assert [stat.S_IMODE((tmp_path / d).stat().st_mode) for d in ("a", "a/b")] == [0o700, 0o700]
+    layout = services.spool_layout()
+    for path in (layout.spec_path(campaign.pk), layout.inputs_path(campaign.pk)):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    for path in (layout.logs_dir(campaign.pk), layout.work_dir(campaign.pk),
+                 os.path.dirname(layout.work_dir(campaign.pk)), os.path.dirname(layout.logs_dir(campaign.pk))):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700, path
