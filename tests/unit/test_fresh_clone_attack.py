@@ -3,30 +3,24 @@ without its fix."""
 from __future__ import annotations
 
 import csv
-import os
 import dataclasses
 import datetime as dt
 import io
+import os
 
 import pytest
 from django.utils import timezone
 
-from dashboards import enqueue, launch as launching, services
+from dashboards import launch as launching, services
 from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Campaign, Task, Team
 from dashboards.services import LaunchError
 from schedulers.fake import FakeScheduler
 from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
+from tests.unit.test_launch_service import sent  # noqa: F401  (fixture: enqueue.send recorded)
 from tests.unit.test_launching import agent, research  # noqa: F401  (fixtures)
 from tests.unit.test_ops_views import as_user, launch_data  # noqa: F401  (fixture, form data)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def sent(monkeypatch):
-    calls = []
-    monkeypatch.setattr(enqueue, "send", lambda name, *args, **kw: calls.append((name, args)))
-    return calls
 
 
 # --------------------------------------------------------------------------- 1: zero model API seats
