@@ -35,7 +35,7 @@ from dashboards.models import (
     ModelRequest, QuarantinedLine, Task, TaskEvent, transition,
 )
 from execution.spool import (TOKEN_FIELDS, JsonLinesStats, RecordError, RecordVersionError, RunnerRecord,
-                             SpoolError, SpoolLayout, iter_json_lines, parse_stage_time)
+                             SpoolError, SpoolLayout, iter_json_lines, make_private_dirs, parse_stage_time)
 from schedulers.base import AccountingCursor, AccountingMissing, QstatTask, SchedulerAdapter, diff_tasks
 from schedulers.base import AccountingRecord as ParsedRecord
 from schedulers.gridengine.parsers.accounting import usage_group_values
@@ -954,7 +954,7 @@ def _declared_verdict(record: RunnerRecord, layout: SpoolLayout) -> str:
 
 def _move(src: str, dst: str) -> None:
     """Move a claimed record (ours alone) to ``dst``, replacing an older one there."""
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    make_private_dirs(os.path.dirname(dst))  # 0700: the submit account's alone
     os.replace(src, dst)
 
 

@@ -8,6 +8,7 @@ with a message, never a stack overflow (issue 11, finding 8).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from django.conf import settings
 
 from . import limits
 from .services import LaunchError
+
+log = logging.getLogger(__name__)
 
 
 def inputs_root() -> Path:
@@ -64,17 +67,20 @@ def inputs_from_directory(relative: str, *, limit: int = limits.MAX_TASKS_PER_CA
 
     The path must stay inside the inputs root (no ``..``, no symlink out of
     it); files are taken in name order; hidden files are skipped. Raises
-    LaunchError with the reason.
+    LaunchError with the reason, naming no server path (the log has it).
     """
     relative = (relative or "").strip()
     if not relative or "\0" in relative or any(ord(c) < 0x20 for c in relative):
         raise LaunchError("input directory: give a directory under the inputs root")
     root = inputs_root().resolve()
     candidate = (root / relative.lstrip("/")).resolve()
+    # The messages name no server path (the resolved root may be tco's state directory); the log does.
     if candidate != root and root not in candidate.parents:
-        raise LaunchError(f"input directory {relative!r} is outside the inputs root {root}")
+        log.warning("input directory %r refused: %s is outside the inputs root %s", relative, candidate, root)
+        raise LaunchError(f"input directory {relative!r} is outside the inputs root")
     if not candidate.is_dir():
-        raise LaunchError(f"input directory {relative!r} does not exist under {root}")
+        log.warning("input directory %r refused: %s is not a directory", relative, candidate)
+        raise LaunchError(f"input directory {relative!r} does not exist under the inputs root")
     files = []
     for entry in sorted(candidate.iterdir()):
         if entry.name.startswith(".") or not entry.is_file():

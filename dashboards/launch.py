@@ -4,7 +4,8 @@ A caller fills a :class:`LaunchRequest` and calls :func:`launch`. It checks,
 in order, and on the first refusal writes an audit entry and submits nothing:
 
 1. role: ``launch`` on the team (``urgent`` for an urgent launch);
-2. limits (``dashboards.limits``): name, queue, tasks, seats, caps, the
+2. limits (``dashboards.limits``): name, queue, tasks, seats (at least 1 where
+   ``TCO_SEAT_RESOURCE`` meters the model API), caps, the
    priority range of the user's role, predecessor job, outputs;
 3. the sandbox policy, with the runner's own validator
    (``execution.sandbox.policy.load_policy``), then against the admins'
@@ -136,6 +137,12 @@ def check_limits(req: LaunchRequest) -> None:
         raise LaunchError("every input must be a JSON object")
     if not _is_int(req.seats_per_task) or not 0 <= req.seats_per_task <= limits.SEATS_PER_TASK_MAX:
         raise LaunchError(f"seats per task: 0 to {limits.SEATS_PER_TASK_MAX}")
+    seat = settings.TCO_SEAT_RESOURCE
+    if seat and req.seats_per_task < 1:
+        # A job without the consumable in its hard resource list holds no seat, yet its agent calls
+        # the model: zero seats would bypass the site's model API limit (fresh-clone attack, finding 1).
+        raise LaunchError(f"seats per task: at least 1 (every agent calls the model API, which this site "
+                          f"meters with the {seat} consumable)")
     if req.concurrency_cap is not None and (not _is_int(req.concurrency_cap)
                                             or not 1 <= req.concurrency_cap <= count):
         raise LaunchError(f"concurrency cap: 1 to {count}")

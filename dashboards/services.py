@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, write_atomic
+from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, make_private_dirs, write_atomic
 from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
 from schedulers.gridengine.native_spec import sanitize_name
 
@@ -141,8 +141,8 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
     layout = spool_layout()
     logs = Path(layout.logs_dir(campaign.pk))
     work = Path(layout.work_dir(campaign.pk))
-    logs.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(logs)  # 0700: the submit account's alone, like the whole spool
+    make_private_dirs(work)
     resources: dict[str, str | int] = {}
     if campaign.seats_per_task:
         resources[settings.TCO_SEAT_RESOURCE] = campaign.seats_per_task
@@ -208,29 +208,33 @@ def campaign_job_name(campaign: Campaign) -> str:
 
 def find_campaign_job(campaign: Campaign, scheduler) -> tuple[int, list[int]] | None:
     """The array job a campaign already has at the scheduler, found by its job name
-    (:func:`campaign_job_name`): ``(job_number, task_numbers)`` or None.
+    (:func:`campaign_job_name`) among the jobs of the submit account (``TCO_SUBMIT_USER``):
+    ``(job_number, task_numbers)`` or None.
 
     Looks in the scheduler's job list (``list_tasks``), then, for a job that
     already left it, in the tasks the polls recorded and in the accounting
-    records, all since the campaign was launched. Raises SchedulerUnavailable
-    (the caller must not resubmit then).
+    records, all since the campaign was launched. The name is predictable, so a
+    job of any other owner is never the campaign's (another user could submit one,
+    held, to have it adopted). Raises SchedulerUnavailable (the caller must not
+    resubmit then).
     """
     name = campaign_job_name(campaign)
+    owner = settings.TCO_SUBMIT_USER
     found: dict[int, set[int]] = {}
     for task in scheduler.list_tasks():
-        if task.name == name:
+        if task.name == name and task.owner == owner:
             found.setdefault(task.job_number, set()).add(task.task_number or 0)
     if not found:
         for job_number, task_number in Task.objects.filter(
-                cluster=campaign.cluster, name=name, submitted_at__gte=campaign.launched_at).values_list(
-                "job_number", "task_number"):
+                cluster=campaign.cluster, name=name, owner=owner, submitted_at__gte=campaign.launched_at
+        ).values_list("job_number", "task_number"):
             found.setdefault(job_number, set()).add(task_number)
     if not found:
         from .models import AccountingRecord
 
         for job_number, task_number in AccountingRecord.objects.filter(
-                cluster=campaign.cluster, job_name=name, submitted_at__gte=campaign.launched_at).values_list(
-                "job_number", "task_number"):
+                cluster=campaign.cluster, job_name=name, owner=owner, submitted_at__gte=campaign.launched_at
+        ).values_list("job_number", "task_number"):
             found.setdefault(job_number, set()).add(task_number)
     if not found:
         return None

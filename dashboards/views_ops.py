@@ -7,7 +7,6 @@ or invalid request submits nothing and shows the form again as typed.
 """
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import json
 from urllib.parse import urlencode
@@ -23,6 +22,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from . import agents, audit, billing, control, inputs, launch, launch_forecast, limits, notices, selectors, triage
+from . import csv_export
 from .clusters import cluster_get_default
 from . import forms as ops_forms
 from .forms import (
@@ -143,7 +143,7 @@ def bills_csv(request: HttpRequest) -> HttpResponse:
     except billing.BillError as exc:
         return HttpResponse(f"bad bill request: {exc}", status=400, content_type="text/plain")
     response = HttpResponse(content_type="text/csv; charset=utf-8")
-    writer = csv.writer(response)
+    writer = csv_export.writer(response)
     campaign_id = form.filters()["campaign"]
     if request.GET.get("view") == "tasks" and campaign_id:
         response["Content-Disposition"] = f'attachment; filename="tco-campaign-{campaign_id}-tasks-by-cost.csv"'
@@ -533,7 +533,7 @@ def audit_csv(request: HttpRequest) -> HttpResponse:
         def write(self, value):
             return value
 
-    writer = csv.writer(_Echo())
+    writer = csv_export.writer(_Echo())
 
     def rows():
         yield writer.writerow(["at_utc", "user", "action", "target", "ok", "result", "params_json"])

@@ -283,7 +283,8 @@ class _Capture(threading.Thread):
         self.truncated = False
 
     def run(self) -> None:
-        with open(self.path, "wb") as out:
+        with os.fdopen(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600),
+                       "wb") as out:
             while True:
                 try:
                     chunk = os.read(self.fd, 65536)
@@ -553,7 +554,7 @@ class Runner:
         else:
             raise RunnerError(f"SGE_TASK_ID {task_id!r} is not a task number")
         self.record_dir = self.layout.records_dir(self.campaign_id)
-        os.makedirs(self.record_dir, exist_ok=True)
+        os.makedirs(self.record_dir, mode=0o700, exist_ok=True)
         for name in (*LIMIT_DEFAULTS, *PROXY_LIMITS):  # a bad limit is a configuration error at once
             if name != "TCO_SANDBOX_WORK_CHECK_S":
                 self._limit(name)
@@ -839,13 +840,13 @@ class Runner:
                              "gid": policy.gid, "notes": [str(f) for f in findings], "log": ""}
 
         self.work_dir = self.layout.work_dir(self.campaign_id, self.task_number)
-        os.makedirs(self.work_dir, exist_ok=True)
+        os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
         input_text = self._read_input(spec["inputs_file"]) + "\n"
         input_path = os.path.join(self.work_dir, "input.json")
         # A previous attempt's agent may have left a link here: never write through it.
         if os.path.lexists(input_path):
             os.unlink(input_path)
-        fd = os.open(input_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        fd = os.open(input_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(input_text)
         argv = [a.replace("{input}", f"{INSIDE_WORKDIR}/input.json").replace("{workdir}", INSIDE_WORKDIR)
@@ -1144,9 +1145,10 @@ class Runner:
                     self._flag("outputs_skipped")
                     continue
                 data = src.read(OUTPUT_FILE_CAP_BYTES + 1)
-            os.makedirs(target_dir, exist_ok=True)
+            os.makedirs(target_dir, mode=0o700, exist_ok=True)
             target = os.path.join(target_dir, name.replace("/", "__"))
-            with open(target, "wb") as out:
+            with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600),
+                           "wb") as out:
                 out.write(data[:OUTPUT_FILE_CAP_BYTES])
             self.outputs.append({"name": name, "path": target, "bytes": min(len(data), OUTPUT_FILE_CAP_BYTES),
                                  "truncated": len(data) > OUTPUT_FILE_CAP_BYTES})
@@ -1314,7 +1316,12 @@ class Runner:
 
 
 def main() -> int:
-    """Entry point: run the task described by the environment; return the exit status."""
+    """Entry point: run the task described by the environment; return the exit status.
+
+    The umask is 077 first: what the runner, its proxy and its agent write in the
+    spool (records, logs, request records, work directory, outputs) is the submit
+    account's alone (files 0600, directories 0700), whatever umask Grid Engine gave."""
+    os.umask(0o077)
     return Runner(os.environ).run()
 
 

@@ -271,18 +271,39 @@ def _component(name: str) -> str:
 
 # --------------------------------------------------------------------------- atomic writes
 
-def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:
+def make_private_dirs(path: str | os.PathLike) -> None:
+    """``os.makedirs(path, exist_ok=True)``, but every directory it makes is 0700 (``makedirs``
+    gives its ``mode`` to the last one only): the spool is the submit account's alone. Existing
+    directories are left as they are. Raises OSError."""
+    path = os.path.abspath(os.fspath(path))
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+
+
+def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int = 0o600) -> None:
     """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one.
 
     A temporary file in the same directory (made if missing), written and
     ``fsync``-ed, then ``os.replace``-d over ``path``, then the directory
     ``fsync``-ed (skipped where the filesystem refuses it). ``mode`` is the
-    new file's permission bits. Raises OSError; the temporary file is removed
-    on failure.
+    new file's permission bits (default 0600: the spool is the submit account's
+    alone; missing directories are made 0700, :func:`make_private_dirs`). Raises
+    OSError; the temporary file is removed on failure.
     """
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    make_private_dirs(directory)
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{id(data):x}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:
@@ -309,7 +330,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> 
         os.close(dir_fd)
 
 
-def write_json_atomic(path: str | os.PathLike, data: Mapping[str, Any], *, mode: int = 0o644) -> None:
+def write_json_atomic(path: str | os.PathLike, data: Mapping[str, Any], *, mode: int = 0o600) -> None:
     """:func:`write_atomic` of ``data`` as indented JSON text with a final newline."""
     write_atomic(path, (json.dumps(data, indent=1) + "\n").encode(), mode=mode)
 
@@ -883,6 +904,7 @@ class RunnerRecord:
 __all__ = ["SPEC_VERSION", "RECORD_VERSION", "RECORD_VERSIONS_READ", "STAGES", "STAGE_LABELS", "DURATIONS",
            "TOKEN_BUCKETS", "REASONING_TOKENS", "TOKEN_FIELDS", "TASK_FILE_SUFFIXES", "CAMPAIGN_ID_RE", "SpoolError", "SpecError",
            "RecordError", "RecordVersionError", "check_campaign_id", "check_task_number", "SpoolLayout",
-           "write_atomic", "write_json_atomic", "JsonLinesStats", "iter_json_lines", "ModelEndpoint", "RunnerSpec",
+           "make_private_dirs", "write_atomic", "write_json_atomic",
+           "JsonLinesStats", "iter_json_lines", "ModelEndpoint", "RunnerSpec",
            "parse_stage_time", "RunnerRecord", "NETWORK_POLICY_FILE_VERSION", "MAX_NETWORK_POLICY_BYTES",
            "NetworkPolicyFileError", "NetworkPolicyFile"]

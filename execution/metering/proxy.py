@@ -493,7 +493,8 @@ class JsonlRecordSink:
     returns False) and counted in :attr:`dropped`."""
 
     def __init__(self, path: str | os.PathLike, max_bytes: int | None = None) -> None:
-        self._fh = open(path, "a", encoding="utf-8")
+        # The submit account's alone (0600), like everything in the spool.
+        self._fh = os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")
         self._lock = threading.Lock()
         self.max_bytes = max_bytes
         self.size = self._fh.tell()

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pwd
+import stat
 import subprocess
 import sys
 import tempfile
@@ -185,16 +187,35 @@ def check_schedd_job_info(cell: Cell, run: Callable[..., bytes]) -> Check:
 
 
 def check_spool(cell: Cell) -> Check:
+    """The spool directory: writable here (made 0700 when missing), and the submit account's
+    alone: mode 0700 (no group or other bits), owned by ``cell.submit_user`` where that account
+    exists here. Runner records, logs and request records are in it (README, "Deploying")."""
     try:
-        os.makedirs(cell.spool_dir, exist_ok=True)
+        os.makedirs(cell.spool_dir, mode=0o700, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=cell.spool_dir, prefix=".tco-doctor-"):
             pass
+        info = os.stat(cell.spool_dir)
     except OSError as exc:
         return Check("spool", FAIL, f"{cell.spool_dir}: {exc}",
                      "make TCO_SPOOL_DIR a directory tco's account can write, on the file system every "
                      "execution host mounts at the same path")
-    return Check("spool", OK, f"{cell.spool_dir} is writable here; every execution host must mount it at "
-                 "the same path (checked by a job, not here)")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        return Check("spool", WARN, f"{cell.spool_dir} is mode {mode:04o}: other accounts can enter it "
+                     "(agents' logs, outputs and model requests are in it)", f"chmod 700 {cell.spool_dir}")
+    try:
+        owner_uid = pwd.getpwnam(cell.submit_user).pw_uid
+    except KeyError:
+        owner_uid = None  # the account is not known on this host: the owner is not checked here
+    if owner_uid is not None and info.st_uid != owner_uid:
+        try:
+            owner = pwd.getpwuid(info.st_uid).pw_name
+        except KeyError:
+            owner = str(info.st_uid)
+        return Check("spool", WARN, f"{cell.spool_dir} is owned by {owner}, not the submit account "
+                     f"{cell.submit_user}", f"chown {cell.submit_user} {cell.spool_dir}")
+    return Check("spool", OK, f"{cell.spool_dir} is writable here and mode {mode:04o}; every execution host must "
+                 "mount it at the same path (checked by a job, not here)")
 
 
 def run_checks(cell: Cell, *, run: Callable[..., bytes] = run_command, drmaa: bool = True) -> list[Check]:

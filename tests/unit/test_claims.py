@@ -121,7 +121,7 @@ def test_a_job_that_already_left_qstat_is_found_in_what_the_polls_recorded(campa
     assert name == f"tco-c{campaign.pk}-claims"
     for n in (1, 2, 3):  # the poll saw the job before it ended
         Task.objects.create(cluster=campaign.cluster, job_number=800, task_number=n, is_array=True, name=name,
-                            state="done", active=False, submitted_at=now)
+                            owner="tco", state="done", active=False, submitted_at=now)
     assert reconcile(fake)["adopted"] == [campaign.pk]
     assert Campaign.objects.get(pk=campaign.pk).job_number == 800 and len(fake.submissions) == 1
 
