@@ -91,3 +91,34 @@ def test_the_triage_page_offers_no_button_for_a_group_no_tco_control_moves(clien
     card = html[html.index('data-kind="start_time"'):]
     card = card[:card.index("</div>")]
     assert "(requested start time)" in card and "Raise the priority" not in card and "<button" not in card
+
+
+def _research_campaign(ops_users, **fields):
+    from dashboards.models import Team
+    from tests.ops.fixtures import make_campaign
+
+    team = Team.objects.get(project="research")
+    return make_campaign(team=team, user=ops_users["launcher"], name="sweep", **fields)
+
+
+def test_the_campaign_facts_have_no_empty_parenthesis_and_actions_name_their_target(client, ops_users):
+    from django.utils import timezone
+
+    from dashboards.models import AuditEntry
+
+    campaign = _research_campaign(ops_users, status="submitting", count=8)
+    AuditEntry.objects.create(user=ops_users["launcher"], action="launch", target=f"campaign:{campaign.pk}", ok=True,
+                              params={"priority": 0, "tasks": 8}, result="queued")
+    AuditEntry.objects.create(user=ops_users["admin"], action="triage_priority", target=f"job:{campaign.job_number}",
+                              ok=True, params={"priority": 100, "job_number": campaign.job_number}, result="done",
+                              at=timezone.now() + dt.timedelta(seconds=1))
+    client.force_login(ops_users["launcher"])
+    html = client.get(f"/ops/campaigns/{campaign.pk}/").content.decode()
+    facts = html[html.index('id="task-count"'):]
+    facts = facts[:facts.index("</td>")]
+    assert "()" not in facts and "8" in facts
+    history = html[html.index('id="history"'):]
+    history = history[:history.index("</table>")]
+    assert "launch to 0" not in history
+    assert f"campaign:{campaign.pk}" in history and f"job:{campaign.job_number}" in history
+    assert "triage_priority to 100" in history
