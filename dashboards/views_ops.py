@@ -300,6 +300,21 @@ def campaign_ops_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
 
 
 @login_required
+def campaign_controls_fragment(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    """The control page's buttons alone (``campaign_controls.html``), as the campaign is now: the
+    page's script fetches it when the live status or task counts change, so Pause, Resume, Cancel
+    and Retry follow the campaign without a reload. 403 for users who may not control it."""
+    campaign = _visible_campaign(request, campaign_id)
+    if not user_can(request.user, "control", campaign.team):
+        return HttpResponse("You may not control this campaign.", status=403, content_type="text/plain")
+    states = notices.campaign_summary(campaign)["states"]
+    response = render(request, "dashboards/campaign_controls.html", {
+        "campaign": campaign, "controls": control.campaign_controls(campaign, states)})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
 @require_POST
 def campaign_control_view(request: HttpRequest, campaign_id: int) -> HttpResponse:
     campaign = _visible_campaign(request, campaign_id)

@@ -122,3 +122,28 @@ def test_the_campaign_facts_have_no_empty_parenthesis_and_actions_name_their_tar
     assert "launch to 0" not in history
     assert f"campaign:{campaign.pk}" in history and f"job:{campaign.job_number}" in history
     assert "triage_priority to 100" in history
+
+
+def test_the_control_box_is_redrawn_from_the_campaign_as_it_is_now(client, ops_users):
+    from dashboards.models import Campaign, Task
+
+    campaign = _research_campaign(ops_users, status="submitting", count=2)
+    client.force_login(ops_users["launcher"])
+    page = client.get(f"/ops/campaigns/{campaign.pk}/").content.decode()
+    url = f"/ops/campaigns/{campaign.pk}/controls"
+    assert f'id="control-buttons" data-url="{url}"' in page  # what campaign_progress.js fetches
+    before = client.get(url).content.decode()
+    assert "Pause: not offered (the campaign is " in before
+    assert 'id="control-pause"' not in before
+    # The poll has seen the job run: one task running, one pending.
+    for number, state in ((1, "running"), (2, "pending")):
+        Task.objects.create(cluster=campaign.cluster, campaign=campaign, job_number=campaign.job_number,
+                            task_number=number, is_array=True, name="sweep", owner="tco", project="research",
+                            state=state)
+    Campaign.objects.filter(pk=campaign.pk).update(status="running")
+    after = client.get(url).content.decode()
+    assert "not offered (the campaign is" not in after
+    assert 'id="control-pause">Pause the 1 pending task<' in after
+    assert 'id="control-cancel" class="danger">Cancel 2 tasks<' in after
+    client.force_login(ops_users["viewer"])
+    assert client.get(url).status_code == 403
