@@ -71,7 +71,7 @@ def _bill(form: BillForm) -> dict:
 
 def _row_links(form: BillForm, result: dict) -> None:
     """Each launched-by-tco row's label links to its breakdown (a campaign's costliest tasks; a
-    team's, model's or launcher's campaigns)."""
+    team's, model's or launcher's campaigns); a campaign's row also gets ``page``, its campaign page."""
     group_by = result["group_by"]
     team_ids = {t.name: t.pk for t in form.teams()}
     for row in result["rows"]:
@@ -80,6 +80,7 @@ def _row_links(form: BillForm, result: dict) -> None:
             continue
         if group_by == "campaign" and row["key"] is not None:
             row["link"] = "?" + _bill_query(form, campaign=row["key"], group_by="campaign")
+            row["page"] = reverse("ops-campaign", args=[int(row["key"])])  # a small link beside the name
         elif group_by == "model":
             row["link"] = "?" + _bill_query(form, model=row["key"], group_by="campaign")
         elif group_by == "launcher" and row["key"]:

@@ -147,3 +147,22 @@ def test_the_control_box_is_redrawn_from_the_campaign_as_it_is_now(client, ops_u
     assert 'id="control-cancel" class="danger">Cancel 2 tasks<' in after
     client.force_login(ops_users["viewer"])
     assert client.get(url).status_code == 403
+
+
+def test_a_campaign_name_in_the_bill_opens_its_breakdown_with_a_small_link_to_its_page(client, ops_users):
+    import html as html_lib
+    import re
+
+    from tests.ops.fixtures import make_task
+
+    campaign = _research_campaign(ops_users, status="finished", count=1)
+    make_task(campaign, started_at=dt.datetime(2026, 11, 10, 9, tzinfo=dt.timezone.utc), wallclock_s=10,
+              cost_usd="1.5", tokens={"output_tokens": 10})
+    client.force_login(ops_users["lead"])
+    html = client.get("/ops/bills/", {"period": "day", "first": "2026-11-09", "last": "2026-11-15",
+                                      "group_by": "campaign"}).content.decode()
+    row = html.split(f'data-key="sweep (#{campaign.pk})"', 1)[1].split("</tr>", 1)[0]
+    links = [(html_lib.unescape(href), label) for href, label in re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', row)]
+    name_href = next(href for href, label in links if label == f"sweep (#{campaign.pk})")
+    assert name_href.startswith("?") and f"campaign={campaign.pk}" in name_href and "/ops/campaigns/" not in name_href
+    assert (f"/ops/campaigns/{campaign.pk}/", "page") in links
