@@ -235,6 +235,8 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                 seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
                 priority=data["priority"], duration_s=preview["forecast"]["duration_s"])
             preview["headroom"] = launch_forecast.budget_headroom(preview["verdict"], preview["expected_usd"])
+            preview["basis"] = launch_forecast.history_basis(agent_definition=data["agent_definition"],
+                                                             inputs=data["inputs"], forecast=preview["forecast"])
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,

@@ -166,3 +166,34 @@ def test_a_campaign_name_in_the_bill_opens_its_breakdown_with_a_small_link_to_it
     name_href = next(href for href, label in links if label == f"sweep (#{campaign.pk})")
     assert name_href.startswith("?") and f"campaign={campaign.pk}" in name_href and "/ops/campaigns/" not in name_href
     assert (f"/ops/campaigns/{campaign.pk}/", "page") in links
+
+
+def test_the_forecast_says_what_history_it_is_based_on_and_when_the_inputs_differ(client, ops_users):
+    import json
+    import re
+
+    from dashboards import services
+    from tests.ops.fixtures import make_task
+    from tests.unit.test_ops_views import launch_data
+
+    history = _research_campaign(ops_users, status="finished", count=3)
+    started = dt.datetime(2026, 11, 30, 9, tzinfo=dt.timezone.utc)
+    for n, wall in enumerate((1.0, 2.0, 3.0), start=1):
+        make_task(history, task_number=n, started_at=started, wallclock_s=wall, cost_usd="0",
+                  tokens={"output_tokens": 0})
+    path = Path(services.spool_layout().inputs_path(history.pk))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"duration_s": 1}) + "\n" for _ in range(3)), encoding="utf-8")
+    client.force_login(ops_users["launcher"])
+
+    def preview(params):
+        html = client.post("/ops/launch/", {**launch_data(input_params=params), "preview": "1"}).content.decode()
+        assert 'id="forecast-basis"' in html, html[:3000]
+        return html
+
+    html = preview("duration_s=40")
+    basis = re.sub(r"\s+", " ", html.split('id="forecast-basis"', 1)[1].split("</p>", 1)[0])
+    assert "3 finished runs of demo-agent v1" in basis and "median 2 s" in basis
+    misfit = re.sub(r"\s+", " ", html.split('id="forecast-misfit"', 1)[1].split("</p>", 1)[0])
+    assert "<code>duration_s</code> is 40 here, 1 in the history" in misfit
+    assert 'id="forecast-misfit"' not in preview("duration_s=1")  # the same inputs: no warning
