@@ -191,7 +191,7 @@ def _group_of(job: dict, hold: ControlRequest | None) -> dict[str, str]:
     for text in texts:
         if text.startswith("queue instance") or text.startswith("queue ") or text.startswith("host "):
             return {"key": "queue", "kind": "queue", "label": "wait for a free or enabled queue instance"}
-    others = [t for t, k in zip(texts, kinds) if k["kind"] != "priority_order"]
+    others = [t for t, k in zip(texts, kinds) if k["kind"] not in ("priority_order", "note")]
     if others:  # a reason not grouped above: its own group, never "their turn"
         return {"key": f"other:{others[0][:80]}", "kind": "other", "label": f"wait: {others[0]}"}
     if texts:

@@ -23,6 +23,7 @@ __all__ = ["explain_pending", "reservation_reasons", "reason_kind", "RESOURCE_LA
 #: The texts of the reasons that :func:`reason_kind` sorts out (kept here beside the code that writes them).
 START_TIME_TEXT = "waiting for its requested start time (-a)"
 TASK_LIMIT_TEXT = "array task limit reached (max_aj_instances or -tc)"
+HARD_QUEUE_TEXT = "only runs in the queues it requested (-q)"
 _TASK_CAP = re.compile(r"limited to (\d+) running at once")
 _STARTS_AT = re.compile(r": starts at (.+)$")
 
@@ -222,7 +223,7 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
         if text is not None:
             add(text, message)
     if hard_queue:
-        add(f"only runs in the queues it requested (-q); {len(hard_queue)} other queue(s) skipped",
+        add(f"{HARD_QUEUE_TEXT}; {len(hard_queue)} other queue(s) skipped",
             hard_queue[0] + (f" (+{len(hard_queue) - 1} similar)" if len(hard_queue) > 1 else ""))
     if waiting:
         for reason in reservation_reasons(job_detail, reservations, reserving_jobs, queue_instances, now,
@@ -472,7 +473,8 @@ def reason_kind(text: str) -> dict:
     ``{"kind", "value"}``, kind one of ``start_time`` (value: the start, e.g. "18:00 UTC", or ""),
     ``task_limit`` (value: the -tc cap as a string, or "" when the cap is unknown),
     ``priority_order`` (the job's place in the priority order, or its team within its
-    share-tree target: nothing but its turn), or ``other`` (value "").
+    share-tree target: nothing but its turn), ``note`` (the queues it asked for with -q: said, but
+    no reason to wait by itself), or ``other`` (value "").
     """
     if text.startswith(START_TIME_TEXT):
         match = _STARTS_AT.search(text)
@@ -480,6 +482,8 @@ def reason_kind(text: str) -> dict:
     if text.startswith(TASK_LIMIT_TEXT):
         match = _TASK_CAP.search(text)
         return {"kind": "task_limit", "value": match.group(1) if match else ""}
+    if text.startswith(HARD_QUEUE_TEXT):
+        return {"kind": "note", "value": ""}
     if _POSITION.match(text) or _WITHIN_TARGET.match(text):
         return {"kind": "priority_order", "value": ""}
     return {"kind": "other", "value": ""}

@@ -66,6 +66,11 @@ def test_triage_gives_a_start_time_and_a_task_cap_their_own_groups_not_the_prior
     # A reason the groups do not know is never "their turn" either.
     odd = _job(10, [{"text": "something new the scheduler says", "raw": ""}] + position)
     assert _group_of(odd, None)["kind"] == "other"
+    # The -q note says where it may run, not why it waits: with only its place besides, it is its turn.
+    only_q = explain_pending(_detail(11, ['cannot run in queue "classic.q" because it is not contained in its hard '
+                                          'queue list (-q)'], hard_queues=["agent.q"]), now=NOW)
+    assert only_q and only_q[0]["text"].startswith("only runs in the queues it requested (-q)")
+    assert _group_of(_job(11, only_q + position), None)["kind"] == "scheduling"
 
 
 def test_the_triage_page_offers_no_button_for_a_group_no_tco_control_moves(client, ops_users, monkeypatch):
