@@ -210,3 +210,68 @@ def budget_headroom(verdict: dict[str, Any], expected_usd) -> list[dict[str, Any
                               "left": billing.usd_text(left, places),
                               "after": billing.usd_text(after, places) if after is not None else None}})
     return rows
+
+
+#: How many of the agent's latest campaigns with finished tasks :func:`history_basis` reads the inputs of.
+BASIS_CAMPAIGNS = 5
+#: How many differing input names, and values of each, the forecast names.
+_BASIS_SHOWN = 3
+
+
+def _input_values(items: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """``[{"duration_s": 40}, …]`` -> ``{"duration_s": {"40"}}`` (values as JSON text, so 40 and "40" differ
+    only when the inputs do)."""
+    import json
+
+    values: dict[str, set[str]] = {}
+    for item in items:
+        for name, value in item.items():
+            values.setdefault(str(name), set()).add(json.dumps(value, sort_keys=True)[:200])
+    return values
+
+
+def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: dict[str, Any]) -> dict[str, Any]:
+    """What the launch forecast's history is, and whether it fits these ``inputs``.
+
+    ``forecast`` is ``billing.forecast`` output for ``agent_definition`` (its history is the
+    agent definition's, this version's, finished tasks). The inputs of the agent's latest
+    :data:`BASIS_CAMPAIGNS` campaigns with finished tasks (``launch.campaign_inputs``; one
+    that cannot be read is skipped) are compared with ``inputs`` input by input.
+    Returns ``{"runs": n finished tasks, "median_s": seconds | None, "agent": "name v2",
+    "campaigns": n campaigns read, "differs": [{"name", "now": [values], "history": [values]}]}``,
+    ``differs`` listing (at most 3, values as JSON text, at most 3 each) the inputs whose
+    values here are not among the history's (``history`` empty when it never had that input).
+    """
+    from .launch import campaign_inputs
+    from .models import Campaign
+    from .services import LaunchError
+
+    duration = forecast.get("duration_s") or {}
+    basis: dict[str, Any] = {"runs": forecast.get("history") or 0, "median_s": duration.get("p50"),
+                             "agent": f"{agent_definition.name} v{agent_definition.version}", "campaigns": 0,
+                             "differs": []}
+    if not basis["runs"]:
+        return basis
+    ids: list[int] = []
+    for campaign_id in (Task.objects.filter(campaign__agent_definition=agent_definition, state__in=("done", "failed"))
+                        .order_by("-ended_at", "-id").values_list("campaign_id", flat=True)[:1000]):
+        if campaign_id not in ids:
+            ids.append(campaign_id)
+        if len(ids) == BASIS_CAMPAIGNS:
+            break
+    before: list[dict[str, Any]] = []
+    for campaign in Campaign.objects.filter(pk__in=ids):
+        try:
+            before.extend(campaign_inputs(campaign))
+        except (LaunchError, ValueError):
+            continue
+        basis["campaigns"] += 1
+    if not basis["campaigns"]:
+        return basis
+    old, new = _input_values(before), _input_values(inputs)
+    for name in sorted(new):
+        if not new[name] <= old.get(name, set()):
+            basis["differs"].append({"name": name, "now": sorted(new[name])[:_BASIS_SHOWN],
+                                     "history": sorted(old.get(name, set()))[:_BASIS_SHOWN]})
+    basis["differs"] = basis["differs"][:_BASIS_SHOWN]
+    return basis

@@ -12,6 +12,8 @@ from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
 
+from schedulers.pending import reason_kind
+
 from . import clusters, scheduler_cache
 from .reservations import reservation_context
 from .control import _ranges, job_priorities, ranges_text
@@ -102,6 +104,12 @@ GROUP_ACTIONS = {
     "reservation": ("hold", "Hold", "they wait for a reservation (an advance reservation's start, or slots the "
                                     "scheduler keeps for a -R y job); hold them to keep them aside"),
     "unknown": ("hold", "Hold", "the scheduler gives no reason yet"),
+    # No tco control changes -a or -tc of a submitted job: nothing to press, say what moves them.
+    "start_time": ("", "", "they start on their own at the start time they were submitted with (-a); "
+                           "no control in tco changes it"),
+    "task_limit": ("", "", "more start as the running ones finish; tco has no control to raise the cap of a "
+                           "launched campaign"),
+    "other": ("", "", "see each job's reasons below"),
 }
 _WEEKDAY = "%A"
 
@@ -149,6 +157,18 @@ def _group_of(job: dict, hold: ControlRequest | None) -> dict[str, str]:
         if text.startswith("waiting for job") or text.startswith("waiting for the jobs") or \
                 text.startswith("waiting for its predecessor"):
             return {"key": "dependency", "kind": "dependency", "label": "wait for other jobs to finish"}
+    kinds = [reason_kind(t) for t in texts]
+    for found in kinds:  # a start time (-a) or a -tc cap: raising the priority moves neither
+        if found["kind"] == "start_time":
+            when = found["value"]
+            return {"key": f"start_time:{when}", "kind": "start_time",
+                    "label": f"start at {when} (requested start time)" if when else "wait for their requested "
+                                                                                    "start time (-a)"}
+        if found["kind"] == "task_limit":
+            cap = found["value"]
+            return {"key": f"task_limit:{cap}", "kind": "task_limit",
+                    "label": f"are limited to {cap} running at once by the campaign's concurrency cap (-tc)" if cap
+                    else "wait for the array task limit (max_aj_instances or -tc)"}
     for text in texts:  # issue 17: an advance reservation not started yet, or slots kept for a -R y job
         if text.startswith("waits for advance reservation") or " (-R y)" in text and " are reserved for " in text:
             ar = text.split("advance reservation ", 1)[1].split(" ", 1)[0] if "advance reservation" in text else ""
@@ -171,12 +191,15 @@ def _group_of(job: dict, hold: ControlRequest | None) -> dict[str, str]:
     for text in texts:
         if text.startswith("queue instance") or text.startswith("queue ") or text.startswith("host "):
             return {"key": "queue", "kind": "queue", "label": "wait for a free or enabled queue instance"}
-    if any(t.startswith("number ") for t in texts):
+    others = [t for t, k in zip(texts, kinds) if k["kind"] not in ("priority_order", "note")]
+    if others:  # a reason not grouped above: its own group, never "their turn"
+        return {"key": f"other:{others[0][:80]}", "kind": "other", "label": f"wait: {others[0]}"}
+    if texts:
         return {"key": "scheduling", "kind": "scheduling", "label": "wait their turn in the priority order"}
     return {"key": "unknown", "kind": "unknown", "label": "wait without a reason from the scheduler"}
 
 
-_SINGULAR = {"are ": "is ", "wait ": "waits "}
+_SINGULAR = {"are ": "is ", "wait ": "waits ", "start ": "starts "}
 
 
 def _title(tasks: int, label: str) -> str:

@@ -19,6 +19,7 @@ urlpatterns = [
     path("urgent/agents", views_ops.urgent_agents_fragment, name="ops-urgent-agents"),
     path("campaigns/<int:campaign_id>/", views_ops.campaign_ops_page, name="ops-campaign"),
     path("campaigns/<int:campaign_id>/control", views_ops.campaign_control_view, name="ops-campaign-control"),
+    path("campaigns/<int:campaign_id>/controls", views_ops.campaign_controls_fragment, name="ops-campaign-controls"),
     path("campaigns/<int:campaign_id>/network-policy", views_netpolicy.campaign_network_policy_view,
          name="ops-campaign-network-policy"),
     path("triage/", views_ops.triage_page, name="ops-triage"),

@@ -71,7 +71,7 @@ def _bill(form: BillForm) -> dict:
 
 def _row_links(form: BillForm, result: dict) -> None:
     """Each launched-by-tco row's label links to its breakdown (a campaign's costliest tasks; a
-    team's, model's or launcher's campaigns)."""
+    team's, model's or launcher's campaigns); a campaign's row also gets ``page``, its campaign page."""
     group_by = result["group_by"]
     team_ids = {t.name: t.pk for t in form.teams()}
     for row in result["rows"]:
@@ -80,6 +80,7 @@ def _row_links(form: BillForm, result: dict) -> None:
             continue
         if group_by == "campaign" and row["key"] is not None:
             row["link"] = "?" + _bill_query(form, campaign=row["key"], group_by="campaign")
+            row["page"] = reverse("ops-campaign", args=[int(row["key"])])  # a small link beside the name
         elif group_by == "model":
             row["link"] = "?" + _bill_query(form, model=row["key"], group_by="campaign")
         elif group_by == "launcher" and row["key"]:
@@ -234,6 +235,8 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                 seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
                 priority=data["priority"], duration_s=preview["forecast"]["duration_s"])
             preview["headroom"] = launch_forecast.budget_headroom(preview["verdict"], preview["expected_usd"])
+            preview["basis"] = launch_forecast.history_basis(agent_definition=data["agent_definition"],
+                                                             inputs=data["inputs"], forecast=preview["forecast"])
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,
@@ -297,6 +300,21 @@ def campaign_ops_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
         "progress_pct": round(100.0 * ended / campaign.task_count, 1) if campaign.task_count else 0.0,
         "can_control": can_control, "history": history,
         "retries": list(campaign.retries.order_by("launched_at")), "now": timezone.now()})
+
+
+@login_required
+def campaign_controls_fragment(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    """The control page's buttons alone (``campaign_controls.html``), as the campaign is now: the
+    page's script fetches it when the live status or task counts change, so Pause, Resume, Cancel
+    and Retry follow the campaign without a reload. 403 for users who may not control it."""
+    campaign = _visible_campaign(request, campaign_id)
+    if not user_can(request.user, "control", campaign.team):
+        return HttpResponse("You may not control this campaign.", status=403, content_type="text/plain")
+    states = notices.campaign_summary(campaign)["states"]
+    response = render(request, "dashboards/campaign_controls.html", {
+        "campaign": campaign, "controls": control.campaign_controls(campaign, states)})
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

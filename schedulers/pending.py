@@ -18,7 +18,14 @@ from typing import Iterable
 
 from schedulers.calendars import queue_opening_reason
 
-__all__ = ["explain_pending", "reservation_reasons", "RESOURCE_LABELS"]
+__all__ = ["explain_pending", "reservation_reasons", "reason_kind", "RESOURCE_LABELS"]
+
+#: The texts of the reasons that :func:`reason_kind` sorts out (kept here beside the code that writes them).
+START_TIME_TEXT = "waiting for its requested start time (-a)"
+TASK_LIMIT_TEXT = "array task limit reached (max_aj_instances or -tc)"
+HARD_QUEUE_TEXT = "only runs in the queues it requested (-q)"
+_TASK_CAP = re.compile(r"limited to (\d+) running at once")
+_STARTS_AT = re.compile(r": starts at (.+)$")
 
 # Consumables that tco uses for model API seats; anything else is named as is.
 RESOURCE_LABELS = {
@@ -212,11 +219,11 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
                 reserved_hosts.append(host)
             continue
         text = _calendar_reason(message, queues, now)
-        text = text or _explain_message(message, job_detail, quota, hosts, capacities, hard_queue)
+        text = text or _explain_message(message, job_detail, quota, hosts, capacities, hard_queue, now)
         if text is not None:
             add(text, message)
     if hard_queue:
-        add(f"only runs in the queues it requested (-q); {len(hard_queue)} other queue(s) skipped",
+        add(f"{HARD_QUEUE_TEXT}; {len(hard_queue)} other queue(s) skipped",
             hard_queue[0] + (f" (+{len(hard_queue) - 1} similar)" if len(hard_queue) > 1 else ""))
     if waiting:
         for reason in reservation_reasons(job_detail, reservations, reserving_jobs, queue_instances, now,
@@ -375,7 +382,7 @@ def policy_position(*, rank: int, of: int, priority: float | None, project: str 
 
 
 def _explain_message(message: str, job_detail: dict, quota, hosts, capacities,
-                     hard_queue: list[str]) -> str | None:
+                     hard_queue: list[str], now: dt.datetime | None = None) -> str | None:
     text = message.strip()
     match = _RQS_GLOBAL.search(text)
     if match:
@@ -444,11 +451,43 @@ def _explain_message(message: str, job_detail: dict, quota, hosts, capacities,
     if "job is in error state" in lowered:
         return _error_text(job_detail)
     if "execution time not reached" in lowered:
-        return "waiting for its requested start time (-a)"
+        start = _when(job_detail.get("start_at")) if job_detail.get("start_at") else None
+        if start is None:
+            return START_TIME_TEXT
+        return f"{START_TIME_TEXT}: starts at {_clock(start, now or dt.datetime.now(dt.timezone.utc))}"
     if "max_aj_instances" in lowered:
-        return "array task limit reached (max_aj_instances or -tc): more tasks start as others finish"
+        cap = job_detail.get("task_concurrency")
+        if cap:
+            return (f"{TASK_LIMIT_TEXT}: limited to {cap} running at once by the campaign's concurrency cap (-tc); "
+                    "more tasks start as others finish")
+        return f"{TASK_LIMIT_TEXT}: more tasks start as others finish"
     if "resources requested are not available for parallel job" in lowered:
         return "not enough free slots or resources for the parallel job"
     if _TURNED_OFF.lower() in lowered:
         return "the scheduler does not record reasons (schedd_job_info false); try qalter -w p"
     return text
+
+
+def reason_kind(text: str) -> dict:
+    """What kind of wait a reason of :func:`explain_pending` or :func:`policy_position` says:
+    ``{"kind", "value"}``, kind one of ``start_time`` (value: the start, e.g. "18:00 UTC", or ""),
+    ``task_limit`` (value: the -tc cap as a string, or "" when the cap is unknown),
+    ``priority_order`` (the job's place in the priority order, or its team within its
+    share-tree target: nothing but its turn), ``note`` (the queues it asked for with -q: said, but
+    no reason to wait by itself), or ``other`` (value "").
+    """
+    if text.startswith(START_TIME_TEXT):
+        match = _STARTS_AT.search(text)
+        return {"kind": "start_time", "value": match.group(1) if match else ""}
+    if text.startswith(TASK_LIMIT_TEXT):
+        match = _TASK_CAP.search(text)
+        return {"kind": "task_limit", "value": match.group(1) if match else ""}
+    if text.startswith(HARD_QUEUE_TEXT):
+        return {"kind": "note", "value": ""}
+    if _POSITION.match(text) or _WITHIN_TARGET.match(text):
+        return {"kind": "priority_order", "value": ""}
+    return {"kind": "other", "value": ""}
+
+
+_POSITION = re.compile(r"number \d+ of \d+ waiting jobs in the cluster's priority order$")
+_WITHIN_TARGET = re.compile(r"team .* has used \S+ of the cluster lately, within its share-tree target of \S+$")

@@ -1,6 +1,8 @@
 // The campaign control page's progress, kept live: every few seconds it reads the campaign's
 // state counts from /api/campaigns/<id>/ (the same figures as the campaign page) and redraws the
-// bar, the counts and the status beside the controls. It stops when the campaign is finished.
+// bar, the counts and the status beside the controls. When the status, job or task counts change,
+// it redraws the Control box from the server (<div id="control-buttons" data-url>), so Pause,
+// Resume, Cancel and Retry are offered as the campaign is now. It stops when the campaign is finished.
 (function () {
   "use strict";
   const box = document.getElementById("progress");
@@ -11,6 +13,22 @@
   const states = document.getElementById("progress-states");
   const live = document.getElementById("progress-live");
   const PERIOD_MS = 3000;
+  const buttons = document.getElementById("control-buttons");
+  let shownFor = null;  // the status, job and counts the Control box was last drawn for
+
+  function redrawControls(c, states) {
+    if (!buttons || !buttons.dataset.url) return;
+    const key = JSON.stringify([c.status, c.job_number, states]);
+    if (key === shownFor) return;  // null at first: the page may be older than the first reading
+    shownFor = key;
+    fetch(buttons.dataset.url, {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+      .then(function (html) {
+        const doc = new DOMParser().parseFromString(html, "text/html");
+        buttons.replaceChildren.apply(buttons, Array.from(doc.body.childNodes));
+      })
+      .catch(function () { shownFor = null; });  // try again on the next change
+  }
 
   function badge(state, n) {
     const span = document.createElement("span");
@@ -42,6 +60,7 @@
     Object.keys(data.states).forEach(function (s) {
       if (data.states[s]) { states.append(badge(s, data.states[s]), " "); }
     });
+    redrawControls(c, data.states);
     return c.status !== "finished" && c.status !== "rejected";
   }
 

@@ -125,6 +125,7 @@ def test_a_launcher_sees_start_and_finish_then_watches_the_campaign_live(ops_sta
     assert start and "unknown" not in start and "UTC" in finish
     assert "$5.00" in text(page, "#forecast-budget")
     assert text(page, "#forecast-slot-hours")
+    assert "10 finished runs of demo-agent v" in text(page, "#forecast-basis")  # what the forecast rests on
     shot(page, "launcher-forecast")
     page.click("#launch-submit")
     page.wait_for_url("**/ops/campaigns/*/", timeout=15000)
@@ -138,5 +139,9 @@ def test_a_launcher_sees_start_and_finish_then_watches_the_campaign_live(ops_sta
     wait_until(lambda: text(page, "#progress-status") == "finished", 180, "the live page to show finished", 0.5)
     assert page.eval_on_selector("#progress-bar", "b => b.value") == 100
     assert "3 of 3 tasks ended" in text(page, "#progress-text")
+    # The Control box follows the campaign too, without a reload (issue 16 trial: it stayed "submitting").
+    wait_until(lambda: "Pause: not offered (the campaign is finished)" in text(page, "#controls-unavailable"), 30,
+               "the Control box to follow the finished campaign", 0.5)
+    assert "submitting" not in text(page, "#controls-unavailable").lower()
     shot(page, "launcher-live-finished")
     assert Campaign.objects.get(pk=campaign.pk).status == "finished"

@@ -230,7 +230,11 @@ def _job_detail(job: etree._Element, messages: dict[int | None, list[str]], glob
     pe_range = fields.get("JB_pe_range")
     pe_min = next((t.text.strip() for t in pe_range.iter("RN_min") if t.text and t.text.strip().isdigit()),
                   None) if pe_range is not None else None
+    # -a (JB_execution_time, 0 = none) and -tc (JB_ja_task_concurrency, 0 = no cap): pending reasons.
+    concurrency = (text("JB_ja_task_concurrency") or "").strip()
     return {
+        "start_at": epoch_or_iso_to_utc(text("JB_execution_time"), tz),
+        "task_concurrency": int(concurrency) if concurrency.isdigit() and int(concurrency) > 0 else None,
         "advance_reservation": int(ar_text) if ar_text.isdigit() and int(ar_text) > 0 else None,
         "reserve": (text("JB_reserve") or "").strip().lower() in ("true", "1", "y", "yes"),
         "pe": (text("JB_pe") or "").strip() or None,
@@ -337,7 +341,10 @@ def parse_job_detail(data: bytes, tz: dt.tzinfo = UTC) -> dict:
     - ``context``: ``JB_context`` as ``{variable: value}`` (``-ac``);
     - ``advance_reservation``: the ``-ar`` id (``JB_ar``) or None; ``reserve``:
       ``-R y`` (``JB_reserve``); ``pe``, ``pe_slots``: the ``-pe`` name and its
-      least slot count (``JB_pe``, ``JB_pe_range``), None without one.
+      least slot count (``JB_pe``, ``JB_pe_range``), None without one;
+    - ``start_at``: the requested start time (``-a``, ``JB_execution_time``; aware
+      UTC) or None; ``task_concurrency``: the array's cap on running tasks
+      (``-tc``, ``JB_ja_task_concurrency``) or None when uncapped.
 
     Raises UnknownJob when the id is unknown, SchedulerParseError otherwise.
     """
