@@ -213,7 +213,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     # host path, when the listed path is a link).
     hidden = [(h, True) for h in resolve_masks(PRIVATE_DIRS, fs)] + [(h, False) for h in masks + state]
     # A hidden path inside another hidden directory is left to that directory's empty tmpfs:
-    # a placeholder mounted inside it would show the hidden file's name (/etc/tco/database-url).
+    # a /dev/null bind inside it would make bubblewrap create the file's mount point there, showing
+    # the hidden file's name (/etc/tco/database-url).
     covered: set[str] = set()
     for inside, real in binds:
         found: list[tuple[str, str]] = []  # (inside path, host path)

@@ -594,7 +594,7 @@ def test_review_tcos_secrets_outside_the_state_dir_stay_hidden_under_a_listed_et
     root.mkdir()
     result, record, stdout = run_task(root, code, env_extra={"TCO_SANDBOX_MASK": masked})
     assert record["exit_status"] == 0, record
-    # At most an empty placeholder where a masked file was (its name, never its bytes).
+    # Neither the masked files' bytes nor their names (the directory is an empty tmpfs).
     assert value not in stdout and "database-url" not in stdout, stdout
     control = outside_tmp / "unmasked"
     control.mkdir()

@@ -210,17 +210,17 @@ def test_the_state_directory_hides_all_but_its_shared_directories():
     assert order.index("/var/lib/tco") < order.index("/var/lib/tco/sweeps")  # ... shown on top of it
 
 
-def test_a_hidden_file_inside_a_hidden_directory_leaves_no_placeholder_naming_it():
+def test_a_hidden_file_inside_a_hidden_directory_gets_no_mount_point_naming_it():
     # CI on PostgreSQL: /etc/tco masked as a directory and its secret files masked one by one
-    # listed the files' names inside the empty tmpfs (a /dev/null placeholder for each).
+    # listed the files' names inside the empty tmpfs (a /dev/null bind, hence a mount point, for each).
     plan = plan_for("version: 1\nfilesystem_policy: {read_only: [/usr, /var]}\n",
                     masks=["/spool", "/var/lib/tco/secret_key", "/tmp/tco-runner-1-0"],
                     state=["/var/lib/tco", "/var/lib/tco/admin-password"])
     argv = build_argv(plan, FakeFS())
     assert ("/var/lib/tco",) in pairs(argv, "--tmpfs")
-    placeholders = [dest for src, dest in pairs(argv, "--ro-bind") if src == "/dev/null"]
-    assert "/var/lib/tco/secret_key" not in placeholders and "/var/lib/tco/admin-password" not in placeholders
-    # Alone (its directory not hidden), the same file still gets its placeholder.
+    null_binds = [dest for src, dest in pairs(argv, "--ro-bind") if src == "/dev/null"]
+    assert "/var/lib/tco/secret_key" not in null_binds and "/var/lib/tco/admin-password" not in null_binds
+    # Alone (its directory not hidden), the same file is still covered by /dev/null.
     alone = build_argv(plan_for("version: 1\nfilesystem_policy: {read_only: [/usr, /var]}\n",
                                 masks=["/var/lib/tco/secret_key"]), FakeFS())
     assert ("/dev/null", "/var/lib/tco/secret_key") in pairs(alone, "--ro-bind")
