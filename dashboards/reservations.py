@@ -62,7 +62,8 @@ def book(*, user: AbstractBaseUser, request: BookRequest, cluster: Cluster | Non
     """Book ``request`` for ``user`` (``launch`` capability on the team, like a launch).
 
     Returns the recorded Reservation (``ar_id`` from qrsub). Raises ActionRefused
-    (role) and LaunchError (bad field, or the scheduler refused: "no suitable
+    (role) and LaunchError (bad field, a launcher's booking longer than
+    ``TCO_RESERVATION_MAX_S`` seconds, or the scheduler refused: "no suitable
     queues", limit reached …; the scheduler's message is kept); each is
     audited and nothing is recorded.
     """
@@ -79,6 +80,11 @@ def book(*, user: AbstractBaseUser, request: BookRequest, cluster: Cluster | Non
     try:
         if request.queue not in settings.TCO_QUEUES:
             raise InvalidSubmission(f"queue {request.queue!r} is not one of {', '.join(settings.TCO_QUEUES)}")
+        longest = settings.TCO_RESERVATION_MAX_S
+        if not user.is_staff and isinstance(request.duration_s, int) and request.duration_s > longest:
+            raise InvalidSubmission(f"duration: at most {longest} s ({longest / 3600:g} h) for a launcher "
+                                    "(TCO_RESERVATION_MAX_S): a reservation holds its slots and seats from "
+                                    "every other team; an admin may book longer")
         ar_id = scheduler.reservation_submit(spec)
     except InvalidSubmission as exc:
         raise refused(user, action, target, params, str(exc), error=LaunchError) from None

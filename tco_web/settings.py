@@ -158,6 +158,9 @@ AUTHENTICATION_BACKENDS = [
     "tco_web.security.LoginRateLimitBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+# The longest advance reservation a launcher may book (seconds): a booking holds slots and
+# model API seats away from every other team for its whole duration (dashboards/reservations.py).
+TCO_RESERVATION_MAX_S = env_int("TCO_RESERVATION_MAX_S", 24 * 3600)
 AXES_FAILURE_LIMIT = env_int("TCO_LOGIN_FAILURE_LIMIT", 10)
 AXES_COOLOFF_TIME = dt.timedelta(seconds=env_float("TCO_LOGIN_COOLOFF_S", 900.0))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]

@@ -268,6 +268,24 @@ def test_only_launchers_of_the_team_book_and_a_refusal_is_audited(booking_env, o
 
 
 @pytest.mark.django_db
+def test_a_launcher_cannot_hold_capacity_from_every_other_team_for_a_week(booking_env, ops_users, settings):
+    """The attack: a launcher books the seats for a week, and no other team's agent gets one."""
+    from dashboards.models import AuditEntry, Reservation, Team
+    from dashboards.services import LaunchError
+
+    settings.TCO_RESERVATION_MAX_S = 24 * 3600
+    research = Team.objects.get(project="research")
+    with pytest.raises(LaunchError, match=r"duration: at most 86400 s \(24 h\)"):
+        _book(ops_users["launcher"], research, booking_env, duration_s=7 * 24 * 3600)
+    assert booking_env.reservation_calls == [] and not Reservation.objects.exists()
+    assert not AuditEntry.objects.get(action="reservation_book").ok
+    _book(ops_users["launcher"], research, booking_env, duration_s=24 * 3600)  # the limit itself is allowed
+    ops_users["launcher"].is_staff = True  # an admin may book longer
+    _book(ops_users["launcher"], research, booking_env, duration_s=7 * 24 * 3600)
+    assert Reservation.objects.count() == 2
+
+
+@pytest.mark.django_db
 def test_a_name_that_is_an_option_never_reaches_qrsub(booking_env, ops_users):
     """The attack: a reservation name '-u' (or '-w v') would be read by qrsub as an option."""
     from dashboards.models import AuditEntry, Reservation, Team
