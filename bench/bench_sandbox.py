@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from execution.spool import RunnerRecord, RunnerSpec, SpoolLayout, write_atomic  # noqa: E402
 from schedulers.gridengine import drmaa as drmaa_session  # noqa: E402
-from schedulers.base import ArrayJobSpec  # noqa: E402
+from schedulers.base import ArrayJobSpec, SchedulerCommandError  # noqa: E402
 from schedulers.gridengine.adapter import GridEngine  # noqa: E402
 from schedulers.gridengine.commands import run_command  # noqa: E402
 from tests.helpers import model_api_policy  # noqa: E402
@@ -130,7 +130,11 @@ def run_campaign(ge: GridEngine, spool: Path, campaign: str, count: int, cap: in
         else:
             raise SystemExit(f"job {job}: only {done} of {count} records after {timeout_s:.0f} s")
     finally:
-        run_command(["qdel", str(job)], timeout=30) if _active(ge, job) else None
+        if _active(ge, job):
+            try:
+                run_command(["qdel", str(job)], timeout=30)
+            except SchedulerCommandError:
+                pass  # it ended between the check and qdel
     return [RunnerRecord.read(p).to_json() for p in sorted(records_dir.glob("*.json"))]
 
 

@@ -662,7 +662,7 @@ class Runner:
         started later). Only registered endpoints ever get a credential (module doc)."""
         from urllib.parse import urlsplit
 
-        from execution.metering.proxy import Limits, RegisteredEndpoint, registered_endpoints
+        from execution.metering.endpoints import Limits, RegisteredEndpoint, registered_endpoints
 
         try:
             registered = registered_endpoints(spec.get("model_endpoints"))
@@ -783,7 +783,7 @@ class Runner:
             raise PolicyError(["wider than allowed: " + "; ".join(problems)])
         proxy_policy = policy.proxy_policy()
         config = self._proxy_config
-        from execution.metering.proxy import endpoints_from_policy
+        from execution.metering.endpoints import endpoints_from_policy
 
         endpoints = endpoints_from_policy(proxy_policy, config["upstreams"])
         with self._netpol_lock:

@@ -508,3 +508,23 @@ def test_under_openshell_the_launchers_endpoint_with_a_binding_is_refused(spool,
     assert "endpoints[1].credential_binding: launcher.example.com:443 is not a registered model endpoint" in error
     assert "endpoints[0]" not in error
     assert list(standin_dir.iterdir()) == []  # openshell was never called
+
+
+def test_a_task_with_a_model_endpoint_starts_its_sandbox_without_importing_the_proxy_server(spool):
+    """aiohttp (the metering proxy's server) cost about 110 ms of CPU per runner when the runner read
+    its endpoints, before the sandbox started: 96 runners starting at once paid it together (issue 15,
+    integration overhead 1.17 s median in bench_sandbox's 96-wide run; 0.18 s without it). It is
+    imported only when the proxy starts, at the agent's first model request; this agent makes none."""
+    from tests.helpers import model_api_policy
+
+    spool.write([{"task": 1}], command=["/bin/true"], policy=model_api_policy(9, os.path.realpath("/bin/true")),
+                model_endpoint={"base_url": "http://127.0.0.1:9", "credential_name": "demo"})
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "execution.runner"], env=spool.env(1),
+                          cwd=str(spool.root), start_new_session=True, capture_output=True, text=True, timeout=60)
+    record = spool.record(1)
+    assert proc.returncode == 0, record["error"]
+    assert record["stages"]["sandbox_ready_at"] is not None
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "execution.metering.endpoints" in imported  # the endpoints were read and checked
+    assert not {m for m in imported if m.split(".")[0] in ("aiohttp", "yarl", "multidict")}
+    assert "execution.metering.proxy" not in imported
