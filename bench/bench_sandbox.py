@@ -78,37 +78,37 @@ def bare_bwrap(n: int) -> list[float]:
     return times
 
 
-def start_model(root: Path) -> tuple[subprocess.Popen, int]:
+def start_model(root: Path, host: str = "127.0.0.1") -> tuple[subprocess.Popen, int]:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         port = s.getsockname()[1]
     (root / "model.key").write_text(KEY + "\n")
-    proc = subprocess.Popen([PYTHON, "-m", "demo.demo_model", "--port", str(port), "--api-key-file",
+    proc = subprocess.Popen([PYTHON, "-m", "demo.demo_model", "--host", host, "--port", str(port), "--api-key-file",
                              str(root / "model.key")], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            socket.create_connection((host, port), 0.5).close()
             return proc, port
         except OSError:
             time.sleep(0.05)
     raise SystemExit("the stand-in model did not start")
 
 
-def policy(port: int) -> str:
-    return model_api_policy(port, os.path.realpath(sys.executable))
+def policy(port: int, host: str = "127.0.0.1") -> str:
+    return model_api_policy(port, os.path.realpath(sys.executable), host=host)
 
 
 def run_campaign(ge: GridEngine, spool: Path, campaign: str, count: int, cap: int, command: list[str],
-                 policy_text: str, port: int, sleep_s: float, timeout_s: float) -> list[dict]:
+                 policy_text: str, model: str, sleep_s: float, timeout_s: float) -> list[dict]:
     layout = SpoolLayout(spool)
     write_atomic(layout.inputs_path(campaign),
                  "".join(json.dumps({"task": n}) + "\n" for n in range(1, count + 1)).encode())
     if sleep_s:
         command = ["/bin/sh", "-c", f"sleep {sleep_s}; exec \"$@\"", "agent", *command]
     RunnerSpec(campaign_id=campaign, inputs_file="inputs.jsonl", timeout_s=300, command=command, policy=policy_text,
-               model_endpoint={"base_url": f"http://127.0.0.1:{port}", "credential_name": "bench"},
+               model_endpoint={"base_url": f"http://{model}", "credential_name": "bench"},
                ).write(layout.spec_path(campaign))
     (spool / "logs").mkdir(exist_ok=True)
     job_spec = ArrayJobSpec(
@@ -152,6 +152,8 @@ def figures(records: list[dict]) -> dict:
         s = r["stages"]
         if r["exit_status"] != 0 or not all(s.values()):
             failed += 1
+            if failed == 1:
+                print(f"  first failed task: exit {r['exit_status']}, flags {r.get('flags')}, error {r.get('error')!r}")
             continue
         start = _t(s["sandbox_ready_at"]) - _t(s["sandbox_create_at"])
         work = _t(s["agent_exited_at"]) - _t(s["agent_started_at"])
@@ -196,7 +198,12 @@ def main() -> None:
     spool = root / "spool"
     spool.mkdir()
     write_atomic(SpoolLayout(spool).credentials_path, json.dumps({"bench": KEY}).encode(), mode=0o600)
-    model, port = start_model(root)
+    # The stand-in model listens on the master's address the execution hosts reach (their network
+    # namespaces on the dev cluster; loopback on a single-host cluster).
+    from schedulers.hosts import master_address
+
+    host = master_address(os.environ.get("SGE_ROOT", "/var/lib/gridengine"), os.environ.get("SGE_CELL", "default"))
+    model, port = start_model(root, host)
     command = ["/bin/true"] if args.agent == "true" else [os.path.realpath(sys.executable), "-c", MODEL_AGENT]
     ge = GridEngine(queues=["agent.q"], projects=["research"], resources=["anthropic_api"])
     drmaa_session.open_session()
@@ -205,11 +212,11 @@ def main() -> None:
         print(f"bubblewrap's own bare start (bwrap --ro-bind / / true, {len(bare)} runs here): "
               f"median {median_ms(bare).strip()}, p90 {p90_ms(bare)}")
         if args.serial:
-            recs = run_campaign(ge, spool, "serial", args.serial, 1, command, policy(port), port, 0.0,
+            recs = run_campaign(ge, spool, "serial", args.serial, 1, command, policy(port, host), f"{host}:{port}", 0.0,
                                 timeout_s=60 + 10 * args.serial)
             report(f"one at a time ({args.agent} agent)", figures(recs), 0.2, "n/a")
         if args.parallel:
-            recs = run_campaign(ge, spool, "parallel", args.parallel, args.width, command, policy(port), port,
+            recs = run_campaign(ge, spool, "parallel", args.parallel, args.width, command, policy(port, host), f"{host}:{port}",
                                 args.agent_sleep_s, timeout_s=600 + 2 * args.parallel)
             report(f"{args.width} at a time ({args.agent} agent, sleeping {args.agent_sleep_s:g} s)", figures(recs),
                    1.0, "under 2 s with 96 concurrent")

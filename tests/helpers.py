@@ -22,9 +22,9 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, step: floa
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def model_api_policy(model_port: int, binary: str, read_only_extra: Iterable[str] = ()) -> str:
+def model_api_policy(model_port: int, binary: str, read_only_extra: Iterable[str] = (), host: str = "127.0.0.1") -> str:
     """A sandbox policy (YAML, the OpenShell policy format execution/sandbox/policy.py reads) that lets
-    ``binary`` make only ``POST /v1/messages`` to the stand-in model on ``127.0.0.1:model_port``,
+    ``binary`` make only ``POST /v1/messages`` to the stand-in model on ``host:model_port``,
     with the anthropic credential bound; the system directories (plus ``read_only_extra``) are
     read-only, ``/sandbox`` and ``/tmp`` writable, and the agent runs as ``sandbox``."""
     read_only = ", ".join(["/usr", "/lib", "/lib64", "/bin", "/etc", *map(str, read_only_extra)])
@@ -37,7 +37,7 @@ process: {{run_as_user: sandbox, run_as_group: sandbox}}
 network_policies:
   model_api:
     endpoints:
-      - host: 127.0.0.1
+      - host: {host}
         port: {model_port}
         protocol: rest
         enforcement: enforce
