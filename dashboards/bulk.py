@@ -18,6 +18,12 @@ batch re-read after a crash inserts nothing twice (exactly once).
 
 Memory is one batch's rows: the caller (``dashboards.ingest``) reads the
 accounting file in batches of a bounded size.
+
+``insert_like(template, field, values)`` inserts one row per value that
+differs from ``template`` (an unsaved model instance) only in ``field``:
+a campaign's pending tasks at submission. One ``INSERT ... ON CONFLICT DO
+NOTHING`` run with ``executemany`` on either database, each column's value
+prepared once instead of a model instance per row.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ import datetime as dt
 import json
 from typing import Sequence
 
-from django.db import connection
+from django.db import connection, models
 
 from dashboards.models import AccountingRecord, Cluster
 from schedulers.base import AccountingRecord as ParsedRecord
@@ -176,3 +182,38 @@ def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of
         inserted = cur.rowcount
         cur.execute(f"DROP TABLE {STAGE_TABLE}")
     return inserted
+
+
+def insert_like(template: models.Model, field: str, values: Sequence) -> int:
+    """Insert one row of ``template``'s table per value in ``values``: every column as ``template``
+    has it (its defaults; ``auto_now``/``auto_now_add`` fields set now), ``field`` (an attribute
+    name, e.g. ``task_number``) set to the value. Rows conflicting with a stored row's unique
+    constraint are skipped (``ON CONFLICT DO NOTHING``: SQLite >= 3.24, PostgreSQL >= 9.5).
+    Runs in the caller's transaction; returns the number of rows inserted (SQLite and PostgreSQL
+    report it; a driver that reports -1 gives -1). No model instance per row and no signals: about
+    10 times quicker than ``bulk_create`` for 10,000 tasks of 45 columns (bench/bench_launch.py,
+    where the rows are created after the DRMAA call and the next campaign waits for them).
+    Raises ValueError for a field the table does not have, and what the driver raises on a
+    database error."""
+    meta = template._meta
+    columns = [f for f in meta.concrete_fields if not (f.primary_key and f.auto_created or
+                                                          isinstance(f, models.AutoField))]
+    try:
+        varying = next(i for i, f in enumerate(columns) if f.attname == field)
+    except StopIteration:
+        raise ValueError(f"{meta.label} has no column {field!r}") from None
+    if not values:
+        return 0
+    prepared = [f.get_db_prep_save(f.pre_save(template, add=True), connection) for f in columns]
+    column = columns[varying]
+    rows = []
+    for value in values:
+        row = list(prepared)
+        row[varying] = column.get_db_prep_save(value, connection)
+        rows.append(row)
+    quote = connection.ops.quote_name
+    sql = (f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in columns)}) "
+           f"VALUES ({', '.join(['%s'] * len(columns))}) ON CONFLICT DO NOTHING")
+    with connection.cursor() as cur:
+        cur.executemany(sql, rows)
+        return cur.rowcount
