@@ -73,9 +73,10 @@ class Stack:
         self.env.pop("DATABASE_URL_FILE", None)  # it would win over DATABASE_URL (settings.env_str)
         self.log_dir = log_dir
 
-    def start(self, name: str, argv: list[str], **extra_env: str) -> None:
+    def start(self, name: str, argv: list[str], *, pass_fds: tuple[int, ...] = (), **extra_env: str) -> None:
         log = open(self.log_dir / f"{name}.log", "wb")
-        proc = subprocess.Popen(argv, cwd=REPO, env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=REPO, env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
+                                pass_fds=pass_fds)
         self.procs.append((name, proc))
 
     def wait_http(self, timeout: float = 30.0) -> None:

@@ -9,7 +9,10 @@ static paths moved to the test's), with a self-signed certificate made here.
 
 Through the proxy, over https only: a login and the queue page, a WebSocket
 update pushed by a worker task, and plotly.min.js by its hashed name, gzip
-from collectstatic's precompressed copy with a one-year cache.
+from collectstatic's precompressed copy with a one-year cache. uvicorn gets
+its Unix socket the way tco-web.socket hands it over (an inherited file
+descriptor; systemd's is 3, the test's its own number) and listens on no TCP
+port; a client's forged ``X-Forwarded-For`` moves no login lockout.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -35,8 +39,9 @@ DEPLOY = REPO / "deploy"
 PREFIX = "/opt/tco"
 
 
-def read_unit(name: str) -> dict[str, list[str]]:
-    """The ``[Service]`` keys of deploy/systemd/``name`` (systemd.unit(5) syntax): key -> values in order."""
+def read_unit(name: str, section_name: str = "Service") -> dict[str, list[str]]:
+    """The ``[Service]`` (or ``section_name``) keys of deploy/systemd/``name`` (systemd.unit(5) syntax):
+    key -> values in order."""
     keys: dict[str, list[str]] = {}
     section = None
     for raw in (DEPLOY / "systemd" / name).read_text().splitlines():
@@ -46,7 +51,7 @@ def read_unit(name: str) -> dict[str, list[str]]:
         if line.startswith("["):
             section = line.strip("[]")
             continue
-        if section == "Service":
+        if section == section_name:
             key, _, value = line.partition("=")
             keys.setdefault(key.strip(), []).append(value.strip())
     return keys
@@ -86,11 +91,11 @@ def unit_command(name: str, site_env: dict[str, str]) -> tuple[list[str], dict[s
     return argv, own, workdir.replace(PREFIX, str(REPO), 1)
 
 
-def nginx_config(tmp: Path, *, https_port: int, http_port: int, web_port: int, tls: Path, static: Path) -> Path:
+def nginx_config(tmp: Path, *, https_port: int, http_port: int, web_socket: Path, tls: Path, static: Path) -> Path:
     """deploy/nginx/tco.conf with the test's ports and paths, inside a main config runnable unprivileged."""
     site = (DEPLOY / "nginx" / "tco.conf").read_text()
     replacements = {
-        "server 127.0.0.1:8000;": f"server 127.0.0.1:{web_port};",
+        "server unix:/run/tco/web.sock;": f"server unix:{web_socket};",
         "listen 80;": f"listen 127.0.0.1:{http_port};",
         "listen 443 ssl http2;": f"listen 127.0.0.1:{https_port} ssl http2;",
         "/etc/tco/tls/": f"{tls}/",
@@ -136,7 +141,55 @@ def self_signed(tls: Path) -> Path:
     return tls / "tco.crt"
 
 
-def site_environment(tmp: Path, *, database_url: str, https_port: int, web_port: int) -> dict[str, str]:
+def web_socket(path: Path) -> socket.socket:
+    """The listening Unix socket deploy/systemd/tco-web.socket describes, made at ``path`` (its
+    ``ListenStream`` is /run/tco/web.sock) with the unit's ``SocketMode``, as systemd makes it before
+    starting tco-web.service with it as fd 3 (sd_listen_fds(3))."""
+    unit = read_unit("tco-web.socket", "Socket")
+    assert unit["ListenStream"] == ["/run/tco/web.sock"]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    os.chmod(path, int(unit["SocketMode"][0], 8))
+    sock.listen(128)
+    return sock
+
+
+def tcp_listeners(pids: list[int]) -> list[str]:
+    """The TCP sockets in LISTEN state that any of ``pids`` holds (``/proc/<pid>/fd`` against
+    ``/proc/net/tcp`` and ``tcp6``, proc(5)), as ``local address:port`` in the kernel's hex."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:["):-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # st 0A: TCP_LISTEN
+                found.append(fields[1])
+    return found
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (``/proc/<pid>/task/*/children``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
+def site_environment(tmp: Path, *, database_url: str, https_port: int) -> dict[str, str]:
     """deploy/tco.env.example with this machine's values: what /etc/tco/tco.env would say here."""
     env = read_env_file(DEPLOY / "tco.env.example")
     # The cell, queues and paths of the dev cluster, not the example's.
@@ -153,8 +206,9 @@ def site_environment(tmp: Path, *, database_url: str, https_port: int, web_port:
         "TCO_STATE_DIR": str(tmp / "state"),
         "TCO_SPOOL_DIR": str(tmp / "spool"),
         "TCO_STATIC_ROOT": str(tmp / "static"),
-        "TCO_WEB_PORT": str(web_port),
         "TCO_WEB_WORKERS": "2",
+        # Low, so that the forged-address test reaches the lockout in a few attempts.
+        "TCO_LOGIN_FAILURE_LIMIT": "3",
     })
     # The test's Redis: its URL if the run set one, else the one settings.py builds from the
     # password file (TCO_REDIS_PORT, TCO_REDIS_DB, TCO_REDIS_PASSWORD_FILE, inherited).
@@ -190,9 +244,9 @@ def site(transactional_db, bootstrap, tmp_path):
 
     if not shutil.which("nginx"):
         pytest.fail("nginx is not installed: run scripts/setup (it installs Debian's nginx)")
-    https_port, http_port, web_port = free_port(), free_port(), free_port()
+    https_port, http_port = free_port(), free_port()
     env = site_environment(tmp_path, database_url=test_database_url(connection.settings_dict["NAME"]),
-                           https_port=https_port, web_port=web_port)
+                           https_port=https_port)
     cert = self_signed(tmp_path / "tls")
     log_dir = TEST_OUTPUT / "site-logs"
     shutil.rmtree(log_dir, ignore_errors=True)
@@ -205,21 +259,30 @@ def site(transactional_db, bootstrap, tmp_path):
     subprocess.run([sys.executable, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO, env=env,
                    check=True, capture_output=True, timeout=60)
     (tmp_path / "nginx").mkdir()
-    main_conf = nginx_config(tmp_path / "nginx", https_port=https_port, http_port=http_port, web_port=web_port,
-                             tls=tmp_path / "tls", static=tmp_path / "static")
+    listener = web_socket(tmp_path / "web.sock")
+    main_conf = nginx_config(tmp_path / "nginx", https_port=https_port, http_port=http_port,
+                             web_socket=tmp_path / "web.sock", tls=tmp_path / "tls", static=tmp_path / "static")
     try:
         for unit, name in (("tco-web.service", "web"), ("tco-worker-poll.service", "worker")):
             argv, own_env, workdir = unit_command(unit, env)
             assert workdir == str(REPO)
-            stack.start(name, argv, **own_env)
+            fds: tuple[int, ...] = ()
+            if name == "web":  # systemd's fd 3 is the test's listener.fileno()
+                at = argv.index("--fd")
+                assert argv[at + 1] == "3", argv
+                argv[at + 1] = str(listener.fileno())
+                fds = (listener.fileno(),)
+            stack.start(name, argv, pass_fds=fds, **own_env)
         stack.start("nginx", ["nginx", "-e", str(tmp_path / "nginx" / "error-early.log"),
                               "-p", str(tmp_path / "nginx"), "-c", str(main_conf)])
         ctx = ssl.create_default_context(cafile=str(cert))
         wait_https(f"https://127.0.0.1:{https_port}/healthz", ctx)
         yield {"https": f"https://127.0.0.1:{https_port}", "http": f"http://127.0.0.1:{http_port}",
-               "ssl": ctx, "env": env, "static": tmp_path / "static"}
+               "ssl": ctx, "env": env, "static": tmp_path / "static",
+               "web_pids": process_tree(dict(stack.procs)["web"].pid), "web_socket": tmp_path / "web.sock"}
     finally:
         stack.stop()
+        listener.close()
 
 
 def test_page_websocket_and_static_through_nginx(site, bootstrap):
@@ -295,8 +358,7 @@ def test_page_websocket_and_static_through_nginx(site, bootstrap):
 
 
 def test_the_deploy_settings_pass_check_deploy_without_a_warning(tmp_path):
-    env = site_environment(tmp_path, database_url=f"sqlite:///{tmp_path / 'check.sqlite3'}",
-                           https_port=443, web_port=8000)
+    env = site_environment(tmp_path, database_url=f"sqlite:///{tmp_path / 'check.sqlite3'}", https_port=443)
     env["ALLOWED_HOSTS"] = "tco.example.org"
     done = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=120)
@@ -307,3 +369,45 @@ def test_the_deploy_settings_pass_check_deploy_without_a_warning(tmp_path):
                           env={**env, "DJANGO_SETTINGS_MODULE": "tco_web.settings"}, capture_output=True, text=True,
                           timeout=120)
     assert base.returncode != 0 and "security.W004" in base.stderr + base.stdout
+
+
+def test_the_web_server_has_no_tcp_port_and_a_forged_forwarded_address_moves_no_lockout(site):
+    """The attack (SECURITY.md, login lockout): a local user of the web host connected to uvicorn's
+    loopback port and set ``X-Forwarded-For``, which uvicorn trusted from 127.0.0.1, to fail logins
+    under made-up addresses (never locked out) or under a victim's (locking it out). Now uvicorn
+    listens on the socket tco-web.socket hands it (0660 tco:www-data) and on no TCP port, and nginx
+    replaces a client's ``X-Forwarded-For`` with the client's address: failures with a different
+    forged address each still lock the real address out."""
+    import aiohttp
+
+    unit = read_unit("tco-web.socket", "Socket")
+    assert (unit["SocketUser"], unit["SocketGroup"], unit["SocketMode"]) == (["tco"], ["www-data"], ["0660"])
+    assert oct(os.stat(site["web_socket"]).st_mode & 0o777) == "0o660"
+    assert tcp_listeners(site["web_pids"]) == [], "uvicorn listens on a TCP port a local user could reach"
+    base, ctx = site["https"], site["ssl"]
+
+    async def attempt(http, username: str, password: str, forged: str) -> int:
+        async with http.get(base + "/login/") as resp:
+            assert resp.status in (200, 429)
+        csrf = next(c.value for c in http.cookie_jar if c.key == "csrftoken")
+        async with http.post(base + "/login/", data={"username": username, "password": password,
+                                                     "csrfmiddlewaretoken": csrf, "next": "/"},
+                             headers={"Referer": base + "/login/", "X-Forwarded-For": forged},
+                             allow_redirects=False) as resp:
+            return resp.status
+
+    async def scenario() -> list[int]:
+        jar = aiohttp.CookieJar(unsafe=True)
+        async with aiohttp.ClientSession(cookie_jar=jar, connector=aiohttp.TCPConnector(ssl=ctx)) as http:
+            statuses = [await attempt(http, f"nobody-{n}", "wrong", f"203.0.113.{n}") for n in (1, 2, 3)]
+            # The right password now, under yet another forged address: the real address is locked out.
+            statuses.append(await attempt(http, "admin", os.environ["TCO_ADMIN_PASSWORD"], "203.0.113.4"))
+            return statuses
+
+    statuses = asyncio.run(scenario())
+    assert statuses[:3] == [200, 200, 429], statuses  # the form again twice, then the third failure locks
+    assert statuses[3] == 429, statuses
+    from axes.models import AccessAttempt
+
+    addresses = set(AccessAttempt.objects.values_list("ip_address", flat=True))
+    assert addresses == {"127.0.0.1"}, addresses
