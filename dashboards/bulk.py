@@ -195,25 +195,42 @@ def insert_like(template: models.Model, field: str, values: Sequence) -> int:
     where the rows are created after the DRMAA call and the next campaign waits for them).
     Raises ValueError for a field the table does not have, and what the driver raises on a
     database error."""
+    return insert_varying(template, (field,), [(value,) for value in values])
+
+
+def insert_varying(template: models.Model, fields: Sequence[str], rows: Sequence[Sequence]) -> int:
+    """:func:`insert_like` for several varying columns: ``fields`` (attribute names) take their
+    values from each row of ``rows`` (tuples in ``fields`` order), every other column is as
+    ``template`` has it. Each distinct value of a column is prepared for the database once (a
+    poll's new tasks share their names, owners, states and times). Same conflict rule, return
+    value and errors as :func:`insert_like`."""
     meta = template._meta
     columns = [f for f in meta.concrete_fields if not (f.primary_key and f.auto_created or
                                                           isinstance(f, models.AutoField))]
-    try:
-        varying = next(i for i, f in enumerate(columns) if f.attname == field)
-    except StopIteration:
-        raise ValueError(f"{meta.label} has no column {field!r}") from None
-    if not values:
+    position = {f.attname: i for i, f in enumerate(columns)}
+    missing = [name for name in fields if name not in position]
+    if missing:
+        raise ValueError(f"{meta.label} has no column {missing[0]!r}")
+    if not rows:
         return 0
     prepared = [f.get_db_prep_save(f.pre_save(template, add=True), connection) for f in columns]
-    column = columns[varying]
-    rows = []
-    for value in values:
+    slots = [(position[name], columns[position[name]]) for name in fields]
+    memo: list[dict] = [{} for _ in fields]
+    out = []
+    for values in rows:
         row = list(prepared)
-        row[varying] = column.get_db_prep_save(value, connection)
-        rows.append(row)
+        for (at, column), seen, value in zip(slots, memo, values):
+            key = (value.__class__, value)  # 1, 1.0 and True are equal keys, not the same value
+            try:
+                row[at] = seen[key]
+            except KeyError:
+                row[at] = seen[key] = column.get_db_prep_save(value, connection)
+            except TypeError:  # an unhashable value (a dict for a JSON column)
+                row[at] = column.get_db_prep_save(value, connection)
+        out.append(row)
     quote = connection.ops.quote_name
     sql = (f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in columns)}) "
            f"VALUES ({', '.join(['%s'] * len(columns))}) ON CONFLICT DO NOTHING")
     with connection.cursor() as cur:
-        cur.executemany(sql, rows)
+        cur.executemany(sql, out)
         return cur.rowcount

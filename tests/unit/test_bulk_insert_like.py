@@ -61,3 +61,16 @@ def test_an_unknown_field_and_no_values():
         insert_like(template(44), "tasknumber", [1])
     assert insert_like(template(44), "task_number", []) == 0
     assert not Task.objects.filter(job_number=44).exists()
+
+
+def test_insert_varying_prepares_each_distinct_value_of_its_own_type():
+    """Values equal as dict keys (1, 1.0, True) are prepared each as itself."""
+    from dashboards.bulk import insert_varying
+
+    rows = [(1, 1, 1.0, "a", True), (2, 1, 1.5, "b", False), (3, 2, 1.0, "a", True)]
+    assert insert_varying(template(45), ("task_number", "slots", "priority", "name", "restarted"), rows) == 3
+    got = list(Task.objects.filter(job_number=45).order_by("task_number")
+               .values_list("task_number", "slots", "priority", "name", "restarted"))
+    assert got == rows
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        insert_varying(template(45), ("task_number", "nope"), [(4, 1)])

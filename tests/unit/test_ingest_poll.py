@@ -150,3 +150,28 @@ def test_a_waiting_jobs_position_counts_jobs_ahead_by_priority():
     assert position["text"] == "number 3 of 3 waiting jobs in the cluster's priority order"
     assert pending_position(cluster, 10, None)[0]["text"].startswith("number 1 of 3")
     assert pending_position(cluster, 99, None) == []
+
+
+def test_a_new_tasks_row_carries_every_field_qstat_gave_and_events_carry_the_poll_time():
+    """The poll's prepared insert (dashboards.bulk.insert_varying) stores what the ORM would: each
+    column from the qstat task, the rest the model's defaults; a gone task's event is at the poll's
+    instant, from its last state."""
+    cluster = cluster_get_default()
+    running = QstatTask(job_number=9, task_number=3, name="x" * 300, owner="alice", project="engineering",
+                        state="running", state_code="Rr", restarted=True, queue="agent.q", host="sge-exec2",
+                        slots=2, submitted_at=T0, started_at=T0 + dt.timedelta(seconds=4, microseconds=250),
+                        priority=0.75)
+    apply_qstat_poll(cluster, [running], observed_at=T0 + dt.timedelta(seconds=5))
+    row = Task.objects.get(job_number=9)
+    assert (row.task_number, row.is_array, row.name, row.owner, row.project, row.queue, row.host, row.slots,
+            row.priority, row.state, row.state_code, row.restarted) == (
+        3, True, "x" * 255, "alice", "engineering", "agent.q", "sge-exec2", 2, 0.75, "running", "Rr", True)
+    assert row.submitted_at == T0 and row.started_at == T0 + dt.timedelta(seconds=4, microseconds=250)
+    assert row.first_seen_at == T0 + dt.timedelta(seconds=5) and row.active and row.campaign_id is None
+    assert row.usage_flags == [] and row.runner_record is None and row.gone_at is None
+    gone_at = T0 + dt.timedelta(seconds=9)
+    apply_qstat_poll(cluster, [], observed_at=gone_at)
+    row.refresh_from_db()
+    assert (row.state, row.gone_at) == ("finishing", gone_at)
+    event = TaskEvent.objects.get(task=row)
+    assert (event.at, event.from_state, event.to_state, event.state_code) == (gone_at, "running", "finishing", "")
