@@ -3,7 +3,7 @@
 ``store_accounting_records(cluster, records, task_of)`` inserts parsed
 accounting records (``schedulers.base.AccountingRecord``) into
 ``AccountingRecord``'s table, skipping every record whose identity (DESIGN.md:
-cluster, job_number, task_number, pe_taskid and the three times) is already
+cluster, job_number, task_number, pe_taskid, the three times and the execution host) is already
 stored, and returns how many it inserted. It runs inside the caller's
 transaction, so the records and the ingest checkpoint commit together: a
 batch re-read after a crash inserts nothing twice (exactly once).

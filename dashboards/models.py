@@ -366,10 +366,15 @@ class AccountingRecord(models.Model):
     tokens = models.JSONField(default=dict, blank=True)
 
     class Meta:
+        # The identity (DESIGN.md) plus the execution host: a job that fails to start (``failed`` 28,
+        # start and end 0) writes one record per host it was tried on, equal in every other part;
+        # without the host the second was taken for a re-read of the first and dropped (the fault
+        # tests found 4 such records lost on the 3-host dev cluster).
         constraints = [
             models.UniqueConstraint(
-                fields=["cluster", "job_number", "task_number", "pe_taskid", "submission_us", "start_us", "end_us"],
-                name="accounting_identity",
+                fields=["cluster", "job_number", "task_number", "pe_taskid", "submission_us", "start_us", "end_us",
+                        "hostname"],
+                name="accounting_identity_host",
             ),
         ]
         # The identity constraint's index starts with (cluster, job_number, task_number):

@@ -15,7 +15,6 @@ import shutil
 import time
 
 import pytest
-from django.conf import settings
 
 from dashboards.ingest import ingest_accounting
 from dashboards.models import AccountingRecord, IngestCheckpoint
@@ -33,7 +32,7 @@ def submit_short(name: str) -> int:
 
 
 def test_records_written_just_before_a_rotation_are_read_from_the_rotated_file(fault_db, root_only):
-    path = settings.TCO_ACCOUNTING_FILE
+    path = cluster_get_default().accounting_path
     cluster = cluster_get_default()
     while ingest_accounting(cluster).accepted:
         pass

@@ -16,7 +16,6 @@ import threading
 import time
 
 import pytest
-from django.conf import settings
 
 from dashboards.models import IngestCheckpoint
 from dashboards.clusters import cluster_get_default
@@ -48,7 +47,7 @@ def hold_exclusive_lock(db_name: str, seconds: float) -> threading.Thread:
 
 
 def test_an_ingest_killed_mid_batch_then_locked_out_ends_as_if_nothing_happened(fault_db):
-    path = settings.TCO_ACCOUNTING_FILE
+    path = cluster_get_default().accounting_path
     size = os.path.getsize(path)
     assert size > 8 * 1024, "the dev cluster's accounting file is too small to kill an ingest mid-way"
     cluster = cluster_get_default()

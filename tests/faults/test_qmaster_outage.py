@@ -154,7 +154,7 @@ def test_a_qmaster_outage_mid_campaign_loses_nothing_and_catches_up(fault_db, ro
     bad = TaskEvent.objects.filter(task__campaign=campaign, to_state__in=("failed", "lost", "deleted", "error"))
     assert not bad.exists(), list(bad.values_list("task__task_number", "from_state", "to_state"))
     assert Campaign.objects.get(pk=campaign.pk).status == "finished"
-    result = compare(cluster, [settings.TCO_ACCOUNTING_FILE], jobs={job})
+    result = compare(cluster, [cluster_get_default().accounting_path], jobs={job})
     report(result, f"qmaster stopped {OUTAGE_S} s mid-campaign, execd silent after it (caught up "
                    f"{caught_up_s:.0f} s after the execd resumed)")
     assert (result["lost"], result["doubled"], result["extra"], result["records"]) == (0, 0, 0, N_TASKS), result

@@ -96,13 +96,13 @@ def test_redis_stopped_and_started_pages_render_and_everything_resumes(live_stac
     assert kinds == ["queue.snapshot", "queue.snapshot"]
     # Celery: beat and worker poll and ingest again, without a restart.
     wait_for("a poll after Redis returned", lambda: Cluster.objects.get(pk=cluster.pk).polled_at > back_at, 120)
-    size = os.path.getsize(settings.TCO_ACCOUNTING_FILE)
+    size = os.path.getsize(cluster_get_default().accounting_path)
     wait_for("the accounting ingest to catch up",
              lambda: IngestCheckpoint.objects.filter(cluster=cluster, offset__gte=size).exists(), 120)
     assert "Live updates are paused" not in _page_when_probe_expired(stack, session)
     assert all(proc.poll() is None for _, proc in stack.procs), "a stack process died"
     offset = IngestCheckpoint.objects.get(cluster=cluster).offset
-    result = compare(cluster, [settings.TCO_ACCOUNTING_FILE], upto={settings.TCO_ACCOUNTING_FILE: offset})
+    result = compare(cluster, [cluster_get_default().accounting_path], upto={cluster_get_default().accounting_path: offset})
     report(result, "Redis stopped and started under the stack")
     assert (result["lost"], result["doubled"], result["extra"]) == (0, 0, 0), result
 

@@ -92,6 +92,6 @@ def test_a_runner_deleted_or_killed_mid_agent_ends_failed_with_what_it_reached(f
     assert killed.wallclock_s < 100
     assert rec1.ended_at is not None
 
-    result = compare(cluster, [settings.TCO_ACCOUNTING_FILE], jobs={job})
+    result = compare(cluster, [cluster_get_default().accounting_path], jobs={job})
     report(result, "runner deleted (qdel) and killed (SIGKILL) mid-agent")
     assert (result["lost"], result["doubled"], result["extra"], result["records"]) == (0, 0, 0, 2), result

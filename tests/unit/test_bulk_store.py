@@ -88,3 +88,19 @@ def test_the_portable_path_for_other_backends_stores_the_same_rows_once():
     first = AccountingRecord.objects.get(job_number=11, task_number=1)
     assert first.usage == {"tokens": {"in": 5}} and first.tokens == {"input_tokens": 5}
     assert first.started_at == start and first.start_us == 1767225600 * 1_000_000  # date -d 2026-01-01Z +%s
+
+
+def test_failed_starts_of_one_job_on_two_hosts_are_two_records():
+    """A job that cannot start (failed 28) is tried on another host: the accounting file gets one
+    record per host, start and end 0 and equal in every other part (seen on the 3-host dev cluster,
+    job 416). Both are stored; the same line read twice is still stored once."""
+    cluster = cluster_get_default()
+    start = dt.datetime(2026, 12, 1, 10, 0, tzinfo=dt.timezone.utc)
+    tried = [parsed(416, None, start=start, started_at=None, ended_at=None, failed=28, hostname=host,
+                    wallclock_s=0.0, cpu_s=0.0, maxvmem_bytes=0.0) for host in ("sge-exec2", "sge-exec1")]
+    with transaction.atomic():
+        assert store_accounting_records(cluster, tried) == 2
+        assert store_accounting_records(cluster, tried) == 0
+    stored = AccountingRecord.objects.filter(job_number=416)
+    assert sorted(stored.values_list("hostname", "failed", "start_us", "end_us")) == [
+        ("sge-exec1", 28, 0, 0), ("sge-exec2", 28, 0, 0)]
