@@ -730,7 +730,7 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
     if q or sort or host:
         total = chosen.count()
     else:
-        total = states[state] if state else sum(states.values())
+        total = states.get(state, states.get(WAITING, 0) if state == "held" else 0) if state else sum(states.values())
     pages = max(1, -(-total // per_page))
     page = min(max(page, 1), pages)
     first = (page - 1) * per_page
