@@ -353,3 +353,18 @@ def test_the_form_gives_a_forecast_without_a_campaign_name_and_needs_one_to_laun
     assert "a campaign name is needed to launch" in html
     assert not Campaign.objects.filter(launched_by=ops_users["launcher"]).exists()
     json.dumps(data)  # the form data stays plain
+
+
+def test_the_launch_page_says_the_predecessor_wait_in_words(as_user, ops_users, _fake_scheduler):
+    _fake_scheduler.queue_rows = [{"name": "agent.q", "used": 1, "resv": 0, "available": 95, "total": 96}]
+    team = Team.objects.get(project="research")
+    history = make_campaign(team=team, user=ops_users["launcher"], name="history")
+    for n in range(1, 4):
+        make_task(history, task_number=n, started_at=timezone.now() - dt.timedelta(hours=1), wallclock_s=45)
+    _pair(ops_users, n=3, pred_running=1, pred_started_s=10)
+    html = as_user("launcher").post("/ops/launch/", {**launch_data(), "predecessor_job": str(PRED),
+                                                     "preview": "1"}).content.decode()
+    said = html.split('id="forecast-predecessor">', 1)[1].split("</dd>", 1)[0]
+    assert f"waits for predecessor job {PRED} (campaign pred), task by task" in said
+    start = html.split('id="forecast-start">', 1)[1].split("</dd>", 1)[0]
+    assert "at once" not in start and f"first task of predecessor job {PRED} likely ends" in start
