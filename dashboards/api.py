@@ -142,8 +142,9 @@ def _page(request: Request) -> int:
 
 def _state(request: Request) -> str | None:
     state = request.query_params.get("state") or None
-    if state is not None and state not in selectors.LIFECYCLE_STATES:
-        raise ValidationError({"state": f"one of {', '.join(selectors.LIFECYCLE_STATES)}"})
+    if state is not None and state not in (*selectors.LIFECYCLE_STATES, "waiting"):
+        raise ValidationError({"state": f"one of {', '.join(selectors.LIFECYCLE_STATES)}, waiting "
+                                        "(held tasks that wait for the campaign's -hold_jid_ad predecessor)"})
     return state
 
 

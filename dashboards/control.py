@@ -139,12 +139,21 @@ def campaign_control(*, user: AbstractBaseUser, campaign: Campaign, action: str)
         if not active.exclude(state="finishing").exists():
             raise refused(user, audit_action, target, {}, "no pending or running tasks to cancel", error=LaunchError)
     else:
-        wanted = ("pending",) if action == "pause" else ("held",)
+        waiting = waits_for_predecessor(campaign)
+        # Pausing a campaign that waits for its predecessor holds the waiting tasks too, so that they
+        # do not start when the predecessor's tasks end; a release does not move waiting tasks.
+        if action == "pause":
+            wanted = ("pending", "held") if waiting else ("pending",)
+        else:
+            wanted = () if waiting else ("held",)
         numbers = list(active.filter(state__in=wanted).values_list("task_number", flat=True))
         if not numbers:
-            raise refused(user, audit_action, target, {},
-                          "no pending tasks to pause" if action == "pause" else "no held tasks to resume",
-                          error=LaunchError)
+            if action == "resume" and waiting:
+                why = (f"no held tasks to resume: its tasks wait for predecessor job {campaign.predecessor_job} "
+                       "(task by task); they start when its tasks end, not on a release")
+            else:
+                why = "no pending tasks to pause" if action == "pause" else "no held tasks to resume"
+            raise refused(user, audit_action, target, {}, why, error=LaunchError)
         ranges = _ranges(numbers)
         if len(ranges) > limits.MAX_RANGES:
             ranges = None  # running tasks put on hold keep running ("hr"); releasing the job is harmless
@@ -207,25 +216,120 @@ def campaign_priority(campaign: Campaign) -> int:
     return job_priorities(campaign.cluster, [campaign.job_number]).get(campaign.job_number, campaign.priority)
 
 
+#: Display state of the held tasks of a campaign that wait for their ``-hold_jid_ad`` predecessor tasks
+#: (trial 4, finding 2): not a hold tco or anyone put on them, so never "held" or "paused".
+WAITING = "waiting"
+
+
+def tco_holds(cluster: Cluster, campaigns: Sequence[Campaign] = (), job_numbers: Sequence[int] = ()
+              ) -> dict[int, dict]:
+    """The jobs tco holds now, by job number: ``{job_number: {"who": username, "at": datetime,
+    "verb": "paused" | "held" | "launched on hold", "action": audit action}}``.
+
+    tco's own record decides, not the scheduler (SGE 8.1.9's ``qstat -j -xml`` lists neither the
+    held task ranges nor the hold kinds of tasks not yet started, and ``qstat`` shows ``hqw`` both
+    for a hold and for a ``-hold_jid_ad`` wait): the newest hold or release control request the
+    scheduler carried out (``done``) on the job wins (a hold: held; a release: not); without one,
+    a campaign submitted on hold (``Campaign.submit_on_hold``, a budget's ``hold``) is held by its
+    launcher since its submission. ``campaigns`` (their jobs) and ``job_numbers`` are read in one
+    query each; a hold put on outside tco is not known here.
+    """
+    numbers = sorted({c.job_number for c in campaigns if c.job_number is not None} | set(job_numbers))
+    out: dict[int, dict] = {}
+    for campaign in campaigns:
+        if campaign.job_number is not None and campaign.submit_on_hold:
+            out[campaign.job_number] = {"who": campaign.launched_by.get_username(),
+                                        "at": campaign.submitted_at or campaign.launched_at,
+                                        "verb": "launched on hold", "action": "launch"}
+    newest: dict[int, ControlRequest] = {}
+    for request in (ControlRequest.objects.filter(cluster=cluster, job_number__in=numbers,
+                                                  control__in=("hold", "release"), state=ControlState.DONE)
+                    .select_related("user").order_by("finished_at", "pk")):
+        newest[request.job_number] = request
+    for job_number, request in newest.items():
+        if request.control == "release":
+            out.pop(job_number, None)
+            continue
+        out[job_number] = {"who": request.user.get_username() if request.user else "an admin",
+                           "at": request.finished_at or request.created_at,
+                           "verb": "paused" if request.action.startswith("campaign_") else "held",
+                           "action": request.action}
+    return out
+
+
+def waits_for_predecessor(campaign: Campaign, held: dict[int, dict] | None = None) -> bool:
+    """Whether the campaign's held tasks wait for its ``-hold_jid_ad`` predecessor's tasks rather
+    than for a release: it has a predecessor job and tco does not hold it (:func:`tco_holds`;
+    ``held``: its answer for this campaign's job, read when None). A campaign paused by its
+    launcher that also has a predecessor stays paused."""
+    if not campaign.predecessor_job or campaign.job_number is None:
+        return False
+    if held is None:
+        held = tco_holds(campaign.cluster, [campaign])
+    return campaign.job_number not in held
+
+
+def campaign_states(campaign: Campaign, states: dict[str, int], held: dict[int, dict] | None = None
+                    ) -> dict[str, int]:
+    """``states`` (``{task state: n}``) as shown for ``campaign``: the held tasks of a campaign
+    that waits for its predecessor (:func:`waits_for_predecessor`) count as :data:`WAITING`, not
+    ``held`` (task by task: -hold_jid_ad starts task N when task N of the predecessor ends)."""
+    if not states.get("held") or not waits_for_predecessor(campaign, held):
+        return dict(states)
+    out = {}
+    for state, n in states.items():
+        if state == "held":
+            out[WAITING] = out.get(WAITING, 0) + n
+        else:
+            out[state] = out.get(state, 0) + n
+    return out
+
+
+def predecessor_campaign(campaign: Campaign) -> Campaign | None:
+    """The tco campaign whose job is ``campaign``'s predecessor (the newest launched with that job
+    number on the same cluster), None without one."""
+    if not campaign.predecessor_job:
+        return None
+    return (Campaign.objects.filter(cluster=campaign.cluster_id, job_number=campaign.predecessor_job)
+            .order_by("-launched_at").first())
+
+
 def campaign_controls(campaign: Campaign, states: dict[str, int]) -> dict[str, dict]:
     """Which controls can act on the campaign now, from its task counts (``{state: n}``, all tasks).
 
     ``{action: {"count": tasks it would act on, "why": "" | why it is not offered}}``
-    for pause (pending tasks), resume (held tasks), cancel (pending, held, running;
-    not once finished) and retry (failed or lost tasks). The same conditions
-    :func:`campaign_control` and ``launch.campaign_retry`` enforce.
+    for pause (pending tasks, and the tasks that wait for the predecessor), resume (held
+    tasks; never tasks that wait for the predecessor: a release does not move them), cancel
+    (pending, held, waiting, running; not once finished) and retry (failed or lost tasks);
+    ``pause`` also has ``"pending"`` and ``"waiting"`` (:func:`campaign_states`); while tasks wait
+    for the predecessor, ``"waiting": {"count", "why": "", "job", "campaign" (its name or ""),
+    "campaign_id"}`` says for what (no control: the predecessor's tasks ending moves them). The same
+    conditions :func:`campaign_control` and ``launch.campaign_retry`` enforce.
     """
     live = campaign.job_number is not None and campaign.status in CAMPAIGN_LIVE
     not_live = f"the campaign is {campaign.get_status_display()}"
-    active = sum(n for s, n in states.items() if s in _ACTIVE_NOT_FINISHING)
-    counts = {"pause": states.get("pending", 0), "resume": states.get("held", 0), "cancel": active,
+    states = campaign_states(campaign, states)
+    waiting = states.get(WAITING, 0)
+    active = sum(n for s, n in states.items() if s in _ACTIVE_NOT_FINISHING or s == WAITING)
+    counts = {"pause": states.get("pending", 0) + waiting, "resume": states.get("held", 0), "cancel": active,
               "retry": states.get("failed", 0) + states.get("lost", 0)}
     empty = {"pause": "no pending tasks", "resume": "no held tasks", "cancel": "no pending or running tasks",
              "retry": "no failed tasks"}
+    if waiting:
+        empty["resume"] = (f"its {waiting} waiting task{'s' if waiting != 1 else ''} wait for predecessor job "
+                           f"{campaign.predecessor_job}, task by task; they start when its tasks end, "
+                           "not on a release")
     out = {}
     for action, count in counts.items():
         why = not_live if action != "retry" and not live else ("" if count else empty[action])
         out[action] = {"count": count, "why": why}
+    out["pause"]["waiting"] = waiting
+    out["pause"]["pending"] = states.get("pending", 0)
+    if waiting and live:
+        predecessor = predecessor_campaign(campaign)
+        out["waiting"] = {"count": waiting, "why": "", "job": campaign.predecessor_job,
+                          "campaign": predecessor.name if predecessor else "",
+                          "campaign_id": predecessor.pk if predecessor else None}
     return out
 
 
@@ -297,8 +401,21 @@ def control_execute(*, request_id: int, scheduler=None, after_control=None) -> C
     else:
         _finish(request, ControlState.DONE, f"{_DONE_WORDS.get(request.control, 'done')}: job {request.job_number} "
                                             f"tasks {ranges_text(request.tasks)}")
+        if request.control in ("hold", "release"):
+            _follow_status(request)
     request.refresh_from_db()
     return request
+
+
+def _follow_status(request: ControlRequest) -> None:
+    """After tco's hold or release of a campaign's job, its status follows at once: a hold of tasks
+    that wait for their predecessor changes no task state (they stay ``hqw``), only who holds them
+    (:func:`tco_holds`), so ingest would not move the campaign between ``waiting`` and ``paused``."""
+    from .ingest import campaign_status_follow
+
+    ids = [request.campaign_id] if request.campaign_id else list(
+        Campaign.objects.filter(cluster=request.cluster_id, job_number=request.job_number).values_list("pk", flat=True))
+    campaign_status_follow(ids)
 
 
 def control_give_up(*, request_id: int, message: str) -> None:

@@ -170,7 +170,9 @@ class LaunchForm(_LaunchBase):
     INPUT_KINDS = [("params", "parameter list"), ("jsonl", "lines of a JSONL file"),
                    ("directory", "files in a directory")]
 
-    name = forms.CharField(max_length=64, validators=[_name_validator], label="campaign name")
+    # Needed to launch, not for a forecast (trial 4): checked in clean() when "launch" is pressed.
+    name = forms.CharField(max_length=64, required=False, validators=[_name_validator], label="campaign name",
+                           help_text="needed to launch; a forecast needs none")
     input_kind = forms.ChoiceField(choices=INPUT_KINDS, label="inputs", widget=forms.RadioSelect, initial="params")
     input_params = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), label="parameter list",
                                    help_text="one task per line: key=value pairs separated by spaces; "
@@ -227,6 +229,8 @@ class LaunchForm(_LaunchBase):
         if self._upload_error:
             self.add_error("input_jsonl_file", self._upload_error)
             return data
+        if "launch" in self.data and not data.get("name") and "name" not in self.errors:
+            self.add_error("name", "a campaign name is needed to launch (a forecast needs none)")
         kind = data.get("input_kind")
         try:
             if kind == "params":

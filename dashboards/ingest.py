@@ -604,16 +604,18 @@ def _finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
 _RUNNING_STATES = frozenset({"starting", "running", "suspended", "deleting", "unknown", "finishing"})
 
 
-def campaign_status_of(states: dict[str, int]) -> str | None:
+def campaign_status_of(states: dict[str, int], *, waits_for_predecessor: bool = False) -> str | None:
     """A submitted campaign's status from its active tasks' states (``{state: n}``):
-    ``running`` when one runs (or is finishing), else ``paused`` when tasks are held and
-    none is pending, else ``submitted``; None when no task is active (finishing is ingest's)."""
+    ``running`` when one runs (or is finishing), else, when tasks are held and none is pending,
+    ``waiting`` if they wait for the campaign's ``-hold_jid_ad`` predecessor
+    (``waits_for_predecessor``: ``control.waits_for_predecessor``) or ``paused``, else
+    ``submitted``; None when no task is active (finishing is ingest's)."""
     if not any(states.values()):
         return None
     if any(states.get(s) for s in _RUNNING_STATES):
         return CampaignStatus.RUNNING
     if states.get("held") and not states.get("pending"):
-        return CampaignStatus.PAUSED
+        return CampaignStatus.WAITING if waits_for_predecessor else CampaignStatus.PAUSED
     return CampaignStatus.SUBMITTED
 
 
@@ -629,12 +631,29 @@ def campaign_status_follow(campaign_ids: Iterable[int]) -> int:
                 "campaign_id", "state"):
             by = states.setdefault(pk, {})
             by[state] = by.get(state, 0) + 1
+        waiting = _waiting_for_predecessor([pk for pk in current if states.get(pk, {}).get("held")])
         for pk, status in current.items():
-            target = campaign_status_of(states.get(pk, {}))
+            target = campaign_status_of(states.get(pk, {}), waits_for_predecessor=pk in waiting)
             if target is not None and target != status:
                 moved += transition(Campaign.objects.filter(pk=pk), field="status", transitions=CAMPAIGN_TRANSITIONS,
                                     source=status, target=target)
     return moved
+
+
+def _waiting_for_predecessor(campaign_ids: list[int]) -> set[int]:
+    """Those of ``campaign_ids`` (campaigns with held tasks) whose held tasks wait for their
+    ``-hold_jid_ad`` predecessor, not for a release (``control.waits_for_predecessor``)."""
+    from .control import tco_holds
+
+    by_cluster: dict[int, list[Campaign]] = {}
+    for campaign in (Campaign.objects.filter(pk__in=campaign_ids, predecessor_job__isnull=False,
+                                             job_number__isnull=False).select_related("launched_by")):
+        by_cluster.setdefault(campaign.cluster_id, []).append(campaign)
+    out: set[int] = set()
+    for cluster_id, campaigns in by_cluster.items():
+        held = tco_holds(Cluster(pk=cluster_id), campaigns)
+        out |= {c.pk for c in campaigns if c.job_number not in held}
+    return out
 
 
 def _finish_campaigns(campaign_ids: set[int]) -> None:

@@ -4,7 +4,9 @@ The figures come from the scheduler's own numbers in the last cluster status
 poll (``Cluster.status``: ``qstat -g c`` slots per cluster queue, the global
 host's consumables from ``qhost -F`` and ``complex_values``, ``qquota``
 rules, ``sge_share_mon`` share tree) and from tco's history (wall clock of
-finished tasks; the tasks waiting now). Nothing here asks the scheduler.
+finished tasks; the tasks waiting now); only the chosen queue's slots are asked of the
+scheduler at the time of the forecast (``qstat -g c``, :func:`fresh_queue_row`), the poll's
+when it does not answer.
 
 The model, stated on the page with every figure it used:
 
@@ -16,15 +18,19 @@ The model, stated on the page with every figure it used:
 - **free now** is the same with what is free now (``available`` slots, seats
   left, quota headroom);
 - the campaign **starts** at once when a task can start now and nothing
-  waits ahead of it (tasks pending with the same or a higher priority);
-  else after ``(ahead + 1) x d / (share x slots)`` seconds, where ``d`` is the
-  median wall clock of finished tasks in tco's history, ``slots`` how many
+  waits ahead of it (tasks of tco campaigns on the same queue pending with the same or a higher
+  priority: they take the free slots first); else after ``(ahead + 1) x d / (share x slots)`` seconds, where ``d`` is the
+  median wall clock of the queue's finished tasks (the agent's own when none took time), ``slots`` how many
   run in the queue at once, and ``share`` the team's fraction of the share
   tree among the projects with work (1 without a share tree; then every task
   waiting is ahead, else only the team's own);
 - it **finishes** ``ceil(tasks / at once) x`` the agent's wall clock per task
   later (median and 90th percentile), where at once is also cut to the
   team's share of the slots while other work waits.
+
+- with a **predecessor** (``-hold_jid_ad``), task N starts only after task N of the predecessor
+  job ends: the start is no earlier than its first task's likely end and the finish no earlier
+  than its last task's likely end plus a task (:func:`predecessor_forecast`).
 
 These are estimates for planning, not promises: the scheduler decides.
 """
@@ -86,19 +92,110 @@ def _share(status: dict[str, Any], project: str, busy_projects: set[str]) -> tup
     return shares / total, f"{project} has {shares:g} of {total:g} shares among the projects with work"
 
 
+def fresh_queue_row(cluster: Cluster, queue: str, scheduler=None) -> tuple[dict | None, str]:
+    """The cluster queue ``queue``'s slots now, asked of the scheduler (``qstat -g c``,
+    ``SchedulerAdapter.queue_summary``: ``{"name", "used", "available", "total", ...}``), and where
+    the figures come from ("qstat -g c now" or, when the scheduler does not answer, "the last
+    cluster poll"). ``(None, note)`` when neither has the queue."""
+    from . import clusters
+
+    try:
+        scheduler = scheduler or clusters.scheduler_for(cluster)
+        rows = scheduler.queue_summary()
+    except Exception as exc:  # noqa: BLE001 - the poll's figures stand in; the page says so
+        rows, source = None, f"the last cluster poll (qstat -g c failed now: {str(exc)[:120]})"
+    else:
+        source = "qstat -g c now"
+    if rows is None:
+        rows = (cluster.status or {}).get("queues") or []
+    row = next((q for q in rows if q.get("name") == queue), None)
+    return row, source
+
+
+def _median(values: list[float]) -> float | None:
+    return quantile(sorted(values), 0.5) if values else None
+
+
+def predecessor_forecast(cluster: Cluster, job_number: int, *, now: dt.datetime) -> dict[str, Any]:
+    """When the tasks of ``job_number`` (a ``-hold_jid_ad`` predecessor) will likely end.
+
+    From tco's rows of that job (running tasks: their start plus the median wall clock of the
+    predecessor campaign's agent from its finished runs; tasks still waiting: run in waves of
+    as many as run now, or the campaign's concurrency cap) and its campaign. Returns
+    ``{"job", "campaign": name | "", "running": n, "waiting": n, "ended": bool, "task_s": median
+    seconds | None, "first_end_at": datetime | None (its first task to end: the earliest this
+    campaign's task 1 can start), "last_end_at": datetime | None, "text": the wait in words}``.
+    """
+    from .models import Campaign
+
+    campaign = Campaign.objects.filter(cluster=cluster, job_number=job_number).order_by("-launched_at").first()
+    name = campaign.name if campaign else ""
+    out: dict[str, Any] = {"job": job_number, "campaign": name, "running": 0, "waiting": 0, "ended": False,
+                           "task_s": None, "first_end_at": None, "last_end_at": None}
+    label = f"predecessor job {job_number}" + (f" (campaign {name})" if name else "")
+    active = list(Task.objects.filter(cluster=cluster, job_number=job_number, active=True)
+                  .values_list("state", "started_at"))
+    if not active:
+        known = Task.objects.filter(cluster=cluster, job_number=job_number).exists()
+        out["ended"] = known
+        out["text"] = (f"{label} has ended: no wait for it" if known else
+                       f"{label} is not in the queue tco sees: no wait for it is counted")
+        return out
+    if campaign is not None:
+        runs = list(Task.objects.filter(campaign__agent_definition=campaign.agent_definition_id,
+                                        state__in=("done", "failed"), wallclock_s__isnull=False)
+                    .order_by("-ended_at", "-id").values_list("wallclock_s", flat=True)[:QUEUE_HISTORY])
+        out["task_s"] = _median([float(w) for w in runs])
+    running = [started for state, started in active if state in ("starting", "running", "suspended", "finishing",
+                                                                 "deleting", "unknown")]
+    out["running"] = len(running)
+    out["waiting"] = len(active) - len(running)
+    d = out["task_s"]
+    if d is None:
+        out["text"] = (f"waits for {label}: {out['running']} of its tasks running, {out['waiting']} waiting; "
+                       "when they end is unknown (no finished runs of its agent)")
+        return out
+    ends = sorted(max(now, (started or now) + dt.timedelta(seconds=d)) for started in running)
+    parallel = len(running) or min(out["waiting"], campaign.concurrency_cap or out["waiting"])
+    first, last = (ends[0], ends[-1]) if ends else (None, now)
+    if out["waiting"]:
+        waves = math.ceil(out["waiting"] / max(1, parallel))
+        base = ends[0] if ends else now
+        last = max(last, base + dt.timedelta(seconds=waves * d))
+        first = first or now + dt.timedelta(seconds=d)
+    out["first_end_at"], out["last_end_at"] = first, last
+    out["text"] = (f"waits for {label}, task by task: {out['running']} of its tasks running, {out['waiting']} "
+                   f"waiting; its agent takes {d:.0f} s (median), so its first task likely ends at "
+                   f"{first:%H:%M:%S} UTC and its last at {last:%H:%M:%S} UTC")
+    return out
+
+
 def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, seats_per_task: int,
                     concurrency_cap: int | None, priority: int, duration_s: dict[str, float] | None,
-                    now: dt.datetime | None = None) -> dict[str, Any]:
-    """Start, finish and slot-hours of a campaign of ``count`` tasks (module doc for the model).
+                    now: dt.datetime | None = None, agent_definition=None, predecessor_job: int | None = None,
+                    scheduler=None) -> dict[str, Any]:
+    """Start, finish and slot-hours of a campaign of ``count`` tasks on ``queue`` (module doc for the model).
 
     ``duration_s``: the agent's wall clock per task ``{p10, p50, p90}`` in seconds (from
-    ``billing.forecast``), None without history. Returns ``{"at_once": int, "free_now": int,
-    "limits": [{"what": str, "tasks": int}] (the smallest first), "ahead": tasks waiting ahead,
-    "queue_task_s": seconds (the queue's median task) | None, "share": float | None,
-    "share_note": str, "wait_s": float | None, "start_at": datetime | None, "finish_at":
-    {p50, p90} | None, "run_s": {p50, p90} | None, "slot_hours": {p10, p50, p90} | None,
-    "status_at": datetime | None, "notes": [str]}``. Times are None when history is missing.
+    ``billing.forecast``: its finished runs on any queue), None without history;
+    ``agent_definition`` names the queues that history comes from. The queue's slots free now
+    are asked of the scheduler (:func:`fresh_queue_row`, ``scheduler`` for tests), the poll's
+    figures when it does not answer. Waiting ahead counts only ``queue``'s work: pending tasks of
+    tco campaigns on it (and campaigns on it still being submitted); pending jobs not launched
+    by tco, whose queue tco does not know, are counted apart. ``predecessor_job``
+    (``-hold_jid_ad``): the start is no earlier than its first task's likely end and the finish
+    no earlier than its last task's likely end plus a task (:func:`predecessor_forecast`).
+    Returns ``{"at_once": int, "free_now": int, "limits": [{"what": str, "tasks": int}] (the
+    smallest first), "ahead": tasks waiting ahead, "ahead_all", "ahead_unknown": pending tasks
+    of jobs not launched by tco, "queue_task_s": seconds (the queue's median task) | None,
+    "queue_task_note": str, "history_queues": [(queue, runs)], "share": float | None,
+    "share_note": str, "wait_s": float | None, "start_at": datetime | None, "start_note": str,
+    "finish_at": {p50, p90} | None, "run_s": {p50, p90} | None, "slot_hours": {p10, p50, p90}
+    | None, "predecessor": predecessor_forecast(...) | None, "slots_source": str, "status_at":
+    datetime | None, "notes": [str], "queue": queue}``. Times are None when history is missing.
     """
+    from .models import Campaign, CampaignStatus
+
     now = now or timezone.now()
     status = cluster.status or {}
     user = settings.TCO_SUBMIT_USER
@@ -109,16 +206,16 @@ def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, sea
     if concurrency_cap:
         limits.append({"what": f"concurrency cap -tc {concurrency_cap}", "tasks": concurrency_cap})
         free.append(concurrency_cap)
-    row = next((q for q in status.get("queues") or [] if q.get("name") == queue), None)
+    row, slots_source = fresh_queue_row(cluster, queue, scheduler)
     queue_slots = None
     if row is not None and _number(row.get("total")):
         queue_slots = int(_number(row["total"]) or 0)
         available = int(_number(row.get("available")) or 0)
         limits.append({"what": f"{queue}: {queue_slots} slots (qstat -g c)", "tasks": queue_slots})
         free.append(available)
-        notes.append(f"{queue}: {available} of {queue_slots} slots free")
+        notes.append(f"{queue}: {available} of {queue_slots} slots free ({slots_source})")
     else:
-        notes.append(f"no slot figures for {queue} in the last cluster status")
+        notes.append(f"no slot figures for {queue} ({slots_source})")
     seat_capacity = _number((status.get("global_capacity") or {}).get(seat))
     seats_free = None
     for host in status.get("hosts") or []:
@@ -146,19 +243,38 @@ def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, sea
     at_once = max(1, min(item["tasks"] for item in limits))
     free_now = max(0, min(free))
 
-    waiting = Task.objects.filter(cluster=cluster, active=True, state="pending")
-    ahead_all = waiting.exclude(campaign__priority__lt=priority).count()
-    busy = set(waiting.values_list("project", flat=True).distinct()[:100])
+    all_pending = Task.objects.filter(cluster=cluster, active=True, state="pending")
+    # Only this queue's work is ahead: tco's campaigns on it (a pending task's own queue is empty until
+    # it starts); jobs not launched by tco may ask for any queue, which tco does not know.
+    waiting = all_pending.filter(campaign__queue=queue)
+    ahead_unknown = all_pending.filter(campaign__isnull=True).count()
+    submitting = list(Campaign.objects.filter(cluster=cluster, queue=queue, status=CampaignStatus.SUBMITTING)
+                      .exclude(priority__lt=priority).values_list("team__project", "task_count"))
+    ahead_all = waiting.exclude(campaign__priority__lt=priority).count() + sum(n for _, n in submitting)
+    # The share tree is the cluster's: every project with work competes, whatever its queue.
+    busy = set(all_pending.values_list("project", flat=True).distinct()[:100])
     busy |= set(Task.objects.filter(cluster=cluster, active=True, state="running")
                 .values_list("project", flat=True).distinct()[:100])
     share, share_note = _share(status, team.project, {p for p in busy if p})
     ahead = ahead_all
     if share is not None:
-        ahead = waiting.filter(project=team.project).exclude(campaign__priority__lt=priority).count()
-    queue_history = sorted(float(w) for w in Task.objects.filter(cluster=cluster, state__in=("done", "failed"),
-                                                                   wallclock_s__isnull=False)
-                           .order_by("-ended_at", "-id").values_list("wallclock_s", flat=True)[:QUEUE_HISTORY])
-    queue_task_s = quantile(queue_history, 0.5) if queue_history else (duration_s or {}).get("p50")
+        ahead = (waiting.filter(project=team.project).exclude(campaign__priority__lt=priority).count()
+                 + sum(n for p, n in submitting if p == team.project))
+    queue_history = [float(w) for w in Task.objects.filter(cluster=cluster, queue=queue, state__in=("done", "failed"),
+                                                            wallclock_s__isnull=False)
+                     .order_by("-ended_at", "-id").values_list("wallclock_s", flat=True)[:QUEUE_HISTORY]]
+    queue_task_s = _median(queue_history)
+    queue_task_note = f"median of the last {len(queue_history)} finished tasks on {queue}"
+    if not queue_task_s and duration_s:  # none ran there, or they took no time: the agent's own run time
+        queue_task_s = duration_s.get("p50")
+        queue_task_note = "this agent's median run time (no finished tasks on %s that took time)" % queue
+    history_queues: list[tuple[str, int]] = []
+    if agent_definition is not None:
+        from django.db.models import Count
+
+        history_queues = [(q or "?", n) for q, n in Task.objects.filter(
+            campaign__agent_definition=agent_definition, state__in=("done", "failed"), wallclock_s__isnull=False)
+            .values_list("queue").annotate(n=Count("id")).order_by("-n", "queue")]
     running_slots = queue_slots or at_once
     if seat_capacity and seats_per_task:
         running_slots = min(running_slots, int(seat_capacity // seats_per_task) or 1)
@@ -170,16 +286,32 @@ def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, sea
                               "tasks": fair})
             at_once = fair
 
+    # The tasks ahead take the free slots first: only what is left could start now.
+    free_now = max(0, free_now - ahead)
     result: dict[str, Any] = {"at_once": at_once, "free_now": free_now, "limits": limits, "ahead": ahead,
-                              "ahead_all": ahead_all, "queue_task_s": queue_task_s, "share": share,
-                              "share_note": share_note, "wait_s": None, "start_at": None, "finish_at": None,
-                              "run_s": None, "slot_hours": None, "status_at": cluster.status_at, "notes": notes}
-    if free_now >= 1 and ahead == 0:
+                              "ahead_all": ahead_all, "ahead_unknown": ahead_unknown, "queue_task_s": queue_task_s,
+                              "queue_task_note": queue_task_note, "history_queues": history_queues, "share": share,
+                              "share_note": share_note, "wait_s": None, "start_at": None, "start_note": "",
+                              "finish_at": None, "run_s": None, "slot_hours": None, "predecessor": None,
+                              "slots_source": slots_source, "status_at": cluster.status_at, "notes": notes,
+                              "queue": queue}
+    if free_now >= 1:
         result["wait_s"] = 0.0
-    elif queue_task_s:
+    elif queue_task_s is not None:
         result["wait_s"] = (ahead + 1) * queue_task_s / ((share or 1.0) * max(1, running_slots))
     if result["wait_s"] is not None:
         result["start_at"] = now + dt.timedelta(seconds=result["wait_s"])
+    task_s = (duration_s or {}).get("p50")
+    if predecessor_job:
+        before = result["predecessor"] = predecessor_forecast(cluster, predecessor_job, now=now)
+        if before["first_end_at"] is not None:
+            if result["start_at"] is None or before["first_end_at"] > result["start_at"]:
+                result["start_at"] = before["first_end_at"]
+                result["wait_s"] = max(0.0, (before["first_end_at"] - now).total_seconds())
+                result["start_note"] = f"when the first task of predecessor job {predecessor_job} likely ends"
+        elif not before["ended"] and before["running"] + before["waiting"]:
+            result["start_at"] = result["wait_s"] = None  # it waits for tasks whose end is unknown
+            result["start_note"] = f"the end of predecessor job {predecessor_job}'s tasks is unknown"
     if duration_s:
         waves = math.ceil(count / at_once)
         result["run_s"] = {q: waves * duration_s[q] for q in ("p50", "p90")}
@@ -187,6 +319,11 @@ def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, sea
         if result["start_at"] is not None:
             result["finish_at"] = {q: result["start_at"] + dt.timedelta(seconds=result["run_s"][q])
                                    for q in ("p50", "p90")}
+            before = result["predecessor"]
+            if before and before["last_end_at"] is not None and task_s is not None:
+                # Task N starts only after task N of the predecessor: the last one ends after its last.
+                floor = {q: before["last_end_at"] + dt.timedelta(seconds=duration_s[q]) for q in ("p50", "p90")}
+                result["finish_at"] = {q: max(result["finish_at"][q], floor[q]) for q in ("p50", "p90")}
     return result
 
 

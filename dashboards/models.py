@@ -105,30 +105,38 @@ class CampaignStatus(models.TextChoices):
     one" (``Campaign.submit_claimed_at`` set): the job number is committed in
     the same update that moves it to ``submitted``. Once submitted, ingest
     moves it between ``submitted`` (every unfinished task waits), ``running``
-    (at least one task runs or is finishing) and ``paused`` (none runs, and every
-    waiting task is held), and to ``finished`` when no task is active
-    (``ingest.campaign_status_follow``).
+    (at least one task runs or is finishing), ``paused`` (none runs, and every
+    waiting task is held by tco: its launcher, an admin or a budget) and ``waiting``
+    (none runs, and every waiting task waits for its ``-hold_jid_ad`` predecessor's
+    task, which no release moves; ``control.waits_for_predecessor``), and to
+    ``finished`` when no task is active (``ingest.campaign_status_follow``).
     """
 
     SUBMITTING = "submitting", "submitting"
     SUBMITTED = "submitted", "submitted (waiting)"
     RUNNING = "running", "running"
     PAUSED = "paused", "paused (held)"
+    WAITING = "waiting", "waiting for its predecessor"
     REJECTED = "rejected", "rejected by the scheduler"
     FINISHED = "finished", "finished"
 
 
 #: The states of a campaign whose job is in the scheduler (submitted and not finished).
-CAMPAIGN_LIVE = (CampaignStatus.SUBMITTED, CampaignStatus.RUNNING, CampaignStatus.PAUSED)
+CAMPAIGN_LIVE = (CampaignStatus.SUBMITTED, CampaignStatus.RUNNING, CampaignStatus.PAUSED, CampaignStatus.WAITING)
 
 
 #: Campaign state -> the states it may move to (services.campaign_submit, the reconciler, ingest).
 CAMPAIGN_TRANSITIONS: dict[str, frozenset[str]] = {
     CampaignStatus.SUBMITTING: frozenset({CampaignStatus.SUBMITTING, CampaignStatus.SUBMITTED,
                                           CampaignStatus.REJECTED}),
-    CampaignStatus.SUBMITTED: frozenset({CampaignStatus.RUNNING, CampaignStatus.PAUSED, CampaignStatus.FINISHED}),
-    CampaignStatus.RUNNING: frozenset({CampaignStatus.SUBMITTED, CampaignStatus.PAUSED, CampaignStatus.FINISHED}),
-    CampaignStatus.PAUSED: frozenset({CampaignStatus.SUBMITTED, CampaignStatus.RUNNING, CampaignStatus.FINISHED}),
+    CampaignStatus.SUBMITTED: frozenset({CampaignStatus.RUNNING, CampaignStatus.PAUSED, CampaignStatus.WAITING,
+                                         CampaignStatus.FINISHED}),
+    CampaignStatus.RUNNING: frozenset({CampaignStatus.SUBMITTED, CampaignStatus.PAUSED, CampaignStatus.WAITING,
+                                       CampaignStatus.FINISHED}),
+    CampaignStatus.PAUSED: frozenset({CampaignStatus.SUBMITTED, CampaignStatus.RUNNING, CampaignStatus.WAITING,
+                                      CampaignStatus.FINISHED}),
+    CampaignStatus.WAITING: frozenset({CampaignStatus.SUBMITTED, CampaignStatus.RUNNING, CampaignStatus.PAUSED,
+                                       CampaignStatus.FINISHED}),
     CampaignStatus.REJECTED: frozenset(),
     CampaignStatus.FINISHED: frozenset(),
 }

@@ -49,7 +49,7 @@ OTHER_JOBS_SHOWN = 50
 REQUESTS_SHOWN = 200
 FAILURE_STATES = ("error", "failed", "lost")
 QUEUED_STATES = ("pending", "held")
-UNFINISHED_CAMPAIGN = ("submitting", "submitted", "running", "paused")
+UNFINISHED_CAMPAIGN = ("submitting", "submitted", "running", "paused", "waiting")
 CHUNK = 900  # SQLite: at most 999 parameters in one IN (...)
 TOKEN_FIELDS = TOKEN_BUCKETS  # the disjoint buckets (execution/spool.py); reasoning is inside output
 
@@ -702,11 +702,16 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
     ``host`` keeps only the tasks on that execution host (their latest
     attempt's host), with any of the above.
     """
+    from .control import WAITING, campaign_states
+
+    if state == WAITING:  # tasks that wait for the -hold_jid_ad predecessor are held (hqw) in the scheduler
+        state = "held"
     if state is not None and state not in LIFECYCLE_STATES:
         raise ValueError(f"unknown state {state!r}")
     campaign = campaign_for(user, campaign_id)
     tasks = Task.objects.filter(campaign=campaign)
     states = _state_counts(tasks.values_list("state").annotate(n=Count("id")).order_by())
+    states = campaign_states(campaign, states)  # held -> waiting while they wait for the predecessor
     ended = sum(states[s] for s in TERMINAL_STATES)
     failures = sum(states[s] for s in FAILURE_STATES)
     if sort not in TASK_SORTS:
@@ -725,7 +730,7 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
     if q or sort or host:
         total = chosen.count()
     else:
-        total = states[state] if state else sum(states.values())
+        total = states.get(state, states.get(WAITING, 0) if state == "held" else 0) if state else sum(states.values())
     pages = max(1, -(-total // per_page))
     page = min(max(page, 1), pages)
     first = (page - 1) * per_page

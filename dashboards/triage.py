@@ -16,8 +16,8 @@ from schedulers.pending import reason_kind
 
 from . import clusters, scheduler_cache
 from .reservations import reservation_context
-from .control import _ranges, job_priorities, ranges_text
-from .models import Campaign, Cluster, ControlRequest, ControlState, Task, Team
+from .control import _ranges, job_priorities, ranges_text, tco_holds
+from .models import Campaign, Cluster, Task, Team
 
 TRIAGE_STATES = ("error", "pending", "held")
 
@@ -96,6 +96,9 @@ GROUP_ACTIONS = {
     "held_tco": ("release", "Release", "the held tasks become pending again"),
     "held": ("release", "Release", "the hold (user, operator or system) is removed"),
     "dependency": ("delete", "Delete", "they wait for other jobs to finish; delete them if those never will"),
+    # -hold_jid_ad of a tco campaign: a dependency, not a hold; its predecessor's tasks ending moves them.
+    "predecessor": ("", "", "task N starts when task N of the predecessor job ends (-hold_jid_ad); a release "
+                            "does not move them (it is not a hold), the predecessor's tasks ending does"),
     "consumable": ("priority", "Raise the priority", "they start first when a seat frees up"),
     "quota": ("priority", "Raise the priority", "they start first when the quota has room again"),
     "share_tree": ("priority", "Raise the priority", "a -p above the other teams' jobs outweighs the share tree"),
@@ -116,18 +119,20 @@ _WEEKDAY = "%A"
 
 def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
     """Add to each job: ``team`` (name), ``launcher`` (tco user who launched it, "" if not tco's),
-    ``queue``, ``priority`` (-p as tco last set it, None if unknown), ``state`` (error, held or
-    pending: the job's most pressing) and ``group`` (``{"key", "kind", "label"}``)."""
+    ``queue``, ``priority`` (-p as tco last set it, None if unknown), ``state`` (error, held,
+    waiting (for its -hold_jid_ad predecessor) or pending: the job's most pressing), ``group``
+    (``{"key", "kind", "label"}``) and ``predecessor`` (job number or None); who holds a job in
+    tco is said in its reasons in its group's words, and the reasons that cannot hold back a held
+    or waiting job (full or closed queue instances) are marked ``secondary``."""
     numbers = [j["job_number"] for j in jobs]
     campaigns = {c.job_number: c for c in Campaign.objects.filter(cluster=cluster, job_number__in=numbers)
                  .select_related("launched_by", "team").order_by("launched_at")}
+    predecessors = {c.job_number: c for c in Campaign.objects.filter(
+        cluster=cluster, job_number__in=[c.predecessor_job for c in campaigns.values() if c.predecessor_job])
+        .order_by("launched_at")}
     teams = dict(Team.objects.values_list("project", "name"))
     priorities = job_priorities(cluster, numbers)
-    holds: dict[int, ControlRequest] = {}
-    for request in (ControlRequest.objects.filter(cluster=cluster, job_number__in=numbers, control="hold",
-                                                  state=ControlState.DONE)
-                    .select_related("user").order_by("finished_at", "pk")):
-        holds[request.job_number] = request
+    holds = tco_holds(cluster, list(campaigns.values()), numbers)
     for job in jobs:
         campaign = campaigns.get(job["job_number"])
         job["launcher"] = campaign.launched_by.get_username() if campaign else ""
@@ -135,27 +140,64 @@ def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
         job["queue"] = campaign.queue if campaign else ""
         job["campaign_name"] = campaign.name if campaign else ""
         job["priority"] = priorities.get(job["job_number"])
-        job["state"] = "error" if job["errors"] else ("held" if job["held"] == job["tasks"] else "pending")
-        job["group"] = _group_of(job, holds.get(job["job_number"]))
+        hold = holds.get(job["job_number"])
+        job["predecessor"] = campaign.predecessor_job if campaign else None
+        waiting = bool(job["held"] and campaign is not None and campaign.predecessor_job and hold is None)
+        job["state"] = "error" if job["errors"] else (
+            ("waiting" if waiting else "held") if job["held"] == job["tasks"] else "pending")
+        if waiting:
+            before = predecessors.get(campaign.predecessor_job)
+            job["group"] = _predecessor_group(campaign.predecessor_job, before.name if before else "")
+            job["reasons"] = [{"text": "waits" + job["group"]["label"][len("wait"):] + ", task by task: task N "
+                                       f"starts when task N of job {campaign.predecessor_job} ends (not held)",
+                               "raw": f"campaign {campaign.pk}: -hold_jid_ad {campaign.predecessor_job}, "
+                                      "not held in tco"}] + [
+                r for r in job["reasons"] if not r["text"].startswith("held by user/operator/system")]
+        else:
+            job["group"] = _group_of(job, hold)
+            if hold is not None and job["held"]:
+                words = _held_words(hold)
+                job["reasons"] = [{"text": words,
+                                   "raw": f"tco: {hold['action']} by {hold['who']} at {hold['at']:%Y-%m-%d %H:%M:%S}"}
+                                  ] + [r for r in job["reasons"] if not r["text"].startswith("held by ")]
+        if job["state"] in ("held", "waiting"):
+            for reason in job["reasons"]:
+                if reason["text"].startswith(_QUEUE_REASONS) or " opens at " in reason["text"]:
+                    reason["secondary"] = True
 
 
-def _group_of(job: dict, hold: ControlRequest | None) -> dict[str, str]:
+#: Reasons about queue instances and hosts: they do not hold back a job whose every task is held.
+_QUEUE_REASONS = ("queue instance", "queue ", "host ")
+
+
+def _held_words(hold: dict) -> str:
+    """``paused by launcher in tco on Tuesday`` (:func:`control.tco_holds` entry): a group's and its rows' words."""
+    day = timezone.localtime(hold["at"]).strftime(_WEEKDAY)
+    return f"{hold['verb']} by {hold['who']} in tco on {day}"
+
+
+def _predecessor_group(job_number: int, campaign_name: str) -> dict[str, str]:
+    label = f"wait for predecessor job {job_number}" + (f" (campaign {campaign_name})" if campaign_name else "")
+    return {"key": f"predecessor:{job_number}", "kind": "predecessor", "label": label}
+
+
+def _group_of(job: dict, hold: dict | None) -> dict[str, str]:
     """The reason that keeps ``job`` waiting, as a group: ``{"key", "kind", "label"}`` (label: what
-    its tasks wait for, said after the count, e.g. "wait for anthropic_api seats")."""
-    texts = [r["text"] for r in job["reasons"]]
+    its tasks wait for, said after the count, e.g. "wait for anthropic_api seats"). ``hold``: tco's
+    hold on it (:func:`control.tco_holds`), None when tco does not hold it."""
+    texts = [r["text"] for r in job["reasons"] if not r.get("secondary")]
     if job["errors"]:
         return {"key": "error", "kind": "error", "label": "are in the error state"}
     if job["held"]:
-        if hold is not None and hold.user is not None:
-            who = hold.user.get_username()
-            day = timezone.localtime(hold.finished_at or hold.created_at).strftime(_WEEKDAY)
-            verb = "paused" if hold.action.startswith("campaign_") else "held"
-            return {"key": f"held_tco:{who}:{day}", "kind": "held_tco",
-                    "label": f"are {verb} by {who} in tco on {day}"}
+        if hold is not None:
+            words = _held_words(hold)
+            return {"key": f"held_tco:{hold['who']}:{words.rsplit(' ', 1)[-1]}", "kind": "held_tco",
+                    "label": f"are {words}"}
+        if not any(t.startswith("held by ") for t in texts) and any(_is_dependency(t) for t in texts):
+            return {"key": "dependency", "kind": "dependency", "label": "wait for other jobs to finish"}
         return {"key": "held", "kind": "held", "label": "are held outside tco (user, operator or system hold)"}
     for text in texts:
-        if text.startswith("waiting for job") or text.startswith("waiting for the jobs") or \
-                text.startswith("waiting for its predecessor"):
+        if _is_dependency(text):
             return {"key": "dependency", "kind": "dependency", "label": "wait for other jobs to finish"}
     kinds = [reason_kind(t) for t in texts]
     for found in kinds:  # a start time (-a) or a -tc cap: raising the priority moves neither
@@ -197,6 +239,11 @@ def _group_of(job: dict, hold: ControlRequest | None) -> dict[str, str]:
     if texts:
         return {"key": "scheduling", "kind": "scheduling", "label": "wait their turn in the priority order"}
     return {"key": "unknown", "kind": "unknown", "label": "wait without a reason from the scheduler"}
+
+
+def _is_dependency(text: str) -> bool:
+    """A reason of ``explain_pending`` that says the job waits for other jobs (-hold_jid, -hold_jid_ad)."""
+    return text.startswith(("waiting for job", "waiting for the jobs", "waiting for its predecessor"))
 
 
 _SINGULAR = {"are ": "is ", "wait ": "waits ", "start ": "starts "}

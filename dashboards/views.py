@@ -40,7 +40,7 @@ def queue_json(request: HttpRequest) -> JsonResponse:
 @login_required
 def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     state = request.GET.get("state") or None
-    if state not in (None, *selectors.LIFECYCLE_STATES):
+    if state not in (None, *selectors.LIFECYCLE_STATES, "waiting"):
         state = None
     try:
         choice = selectors.task_table_choice(request.GET.get("sort"), request.GET.get("dir"), request.GET.get("q"))
@@ -48,7 +48,8 @@ def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
                                            host=selectors.host_filter(request.GET.get("host")), **choice)
     except Campaign.DoesNotExist:
         raise Http404("no such campaign") from None
-    return render(request, "dashboards/campaign.html", {"detail": detail, "states": selectors.LIFECYCLE_STATES})
+    # The columns are the API's state keys (held reads "waiting" while the tasks wait for the predecessor).
+    return render(request, "dashboards/campaign.html", {"detail": detail, "states": list(detail["states"])})
 
 
 @login_required

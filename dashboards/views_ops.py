@@ -233,7 +233,8 @@ def launch_page(request: HttpRequest) -> HttpResponse:
             preview["timing"] = launch_forecast.timing_forecast(
                 cluster=cluster_get_default(), team=data["team"], count=len(data["inputs"]), queue=data["queue"],
                 seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
-                priority=data["priority"], duration_s=preview["forecast"]["duration_s"])
+                priority=data["priority"], duration_s=preview["forecast"]["duration_s"],
+                agent_definition=data["agent_definition"], predecessor_job=data["predecessor_job"])
             preview["headroom"] = launch_forecast.budget_headroom(preview["verdict"], preview["expected_usd"])
             preview["basis"] = launch_forecast.history_basis(agent_definition=data["agent_definition"],
                                                              inputs=data["inputs"], forecast=preview["forecast"])
@@ -293,10 +294,12 @@ def campaign_ops_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     if can_control:  # the campaign's launches and control actions, an admin's on its job included
         history = control.campaign_actions(campaign)
     summary = notices.campaign_summary(campaign)
+    summary["states"] = control.campaign_states(campaign, summary["states"])
     ended = sum(n for s, n in summary["states"].items() if s in ("done", "failed", "deleted", "lost"))
     return render(request, "dashboards/launch_campaign.html", {
         "campaign": campaign, "summary": summary, "priority": control.campaign_priority(campaign),
         "controls": control.campaign_controls(campaign, summary["states"]), "ended": ended,
+        "predecessor": control.predecessor_campaign(campaign),
         "progress_pct": round(100.0 * ended / campaign.task_count, 1) if campaign.task_count else 0.0,
         "can_control": can_control, "history": history,
         "retries": list(campaign.retries.order_by("launched_at")), "now": timezone.now()})
@@ -373,7 +376,7 @@ def _triage_context(request: HttpRequest) -> dict:
         "owner": sorted({j["launcher"] or j["owner"] for j in every if j["launcher"] or j["owner"]}),
         "queue": sorted({j["queue"] for j in every if j["queue"]}),
         "reason": sorted({(g["key"], g["label"]) for g in (j["group"] for j in every)}),
-        "state": ["error", "held", "pending"],
+        "state": ["error", "held", "waiting", "pending"],
     }
     reverse = triage.SORTS[sort][1] if descending is None else descending
     base = {k: v for k, v in chosen.items() if v}
@@ -471,6 +474,12 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
     group = next((g for g in triage.triage_groups(jobs) if g["key"] == key), None)
     if group is None:
         messages.error(request, "That group has no waiting jobs any more (they may have started); nothing was done.")
+        return _back_to_triage(request)
+    if action != group["action"]["action"]:  # a group's bulk action is its own, on its jobs only
+        messages.error(request, f"{group['title']}: " + (f"the bulk action on this group is {group['action']['label']}"
+                                                          if group["action"]["action"] else
+                                                          f"no action in tco moves these ({group['action']['why']})")
+                       + "; nothing was done.")
         return _back_to_triage(request)
     label = dict(TriageActionForm.ACTIONS)[action]
     if request.POST.get("confirm") != "yes":

@@ -447,6 +447,11 @@ def _explain_message(message: str, job_detail: dict, quota, hosts, capacities,
         holds = job_detail.get("holds") or {}
         if any(kind in holds for kind in ("user", "operator", "system")):
             return None  # already said, with who holds it and which tasks
+        if job_detail.get("predecessors") or "dependency" in holds:
+            # SGE 8.1.9 says "Job is in hold state" for tasks that wait for their -hold_jid(_ad)
+            # predecessors (hqw) and its qstat -j lists no hold ranges of tasks not started: the
+            # dependency, already said, is what is known; not a user/operator/system hold.
+            return None
         return "held by user/operator/system"
     if "job is in error state" in lowered:
         return _error_text(job_detail)
