@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
 
-    dependencies = [("dashboards", "0013_reservations")]
+    dependencies = [("dashboards", "0014_campaign_waiting")]
 
     operations = [
         migrations.AddConstraint(
