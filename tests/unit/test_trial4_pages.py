@@ -78,3 +78,46 @@ def test_jobs_not_launched_by_tco_are_counted_from_their_accounting_records_on_b
                   project="research", account=False)
     assert figures() == (not_tco, other)
     assert "each record is one finished task" in billing.USAGE_DEFINITION
+
+
+# --------------------------------------------------------------------------- finding 9
+
+def test_a_parameter_line_combines_a_range_with_fixed_values():
+    from dashboards import inputs
+
+    items = inputs.inputs_from_params("task=1..24 duration_s=15\nfail=true task=30")
+    assert len(items) == 25
+    assert items[:24] == [{"task": n, "duration_s": 15} for n in range(1, 25)]
+    assert items[24] == {"fail": True, "task": 30}
+    inputs.check_inputs("demo-agent", items)  # task is an integer, duration_s a number
+    assert inputs.inputs_from_params("label=x..y seed=2..3") == [{"label": "x..y", "seed": 2},
+                                                                 {"label": "x..y", "seed": 3}]
+    from dashboards.services import LaunchError
+    with pytest.raises(LaunchError, match="one range per line"):
+        inputs.inputs_from_params("task=1..3 seed=1..2")
+    with pytest.raises(LaunchError, match="at most 10 tasks; line 1 asks for 11"):
+        inputs.inputs_from_params("task=0..10 duration_s=1", limit=10)
+
+
+def test_the_launch_form_takes_a_range_with_fixed_values_and_never_claims_a_cap_of_one(as_user):
+    client = as_user("launcher")
+    html = client.post("/ops/launch/", {**launch_data(input_params="task=1..24 duration_s=15", concurrency_cap="4",
+                                                      name="ranged"), "preview": "1"}).content.decode()
+    assert "must be an integer" not in html and "at most the number of tasks" not in html
+    assert "24 tasks" in html or "24 task" in html
+    # Refused inputs are not one task: the cap is not judged against them.
+    html = client.post("/ops/launch/", {**launch_data(input_params="task=abc duration_s=15", concurrency_cap="4",
+                                                      name="refused"), "preview": "1"}).content.decode()
+    assert "must be an integer" in html and "at most the number of tasks (1)" not in html
+
+
+def test_the_agents_examples_show_duration_and_the_review_agent_has_one():
+    from dashboards import inputs
+
+    demo = inputs.input_example("demo-agent")
+    assert "duration_s=" in demo
+    inputs.check_inputs("demo-agent", inputs.inputs_from_params(demo))
+    review = inputs.input_example("sweep-review")
+    items = inputs.inputs_from_params(review)
+    assert items and all(isinstance(i["sweep_task"], int) and i["run_output"] for i in items)
+    inputs.check_inputs("sweep-review", items)
