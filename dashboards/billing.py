@@ -624,6 +624,19 @@ def usd_text(amount: Decimal | None, places: int | None = None) -> str:
     return f"${amount.quantize(Decimal(1).scaleb(-places)):,}"
 
 
+def headroom_text(left: Decimal | None, places: int | None = None) -> str:
+    """What is left of a budget, said plainly: ``$0.0046``, ``no headroom`` (exactly nothing left) or
+    ``over budget by $0.0046`` (never ``$-0.0046``). ``"?"`` for None; ``places`` as in :func:`usd_text`."""
+    if left is None:
+        return "?"
+    left = Decimal(left)
+    if left < 0:
+        return f"over budget by {usd_text(-left, places)}"
+    if left == 0:
+        return "no headroom"
+    return usd_text(left, places)
+
+
 _usd = usd_text
 
 

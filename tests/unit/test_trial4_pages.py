@@ -121,3 +121,42 @@ def test_the_agents_examples_show_duration_and_the_review_agent_has_one():
     items = inputs.inputs_from_params(review)
     assert items and all(isinstance(i["sweep_task"], int) and i["run_output"] for i in items)
     inputs.check_inputs("sweep-review", items)
+
+
+# --------------------------------------------------------------------------- finding 10: the launch forecast
+
+def test_budget_headroom_is_said_plainly_never_as_a_negative_amount(as_user, ops_users):
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    assert billing.headroom_text(Decimal("-0.0046")) == "over budget by $0.0046"
+    assert billing.headroom_text(Decimal("0")) == "no headroom"
+    assert billing.headroom_text(Decimal("0.0046")) == "$0.0046"
+    research = Team.objects.get(project="research")
+    done = make_campaign(team=research, user=ops_users["launcher"])
+    for n in range(1, 11):  # $0.001 a task: $0.01 spent, the launch's 12 tasks $0.012
+        make_task(done, task_number=n, started_at=timezone.now() - dt.timedelta(minutes=30), wallclock_s=5,
+                  cost_usd="0.001", tokens={"output_tokens": 10})
+    billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("0.02"),
+                       thresholds=[1.0], on_exceed="hold", alert_emails=[])
+    html = as_user("launcher").post("/ops/launch/", {**launch_data(input_params="task=1..12"),
+                                                     "preview": "1"}).content.decode()
+    after = html.split('id="forecast-budget"', 1)[1].split('data-col="after">', 1)[1].split("</td>", 1)[0]
+    # $0.02 - $0.01 = $0.01 left now; after 12 x $0.001: $0.002 over.
+    assert after.strip() == "over budget by $0.002"
+    assert "$-" not in html.split('id="forecast-budget"', 1)[1].split("</table>", 1)[0]
+
+
+def test_the_forecasts_misfit_notice_is_styled_as_a_warning_not_as_success():
+    import re
+    from pathlib import Path
+
+    from django.conf import settings
+
+    template = (Path(settings.BASE_DIR) / "dashboards/templates/dashboards/launch.html").read_text()
+    tag = re.search(r'<p id="forecast-misfit"[^>]*>', template).group(0)
+    assert "warning" in tag.split('class="', 1)[1].split('"', 1)[0].split()
+    css = (Path(settings.BASE_DIR) / "static/css/tco.css").read_text()
+    rule = re.search(r"p\.notice\.warning[^{]*\{([^}]*)\}", css).group(1)
+    assert "var(--warn-bg)" in rule and "var(--warn)" in rule and "--ok" not in rule
