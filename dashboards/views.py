@@ -48,7 +48,11 @@ def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
                                            host=selectors.host_filter(request.GET.get("host")), **choice)
     except Campaign.DoesNotExist:
         raise Http404("no such campaign") from None
-    return render(request, "dashboards/campaign.html", {"detail": detail, "states": selectors.LIFECYCLE_STATES})
+    from .roles import user_can
+
+    team = Campaign.objects.select_related("team").get(pk=detail["campaign"]["id"]).team
+    return render(request, "dashboards/campaign.html", {"detail": detail, "states": selectors.LIFECYCLE_STATES,
+                                                        "can_control": user_can(request.user, "control", team)})
 
 
 @login_required

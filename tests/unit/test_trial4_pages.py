@@ -160,3 +160,47 @@ def test_the_forecasts_misfit_notice_is_styled_as_a_warning_not_as_success():
     css = (Path(settings.BASE_DIR) / "static/css/tco.css").read_text()
     rule = re.search(r"p\.notice\.warning[^{]*\{([^}]*)\}", css).group(1)
     assert "var(--warn-bg)" in rule and "var(--warn)" in rule and "--ok" not in rule
+
+
+# --------------------------------------------------------------------------- finding 10: every page, campaign page
+
+def test_the_favicon_is_served_locally_and_linked_from_every_page(client, ops_users):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    assert body[:4] == b"\x00\x00\x01\x00"  # an ICO header (Microsoft's ICONDIR: reserved 0, type 1)
+    client.force_login(ops_users["viewer"])
+    assert '<link rel="icon" href="/favicon.ico"' in client.get("/").content.decode()
+
+
+def test_a_viewers_campaign_page_offers_no_control_link_and_says_why(client, ops_users):
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"], status="running")
+    client.force_login(ops_users["viewer"])
+    html = client.get(f"/campaigns/{campaign.pk}/").content.decode()
+    assert 'id="campaign-control-link"' not in html and f"/ops/campaigns/{campaign.pk}/" not in html
+    assert "need the launcher role on team research" in html
+    client.force_login(ops_users["launcher"])
+    html = client.get(f"/campaigns/{campaign.pk}/").content.decode()
+    assert 'id="campaign-control-link"' in html and f"/ops/campaigns/{campaign.pk}/" in html
+
+
+def test_a_bill_period_without_spend_draws_no_empty_chart_box(as_user, ops_users):
+    html = as_user("lead").get("/ops/bills/", {"period": "day", "first": "2026-11-03", "last": "2026-11-09",
+                                               "group_by": "campaign"}).content.decode()
+    assert 'id="bill-chart"' not in html and 'id="bill-chart-empty"' in html
+
+
+def test_the_bill_tables_usd_column_comes_before_the_token_buckets(as_user, ops_users):
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"])
+    make_task(campaign, started_at=dt.datetime(2026, 11, 3, 9, tzinfo=dt.timezone.utc), wallclock_s=10, cost_usd="0.5",
+              tokens={"input_tokens": 10, "output_tokens": 5})
+    html = as_user("lead").get("/ops/bills/", {"period": "day", "first": "2026-11-03", "last": "2026-11-03",
+                                               "group_by": "team"}).content.decode()
+    head = html.split('<table class="grid" id="bill">', 1)[1].split("</thead>", 1)[0]
+    columns = [c.strip() for c in __import__("re").findall(r"<th>([^<]*)</th>", head)]
+    assert columns.index("USD") == 2 and columns.index("USD") < columns.index("Total tokens")
+    row = html.split('data-project="research"', 1)[1].split("</tr>", 1)[0]
+    cells = __import__("re").findall(r'<td class="num[^"]*"(?: data-col="([a-z_]+)")?', row)
+    assert cells[0] == "cost_usd"
