@@ -30,7 +30,7 @@
     if (!iso) { return ""; }
     var d = new Date(iso);
     if (isNaN(d.getTime())) { return iso; }
-    var opts = { hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" };
+    var opts = { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23", timeZoneName: "short" };
     if (d.toDateString() !== new Date().toDateString()) { opts.year = "numeric"; opts.month = "short"; opts.day = "numeric"; }
     return d.toLocaleString(undefined, opts);
   };
