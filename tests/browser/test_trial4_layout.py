@@ -1,7 +1,7 @@
 """Trial 4 (session 4) in Debian's Chromium: the bill's USD column on screen at 1280 and 390 px, the
 queue page's campaigns table inside 1280 px with one "campaign finished" notice, a readable "Updated"
 time and a served favicon, the agent page's timeline labels not clipped, and the control page's facts
-following the live reading. Screenshots: var/test-output/trial4/.
+following the live reading. Screenshots: var/test-output/uxb/trial4-*.png.
 """
 from __future__ import annotations
 
@@ -22,22 +22,15 @@ from tests.ops.fixtures import (  # noqa: F401
     wait_until,
 )
 
-from ..conftest import TEST_OUTPUT
-from .test_admin_viewer_pages import signed_in
+from .test_admin_viewer_pages import shot, signed_in
 from .test_pages_roles import browser  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-SHOTS = TEST_OUTPUT / "trial4"
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def inside(page, selector: str, width: int) -> dict:
@@ -63,11 +56,10 @@ def test_the_bills_usd_column_is_on_screen_at_1280_and_390_px(ops_stack, browser
                 page.goto(ops_stack.url + f"/ops/bills/?period=day&first={monday}&last={monday + dt.timedelta(days=6)}"
                           f"&group_by={group}")
                 page.wait_for_selector("#bill tbody tr")
-                shot(page, f"bills-{group}-{viewport['width']}")
                 inside(page, '#bill thead th:has-text("USD")', viewport["width"])
                 inside(page, '#bill tbody td[data-col="cost_usd"]', viewport["width"])
                 inside(page, '#bill-total td[data-col="cost_usd"]', viewport["width"])
-                shot(page, f"bills-{group}-{viewport['width']}")
+                shot(page, f"trial4-bills-{group}-{viewport['width']}")
     # A week with no data: one line, no empty chart box.
     with signed_in(browser, ops_stack, "lead", viewport=DESKTOP) as page:
         page.goto(ops_stack.url + "/ops/bills/?period=day&first=2025-01-06&last=2025-01-12&group_by=campaign")
@@ -106,7 +98,7 @@ def test_the_queue_page_fits_1280_px_with_one_notice_a_readable_time_and_a_favic
         page.reload()
         page.wait_for_selector("#campaigns tbody tr")
         assert not [e for e in errors if "favicon" in e or "404" in e], errors
-        shot(page, "queue-1280")
+        shot(page, "trial4-queue-1280")
         page.click("#campaign-notices button.dismiss")
         assert page.locator("#campaign-notices li").count() == 0
 
@@ -138,7 +130,7 @@ def test_the_agent_pages_timeline_labels_are_not_clipped_and_its_submit_stage_no
                 assert box["x"] >= chart["x"] - 0.5, f"label {label!r} clipped at x={box['x']:.0f}"
             submit = page.locator('#timeline tr[data-stage="submit"] td.num').text_content().strip()
             assert float(submit) == pytest.approx(0.286, abs=0.002)
-            shot(page, f"agent-{viewport['width']}")
+            shot(page, f"trial4-agent-{viewport['width']}")
 
 
 def test_the_control_pages_facts_follow_the_live_reading(ops_stack, browser, ops_logins):
@@ -157,4 +149,4 @@ def test_the_control_pages_facts_follow_the_live_reading(ops_stack, browser, ops
             progress = page.text_content("#progress-states") or ""
             return "3 done" in progress and "3 (3 done)" == (page.text_content("#task-count") or "").strip()
         wait_until(facts_follow, 30, "the facts table to say 3 done as the progress does", 0.5)
-        shot(page, "control-facts-live")
+        shot(page, "trial4-control-facts-live")
