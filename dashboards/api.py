@@ -120,6 +120,7 @@ class UsageRowSerializer(serializers.Serializer):
     project = serializers.CharField()
     tasks = serializers.IntegerField()
     records = serializers.IntegerField(help_text="accounting records")
+    finished_tasks = serializers.IntegerField(help_text="done or failed; not launched by tco: accounting records")
     wallclock_s = serializers.FloatField(help_text="seconds, from the accounting records")
     slot_s = serializers.FloatField(help_text="wall clock x slots, seconds")
     input_tokens = serializers.IntegerField()

@@ -40,10 +40,8 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     FloatField,
-    OuterRef,
     Q,
     QuerySet,
-    Subquery,
     Sum,
     Value,
     When,
@@ -84,7 +82,8 @@ NOT_TCO = "(not launched by tco)"
 #: The one definition of a team's usage, said on the bill page, in its CSV and by ``/api/usage/`` (issue 16, bug 6).
 USAGE_DEFINITION = ("A team's usage is the tasks of its tco campaigns that started in the period (cluster time "
                     "zone) and their accounting records (wall clock and slot-seconds as qacct sums them); jobs run "
-                    "under the team's project that tco did not launch are listed apart, never in the team's total.")
+                    "under the team's project that tco did not launch are listed apart, never in the team's total, "
+                    "and counted from their accounting records alone: each record is one finished task.")
 #: Finished tasks of an agent definition read for a forecast (the newest first).
 FORECAST_HISTORY = 5000
 ZERO = Decimal("0")
@@ -201,7 +200,7 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
     Returns ``{"period", "group_by", "first", "last" (last day included),
     "time_zone", "rows": [row], "totals": row}`` where a row is ``{"period":
     date (first local day), "team", "project", "key", "label", "tasks"
-    (tasks started), "records" (accounting records), each bucket of
+    (tasks started; in a ``NOT_TCO`` row, accounting records), "records" (accounting records), each bucket of
     ``BUCKETS``, "reasoning_tokens" (part of output), "total_tokens",
     "cost_usd" (Decimal USD), "unpriced_tasks" (tokens without a cost),
     "finished_tasks" (done or failed), "verdicts" (``SUCCESSFUL_VERDICT``),
@@ -293,9 +292,11 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
     ``rows`` is keyed ``(period date | None, project, launched_by_tco, group
     key | None)``. A team's usage is what tco launched for it: the tasks of
     its campaigns and their accounting records. Anything else run under the
-    team's project (a ``qsub -P <project>`` by another account, a job tco
-    only saw in qstat) is kept apart with ``launched_by_tco`` False, never in
-    the team's sums. ``trunc`` (a ``Trunc`` of ``started_at``) cuts periods;
+    team's project (a ``qsub -P <project>`` by another account) is kept apart
+    with ``launched_by_tco`` False, never in the team's sums, and counted from
+    its accounting records only: tasks = finished tasks = records (the task
+    rows of such jobs come and go with qstat polls; a job tco only saw in
+    qstat has no record and is not usage until it ends). ``trunc`` (a ``Trunc`` of ``started_at``) cuts periods;
     None gives one row per key with period None.
     """
     # Wall clock and slot-seconds: every accounting record, as qacct sums them.
@@ -312,16 +313,16 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
         row["records"] += item["n"]
         row["wallclock_s"] += float(item["wall"] or 0.0)
         row["slot_s"] += float(item["slot"] or 0.0)
+        if not row["launched_by_tco"]:
+            # Usage tco did not launch: counted from the accounting records alone (one record, one
+            # finished task), never from the task rows qstat polls add and drop between two reads.
+            row["tasks"] += item["n"]
+            row["finished_tasks"] += item["n"]
 
-    # Tokens and cost: tasks, by the start of their (last) run. A task's team: its
-    # campaign's; a task tco did not launch: its own project, else its accounting
-    # record's (qstat without -ext does not say, so jobs tco only saw there have none).
-    recorded_project = Subquery(AccountingRecord.objects.filter(task=OuterRef("pk")).exclude(project="")
-                                .values("project")[:1])
-    tasks = (Task.objects.filter(cluster=cluster, started_at__gte=begin, started_at__lt=end)
-             .annotate(tp=Coalesce(F("campaign__team__project"), NullIf(F("project"), Value("")),
-                                   recorded_project, Value("")),
-                       tco=_launched_by_tco(""))
+    # Tasks, tokens and cost of tco's campaigns: tasks, by the start of their (last) run, in
+    # their campaign's team. (Jobs tco did not launch were counted above, from their records.)
+    tasks = (Task.objects.filter(cluster=cluster, campaign__isnull=False, started_at__gte=begin, started_at__lt=end)
+             .annotate(tp=F("campaign__team__project"), tco=_launched_by_tco(""))
              .filter(tp__in=projects))
     tasks = _only(tasks, only, "")
     tasks, task_fields = _grouped(tasks, group_by=group_by, trunc=trunc, prefix="")
@@ -399,7 +400,7 @@ def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datet
 
     The same definition as the bill page (``_accumulate``): ``{"teams":
     [row], "not_launched_by_tco": [row]}``, a row ``{team, project, tasks,
-    records, wallclock_s, slot_s, input_tokens, cache_read_tokens,
+    records, finished_tasks (done or failed), wallclock_s, slot_s, input_tokens, cache_read_tokens,
     cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
     reasoning_tokens, tokens, cost_usd (Decimal USD), unpriced_tasks}``,
     sorted by team. Jobs run under a team's project that tco did not launch
@@ -415,7 +416,7 @@ def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datet
     for (_p, project, launched, _k), row in sorted(rows.items(), key=lambda kv: team_of[kv[0][1]].name):
         out["teams" if launched else "not_launched_by_tco"].append({
             "team": team_of[project].name, "project": project, "tasks": row["tasks"], "records": row["records"],
-            "wallclock_s": row["wallclock_s"], "slot_s": row["slot_s"],
+            "finished_tasks": row["finished_tasks"], "wallclock_s": row["wallclock_s"], "slot_s": row["slot_s"],
             **{f: row[f] for f in (*BUCKETS, "reasoning_tokens")}, "tokens": row["total_tokens"],
             "cost_usd": row["cost_usd"], "unpriced_tasks": row["unpriced_tasks"]})
     return out
@@ -621,6 +622,19 @@ def usd_text(amount: Decimal | None, places: int | None = None) -> str:
     if places is None:
         places = usd_places([amount])
     return f"${amount.quantize(Decimal(1).scaleb(-places)):,}"
+
+
+def headroom_text(left: Decimal | None, places: int | None = None) -> str:
+    """What is left of a budget, said plainly: ``$0.0046``, ``no headroom`` (exactly nothing left) or
+    ``over budget by $0.0046`` (never ``$-0.0046``). ``"?"`` for None; ``places`` as in :func:`usd_text`."""
+    if left is None:
+        return "?"
+    left = Decimal(left)
+    if left < 0:
+        return f"over budget by {usd_text(-left, places)}"
+    if left == 0:
+        return "no headroom"
+    return usd_text(left, places)
 
 
 _usd = usd_text

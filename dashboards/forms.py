@@ -233,14 +233,17 @@ class LaunchForm(_LaunchBase):
             self.add_error("name", "a campaign name is needed to launch (a forecast needs none)")
         kind = data.get("input_kind")
         try:
+            items = None
             if kind == "params":
-                data["inputs"] = inputs.inputs_from_params(data.get("input_params") or "")
+                items = inputs.inputs_from_params(data.get("input_params") or "")
             elif kind == "jsonl":
-                data["inputs"] = inputs.inputs_from_jsonl(data.get("input_jsonl") or "")
+                items = inputs.inputs_from_jsonl(data.get("input_jsonl") or "")
             elif kind == "directory":
-                data["inputs"] = inputs.inputs_from_directory(data.get("input_directory") or "")
-            if data.get("inputs") is not None and data.get("agent_definition") is not None:
-                inputs.check_inputs(data["agent_definition"].name, data["inputs"])
+                items = inputs.inputs_from_directory(data.get("input_directory") or "")
+            if items is not None and data.get("agent_definition") is not None:
+                inputs.check_inputs(data["agent_definition"].name, items)
+            # Only inputs that passed: refused ones never count as tasks (the cap check below).
+            data["inputs"] = items
         except LaunchError as exc:
             self.add_error({"params": "input_params", "jsonl": "input_jsonl",
                             "directory": "input_directory"}[kind], str(exc))

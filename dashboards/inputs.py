@@ -122,9 +122,11 @@ def inputs_from_params(text: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN)
     """A parameter list: one task per line of ``key=value`` pairs separated by spaces.
 
     Values are JSON where they parse (``3``, ``true``, ``"a b"``), else text.
-    A line with one pair ``key=A..B`` (integers) stands for B-A+1 tasks with
-    key = A..B. Raises LaunchError naming the line; a range larger than
-    ``limit`` is refused before anything is built.
+    A pair ``key=A..B`` (integers) makes its line stand for B-A+1 tasks with
+    key = A..B, each with the line's other pairs as fixed values
+    (``task=1..24 duration_s=15`` is 24 tasks of 15 s); a line has at most one
+    range. Raises LaunchError naming the line; a range larger than ``limit``
+    is refused before anything is built.
     """
     if len(text.encode("utf-8", "surrogatepass")) > limits.INPUT_MAX_BYTES:
         raise LaunchError(f"the parameter list is larger than {limits.INPUT_MAX_BYTES // (1024 * 1024)} MB")
@@ -133,29 +135,33 @@ def inputs_from_params(text: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN)
         line = line.strip()
         if not line:
             continue
-        pairs = line.split()
         row: dict[str, Any] = {}
-        for pair in pairs:
+        ranged: tuple[str, int, int] | None = None
+        for pair in line.split():
             key, eq, value = pair.partition("=")
             if not eq or not _PARAM_KEY.match(key):
                 raise LaunchError(f"parameter line {number}: {pair!r} is not key=value (key: letters, digits, _)")
             if key in row:
                 raise LaunchError(f"parameter line {number}: {key} given twice")
-            row[key] = value
-        if len(row) == 1:
-            (key, value), = row.items()
             match = _RANGE.match(value)
             if match:
-                first, last = int(match.group(1)), int(match.group(2))
-                if last < first:
-                    raise LaunchError(f"parameter line {number}: range {value} runs backwards")
-                if len(items) + (last - first + 1) > limit:
-                    raise LaunchError(f"a campaign has at most {limit} tasks; line {number} asks for "
-                                      f"{last - first + 1}")
-                items.extend({key: n} for n in range(first, last + 1))
+                if ranged is not None:
+                    raise LaunchError(f"parameter line {number}: one range per line ({ranged[0]} and {key} are "
+                                      f"both ranges); write one line per value of the other")
+                ranged = (key, int(match.group(1)), int(match.group(2)))
+                row[key] = None  # filled per task below, in the line's key order
                 continue
-        items.append({k: json_loads_bounded(v, what=f"parameter line {number}: {k}", not_json=v)
-                      for k, v in row.items()})
+            row[key] = json_loads_bounded(value, what=f"parameter line {number}: {key}", not_json=value)
+        if ranged is None:
+            items.append(row)
+        else:
+            key, first, last = ranged
+            if last < first:
+                raise LaunchError(f"parameter line {number}: range {first}..{last} runs backwards")
+            if len(items) + (last - first + 1) > limit:
+                raise LaunchError(f"a campaign has at most {limit} tasks; line {number} asks for "
+                                  f"{last - first + 1}")
+            items.extend({**row, key: n} for n in range(first, last + 1))
         if len(items) > limit:
             raise LaunchError(f"a campaign has at most {limit} tasks")
     if not items:
@@ -185,12 +191,20 @@ INPUT_SCHEMAS: dict[str, dict[str, tuple[InputType, float | None, str]]] = {
         "ignore_sigterm": ("bool", None, "ignore SIGTERM"),
         "spawn_child_s": ("number", 0, "seconds a stray child sleeps"),
     },
+    "sweep-review": {  # demo/review_agent.py
+        "sweep_task": ("int", None, "the sweep task whose run is reviewed"),
+        "run_output": ("str", None, "the run's output file, readable in the sandbox"),
+        "model": ("str", None, "the model to ask"),
+        "stream": ("bool", None, "stream the model's answer"),
+    },
 }
 #: Unit suffixes whose values are numbers >= 0 for every agent.
 UNIT_SUFFIXES = {"_s": "seconds", "_bytes": "bytes", "_tokens": "tokens", "_usd": "USD"}
 #: An example input per agent definition name, shown on the launch form (parameter-list syntax).
 INPUT_EXAMPLES: dict[str, str] = {
-    "demo-agent": "task=1..20",
+    "demo-agent": "task=1..20 duration_s=5",
+    "sweep-review": ("sweep_task=1 run_output=/path/to/sweep/run-1.txt\n"
+                     "sweep_task=2 run_output=/path/to/sweep/run-2.txt stream=true"),
 }
 
 

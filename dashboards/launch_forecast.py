@@ -344,8 +344,8 @@ def budget_headroom(verdict: dict[str, Any], expected_usd) -> list[dict[str, Any
                      "left_usd": left, "after_usd": after, "unpriced_tasks": status["unpriced_tasks"],
                      "text": {"amount": billing.usd_text(amount, places),
                               "spent": billing.usd_text(status["spent_usd"], places),
-                              "left": billing.usd_text(left, places),
-                              "after": billing.usd_text(after, places) if after is not None else None}})
+                              "left": billing.headroom_text(left, places),
+                              "after": billing.headroom_text(after, places) if after is not None else None}})
     return rows
 
 

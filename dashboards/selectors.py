@@ -37,7 +37,7 @@ from .health import task_note
 from .models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team
 from .roles import is_admin, teams_with
 from .spool_files import read_spool_file, task_output_path, task_outputs
-from .stages import campaign_stages, task_stages, timeline
+from .stages import campaign_stages, submit_seconds, task_stages, timeline
 from .stages import iso as _iso
 from .stages import seconds_between as _seconds
 
@@ -636,13 +636,22 @@ def _tokens(task: Task | ModelRequest) -> int:
     return sum(getattr(task, f) for f in TOKEN_FIELDS)
 
 
+def shown_state_code(task: Task) -> str:
+    """qstat's state letters (``qw``, ``hqw``, ``r``...) while the task is in the scheduler, else "".
+
+    The letters are the last poll's and mean nothing once the task has ended: a finished task
+    never shows "done (hqw)" on the agent page or in a campaign's task table.
+    """
+    return task.state_code if task.active else ""
+
+
 def _task_row(t: Task) -> dict[str, Any]:
     return {
         "id": t.pk,
         "task_id": t.task_id,
         "task_number": t.task_number,
         "state": t.state,
-        "state_code": t.state_code if t.active else "",  # qstat's letters mean nothing once it has ended
+        "state_code": shown_state_code(t),
         "runner_note": task_note(t),  # finished per its runner while the scheduler still lists it
         "host": t.host,
         "queue": t.queue,
@@ -774,7 +783,7 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
             "launched_at": _iso(campaign.launched_at),
             "submitted_at": _iso(campaign.submitted_at),
             "finished_at": _iso(campaign.finished_at),
-            "submit_s": campaign.submit_seconds,
+            "submit_s": submit_seconds(campaign),
         },
         "states": states,
         "ended": ended,
@@ -887,7 +896,7 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
         "task": {
             "id": task.pk, "task_id": task.task_id, "job_number": task.job_number,
             "task_number": task.task_number, "name": task.name, "owner": task.owner, "project": task.project,
-            "state": task.state, "state_code": task.state_code, "restarted": task.restarted,
+            "state": task.state, "state_code": shown_state_code(task), "restarted": task.restarted,
             "runner_note": task_note(task),
             "active": task.active, "queue": task.queue, "host": task.host, "slots": task.slots,
             "priority": task.priority, "submitted_at": _iso(task.submitted_at),

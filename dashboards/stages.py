@@ -72,6 +72,34 @@ def queue_wait_start(task: Task) -> dt.datetime | None:
     return task.submitted_at
 
 
+def submit_span(campaign: Campaign | None, task: Task | None = None) -> tuple[dt.datetime, dt.datetime | None] | None:
+    """The "submit" stage as ``(start, end)``: launch request accepted (``launched_at``) -> the DRMAA
+    call returned (``submitted_at``; None while it has not). None without a campaign.
+
+    The one definition of the stage: the campaign's stage table (:func:`submit_seconds`) and the
+    agent page's timeline (:func:`timeline`) both read it. For one ``task`` that started (its
+    runner's first timestamp, else the scheduler's start) before DRMAA returned, the stage ends at
+    that start. The end is never before the start, so the stage is never negative; the scheduler's
+    own submission time (whole seconds, it can read before ``launched_at``) bounds the queue wait,
+    never this stage.
+    """
+    if campaign is None or campaign.launched_at is None:
+        return None
+    start, end = campaign.launched_at, campaign.submitted_at
+    began = (task.task_started_at or task.started_at) if task is not None else None
+    if end is not None and began is not None and began < end:
+        end = began
+    if end is not None and end < start:
+        end = start
+    return start, end
+
+
+def submit_seconds(campaign: Campaign | None, task: Task | None = None) -> float | None:
+    """The "submit" stage in seconds (:func:`submit_span`), never negative; None until DRMAA returned."""
+    span = submit_span(campaign, task)
+    return seconds_between(*span) if span is not None else None
+
+
 def task_stages(task: Task) -> dict[str, float | None]:
     """One task's stage durations in seconds (DESIGN.md "Stages"); None where not reached.
 
@@ -184,7 +212,8 @@ def campaign_stages(campaign: Campaign, states: dict[str, int] | None = None) ->
             agent.append(ag)
             if tot is not None:
                 overhead.append(tot - (sb or 0.0) - ag)
-    values = {"submit": [campaign.submit_seconds] if campaign.submit_seconds is not None else [],
+    submit = submit_seconds(campaign)
+    values = {"submit": [submit] if submit is not None else [],
               "queue_wait": queue_wait, "sandbox_start": sandbox, "agent_work": agent,
               "integration_overhead": overhead}
     result = {
@@ -197,7 +226,13 @@ def campaign_stages(campaign: Campaign, states: dict[str, int] | None = None) ->
 
 
 def timeline(task: Task) -> list[dict[str, Any]]:
-    """Consecutive segments of one agent's life; ``overhead`` marks the parts of integration overhead."""
+    """The segments of one agent's life, in order; ``overhead`` marks the parts of integration overhead.
+
+    ``[{stage, label, start, end (ISO, None while in progress), seconds, overhead}]``. The submit
+    segment is the campaign's (:func:`submit_span`, never negative); the queue wait starts at the
+    scheduler's submission time (:func:`queue_wait_start`), which has whole-second resolution, so
+    the two may overlap by under a second.
+    """
     campaign = task.campaign
     segments = []
 
@@ -206,12 +241,9 @@ def timeline(task: Task) -> list[dict[str, Any]]:
             segments.append({"stage": stage, "label": label, "start": iso(start), "end": iso(end),
                              "seconds": seconds_between(start, end), "overhead": overhead})
 
-    if campaign is not None:  # the submit stage ends where the queue wait begins, never after it
-        wait_start = queue_wait_start(task)
-        end = campaign.submitted_at
-        if wait_start is not None and end is not None and wait_start < end:
-            end = wait_start
-        add("submit", "submit", campaign.launched_at, end)
+    span = submit_span(campaign, task)
+    if span is not None:
+        add("submit", "submit", *span)
     add("queue_wait", "queue wait", queue_wait_start(task), task.task_started_at or task.started_at)
     add("runner_setup", "runner setup", task.task_started_at, task.sandbox_create_at or task.agent_started_at,
         overhead=True)

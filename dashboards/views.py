@@ -48,8 +48,12 @@ def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
                                            host=selectors.host_filter(request.GET.get("host")), **choice)
     except Campaign.DoesNotExist:
         raise Http404("no such campaign") from None
+    from .roles import user_can
+
+    team = Campaign.objects.select_related("team").get(pk=detail["campaign"]["id"]).team
     # The columns are the API's state keys (held reads "waiting" while the tasks wait for the predecessor).
-    return render(request, "dashboards/campaign.html", {"detail": detail, "states": list(detail["states"])})
+    return render(request, "dashboards/campaign.html", {"detail": detail, "states": list(detail["states"]),
+                                                        "can_control": user_can(request.user, "control", team)})
 
 
 @login_required

@@ -242,6 +242,8 @@ STORAGES = {
     "staticfiles": {"BACKEND": "tco_web.static_storage.StaticStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+# Files served at the site's root by WhiteNoise: /favicon.ico (tco's own icon; no CDN, no 404 in the console).
+WHITENOISE_ROOT = BASE_DIR / "static" / "root"
 
 
 

@@ -88,8 +88,9 @@
       marker: { color: segs.map(function (s) { return s.overhead ? "#f0b36b" : s.end ? "#8fb0ef" : "#c9d8f7"; }) },
       hovertext: segs.map(function (s) { return s.label + ": " + (s.seconds === null ? "in progress" : secs(s.seconds) + " s"); }),
       hoverinfo: "text"
-    }], TCO.themed({ margin: { l: 140, r: 10, t: 10, b: 40 }, height: 60 + 28 * Math.max(segs.length, 1),
-      xaxis: { type: "date" }, showlegend: false }), TCO.plotConfig);
+    }], TCO.themed({ margin: { l: 10, r: 10, t: 10, b: 40 }, height: 60 + 28 * Math.max(segs.length, 1),
+      // automargin: the left margin grows to the longest stage label ("running (no runner stage yet)").
+      xaxis: { type: "date" }, yaxis: { automargin: true }, showlegend: false }), TCO.plotConfig);
   }
 
   function renderRequests(d) {

@@ -1,6 +1,6 @@
 // The campaign control page's progress, kept live: every few seconds it reads the campaign's
 // state counts from /api/campaigns/<id>/ (the same figures as the campaign page) and redraws the
-// bar, the counts and the status beside the controls. When the status, job or task counts change,
+// bar, the counts and the status beside the controls, and the facts table's status and task counts. When the status, job or task counts change,
 // it redraws the Control box from the server (<div id="control-buttons" data-url>), so Pause,
 // Resume, Cancel and Retry are offered as the campaign is now. It stops when the campaign is finished.
 (function () {
@@ -53,7 +53,19 @@
     text.append(status);
     // The details below say the same: status and job number.
     const detailStatus = document.getElementById("status");
-    if (detailStatus) detailStatus.textContent = c.status;
+    if (detailStatus) {
+      const b = document.createElement("span");
+      b.className = "badge status-" + c.status;
+      b.textContent = c.status;
+      detailStatus.replaceChildren(b);
+    }
+    // The facts' task count follows the same reading ("10 held", not the page's "10 pending").
+    const count = document.getElementById("task-count");
+    if (count) {
+      const parts = Object.keys(data.states).filter(function (s) { return data.states[s]; })
+        .map(function (s) { return data.states[s] + " " + s; });
+      count.textContent = c.task_count + (parts.length ? " (" + parts.join(", ") + ")" : " (none seen by the scheduler yet)");
+    }
     const job = document.getElementById("job-number");
     if (job && c.job_number) job.textContent = String(c.job_number);
     states.replaceChildren();

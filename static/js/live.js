@@ -24,6 +24,21 @@
   TCO.time = function (iso) {
     return iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", "") : "";
   };
+  // A moment for people: this browser's local time ("20:01:05 CET"; with the date when not today).
+  // TCO.setTime puts it in an element whose title (and <time datetime>) carries the exact ISO text.
+  TCO.localTime = function (iso) {
+    if (!iso) { return ""; }
+    var d = new Date(iso);
+    if (isNaN(d.getTime())) { return iso; }
+    var opts = { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23", timeZoneName: "short" };
+    if (d.toDateString() !== new Date().toDateString()) { opts.year = "numeric"; opts.month = "short"; opts.day = "numeric"; }
+    return d.toLocaleString(undefined, opts);
+  };
+  TCO.setTime = function (node, iso) {
+    node.textContent = TCO.localTime(iso);
+    node.title = iso || "";
+    if (node.tagName === "TIME") { node.setAttribute("datetime", iso || ""); }
+  };
   TCO.money = function (v) {
     if (v === null || v === undefined) { return ""; }
     var n = Number(v);

@@ -106,7 +106,7 @@
 
   function render(data) {
     STATES = data.states; ACTIVE = data.active_states || data.states;
-    document.getElementById("generated-at").textContent = data.generated_at;
+    TCO.setTime(document.getElementById("generated-at"), data.generated_at);
     renderClusters(data);
     if (TCO.renderHosts) { TCO.renderHosts(data); }
     var teams = (data.by_team || []).map(function (r) {
@@ -135,6 +135,15 @@
       p.appendChild(bar); tr.appendChild(p);
       stateCells(tr, c.states);
       return tr;
+    });
+    // Only the states some campaign on this page has get a column: all fourteen do not fit 1280 px.
+    var used = {};
+    data.campaigns.forEach(function (c) { STATES.forEach(function (s) { if (c.states[s]) { used[s] = true; } }); });
+    rows.forEach(function (tr) {
+      tr.querySelectorAll("td[data-state]").forEach(function (td) { td.hidden = !used[td.getAttribute("data-state")]; });
+    });
+    document.querySelectorAll("#campaigns th[data-state]").forEach(function (th) {
+      th.hidden = !used[th.getAttribute("data-state")];
     });
     TCO.fill(document.querySelector("#campaigns tbody"), rows);
     document.getElementById("no-campaigns").hidden = rows.length > 0;

@@ -108,9 +108,9 @@ def test_a_launcher_sees_start_and_finish_then_watches_the_campaign_live(ops_sta
     page.check('input[name="input_kind"][value="jsonl"]')
     assert page.is_visible("#field-input_jsonl") and not page.is_visible("#field-input_params")
     page.check('input[name="input_kind"][value="params"]')
-    assert "task=1..20" in text(page, "#input-example")
+    assert "task=1..20 duration_s=5" in text(page, "#input-example")  # the example shows duration_s (trial 4)
     page.click("#use-example")
-    assert page.input_value("#id_input_params") == "task=1..20"
+    assert page.input_value("#id_input_params") == "task=1..20 duration_s=5"
     models = page.locator("#id_model option").all_text_contents()
     assert "stand-in-review" in models, models  # from the price table
     page.fill("#id_name", "watched")
