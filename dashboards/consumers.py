@@ -70,6 +70,8 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         self.groups_joined: list[str] = []
         # The change event being answered; None (a fresh read) on connect and on a browser's choice.
         self.event_id: str | None = None
+        # The latest change event received (its id and the poll's instants), sent as the snapshot's "as_of".
+        self.news: dict = {"event": None}
         self._pending: asyncio.Task | None = None
         self._last_sent = 0.0
         user = self.scope.get("user")
@@ -131,6 +133,8 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         if event.get("kind") == realtime.DEPTH_SAMPLED:
             return  # only the queue page draws the depth chart
         self.event_id = event.get("id")
+        self.news = {"event": self.event_id, "observed_at": event.get("observed_at"),
+                     "published_at": event.get("published_at")}
         if self._pending and not self._pending.done():
             return  # a snapshot is already scheduled; it will include this change
         delay = max(0.0, MIN_INTERVAL_S - (time.monotonic() - self._last_sent))
@@ -142,16 +146,27 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         await self.send_snapshot()
 
     async def send_snapshot(self) -> None:
+        """Read and send this page's snapshot with its ``as_of`` (:func:`as_of_text`); 4403 when refused."""
         self._last_sent = time.monotonic()
+        news = dict(self.news)   # the news this read answers: the latest event received before it began
         try:
             data = await self.snapshot()
         except Refused:
             await self.close(code=4403)
             return
-        if isinstance(data, str):  # already encoded, shared with the other sockets answering the same event
-            await self.send(text_data=data)
-        else:
-            await self.send_json(data)
+        await self.send(text_data=as_of_text(data, news))
+
+
+def as_of_text(data: dict | str, news: dict) -> str:
+    """The JSON text of a snapshot (``data``: a dict, or its JSON text shared between sockets) with
+    ``"as_of": {"event", "observed_at", "published_at", "sent_at"}`` first: the change event it
+    answers (None on connect and after a browser's choice), when that poll's qstat call began and
+    when the event was published (epoch seconds, from the event; None for changes no poll found),
+    and when this socket sent it (now). demo/watch.py splits a change's lag along these instants.
+    """
+    as_of = json.dumps({**news, "sent_at": time.time()})
+    text = data if isinstance(data, str) else json.dumps(data)
+    return '{"as_of": ' + as_of + (", " + text[1:] if text != "{}" else "}")
 
 
 def _page(value) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -59,7 +60,10 @@ def test_sockets_answering_one_change_share_one_read_and_the_check_stays_per_sco
     # three sockets of one scope, one change: one read, and one visibility check for the scope beside the
     # read's own (it was one per socket: 4)
     assert (len(one_read[0]), len(one_read[1])) == (1, 2)
-    assert first[0] == first[1] == first[2] and first[0]["data"]["campaign"]["name"] == "alpha"
+    # the same snapshot; only "as_of" differs (each socket's own sent_at)
+    same = [{k: v for k, v in m.items() if k != "as_of"} for m in first]
+    assert same[0] == same[1] == same[2] and first[0]["data"]["campaign"]["name"] == "alpha"
+    assert {m["as_of"]["event"] for m in first} == {"e1"}
     assert [m.get("type") for m in second] == ["websocket.send", "websocket.send", "websocket.close"]
     assert second[2]["code"] == 4403
     assert json.loads(second[0]["text"])["data"]["campaign"]["id"] == alpha
@@ -125,3 +129,45 @@ def test_a_poll_writes_priority_only_changes_per_priority_and_counts_no_state_ch
     stored = dict(Task.objects.filter(job_number=5151).values_list("task_number", "priority"))
     assert stored == {1: 0.6, 2: 0.6, 3: 0.6, 4: 0.55, 5: 0.55, 6: 0.7}
     assert list(Task.objects.filter(job_number=5151, state="running").values_list("task_number", "host")) == [(6, "h1")]
+
+
+def test_a_snapshot_says_which_change_it_answers_and_when_the_poll_saw_it(world):
+    viewer, alpha = world["users"]["viewer"], world["alpha"].pk
+
+    async def scenario():
+        comm, connected, _, first = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
+        before = time.time()
+        await push(realtime.campaign_group(alpha), {"kind": "campaign.changed", "id": "e7",
+                                                    "observed_at": 1000.25, "published_at": 1001.5})
+        answer = json.loads((await comm.receive_output(timeout=5))["text"])
+        after = time.time()
+        await comm.disconnect()
+        return connected, first, answer, before, after
+
+    connected, first, answer, before, after = async_to_sync(scenario)()
+    assert connected and first["as_of"]["event"] is None and first["kind"] == "campaign.snapshot"
+    as_of = answer["as_of"]
+    assert (as_of["event"], as_of["observed_at"], as_of["published_at"]) == ("e7", 1000.25, 1001.5)
+    assert before <= as_of["sent_at"] <= after
+    assert answer["data"]["campaign"]["id"] == alpha
+
+
+def test_a_polls_change_event_carries_when_its_qstat_began_and_when_it_was_published(
+        bootstrap, settings, django_capture_on_commit_callbacks):
+    from channels.layers import get_channel_layer
+
+    from dashboards.clusters import cluster_get_default
+    from dashboards.ingest import apply_qstat_poll
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(realtime.QUEUE_GROUP, channel)
+    observed = dt.datetime(2026, 1, 1, 12, 0, 0, 250000, tzinfo=dt.timezone.utc)
+    before = time.time()
+    with django_capture_on_commit_callbacks(execute=True):
+        apply_qstat_poll(cluster_get_default(), qstat_rows({1: "running"}), observed_at=observed)
+    event = async_to_sync(layer.receive)(channel)["event"]
+    assert event["kind"] == "queue.changed"
+    assert event["observed_at"] == 1767268800.25     # 2026-01-01T12:00:00.25Z in epoch seconds
+    assert before <= event["published_at"] <= time.time()
