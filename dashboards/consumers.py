@@ -16,10 +16,11 @@ and campaign pages) and ``{"state": "failed"|null}`` (campaign page).
 from __future__ import annotations
 
 import abc
-
 import asyncio
+import dataclasses
 import json
 import time
+from typing import Awaitable, Callable
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -29,29 +30,91 @@ from . import realtime, selectors
 from .models import Campaign, Task
 
 MIN_INTERVAL_S = 0.3
-#: How long this process keeps an answer to one change event (seconds; as selectors.shared_snapshot).
-SHARED_TTL_S = 10.0
-_SHARED: dict[str, tuple[float, object]] = {}
+#: The clock of reads' starts and sockets' joins (time.monotonic; a test may replace it).
+clock = time.monotonic
+#: How long a finished read stays reusable in this process (seconds); only by sockets that joined before it began.
+READ_KEEP_S = 10.0
 
 
-def shared_here(key: str, compute):
-    """``compute()``, shared by the sockets of this process for ``SHARED_TTL_S`` seconds under ``key``.
+@dataclasses.dataclass
+class _Flight:
+    """One key's reads: ``current`` (monotonic start, future) in flight or finished, ``queued`` the next."""
 
-    The keys name the change event answered (its id), so a burst of changes
-    fanned out to N sockets costs one read, one JSON encoding and one
-    visibility check per scope in this process, not N (issue 15 item 4);
-    ``selectors.shared_snapshot`` below it shares the read between processes.
+    current: tuple[float, asyncio.Future] | None = None
+    queued: asyncio.Future | None = None
+    queued_compute: Callable[[], Awaitable] | None = None
+
+
+class Coalescer:
+    """Single-flight reads shared by the sockets of this process (they share one event loop).
+
+    ``await read(key, compute, since)`` returns what a call of ``compute()`` (an async callable)
+    returned, where that call *began* at or after ``since`` (``time.monotonic()``): the read in
+    flight or kept (``READ_KEEP_S``) if it began late enough, else the next read of the key, which
+    begins once the one in flight ends (every caller that needs it shares it). So N sockets opening
+    at once cost about two reads per key, not N, and none is ever served a read that began before
+    it joined its groups (``since``): a change committed after such a read began would be missing
+    from it, and its event (published after the commit) might have gone out before the socket
+    joined. A shared read that raises is not shared: each other caller then reads for itself.
     """
-    now = time.monotonic()
-    hit = _SHARED.get(key)
-    if hit is not None and hit[0] > now:
-        return hit[1]
-    value = compute()
-    if len(_SHARED) > 2000:
-        for old in [k for k, (until, _) in _SHARED.items() if until <= now]:
-            _SHARED.pop(old, None)
-    _SHARED[key] = (now + SHARED_TTL_S, value)
-    return value
+
+    def __init__(self) -> None:
+        self._flights: dict[str, _Flight] = {}
+
+    async def read(self, key: str, compute: Callable[[], Awaitable], since: float):
+        flight = self._flights.setdefault(key, _Flight())
+        current = flight.current
+        mine = False
+        if current is not None and current[0] >= since and not (current[1].done() and current[1].exception()):
+            future = current[1]
+        else:
+            future = flight.queued
+            if future is None:
+                future = flight.queued = asyncio.get_running_loop().create_future()
+                flight.queued_compute, mine = compute, True
+                if current is None or current[1].done():
+                    self._begin(flight)
+                else:
+                    current[1].add_done_callback(lambda _f, flight=flight: self._begin(flight))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the shared read failed: each other caller reads for itself
+            if mine:
+                raise
+            return await compute()
+
+    def _begin(self, flight: _Flight) -> None:
+        future, compute = flight.queued, flight.queued_compute
+        flight.current, flight.queued, flight.queued_compute = (clock(), future), None, None
+
+        async def run() -> None:
+            try:
+                future.set_result(await compute())
+            except BaseException as exc:  # noqa: BLE001 - handed to every caller waiting on it
+                future.set_exception(exc)
+                future.exception()   # retrieved: no "never retrieved" warning when nobody waits
+            self._sweep()
+
+        asyncio.ensure_future(run())
+
+    def _sweep(self) -> None:
+        if len(self._flights) < 256:
+            return
+        old = clock() - READ_KEEP_S
+        for key, f in list(self._flights.items()):
+            if f.queued is None and (f.current is None or (f.current[1].done() and f.current[0] < old)):
+                del self._flights[key]
+
+
+#: The reads of this process's consumers (one event loop: Channels runs every consumer on it).
+READS = Coalescer()
+
+
+def db(fn: Callable, *args):
+    """``fn(*args)`` on a thread of the database (``database_sync_to_async``; an awaitable)."""
+    return database_sync_to_async(fn)(*args)
 
 
 class Refused(Exception):
@@ -62,8 +125,11 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
     """Base: sends a snapshot on connect and after every change event.
 
     Subclasses define ``async authorize() -> list[str]`` (the groups to join;
-    raise ``Refused`` to refuse) and ``async snapshot() -> dict`` (raise
-    ``Refused`` when the user may no longer see it).
+    raise ``Refused`` to refuse) and ``async snapshot(since) -> dict | str``
+    (raise ``Refused`` when the user may no longer see it): ``since`` is the
+    ``time.monotonic()`` instant a read must have begun at or after to be
+    sent (:class:`Coalescer`): when the socket joined its groups, or received
+    its latest change event, or the browser chose another page.
     """
 
     async def connect(self) -> None:
@@ -74,6 +140,7 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         self.news: dict = {"event": None}
         self._pending: asyncio.Task | None = None
         self._last_sent = 0.0
+        self.since = 0.0
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.refuse(4401)
@@ -92,6 +159,7 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = groups
+        self.since = clock()   # in every group: any change committed from now on reaches this socket
         await self.accept()
         await self.send_snapshot()
 
@@ -116,12 +184,13 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         """The groups this connection may join (empty: refuse it)."""
 
     @abc.abstractmethod
-    async def snapshot(self) -> dict | str:
-        """What this page shows now, for this user (a dict, or its JSON text)."""
+    async def snapshot(self, since: float) -> dict | str:
+        """What this page shows now, for this user (a dict, or its JSON text), read at or after ``since``."""
 
     async def receive_json(self, content, **kwargs) -> None:
         if isinstance(content, dict) and self.choose(content):
             self.event_id = None
+            self.since = clock()
             await self.send_snapshot()
 
     def choose(self, content: dict) -> bool:
@@ -133,6 +202,7 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         if event.get("kind") == realtime.DEPTH_SAMPLED:
             return  # only the queue page draws the depth chart
         self.event_id = event.get("id")
+        self.since = clock()
         self.news = {"event": self.event_id, "observed_at": event.get("observed_at"),
                      "published_at": event.get("published_at")}
         if self._pending and not self._pending.done():
@@ -150,7 +220,7 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         self._last_sent = time.monotonic()
         news = dict(self.news)   # the news this read answers: the latest event received before it began
         try:
-            data = await self.snapshot()
+            data = await self.snapshot(self.since)
         except Refused:
             await self.close(code=4403)
             return
@@ -204,18 +274,16 @@ class QueueConsumer(SnapshotConsumer):
         return {"kind": "queue.depth", "data": {"hour": selectors.queue_depth_history(user, "hour"),
                                                 "day": selectors.queue_depth_history(user, "day")}}
 
-    @database_sync_to_async
-    def snapshot(self) -> dict:
-        user = self.scope["user"]
+    async def snapshot(self, since: float) -> str:
+        user, page = self.scope["user"], self.page
 
-        def read() -> dict:
-            return selectors.queue_summary(user, seat_resource=settings.TCO_SEAT_RESOURCE, page=self.page)
+        def read() -> str:
+            data = selectors.queue_summary(user, seat_resource=settings.TCO_SEAT_RESOURCE, page=page)
+            return json.dumps({"kind": "queue.snapshot", "data": data})
 
-        if self.event_id is None:
-            return {"kind": "queue.snapshot", "data": read()}
-        key = f"snapshot:queue:{selectors.scope_key(user)}:{self.page}:{self.event_id}"
-        return shared_here(key, lambda: json.dumps({"kind": "queue.snapshot",
-                                                    "data": selectors.shared_snapshot(key, read)}))
+        # The same for every user who sees the same teams (selectors.scope_key).
+        scope = await db(selectors.scope_key, user)
+        return await READS.read(f"queue:{scope}:{page}", lambda: db(read), since)
 
 
 class CampaignConsumer(SnapshotConsumer):
@@ -226,13 +294,17 @@ class CampaignConsumer(SnapshotConsumer):
     table: dict = {"sort": None, "descending": False, "q": ""}  # selectors.task_table_choice
     host: str | None = None
 
-    @database_sync_to_async
-    def authorize(self) -> list[str]:
+    async def authorize(self) -> list[str]:
         campaign_id = self.scope["url_route"]["kwargs"]["campaign_id"]
-        try:
-            selectors.campaign_for(self.scope["user"], campaign_id)
-        except Campaign.DoesNotExist:
-            raise Refused from None
+
+        def check() -> None:
+            try:
+                selectors.campaign_for(self.scope["user"], campaign_id)
+            except Campaign.DoesNotExist:
+                raise Refused from None
+
+        await db(check)
+        self.authorized_at = time.monotonic()
         return [realtime.campaign_group(campaign_id)]
 
     def choose(self, content: dict) -> bool:
@@ -257,34 +329,35 @@ class CampaignConsumer(SnapshotConsumer):
         self.page, self.state, self.table, self.host = page, state, table, host
         return changed
 
-    @database_sync_to_async
-    def snapshot(self) -> dict:
-        user, campaign_id = self.scope["user"], self.scope["url_route"]["kwargs"]["campaign_id"]
-        try:
-            if self.event_id is None:
-                data = selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state,
-                                                 host=self.host, **self.table)
-            else:
-                # Checked for this user first (once per event for all users of the same scope: whether a
-                # campaign is visible depends on the teams one sees only); the data itself is the same
-                # for everyone who may see it.
-                scope = selectors.scope_key(user)
-                visible = shared_here(f"visible:{scope}:{campaign_id}:{self.event_id}",
-                                      lambda: selectors.campaigns_visible_to(user).filter(pk=campaign_id).exists())
-                if not visible:
-                    raise Campaign.DoesNotExist
-                table = self.table
-                key = (f"snapshot:campaign:{campaign_id}:{self.page}:{self.state}:{table['sort']}:"
-                       f"{table['descending']}:{table['q']}:{self.host}:{self.event_id}")
-                def read() -> dict:
-                    return selectors.campaign_detail(user, campaign_id, page=self.page, state=self.state,
-                                                     host=self.host, **table)
+    async def connect(self) -> None:
+        self.authorized_at = None
+        await super().connect()
 
-                return shared_here(key, lambda: json.dumps({"kind": "campaign.snapshot",
-                                                            "data": selectors.shared_snapshot(key, read)}))
-        except Campaign.DoesNotExist:
-            raise Refused from None
-        return {"kind": "campaign.snapshot", "data": data}
+    async def snapshot(self, since: float) -> str:
+        user, campaign_id = self.scope["user"], self.scope["url_route"]["kwargs"]["campaign_id"]
+        page, state, host, table = self.page, self.state, self.host, self.table
+        if self.authorized_at is None or self.event_id is not None:
+            # Checked for this user (once per scope for the users of the same scope: whether a campaign
+            # is visible depends on the teams one sees only); the data itself is the same for everyone
+            # who may see it. The first snapshot was authorized just before (authorize).
+            scope = await db(selectors.scope_key, user)
+            visible = await READS.read(
+                f"visible:{scope}:{campaign_id}",
+                lambda: db(lambda: selectors.campaigns_visible_to(user).filter(pk=campaign_id).exists()), since)
+            if not visible:
+                raise Refused
+        self.authorized_at = None
+
+        def read() -> str:
+            try:
+                data = selectors.campaign_detail(user, campaign_id, page=page, state=state, host=host, **table)
+            except Campaign.DoesNotExist:
+                raise Refused from None
+            return json.dumps({"kind": "campaign.snapshot", "data": data})
+
+        key = (f"campaign:{campaign_id}:{page}:{state}:{table['sort']}:{table['descending']}:{table['q']}:"
+               f"{host}")
+        return await READS.read(key, lambda: db(read), since)
 
 
 class TaskConsumer(SnapshotConsumer):
@@ -299,8 +372,10 @@ class TaskConsumer(SnapshotConsumer):
             raise Refused from None
         return [realtime.campaign_group(task.campaign_id) if task.campaign_id else realtime.QUEUE_GROUP]
 
-    @database_sync_to_async
-    def snapshot(self) -> dict:
+    async def snapshot(self, since: float) -> dict:
+        return await db(self._read)
+
+    def _read(self) -> dict:
         try:
             data = selectors.task_detail(self.scope["user"], self.scope["url_route"]["kwargs"]["task_id"])
         except Task.DoesNotExist:

@@ -2,6 +2,7 @@
 that polls again while a burst goes on."""
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import time
@@ -171,3 +172,89 @@ def test_a_polls_change_event_carries_when_its_qstat_began_and_when_it_was_publi
     assert event["kind"] == "queue.changed"
     assert event["observed_at"] == 1767268800.25     # 2026-01-01T12:00:00.25Z in epoch seconds
     assert before <= event["published_at"] <= time.time()
+
+
+def test_a_read_that_began_before_a_socket_joined_is_never_reused_for_it(monkeypatch):
+    from dashboards import consumers
+
+    ticks = iter(range(1, 1000))
+    monkeypatch.setattr(consumers, "clock", lambda: next(ticks))   # every instant a distinct, later tick
+    reads = consumers.Coalescer()
+    began: list[int] = []
+    gate = asyncio.Event()
+
+    async def read():
+        began.append(len(began) + 1)
+        await gate.wait()
+        return len(began)   # which read this is: 1, 2, ...
+
+    async def scenario():
+        early = consumers.clock()                                   # tick 1: a socket joined
+        first = asyncio.ensure_future(reads.read("campaign:1:1", read, early))
+        await asyncio.sleep(0)                                      # read 1 begins (its start: tick 2)
+        joined = consumers.clock()                                  # tick 3: more sockets join, read 1 in flight
+        late = [asyncio.ensure_future(reads.read("campaign:1:1", read, joined)) for _ in range(5)]
+        also_early = asyncio.ensure_future(reads.read("campaign:1:1", read, early))
+        await asyncio.sleep(0)
+        gate.set()
+        return await first, [await t for t in late], await also_early
+
+    first, late, also_early = async_to_sync(scenario)()
+    # read 1 began before the late sockets joined: a change committed between its start and their join
+    # would be in neither it nor their events; they share read 2, which began after they joined
+    assert (first, also_early) == (1, 1)
+    assert late == [2, 2, 2, 2, 2]
+    assert began == [1, 2]
+
+
+def test_a_shared_read_that_fails_is_read_again_by_each_other_caller(monkeypatch):
+    from dashboards import consumers
+
+    reads = consumers.Coalescer()
+    calls = []
+
+    async def failing():
+        calls.append("shared")
+        await asyncio.sleep(0)
+        raise RuntimeError("database locked")
+
+    async def own():
+        calls.append("own")
+        return "mine"
+
+    async def scenario():
+        a = asyncio.ensure_future(reads.read("k", failing, 0.0))
+        await asyncio.sleep(0)
+        b = asyncio.ensure_future(reads.read("k", own, 0.0))
+        with pytest.raises(RuntimeError):
+            await a
+        return await b
+
+    # b shared a's read (it began after b's since), which failed: b reads for itself
+    assert async_to_sync(scenario)() == "mine" and calls == ["shared", "own"]
+
+
+def test_sockets_opening_at_once_share_their_first_snapshot(world, monkeypatch):
+    viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
+    alpha = world["alpha"].pk
+    reads = []
+    real_read = selectors.campaign_detail
+
+    def counted(user, *args, **kwargs):
+        reads.append(user.username)
+        return real_read(user, *args, **kwargs)
+
+    monkeypatch.setattr(selectors, "campaign_detail", counted)
+
+    async def scenario():
+        sockets = await asyncio.gather(*(ws_connect(user, f"/ws/campaigns/{alpha}/")
+                                         for user in (viewer, lead, launcher, viewer, lead, launcher)))
+        for comm, _, _, _ in sockets:
+            await comm.disconnect()
+        return sockets
+
+    sockets = async_to_sync(scenario)()
+    assert all(connected for _, connected, _, _ in sockets)
+    assert {first["data"]["campaign"]["name"] for _, _, _, first in sockets} == {"alpha"}
+    # six sockets joined while the first read was queued or in flight: at most that read and one after
+    assert len(reads) <= 2
