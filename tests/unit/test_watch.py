@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from demo.watch import (GONE, LAG_PARTS, STARTED, Client, Sightings, count_lags, lag_breakdown, lag_summary,
-                        percentile, pooled_breakdown, scope_check, task_lags)
+                        percentile, pooled_breakdown, scope_check, shown_changes, task_lags)
 
 
 def test_percentile_is_the_nearest_rank():
@@ -151,3 +151,13 @@ def test_a_client_keeps_the_as_of_of_the_first_snapshot_showing_each_change():
     assert client.news == {(71, 1, STARTED): {"event": "e1", "observed_at": 5.0, "published_at": 5.5, "sent_at": 5.9},
                            (71, 2, STARTED): {"event": "e2", "observed_at": 7.0, "published_at": 7.5, "sent_at": 7.9}}
     assert task_lags({(71, 1, STARTED): 4.0}, client.arrivals.first, jobs={71})["keys"] == [(71, 1, STARTED)]
+
+
+def test_a_client_expects_the_changes_of_the_task_rows_it_has_open():
+    # job 71 is campaign 1 (tasks 1-100 on page 1, 101-200 on page 2), job 72 campaign 2, job 73 not allowed
+    sighted = {(71, 1, STARTED): 1.0, (71, 100, GONE): 2.0, (71, 101, STARTED): 3.0, (72, 5, STARTED): 4.0,
+               (73, 1, STARTED): 5.0}
+    assert shown_changes(sighted, {71: 1, 72: 2}, {(1, 1)}) == {(71, 1, STARTED): 1.0, (71, 100, GONE): 2.0}
+    assert shown_changes(sighted, {71: 1, 72: 2}, {(1, 2), (2, 1)}) == {(71, 101, STARTED): 3.0,
+                                                                         (72, 5, STARTED): 4.0}
+    assert shown_changes(sighted, {71: 1}, set()) == {}
