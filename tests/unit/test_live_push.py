@@ -258,3 +258,17 @@ def test_sockets_opening_at_once_share_their_first_snapshot(world, monkeypatch):
     assert {first["data"]["campaign"]["name"] for _, _, _, first in sockets} == {"alpha"}
     # six sockets joined while the first read was queued or in flight: at most that read and one after
     assert len(reads) <= 2
+
+
+def test_an_idle_sockets_wait_on_the_channel_layer_outlasts_its_redis_read_timeout():
+    # channels_redis waits for a socket's next message with BZPOPMIN for brpop_timeout seconds; redis-py
+    # 8 reads with a 5 s socket timeout unless told otherwise: with both at 5 s, every socket that got no
+    # message for 5 s crashed (closed 1006) -- seen in bench_ws_latency.py's connect storm.
+    from channels_redis.core import RedisChannelLayer
+    from redis._defaults import DEFAULT_SOCKET_TIMEOUT
+
+    from tco_web.settings import CHANNEL_LAYERS
+
+    for host in CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]:
+        read_timeout = host.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+        assert read_timeout is None or read_timeout >= RedisChannelLayer.brpop_timeout + 5
