@@ -1,7 +1,7 @@
 """The seed replay's watchers (issue 15 items 4 and 5) on the real dev cluster and web server.
 
 Runs run 1 of the replay (10 demo agents of two teams, work scaled to about a
-second, an urgent agent) against the live stack (daphne, Celery worker, beat)
+second, an urgent agent) against the live stack (web server, Celery worker, beat)
 while the admin (every page of every campaign) and 4 WebSocket clients of two
 teams (two each of research and engineering) watch, as browsers do, the queue
 page and page 1 of one campaign of their team (the first launched: the urgent
