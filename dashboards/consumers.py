@@ -113,8 +113,9 @@ READS = Coalescer()
 
 
 def db(fn: Callable, *args):
-    """``fn(*args)`` on a thread of the database (``database_sync_to_async``; an awaitable)."""
-    return database_sync_to_async(fn)(*args)
+    """``fn(*args)`` on a thread of the database (``database_sync_to_async``; an awaitable): the
+    process's one database thread, or with ``TCO_WS_DB_POOL`` any thread of the event loop's pool."""
+    return database_sync_to_async(fn, thread_sensitive=not settings.TCO_WS_DB_POOL)(*args)
 
 
 class Refused(Exception):
