@@ -113,9 +113,13 @@ READS = Coalescer()
 
 
 def db(fn: Callable, *args):
-    """``fn(*args)`` on a thread of the database (``database_sync_to_async``; an awaitable): the
-    process's one database thread, or with ``TCO_WS_DB_POOL`` any thread of the event loop's pool."""
-    return database_sync_to_async(fn, thread_sensitive=not settings.TCO_WS_DB_POOL)(*args)
+    """``fn(*args)`` on the process's database thread (``database_sync_to_async``; an awaitable).
+
+    Not a pool of threads (``thread_sensitive=False``): measured with bench_ws_latency.py's connect
+    storm (50 clients x 4 sockets, 2 runs each, daphne and uvicorn) it gave no gain beyond the noise
+    (p95 1.05-1.64 s with a pool, 1.01-2.01 s without): the reads are shared (:class:`Coalescer`)
+    and what is left per socket is Python work under the GIL."""
+    return database_sync_to_async(fn)(*args)
 
 
 class Refused(Exception):

@@ -332,9 +332,6 @@ TCO_SUBMIT_USER = env_str("TCO_SUBMIT_USER", "tco")
 TCO_POLL_INTERVAL_S = env_float("TCO_POLL_INTERVAL_S", 1.0)
 # While a poll finds a burst of changes (worker.tasks.BURST_TASKS), the next one comes this much later.
 TCO_POLL_BURST_S = env_float("TCO_POLL_BURST_S", 0.25)
-# The live pages' database reads (dashboards/consumers.py): on a pool of threads (each its own
-# connection, closed after each read as CONN_MAX_AGE=0 says) instead of the process's one database thread.
-TCO_WS_DB_POOL = env_bool("TCO_WS_DB_POOL", False)
 TCO_STATUS_INTERVAL_S = env_float("TCO_STATUS_INTERVAL_S", 5.0)
 TCO_INGEST_INTERVAL_S = env_float("TCO_INGEST_INTERVAL_S", 1.0)
 # A task gone from qstat with no accounting record after this long is "lost"
