@@ -216,9 +216,16 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         self._pending = asyncio.ensure_future(self._send_later(delay))
 
     async def _send_later(self, delay: float) -> None:
-        if delay:
-            await asyncio.sleep(delay)
-        await self.send_snapshot()
+        while True:
+            if delay:
+                await asyncio.sleep(delay)
+            since = self.since
+            await self.send_snapshot()
+            if self.since == since:
+                return
+            # A change event arrived while this read was on its way (tco_event saw this task pending
+            # and scheduled nothing): the read may have begun before it, so read once more.
+            delay = max(0.0, MIN_INTERVAL_S - (time.monotonic() - self._last_sent))
 
     async def send_snapshot(self) -> None:
         """Read and send this page's snapshot with its ``as_of`` (:func:`as_of_text`); 4403 when refused."""

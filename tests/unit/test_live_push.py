@@ -272,3 +272,48 @@ def test_an_idle_sockets_wait_on_the_channel_layer_outlasts_its_redis_read_timeo
     for host in CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]:
         read_timeout = host.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
         assert read_timeout is None or read_timeout >= RedisChannelLayer.brpop_timeout + 5
+
+
+def test_a_change_that_arrives_while_a_snapshot_is_being_read_gets_a_snapshot_of_its_own(world, monkeypatch):
+    from dashboards import consumers
+
+    viewer, alpha = world["users"]["viewer"], world["alpha"].pk
+    reads, got, gate = [], [], {}
+    real_db, real_event = consumers.db, consumers.SnapshotConsumer.tco_event
+
+    def gated_db(fn, *args):
+        async def run():
+            if fn.__name__ == "read":     # the campaign page's read (not the visibility check)
+                reads.append(fn)
+                if len(reads) == 2:       # the read answering e1 (the first: the connect snapshot) waits
+                    await gate["open"].wait()
+            return await real_db(fn, *args)
+        return run()
+
+    async def recording(self, message):
+        got.append(message["event"]["id"])
+        await real_event(self, message)
+
+    monkeypatch.setattr(consumers, "db", gated_db)
+    monkeypatch.setattr(consumers.CampaignConsumer, "tco_event", recording)
+
+    async def until(condition):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    async def scenario():
+        gate["open"] = asyncio.Event()
+        comm, connected, _, _ = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
+        await push(realtime.campaign_group(alpha), {"kind": "campaign.changed", "id": "e1"})
+        await until(lambda: len(reads) == 2)          # the read answering e1 has begun
+        await push(realtime.campaign_group(alpha), {"kind": "campaign.changed", "id": "e2"})
+        await until(lambda: "e2" in got)              # e2 reached the socket while that read was on its way
+        gate["open"].set()
+        answers = [json.loads((await comm.receive_output(timeout=5))["text"]) for _ in range(2)]
+        await comm.disconnect()
+        return connected, answers
+
+    connected, answers = async_to_sync(scenario)()
+    # the read that answered e1 began before e2 arrived: e2 gets a read of its own
+    assert connected and [a["as_of"]["event"] for a in answers] == ["e1", "e2"]
+    assert len(reads) == 3
