@@ -130,7 +130,7 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
     """Base: sends a snapshot on connect and after every change event.
 
     Subclasses define ``async authorize() -> list[str]`` (the groups to join;
-    raise ``Refused`` to refuse) and ``async snapshot(since) -> dict | str``
+    raise ``Refused`` to refuse) and ``async snapshot(since) -> dict | (str, read_at)``
     (raise ``Refused`` when the user may no longer see it): ``since`` is the
     ``time.monotonic()`` instant a read must have begun at or after to be
     sent (:class:`Coalescer`): when the socket joined its groups, or received
@@ -209,7 +209,7 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         self.event_id = event.get("id")
         self.since = clock()
         self.news = {"event": self.event_id, "observed_at": event.get("observed_at"),
-                     "published_at": event.get("published_at")}
+                     "published_at": event.get("published_at"), "received_at": time.time()}
         if self._pending and not self._pending.done():
             return  # a snapshot is already scheduled; it will include this change
         delay = max(0.0, MIN_INTERVAL_S - (time.monotonic() - self._last_sent))
@@ -236,17 +236,22 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         except Refused:
             await self.close(code=4403)
             return
-        await self.send(text_data=as_of_text(data, news))
+        read_at = None
+        if isinstance(data, tuple):   # (JSON text, when its read began on the database thread)
+            data, read_at = data
+        await self.send(text_data=as_of_text(data, news, read_at))
 
 
-def as_of_text(data: dict | str, news: dict) -> str:
+def as_of_text(data: dict | str, news: dict, read_at: float | None = None) -> str:
     """The JSON text of a snapshot (``data``: a dict, or its JSON text shared between sockets) with
-    ``"as_of": {"event", "observed_at", "published_at", "sent_at"}`` first: the change event it
-    answers (None on connect and after a browser's choice), when that poll's qstat call began and
-    when the event was published (epoch seconds, from the event; None for changes no poll found),
-    and when this socket sent it (now). demo/watch.py splits a change's lag along these instants.
+    ``"as_of": {"event", "observed_at", "published_at", "received_at", "read_at", "sent_at"}``
+    first: the change event it answers (None on connect and after a browser's choice), when that
+    poll's qstat call began and when the event was published (epoch seconds, from the event; None
+    for changes no poll found), when this socket received it, when the read of the data began
+    (``read_at``, None when unknown) and when this socket sent it (now). demo/watch.py splits a
+    change's lag along these instants.
     """
-    as_of = json.dumps({**news, "sent_at": time.time()})
+    as_of = json.dumps({**news, "read_at": read_at, "sent_at": time.time()})
     text = data if isinstance(data, str) else json.dumps(data)
     return '{"as_of": ' + as_of + (", " + text[1:] if text != "{}" else "}")
 
@@ -286,12 +291,13 @@ class QueueConsumer(SnapshotConsumer):
         return {"kind": "queue.depth", "data": {"hour": selectors.queue_depth_history(user, "hour"),
                                                 "day": selectors.queue_depth_history(user, "day")}}
 
-    async def snapshot(self, since: float) -> str:
+    async def snapshot(self, since: float) -> tuple[str, float]:
         user, page = self.scope["user"], self.page
 
-        def read() -> str:
+        def read() -> tuple[str, float]:
+            began = time.time()
             data = selectors.queue_summary(user, seat_resource=settings.TCO_SEAT_RESOURCE, page=page)
-            return json.dumps({"kind": "queue.snapshot", "data": data})
+            return json.dumps({"kind": "queue.snapshot", "data": data}), began
 
         # The same for every user who sees the same teams (selectors.scope_key).
         scope = await db(selectors.scope_key, user)
@@ -345,7 +351,7 @@ class CampaignConsumer(SnapshotConsumer):
         self.authorized_at = None
         await super().connect()
 
-    async def snapshot(self, since: float) -> str:
+    async def snapshot(self, since: float) -> tuple[str, float]:
         user, campaign_id = self.scope["user"], self.scope["url_route"]["kwargs"]["campaign_id"]
         page, state, host, table = self.page, self.state, self.host, self.table
         if self.authorized_at is None or self.event_id is not None:
@@ -360,12 +366,13 @@ class CampaignConsumer(SnapshotConsumer):
                 raise Refused
         self.authorized_at = None
 
-        def read() -> str:
+        def read() -> tuple[str, float]:
+            began = time.time()
             try:
                 data = selectors.campaign_detail(user, campaign_id, page=page, state=state, host=host, **table)
             except Campaign.DoesNotExist:
                 raise Refused from None
-            return json.dumps({"kind": "campaign.snapshot", "data": data})
+            return json.dumps({"kind": "campaign.snapshot", "data": data}), began
 
         key = (f"campaign:{campaign_id}:{page}:{state}:{table['sort']}:{table['descending']}:{table['q']}:"
                f"{host}")

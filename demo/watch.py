@@ -155,7 +155,9 @@ def task_lags(sighted: Mapping[Key, float], arrived: Mapping[Key, float], *, job
 LAG_PARTS = (
     ("qstat sighting -> poll's qstat start (cadence)", "sighted", "observed_at"),
     ("poll's qstat start -> published (qstat, diff, write)", "observed_at", "published_at"),
-    ("published -> sent (channel layer, consumer read)", "published_at", "sent_at"),
+    ("published -> received by the socket (channel layer)", "published_at", "received_at"),
+    ("received -> its read began (waiting for the read)", "received_at", "read_at"),
+    ("read began -> sent (the read, JSON)", "read_at", "sent_at"),
     ("sent -> arrival (network, client)", "sent_at", "arrived"),
 )
 
@@ -165,7 +167,7 @@ def lag_breakdown(sighted: Mapping[Key, float], arrived: Mapping[Key, float], ne
     """Split each change's lag (arrival - sighting, as :func:`task_lags`) into :data:`LAG_PARTS`.
 
     ``news``: ``{change: as_of}`` of the first snapshot that showed it (``observed_at``,
-    ``published_at``, ``sent_at``: epoch seconds, or None); ``keys``: the changes to split. A change
+    ``published_at``, ``received_at``, ``read_at``, ``sent_at``: epoch seconds, or None); ``keys``: the changes to split. A change
     whose snapshot answered no poll's event (a connect snapshot, a change no poll found) is
     ``unsplit``. The parts of a split change add up to its lag; a part is negative when, e.g., the
     poll's qstat began before the sampler's (the change was then seen by the poll first).
@@ -175,8 +177,8 @@ def lag_breakdown(sighted: Mapping[Key, float], arrived: Mapping[Key, float], ne
     n = unsplit = 0
     for key in keys:
         as_of = news.get(key) or {}
-        at = {"sighted": sighted.get(key), "arrived": arrived.get(key), "observed_at": as_of.get("observed_at"),
-              "published_at": as_of.get("published_at"), "sent_at": as_of.get("sent_at")}
+        at = {"sighted": sighted.get(key), "arrived": arrived.get(key),
+              **{name: as_of.get(name) for _, name, _ in LAG_PARTS[1:]}}
         if any(v is None for v in at.values()):
             unsplit += 1
             continue

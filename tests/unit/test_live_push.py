@@ -149,7 +149,8 @@ def test_a_snapshot_says_which_change_it_answers_and_when_the_poll_saw_it(world)
     assert connected and first["as_of"]["event"] is None and first["kind"] == "campaign.snapshot"
     as_of = answer["as_of"]
     assert (as_of["event"], as_of["observed_at"], as_of["published_at"]) == ("e7", 1000.25, 1001.5)
-    assert before <= as_of["sent_at"] <= after
+    # received, then read, then sent: all while the test waited for the answer
+    assert before <= as_of["received_at"] <= as_of["read_at"] <= as_of["sent_at"] <= after
     assert answer["data"]["campaign"]["id"] == alpha
 
 
