@@ -19,6 +19,7 @@ import abc
 import asyncio
 import dataclasses
 import json
+import logging
 import time
 from typing import Awaitable, Callable
 
@@ -28,6 +29,8 @@ from django.conf import settings
 
 from . import realtime, selectors
 from .models import Campaign, Task
+
+log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 0.3
 #: The clock of reads' starts and sockets' joins (time.monotonic; a test may replace it).
@@ -112,6 +115,94 @@ class Coalescer:
 READS = Coalescer()
 
 
+@dataclasses.dataclass
+class _Fanout:
+    """One group's relay in this process: its channel, the task receiving on it, the local sockets."""
+
+    channel: str
+    task: asyncio.Task | None = None
+    members: set = dataclasses.field(default_factory=set)
+
+
+class Relay:
+    """One channel-layer channel per group and process, fanned out to the process's sockets.
+
+    A change event sent to a group used to reach each socket through a channel of
+    its own: N sockets of a page, N messages through Redis and N receives (one
+    BZPOPMIN and a few asyncio tasks each, channels_redis) in the web process.
+    Under a burst on a loaded host that backlog held events for tens of seconds
+    (the replay's lag breakdown, "published -> received"). Here a process joins
+    each group once and hands each message to its sockets in the process: one
+    message per process and event. A socket is in the group once :meth:`join`
+    returned (the relay's channel was added before, or just now). A relay whose
+    receiving task ended (Redis went away) is made again at the next join.
+    """
+
+    def __init__(self) -> None:
+        self._groups: dict[str, _Fanout] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._bound: tuple | None = None   # (event loop, channel layer) the relays belong to
+
+    def _here(self, layer) -> None:
+        # One loop and one layer per web process; tests make new ones: start afresh for them.
+        bound = (asyncio.get_running_loop(), layer)
+        if self._bound is None or self._bound[0] is not bound[0] or self._bound[1] is not bound[1]:
+            self._groups, self._locks, self._bound = {}, {}, bound
+
+    async def join(self, layer, group: str, consumer) -> None:
+        """Add ``consumer`` (its ``dispatch`` gets the group's messages) to ``group``."""
+        self._here(layer)
+        async with self._locks.setdefault(group, asyncio.Lock()):
+            fanout = self._groups.get(group)
+            if fanout is None or fanout.task is None or fanout.task.done():
+                members = fanout.members if fanout else set()
+                fanout = _Fanout(channel=await layer.new_channel(), members=members)
+                await layer.group_add(group, fanout.channel)
+                fanout.task = asyncio.ensure_future(self._receive(layer, group, fanout))
+                self._groups[group] = fanout
+            fanout.members.add(consumer)
+
+    async def leave(self, layer, group: str, consumer) -> None:
+        """Take ``consumer`` out of ``group``; the process leaves the group with its last socket."""
+        self._here(layer)
+        async with self._locks.setdefault(group, asyncio.Lock()):
+            fanout = self._groups.get(group)
+            if fanout is None:
+                return
+            fanout.members.discard(consumer)
+            if fanout.members:
+                return
+            del self._groups[group]
+            if fanout.task is not None:
+                fanout.task.cancel()
+            try:
+                await layer.group_discard(group, fanout.channel)
+            except Exception:  # noqa: BLE001 - the group's membership expires by itself (group_expiry)
+                log.warning("could not leave %s", group, exc_info=True)
+
+    async def _receive(self, layer, group: str, fanout: _Fanout) -> None:
+        try:
+            while True:
+                message = await layer.receive(fanout.channel)
+                for consumer in list(fanout.members):
+                    asyncio.ensure_future(_deliver(consumer, message))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - made again at the next join; the pages reconnect meanwhile
+            log.warning("relay of %s stopped", group, exc_info=True)
+
+
+async def _deliver(consumer, message: dict) -> None:
+    try:
+        await consumer.dispatch(message)
+    except Exception:  # noqa: BLE001 - one socket's failure is not the others'
+        log.warning("a socket could not handle %s", message.get("type"), exc_info=True)
+
+
+#: This process's relay (one event loop).
+RELAY = Relay()
+
+
 def db(fn: Callable, *args):
     """``fn(*args)`` on the process's database thread (``database_sync_to_async``; an awaitable).
 
@@ -155,15 +246,19 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         except Refused:
             await self.refuse(4403)
             return
-        # Also the user's and the session's groups: a logout, deactivation or
-        # role change closes this socket (realtime.connect_signals).
-        groups = [*groups, realtime.user_group(user.pk)]
+        # The page's groups through this process's relay (one channel per group and process);
+        # the user's and the session's groups on the socket's own channel: a logout,
+        # deactivation or role change closes this socket (realtime.connect_signals).
+        for group in groups:
+            await RELAY.join(self.channel_layer, group, self)
+        self.relayed_groups = groups
+        own = [realtime.user_group(user.pk)]
         session = self.scope.get("session")
         if session is not None and session.session_key:
-            groups.append(realtime.session_group(session.session_key))
-        for group in groups:
+            own.append(realtime.session_group(session.session_key))
+        for group in own:
             await self.channel_layer.group_add(group, self.channel_name)
-        self.groups_joined = groups
+        self.groups_joined = own
         self.since = clock()   # in every group: any change committed from now on reaches this socket
         await self.accept()
         await self.send_snapshot()
@@ -179,6 +274,8 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "relayed_groups", []):
+            await RELAY.leave(self.channel_layer, group, self)
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
         if getattr(self, "_pending", None):

@@ -318,3 +318,30 @@ def test_a_change_that_arrives_while_a_snapshot_is_being_read_gets_a_snapshot_of
     # the read that answered e1 began before e2 arrived: e2 gets a read of its own
     assert connected and [a["as_of"]["event"] for a in answers] == ["e1", "e2"]
     assert len(reads) == 3
+
+
+def test_a_process_joins_a_pages_group_once_and_hands_each_event_to_all_its_sockets(world):
+    from channels.layers import get_channel_layer
+
+    viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
+    alpha = world["alpha"].pk
+    group = realtime.campaign_group(alpha)
+
+    async def scenario():
+        layer = get_channel_layer()
+        sockets = [await ws_connect(user, f"/ws/campaigns/{alpha}/") for user in (viewer, lead, launcher)]
+        members = set(layer.groups.get(group, {}))
+        await push(group, {"kind": "campaign.changed", "id": "e1"})
+        answers = [json.loads((await comm.receive_output(timeout=5))["text"]) for comm, _, _, _ in sockets]
+        for comm, _, _, _ in sockets[:2]:
+            await comm.disconnect()
+        still = set(layer.groups.get(group, {}))
+        await sockets[2][0].disconnect()
+        return members, answers, still, set(layer.groups.get(group, {}))
+
+    members, answers, still, after = async_to_sync(scenario)()
+    # one channel in the group for the three sockets (it was one per socket), each socket answered
+    assert len(members) == 1
+    assert [a["as_of"]["event"] for a in answers] == ["e1", "e1", "e1"]
+    # the process stays in the group while a socket of it is there, and leaves with the last
+    assert still == members and after == set()
