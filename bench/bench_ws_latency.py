@@ -131,6 +131,9 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=96, help="--burst: tasks starting at once")
     parser.add_argument("--watchers", type=int, default=50, help="--burst: clients besides the admin")
     parser.add_argument("--seconds", type=float, default=40.0, help="--burst: how long the scripted run goes")
+    parser.add_argument("--cpu-hogs", type=int, default=0,
+                        help="--burst: this many busy processes run meanwhile (a host loaded as during the replay: "
+                             "96 agents on 2 cores)")
     parser.add_argument("--web", choices=("uvicorn", "daphne"), default="uvicorn",
                         help="the web server: uvicorn with --web-workers processes (as scripts/services) or daphne")
     parser.add_argument("--web-workers", type=int, default=int(os.environ.get("TCO_WEB_WORKERS", "2")))
@@ -438,6 +441,9 @@ def burst(args) -> int:
             stop.wait(max(0.0, poll_s - (time.monotonic() - began)))
         connection.close()
 
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.cpu_hogs)]
+    if hogs:
+        print(f"{len(hogs)} busy processes run meanwhile (--cpu-hogs)")
     try:
         wait_web(base, log_dir)
         storm = [int(k) for k in args.storm_sockets.split(",") if k.strip()] if args.watchers else []
@@ -496,6 +502,8 @@ def burst(args) -> int:
                   f"{statistics.median(t for t, _ in busy):.3f} s, slowest {worst[0]:.3f} s ({worst[1]} tasks)")
     finally:
         stop.set()
+        for hog in hogs:
+            hog.kill()
         web.terminate()
         web.wait(timeout=15)
     return 0
