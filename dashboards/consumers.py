@@ -134,8 +134,10 @@ class Relay:
     (the replay's lag breakdown, "published -> received"). Here a process joins
     each group once and hands each message to its sockets in the process: one
     message per process and event. A socket is in the group once :meth:`join`
-    returned (the relay's channel was added before, or just now). A relay whose
-    receiving task ended (Redis went away) is made again at the next join.
+    returned (the relay's channel was added before, or just now). When the
+    relay's receive fails (Redis went away), its sockets are closed with
+    ``realtime.RECHECK`` (as a socket whose own receive failed was closed):
+    the browsers reconnect, and their joins make the relay again.
     """
 
     def __init__(self) -> None:
@@ -188,8 +190,12 @@ class Relay:
                     asyncio.ensure_future(_deliver(consumer, message))
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - made again at the next join; the pages reconnect meanwhile
-            log.warning("relay of %s stopped", group, exc_info=True)
+        except Exception:  # noqa: BLE001 - the sockets reconnect, and their joins make the relay again
+            log.warning("relay of %s stopped; closing its sockets (they reconnect)", group, exc_info=True)
+            if self._groups.get(group) is fanout:
+                del self._groups[group]
+            for consumer in list(fanout.members):
+                asyncio.ensure_future(_deliver(consumer, {"type": "tco.close", "code": realtime.RECHECK}))
 
 
 async def _deliver(consumer, message: dict) -> None:

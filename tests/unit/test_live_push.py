@@ -345,3 +345,38 @@ def test_a_process_joins_a_pages_group_once_and_hands_each_event_to_all_its_sock
     assert [a["as_of"]["event"] for a in answers] == ["e1", "e1", "e1"]
     # the process stays in the group while a socket of it is there, and leaves with the last
     assert still == members and after == set()
+
+
+def test_when_the_relays_receive_fails_its_sockets_are_closed_to_reconnect_and_a_new_join_relays_again(world):
+    from channels.layers import get_channel_layer
+
+    viewer, alpha = world["users"]["viewer"], world["alpha"].pk
+    group = realtime.campaign_group(alpha)
+
+    async def scenario():
+        layer = get_channel_layer()
+        comm, connected, _, _ = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
+        relay_channel = next(iter(layer.groups[group]))
+        real_receive = layer.receive
+
+        async def receive(channel):
+            if channel == relay_channel:
+                raise ConnectionError("Redis went away")
+            return await real_receive(channel)
+
+        layer.receive = receive
+        await push(group, {"kind": "campaign.changed", "id": "e1"})   # delivered; the next receive fails
+        closed = await comm.receive_output(timeout=5)
+        while closed["type"] != "websocket.close":   # e1's snapshot may come first
+            closed = await comm.receive_output(timeout=5)
+        layer.receive = real_receive
+        # the browser reconnects: its join makes a new relay, which gets the next change
+        again, reconnected, _, _ = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
+        await push(group, {"kind": "campaign.changed", "id": "e2"})
+        later = json.loads((await again.receive_output(timeout=5))["text"])
+        await again.disconnect()
+        return closed, reconnected, later
+
+    closed, reconnected, later = async_to_sync(scenario)()
+    assert closed["code"] == realtime.RECHECK
+    assert reconnected and later["as_of"]["event"] == "e2"
