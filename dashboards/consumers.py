@@ -10,6 +10,11 @@ Every socket is also in its user's group and its session's group: a logout
 closes it (4401), a deactivation, role or group change closes it with
 ``realtime.RECHECK`` and the browser's reconnect is authorized afresh.
 
+A web process joins each page's group once (:class:`Relay`) and hands the
+events to its sockets; the sockets of one scope and page share their reads
+(:class:`Coalescer`), never one that began before they joined or got their
+latest event. Each snapshot says what it answers (``as_of``, :func:`as_of_text`).
+
 Messages from the browser only choose what to show: ``{"page": n}`` (queue
 and campaign pages) and ``{"state": "failed"|null}`` (campaign page).
 """
