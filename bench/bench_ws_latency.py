@@ -98,6 +98,15 @@ def fresh_log_dir() -> Path:
     return log_dir
 
 
+def web_argv(port: int, server: str = "uvicorn", workers: int = 2) -> list[str]:
+    """The web server's command line: ``uvicorn`` with ``workers`` processes (as scripts/services and
+    the site's tco-web.service), or single-process ``daphne`` (what scripts/services ran before)."""
+    if server == "daphne":
+        return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "tco_web.asgi:application"]
+    return [sys.executable, "-m", "uvicorn", "tco_web.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+            "--workers", str(workers), "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5"]
+
+
 def wait_web(base: str, log_dir: Path) -> None:
     """Wait up to 30 s for the web server's /healthz; RuntimeError after."""
     import urllib.request
@@ -122,6 +131,15 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=96, help="--burst: tasks starting at once")
     parser.add_argument("--watchers", type=int, default=50, help="--burst: clients besides the admin")
     parser.add_argument("--seconds", type=float, default=40.0, help="--burst: how long the scripted run goes")
+    parser.add_argument("--cpu-hogs", type=int, default=0,
+                        help="--burst: this many busy processes run meanwhile (a host loaded as during the replay: "
+                             "96 agents on 2 cores)")
+    parser.add_argument("--web", choices=("uvicorn", "daphne"), default="uvicorn",
+                        help="the web server: uvicorn with --web-workers processes (as scripts/services) or daphne")
+    parser.add_argument("--web-workers", type=int, default=int(os.environ.get("TCO_WEB_WORKERS", "2")))
+    parser.add_argument("--storm-sockets", default="4,2",
+                        help="--burst: the connect storm before the run: each of --watchers clients opens this many "
+                             "sockets at once (queue page + campaign pages 1..n-1); comma-separated: one storm each")
     args = parser.parse_args()
     if args.burst:
         return burst(args)
@@ -150,7 +168,7 @@ def main() -> int:
                    capture_output=True, timeout=60)
     procs = []
     for name, argv in (
-        ("web", [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "tco_web.asgi:application"]),
+        ("web", web_argv(port, args.web, args.web_workers)),
         ("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
                     "-n", f"wsbench{port}@%h", "--loglevel=WARNING"]),
         ("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=WARNING",
@@ -268,6 +286,92 @@ async def measure(base: str, session_key: str, job: int, samples: int, sge: dict
     return 0
 
 
+async def open_sockets(base: str, plan: list[tuple[str, str, int]], timeout_s: float = 30.0) -> list:
+    """Open every socket of ``plan`` (``[(session key, path, page)]``) at once; for each, the seconds
+    from its opening to the first snapshot of its page, or what went wrong (a string). The sockets
+    stay open until every one has its answer, as browsers' would, then close."""
+    import aiohttp
+    from django.conf import settings
+
+    done = asyncio.Event()
+    remaining = [len(plan)]
+
+    def answered() -> None:
+        remaining[0] -= 1
+        if not remaining[0]:
+            done.set()
+
+    async def one(http, session_key: str, path: str, page: int):
+        began = time.monotonic()
+        headers = {"Origin": base, "Cookie": f"{settings.SESSION_COOKIE_NAME}={session_key}"}
+        result: float | str | None = None
+        try:
+            async with http.ws_connect(base.replace("http", "ws", 1) + path, headers=headers, max_msg_size=0,
+                                       timeout=aiohttp.ClientWSTimeout(ws_close=5)) as ws:
+                if page != 1:
+                    await ws.send_json({"page": page})
+                async with asyncio.timeout(timeout_s):
+                    async for msg in ws:
+                        if msg.type != aiohttp.WSMsgType.TEXT:
+                            break
+                        data = json.loads(msg.data)
+                        if data.get("kind") == "queue.snapshot" or (data.get("kind") == "campaign.snapshot"
+                                                                     and data["data"].get("page") == page):
+                            result = time.monotonic() - began
+                            break
+                if result is None:
+                    result = f"closed ({ws.close_code}) before its first snapshot"
+                answered()
+                await done.wait()
+        except Exception as exc:  # noqa: BLE001 - counted as a failed connect
+            if result is None:
+                result = f"{type(exc).__name__}: {exc}"
+                answered()
+        return result
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     cookie_jar=aiohttp.DummyCookieJar()) as http:
+        return list(await asyncio.gather(*(one(http, key, path, page) for key, path, page in plan)))
+
+
+def storm_row(label: str, results: list) -> str:
+    """One line of the connect-storm table: sockets, p50/p95/max of the connect times (s), failures."""
+    from demo.watch import percentile
+
+    ok = [r for r in results if isinstance(r, float)]
+    failed = [r for r in results if not isinstance(r, float)]
+    cell = (lambda v: "n/a" if v is None else f"{v:.3f}")
+    return (f"{label:<44} {len(results):>7} {cell(percentile(ok, 0.5)):>7} {cell(percentile(ok, 0.95)):>7} "
+            f"{cell(max(ok) if ok else None):>7} {len(failed):>6}" + (f"  e.g. {failed[0]}" if failed else ""))
+
+
+def connect_storm(base: str, campaigns: list, watchers: int, sockets: list[int], server: str) -> list[str]:
+    """The connect storm (``--storm-sockets``): one socket at a time on the idle server (5 times), then
+    for each ``k`` of ``sockets``, ``watchers`` clients (users of both teams) opening ``k`` sockets
+    each at once: the queue page and pages 1..k-1 of their team's campaign. ``server``: the web server,
+    for the title. Returns the table's lines."""
+    from demo.watch import session_for, watcher_users
+
+    users = watcher_users(watchers)
+    keys = [session_for(u) for u in users]
+    campaign_of = {c.team.project: c.pk for c in campaigns}
+    lines = [f"connect storm (web server: {server}; connect = socket opened -> first snapshot of its page, seconds)",
+             f"{'what':<44} {'sockets':>7} {'p50':>7} {'p95':>7} {'max':>7} {'failed':>6}"]
+    idle = []
+    for _ in range(5):
+        idle += asyncio.run(open_sockets(base, [(keys[0], "/ws/queue/", 1)]))
+    lines.append(storm_row("one socket on the idle server, 5 in turn", idle))
+    for k in sockets:
+        plan = []
+        for user, key in zip(users, keys):
+            project = user.username[len("replay-watch-"):].rsplit("-", 1)[0]
+            plan.append((key, "/ws/queue/", 1))
+            plan += [(key, f"/ws/campaigns/{campaign_of[project]}/", page) for page in range(1, k)]
+        lines.append(storm_row(f"{watchers} clients x {k} sockets at once", asyncio.run(open_sockets(base, plan))))
+        time.sleep(2)   # the server closes the storm's sockets
+    return lines
+
+
 def burst(args) -> int:
     """``--burst`` (module doc)."""
     import datetime as dt
@@ -303,8 +407,8 @@ def burst(args) -> int:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log_dir = fresh_log_dir()
-    web = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                            "tco_web.asgi:application"], cwd=REPO, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    web = subprocess.Popen(web_argv(port, args.web, args.web_workers), cwd=REPO,
+                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
                            stdout=open(log_dir / "web.log", "wb"), stderr=subprocess.STDOUT)
     lock = threading.Lock()
     state: dict[tuple[int, int], str] = {k: "pending" for k in script}
@@ -337,8 +441,16 @@ def burst(args) -> int:
             stop.wait(max(0.0, poll_s - (time.monotonic() - began)))
         connection.close()
 
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.cpu_hogs)]
+    if hogs:
+        print(f"{len(hogs)} busy processes run meanwhile (--cpu-hogs)")
     try:
         wait_web(base, log_dir)
+        storm = [int(k) for k in args.storm_sockets.split(",") if k.strip()] if args.watchers else []
+        if storm:
+            server = (f"{args.web}, {args.web_workers} processes" if args.web == "uvicorn" else "daphne, 1 process")
+            print("\n".join(connect_storm(base, campaigns, args.watchers, storm, server)))
+            connection.close()
         watch = LiveWatch(base_url=base, watchers=args.watchers, list_tasks=qstat, admin=admin,
                           pids={"web": web.pid})
         watch.start()
@@ -390,6 +502,8 @@ def burst(args) -> int:
                   f"{statistics.median(t for t, _ in busy):.3f} s, slowest {worst[0]:.3f} s ({worst[1]} tasks)")
     finally:
         stop.set()
+        for hog in hogs:
+            hog.kill()
         web.terminate()
         web.wait(timeout=15)
     return 0

@@ -194,7 +194,7 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
             campaign_status_follow(changes.campaigns)
         Cluster.objects.filter(pk=cluster.pk).update(polled_at=timezone.now(), poll_error="")
         if changes.any:
-            realtime.queue_changed(cluster.name, changes.campaigns)
+            realtime.queue_changed(cluster.name, changes.campaigns, observed_at=observed_at.timestamp())
     return changes
 
 

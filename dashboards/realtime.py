@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import logging
 import threading
+import time
 import uuid
 
 from asgiref.sync import async_to_sync
@@ -49,12 +50,18 @@ RECHECK = 4000
 
 
 def _send_after_commit(group: str, message: dict, what: str) -> None:
-    """Send ``message`` to ``group`` once the current transaction commits; failures are logged."""
+    """Send ``message`` to ``group`` once the current transaction commits; failures are logged.
+
+    A ``tco.event`` message's event gets ``published_at`` (epoch seconds) when it is handed to the
+    channel layer: the lag breakdown's "published" instant (demo/watch.py).
+    """
 
     def push() -> None:
         layer = get_channel_layer()
         if layer is None:
             return
+        if "event" in message:
+            message["event"]["published_at"] = time.time()
         try:
             async_to_sync(layer.group_send)(group, message)
         except Exception:  # noqa: BLE001 - the push is best effort; pages also refresh on reconnect
@@ -86,18 +93,26 @@ def broadcast(group: str, event: dict) -> None:
     A failure to reach the channel layer (Redis down) is logged, never raised:
     the database is the truth and the next change pushes again. Each event
     gets an ``id``: consumers of users who see the same thing share one read
-    per event (``selectors.shared_snapshot``).
+    per event (``selectors.shared_snapshot``), and ``published_at`` (epoch
+    seconds, when it went to the channel layer after the commit).
     """
     event = {**event, "id": uuid.uuid4().hex}
     _send_after_commit(group, {"type": "tco.event", "event": event}, str(event.get("kind")))
 
 
-def queue_changed(cluster_name: str, campaign_ids: set[int] | frozenset[int] = frozenset()) -> None:
-    """Tell queue pages (and the pages of the named campaigns) that something changed."""
-    event = {"kind": "queue.changed", "cluster": cluster_name, "campaigns": sorted(campaign_ids)}
+def queue_changed(cluster_name: str, campaign_ids: set[int] | frozenset[int] = frozenset(), *,
+                  observed_at: float | None = None) -> None:
+    """Tell queue pages (and the pages of the named campaigns) that something changed.
+
+    ``observed_at``: for a change a qstat poll found, when that poll's qstat call began (epoch
+    seconds); the events carry it so a page's snapshot can say how old its news is (the lag
+    breakdown of demo/watch.py: poll cadence, poll processing, push, network).
+    """
+    stamp = {"observed_at": observed_at} if observed_at is not None else {}
+    event = {"kind": "queue.changed", "cluster": cluster_name, "campaigns": sorted(campaign_ids), **stamp}
     broadcast(QUEUE_GROUP, event)
     for campaign_id in campaign_ids:
-        broadcast(campaign_group(campaign_id), {"kind": "campaign.changed", "campaign": campaign_id})
+        broadcast(campaign_group(campaign_id), {"kind": "campaign.changed", "campaign": campaign_id, **stamp})
 
 
 def depth_sampled() -> None:

@@ -93,9 +93,12 @@ class Sightings:
         self.first: dict[Key, float] = {}
         self._seen: set[tuple[int, int]] = set()
 
-    def observe(self, at: float, states: Mapping[tuple[int, int], str], *, complete_jobs: Iterable[int] = ()) -> None:
+    def observe(self, at: float, states: Mapping[tuple[int, int], str], *,
+                complete_jobs: Iterable[int] = ()) -> list[Key]:
         """``states``: ``{(job, task): state}`` observed at ``at``. ``complete_jobs``: jobs of which
-        ``states`` lists every task still there (qstat lists all jobs: pass every job seen before)."""
+        ``states`` lists every task still there (qstat lists all jobs: pass every job seen before).
+        Returns the changes this observation showed first."""
+        self._new: list[Key] = []
         for (job, task), state in states.items():
             self._seen.add((job, task))
             if state in ENDED:
@@ -109,9 +112,12 @@ class Sightings:
                 if job in complete and (job, task) not in states:
                     self._mark(job, task, STARTED, at)
                     self._mark(job, task, GONE, at)
+        return self._new
 
     def _mark(self, job: int, task: int, kind: str, at: float) -> None:
-        self.first.setdefault((job, task, kind), at)
+        if (job, task, kind) not in self.first:
+            self.first[(job, task, kind)] = at
+            self._new.append((job, task, kind))
 
     def jobs(self) -> set[int]:
         return {job for job, _ in self._seen}
@@ -124,7 +130,8 @@ def task_lags(sighted: Mapping[Key, float], arrived: Mapping[Key, float], *, job
     ``sighted``/``arrived``: ``{(job, task, kind): epoch s}``; only changes of ``jobs`` count.
     ``since``: changes sighted before it (the client was not yet connected) are left out of the
     lags (still counted as received when they arrived); a function of the change gives the
-    instant for each (its page's socket), None leaving it out. Returns ``{"lags": [s], "received": n,
+    instant for each (its page's socket), None leaving it out. Returns ``{"lags": [s], "keys": [the
+    lags' changes, in order], "received": n,
     "expected": n, "missed": [keys], "unexpected": [keys arrived that qstat never saw]}``.
     A lag is ``arrival - sighting`` and is negative when the page showed the change before
     the sampler's next qstat did (tco's own poll ran in between).
@@ -132,14 +139,53 @@ def task_lags(sighted: Mapping[Key, float], arrived: Mapping[Key, float], *, job
     jobs = set(jobs)
     expected = {k for k in sighted if k[0] in jobs}
     start = since if callable(since) else (lambda _k: since if since is not None else -math.inf)
-    lags = []
+    lags, keys = [], []
     for k in sorted(expected & set(arrived)):
         began = start(k)
         if began is not None and sighted[k] >= began:
             lags.append(arrived[k] - sighted[k])
-    return {"lags": lags, "received": len(expected & set(arrived)), "expected": len(expected),
+            keys.append(k)
+    return {"lags": lags, "keys": keys, "received": len(expected & set(arrived)), "expected": len(expected),
             "missed": sorted(expected - set(arrived)),
             "unexpected": sorted(k for k in arrived if k[0] in jobs and k not in sighted)}
+
+
+#: Where a change's lag goes: (label, from, to), instants of the change's qstat sighting, of the
+#: ``as_of`` of the first snapshot showing it (dashboards.consumers.as_of_text), and of its arrival.
+LAG_PARTS = (
+    ("qstat sighting -> poll's qstat start (cadence)", "sighted", "observed_at"),
+    ("poll's qstat start -> published (qstat, diff, write)", "observed_at", "published_at"),
+    ("published -> received by the socket (channel layer)", "published_at", "received_at"),
+    ("received -> its read began (waiting for the read)", "received_at", "read_at"),
+    ("read began -> sent (the read, JSON)", "read_at", "sent_at"),
+    ("sent -> arrival (network, client)", "sent_at", "arrived"),
+)
+
+
+def lag_breakdown(sighted: Mapping[Key, float], arrived: Mapping[Key, float], news: Mapping[Key, Mapping],
+                  keys: Iterable[Key]) -> dict[str, Any]:
+    """Split each change's lag (arrival - sighting, as :func:`task_lags`) into :data:`LAG_PARTS`.
+
+    ``news``: ``{change: as_of}`` of the first snapshot that showed it (``observed_at``,
+    ``published_at``, ``received_at``, ``read_at``, ``sent_at``: epoch seconds, or None); ``keys``: the changes to split. A change
+    whose snapshot answered no poll's event (a connect snapshot, a change no poll found) is
+    ``unsplit``. The parts of a split change add up to its lag; a part is negative when, e.g., the
+    poll's qstat began before the sampler's (the change was then seen by the poll first).
+    Returns ``{"parts": {label: [s]}, "n": split changes, "unsplit": n}``.
+    """
+    parts: dict[str, list[float]] = {label: [] for label, _, _ in LAG_PARTS}
+    n = unsplit = 0
+    for key in keys:
+        as_of = news.get(key) or {}
+        at = {"sighted": sighted.get(key), "arrived": arrived.get(key),
+              **{name: as_of.get(name) for _, name, _ in LAG_PARTS[1:]}}
+        if any(v is None for v in at.values()):
+            unsplit += 1
+            continue
+        n += 1
+        for label, a, b in LAG_PARTS:
+            parts[label].append(at[b] - at[a])
+    return {"parts": parts, "n": n, "unsplit": unsplit}
 
 
 def count_lags(sightings: Sequence[float], series: Sequence[tuple[float, int]], *,
@@ -157,6 +203,15 @@ def count_lags(sightings: Sequence[float], series: Sequence[tuple[float, int]], 
                 lags.append(at - times[k])
             k += 1
     return {"lags": lags, "received": k, "expected": len(times)}
+
+
+def shown_changes(sighted: Mapping[Key, float], campaign_of: Mapping[int, int],
+                  pages: set[tuple[int, int]]) -> dict[Key, float]:
+    """Of ``sighted`` (``{(job, task, kind): s}``), the changes shown by the open campaign ``pages``
+    (``{(campaign id, page)}``; ``TASKS_PER_PAGE`` tasks a page, by task number): the task rows a
+    client has open. ``campaign_of``: ``{job: campaign id}`` of the campaigns it may see."""
+    return {k: v for k, v in sighted.items()
+            if k[0] in campaign_of and (campaign_of[k[0]], max(1, math.ceil(k[1] / TASKS_PER_PAGE))) in pages}
 
 
 def scope_check(*, allowed_campaigns: set[int], allowed_jobs: set[int], allowed_projects: set[str],
@@ -229,7 +284,10 @@ class Client:
     seen_campaigns: set[int] = dataclasses.field(default_factory=set)
     seen_projects: set[str] = dataclasses.field(default_factory=set)
     connected_at: dict[str, float] = dataclasses.field(default_factory=dict)   # socket path -> first snapshot
+    pages: set[tuple[int, int]] = dataclasses.field(default_factory=set)      # (campaign id, page) opened
     probes: dict[int, int | None] = dataclasses.field(default_factory=dict)
+    # change -> the "as_of" of the first snapshot showing it (lag_breakdown)
+    news: dict[Key, dict] = dataclasses.field(default_factory=dict)
     messages: int = 0
     errors: list[str] = dataclasses.field(default_factory=list)
     # (arrival, kind, the snapshot's generated_at): where a delivery's time went
@@ -256,14 +314,16 @@ class Client:
         if row.get("project"):
             self.seen_projects.add(row["project"])
 
-    def on_campaign(self, at: float, data: dict) -> None:
+    def on_campaign(self, at: float, data: dict, as_of: dict | None = None) -> None:
         campaign = data.get("campaign") or {}
         if campaign.get("id") is not None:
             self.seen_campaigns.add(campaign["id"])
         self._project(campaign)
         job = campaign.get("job_number")
         if job:
-            self.arrivals.observe(at, {(job, row["task_number"]): row["state"] for row in data.get("tasks") or []})
+            new = self.arrivals.observe(at, {(job, row["task_number"]): row["state"] for row in data.get("tasks") or []})
+            for key in new:
+                self.news[key] = as_of or {}
 
 
 class Browsers:
@@ -328,7 +388,7 @@ class Browsers:
                     if kind == "queue.snapshot":
                         client.on_queue(at, body)
                     elif kind == "campaign.snapshot":
-                        client.on_campaign(at, body)
+                        client.on_campaign(at, body, data.get("as_of"))
                         if body.get("page") != page:
                             continue
                     else:
@@ -391,7 +451,7 @@ def service_pids(state_dir: Path) -> dict[str, int]:
     """``{name: pid}`` of the running web server and workers from scripts/services' pid files
     (``<state dir>/run/<name>.pid``)."""
     out = {}
-    for name in ("web", "worker", "submit", "beat"):
+    for name in ("web", "worker", "ingest", "submit", "beat"):
         try:
             pid = int((Path(state_dir) / "run" / f"{name}.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError):
@@ -533,10 +593,11 @@ class LiveWatch:
         self.load.start()
 
     def follow(self, campaigns: Sequence, wait_s: float = 30.0) -> None:
-        """Open the pages of ``campaigns`` (Campaign rows) for every client that may see them: the
-        admin's first, waited for (up to ``wait_s`` s; its sockets give the item-4 lag), then the
-        others' without waiting (they connect while the run goes, as browsers would); every other
-        client also probes one campaign it may not see."""
+        """Open the pages of ``campaigns`` (Campaign rows) for the clients that may see them: the
+        admin every page of each (waited for, up to ``wait_s`` s; its sockets give the item-4 lag),
+        every other client, as a browser would, page 1 of one campaign of its team (the first it
+        may see; none more once it has one open), without waiting (they connect while the run
+        goes); every other client also probes one campaign it may not see."""
         ids = [c.pk for c in campaigns]
         self.followed_at = getattr(self, "followed_at", None) or time.time()
         for c in campaigns:
@@ -545,9 +606,12 @@ class LiveWatch:
             allowed = allowed_campaigns(user, ids)
             opened = []
             for c in campaigns:
-                if c.pk in allowed:
-                    for page in range(1, max(1, math.ceil(c.task_count / TASKS_PER_PAGE)) + 1):
-                        opened.append(self.browsers.watch(client, f"/ws/campaigns/{c.pk}/", page=page))
+                if c.pk not in allowed or (n and client.pages):
+                    continue
+                pages = range(1, max(1, math.ceil(c.task_count / TASKS_PER_PAGE)) + 1) if n == 0 else [1]
+                for page in pages:
+                    client.pages.add((c.pk, page))
+                    opened.append(self.browsers.watch(client, f"/ws/campaigns/{c.pk}/", page=page))
             others = [i for i in ids if i not in allowed]
             if others:
                 opened.append(self.browsers.probe(client, others[0]))
@@ -566,14 +630,15 @@ class LiveWatch:
             from dashboards.models import Campaign
 
             jobs = dict(Campaign.objects.filter(pk__in=self.campaigns).values_list("pk", "job_number"))
-            wanted = [({jobs[c] for c in allowed_campaigns(user, jobs)}, client)
+            sighted = dict(self.sampler.sightings.first)
+            wanted = [(shown_changes(sighted, {jobs[c]: c for c in allowed_campaigns(user, jobs) if jobs[c]},
+                                     client.pages), client)
                       for user, client in zip(self.users, self.clients)]
         except Exception:  # noqa: BLE001 - no lingering then; the results say what arrived
             wanted = []
-        sighted = dict(self.sampler.sightings.first)
         deadline = time.monotonic() + linger_s
         while time.monotonic() < deadline and any(
-                k not in client.arrivals.first for allowed, client in wanted for k in sighted if k[0] in allowed):
+                k not in client.arrivals.first for shown, client in wanted for k in shown):
             time.sleep(0.2)
         self.load.stop()
         self.browsers.stop()
@@ -598,7 +663,9 @@ class LiveWatch:
                 page = max(1, math.ceil(key[1] / TASKS_PER_PAGE))
                 return client.connected_at.get(f"{label_of.get(key[0])}?page={page}")
 
-            matched = task_lags(sighted, client.arrivals.first, jobs=allowed_jobs, since=since)
+            # What its open pages show: the task rows of those pages (the queue page's counts below).
+            shown = shown_changes(sighted, {rows[c].job_number: c for c in allowed}, client.pages)
+            matched = task_lags(shown, client.arrivals.first, jobs=allowed_jobs, since=since)
             wave_lags = [client.arrivals.first[k] - sighted[k] for k in sorted(wave)
                          if k in client.arrivals.first and k[0] in allowed_jobs
                          and since(k) is not None and sighted[k] >= since(k)]
@@ -618,6 +685,8 @@ class LiveWatch:
                     seen_campaigns=client.seen_campaigns, seen_projects=client.seen_projects,
                     arrived=client.arrivals.first, probes=client.probes)
             per_client.append({"user": user.username, "admin": user.is_superuser, "lag": matched,
+                               "breakdown": lag_breakdown(sighted, client.arrivals.first, client.news,
+                                                          matched["keys"]),
                                "arrived": sorted(client.arrivals.first),
                                "wave_lags": wave_lags, "queue_lags": queue_lags, "violations": violations,
                                "errors": client.errors, "messages": client.messages,
@@ -650,15 +719,23 @@ def live_figures(results: dict[str, Any]) -> dict[str, Any]:
                       "expected": admin["lag"]["expected"], "missed": len(admin["lag"]["missed"])}
         out["wave"] = lag_summary(admin["wave_lags"])
         out["queue"] = lag_summary(admin["queue_lags"])
+        out["breakdown"] = admin["breakdown"]
     pooled = [x for c in others for x in c["lag"]["lags"]]
     out["load"] = {**lag_summary(pooled), "received": sum(c["lag"]["received"] for c in others),
                    "expected": sum(c["lag"]["expected"] for c in others),
                    "missed": sum(len(c["lag"]["missed"]) for c in others)}
+    out["load_breakdown"] = pooled_breakdown([c["breakdown"] for c in others])
     out["load_queue"] = lag_summary([x for c in others for x in c["queue_lags"]])
     out["incomplete"] = [c["user"] for c in clients if c["lag"]["missed"]]
     out["violations"] = {c["user"]: c["violations"] for c in clients if c["violations"]}
     out["errors"] = {c["user"]: c["errors"][:3] for c in clients if c["errors"]}
     return out
+
+
+def pooled_breakdown(breakdowns: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several :func:`lag_breakdown` results as one (their parts' lists joined, counts summed)."""
+    return {"parts": {label: [x for b in breakdowns for x in b["parts"][label]] for label, _, _ in LAG_PARTS},
+            "n": sum(b["n"] for b in breakdowns), "unsplit": sum(b["unsplit"] for b in breakdowns)}
 
 
 def _s(value: float | None) -> str:
@@ -671,16 +748,23 @@ def render_live(results: dict[str, Any]) -> list[str]:
     lines = ["", "Live lag (item 4): qstat -> browser, WebSocket (seconds; qstat sampled every "
                  f"{results['qstat_period_s']} s, {results['qstat_samples']} samples, median qstat "
                  f"{_s(results['qstat_p50_s'])} s, {results['qstat_errors']} failed)",
-             f"{'what':<48} {'n':>6} {'p50':>7} {'p95':>7} {'max':>7} {'min':>7}"]
+             f"{'what':<58} {'n':>6} {'p50':>7} {'p95':>7} {'max':>7} {'min':>7}"]
 
     def row(label: str, s: dict) -> None:
-        lines.append(f"{label:<48} {s['n']:>6} {_s(s['p50']):>7} {_s(s['p95']):>7} {_s(s['max']):>7} "
+        lines.append(f"{label:<58} {s['n']:>6} {_s(s['p50']):>7} {_s(s['p95']):>7} {_s(s['max']):>7} "
                      f"{_s(s['min']):>7}")
+
+    def breakdown_rows(b: dict, what: str) -> None:
+        lines.append(f"  {what} ({b['n']} changes split; {b['unsplit']} shown first by a snapshot that "
+                     "answered no poll's event):")
+        for label, _, _ in LAG_PARTS:
+            row(f"    {label}", lag_summary(b["parts"][label]))
 
     if "lag" in f:
         row("admin, campaign pages, every task change", f["lag"])
         row("  the first wave (started before any ended)", f["wave"])
         row("admin, queue page (campaign counts)", f["queue"])
+        breakdown_rows(f["breakdown"], "where the admin's lag went")
         lines.append(f"changes qstat saw: {f['lag']['expected']} ({results['wave']} in the first wave); "
                      f"arrived: {f['lag']['received']}; missed: {f['lag']['missed']}")
         p95 = f["lag"]["p95"]
@@ -688,9 +772,10 @@ def render_live(results: dict[str, Any]) -> list[str]:
             lines.append(f"goal p95 <= {LAG_GOAL_S:.0f} s: " + ("met" if p95 <= LAG_GOAL_S else
                                                                  f"MISSED by {p95 - LAG_GOAL_S:.3f} s"))
     if f["clients"]:
-        lines += ["", f"Load (item 5): {f['clients']} WebSocket clients of both teams (queue page + their "
-                      f"team's campaign pages) for {results['duration_s']:.0f} s"]
+        lines += ["", f"Load (item 5): {f['clients']} WebSocket clients of both teams (queue page + page 1 of "
+                      f"a campaign of their team) for {results['duration_s']:.0f} s"]
         row("deliveries, campaign pages, all clients", f["load"])
+        breakdown_rows(f["load_breakdown"], "where the clients' lag went")
         row("deliveries, queue page counts, all clients", f["load_queue"])
         lines.append(f"changes the clients may see: {f['load']['expected']}; received {f['load']['received']}; "
                      f"missed {f['load']['missed']} (clients missing any: {len(f['incomplete'])}"
@@ -722,6 +807,6 @@ def render_live(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["Sightings", "task_lags", "count_lags", "scope_check", "percentile", "lag_summary", "QstatSampler",
+__all__ = ["Sightings", "shown_changes", "task_lags", "count_lags", "lag_breakdown", "pooled_breakdown", "LAG_PARTS", "scope_check", "percentile", "lag_summary", "QstatSampler",
            "Client", "Browsers", "LoadSampler", "LiveWatch", "live_figures", "render_live", "watcher_users",
            "session_for", "allowed_campaigns", "team_projects", "rss_bytes", "service_pids"]

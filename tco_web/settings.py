@@ -277,7 +277,12 @@ CHANNEL_LAYERS = {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # redis-py's asyncio pool allows 100 connections and then raises (MaxConnectionsError): 250
         # sockets opening at once (50 browsers at a run's start) each join 3-4 groups (issue 15 item 5).
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 2000}], "capacity": 1000, "expiry": 10},
+        # socket_timeout: redis-py 8 reads with a 5 s timeout by default, and channels_redis waits for a
+        # socket's next message with BZPOPMIN for 5 s (brpop_timeout): an idle socket's receive timed out
+        # and its consumer crashed (closed 1006/1011) after 5 s without a message. 15 s outlasts the
+        # wait; a Redis that went away still fails the read at once (connection closed).
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 2000, "socket_timeout": 15}],
+                   "capacity": 1000, "expiry": 10},
     }
 }
 

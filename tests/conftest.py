@@ -93,12 +93,15 @@ class Stack:
         raise RuntimeError(f"web server did not answer on {self.url}; see {self.log_dir}/web.log")
 
     def start_services(self, beat_schedule: Path, worker_name: str) -> None:
-        """Purge the test broker, then start daphne, a Celery worker (poll, ingest, submit with DRMAA) and beat."""
+        """Purge the test broker, then start the web server (uvicorn), a Celery worker (poll, ingest, submit with DRMAA) and beat."""
         py = sys.executable
         # Tasks left in the test broker by an aborted run must not reach this database.
         subprocess.run([py, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO, env=self.env,
                        check=True, capture_output=True, timeout=60)
-        self.start("web", [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "tco_web.asgi:application"])
+        # As scripts/services and the site's tco-web.service: uvicorn, TCO_WEB_WORKERS processes (default 2).
+        self.start("web", [py, "-m", "uvicorn", "tco_web.asgi:application", "--host", "127.0.0.1",
+                           "--port", str(self.port), "--workers", os.environ.get("TCO_WEB_WORKERS", "2"),
+                           "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5"])
         self.start("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
                               "-n", f"{worker_name}{self.port}@%h", "--loglevel=INFO"], TCO_DRMAA_WORKER="1")
         self.start("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=INFO",
@@ -127,7 +130,7 @@ class Stack:
 
 @pytest.fixture
 def live_stack(transactional_db, bootstrap, tmp_path):
-    """daphne + a Celery worker (poll, ingest, submit with DRMAA) + beat, on the test database."""
+    """The web server (uvicorn) + a Celery worker (poll, ingest, submit with DRMAA) + beat, on the test database."""
     from django.db import connection
 
     db_path = connection.settings_dict["NAME"]
