@@ -61,6 +61,8 @@ class PollChanges:
     campaigns: set[int] = dataclasses.field(default_factory=set)
     #: Of ``changed`` and ``gone``: tasks whose state changed (started, ended...), not only their priority.
     state_changes: int = 0
+    #: The snapshot was older than one applied already (another poller's): nothing was written.
+    stale: bool = False
 
     @property
     def any(self) -> bool:
@@ -94,10 +96,24 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
     campaign submitted while qstat ran) is not "gone" just because this
     snapshot predates it. Tasks gone from qstat become ``finishing`` until their
     accounting record is read. Returns the counts; pushes one change event.
+
+    A snapshot whose qstat began before the last applied one's (``Cluster.poll_observed_at``) is
+    not applied (``stale``): two pollers (two workers, or a worker and a command such as
+    ``tco_replay_seed``'s loop) finishing out of order would otherwise write the older view over
+    the newer one, e.g. give tasks that ended (rows made inactive by their accounting records)
+    new active rows that then end "lost". The check is the transaction's first write, so pollers
+    are ordered by the database's row lock (PostgreSQL) or write lock (SQLite).
     """
     changes = PollChanges()
     fields = ("id", "campaign_id", "job_number", "task_number", "first_seen_at", "submitted_at", *POLL_FIELDS)
     with transaction.atomic():
+        advanced = Cluster.objects.filter(pk=cluster.pk).filter(
+            Q(poll_observed_at__isnull=True) | Q(poll_observed_at__lt=observed_at)).update(poll_observed_at=observed_at)
+        if not advanced:
+            log.info("poll of cluster %s observed at %s not applied: a newer poll was applied first",
+                     cluster.name, observed_at.isoformat())
+            changes.stale = True
+            return changes
         active = Task.objects.filter(cluster=cluster, active=True)
         cached = _SNAPSHOTS.get(cluster.pk)
         # The last snapshot this process applied is exactly the active tasks

@@ -35,6 +35,9 @@ class Cluster(models.Model):
     status = models.JSONField(default=dict, blank=True)
     status_at = models.DateTimeField(null=True, blank=True)
     polled_at = models.DateTimeField(null=True, blank=True)
+    # When the qstat of the last applied poll began: an older snapshot is never applied after it
+    # (dashboards.ingest.apply_qstat_poll; two pollers racing).
+    poll_observed_at = models.DateTimeField(null=True, blank=True)
     poll_error = models.TextField(blank=True)
     poll_error_at = models.DateTimeField(null=True, blank=True)
     # The last accounting ingest's failure (missing or unreadable file); "" once a pass reads the file.

@@ -175,3 +175,24 @@ def test_a_new_tasks_row_carries_every_field_qstat_gave_and_events_carry_the_pol
     assert (row.state, row.gone_at) == ("finishing", gone_at)
     event = TaskEvent.objects.get(task=row)
     assert (event.at, event.from_state, event.to_state, event.state_code) == (gone_at, "running", "finishing", "")
+
+
+def test_an_older_snapshot_applied_after_a_newer_one_writes_nothing():
+    """Two pollers (the poll worker and tco_replay_seed's loop) finished out of order on the dev
+    cluster: the snapshot taken at .426 s was applied after the one taken at .718 s, when the task had
+    ended and its row was inactive (accounting), so the older view gave the task a second, active row
+    that later ended "lost" (4 such rows in a 256-task run). An older snapshot is now not applied."""
+    cluster = cluster_get_default()
+    apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm")], observed_at=T0)
+    newer = apply_qstat_poll(cluster, [], observed_at=T0 + dt.timedelta(seconds=2))
+    assert newer.gone == 1 and not newer.stale
+    # Its accounting record ended it (as _finalize_finishing does): done, no longer active.
+    Task.objects.filter(job_number=7).update(state="done", active=False)
+    older = apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm")], observed_at=T0 + dt.timedelta(seconds=1))
+    assert older.stale and not older.any
+    assert list(Task.objects.filter(job_number=7).values_list("state", "active")) == [("done", False)]
+    cluster.refresh_from_db()
+    assert cluster.poll_observed_at == T0 + dt.timedelta(seconds=2)
+    # The same instant again is not newer either; a later one is applied.
+    assert apply_qstat_poll(cluster, [], observed_at=T0 + dt.timedelta(seconds=2)).stale
+    assert not apply_qstat_poll(cluster, [], observed_at=T0 + dt.timedelta(seconds=3)).stale
