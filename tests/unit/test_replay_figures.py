@@ -5,6 +5,8 @@ import datetime as dt
 import statistics
 from types import SimpleNamespace
 
+import pytest
+
 from demo.replay import ARTICLE, goals, running_over_time, work_durations
 
 T0 = dt.datetime(2026, 11, 9, 12, 0, tzinfo=dt.timezone.utc)
@@ -68,3 +70,23 @@ def test_submit_here_waits_for_the_submit_worker_when_it_claimed_the_campaign_fi
     monkeypatch.setattr(replay, "campaign_submit", lambda campaign_id: SimpleNamespace(pk=campaign_id, job_number=99))
     reads.clear()
     assert [c.job_number for c in replay._submitted([rows[1]], submit_here=True)] == [99] and reads == []
+
+
+def test_the_urgent_wait_is_measured_from_the_drmaa_return_the_whole_second_time_bounds_it():
+    """The dev cluster's run: DRMAA returned 20:47:12.954419, the runner started 20:47:14.132030, the
+    scheduler's submission time says 20:47:12 (whole seconds): 1.177611 s, at most 2.132030 s."""
+    from demo.replay import urgent_wait
+
+    day = dt.datetime(2026, 12, 1, 20, 47, tzinfo=dt.timezone.utc)
+    campaign = SimpleNamespace(submitted_at=day.replace(second=12, microsecond=954419))
+    task = SimpleNamespace(submitted_at=day.replace(second=12), task_started_at=day.replace(second=14, microsecond=132030),
+                           started_at=day.replace(second=14), sandbox_create_at=None, sandbox_ready_at=None,
+                           agent_started_at=None, agent_exited_at=None, teardown_done_at=None)
+    got = urgent_wait(campaign, task)
+    assert got["urgent_wait_s"] == pytest.approx(1.177611)
+    assert got["urgent_wait_bound_s"] == pytest.approx(2.132030)
+    # A runner that started before the DRMAA call returned (its record is the earlier clock): 0, never negative.
+    early = SimpleNamespace(**{**vars(task), "task_started_at": day.replace(second=12, microsecond=900000)})
+    assert urgent_wait(campaign, early)["urgent_wait_s"] == 0.0
+    # Without tco's submission time: the scheduler's bound.
+    assert urgent_wait(SimpleNamespace(submitted_at=None), task)["urgent_wait_s"] == pytest.approx(2.132030)
