@@ -104,7 +104,8 @@ def web_argv(port: int, server: str = "uvicorn", workers: int = 2) -> list[str]:
     if server == "daphne":
         return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "tco_web.asgi:application"]
     return [sys.executable, "-m", "uvicorn", "tco_web.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-            "--workers", str(workers), "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5"]
+            "--workers", str(workers), "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5",
+            "--no-proxy-headers"]
 
 
 def wait_web(base: str, log_dir: Path) -> None:

@@ -101,7 +101,8 @@ class Stack:
         # As scripts/services and the site's tco-web.service: uvicorn, TCO_WEB_WORKERS processes (default 2).
         self.start("web", [py, "-m", "uvicorn", "tco_web.asgi:application", "--host", "127.0.0.1",
                            "--port", str(self.port), "--workers", os.environ.get("TCO_WEB_WORKERS", "2"),
-                           "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5"])
+                           "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5",
+                           "--no-proxy-headers"])
         self.start("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
                               "-n", f"{worker_name}{self.port}@%h", "--loglevel=INFO"], TCO_DRMAA_WORKER="1")
         self.start("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=INFO",
