@@ -312,17 +312,24 @@ def test_triage_filters_search_and_sorts_on_the_server_with_the_state_in_the_url
     assert 'id="triage-empty"' in html and "No waiting job matches" in html
 
 
-def test_a_group_action_asks_once_then_acts_on_every_job_and_errors_stay_inline(client, ops_users, monkeypatch,
-                                                                              django_capture_on_commit_callbacks):
-    import re
-
+def _triage_as_admin(client, ops_users, monkeypatch):
+    """:func:`_triage_fixture` on the fake scheduler, no worker (enqueue does nothing), the admin logged in."""
     from dashboards import enqueue
-    from dashboards.models import ControlRequest
 
     cluster, fake = _triage_fixture(ops_users)
     monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
     monkeypatch.setattr(enqueue, "send", lambda name, request_id: None)
     client.force_login(ops_users["admin"])
+    return cluster, fake
+
+
+def test_a_group_action_asks_once_then_acts_on_every_job_and_errors_stay_inline(client, ops_users, monkeypatch,
+                                                                              django_capture_on_commit_callbacks):
+    import re
+
+    from dashboards.models import ControlRequest
+
+    cluster, fake = _triage_as_admin(client, ops_users, monkeypatch)
     post = {"group": "consumable:anthropic_api", "action": "priority", "priority": "200", "next": "?state=pending"}
     html = client.post("/ops/triage/group", post).content.decode()
     assert 'id="confirm"' in html and 'data-job="40"' in html and 'data-job="41"' in html
@@ -355,13 +362,10 @@ def test_a_group_action_acts_only_on_the_jobs_confirmed_and_names_those_that_joi
     import copy
     import re
 
-    from dashboards import enqueue, scheduler_cache
+    from dashboards import scheduler_cache
     from dashboards.models import ControlRequest
 
-    cluster, fake = _triage_fixture(ops_users)
-    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
-    monkeypatch.setattr(enqueue, "send", lambda name, request_id: None)
-    client.force_login(ops_users["admin"])
+    cluster, fake = _triage_as_admin(client, ops_users, monkeypatch)
     post = {"group": "consumable:anthropic_api", "action": "priority", "priority": "1000", "next": ""}
     html = client.post("/ops/triage/group", post).content.decode()
     confirmed = re.findall(r'<input type="hidden" name="jobs" value="(\d+)">', html)
