@@ -127,6 +127,13 @@ class _Fanout:
     channel: str
     task: asyncio.Task | None = None
     members: set = dataclasses.field(default_factory=set)
+    renewer: asyncio.Task | None = None   # group_add again every renew_s (Relay.renew_s)
+    added: float = 0.0                    # loop time (seconds) of the latest group_add
+
+    def stop(self) -> None:
+        for task in (self.task, self.renewer):
+            if task is not None:
+                task.cancel()
 
 
 class Relay:
@@ -143,6 +150,12 @@ class Relay:
     relay's receive fails (Redis went away), its sockets are closed with
     ``realtime.RECHECK`` (as a socket whose own receive failed was closed):
     the browsers reconnect, and their joins make the relay again.
+
+    A channel layer drops a group's member ``group_expiry`` seconds after its
+    ``group_add`` (channels_redis and the in-memory layer; default 86400): a
+    relay renews its membership (``group_add`` again) every :func:`renew_s`
+    while it lives, and when a socket joins it after half of that interval,
+    so a page kept open for days goes on getting its events.
     """
 
     def __init__(self) -> None:
@@ -161,12 +174,20 @@ class Relay:
         self._here(layer)
         async with self._locks.setdefault(group, asyncio.Lock()):
             fanout = self._groups.get(group)
+            loop = asyncio.get_running_loop()
             if fanout is None or fanout.task is None or fanout.task.done():
                 members = fanout.members if fanout else set()
+                if fanout is not None:
+                    fanout.stop()
                 fanout = _Fanout(channel=await layer.new_channel(), members=members)
                 await layer.group_add(group, fanout.channel)
+                fanout.added = loop.time()
                 fanout.task = asyncio.ensure_future(self._receive(layer, group, fanout))
+                fanout.renewer = asyncio.ensure_future(self._renew(layer, group, fanout))
                 self._groups[group] = fanout
+            elif loop.time() - fanout.added >= renew_s(layer) / 2:
+                await layer.group_add(group, fanout.channel)
+                fanout.added = loop.time()
             fanout.members.add(consumer)
 
     async def leave(self, layer, group: str, consumer) -> None:
@@ -180,8 +201,7 @@ class Relay:
             if fanout.members:
                 return
             del self._groups[group]
-            if fanout.task is not None:
-                fanout.task.cancel()
+            fanout.stop()
             try:
                 await layer.group_discard(group, fanout.channel)
             except Exception:  # noqa: BLE001 - the group's membership expires by itself (group_expiry)
@@ -199,8 +219,33 @@ class Relay:
             log.warning("relay of %s stopped; closing its sockets (they reconnect)", group, exc_info=True)
             if self._groups.get(group) is fanout:
                 del self._groups[group]
+            if fanout.renewer is not None:
+                fanout.renewer.cancel()
             for consumer in list(fanout.members):
                 asyncio.ensure_future(_deliver(consumer, {"type": "tco.close", "code": realtime.RECHECK}))
+
+    async def _renew(self, layer, group: str, fanout: _Fanout) -> None:
+        # group_add again before the layer's group_expiry drops the relay's channel from the group.
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.0, fanout.added + renew_s(layer) - loop.time()))
+            try:
+                await layer.group_add(group, fanout.channel)
+                fanout.added = loop.time()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - tried again shortly; a Redis gone also fails the receive
+                log.warning("could not renew %s's membership of %s", fanout.channel, group, exc_info=True)
+                await asyncio.sleep(min(renew_s(layer), 30.0))
+
+
+def renew_s(layer) -> float:
+    """Seconds between a relay's ``group_add`` calls: a quarter of the layer's ``group_expiry``.
+
+    ``group_expiry`` (seconds, default 86400: channels_redis ``RedisChannelLayer`` and channels'
+    ``InMemoryChannelLayer``) is how long a group member lasts after its ``group_add``; a layer
+    without it gets the default."""
+    return max(0.1, float(getattr(layer, "group_expiry", 86400) or 86400) / 4)
 
 
 async def _deliver(consumer, message: dict) -> None:

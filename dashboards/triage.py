@@ -279,6 +279,22 @@ def triage_groups(jobs: list[dict]) -> list[dict]:
     return sorted(groups.values(), key=lambda g: (g["kind"] != "error", -g["tasks"], g["key"]))
 
 
+def confirmed_in_group(group_jobs: list[int], confirmed: list[str]) -> dict[str, list[int]]:
+    """Which of a reason group's jobs a confirmed group action acts on.
+
+    ``group_jobs``: the group's job numbers now (:func:`triage_groups`); ``confirmed``: the job
+    numbers the confirmation page listed (as posted, strings). Returns ``{"act": jobs both
+    confirmed and still in the group, "left": confirmed jobs no longer in it (started, ended, or
+    waiting for something else now), "joined": jobs in it now that were not confirmed}``, each in
+    ``group_jobs``'s order (``left``: as posted). A job that joined after the confirmation page
+    was shown is never acted on: the admin did not see it. Raises ``ValueError`` when a posted
+    job number is not a whole number."""
+    wanted = list(dict.fromkeys(int(n) for n in confirmed))
+    now = set(group_jobs)
+    return {"act": [j for j in group_jobs if j in set(wanted)], "left": [j for j in wanted if j not in now],
+            "joined": [j for j in group_jobs if j not in set(wanted)]}
+
+
 def triage_filter(jobs: list[dict], *, team: str = "", owner: str = "", queue: str = "", reason: str = "",
                   state: str = "", q: str = "", sort: str = "wait", descending: bool | None = None) -> list[dict]:
     """The jobs that match every given filter (exact: team name or project, owner or launcher,

@@ -447,9 +447,12 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
     """One action on every job of a reason group (``group``: its key) as the page showed it (the
     filters and search in ``next``), after one confirmation.
 
-    Each job goes through ``control.triage_action`` (checked and audited one by one); the
-    results come back as one message on the triage page: how many were queued, and each
-    refusal with its job.
+    The confirmation page posts the job numbers it listed (``jobs``, repeated); the action runs
+    only on jobs both confirmed and still in the group (``triage.confirmed_in_group``): one
+    that joined the group after the page was shown is skipped, and so is one that left it; the
+    message names both. Each job goes through ``control.triage_action`` (checked and audited
+    one by one); the results come back as one message on the triage page: how many were queued,
+    which were skipped, and each refusal with its job.
     """
     if not user_can(request.user, "triage"):
         return refused(request, "Triage is for cluster admins.", action="triage")
@@ -487,8 +490,18 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
         return render(request, "dashboards/triage_confirm.html", {
             "group": group, "group_jobs": jobs, "action": action, "action_label": label, "priority": priority,
             "next": request.POST.get("next", "")})
+    try:
+        chosen = triage.confirmed_in_group(group["jobs"], request.POST.getlist("jobs"))
+    except ValueError:
+        chosen = None
+    if not chosen or not chosen["act"]:
+        messages.error(request, f"{group['title']}: " + (
+            "the confirmation listed no job of this group now (they may have started, or the group changed)"
+            if chosen is not None else "the confirmation's job numbers are not valid")
+            + "; nothing was done. Look at the group again and confirm.")
+        return _back_to_triage(request)
     queued, failed = [], []
-    for job_number in group["jobs"]:
+    for job_number in chosen["act"]:
         try:
             control.triage_action(user=request.user, action=action, job_number=job_number, priority=priority)
         except (ActionRefused, LaunchError) as exc:
@@ -497,7 +510,15 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
             queued.append(job_number)
     if queued:
         messages.success(request, f"{label.capitalize()} of {len(queued)} job{'s' if len(queued) != 1 else ''} "
-                                  f"({group['tasks']} tasks that {group['label']}) requested.")
+                                  f"(that {group['label']}) requested: {', '.join(map(str, queued))}.")
+    if chosen["joined"]:
+        messages.warning(request, f"Skipped job{'s' if len(chosen['joined']) != 1 else ''} "
+                                  f"{', '.join(map(str, chosen['joined']))}: joined the group after the confirmation page was shown "
+                                  f"(not on the confirmation page); look at the group again to act on them.")
+    if chosen["left"]:
+        messages.warning(request, f"Skipped job{'s' if len(chosen['left']) != 1 else ''} "
+                                  f"{', '.join(map(str, chosen['left']))}: no longer in the group "
+                                  f"(started, ended or waiting for something else now).")
     for text in failed:
         messages.error(request, text)
     return _back_to_triage(request)

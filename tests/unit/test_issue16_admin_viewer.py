@@ -312,28 +312,38 @@ def test_triage_filters_search_and_sorts_on_the_server_with_the_state_in_the_url
     assert 'id="triage-empty"' in html and "No waiting job matches" in html
 
 
-def test_a_group_action_asks_once_then_acts_on_every_job_and_errors_stay_inline(client, ops_users, monkeypatch,
-                                                                              django_capture_on_commit_callbacks):
+def _triage_as_admin(client, ops_users, monkeypatch):
+    """:func:`_triage_fixture` on the fake scheduler, no worker (enqueue does nothing), the admin logged in."""
     from dashboards import enqueue
-    from dashboards.models import ControlRequest
 
     cluster, fake = _triage_fixture(ops_users)
     monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
     monkeypatch.setattr(enqueue, "send", lambda name, request_id: None)
     client.force_login(ops_users["admin"])
+    return cluster, fake
+
+
+def test_a_group_action_asks_once_then_acts_on_every_job_and_errors_stay_inline(client, ops_users, monkeypatch,
+                                                                              django_capture_on_commit_callbacks):
+    import re
+
+    from dashboards.models import ControlRequest
+
+    cluster, fake = _triage_as_admin(client, ops_users, monkeypatch)
     post = {"group": "consumable:anthropic_api", "action": "priority", "priority": "200", "next": "?state=pending"}
     html = client.post("/ops/triage/group", post).content.decode()
     assert 'id="confirm"' in html and 'data-job="40"' in html and 'data-job="41"' in html
     assert not ControlRequest.objects.filter(action="triage_priority").exists()
     with django_capture_on_commit_callbacks(execute=True):
-        response = client.post("/ops/triage/group", {**post, "confirm": "yes"})
+        response = client.post("/ops/triage/group", {**post, "confirm": "yes", "jobs": re.findall(
+            r'<input type="hidden" name="jobs" value="(\d+)">', html)})
     assert response.status_code == 302 and response["Location"] == "/ops/triage/?state=pending"
     assert sorted(ControlRequest.objects.filter(action="triage_priority").values_list("job_number", "priority")) == [
         (40, 200), (41, 200)]
     # With the page's search, the group is what the page showed: job 40 only.
     ControlRequest.objects.all().delete()
     with django_capture_on_commit_callbacks(execute=True):
-        client.post("/ops/triage/group", {**post, "next": "?q=sweep-a", "confirm": "yes"})
+        client.post("/ops/triage/group", {**post, "next": "?q=sweep-a", "confirm": "yes", "jobs": ["40", "41"]})
     assert list(ControlRequest.objects.values_list("job_number", flat=True)) == [40]
     bad = client.post("/ops/triage/group", {**post, "priority": "5000"}, follow=True)
     assert bad.status_code == 200 and "-1023 to 1024" in bad.content.decode()
@@ -343,6 +353,51 @@ def test_a_group_action_asks_once_then_acts_on_every_job_and_errors_stay_inline(
                                                   "tasks": ""})
     html = response.content.decode()
     assert response.status_code == 400 and 'id="triage"' in html and 'class="inline-error"' in html
+
+
+def test_a_group_action_acts_only_on_the_jobs_confirmed_and_names_those_that_joined_or_left(
+        client, ops_users, monkeypatch, django_capture_on_commit_callbacks):
+    # Attack review 5: the action ran on the group as recomputed at "Yes", so a job that joined the
+    # group after the confirmation page (here 45, e.g. a launcher's) got the priority raise too.
+    import copy
+    import re
+
+    from dashboards import scheduler_cache
+    from dashboards.models import ControlRequest
+
+    cluster, fake = _triage_as_admin(client, ops_users, monkeypatch)
+    post = {"group": "consumable:anthropic_api", "action": "priority", "priority": "1000", "next": ""}
+    html = client.post("/ops/triage/group", post).content.decode()
+    confirmed = re.findall(r'<input type="hidden" name="jobs" value="(\d+)">', html)
+    assert sorted(confirmed) == ["40", "41"]
+    # Between the confirmation page and "Yes": job 45 starts waiting for the same seats, 41 starts running.
+    Task.objects.create(cluster=cluster, job_number=45, task_number=1, is_array=False, name="job45", owner="tco",
+                        project="research", state="pending", submitted_at=timezone.now() - dt.timedelta(seconds=5))
+    detail = copy.deepcopy(fake.job_details[41])
+    fake.set_job_detail(45, {**detail, "job_number": 45})
+    Task.objects.filter(job_number=41).update(state="running")
+    scheduler_cache.cache.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/ops/triage/group", {**post, "confirm": "yes", "jobs": confirmed}, follow=True)
+    assert list(ControlRequest.objects.filter(action="triage_priority").values_list("job_number", flat=True)) == [40]
+    shown = [str(m) for m in response.context["messages"]]
+    assert any("Skipped job 45" in m and "joined the group" in m for m in shown)
+    assert any("Skipped job 41" in m and "no longer in the group" in m for m in shown)
+    # A confirmation without its job list (or with a bad one) does nothing.
+    ControlRequest.objects.all().delete()
+    for jobs in ([], ["45x"]):
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post("/ops/triage/group", {**post, "confirm": "yes", "jobs": jobs}, follow=True)
+        assert "nothing was done" in response.content.decode()
+    assert not ControlRequest.objects.exists()
+
+
+def test_confirmed_in_group_splits_the_confirmed_jobs_from_those_that_joined_or_left():
+    from dashboards.triage import confirmed_in_group
+
+    assert confirmed_in_group([7, 3, 9], ["3", "5", "7", "3"]) == {"act": [7, 3], "left": [5], "joined": [9]}
+    with pytest.raises(ValueError):
+        confirmed_in_group([7], ["7; rm"])
 
 
 # --------------------------------------------------------------------------- feature 5: the audit log

@@ -380,3 +380,38 @@ def test_when_the_relays_receive_fails_its_sockets_are_closed_to_reconnect_and_a
     closed, reconnected, later = async_to_sync(scenario)()
     assert closed["code"] == realtime.RECHECK
     assert reconnected and later["as_of"]["event"] == "e2"
+
+
+def test_a_relay_renews_its_group_membership_before_the_layers_group_expiry_drops_it():
+    # channels drops a group member group_expiry seconds after its group_add (the in-memory layer as
+    # channels_redis, at the next group_send); a page open for longer (a wall display) must keep
+    # getting its events, and so must a socket opened after that. 1 s stands for the default day.
+    from channels.layers import InMemoryChannelLayer
+
+    from dashboards import consumers
+
+    class Sock:
+        def __init__(self):
+            self.got = []
+
+        async def dispatch(self, message):
+            self.got.append(message["event"]["id"])
+
+    async def scenario():
+        layer = InMemoryChannelLayer(group_expiry=1)
+        relay, old, new = consumers.Relay(), Sock(), Sock()
+        await relay.join(layer, "queue", old)
+        await layer.group_send("queue", {"type": "tco.event", "event": {"id": "e1"}})
+        await asyncio.sleep(0.2)
+        await asyncio.sleep(2.5)   # past group_expiry (the layer compares whole seconds); old stays open
+        await relay.join(layer, "queue", new)
+        await layer.group_send("queue", {"type": "tco.event", "event": {"id": "e2"}})
+        await asyncio.sleep(0.2)
+        members = set(layer.groups.get("queue", {}))
+        await relay.leave(layer, "queue", old)
+        await relay.leave(layer, "queue", new)
+        return old.got, new.got, members, set(layer.groups.get("queue", {}))
+
+    old, new, members, after = asyncio.run(scenario())
+    assert old == ["e1", "e2"] and new == ["e2"]
+    assert len(members) == 1 and after == set()
