@@ -317,7 +317,17 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
         self.groups_joined = own
         self.since = clock()   # in every group: any change committed from now on reaches this socket
         await self.accept()
+        # The user's and session's groups above are joined once, and the channel layer drops a member
+        # group_expiry seconds after its group_add (a day by default): a socket open longer would no
+        # longer be closed by a logout, deactivation or role change. Such a socket is closed with
+        # RECHECK well before that (renew_s: a quarter of group_expiry); the browser reconnects and is
+        # authorized afresh (attack review, session 4).
+        self._recheck = asyncio.ensure_future(self._recheck_after(renew_s(self.channel_layer)))
         await self.send_snapshot()
+
+    async def _recheck_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await self.close(code=realtime.RECHECK)
 
     async def tco_close(self, message: dict) -> None:
         """The user's session ended or their rights changed: close (4401, or RECHECK to reconnect)."""
@@ -336,6 +346,8 @@ class SnapshotConsumer(AsyncJsonWebsocketConsumer, abc.ABC):
             await self.channel_layer.group_discard(group, self.channel_name)
         if getattr(self, "_pending", None):
             self._pending.cancel()
+        if getattr(self, "_recheck", None):
+            self._recheck.cancel()
 
     @abc.abstractmethod
     async def authorize(self) -> list[str]:

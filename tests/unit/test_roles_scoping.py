@@ -422,3 +422,23 @@ def test_users_who_see_the_same_teams_share_one_read_per_change_and_no_more(worl
     got = async_to_sync(scenario)()
     assert len(calls) == 2  # one read for the three research users, one for engineering
     assert [[c["name"] for c in g["data"]["campaigns"]] for g in got] == [["alpha"], ["alpha"], ["alpha"], ["beta"]]
+
+
+def test_a_socket_is_sent_to_reauthorize_before_its_user_groups_expire(world, settings):
+    """The socket's user and session groups (a logout, deactivation or role change closes it through
+    them) are joined once; the channel layer drops them group_expiry seconds later (a day). A socket
+    open longer would outlive a logout: it is closed with RECHECK at a quarter of group_expiry and the
+    browser reconnects, authorized afresh. 1 s stands for the day."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer",
+                                           "CONFIG": {"group_expiry": 1}}}
+    viewer = world["users"]["viewer"]
+
+    async def scenario():
+        comm, connected, _, first = await ws_connect(viewer, "/ws/queue/")
+        assert connected and first["kind"] == "queue.snapshot"
+        while True:  # snapshots may come first; the close must come, within a few renew intervals
+            out = await comm.receive_output(timeout=3)
+            if out["type"] == "websocket.close":
+                return out["code"]
+
+    assert async_to_sync(scenario)() == realtime.RECHECK
