@@ -146,6 +146,9 @@ def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
         job["state"] = "error" if job["errors"] else (
             ("waiting" if waiting else "held") if job["held"] == job["tasks"] else "pending")
         if waiting:
+            # qstat says "held" (hqw) for a dependency wait too: the row says what it is.
+            job["ranges"] = {("waiting" if state == "held" else state): text
+                             for state, text in (job.get("ranges") or {}).items()}
             before = predecessors.get(campaign.predecessor_job)
             job["group"] = _predecessor_group(campaign.predecessor_job, before.name if before else "")
             job["reasons"] = [{"text": "waits" + job["group"]["label"][len("wait"):] + ", task by task: task N "

@@ -224,6 +224,8 @@ def test_triage_groups_a_predecessor_wait_apart_with_no_release(ops_users, _fake
     assert by_job[SUCC]["state"] == "waiting" and by_job[SUCC_HELD]["state"] == "held"
     succ_reasons = [r["text"] for r in by_job[SUCC]["reasons"]]
     assert succ_reasons[0].startswith(f"waits for predecessor job {PRED} (campaign pred), task by task")
+    # The task ranges say "waiting", not qstat's "held" (the re-trial saw "held: tasks 1-6" beside "not held").
+    assert set(by_job[SUCC]["ranges"]) == {"waiting"} and set(by_job[SUCC_HELD]["ranges"]) == {"held"}
     assert not any(r.startswith("held by") for r in succ_reasons)
     # The launcher's pause is said in the row in its group's words, not as a hold by user/operator/system.
     paused_reasons = [r["text"] for r in by_job[SUCC_HELD]["reasons"]]
@@ -247,6 +249,8 @@ def test_a_group_bulk_action_other_than_its_own_is_refused(client, ops_users, _f
     html = client.get("/ops/triage/").content.decode()
     group = html.split(f'data-group="predecessor:{PRED}"', 1)[1].split("</div>", 1)[0]
     assert "No action in tco moves these" in group and "<button" not in group
+    waiting_row = html.split(f'<tr data-job="{SUCC}"', 1)[1].split("</tr>", 1)[0]
+    assert 'value="release"' not in waiting_row and "held:" not in waiting_row and "waiting:" in waiting_row
     row = html.split(f'<tr data-job="{SUCC_HELD}"', 1)[1].split("</tr>", 1)[0]
     assert "paused by launcher in tco on" in row and "user/operator/system" not in row
     held = html.split('<tr data-job="977"', 1)[1].split("</tr>", 1)[0]
