@@ -93,7 +93,7 @@ def broadcast(group: str, event: dict) -> None:
     A failure to reach the channel layer (Redis down) is logged, never raised:
     the database is the truth and the next change pushes again. Each event
     gets an ``id``: consumers of users who see the same thing share one read
-    per event (``selectors.shared_snapshot``), and ``published_at`` (epoch
+    per event (``dashboards.consumers.Coalescer``), and ``published_at`` (epoch
     seconds, when it went to the channel layer after the commit).
     """
     event = {**event, "id": uuid.uuid4().hex}

@@ -2,7 +2,7 @@
 
 Django's ``RedisCache`` raises ``redis.ConnectionError`` from every call when
 Redis does not answer, and the queue and campaign pages read through the
-cache (``selectors.shared_snapshot``, finished campaigns' counts, stage
+cache (finished campaigns' counts, stage
 statistics, ``qstat -j`` answers): with Redis stopped they answered 500.
 Here a connection failure or timeout is logged (once per outage) and the
 call behaves as a miss: ``get`` returns the default, ``set``/``delete`` do

@@ -98,21 +98,6 @@ def scope_key(user: AbstractBaseUser) -> str:
     return "admin" if ids is None else "teams:" + ",".join(str(i) for i in sorted(ids))
 
 
-def shared_snapshot(key: str, compute, ttl: float = 10.0):
-    """``compute()``, shared through the cache under ``key`` for ``ttl`` seconds.
-
-    Consumers key it by the scope (``scope_key``), what is shown and the id of
-    the change event they answer, so N browsers that see the same thing cost
-    one read per change, and a new change (a new id) is never answered from an
-    older read.
-    """
-    found = cache.get(key)
-    if found is None:
-        found = compute()
-        cache.set(key, found, ttl)
-    return found
-
-
 # --------------------------------------------------------------------------- helpers
 
 def _money(value: Decimal | None) -> str | None:
