@@ -630,6 +630,14 @@ def shown_state_code(task: Task) -> str:
     return task.state_code if task.active else ""
 
 
+def _shown_as(row: dict[str, Any], held_as: str | None) -> dict[str, Any]:
+    """``row`` with a ``held`` state shown as ``held_as`` (``waiting`` while the campaign waits for its
+    predecessor: SGE shows a dependency wait as hqw, control.campaign_states); unchanged for None."""
+    if held_as and row["state"] == "held":
+        row["state"] = held_as
+    return row
+
+
 def _task_row(t: Task) -> dict[str, Any]:
     return {
         "id": t.pk,
@@ -706,6 +714,7 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
     tasks = Task.objects.filter(campaign=campaign)
     states = _state_counts(tasks.values_list("state").annotate(n=Count("id")).order_by())
     states = campaign_states(campaign, states)  # held -> waiting while they wait for the predecessor
+    waiting = WAITING in states  # the task rows say so too (qstat's hqw reads "held")
     ended = sum(states[s] for s in TERMINAL_STATES)
     failures = sum(states[s] for s in FAILURE_STATES)
     if sort not in TASK_SORTS:
@@ -775,7 +784,7 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
         "done": ended,  # the walking skeleton's name
         "failures": failures,
         "progress_pct": round(100.0 * ended / campaign.task_count, 1) if campaign.task_count else 0.0,
-        "tasks": [_task_row(t) for t in rows],
+        "tasks": [_shown_as(_task_row(t), WAITING if waiting else None) for t in rows],
         "page": page,
         "pages": pages,
         "per_page": per_page,

@@ -170,6 +170,8 @@ def test_the_api_and_campaign_page_count_waiting_tasks_not_held_ones(as_user, op
     assert data["states"]["waiting"] == 2 and "held" not in data["states"]
     only = client.get(f"/api/campaigns/{succ.pk}/", {"state": "waiting"}).json()
     assert sorted(t["task_number"] for t in only["tasks"]) == [1, 2]
+    # The task rows say it too (qstat's hqw is "held"; the re-trial saw "held" rows under "waiting" counts).
+    assert {t["state"] for t in data["tasks"]} == {"waiting"}
     html = client.get(f"/campaigns/{succ.pk}/").content.decode()
     header = html.split('id="states"', 1)[1].split("</thead>", 1)[0]
     assert ">waiting<" in header and ">held<" not in header
