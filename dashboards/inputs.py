@@ -263,8 +263,12 @@ def check_inputs(agent_name: str, items: list[dict[str, Any]]) -> None:
     unit-suffix rule. Raises LaunchError naming the task, the key, what it must be and what it
     was: ``task 2: duration_s (seconds to think) must be a number >= 0, not "abc"``."""
     schema = input_schema(agent_name)
+    passed: set[tuple[str, int]] = set()  # (key, id(value)) found fine: a range's tasks share their line's values
     for number, item in enumerate(items, start=1):
         for key, value in item.items():
+            if (key, id(value)) in passed:
+                continue
+            passed.add((key, id(value)))
             declared = schema.get(key)
             if declared is None:
                 suffix = next((s for s in UNIT_SUFFIXES if key.endswith(s) and len(key) > len(s)), None)
