@@ -116,6 +116,13 @@ def inputs_from_jsonl(text: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN) 
 
 _PARAM_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _RANGE = re.compile(r"^(-?\d{1,12})\.\.(-?\d{1,12})$")
+#: Keys (``key=value`` pairs) a parameter line may have: every task of a range copies them all.
+PARAM_MAX_KEYS = 64
+
+
+def _encoded_bytes(row: dict[str, Any]) -> int:
+    """Bytes of ``row`` as the spool's inputs file holds it (``launch._record``: compact, sorted JSON)."""
+    return len(json.dumps(row, separators=(",", ":"), sort_keys=True).encode("utf-8", "surrogatepass"))
 
 
 def inputs_from_params(text: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN) -> list[dict[str, Any]]:
@@ -125,19 +132,27 @@ def inputs_from_params(text: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN)
     A pair ``key=A..B`` (integers) makes its line stand for B-A+1 tasks with
     key = A..B, each with the line's other pairs as fixed values
     (``task=1..24 duration_s=15`` is 24 tasks of 15 s); a line has at most one
-    range. Raises LaunchError naming the line; a range larger than ``limit``
-    is refused before anything is built.
+    range and at most :data:`PARAM_MAX_KEYS` pairs. Raises LaunchError naming the line; a range
+    larger than ``limit`` is refused before anything is built, and so are lines whose expanded
+    inputs (each line's encoded JSON size times the tasks it stands for, summed over the lines)
+    exceed ``limits.INPUT_MAX_BYTES``, the limit of a raw input body: a short line with a range
+    must not stand for more than a body could (attack review 5: ``task=1..75000`` with 200 keys).
     """
     if len(text.encode("utf-8", "surrogatepass")) > limits.INPUT_MAX_BYTES:
         raise LaunchError(f"the parameter list is larger than {limits.INPUT_MAX_BYTES // (1024 * 1024)} MB")
     items: list[dict[str, Any]] = []
+    expanded = 0  # bytes of the inputs built so far, as the spool writes them
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line:
             continue
+        pairs = line.split()
+        if len(pairs) > PARAM_MAX_KEYS:
+            raise LaunchError(f"parameter line {number} has {len(pairs)} key=value pairs; a line may have at most "
+                              f"{PARAM_MAX_KEYS}")
         row: dict[str, Any] = {}
         ranged: tuple[str, int, int] | None = None
-        for pair in line.split():
+        for pair in pairs:
             key, eq, value = pair.partition("=")
             if not eq or not _PARAM_KEY.match(key):
                 raise LaunchError(f"parameter line {number}: {pair!r} is not key=value (key: letters, digits, _)")
@@ -153,6 +168,8 @@ def inputs_from_params(text: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN)
                 continue
             row[key] = json_loads_bounded(value, what=f"parameter line {number}: {key}", not_json=value)
         if ranged is None:
+            expanded += _encoded_bytes(row)
+            _check_expanded(expanded, number)
             items.append(row)
         else:
             key, first, last = ranged
@@ -161,12 +178,26 @@ def inputs_from_params(text: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN)
             if len(items) + (last - first + 1) > limit:
                 raise LaunchError(f"a campaign has at most {limit} tasks; line {number} asks for "
                                   f"{last - first + 1}")
+            # The widest task of the line (the range's longest number) times its tasks, before any is built.
+            widest = max(_encoded_bytes({**row, key: first}), _encoded_bytes({**row, key: last}))
+            expanded += widest * (last - first + 1)
+            _check_expanded(expanded, number, tasks=last - first + 1, each=widest)
             items.extend({**row, key: n} for n in range(first, last + 1))
         if len(items) > limit:
             raise LaunchError(f"a campaign has at most {limit} tasks")
     if not items:
         raise LaunchError("the parameter list is empty")
     return items
+
+
+def _check_expanded(expanded: int, number: int, *, tasks: int = 1, each: int = 0) -> None:
+    """Refuse a parameter list whose inputs, built, exceed ``limits.INPUT_MAX_BYTES``. Raises LaunchError."""
+    if expanded <= limits.INPUT_MAX_BYTES:
+        return
+    what = f"its {tasks} tasks of {each} bytes each" if tasks > 1 else "its inputs"
+    raise LaunchError(f"parameter line {number}: {what} bring the parameter list's expanded inputs to {expanded} "
+                      f"bytes; the expanded inputs may be at most {limits.INPUT_MAX_BYTES // (1024 * 1024)} MB "
+                      f"(the input size limit): use fewer or shorter keys, or fewer tasks")
 
 
 # --------------------------------------------------------------------------- input types (issue 16, bug 12)
@@ -232,8 +263,12 @@ def check_inputs(agent_name: str, items: list[dict[str, Any]]) -> None:
     unit-suffix rule. Raises LaunchError naming the task, the key, what it must be and what it
     was: ``task 2: duration_s (seconds to think) must be a number >= 0, not "abc"``."""
     schema = input_schema(agent_name)
+    passed: set[tuple[str, int]] = set()  # (key, id(value)) found fine: a range's tasks share their line's values
     for number, item in enumerate(items, start=1):
         for key, value in item.items():
+            if (key, id(value)) in passed:
+                continue
+            passed.add((key, id(value)))
             declared = schema.get(key)
             if declared is None:
                 suffix = next((s for s in UNIT_SUFFIXES if key.endswith(s) and len(key) > len(s)), None)

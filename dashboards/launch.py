@@ -169,20 +169,33 @@ def check_limits(req: LaunchRequest) -> None:
             raise LaunchError(f"outputs: {str(item)[:60]!r} is not a relative path in the work directory")
 
 
-def _check_predecessor(user: AbstractBaseUser, job_number: int | None, count: int) -> None:
-    """``-hold_jid_ad`` only on a job of a team the user sees, with the same number of tasks: a
-    campaign of such a team, else an array job tco has recorded in such a team's project (the
-    demo sweep). Raises LaunchError."""
+def visible_predecessor(user: AbstractBaseUser, job_number: int, cluster: Cluster) -> tuple[Campaign | None, Any]:
+    """The ``-hold_jid_ad`` predecessor job ``job_number`` on ``cluster`` as ``user`` may see it:
+    ``(campaign, tasks)`` with the latest campaign of that job of a team the user views (else None)
+    and a Task queryset of the job's rows the user may see (the campaign's, and rows tco recorded
+    without a campaign in a viewed team's project, such as the demo sweep). A job of another team
+    gives ``(None, <no rows>)``: callers must then say only that it is not a job of a team the user
+    can see (job numbers are sequential; anything more enumerates other teams' work)."""
+    teams = teams_with(user, "view")
+    campaign = (Campaign.objects.filter(cluster=cluster, job_number=job_number, team__in=teams)
+                .select_related("team").order_by("-launched_at").first())
+    tasks = Task.objects.filter(cluster=cluster, job_number=job_number)
+    if campaign is not None:
+        return campaign, tasks.filter(Q(campaign=campaign) | Q(campaign__isnull=True, project=campaign.team.project))
+    return None, tasks.filter(campaign__isnull=True, project__in=teams.values("project"))
+
+
+def _check_predecessor(user: AbstractBaseUser, job_number: int | None, count: int, cluster: Cluster) -> None:
+    """``-hold_jid_ad`` only on a job on ``cluster`` (the one the campaign is launched on) of a team
+    the user sees, with the same number of tasks (:func:`visible_predecessor`; a job without a
+    campaign must have active tasks). Raises LaunchError."""
     if job_number is None:
         return
-    teams = teams_with(user, "view")
-    predecessor = Campaign.objects.filter(job_number=job_number, team__in=teams).order_by("-launched_at").first()
+    predecessor, rows = visible_predecessor(user, job_number, cluster)
     if predecessor is not None:
         tasks = predecessor.task_count
     else:
-        tasks = (Task.objects.filter(job_number=job_number, campaign__isnull=True, active=True,
-                                     project__in=teams.values("project"))
-                 .values("task_number").distinct().count())
+        tasks = rows.filter(active=True).values("task_number").distinct().count()
         if not tasks:
             raise LaunchError(f"predecessor job {job_number}: not a campaign of a team you can see "
                               "(nor a job tco recorded for one)")
@@ -360,7 +373,8 @@ def launch(*, user: AbstractBaseUser, request: LaunchRequest) -> LaunchOutcome:
     try:
         check_limits(req)
         inputs.check_inputs(req.agent_definition.name, list(req.inputs))
-        _check_predecessor(user, req.predecessor_job, len(req.inputs))
+        _check_predecessor(user, req.predecessor_job, len(req.inputs),
+                           req.cluster or clusters.cluster_get_default())
         reservations.check_launch_into(user=user, team=req.team, ar_id=req.advance_reservation, cluster=req.cluster)
         model = req.model or req.agent_definition.default_model
         policy, endpoints, chosen = check_policy(req.policy or req.agent_definition.default_policy, req.team,

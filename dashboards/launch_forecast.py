@@ -116,30 +116,36 @@ def _median(values: list[float]) -> float | None:
     return quantile(sorted(values), 0.5) if values else None
 
 
-def predecessor_forecast(cluster: Cluster, job_number: int, *, now: dt.datetime) -> dict[str, Any]:
+def predecessor_forecast(cluster: Cluster, job_number: int, *, now: dt.datetime, user) -> dict[str, Any]:
     """When the tasks of ``job_number`` (a ``-hold_jid_ad`` predecessor) will likely end.
 
-    From tco's rows of that job (running tasks: their start plus the median wall clock of the
-    predecessor campaign's agent from its finished runs; tasks still waiting: run in waves of
-    as many as run now, or the campaign's concurrency cap) and its campaign. Returns
-    ``{"job", "campaign": name | "", "running": n, "waiting": n, "ended": bool, "task_s": median
-    seconds | None, "first_end_at": datetime | None (its first task to end: the earliest this
-    campaign's task 1 can start), "last_end_at": datetime | None, "text": the wait in words}``.
+    Only a job ``user`` may hold on is told of (``launch.visible_predecessor``, the launch's own
+    rule: a campaign on ``cluster`` of a team the user views, else rows tco recorded in such a
+    team's project); any other job number, of another team or unknown alike, gets only
+    "not a job of a team you can see" (attack review 5: its campaign name, task states and run
+    time were shown to any launcher). From tco's rows of that job (running tasks: their start
+    plus the median wall clock of the predecessor campaign's agent from its finished runs, every
+    team's: a duration, no input or name; tasks still waiting: run in waves of as many as run
+    now, or the campaign's concurrency cap) and its campaign. Returns ``{"job", "campaign": name
+    | "", "running": n, "waiting": n, "ended": bool, "visible": bool, "task_s": median seconds |
+    None, "first_end_at": datetime | None (its first task to end: the earliest this campaign's
+    task 1 can start), "last_end_at": datetime | None, "text": the wait in words}``.
     """
-    from .models import Campaign
+    from .launch import visible_predecessor
 
-    campaign = Campaign.objects.filter(cluster=cluster, job_number=job_number).order_by("-launched_at").first()
+    campaign, rows = visible_predecessor(user, job_number, cluster)
     name = campaign.name if campaign else ""
     out: dict[str, Any] = {"job": job_number, "campaign": name, "running": 0, "waiting": 0, "ended": False,
-                           "task_s": None, "first_end_at": None, "last_end_at": None}
+                           "visible": campaign is not None or rows.exists(), "task_s": None, "first_end_at": None,
+                           "last_end_at": None}
+    if not out["visible"]:
+        out["text"] = f"predecessor job {job_number}: not a job of a team you can see; no wait for it is counted"
+        return out
     label = f"predecessor job {job_number}" + (f" (campaign {name})" if name else "")
-    active = list(Task.objects.filter(cluster=cluster, job_number=job_number, active=True)
-                  .values_list("state", "started_at"))
+    active = list(rows.filter(active=True).values_list("state", "started_at"))
     if not active:
-        known = Task.objects.filter(cluster=cluster, job_number=job_number).exists()
-        out["ended"] = known
-        out["text"] = (f"{label} has ended: no wait for it" if known else
-                       f"{label} is not in the queue tco sees: no wait for it is counted")
+        out["ended"] = True
+        out["text"] = f"{label} has ended: no wait for it"
         return out
     if campaign is not None:
         runs = list(Task.objects.filter(campaign__agent_definition=campaign.agent_definition_id,
@@ -173,7 +179,7 @@ def predecessor_forecast(cluster: Cluster, job_number: int, *, now: dt.datetime)
 def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, seats_per_task: int,
                     concurrency_cap: int | None, priority: int, duration_s: dict[str, float] | None,
                     now: dt.datetime | None = None, agent_definition=None, predecessor_job: int | None = None,
-                    scheduler=None) -> dict[str, Any]:
+                    scheduler=None, user=None) -> dict[str, Any]:
     """Start, finish and slot-hours of a campaign of ``count`` tasks on ``queue`` (module doc for the model).
 
     ``duration_s``: the agent's wall clock per task ``{p10, p50, p90}`` in seconds (from
@@ -184,7 +190,8 @@ def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, sea
     tco campaigns on it (and campaigns on it still being submitted); pending jobs not launched
     by tco, whose queue tco does not know, are counted apart. ``predecessor_job``
     (``-hold_jid_ad``): the start is no earlier than its first task's likely end and the finish
-    no earlier than its last task's likely end plus a task (:func:`predecessor_forecast`).
+    no earlier than its last task's likely end plus a task (:func:`predecessor_forecast`), told
+    only of a job ``user`` (the launcher; required with ``predecessor_job``) may see.
     Returns ``{"at_once": int, "free_now": int, "limits": [{"what": str, "tasks": int}] (the
     smallest first), "ahead": tasks waiting ahead, "ahead_all", "ahead_unknown": pending tasks
     of jobs not launched by tco, "queue_task_s": seconds (the queue's median task) | None,
@@ -198,7 +205,7 @@ def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, sea
 
     now = now or timezone.now()
     status = cluster.status or {}
-    user = settings.TCO_SUBMIT_USER
+    submit_user = settings.TCO_SUBMIT_USER
     seat = settings.TCO_SEAT_RESOURCE
     notes: list[str] = []
     limits: list[dict[str, Any]] = [{"what": f"{count} tasks in the campaign", "tasks": count}]
@@ -231,7 +238,8 @@ def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, sea
     for quota in status.get("quotas") or []:
         limit, used = _number(quota.get("limit")), _number(quota.get("used")) or 0.0
         resource = quota.get("resource")
-        if limit is None or not quota_applies(quota.get("filters"), user=user, project=team.project, queue=queue):
+        if limit is None or not quota_applies(quota.get("filters"), user=submit_user, project=team.project,
+                                                    queue=queue):
             continue
         per_task = 1 if resource == "slots" else (seats_per_task if resource == seat else None)
         if not per_task:
@@ -303,7 +311,9 @@ def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, sea
         result["start_at"] = now + dt.timedelta(seconds=result["wait_s"])
     task_s = (duration_s or {}).get("p50")
     if predecessor_job:
-        before = result["predecessor"] = predecessor_forecast(cluster, predecessor_job, now=now)
+        if user is None:
+            raise ValueError("timing_forecast: a predecessor job needs the user it is forecast for")
+        before = result["predecessor"] = predecessor_forecast(cluster, predecessor_job, now=now, user=user)
         if before["first_end_at"] is not None:
             if result["start_at"] is None or before["first_end_at"] > result["start_at"]:
                 result["start_at"] = before["first_end_at"]
@@ -357,23 +367,33 @@ _BASIS_SHOWN = 3
 
 def _input_values(items: list[dict[str, Any]]) -> dict[str, set[str]]:
     """``[{"duration_s": 40}, …]`` -> ``{"duration_s": {"40"}}`` (values as JSON text, so 40 and "40" differ
-    only when the inputs do)."""
+    only when the inputs do). Each value object is encoded once: the tasks of a parameter-list range
+    share their line's fixed values, which must not cost a ``json.dumps`` per task (attack review 5)."""
     import json
 
+    texts: dict[int, str] = {}  # id(value) -> its text; every value stays alive in ``items`` meanwhile
     values: dict[str, set[str]] = {}
     for item in items:
         for name, value in item.items():
-            values.setdefault(str(name), set()).add(json.dumps(value, sort_keys=True)[:200])
+            text = texts.get(id(value))
+            if text is None:
+                text = texts[id(value)] = json.dumps(value, sort_keys=True)[:200]
+            values.setdefault(str(name), set()).add(text)
     return values
 
 
-def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: dict[str, Any]) -> dict[str, Any]:
+def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: dict[str, Any],
+                  user) -> dict[str, Any]:
     """What the launch forecast's history is, and whether it fits these ``inputs``.
 
     ``forecast`` is ``billing.forecast`` output for ``agent_definition`` (its history is the
     agent definition's, this version's, finished tasks). The inputs of the agent's latest
-    :data:`BASIS_CAMPAIGNS` campaigns with finished tasks (``launch.campaign_inputs``; one
-    that cannot be read is skipped) are compared with ``inputs`` input by input.
+    :data:`BASIS_CAMPAIGNS` campaigns with finished tasks of teams ``user`` may view
+    (``launch.campaign_inputs``; one that cannot be read is skipped) are compared with ``inputs``
+    input by input. Only those teams' campaigns: the values are shown, and an agent definition
+    is shared by teams (attack review 5: engineering's run paths were shown to a research
+    launcher). The run count and median run time stay every team's (``forecast``): durations,
+    with no input, name or team in them.
     Returns ``{"runs": n finished tasks, "median_s": seconds | None, "agent": "name v2",
     "campaigns": n campaigns read, "differs": [{"name", "now": [values], "history": [values]}]}``,
     ``differs`` listing (at most 3, values as JSON text, at most 3 each) the inputs whose
@@ -381,6 +401,7 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
     """
     from .launch import campaign_inputs
     from .models import Campaign
+    from .roles import teams_with
     from .services import LaunchError
 
     duration = forecast.get("duration_s") or {}
@@ -389,15 +410,17 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
                              "differs": []}
     if not basis["runs"]:
         return basis
+    teams = teams_with(user, "view")
     ids: list[int] = []
-    for campaign_id in (Task.objects.filter(campaign__agent_definition=agent_definition, state__in=("done", "failed"))
+    for campaign_id in (Task.objects.filter(campaign__agent_definition=agent_definition, campaign__team__in=teams,
+                                            state__in=("done", "failed"))
                         .order_by("-ended_at", "-id").values_list("campaign_id", flat=True)[:1000]):
         if campaign_id not in ids:
             ids.append(campaign_id)
         if len(ids) == BASIS_CAMPAIGNS:
             break
     before: list[dict[str, Any]] = []
-    for campaign in Campaign.objects.filter(pk__in=ids):
+    for campaign in Campaign.objects.filter(pk__in=ids, team__in=teams):
         try:
             before.extend(campaign_inputs(campaign))
         except (LaunchError, ValueError):

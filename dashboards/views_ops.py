@@ -234,10 +234,12 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                 cluster=cluster_get_default(), team=data["team"], count=len(data["inputs"]), queue=data["queue"],
                 seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
                 priority=data["priority"], duration_s=preview["forecast"]["duration_s"],
-                agent_definition=data["agent_definition"], predecessor_job=data["predecessor_job"])
+                agent_definition=data["agent_definition"], predecessor_job=data["predecessor_job"],
+                user=request.user)
             preview["headroom"] = launch_forecast.budget_headroom(preview["verdict"], preview["expected_usd"])
             preview["basis"] = launch_forecast.history_basis(agent_definition=data["agent_definition"],
-                                                             inputs=data["inputs"], forecast=preview["forecast"])
+                                                             inputs=data["inputs"], forecast=preview["forecast"],
+                                                             user=request.user)
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,

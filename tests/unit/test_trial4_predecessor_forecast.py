@@ -279,7 +279,7 @@ def test_the_forecast_starts_no_earlier_than_the_predecessors_tasks_likely_end(o
         make_task(history, task_number=n, started_at=timezone.now() - dt.timedelta(hours=1), wallclock_s=45)
     _pair(ops_users, pred_running=1, pred_started_s=10)
     now = timezone.now()
-    t = _forecast(team, now=now, predecessor_job=PRED)
+    t = _forecast(team, now=now, predecessor_job=PRED, user=ops_users["launcher"])
     before = t["predecessor"]
     assert before["running"] == 1 and before["waiting"] == 1 and before["task_s"] == 45
     started = Task.objects.get(job_number=PRED, task_number=1).started_at
@@ -298,7 +298,7 @@ def test_a_predecessor_that_has_ended_adds_no_wait(ops_users, _fake_scheduler):
     _fake_scheduler.queue_rows = [{"name": "agent.q", "used": 0, "resv": 0, "available": 96, "total": 96}]
     pred, _succ = _pair(ops_users)
     Task.objects.filter(campaign=pred).update(state="done", active=False)
-    t = _forecast(team, predecessor_job=PRED)
+    t = _forecast(team, predecessor_job=PRED, user=ops_users["launcher"])
     assert t["wait_s"] == 0 and t["predecessor"]["ended"] and "has ended" in t["predecessor"]["text"]
 
 
