@@ -200,8 +200,9 @@ def _check_predecessor(user: AbstractBaseUser, job_number: int | None, count: in
             raise LaunchError(f"predecessor job {job_number}: not a campaign of a team you can see "
                               "(nor a job tco recorded for one)")
     if tasks != count:
-        raise LaunchError(f"predecessor job {job_number} has {tasks} tasks; -hold_jid_ad needs "
-                          f"the same number ({count})")
+        from .launch_forecast import mismatch_text
+
+        raise LaunchError(mismatch_text(job_number, tasks, count))
 
 
 def validate_policy(text: str) -> str:

@@ -289,8 +289,13 @@ def test_the_forecast_starts_no_earlier_than_the_predecessors_tasks_likely_end(o
     assert before["last_end_at"] == first_end + dt.timedelta(seconds=45)
     assert t["finish_at"]["p50"] == before["last_end_at"] + dt.timedelta(seconds=2)
     assert f"waits for predecessor job {PRED} (campaign pred), task by task" in before["text"]
+    assert before["tasks"] == 2 and "This campaign has" not in before["text"]
     # Without the predecessor the same launch starts at once.
     assert _forecast(team, now=now)["wait_s"] == 0
+    # A campaign of another size is told before Launch (which refuses it), in the launch's words.
+    other = _forecast(team, now=now, count=3, predecessor_job=PRED, user=ops_users["launcher"])["predecessor"]
+    assert other["text"].startswith(f"This campaign has 3 tasks, but -hold_jid_ad pairs task N with task N of "
+                                    f"predecessor job {PRED}, which has 2: give it 2 tasks. Launch refuses it")
 
 
 def test_a_predecessor_that_has_ended_adds_no_wait(ops_users, _fake_scheduler):
