@@ -577,18 +577,18 @@ def _finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
     now = timezone.now()
     for chunk in _chunks(sorted(set(task_ids))):
         # Only tasks with an accounting record can end here; a deleted queued array has none, and
-        # loading its 50,000 rows to learn that took seconds of the poll.
-        with_record = set(AccountingRecord.objects.filter(task_id__in=chunk, pe_taskid="")
-                          .values_list("task_id", flat=True))
-        if not with_record:
+        # loading its 50,000 rows to learn that took seconds of the poll. The records are read once.
+        records = list(AccountingRecord.objects.filter(task_id__in=chunk, pe_taskid="").order_by("end_us"))
+        if not records:
             continue
-        tasks = list(Task.objects.filter(pk__in=sorted(with_record), state="finishing"))
+        tasks = list(Task.objects.filter(pk__in=sorted({r.task_id for r in records}), state="finishing"))
         if not tasks:
             continue
         latest: dict[int, AccountingRecord] = {}
         by_id = {t.id: t for t in tasks}
-        for rec in AccountingRecord.objects.filter(task_id__in=list(by_id), pe_taskid="").order_by("end_us"):
-            if _of_last_attempt(rec, by_id[rec.task_id]):
+        for rec in records:
+            task = by_id.get(rec.task_id)
+            if task is not None and _of_last_attempt(rec, task):
                 latest[rec.task_id] = rec
         events = []
         done = []

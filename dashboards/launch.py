@@ -185,6 +185,22 @@ def visible_predecessor(user: AbstractBaseUser, job_number: int, cluster: Cluste
     return None, tasks.filter(campaign__isnull=True, project__in=teams.values("project"))
 
 
+def predecessor_tasks(campaign: Campaign | None, rows) -> int:
+    """How many tasks a visible predecessor has (:func:`visible_predecessor`'s pair): its campaign's
+    task count, else the distinct task numbers of its active rows (a job tco recorded, such as the
+    demo sweep); 0 when nothing of it is active."""
+    if campaign is not None:
+        return campaign.task_count
+    return rows.filter(active=True).values("task_number").distinct().count()
+
+
+def mismatch_text(job_number: int, predecessor_count: int, count: int) -> str:
+    """Why ``-hold_jid_ad`` refuses ``count`` tasks on a predecessor of ``predecessor_count``: it pairs
+    task N with task N (qsub(1) -hold_jid_ad: both arrays must have the same size)."""
+    return (f"This campaign has {count} task{'s' if count != 1 else ''}, but -hold_jid_ad pairs task N with task N "
+            f"of predecessor job {job_number}, which has {predecessor_count}: give it {predecessor_count} tasks.")
+
+
 def _check_predecessor(user: AbstractBaseUser, job_number: int | None, count: int, cluster: Cluster) -> None:
     """``-hold_jid_ad`` only on a job on ``cluster`` (the one the campaign is launched on) of a team
     the user sees, with the same number of tasks (:func:`visible_predecessor`; a job without a
@@ -192,16 +208,11 @@ def _check_predecessor(user: AbstractBaseUser, job_number: int | None, count: in
     if job_number is None:
         return
     predecessor, rows = visible_predecessor(user, job_number, cluster)
-    if predecessor is not None:
-        tasks = predecessor.task_count
-    else:
-        tasks = rows.filter(active=True).values("task_number").distinct().count()
-        if not tasks:
-            raise LaunchError(f"predecessor job {job_number}: not a campaign of a team you can see "
-                              "(nor a job tco recorded for one)")
+    tasks = predecessor_tasks(predecessor, rows)
+    if predecessor is None and not tasks:
+        raise LaunchError(f"predecessor job {job_number}: not a campaign of a team you can see "
+                          "(nor a job tco recorded for one)")
     if tasks != count:
-        from .launch_forecast import mismatch_text
-
         raise LaunchError(mismatch_text(job_number, tasks, count))
 
 

@@ -116,13 +116,6 @@ def _median(values: list[float]) -> float | None:
     return quantile(sorted(values), 0.5) if values else None
 
 
-def mismatch_text(job_number: int, predecessor_tasks: int, count: int) -> str:
-    """Why ``-hold_jid_ad`` refuses ``count`` tasks on a predecessor of ``predecessor_tasks``: it pairs
-    task N with task N (qsub(1) -hold_jid_ad: both arrays must have the same size)."""
-    return (f"This campaign has {count} task{'s' if count != 1 else ''}, but -hold_jid_ad pairs task N with task N "
-            f"of predecessor job {job_number}, which has {predecessor_tasks}: give it {predecessor_tasks} tasks.")
-
-
 def predecessor_forecast(cluster: Cluster, job_number: int, *, now: dt.datetime, user) -> dict[str, Any]:
     """When the tasks of ``job_number`` (a ``-hold_jid_ad`` predecessor) will likely end.
 
@@ -139,7 +132,7 @@ def predecessor_forecast(cluster: Cluster, job_number: int, *, now: dt.datetime,
     None, "first_end_at": datetime | None (its first task to end: the earliest this campaign's
     task 1 can start), "last_end_at": datetime | None, "text": the wait in words}``.
     """
-    from .launch import visible_predecessor
+    from .launch import predecessor_tasks, visible_predecessor
 
     campaign, rows = visible_predecessor(user, job_number, cluster)
     name = campaign.name if campaign else ""
@@ -150,8 +143,7 @@ def predecessor_forecast(cluster: Cluster, job_number: int, *, now: dt.datetime,
         out["text"] = f"predecessor job {job_number}: not a job of a team you can see; no wait for it is counted"
         return out
     label = f"predecessor job {job_number}" + (f" (campaign {name})" if name else "")
-    out["tasks"] = campaign.task_count if campaign is not None else \
-        rows.filter(active=True).values("task_number").distinct().count()
+    out["tasks"] = predecessor_tasks(campaign, rows)
     active = list(rows.filter(active=True).values_list("state", "started_at"))
     if not active:
         out["ended"] = True
@@ -325,6 +317,8 @@ def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, sea
             raise ValueError("timing_forecast: a predecessor job needs the user it is forecast for")
         before = result["predecessor"] = predecessor_forecast(cluster, predecessor_job, now=now, user=user)
         if before["visible"] and before.get("tasks") and before["tasks"] != count:
+            from .launch import mismatch_text
+
             # Said before Launch, which refuses it (launch._check_predecessor, the same words).
             before["text"] = (f"{mismatch_text(predecessor_job, before['tasks'], count)} Launch refuses it as it "
                               f"is. {before['text']}")
