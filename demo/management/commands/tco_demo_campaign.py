@@ -6,10 +6,11 @@ import random
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboards.audit import ActionRefused
-from dashboards.launch import LaunchRequest, launch
+from dashboards.core.audit import ActionRefused
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Team
-from dashboards.services import LaunchError, campaign_submit
+from dashboards.core.errors import LaunchError
+from dashboards.launch.submit import campaign_submit
 
 
 class Command(BaseCommand):

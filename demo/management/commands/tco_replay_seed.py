@@ -20,8 +20,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboards.audit import ActionRefused
-from dashboards.services import LaunchError
+from dashboards.core.audit import ActionRefused
+from dashboards.core.errors import LaunchError
 from demo.replay import ReplayError, ReplayOptions, replay
 from schedulers.base import SchedulerError
 
