@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 import uuid
+
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
-from dashboards.models import Campaign, Task, Team
-from dashboards.core.roles import is_admin, teams_with
 
+from dashboards.core.roles import is_admin, teams_with
+from dashboards.models import Campaign, Task, Team
 
 # --------------------------------------------------------------------------- scope
 

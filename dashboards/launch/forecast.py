@@ -39,10 +39,12 @@ from __future__ import annotations
 import datetime as dt
 import math
 from typing import Any
+
 from django.conf import settings
 from django.utils import timezone
-from dashboards.models import Cluster, Task, Team
+
 from dashboards.core.stages import quantile
+from dashboards.models import Cluster, Task, Team
 
 #: Finished tasks read for the queue's typical wall clock (the newest first).
 QUEUE_HISTORY = 2000
@@ -406,10 +408,10 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
     ``differs`` listing (at most 3, values as JSON text, at most 3 each) the inputs whose
     values here are not among the history's (``history`` empty when it never had that input).
     """
+    from dashboards.core.errors import LaunchError
+    from dashboards.core.roles import teams_with
     from dashboards.launch.service import campaign_inputs
     from dashboards.models import Campaign
-    from dashboards.core.roles import teams_with
-    from dashboards.core.errors import LaunchError
 
     duration = forecast.get("duration_s") or {}
     basis: dict[str, Any] = {"runs": forecast.get("history") or 0, "median_s": duration.get("p50"),

@@ -26,26 +26,25 @@ import posixpath
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Sequence
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
-from execution import spool
-from dashboards.core import enqueue
-from dashboards.launch import inputs
-from dashboards.core import limits
-from dashboards.core import realtime
-from dashboards.billing import budgets
-from dashboards.billing import costs
+
+from dashboards.billing import budgets, costs
 from dashboards.core import clusters as core_clusters
+from dashboards.core import enqueue, limits, realtime
+from dashboards.core.audit import audit, refused
+from dashboards.core.errors import LaunchError
+from dashboards.core.roles import teams_with, user_can
+from dashboards.launch import inputs
 from dashboards.launch import reservations as launch_reservations
 from dashboards.launch import spool as launch_spool
-from dashboards.core.audit import audit, refused
-from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
-from dashboards.core.roles import teams_with, user_can
-from dashboards.core.errors import LaunchError
 from dashboards.launch.policy import ceilings_for, check_policy
 from dashboards.launch.predecessor import check_predecessor
+from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
+from execution import spool
 
 #: The runner spec version this launch writes (execution/runner.py reads it).
 MAX_OUTPUTS = 32

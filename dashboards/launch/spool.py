@@ -5,10 +5,12 @@ import json
 import os
 from pathlib import Path
 from typing import Sequence
+
 from django.conf import settings
-from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, write_atomic
-from dashboards.models import Campaign
+
 from dashboards.core.errors import LaunchError
+from dashboards.models import Campaign
+from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, write_atomic
 
 
 def spool_dir() -> Path:

@@ -27,17 +27,17 @@ import json
 import logging
 import time
 from typing import Awaitable, Callable
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+
 from dashboards.core import realtime
 from dashboards.core import scope as core_scope
-from dashboards.live import campaign
-from dashboards.live import cluster
-from dashboards.live import queue
+from dashboards.live import campaign, cluster, queue
 from dashboards.live import task as live_task
-from schedulers import base
 from dashboards.models import Campaign, Task
+from schedulers import base
 
 log = logging.getLogger(__name__)
 

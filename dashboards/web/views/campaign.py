@@ -4,11 +4,11 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
-from dashboards.live import campaign
-from dashboards.live import cluster
-from schedulers import base
+
+from dashboards.live import campaign, cluster
 from dashboards.models import Campaign
 from dashboards.web.views.common import int_param
+from schedulers import base
 
 
 @login_required

@@ -6,17 +6,15 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
-from dashboards.launch import inputs
-from dashboards.launch import forecast as launch_forecast
-from dashboards.core import limits
-from dashboards.launch import service
-from dashboards.core.clusters import cluster_get_default
-from dashboards.web.forms import LaunchForm, UrgentForm
-from dashboards.core.audit import ActionRefused
-from dashboards.core.roles import user_can
-from dashboards.core.errors import LaunchError
-from dashboards.web.views.common import refused
 
+from dashboards.core import limits
+from dashboards.core.clusters import cluster_get_default
+from dashboards.core.errors import Refused
+from dashboards.core.roles import user_can
+from dashboards.launch import forecast as launch_forecast
+from dashboards.launch import inputs, service
+from dashboards.web.forms import LaunchForm, UrgentForm
+from dashboards.web.views.common import refused
 
 # --------------------------------------------------------------------------- launching
 
@@ -33,7 +31,7 @@ def launch_page(request: HttpRequest) -> HttpResponse:
             if "launch" in request.POST:
                 try:
                     outcome = service.launch(user=request.user, request=form.launch_request())
-                except (ActionRefused, LaunchError) as exc:
+                except Refused as exc:
                     form.add_error(None, str(exc))
                 else:
                     campaign = outcome.campaign
@@ -78,7 +76,7 @@ def urgent_page(request: HttpRequest) -> HttpResponse:
                                                   agent_definition=data["agent_definition"], input=data["input"],
                                                   name=data["name"], queue=data["queue"],
                                                   seats_per_task=data["seats_per_task"], model=data["model"])
-            except (ActionRefused, LaunchError) as exc:
+            except Refused as exc:
                 form.add_error(None, str(exc))
             else:
                 messages.success(request, f"Urgent agent {outcome.campaign.name} (#{outcome.campaign.pk}) submitted "

@@ -2,23 +2,21 @@
 from __future__ import annotations
 
 from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
-from dashboards.core import limits
-from dashboards.control import triage
-from dashboards.control import actions
-from dashboards.core import ranges
-from dashboards.web.forms import TriageActionForm
-from dashboards.core.audit import ActionRefused
-from dashboards.models import AuditEntry
-from dashboards.core.roles import user_can
-from dashboards.core.errors import LaunchError
-from dashboards.web.views.common import refused
 
+from dashboards.control import actions, triage
+from dashboards.core import limits, ranges
+from dashboards.core.errors import ActionRefused, LaunchError, Refused
+from dashboards.core.roles import user_can
+from dashboards.models import AuditEntry
+from dashboards.web.forms import TriageActionForm
+from dashboards.web.views.common import refused
 
 # --------------------------------------------------------------------------- triage and audit
 
@@ -173,7 +171,7 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
     for job_number in chosen["act"]:
         try:
             actions.triage_action(user=request.user, action=action, job_number=job_number, priority=priority)
-        except (ActionRefused, LaunchError) as exc:
+        except Refused as exc:
             failed.append(f"job {job_number}: {exc}")
         else:
             queued.append(job_number)
