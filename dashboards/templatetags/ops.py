@@ -92,3 +92,16 @@ def pct(value) -> str:
 @register.filter
 def get(mapping, key):
     return mapping.get(key) if mapping else None
+
+
+@register.filter
+def hours(seconds) -> str:
+    """Seconds as hours (slot-hours, seat-hours): 2 decimals, 2 significant digits below 0.1 h, '0' for none."""
+    if seconds is None or seconds == "":
+        return ""
+    value = float(seconds) / 3600
+    if value == 0:
+        return "0"
+    if abs(value) >= 0.1:
+        return f"{value:,.2f}"
+    return f"{value:.2g}" if abs(value) >= 1e-4 else "< 0.0001"

@@ -133,7 +133,7 @@
     a.addEventListener("click", function (e) {
       e.preventDefault();
       var key = a.getAttribute("data-sort");
-      var dir = table.sort === key && table.dir === "asc" ? "desc" : "asc";
+      var dir = table.sort === key ? (table.dir === "asc" ? "desc" : "asc") : (a.getAttribute("data-first") || "asc");
       document.getElementById("tasks").classList.add("loading-table");
       choose({ sort: key, dir: dir, q: table.q, page: 1 });
     });
