@@ -5,6 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from dashboards.launch.forecast_record import forecast_outcome
 from dashboards.live import campaign, cluster
 from dashboards.models import Campaign
 from dashboards.web.views.common import int_param
@@ -24,7 +25,8 @@ def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
         raise Http404("no such campaign") from None
     from dashboards.core.roles import user_can
 
-    team = Campaign.objects.select_related("team").get(pk=detail["campaign"]["id"]).team
+    row = Campaign.objects.select_related("team").get(pk=detail["campaign"]["id"])
     # The columns are the API's state keys (held reads "waiting" while the tasks wait for the predecessor).
-    return render(request, "dashboards/campaign.html", {"detail": detail, "states": list(detail["states"]),
-                                                        "can_control": user_can(request.user, "control", team)})
+    return render(request, "dashboards/campaign.html", {
+        "detail": detail, "states": list(detail["states"]), "outcome": forecast_outcome(row),
+        "can_control": user_can(request.user, "control", row.team)})
