@@ -21,6 +21,7 @@
       var n = d.states[s];
       row.appendChild(el("td", { "class": "num state-" + s + (n ? "" : " zero"), "data-state": s }, n));
     });
+    Array.prototype.forEach.call(document.querySelectorAll("#states th"), function (th, i) { th.classList.toggle("zero", !d.states[Object.keys(d.states)[i]]); });
     var filter = TCO.clear(document.getElementById("state-filter"));
     var all = el("a", { "href": "#", "class": d.state_filter ? "" : "on", "data-filter": "" }, "all");
     all.onclick = function (e) { e.preventDefault(); choose({ state: null, page: 1 }); };

@@ -6,6 +6,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from dashboards.launch.forecast_record import forecast_outcome
+from dashboards.launch.notices import notice_seen
 from dashboards.live import campaign, cluster
 from dashboards.models import Campaign
 from dashboards.web.views.common import int_param
@@ -26,6 +27,7 @@ def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     from dashboards.core.roles import user_can
 
     row = Campaign.objects.select_related("team").get(pk=detail["campaign"]["id"])
+    notice_seen(getattr(request, "session", None), row)
     # The columns are the API's state keys (held reads "waiting" while the tasks wait for the predecessor).
     return render(request, "dashboards/campaign.html", {
         "detail": detail, "states": list(detail["states"]), "outcome": forecast_outcome(row),
