@@ -25,7 +25,9 @@ compared as written AND after resolving links (``realpath``) and bind mounts
   from), as written and resolved, e.g. ``/tmp/x/demo`` and ``/tmp/x/.venv``
   of a clone in ``/tmp/x``: the bundled agents run from there, the setup makes
   it readable to the submit account, and it holds no other task's files (the
-  state directory inside it stays masked below);
+  state directory inside it stays masked below; a masked directory *above*
+  it, like the ``/tmp`` that holds Grid Engine's per-job TMPDIRs, does not
+  hide it);
 - where tco puts its relay (``/run/tco``, ``/run/tco-relay.py``);
 - one of the masked paths or inside one: the spool (every task's work
   directory, records and specs), the credentials and price files, tco's state
@@ -226,6 +228,10 @@ def path_refusal(path: str, *, masks: Iterable[str], state: Iterable[str] = (), 
             return (f"{where}: {path}{resolved} is inside {inside[0]}, which holds other tasks' scratch space; "
                     f"the sandbox always has its own {inside[0]} (list {inside[0]} itself for a private one)")
     masks, state = list(masks), list(state)
+    if in_code:
+        # A scratch directory masked for its other contents (Grid Engine's per-job TMPDIRs are
+        # /tmp/<job>.<task>.<queue>, so the runner masks /tmp) does not hide tco's code inside it.
+        masks = [m for m in masks if not any(_under(c, m) and c != m for c in code)]
     shared = [s for s in shared if any(_under(s, m) and s != m for m in state)
               and not any(_under(s, m) for m in masks)]
     resolved = f" (it resolves to {real})" if real != path else ""

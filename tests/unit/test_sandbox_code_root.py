@@ -31,6 +31,7 @@ class CloneInTmp:
     links = {"/bin": "usr/bin", "/lib": "usr/lib", f"{X}/demo/escape": "tmp/4243.1.all.q",
              f"{X}/.venv/bin/python": "usr/bin/python3"}
     dirs = {"/", "/usr", "/usr/bin", "/usr/lib", "/etc", "/tmp", "/tmp/4243.1.all.q", "/tmp/tco-runner-1-0",
+            "/tmp/7.1.agent.q", "/tmp/7.1.agent.q/tco-runner-1-0",
             X, f"{X}/demo", f"{X}/.venv", f"{X}/.venv/bin", f"{X}/var", f"{X}/var/spool", f"{X}/var/spool/work",
             f"{X}/var/sweeps", f"{X}/var/sweeps/research", f"{X}/var/sweeps/engineering"}
     files = {"/usr/bin/python3.11", "/etc/resolv.conf", f"{X}/var/secret_key"}
@@ -58,9 +59,10 @@ class CloneInTmp:
 
 
 def plan_for(policy_text: str, code_root: str = X) -> SandboxPlan:
-    return SandboxPlan(policy=load_policy(policy_text), workdir=f"{X}/var/spool/work", socket_dir="/tmp/tco-runner-1-0",
+    return SandboxPlan(policy=load_policy(policy_text), workdir=f"{X}/var/spool/work",
+                       socket_dir="/tmp/7.1.agent.q/tco-runner-1-0",
                        agent_argv=[f"{X}/.venv/bin/python", "-m", "demo.demo_agent"], env={},
-                       masks=[f"{X}/var/spool", "/tmp/tco-runner-1-0"], state=[f"{X}/var"],
+                       masks=MASKS, state=[f"{X}/var"],
                        shared=[f"{X}/var/sweeps"], interpreter=f"{X}/.venv/bin/python", status_fd=3,
                        json_status_fd=4, stdout_fd=5, stderr_fd=6, code_root=code_root)
 
@@ -88,8 +90,13 @@ def demo_policy(*extra_read_only: str, read_write: str = "/sandbox, /tmp") -> st
             f"  read_write: [{read_write}]\n")
 
 
+#: What the runner of task 1 of job 7 masks at run time (execution.runner.Runner._sandbox_paths): the
+#: spool, its private directory, Grid Engine's TMPDIR for the task and /tmp, which holds every job's.
+MASKS = [f"{X}/var/spool", "/tmp/7.1.agent.q/tco-runner-1-0", "/tmp/7.1.agent.q", "/tmp"]
+
+
 def check(policy_text: str, code_root: str | None = X) -> list[str]:
-    return refusals(policy_text, masked_paths=[f"{X}/var/spool", "/tmp/tco-runner-1-0"],
+    return refusals(policy_text, masked_paths=MASKS,
                     state_paths=[f"{X}/var"], shared_paths=[f"{X}/var/sweeps"],
                     interpreter=f"{X}/.venv/bin/python", fs=CloneInTmp(), code_root=code_root)
 
@@ -150,21 +157,26 @@ def test_the_code_root_is_this_repository():
 
 PROBE = r"""
 import json, os, sys
-from execution.runner import default_policy
+from execution.runner import Runner, default_policy
 from execution.sandbox.checks import CODE_ROOT, refusals
 from execution.sandbox.bwrap import SandboxPlan, build_argv
 from execution.sandbox.policy import load_policy
-spool = os.path.join(CODE_ROOT, "var", "spool")
+state = os.path.join(CODE_ROOT, "var")
+# The runner's own masks for task 1 of job 7 with Grid Engine's TMPDIR (/tmp/7.1.agent.q, so /tmp too).
+runner = Runner({"JOB_ID": "7", "TMPDIR": "/tmp/7.1.agent.q", "TCO_SANDBOX_MASK": state,
+                 "TCO_SANDBOX_SHARED": os.path.join(state, "sweeps")})
+runner.spool = os.path.join(state, "spool")
+paths = runner._sandbox_paths()
 policy = default_policy()
-reasons = refusals(policy, masked_paths=[spool], state_paths=[os.path.join(CODE_ROOT, "var")],
+reasons = refusals(policy, masked_paths=paths["masked"], state_paths=paths["state"], shared_paths=paths["shared"],
                    interpreter=sys.executable)
 argv = []
 if not reasons:
-    plan = SandboxPlan(policy=load_policy(policy), workdir=spool, socket_dir=spool, agent_argv=["true"], env={},
-                       masks=[spool], interpreter=sys.executable, status_fd=3, json_status_fd=4, stdout_fd=5,
-                       stderr_fd=6, state=[os.path.join(CODE_ROOT, "var")])
+    plan = SandboxPlan(policy=load_policy(policy), workdir=runner.spool, socket_dir=runner.spool, agent_argv=["true"],
+                       env={}, masks=paths["masked"], interpreter=sys.executable, status_fd=3, json_status_fd=4,
+                       stdout_fd=5, stderr_fd=6, state=paths["state"], shared=paths["shared"])
     argv = build_argv(plan)
-print(json.dumps({"code_root": CODE_ROOT, "read_only": policy["filesystem_policy"]["read_only"],
+print(json.dumps({"code_root": CODE_ROOT, "masked": paths["masked"], "read_only": policy["filesystem_policy"]["read_only"],
                   "reasons": reasons, "argv": argv}))
 """
 
@@ -183,6 +195,7 @@ def test_a_copy_of_the_runner_in_tmp_accepts_its_own_default_policy(tmp_path):
                          capture_output=True, text=True, timeout=60, check=True)
     seen = json.loads(out.stdout)
     assert seen["code_root"] == str(clone.resolve())
+    assert "/tmp" in seen["masked"]  # Grid Engine's TMPDIRs' directory, masked by the runner
     assert str(clone.resolve() / "demo") in seen["read_only"]
     assert seen["reasons"] == []
     demo = str(clone.resolve() / "demo")
