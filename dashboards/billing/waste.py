@@ -37,7 +37,7 @@ from decimal import Decimal
 from typing import Any, Iterable, Sequence
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Max
 
 from dashboards.billing.bills import BUCKETS
 from dashboards.billing.periods import cluster_zone, local_midnight
@@ -262,11 +262,9 @@ def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
         return row
 
     # Dollars: each task in the period of its start (the bill's rule).
-    tokens = Q()
-    for bucket in BUCKETS:
-        tokens |= Q(**{f"{bucket}__gt": 0})
     kinds: dict[int, str] = {}  # task id -> its category: failed, verdict_failed or "" (neither)
-    tasks = (Task.objects.filter(cluster=cluster, campaign_id__in=list(info), started_at__gte=begin,
+    ids = campaigns.values("id")  # a subquery: no list of ids that could pass SQLite's variable limit
+    tasks = (Task.objects.filter(cluster=cluster, campaign_id__in=ids, started_at__gte=begin,
                                  started_at__lt=end)
              .values_list("id", "campaign_id", "state", "verdict", "cost_usd", *BUCKETS))
     for task_id, campaign_id, state, verdict, cost, *buckets in tasks.iterator(chunk_size=5000):
@@ -282,17 +280,13 @@ def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
             row["retries"].add_task(cost, has_tokens)
 
     # Slot-seconds and held seats: every accounting record, in the period of its own start.
-    records = list(AccountingRecord.objects.filter(cluster=cluster, task__campaign_id__in=list(info),
-                                                   started_at__gte=begin, started_at__lt=end)
-                   .values_list("task_id", "task__campaign_id", "task__state", "task__verdict", "start_us",
+    in_period = AccountingRecord.objects.filter(cluster=cluster, task__campaign_id__in=ids, started_at__gte=begin,
+                                                started_at__lt=end)
+    records = list(in_period.values_list("task_id", "task__campaign_id", "task__state", "task__verdict", "start_us",
                                 "started_at", "ended_at", "wallclock_s", "slots"))
-    latest: dict[int, int] = {}
-    for task_id, _c, _s, _v, start_us, *_ in records:
-        latest[task_id] = max(latest.get(task_id, start_us), start_us)
-    # A task's last attempt may have started after the period: its earlier ones are still earlier.
-    later = dict(AccountingRecord.objects.filter(task_id__in=list(latest), started_at__gte=end)
-                 .values_list("task_id", "start_us"))
-    latest.update({t: max(latest[t], s) for t, s in later.items()})
+    # Each task's last attempt, wherever it started (after the period too: the ones in it are then earlier).
+    latest = dict(AccountingRecord.objects.filter(task_id__in=in_period.values("task_id")).values("task_id")
+                  .annotate(last=Max("start_us")).values_list("task_id", "last").order_by())
     timed: dict[int, set[int]] = {}
     for task_id, campaign_id, state, verdict, start_us, started, ended, wall, slots in records:
         row = row_of(campaign_id)
@@ -313,10 +307,10 @@ def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
         timed.setdefault(campaign_id, set()).add(task_id)
         if started is not None and ended is not None:
             seat.held.append((started.timestamp(), ended.timestamp(), row["seats_per_task"]))
-    for campaign_id, ids in timed.items():
-        rows[campaign_id]["seat"].tasks += len(ids)
+    for campaign_id, task_ids in timed.items():
+        rows[campaign_id]["seat"].tasks += len(task_ids)
     if seats:
-        _seat_calls(rows, cluster=cluster, begin=begin, end=end, campaigns=list(info))
+        _seat_calls(rows, cluster=cluster, begin=begin, end=end, campaigns=ids)
 
 
 def _kind(state: str, verdict: str, verdicts: tuple[str, ...]) -> str:
@@ -328,7 +322,7 @@ def _kind(state: str, verdict: str, verdicts: tuple[str, ...]) -> str:
 
 
 def _seat_calls(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
-                campaigns: list[int]) -> None:
+                campaigns) -> None:
     """The model requests of the tasks started in ``[begin, end)``: per task the union of their
     intervals, into each campaign's in-call seat-seconds and intervals."""
     tasks = Task.objects.filter(cluster=cluster, campaign_id__in=campaigns, started_at__gte=begin, started_at__lt=end)
