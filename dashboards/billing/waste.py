@@ -350,3 +350,24 @@ def _seat_calls(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
         start = at.timestamp()
         spans.append((start, start + max(0.0, float(latency_ms or 0.0)) / 1000.0))
     close(current_campaign, spans)
+
+
+CSV_COLUMNS = ("team", "project", "campaign_id", "campaign", "retry_of", "seats_per_task", "tasks", "cost_usd",
+               "slot_s", *(f"{c}_{f}" for c in CATEGORIES for f in ("tasks", "cost_usd", "slot_s")),
+               "earlier_attempts", "unpriced_tasks", "seat_held_s", "seat_in_calls_s", "seat_peak_held",
+               "seat_peak_in_calls", "seat_suggested", "seat_requests", "seat_in_calls_partial")
+
+
+def waste_csv_rows(result: dict[str, Any]) -> Iterable[list[Any]]:
+    """The waste view's campaign rows as CSV rows (header first): USD as exact decimals, seconds with
+    3 decimals, the seat figures empty when they were left out."""
+    yield list(CSV_COLUMNS)
+    for r in result["rows"]:
+        seat = r["seat"] or {}
+        yield [r["team"], r["project"], r["campaign_id"], r["campaign"], r["retry_of"] or "", r["seats_per_task"],
+               r["spent"]["tasks"], format(r["spent"]["cost_usd"].normalize(), "f"), f"{r['spent']['slot_s']:.3f}",
+               *(v for c in CATEGORIES for v in (r[c]["tasks"], format(r[c]["cost_usd"].normalize(), "f"),
+                                                 f"{r[c]['slot_s']:.3f}")),
+               r["retries"]["attempts"], r["spent"]["unpriced"],
+               *((f"{seat['held_s']:.3f}", f"{seat['in_calls_s']:.3f}", seat["peak_held"], seat["peak_in_calls"],
+                  seat["suggested"], seat["requests"], "yes" if seat["partial"] else "no") if seat else [""] * 7)]

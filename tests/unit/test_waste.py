@@ -207,3 +207,16 @@ def test_the_bill_says_what_was_wasted_and_links_the_waste_view_and_tasks_by_cos
     a = campaigns["a"].pk
     assert f'href="/campaigns/{a}/?sort=cost&amp;dir=desc" class="campaign-page"' in html
     assert f"/ops/campaigns/{a}/" not in html
+
+
+def test_the_waste_view_exports_its_campaign_rows_as_csv(campaigns, as_user):
+    import csv
+    import io
+
+    response = as_user("lead").get("/ops/waste/", {"first": "2026-05-04", "last": "2026-05-04", "format": "csv"})
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    rows = list(csv.DictReader(io.StringIO(body.decode())))
+    a = next(r for r in rows if r["campaign_id"] == str(campaigns["a"].pk))
+    assert (a["wasted_cost_usd"], a["wasted_slot_s"], a["earlier_attempts"]) == ("0.75", "150.000", "1")
+    assert (a["seat_held_s"], a["seat_in_calls_s"], a["seat_suggested"]) == ("440.000", "220.000", "3")
+    assert len(rows) == 2

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from dashboards.billing import waste
-from dashboards.core import errors
+from dashboards.core import csv_export, errors
 from dashboards.core.roles import user_can
 from dashboards.web.forms import BillForm
 from dashboards.web.views.common import refused
@@ -38,6 +38,10 @@ def waste_page(request: HttpRequest) -> HttpResponse:
         except errors.BillError as exc:
             form.add_error(None, str(exc))
         else:
+            if request.GET.get("format") == "csv":
+                header, *rows = waste.waste_csv_rows(result)
+                return csv_export.csv_response(
+                    f"tco-waste-{data['first'].isoformat()}-{data['last'].isoformat()}.csv", header, rows)
             by_team: dict[str, list] = {}
             for row in result["rows"]:
                 by_team.setdefault(row["project"], []).append(row)
@@ -47,5 +51,5 @@ def waste_page(request: HttpRequest) -> HttpResponse:
                                                  "last": data["last"].isoformat(),
                                                  "team": data["team"].pk if data.get("team") else "",
                                                  "group_by": "campaign"}),
-                           clear_query=waste_query(form, campaign=None))
+                           clear_query=waste_query(form, campaign=None), csv_query=waste_query(form, format="csv"))
     return render(request, "dashboards/waste.html", context)
