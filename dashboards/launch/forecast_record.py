@@ -23,6 +23,9 @@ from dashboards.models import Campaign, Task
 FORECAST_VERSION = 1
 #: Within this many seconds of a bound, an outcome counts as on it (scheduling runs are about 1 s apart).
 SLACK_S = 1.0
+#: A start is on time within this many seconds, or a tenth of the wait forecast if that is longer: "at once"
+#: means the next scheduling runs, and the submission itself takes a moment.
+START_SLACK_S = 5.0
 
 
 def forecast_record(preview: dict[str, Any], *, at: dt.datetime | None = None) -> dict[str, Any]:
@@ -55,11 +58,11 @@ def _time(text: str | None) -> dt.datetime | None:
 
 
 def _late(actual: dt.datetime, low: dt.datetime | None, high: dt.datetime | None, *,
-          bound: str = "the forecast's latest") -> str:
+          bound: str = "the forecast's latest", slack: float = SLACK_S) -> str:
     """``actual`` against ``[low, high]`` in words: within, N s after ``bound`` (high), N s before low."""
-    if high is not None and (actual - high).total_seconds() > SLACK_S:
+    if high is not None and (actual - high).total_seconds() > slack:
         return f"{_span((actual - high).total_seconds())} after {bound}"
-    if low is not None and (low - actual).total_seconds() > SLACK_S:
+    if low is not None and (low - actual).total_seconds() > slack:
         return f"{_span((low - actual).total_seconds())} before the forecast"
     return "within the forecast"
 
@@ -104,12 +107,15 @@ def forecast_outcome(campaign: Campaign, *, now: dt.datetime | None = None) -> d
     rows = []
 
     started = facts["first"]
+    at = _time(record.get("at"))
+    start_slack = max(START_SLACK_S, 0.1 * (start_at - at).total_seconds()) if start_at and at else START_SLACK_S
     if started is not None:
-        verdict = _late(started, None, start_at, bound="the forecast") if start_at else "no forecast start"
+        verdict = (_late(started, None, start_at, bound="the forecast", slack=start_slack) if start_at
+                   else "no forecast start")
         rows.append({"what": "start", "forecast": start_at, "actual": started, "verdict": verdict,
                      "ok": None if start_at is None else verdict == "within the forecast" or "before" in verdict})
     else:
-        late = start_at is not None and (now - start_at).total_seconds() > SLACK_S
+        late = start_at is not None and (now - start_at).total_seconds() > start_slack
         rows.append({"what": "start", "forecast": start_at, "actual": None,
                      "verdict": (f"not started, {_span((now - start_at).total_seconds())} after the forecast"
                                  if late else "not started yet"), "ok": False if late else None})
@@ -142,7 +148,6 @@ def forecast_outcome(campaign: Campaign, *, now: dt.datetime | None = None) -> d
     if unpriced:
         verdict += f"; {unpriced} task{'s' if unpriced != 1 else ''} unpriced: at least this much"
     rows.append({"what": "cost", "forecast": cost_range or None, "actual": cost, "verdict": verdict, "ok": ok})
-    shown = {**record, "start_at": start_at, "finish_at": finish or None, "cost_usd": cost_range or None,
-             "at": _time(record.get("at"))}
+    shown = {**record, "start_at": start_at, "finish_at": finish or None, "cost_usd": cost_range or None, "at": at}
     return {"forecast": shown, "rows": rows, "ended": facts["ended"], "tasks": campaign.task_count,
             "finished": finished}
