@@ -44,8 +44,9 @@ from dashboards.billing.periods import cluster_zone, local_midnight
 from dashboards.core.errors import BillError
 from dashboards.models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team
 
-#: Verdicts (lower case) that say the agent's work failed; ``TCO_FAILING_VERDICTS`` overrides.
-FAILING_VERDICTS = ("fail", "failed", "failure", "bad", "error", "incorrect", "wrong", "rejected", "reject")
+#: Verdicts (lower case) that say the agent's own work failed; ``TCO_FAILING_VERDICTS`` overrides. Not
+#: "bad" or "rejected": a review agent's "bad" is its finding about the run it reviewed, work done.
+FAILING_VERDICTS = ("fail", "failed", "failure", "error", "incorrect", "wrong", "unresolved")
 #: Headroom over the in-call peak in the suggested seat count (0.15: 41 in calls -> 48 seats).
 SEAT_HEADROOM = 0.15
 #: At most this many days in one waste view (a year, as the bill's 400 daily periods).

@@ -92,13 +92,15 @@ def get(mapping, key):
 
 
 @register.filter
-def hours(seconds) -> str:
-    """Seconds as hours (slot-hours, seat-hours): 2 decimals, 2 significant digits below 0.1 h, '0' for none."""
+def hours(seconds, unit: str = "") -> str:
+    """Seconds of ``unit`` time (slot, seat) in the unit that reads: ``2.50 slot-h`` from 0.1 h up,
+    ``40 slot-s`` below (a demo's tasks take seconds), ``0 slot-h`` for none; '' for None."""
     if seconds is None or seconds == "":
         return ""
-    value = float(seconds) / 3600
+    value = float(seconds)
+    prefix = f"{unit}-" if unit else ""
     if value == 0:
-        return "0"
-    if abs(value) >= 0.1:
-        return f"{value:,.2f}"
-    return f"{value:.2g}" if abs(value) >= 1e-4 else "< 0.0001"
+        return f"0 {prefix}h"
+    if abs(value) >= 360:
+        return f"{value / 3600:,.2f} {prefix}h"
+    return f"{value:.0f} {prefix}s" if abs(value) >= 1 else f"< 1 {prefix}s"

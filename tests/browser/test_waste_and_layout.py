@@ -45,7 +45,7 @@ def sweep(ops_logins):
         task = make_task(campaign, task_number=n, started_at=t0 + dt.timedelta(seconds=10 * n), wallclock_s=60,
                          cost_usd=cost, state="failed" if n == 2 else "done", tokens={"output_tokens": 100 * n})
         if n == 4:
-            Task.objects.filter(pk=task.pk).update(verdict="bad")
+            Task.objects.filter(pk=task.pk).update(verdict="fail")
         ModelRequest.objects.create(task=task, seq=1, at=t0 + dt.timedelta(seconds=10 * n + 5), method="POST",
                                     path="/v1/messages", status=200, latency_ms=8000)
     preview = {"count": 6, "forecast": {"history": 12, "priced_by": "recorded cost",

@@ -220,3 +220,12 @@ def test_the_waste_view_exports_its_campaign_rows_as_csv(campaigns, as_user):
     assert (a["wasted_cost_usd"], a["wasted_slot_s"], a["earlier_attempts"]) == ("0.75", "150.000", "1")
     assert (a["seat_held_s"], a["seat_in_calls_s"], a["seat_suggested"]) == ("440.000", "220.000", "3")
     assert len(rows) == 2
+
+
+def test_a_review_agents_bad_verdict_is_its_finding_not_a_failure(campaigns):
+    task = campaigns["t4"]
+    task.verdict = "bad"
+    task.save(update_fields=["verdict"])
+    result = waste.waste(teams=[campaigns["research"]], first=DAY, last=DAY, campaign=campaigns["a"].pk)
+    assert result["rows"][0]["verdict_failed"]["tasks"] == 1  # task 3's "FAIL" only
+    assert "bad" not in result["failing_verdicts"]
