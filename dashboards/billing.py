@@ -49,7 +49,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, NullIf, Round, Trunc
 from django.utils import timezone
 
-from execution.spool import TOKEN_BUCKETS
+from execution.spool.contract import TOKEN_BUCKETS
 
 from . import pricing_models
 from .audit import audit

@@ -34,8 +34,10 @@ from dashboards.models import (
     CAMPAIGN_LIVE, CAMPAIGN_TRANSITIONS, AccountingRecord, Campaign, CampaignStatus, Cluster, IngestCheckpoint,
     ModelRequest, QuarantinedLine, Task, TaskEvent, transition,
 )
-from execution.spool import (TOKEN_FIELDS, JsonLinesStats, RecordError, RecordVersionError, RunnerRecord,
-                             SpoolError, SpoolLayout, iter_json_lines, make_private_dirs, parse_stage_time)
+from execution.spool.contract import TOKEN_FIELDS, RecordError, RecordVersionError, SpoolError
+from execution.spool.files import JsonLinesStats, iter_json_lines, make_private_dirs
+from execution.spool.layout import SpoolLayout
+from execution.spool.record import RunnerRecord, parse_stage_time
 from schedulers.base import AccountingCursor, AccountingMissing, QstatTask, SchedulerAdapter, diff_tasks
 from schedulers.base import AccountingRecord as ParsedRecord
 from schedulers.gridengine.parsers.accounting import usage_group_values

@@ -33,9 +33,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from execution import spool
+from execution.spool import spec as spool_spec
+from execution.spool.contract import SpecError
 from execution.sandbox.ceiling import narrowing_problems
-from execution.sandbox.policy import Policy, PolicyError, load_policy
+from execution.sandbox.policy.load import load_policy
+from execution.sandbox.policy.model import Policy, PolicyError
 
 from . import billing, clusters, enqueue, inputs, limits, realtime, reservations, services
 from .audit import ActionRefused, audit, refused
@@ -255,7 +257,7 @@ def effective_policy(text: str) -> Policy:
     Raises LaunchError."""
     if text:
         return _load(text)
-    from execution.runner import default_policy
+    from execution.runner.config import default_policy
 
     return _load(default_policy())
 
@@ -289,7 +291,7 @@ def ceilings_for(team: Team, agent_definition: AgentDefinition) -> list[tuple[st
             raise LaunchError(f"the policy ceiling of {label} is not valid (ask an admin): "
                               + "; ".join(exc.problems)) from None
     if not out:
-        from execution.runner import default_policy
+        from execution.runner.config import default_policy
 
         out.append(("the default policy (no ceiling registered)", load_policy(default_policy())))
     return out
@@ -423,8 +425,8 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
         launched_at=timezone.now())
     encoded = [json.dumps(item, separators=(",", ":"), sort_keys=True) for item in req.inputs]
     try:
-        registered = [spool.ModelEndpoint.from_json(e.spec_entry()) for e in endpoints]
-    except spool.SpecError as exc:
+        registered = [spool_spec.ModelEndpoint.from_json(e.spec_entry()) for e in endpoints]
+    except SpecError as exc:
         raise LaunchError(f"registered model endpoint: {exc}") from None
     # The ceilings' network parts go with the spec: a runner re-checks a live network policy change.
     network_ceilings = [{"label": label, "network_policies": json.loads(json.dumps(

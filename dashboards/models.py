@@ -619,7 +619,8 @@ class PolicyCeiling(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        from execution.sandbox.policy import PolicyError, load_policy
+        from execution.sandbox.policy.load import load_policy
+        from execution.sandbox.policy.model import PolicyError
 
         try:
             load_policy(self.policy)

@@ -30,8 +30,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from execution.sandbox.live_network import with_network
-from execution.sandbox.policy import PolicyError, parse_yaml
-from execution.spool import NetworkPolicyFile, NetworkPolicyFileError, parse_stage_time
+from execution.sandbox.policy.load import parse_yaml
+from execution.sandbox.policy.model import PolicyError
+from execution.spool.network import NetworkPolicyFile, NetworkPolicyFileError
+from execution.spool.record import parse_stage_time
 
 from . import launch, limits, services
 from .audit import audit, refused

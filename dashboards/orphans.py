@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from dashboards import ingest, realtime
 from dashboards.models import Cluster, ModelRequest, Task
-from execution.spool import SpoolLayout
+from execution.spool.layout import SpoolLayout
 
 log = logging.getLogger(__name__)
 

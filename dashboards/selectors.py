@@ -27,7 +27,7 @@ from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Val
 from django.db.models.functions import NullIf
 from django.utils import timezone
 
-from execution.spool import TOKEN_BUCKETS
+from execution.spool.contract import TOKEN_BUCKETS
 from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, SCHEDULER_STATES, TERMINAL_STATES
 from schedulers.calendars import annotate_queues
 from schedulers.hosts import QINSTANCE_LETTERS

@@ -21,7 +21,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, make_private_dirs, write_atomic
+from execution.spool.contract import SpecError
+from execution.spool.files import make_private_dirs, write_atomic
+from execution.spool.layout import SpoolLayout
+from execution.spool.spec import ModelEndpoint, RunnerSpec
 from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
 from schedulers.gridengine.native_spec import sanitize_name
 

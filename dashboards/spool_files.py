@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from execution.spool import SpoolLayout
+from execution.spool.layout import SpoolLayout
 
 from .models import Task
 

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db.models import FloatField, Func
 
-from execution.spool import DURATIONS
+from execution.spool.contract import DURATIONS
 
 from .models import Campaign, Task
 

@@ -61,7 +61,7 @@ from typing import Any
 
 from aiohttp import web
 
-from execution.spool import TOKEN_FIELDS
+from execution.spool.contract import TOKEN_FIELDS
 
 LABEL = "tco stand-in model API (not a real model)"
 STAND_IN_HEADER = {"x-tco-stand-in": "true"}

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from execution.spool import SpoolLayout
+from execution.spool.layout import SpoolLayout
 
 LINE = re.compile(r"^tco_[a-z0-9_]{1,64}=-?[0-9]+(\.[0-9]+)?$")
 

@@ -51,17 +51,20 @@ import selectors
 import signal
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 from execution.sandbox import SandboxStartError
-from execution.sandbox.checks import (INSIDE_RELAY, INSIDE_SOCKET_DIR, INSIDE_WORKDIR, PRIVATE_DIRS, HostFS,
-                                      _under, path_refusal, private_dir_target, resolve_masks)
-from execution.sandbox.policy import Policy
+from execution.sandbox.paths import (INSIDE_RELAY, INSIDE_SOCKET_DIR, INSIDE_WORKDIR, PRIVATE_DIRS, HostFS,
+                                     path_refusal, private_dir_target, resolve_masks, under)
+from execution.sandbox.policy.model import Policy
 
-__all__ = ["SandboxStartError", "SandboxConfigError", "SandboxPlan", "HostFS", "BwrapSandbox", "build_argv"]
+__all__ = ["SandboxConfigError", "SandboxFds", "HiddenPaths", "SandboxLimits", "RelayOptions", "SandboxPlan",
+           "BwrapSandbox", "build_argv", "which", "passwd_text", "group_text", "RELAY_PORT"]
 
 RELAY_PORT = 8790
 INSIDE_SOCKET = f"{INSIDE_SOCKET_DIR}/proxy.sock"
@@ -82,52 +85,84 @@ class SandboxConfigError(ValueError):
     for the relay, no bubblewrap); the message says what to change."""
 
 
-class SandboxPlan:
-    """Everything :func:`build_argv` needs. File descriptors are the runner's; they keep
-    their numbers in bubblewrap and the relay (``pass_fds``).
+@dataclass(frozen=True)
+class SandboxFds:
+    """The runner's file descriptors bubblewrap and the relay get (``pass_fds``; they keep their
+    numbers): ``status`` (the relay's status lines), ``json_status`` (bwrap's
+    ``--json-status-fd``), ``stdout``/``stderr`` (the agent's), ``data`` (inside path -> fd of
+    its content, ``--ro-bind-data``), ``watch`` (open on the runner's /proc/PID/stat, for
+    suspension; or None)."""
 
-    ``workdir``: host directory shown at /sandbox; ``socket_dir``: host directory shown
-    read-only at /run/tco; ``env``: the agent's whole environment; ``masks``: host paths
-    that must never be visible (a listed path inside one is refused; one above is
-    covered inside); ``state``: tco's state directory (``TCO_SANDBOX_MASK``), hidden the
-    same way except ``shared`` directories inside it, which may be listed
-    (``TCO_SANDBOX_SHARED``); ``interpreter``: the host python that runs the relay inside;
-    ``data_fds``: inside path -> fd of its content (``--ro-bind-data``); ``watch_fd``: fd
-    open on the runner's /proc/PID/stat (suspension); ``tmpfs_bytes``: size of each
-    writable private tmpfs (bytes); ``max_processes``: RLIMIT_NPROC of the sandbox's
-    processes (threads count). ``notes`` is filled by :func:`build_argv`.
+    status: int
+    json_status: int
+    stdout: int
+    stderr: int
+    data: Mapping[str, int] = field(default_factory=dict)
+    watch: int | None = None
+
+    def passed(self) -> list[int]:
+        """Every descriptor to pass to bubblewrap."""
+        fds = [self.status, self.json_status, self.stdout, self.stderr, *self.data.values()]
+        return fds + ([self.watch] if self.watch is not None else [])
+
+
+@dataclass(frozen=True)
+class HiddenPaths:
+    """Host paths the agent never sees: ``masks`` (a listed path inside one is refused; one
+    above is covered inside); ``state``: tco's state directory (``TCO_SANDBOX_MASK``), hidden
+    the same way except ``shared`` directories inside it, which may be listed
+    (``TCO_SANDBOX_SHARED``). Absolute paths."""
+
+    masks: tuple[str, ...] = ()
+    state: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """``tmpfs_bytes``: size of each writable private tmpfs (bytes); ``max_processes``:
+    RLIMIT_NPROC of the sandbox's processes (threads count). Each must be positive."""
+
+    tmpfs_bytes: int = TMPFS_BYTES
+    max_processes: int = MAX_PROCESSES
+
+
+@dataclass(frozen=True)
+class RelayOptions:
+    """How bubblewrap and the relay are run: the ``bwrap`` program, the sandbox's ``hostname``,
+    the relay ``script`` (host path), its loopback ``port`` inside, and how long it waits for
+    the proxy (``proxy_wait_s``, seconds)."""
+
+    bwrap: str = "bwrap"
+    hostname: str = "sandbox"
+    script: str = RELAY_SCRIPT
+    port: int = RELAY_PORT
+    proxy_wait_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class SandboxPlan:
+    """Everything :func:`build_argv` needs, passed whole.
+
+    ``policy``: the validated policy; ``workdir``: host directory shown at /sandbox;
+    ``socket_dir``: host directory shown read-only at /run/tco; ``agent_argv``: the agent's
+    command; ``env``: the agent's whole environment; ``interpreter``: the host python that runs
+    the relay inside; ``fds``: :class:`SandboxFds`; ``hidden``: :class:`HiddenPaths`;
+    ``limits``: :class:`SandboxLimits`; ``options``: :class:`RelayOptions`. ``notes`` is the one
+    part filled in later: what :func:`build_argv` skipped or changed, for the record.
     """
 
-    def __init__(self, *, policy: Policy, workdir: str, socket_dir: str, agent_argv: list[str],
-                 env: dict[str, str], masks: list[str], interpreter: str, status_fd: int, json_status_fd: int,
-                 stdout_fd: int, stderr_fd: int, data_fds: dict[str, int] | None = None,
-                 watch_fd: int | None = None, state: list[str] | None = None, shared: list[str] | None = None,
-                 relay_script: str = RELAY_SCRIPT, relay_port: int = RELAY_PORT,
-                 proxy_wait_s: float = 30.0, hostname: str = "sandbox", bwrap: str = "bwrap",
-                 tmpfs_bytes: int = TMPFS_BYTES, max_processes: int = MAX_PROCESSES) -> None:
-        self.policy = policy
-        self.workdir = workdir
-        self.socket_dir = socket_dir
-        self.agent_argv = list(agent_argv)
-        self.env = dict(env)
-        self.masks = list(masks)
-        self.state = list(state or [])
-        self.shared = list(shared or [])
-        self.interpreter = interpreter
-        self.status_fd = status_fd
-        self.json_status_fd = json_status_fd
-        self.stdout_fd = stdout_fd
-        self.stderr_fd = stderr_fd
-        self.data_fds = dict(data_fds or {})
-        self.watch_fd = watch_fd
-        self.relay_script = relay_script
-        self.relay_port = relay_port
-        self.proxy_wait_s = proxy_wait_s
-        self.hostname = hostname
-        self.bwrap = bwrap
-        self.tmpfs_bytes = int(tmpfs_bytes)
-        self.max_processes = int(max_processes)
-        self.notes: list[str] = []
+    policy: Policy
+    workdir: str
+    socket_dir: str
+    agent_argv: Sequence[str]
+    env: Mapping[str, str]
+    interpreter: str
+    fds: SandboxFds
+    hidden: HiddenPaths = HiddenPaths()
+    limits: SandboxLimits = SandboxLimits()
+    options: RelayOptions = RelayOptions()
+    notes: list[str] = field(default_factory=list, init=False, compare=False)
 
 
 def which(name: str, path: str | None = None) -> str | None:
@@ -161,11 +196,11 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     policy = plan.policy
     if policy.uid == 0 or policy.gid == 0:  # validation already refuses it; never rely on one check
         raise SandboxConfigError("the agent may not run as root inside the sandbox")
-    if plan.tmpfs_bytes < 1 or plan.max_processes < 1:
+    if plan.limits.tmpfs_bytes < 1 or plan.limits.max_processes < 1:
         raise SandboxConfigError("the sandbox's tmpfs size and process limit must be positive")
-    masks = resolve_masks(plan.masks, fs)
-    state = resolve_masks(plan.state, fs)
-    shared = resolve_masks(plan.shared, fs)
+    masks = resolve_masks(plan.hidden.masks, fs)
+    state = resolve_masks(plan.hidden.state, fs)
+    shared = resolve_masks(plan.hidden.shared, fs)
     workdir_rw = policy.include_workdir or INSIDE_WORKDIR in policy.read_write
 
     # (inside path, order, argv) - applied shallow to deep so later mounts land on earlier ones.
@@ -190,7 +225,7 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
             raise SandboxConfigError(reason)
         if private_dir_target(path, fs) is not None:
             # Listed or resolving to /tmp, /dev/shm, /run, ...: the sandbox's own, never the host's.
-            add(path, "--size", str(plan.tmpfs_bytes), "--tmpfs", path)
+            add(path, "--size", str(plan.limits.tmpfs_bytes), "--tmpfs", path)
             if not writable:
                 read_only_later.append(path)
             private_listed.add(path)
@@ -219,7 +254,7 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     for inside, real in binds:
         found: list[tuple[str, str]] = []  # (inside path, host path)
         for host, scratch in hidden:
-            if host == real or not _under(host, real) or fs.islink(host) or not fs.lexists(host):
+            if host == real or not under(host, real) or fs.islink(host) or not fs.lexists(host):
                 continue
             found.append((os.path.normpath(inside.rstrip("/") + "/" + host[len(real.rstrip("/")):].lstrip("/")),
                           host))
@@ -227,7 +262,7 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
         for where, host in found:
             if where in private_listed or where in covered:
                 continue
-            if any(_under(where, above) and where != above for above in emptied):
+            if any(under(where, above) and where != above for above in emptied):
                 continue
             covered.add(where)
             if fs.isdir(host):
@@ -239,27 +274,27 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     def is_visible(host_path: str) -> bool:
         """Shown inside at its own host path (the relay's interpreter, /etc): the deepest bind
         holding it shows the same host path, and nothing covers it above that."""
-        holding = [(inside, real) for inside, real in binds if _under(host_path, inside)]
+        holding = [(inside, real) for inside, real in binds if under(host_path, inside)]
         if not holding:
             return False
         inside, real = max(holding, key=lambda b: _depth(b[0]))
-        return inside == real and not any(_under(host_path, c) and _depth(c) > _depth(inside)
+        return inside == real and not any(under(host_path, c) and _depth(c) > _depth(inside)
                                           for c in covered | private_listed)
 
     # Debian's merged /usr: /bin, /lib, ... are links into /usr; keep them links.
     for link in MERGED_USR_LINKS:
-        shown_already = any(_under(link, inside) and inside != link for inside, _ in binds)  # "/" listed
+        shown_already = any(under(link, inside) and inside != link for inside, _ in binds)  # "/" listed
         if fs.islink(link) and not shown_already and is_visible(fs.realpath(link)):
             add(link, "--symlink", fs.readlink(link), link)
 
     add(INSIDE_WORKDIR, "--bind" if workdir_rw else "--ro-bind", plan.workdir, INSIDE_WORKDIR)
     add(INSIDE_SOCKET_DIR, "--ro-bind", plan.socket_dir, INSIDE_SOCKET_DIR)
-    add(INSIDE_RELAY, "--ro-bind", plan.relay_script, INSIDE_RELAY)
+    add(INSIDE_RELAY, "--ro-bind", plan.options.script, INSIDE_RELAY)
     if is_visible("/etc") and fs.lexists("/etc/resolv.conf") and not fs.islink("/etc/resolv.conf"):
         add("/etc/resolv.conf", "--ro-bind", "/dev/null", "/etc/resolv.conf")
     elif is_visible("/etc") and fs.islink("/etc/resolv.conf"):
         plan.notes.append("/etc/resolv.conf: a link outside the sandbox; no resolver is reachable anyway")
-    for inside, fd in sorted(plan.data_fds.items()):
+    for inside, fd in sorted(plan.fds.data.items()):
         add(inside, "--ro-bind-data", str(fd), inside)
 
     interpreter = fs.realpath(plan.interpreter)
@@ -268,10 +303,10 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
                                  "(for example /usr) in filesystem_policy.read_only")
 
     ops.sort(key=lambda op: (_depth(op[0]), op[1]))
-    argv = [plan.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+    argv = [plan.options.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--new-session", "--as-pid-1", "--cap-drop", "ALL",
-            "--uid", str(policy.uid), "--gid", str(policy.gid), "--hostname", plan.hostname,
-            "--json-status-fd", str(plan.json_status_fd)]
+            "--uid", str(policy.uid), "--gid", str(policy.gid), "--hostname", plan.options.hostname,
+            "--json-status-fd", str(plan.fds.json_status)]
     # /proc and /dev come first among the depth-1 mounts' peers; "/" (if listed) before them.
     root_ops = [op for op in ops if op[0] == "/"]
     for _, _, args in root_ops:
@@ -285,12 +320,12 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     argv += ["--chdir", INSIDE_WORKDIR, "--clearenv"]
     for key, value in sorted(plan.env.items()):
         argv += ["--setenv", key, value]
-    argv += [interpreter, "-I", "-S", INSIDE_RELAY, "--status-fd", str(plan.status_fd),
-             "--stdout-fd", str(plan.stdout_fd), "--stderr-fd", str(plan.stderr_fd),
-             "--port", str(plan.relay_port), "--socket", INSIDE_SOCKET, "--proxy-wait-s", str(plan.proxy_wait_s),
-             "--max-processes", str(plan.max_processes)]
-    if plan.watch_fd is not None:
-        argv += ["--watch-fd", str(plan.watch_fd)]
+    argv += [interpreter, "-I", "-S", INSIDE_RELAY, "--status-fd", str(plan.fds.status),
+             "--stdout-fd", str(plan.fds.stdout), "--stderr-fd", str(plan.fds.stderr),
+             "--port", str(plan.options.port), "--socket", INSIDE_SOCKET,
+             "--proxy-wait-s", str(plan.options.proxy_wait_s), "--max-processes", str(plan.limits.max_processes)]
+    if plan.fds.watch is not None:
+        argv += ["--watch-fd", str(plan.fds.watch)]
     argv += ["--", *plan.agent_argv]
     return argv
 
@@ -329,14 +364,12 @@ class BwrapSandbox:
     def start(self, status_r: int, json_r: int) -> None:
         """Start bubblewrap. ``status_r``/``json_r`` are the read ends of the relay's status
         pipe and of bwrap's ``--json-status-fd``; the caller closes the write ends after this."""
-        bwrap = which(self.plan.bwrap) if not os.path.isabs(self.plan.bwrap) else self.plan.bwrap
+        bwrap = which(self.plan.options.bwrap) if not os.path.isabs(self.plan.options.bwrap) \
+            else self.plan.options.bwrap
         if not bwrap:
             raise SandboxStartError("bubblewrap (bwrap) is not installed on this exec host")
         self.argv[0] = bwrap
-        pass_fds = [self.plan.status_fd, self.plan.json_status_fd, self.plan.stdout_fd, self.plan.stderr_fd,
-                    *self.plan.data_fds.values()]
-        if self.plan.watch_fd is not None:
-            pass_fds.append(self.plan.watch_fd)
+        pass_fds = self.plan.fds.passed()
         # Grid Engine signals the whole process group (notify, suspend warnings, soft limits):
         # bubblewrap's monitor must outlive them, or its death would SIGKILL the sandbox
         # (--die-with-parent) before the runner stops the agent gracefully. Blocked signals

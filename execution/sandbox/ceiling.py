@@ -34,11 +34,12 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
-from .bwrap import PRIVATE_DIRS
-from .policy import ACCESS_METHODS, _inside_id
+from .paths import PRIVATE_DIRS
+from .policy.model import inside_id
+from .policy.schema import ACCESS_METHODS
 
 if TYPE_CHECKING:
-    from .policy import Endpoint, NetworkRule, Policy
+    from .policy.model import Endpoint, NetworkRule, Policy
 
 __all__ = ["narrowing_problems", "path_within"]
 
@@ -151,7 +152,7 @@ def narrowing_problems(policy: Policy, ceiling: Policy) -> list[str]:
     # Process identity and landlock.
     for name, mine, theirs in (("run_as_user", policy.run_as_user, ceiling.run_as_user),
                                ("run_as_group", policy.run_as_group, ceiling.run_as_group)):
-        if _inside_id(mine) != _inside_id(theirs):
+        if inside_id(mine) != inside_id(theirs):
             problems.append(f"process.{name}: {mine or 'sandbox'!r} differs from the ceiling's "
                             f"{theirs or 'sandbox'!r}")
     if ceiling.landlock_compatibility == "hard_requirement" and policy.landlock_compatibility != "hard_requirement":

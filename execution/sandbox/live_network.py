@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from .ceiling import narrowing_problems
-from .policy import Policy, PolicyError, validate_policy
+from .policy.model import Policy, PolicyError
+from .policy.validate import validate_policy
 
 __all__ = ["with_network", "network_part", "network_problems"]
 

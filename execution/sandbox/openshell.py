@@ -34,7 +34,7 @@ import time
 
 from execution.sandbox import SandboxStartError
 from execution.sandbox.bwrap import which
-from execution.sandbox.policy import Policy
+from execution.sandbox.policy.model import Policy
 
 __all__ = ["SandboxStartError", "OpenShellSandbox"]
 

@@ -29,7 +29,8 @@ from django.utils import timezone
 from dashboards import health
 from dashboards.models import Campaign, Task, TaskEvent, Team
 from dashboards.clusters import cluster_get_default
-from execution.spool import RunnerRecord, SpoolLayout
+from execution.spool.layout import SpoolLayout
+from execution.spool.record import RunnerRecord
 from tests.conftest import make_campaign
 
 from .conftest import poll_cycle, qmaster_start, qmaster_stop, submit_as_tco, wait_for

@@ -14,7 +14,7 @@ from dashboards.audit import ActionRefused
 from dashboards.launch import LaunchRequest, launch
 from dashboards.models import AuditEntry, Campaign, ModelEndpoint, PolicyCeiling
 from dashboards.services import LaunchError
-from execution.spool import NetworkPolicyFile
+from execution.spool.network import NetworkPolicyFile
 from tests.ops.fixtures import ops_users  # noqa: F401
 from tests.unit.test_launching import agent, research  # noqa: F401  (fixtures)
 

@@ -14,7 +14,8 @@ from dashboards.launch import launch as launch_service
 from dashboards.roles import membership_set
 from dashboards.models import AgentDefinition, Campaign, Task, Team
 from dashboards.stages import quantile
-from execution.spool import RunnerSpec, SpoolLayout
+from execution.spool.layout import SpoolLayout
+from execution.spool.spec import RunnerSpec
 
 pytestmark = pytest.mark.django_db
 
