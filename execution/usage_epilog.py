@@ -46,7 +46,7 @@ def append(environ: Mapping[str, str]) -> list[str]:
     read or written. Nothing is appended when the task has no totals.
     """
     task = environ.get("SGE_TASK_ID", "undefined")
-    # A non-array job's runner writes as task 1 (execution/runner.py).
+    # A non-array job's runner writes as task 1 (execution/runner/).
     task_number = int(task) if task.isdigit() else 1
     campaign = environ["TCO_CAMPAIGN_ID"]
     if not campaign.isdigit():

@@ -1,9 +1,9 @@
 """Does a sandbox policy only narrow an admin's ceiling? (issue 11, finding 2)
 
 A site's admin approves a *ceiling* per team or agent definition: a policy
-in the same schema (execution/sandbox/policy.py) holding the most a campaign
+in the same schema (execution/sandbox/policy/) holding the most a campaign
 may ask for. :func:`narrowing_problems` compares a campaign's validated
-:class:`~execution.sandbox.policy.Policy` with a ceiling's and lists every way
+:class:`~execution.sandbox.policy.model.Policy` with a ceiling's and lists every way
 the policy asks for more; an empty list means it fits. Pure: no Django, no
 file system (paths are compared as written, after the validator normalised
 them; resolving links is the sandbox's part, ``bwrap.py``).

@@ -57,7 +57,7 @@ def execd_pids() -> list[int]:
 
 
 def write_runner_record(layout: SpoolLayout, task: Task) -> dt.datetime:
-    """The record the runner writes at its end (execution/runner.py), for a task that ran SLEEP_S seconds."""
+    """The record the runner writes at its end (execution/runner/), for a task that ran SLEEP_S seconds."""
     start = task.started_at
     at = lambda s: (start + dt.timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: E731
     end = start + dt.timedelta(seconds=SLEEP_S + 0.2)

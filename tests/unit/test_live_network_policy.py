@@ -3,7 +3,7 @@
 The metering proxy runs against the stand-in model on loopback (a real aiohttp
 upstream started here); its endpoints are swapped while it runs. The runner's
 re-check (execution/sandbox/live_network.py) and the spool's network policy
-file (execution/spool.py) are checked with the policies written out here.
+file (execution/spool/network.py) are checked with the policies written out here.
 """
 from __future__ import annotations
 

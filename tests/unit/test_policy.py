@@ -1,4 +1,4 @@
-"""The sandbox policy loader: OpenShell's schema, strictly (execution/sandbox/policy.py)."""
+"""The sandbox policy loader: OpenShell's schema, strictly (execution/sandbox/policy/)."""
 from __future__ import annotations
 
 import pytest

@@ -1,7 +1,7 @@
 """The runner, run as Grid Engine runs it: a subprocess with an environment and a spool.
 
 The agent is the bundled demo agent, in the runner's default bubblewrap
-sandbox. Choices checked here (see execution/runner.py): a runner stopped by a
+sandbox. Choices checked here (see docs/runner.md): a runner stopped by a
 signal writes a record with ``agent_exited_at`` null (the agent did not end
 by itself), ``teardown_done_at`` set, ``runner_signal`` set and exit status
 128+signal.

@@ -1,4 +1,4 @@
-"""The spool contract (execution/spool.py): layout, versioned spec and record, atomic writes, streamed JSON lines."""
+"""The spool contract (execution/spool/): layout, versioned spec and record, atomic writes, streamed JSON lines."""
 from __future__ import annotations
 
 import json
