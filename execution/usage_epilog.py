@@ -62,6 +62,8 @@ def append(environ: Mapping[str, str]) -> list[str]:
 
 
 def main() -> int:
+    """Entry point: append the task's usage lines (:func:`append`) to the job's usage file. Always
+    returns 0: a missing or bad file is reported on stderr, never an epilog failure."""
     try:
         append(os.environ)
     except (KeyError, ValueError, OSError) as exc:

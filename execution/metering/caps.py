@@ -25,9 +25,13 @@ __all__ = ["CampaignCounter", "CampaignCounterError", "FileCampaignCounter", "Ca
 class CampaignCounter(Protocol):
     """Tokens and USD a whole campaign has spent, shared by its tasks' proxies."""
 
-    def read(self) -> tuple[int, Decimal]: ...
+    def read(self) -> tuple[int, Decimal]:
+        """``(tokens, cost_usd)`` the campaign has spent so far."""
+        ...
 
-    def add(self, tokens: int, cost_usd: Decimal) -> tuple[int, Decimal]: ...
+    def add(self, tokens: int, cost_usd: Decimal) -> tuple[int, Decimal]:
+        """Add one request's tokens and cost (USD); returns the new totals."""
+        ...
 
 
 class CampaignCounterError(RuntimeError):

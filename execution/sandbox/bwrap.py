@@ -179,12 +179,14 @@ def _depth(path: str) -> int:
 
 
 def passwd_text(uid: int, gid: int) -> str:
+    """The sandbox's generated /etc/passwd: root, ``sandbox`` (``uid``/``gid``, home /sandbox), nobody."""
     return (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
             f"sandbox:x:{uid}:{gid}:tco sandbox:{INSIDE_WORKDIR}:/usr/sbin/nologin\n"
             f"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
 
 
 def group_text(gid: int) -> str:
+    """The sandbox's generated /etc/group: root, ``sandbox`` (``gid``), nogroup."""
     return f"root:x:0:\nsandbox:x:{gid}:\nnogroup:x:65534:\n"
 
 
@@ -500,6 +502,7 @@ class BwrapSandbox:
             pass
 
     def close(self) -> None:
+        """Close the pipes this object reads (status, bwrap's JSON status, its stderr). Idempotent."""
         if self._selector is not None:
             for key in list(self._selector.get_map().values()):
                 self._selector.unregister(key.fd)

@@ -70,18 +70,23 @@ class HostFS:
     """What the checks and the argv builder ask of the host file system (a fake in unit tests)."""
 
     def lexists(self, path: str) -> bool:
+        """``os.path.lexists``."""
         return os.path.lexists(path)
 
     def isdir(self, path: str) -> bool:
+        """``os.path.isdir``."""
         return os.path.isdir(path)
 
     def islink(self, path: str) -> bool:
+        """``os.path.islink``."""
         return os.path.islink(path)
 
     def readlink(self, path: str) -> str:
+        """``os.readlink``; raises OSError."""
         return os.readlink(path)
 
     def realpath(self, path: str) -> str:
+        """``os.path.realpath``; raises OSError (e.g. a link through /proc/1/root)."""
         return os.path.realpath(path)
 
     def mounts(self) -> list[tuple[str, str, str]]:

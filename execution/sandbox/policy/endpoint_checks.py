@@ -17,6 +17,8 @@ __all__ = ["check_endpoint", "check_host", "check_rules", "is_ip"]
 
 
 def check_host(c: Checker, host: str, where: str) -> None:
+    """Check an endpoint's ``host`` (a name, an IP address, or a wildcard of OpenShell's shapes);
+    problems go to ``c`` under ``where``."""
     if not host or len(host) > 253 or any(ch.isspace() for ch in host) or "/" in host \
             or (":" in host.strip("[]") and not is_ip(host)):
         c.add(where, f"{host!r} is not a host name or IP address")
@@ -39,6 +41,7 @@ def check_host(c: Checker, host: str, where: str) -> None:
 
 
 def is_ip(host: str) -> bool:
+    """Whether ``host`` (``[...]`` allowed) is an IPv4 or IPv6 address."""
     import ipaddress
 
     try:
@@ -49,6 +52,9 @@ def is_ip(host: str) -> bool:
 
 
 def check_endpoint(c: Checker, item: Any, where: str) -> Endpoint | None:
+    """Check one ``endpoints[]`` entry (``item``) at ``where``: its fields, types, enumerations and
+    OpenShell's endpoint constraints. Returns the :class:`~execution.sandbox.policy.model.Endpoint`,
+    or None when it has problems (added to ``c``)."""
     e = c.mapping(item, where, ENDPOINT_FIELDS)
     if e is None:
         return None
@@ -187,6 +193,8 @@ def check_endpoint(c: Checker, item: Any, where: str) -> Endpoint | None:
 
 
 def check_rules(c: Checker, value: Any, where: str, protocol: str, *, wrapped: bool) -> list[Mapping[str, Any]]:
+    """Check an endpoint's ``rules`` (``wrapped``: each in ``allow:``) or ``deny_rules`` for
+    ``protocol``'s matchers. Returns the well-formed ones (their ``allow`` wrapper kept when wrapped)."""
     if not isinstance(value, list):
         c.add(where, f"expected a list, got {kind(value)}")
         return []

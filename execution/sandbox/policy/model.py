@@ -77,10 +77,12 @@ class Endpoint(_Record):
 
     @property
     def wildcard(self) -> bool:
+        """Whether the host is a wildcard pattern (``*.example.com``)."""
         return self.host is not None and "*" in self.host
 
     @property
     def loopback(self) -> bool:
+        """Whether the host is ``localhost`` or a loopback address."""
         if self.host is None:
             return False
         if self.host.lower() == "localhost":
@@ -132,6 +134,7 @@ class Policy(_Record):
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
     def endpoints(self) -> Iterator[tuple[NetworkRule, Endpoint]]:
+        """Every ``(rule, endpoint)`` of ``network_policies``, in policy order."""
         for rule in self.network:
             for endpoint in rule.endpoints:
                 yield rule, endpoint
@@ -213,10 +216,14 @@ class Policy(_Record):
 
 
 def forwardable(endpoint: Endpoint) -> bool:
+    """Whether the metering proxy can reach and meter ``endpoint``: ``protocol: rest`` to an
+    exact host name."""
     return endpoint.protocol == "rest" and endpoint.host is not None and not endpoint.wildcard
 
 
 def endpoint_findings(e: Endpoint) -> list[Finding]:
+    """What the bubblewrap runtime does differently for one endpoint of a rule that lists
+    binaries (:meth:`Policy.unenforceable`)."""
     where = e.where
     if e.host is None:
         return [Finding(where, "an endpoint without host (allowed_ips only) is not reachable: the metering "
@@ -270,12 +277,15 @@ def endpoint_findings(e: Endpoint) -> list[Finding]:
 
 
 def inside_id(value: str | None) -> int:
+    """The id ``run_as_user``/``run_as_group`` means inside the user namespace: ``sandbox`` (or
+    unset) is :data:`~execution.sandbox.policy.schema.SANDBOX_UID`, else the number written."""
     if value is None or value == "sandbox":
         return SANDBOX_UID
     return int(value)
 
 
 def plain(value: Any) -> Any:
+    """``value`` with mappings as dicts and sequences as lists (for YAML output)."""
     if isinstance(value, Mapping):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
