@@ -173,11 +173,11 @@ def fast_passwords(settings):
 
 @pytest.fixture
 def role_users(bootstrap):
-    """The admin plus one demo user per role (dashboards.accounts.DEMO_USERS), password DEMO_PASSWORD."""
+    """The admin plus one demo user per role (dashboards.core.accounts.DEMO_USERS), password DEMO_PASSWORD."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.hashers import get_hasher
 
-    from dashboards.accounts import demo_users_ensure
+    from dashboards.core.accounts import demo_users_ensure
 
     users = demo_users_ensure(password=DEMO_PASSWORD)
     admin = get_user_model().objects.get(username="admin")
@@ -200,7 +200,7 @@ def make_campaign(*, team, user, name: str, tasks: list[dict] | None = None, job
     from django.utils import timezone
 
     from dashboards.models import AgentDefinition, Campaign, Task
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     cluster = cluster_get_default()
     launched_at = launched_at or timezone.now() - dt.timedelta(minutes=5)

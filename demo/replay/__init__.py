@@ -2,8 +2,8 @@
 
 The article (shared/seeds/001, "A real run: 410 agents, 96 slots") reports
 three runs on a GCS cluster; :func:`~.main.replay` runs them through tco's own launch
-service (:func:`dashboards.launch.launch`, the launch form's path), the submit
-worker (or, with ``submit_here``, :func:`dashboards.services.campaign_submit`
+service (:func:`dashboards.launch.service.launch`, the launch form's path), the submit
+worker (or, with ``submit_here``, :func:`dashboards.launch.submit.campaign_submit`
 in this process), the runner and its sandboxes on the configured cluster:
 
 1. **Two teams, one cluster**: research and engineering launch ``agents``
@@ -16,7 +16,7 @@ in this process), the runner and its sandboxes on the configured cluster:
    (:func:`demo.sweep.sweep_submit`) on classic.q and one review agent per run
    chained with ``-hold_jid_ad`` (:func:`demo.sweep.sweep_review_launch`),
    talking to the scripted stand-in model through the metering proxy.
-3. **The bill**: wall clock per team from :func:`dashboards.billing.bill`
+3. **The bill**: wall clock per team from :func:`dashboards.billing.bills.bill`
    beside ``qacct -P`` for the same period; tokens and dollars from metering.
 
 Every figure comes from timestamps of the run: the runner records' stages

@@ -7,14 +7,14 @@ import datetime as dt
 from typing import Any, Sequence
 
 from dashboards.models import Campaign, Task
-from dashboards.stages import task_stages
+from dashboards.core.stages import task_stages
 from demo.replay.options import median
 
 __all__ = ["stage_medians", "urgent_wait", "launch_figures", "running_over_time"]
 
 
 def stage_medians(tasks: Sequence[Task]) -> dict[str, float | None]:
-    """Medians (seconds) of :func:`dashboards.stages.task_stages` over ``tasks``."""
+    """Medians (seconds) of :func:`dashboards.core.stages.task_stages` over ``tasks``."""
     per_task = [task_stages(t) for t in tasks]
     return {key: median([s[key] for s in per_task])
             for key in ("queue_wait", "sandbox_start", "agent_work", "integration_overhead")}

@@ -9,7 +9,7 @@ from typing import Callable
 from django.conf import settings
 from django.utils import timezone
 
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 from dashboards.models import Team
 from demo.replay.options import ReplayError, ReplayOptions
 from demo.replay.report import render_report, write_figure

@@ -12,11 +12,11 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from dashboards import billing
-from dashboards.clusters import cluster_get_default
-from dashboards.launch import LaunchRequest, launch, urgent_launch
+from dashboards.billing import bills, periods
+from dashboards.core.clusters import cluster_get_default
+from dashboards.launch.service import LaunchRequest, launch, urgent_launch
+from dashboards.launch.spool import team_sweeps_dir
 from dashboards.models import AccountingRecord, AgentDefinition, ModelEndpoint, Task, Team
-from dashboards.services import team_sweeps_dir
 from demo.replay.figures import launch_figures, running_over_time, stage_medians, urgent_wait
 from demo.replay.options import CRASH_REASONS, WORK_MEDIAN_S, ReplayError, ReplayOptions, median, work_durations
 from demo.replay.waiting import Ingest, finished, submitted
@@ -189,8 +189,8 @@ def qacct_wallclock(project: str, begin: dt.datetime, end: dt.datetime, accounti
     :func:`run_command`, fixed argv, TZ=UTC; ``begin``/``end`` UTC instants, end included as
     qacct does); 0 when qacct lists nothing. Raises SchedulerError."""
     utc = dt.timezone.utc
-    out = run_command(["qacct", "-f", accounting_path, "-P", project, "-b", billing.qacct_time(begin, utc),
-                       "-e", billing.qacct_time(end, utc)], timeout=120).decode(errors="replace")
+    out = run_command(["qacct", "-f", accounting_path, "-P", project, "-b", periods.qacct_time(begin, utc),
+                       "-e", periods.qacct_time(end, utc)], timeout=120).decode(errors="replace")
     for line in out.splitlines():
         parts = line.split()
         if parts and parts[0] == project:
@@ -203,11 +203,11 @@ def bill_check(*, since: dt.datetime, teams: Sequence[Team]) -> dict:
     beside ``qacct -P`` over the same instants. Returns ``{"first", "last", "rows": [{"team",
     "project", "bill_wallclock_s", "qacct_wallclock_s", "equal", "tokens", "cost_usd"}]}``."""
     cluster = cluster_get_default()
-    tz = billing.cluster_zone(cluster)
+    tz = periods.cluster_zone(cluster)
     first, last = since.astimezone(tz).date(), timezone.now().astimezone(tz).date()
-    result = billing.bill(teams=teams, period="day", first=first, last=last, group_by="team", clusters=[cluster])
-    begin = billing.period_bounds(first, "day", tz)[0]
-    end = billing.period_bounds(last, "day", tz)[1] - dt.timedelta(seconds=1)
+    result = bills.bill(teams=teams, period="day", first=first, last=last, group_by="team", clusters=[cluster])
+    begin = periods.period_bounds(first, "day", tz)[0]
+    end = periods.period_bounds(last, "day", tz)[1] - dt.timedelta(seconds=1)
     rows = []
     for team in teams:
         mine = [r for r in result["rows"] if r["project"] == team.project]

@@ -8,10 +8,12 @@ from typing import Callable, Sequence
 
 from django.utils import timezone
 
-from dashboards.clusters import scheduler_for
-from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
+from dashboards.core.clusters import scheduler_for
+from dashboards.ingest.accounting import ingest_accounting
+from dashboards.ingest.poll import apply_qstat_poll
+from dashboards.ingest.runner_records import ingest_runner_records
+from dashboards.launch.submit import campaign_submit
 from dashboards.models import AccountingRecord, Campaign, Task
-from dashboards.services import campaign_submit
 from demo.replay.options import ReplayError
 
 __all__ = ["Ingest", "submitted", "finished"]

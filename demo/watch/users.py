@@ -20,7 +20,7 @@ def watcher_users(count: int, projects: Sequence[str] = ("research", "engineerin
     from django.contrib.auth import get_user_model
 
     from dashboards.models import Role, Team
-    from dashboards.roles import membership_set
+    from dashboards.core.roles import membership_set
 
     User = get_user_model()
     teams = [Team.objects.get(project=p) for p in projects]

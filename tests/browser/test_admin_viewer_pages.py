@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import pytest
 from django.utils import timezone
 
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, ControlRequest, Task, Team
 from tests.ops.fixtures import (  # noqa: F401
     PASSWORD,

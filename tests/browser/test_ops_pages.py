@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.audit import ActionRefused
-from dashboards.launch import LaunchRequest, launch
+from dashboards.core.errors import ActionRefused
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, Campaign, Task, Team
 from tests.ops.fixtures import (  # noqa: F401
     PASSWORD,

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Cluster, Team
 
 from ..conftest import TEST_OUTPUT

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Campaign, Task, Team
 from tests.ops.fixtures import (  # noqa: F401
     ops_logins,

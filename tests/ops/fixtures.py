@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dashboards.models import AccountingRecord, AgentDefinition, Campaign, Cluster, Role, Task, Team
-from dashboards.roles import membership_set
+from dashboards.core.roles import membership_set
 from django.conf import settings
 from tests.helpers import wait_until  # noqa: F401  (imported from here by the ops tests)
 from tests.sge_env import sge_env
@@ -60,7 +60,7 @@ def make_campaign(*, team: Team, user, name: str = "hist", status: str = "finish
                   model: str = "", agent: AgentDefinition | None = None, job_number: int | None = None) -> Campaign:
     from django.utils import timezone
 
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     return Campaign.objects.create(
         name=name, cluster=cluster_get_default(), team=team,
@@ -74,7 +74,7 @@ def make_task(campaign: Campaign | None, *, task_number: int = 1, started_at: dt
               cost_usd: Decimal | str | None = None, project: str | None = None, job_number: int | None = None,
               cluster: Cluster | None = None, account: bool = True) -> Task:
     """A finished task with its accounting record (started at ``started_at``), tokens and cost."""
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     cluster = cluster or (campaign.cluster if campaign else cluster_get_default())
     job = job_number or (campaign.job_number if campaign else next(_job_numbers))

@@ -97,7 +97,7 @@ def test_the_parser_keeps_the_tco_group_of_a_record_and_maps_its_names():
 
 def test_the_epilog_lines_come_back_as_the_runner_totals(tmp_path):
     """Runner -> epilog -> (qacct's doubles, as OCS would write them) -> parser -> ingest's buckets."""
-    from dashboards.ingest import accounting_tokens
+    from dashboards.ingest.accounting import accounting_tokens
 
     spool, job_spool = tmp_path / "spool", tmp_path / "job"
     (spool / "records" / "9").mkdir(parents=True)
@@ -124,7 +124,7 @@ def test_the_epilog_lines_come_back_as_the_runner_totals(tmp_path):
 # ------------------------------------------------------------------ the check
 
 def test_a_mismatch_is_flagged_with_both_numbers():
-    from dashboards.ingest import token_check
+    from dashboards.ingest.accounting import token_check
 
     check = token_check({"input_tokens": 1200, "output_tokens": 85}, {"input_tokens": 1150, "output_tokens": 85})
     assert check["status"] == "differs"
@@ -138,7 +138,7 @@ def test_a_mismatch_is_flagged_with_both_numbers():
 
 
 def test_equal_totals_are_confirmed():
-    from dashboards.ingest import token_check
+    from dashboards.ingest.accounting import token_check
 
     check = token_check({"input_tokens": 1200, "output_tokens": 85},
                         {"input_tokens": 1200, "output_tokens": 85, "cost_usd": "0.01"})
@@ -157,7 +157,7 @@ def ocs9_cluster(db, tmp_path):
 
 
 def test_ingesting_the_captured_file_stores_no_tokens_and_flags_nothing(ocs9_cluster):
-    from dashboards.ingest import ingest_accounting
+    from dashboards.ingest.accounting import ingest_accounting
     from dashboards.models import AccountingRecord, Task
 
     shutil.copy(CAPTURES / "accounting.jsonl", ocs9_cluster.accounting_path)
@@ -170,7 +170,7 @@ def test_ingesting_the_captured_file_stores_no_tokens_and_flags_nothing(ocs9_clu
 def _task_for(cluster, record: dict, runner_usage: dict | None):
     import datetime as dt
 
-    from dashboards.bulk import EPOCH
+    from dashboards.core.bulk import EPOCH
     from dashboards.models import Task
 
     submitted = EPOCH + dt.timedelta(microseconds=record["submission_time"])
@@ -181,7 +181,7 @@ def _task_for(cluster, record: dict, runner_usage: dict | None):
 
 @pytest.mark.parametrize("metered, status", [(1150, "differs"), (1200, "confirmed")])
 def test_ingest_stores_the_tokens_and_checks_them_against_the_runner_record(ocs9_cluster, metered, status):
-    from dashboards.ingest import ingest_accounting
+    from dashboards.ingest.accounting import ingest_accounting
     from dashboards.models import AccountingRecord, Task
 
     record = job17_line()
@@ -199,7 +199,7 @@ def test_ingest_stores_the_tokens_and_checks_them_against_the_runner_record(ocs9
 
 
 def test_a_runner_record_read_after_the_accounting_record_is_checked_then(ocs9_cluster):
-    from dashboards.ingest import check_accounting_tokens, ingest_accounting
+    from dashboards.ingest.accounting import check_accounting_tokens, ingest_accounting
     from dashboards.models import Task
 
     record = job17_line()
@@ -215,9 +215,10 @@ def test_a_runner_record_read_after_the_accounting_record_is_checked_then(ocs9_c
 
 
 def test_the_agent_page_and_the_cluster_card_show_it(ocs9_cluster, django_user_model):
-    from dashboards.ingest import ingest_accounting
+    from dashboards.ingest.accounting import ingest_accounting
     from dashboards.models import Task
-    from dashboards.selectors import queue_summary, task_detail
+    from dashboards.live.queue import queue_summary
+    from dashboards.live.task import task_detail
 
     record = job17_line()
     task = _task_for(ocs9_cluster, record, {"input_tokens": 1150})
@@ -237,10 +238,11 @@ def test_ingesting_the_runner_record_after_the_accounting_record_flags_the_task(
 
     from django.utils import timezone
 
-    from dashboards.bulk import EPOCH
-    from dashboards.ingest import ingest_accounting, ingest_runner_records
+    from dashboards.core.bulk import EPOCH
+    from dashboards.ingest.accounting import ingest_accounting
+    from dashboards.ingest.runner_records import ingest_runner_records
     from dashboards.models import AgentDefinition, Campaign, Task
-    from dashboards.services import team_ensure
+    from dashboards.core.accounts import team_ensure
 
     (record,) = [r for r in captured_records("accounting.jsonl") if (r["job_number"], r["task_number"]) == (22, 1)]
     team = team_ensure(name="research", project="research")

@@ -54,7 +54,7 @@ def test_the_registry_picks_the_adapter_by_flavour():
 
 @pytest.mark.django_db
 def test_scheduler_for_reads_the_cluster_flavour(monkeypatch):
-    from dashboards.clusters import cluster_get_default, scheduler_for
+    from dashboards.core.clusters import cluster_get_default, scheduler_for
 
     cluster = cluster_get_default()
     assert type(scheduler_for(cluster)) is GridEngine

@@ -159,7 +159,7 @@ def state_outside_tmp():
 def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_model, state_outside_tmp):
     from dashboards.management.commands.tco_bootstrap import demo_ceiling
     from dashboards.models import ModelEndpoint, PolicyCeiling, Team
-    from dashboards.services import campaign_job_spec
+    from dashboards.launch.submit import campaign_job_spec
     from demo.sweep import review_policy, sweep_review_launch, sweep_submit
     from execution.sandbox.policy.load import load_policy
     from schedulers.fake import FakeScheduler
@@ -204,7 +204,7 @@ def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_mod
 def test_a_teams_review_agents_may_not_read_another_teams_sweeps(bootstrap, django_user_model, state_outside_tmp):
     """Review F3: both demo teams' ceilings listed all of <state>/sweeps, so research's review
     campaign could read engineering's sweep runs. Each ceiling now lists the team's own."""
-    from dashboards.launch import LaunchError
+    from dashboards.core.errors import LaunchError
     from dashboards.models import PolicyCeiling, Team
     from demo.sweep import sweep_review_launch, sweep_submit
     from execution.sandbox.policy.load import load_policy

@@ -20,8 +20,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboards.audit import ActionRefused
-from dashboards.services import LaunchError
+from dashboards.core.errors import ActionRefused, LaunchError
 from demo.replay.main import replay
 from demo.replay.options import ReplayError, ReplayOptions
 from schedulers.base import SchedulerError
