@@ -27,7 +27,6 @@ def launch_page(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = LaunchForm(request.POST, request.FILES, user=request.user)
         if form.is_valid():
-            data = form.cleaned_data
             if "launch" in request.POST:
                 try:
                     outcome = service.launch(user=request.user, request=form.launch_request())
@@ -41,20 +40,7 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                     messages.success(request, f"Campaign {campaign.name} (#{campaign.pk}) launched with "
                                               f"{campaign.task_count} tasks.{note}")
                     return redirect("ops-campaign", campaign_id=campaign.pk)
-            preview = service.launch_preview(user=request.user, team=data["team"],
-                                               agent_definition=data["agent_definition"], count=len(data["inputs"]),
-                                               model=data["model"], cost_cap_usd=data["cost_cap_usd"])
-            preview["count"] = len(data["inputs"])
-            preview["timing"] = launch_forecast.timing_forecast(
-                cluster=cluster_get_default(), team=data["team"], count=len(data["inputs"]), queue=data["queue"],
-                seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
-                priority=data["priority"], duration_s=preview["forecast"]["duration_s"],
-                agent_definition=data["agent_definition"], predecessor_job=data["predecessor_job"],
-                user=request.user)
-            preview["headroom"] = launch_forecast.budget_headroom(preview["verdict"], preview["expected_usd"])
-            preview["basis"] = launch_forecast.history_basis(agent_definition=data["agent_definition"],
-                                                             inputs=data["inputs"], forecast=preview["forecast"],
-                                                             user=request.user)
+            preview = launch_forecast.launch_preview(user=request.user, request=form.launch_request())
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,
