@@ -7,7 +7,7 @@ OpenShell's schema); :func:`network_policy_change` checks it exactly as a
 launch checks a policy (``launch.check_policy``: the runner's validator, the
 sandbox's bind check, every admin ceiling of the team and agent definition,
 the registered model endpoints: only those ever get a credential), then writes
-``campaigns/<id>/network.json`` (execution/spool.py ``NetworkPolicyFile``)
+``campaigns/<id>/network.json`` (execution/spool/network.py ``NetworkPolicyFile``)
 atomically with the next ``policy_version``. Every runner of the campaign
 re-checks it (execution/sandbox/live_network.py) and applies it to new
 requests of its metering proxy within a second; requests in flight go on.

@@ -6,4 +6,4 @@ from execution.spool.contract import TOKEN_BUCKETS
 FAILURE_STATES = ("error", "failed", "lost")
 QUEUED_STATES = ("pending", "held")
 UNFINISHED_CAMPAIGN = ("submitting", "submitted", "running", "paused", "waiting")
-TOKEN_FIELDS = TOKEN_BUCKETS  # the disjoint buckets (execution/spool.py); reasoning is inside output
+TOKEN_FIELDS = TOKEN_BUCKETS  # the disjoint buckets (execution/spool/contract.py); reasoning is inside output

@@ -1,7 +1,7 @@
 """Tasks whose runner was killed outright (SIGKILL): no runner record, but what it metered is on disk.
 
 A runner stopped by a signal it can catch (qdel with ``-notify``, a soft
-limit) writes its record with the stages it reached (execution/runner.py).
+limit) writes its record with the stages it reached (execution/runner/).
 SIGKILL cannot be caught: the runner dies without a record, but the metering
 proxy had appended each request to ``records/<campaign>/<task>.requests.jsonl``
 as it was metered. :func:`recover_killed_runners` finds tasks that have ended

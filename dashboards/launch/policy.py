@@ -15,7 +15,7 @@ from execution.sandbox.policy.model import Policy, PolicyError
 
 
 def validate_policy(text: str) -> str:
-    """Check a sandbox policy with the runner's own validator (execution/sandbox/policy.py):
+    """Check a sandbox policy with the runner's own validator (execution/sandbox/policy/):
     OpenShell's schema, no unknown fields, no duplicate keys, nothing bubblewrap would have to
     enforce less strictly, no more than ``limits.POLICY_MAX_BYTES``.
 

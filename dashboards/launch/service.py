@@ -47,7 +47,7 @@ from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
 from execution.spool import spec as spool_spec
 from execution.spool.contract import SpecError
 
-#: The runner spec version this launch writes (execution/runner.py reads it).
+#: The runner spec version this launch writes (execution/runner/ reads it).
 MAX_OUTPUTS = 32
 
 

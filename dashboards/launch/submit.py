@@ -54,7 +54,7 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
             "TCO_CAMPAIGN_ID": str(campaign.pk),
             "TCO_SPOOL_DIR": str(base),
             # tco's state (secret key, database, passwords) stays hidden from agents even if
-            # a policy lists a directory above it (execution/runner.py).
+            # a policy lists a directory above it (execution/runner/).
             "TCO_SANDBOX_MASK": ":".join(sandbox_state_paths()),
             # ... except the demo sweeps' outputs, which its review agents read (demo/sweep.py).
             "TCO_SANDBOX_SHARED": ":".join(sandbox_shared_paths()),

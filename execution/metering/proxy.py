@@ -43,7 +43,7 @@ What it does with each request:
    it, the extra usage chunk (empty ``choices``) is removed from what the
    agent receives, so a client that indexes ``choices[0]`` is not broken.
 3. Streams the answer back as it arrives (nothing is buffered whole) while
-   feeding it to the usage reader (execution/metering/usage.py). Usage is read
+   feeding it to the usage reader (execution/metering/usage_readers.py). Usage is read
    from 2xx answers only, and not from paths that bill nothing
    (``.../count_tokens``, ``.../models``). Upstream 429 answers go back unchanged (status,
    headers, body) and are counted as ``rate_limited``.
