@@ -158,7 +158,7 @@ class Runner:
     def _start_bwrap(self, spec: dict, start) -> None:
         from execution.runner.sandbox_start import prepare_bwrap
         from execution.runner.task import agent_env
-        from execution.sandbox.bwrap import RELAY_PORT
+        from execution.sandbox.plan import RELAY_PORT
 
         self._setup_proxy(spec, start.policy)
         launch = prepare_bwrap(start, env=agent_env(self.environ, spec, self.task, RELAY_PORT),

@@ -91,8 +91,8 @@ def prepare_bwrap(start: AgentStart, *, env: Mapping[str, str], paths: Mapping[s
     processes)``; ``on_proxy_wanted`` is called when the agent first wants its model base URL.
     Raises RunnerError when the policy cannot be applied here (every descriptor it opened is
     closed then)."""
-    from execution.sandbox.bwrap import (BwrapSandbox, HiddenPaths, SandboxConfigError, SandboxFds, SandboxLimits,
-                                         SandboxPlan)
+    from execution.sandbox.bwrap import BwrapSandbox, SandboxConfigError
+    from execution.sandbox.plan import HiddenPaths, SandboxFds, SandboxLimits, SandboxPlan
 
     launch = BwrapLaunch(start.private_dir, start.policy)
     try:

@@ -1,6 +1,6 @@
 """The bubblewrap runtime: the argv that enforces a policy, and one sandbox's run.
 
-:func:`build_argv` turns a :class:`SandboxPlan` (a validated policy, the task's
+:func:`build_argv` turns a :class:`~execution.sandbox.plan.SandboxPlan` (a validated policy, the task's
 work directory, the proxy socket's directory, the agent's argv and
 environment) into a ``bwrap`` command line:
 
@@ -15,13 +15,13 @@ environment) into a ``bwrap`` command line:
   ``include_workdir`` or ``/sandbox`` is in ``read_write``), a fresh ``/proc``
   and minimal ``/dev``; the root itself and ``/dev`` are read-only; a listed
   path missing on the host is skipped (reported in
-  :attr:`SandboxPlan.notes`); Debian's merged-/usr links (``/bin`` ->
+  :attr:`~execution.sandbox.plan.SandboxPlan.notes`); Debian's merged-/usr links (``/bin`` ->
   ``usr/bin``, ...) are recreated as links;
 - the host's scratch directories (``/tmp``, ``/var/tmp``, ``/dev/shm``,
   ``/run``, ``/run/lock``, ``/var/lock``: other tasks' files and sockets) are
   never shown: listed (or listed under another name that resolves to one, like
   ``/run/shm``), they are the sandbox's own fresh tmpfs of
-  :attr:`SandboxPlan.tmpfs_bytes` (bwrap ``--size``); shown under a listed
+  :attr:`~execution.sandbox.plan.SandboxLimits.tmpfs_bytes` (bwrap ``--size``); shown under a listed
   ancestor, an empty read-only tmpfs; a path inside one is refused;
 - tco's own files are never visible: the spool, the credentials and price
   files, tco's state directory and the runners' private directories are
@@ -31,7 +31,7 @@ environment) into a ``bwrap`` command line:
   tmpfs, or ``/dev/null`` for a file) at every place they appear inside;
 - the relay limits the sandbox's processes (RLIMIT_NPROC, counted in the
   sandbox's own user namespace, so other tasks of the same host account do not
-  count) to :attr:`SandboxPlan.max_processes`;
+  count) to :attr:`~execution.sandbox.plan.SandboxLimits.max_processes`;
 - no name resolver: ``/etc/resolv.conf`` is ``/dev/null``, and the network
   namespace has nothing but loopback; ``/etc/passwd`` and ``/etc/group`` are
   generated (user ``sandbox``);
@@ -51,8 +51,6 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -61,21 +59,15 @@ if TYPE_CHECKING:
 from execution.sandbox import SandboxStartError
 from execution.sandbox.paths import (INSIDE_RELAY, INSIDE_SOCKET_DIR, INSIDE_WORKDIR, PRIVATE_DIRS, HostFS,
                                      path_refusal, private_dir_target, resolve_masks, under)
-from execution.sandbox.policy.model import Policy
+from execution.sandbox.plan import SandboxPlan
 
-__all__ = ["SandboxConfigError", "SandboxFds", "HiddenPaths", "SandboxLimits", "RelayOptions", "SandboxPlan",
-           "BwrapSandbox", "build_argv", "which", "passwd_text", "group_text", "RELAY_PORT"]
+__all__ = ["SandboxConfigError", "BwrapSandbox", "build_argv", "which", "passwd_text", "group_text"]
 
-RELAY_PORT = 8790
 INSIDE_SOCKET = f"{INSIDE_SOCKET_DIR}/proxy.sock"
-RELAY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.py")
 MERGED_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 LOG_CAP_BYTES = 64 * 1024
-#: Defaults of the sandbox's limits (the runner's settings override them).
-TMPFS_BYTES = 256 << 20          # each writable private tmpfs (/tmp, /var/tmp, /dev/shm, /run, ...)
 HIDING_TMPFS_BYTES = 64 << 10    # the read-only tmpfs that cover tco's files and the host's scratch dirs
-MAX_PROCESSES = 256              # RLIMIT_NPROC inside the sandbox (its own user namespace)
 SIGNALS_KEPT_FROM_BWRAP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                            signal.SIGXCPU, signal.SIGQUIT, signal.SIGALRM)
 
@@ -83,86 +75,6 @@ SIGNALS_KEPT_FROM_BWRAP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.
 class SandboxConfigError(ValueError):
     """The policy cannot be applied here (a listed path inside tco's files, no interpreter
     for the relay, no bubblewrap); the message says what to change."""
-
-
-@dataclass(frozen=True)
-class SandboxFds:
-    """The runner's file descriptors bubblewrap and the relay get (``pass_fds``; they keep their
-    numbers): ``status`` (the relay's status lines), ``json_status`` (bwrap's
-    ``--json-status-fd``), ``stdout``/``stderr`` (the agent's), ``data`` (inside path -> fd of
-    its content, ``--ro-bind-data``), ``watch`` (open on the runner's /proc/PID/stat, for
-    suspension; or None)."""
-
-    status: int
-    json_status: int
-    stdout: int
-    stderr: int
-    data: Mapping[str, int] = field(default_factory=dict)
-    watch: int | None = None
-
-    def passed(self) -> list[int]:
-        """Every descriptor to pass to bubblewrap."""
-        fds = [self.status, self.json_status, self.stdout, self.stderr, *self.data.values()]
-        return fds + ([self.watch] if self.watch is not None else [])
-
-
-@dataclass(frozen=True)
-class HiddenPaths:
-    """Host paths the agent never sees: ``masks`` (a listed path inside one is refused; one
-    above is covered inside); ``state``: tco's state directory (``TCO_SANDBOX_MASK``), hidden
-    the same way except ``shared`` directories inside it, which may be listed
-    (``TCO_SANDBOX_SHARED``). Absolute paths."""
-
-    masks: tuple[str, ...] = ()
-    state: tuple[str, ...] = ()
-    shared: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """``tmpfs_bytes``: size of each writable private tmpfs (bytes); ``max_processes``:
-    RLIMIT_NPROC of the sandbox's processes (threads count). Each must be positive."""
-
-    tmpfs_bytes: int = TMPFS_BYTES
-    max_processes: int = MAX_PROCESSES
-
-
-@dataclass(frozen=True)
-class RelayOptions:
-    """How bubblewrap and the relay are run: the ``bwrap`` program, the sandbox's ``hostname``,
-    the relay ``script`` (host path), its loopback ``port`` inside, and how long it waits for
-    the proxy (``proxy_wait_s``, seconds)."""
-
-    bwrap: str = "bwrap"
-    hostname: str = "sandbox"
-    script: str = RELAY_SCRIPT
-    port: int = RELAY_PORT
-    proxy_wait_s: float = 30.0
-
-
-@dataclass(frozen=True)
-class SandboxPlan:
-    """Everything :func:`build_argv` needs, passed whole.
-
-    ``policy``: the validated policy; ``workdir``: host directory shown at /sandbox;
-    ``socket_dir``: host directory shown read-only at /run/tco; ``agent_argv``: the agent's
-    command; ``env``: the agent's whole environment; ``interpreter``: the host python that runs
-    the relay inside; ``fds``: :class:`SandboxFds`; ``hidden``: :class:`HiddenPaths`;
-    ``limits``: :class:`SandboxLimits`; ``options``: :class:`RelayOptions`. ``notes`` is the one
-    part filled in later: what :func:`build_argv` skipped or changed, for the record.
-    """
-
-    policy: Policy
-    workdir: str
-    socket_dir: str
-    agent_argv: Sequence[str]
-    env: Mapping[str, str]
-    interpreter: str
-    fds: SandboxFds
-    hidden: HiddenPaths = HiddenPaths()
-    limits: SandboxLimits = SandboxLimits()
-    options: RelayOptions = RelayOptions()
-    notes: list[str] = field(default_factory=list, init=False, compare=False)
 
 
 def which(name: str, path: str | None = None) -> str | None:

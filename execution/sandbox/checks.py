@@ -17,8 +17,9 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from execution.sandbox.bwrap import HiddenPaths, SandboxConfigError, SandboxFds, SandboxPlan, build_argv
+from execution.sandbox.bwrap import SandboxConfigError, build_argv
 from execution.sandbox.paths import HostFS, path_refusal, resolve_masks
+from execution.sandbox.plan import HiddenPaths, SandboxFds, SandboxPlan
 
 __all__ = ["refusals", "runner_masked_paths"]
 

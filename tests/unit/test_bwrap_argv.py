@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from execution.sandbox.bwrap import (MAX_PROCESSES, TMPFS_BYTES, HiddenPaths, SandboxConfigError, SandboxFds, SandboxLimits,
-                                     SandboxPlan, build_argv)
+from execution.sandbox.bwrap import SandboxConfigError, build_argv
+from execution.sandbox.plan import MAX_PROCESSES, TMPFS_BYTES, HiddenPaths, SandboxFds, SandboxLimits, SandboxPlan
 from execution.sandbox.policy.load import load_policy
 
 WORK = "/spool/work/7/3"
