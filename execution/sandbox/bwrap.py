@@ -134,7 +134,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     for path, writable in listed:
         if path == INSIDE_WORKDIR:
             continue
-        reason = path_refusal(path, masks=masks, state=state, shared=shared, fs=fs)
+        reason = path_refusal(path, masks=masks, state=state, shared=shared, fs=fs,
+                              code=() if writable else (plan.code_root,))
         if reason is not None:
             raise SandboxConfigError(reason)
         if private_dir_target(path, fs) is not None:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from execution.sandbox.bwrap import SandboxConfigError, build_argv
-from execution.sandbox.paths import HostFS, path_refusal, resolve_masks
+from execution.sandbox.paths import CODE_ROOT, HostFS, path_refusal, resolve_masks
 from execution.sandbox.plan import HiddenPaths, SandboxFds, SandboxPlan
 
 __all__ = ["refusals", "runner_masked_paths"]
@@ -42,7 +42,7 @@ def runner_masked_paths(*, spool: str, credentials_file: str | None = None,
 def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[str] = (),
              shared_paths: Iterable[str] = (), runtime: str = "bubblewrap",
              registered: Iterable[Mapping[str, Any]] = (), interpreter: str | None = None,
-             fs: HostFS | None = None) -> list[str]:
+             fs: HostFS | None = None, code_root: str | None = None) -> list[str]:
     """Every reason the runner refuses ``policy`` at run time; empty if it runs it.
 
     ``policy``: a :class:`~execution.sandbox.policy.model.Policy`, its YAML text or a mapping
@@ -61,7 +61,10 @@ def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[
     ``TCO_RUNNER_PYTHON``): when given and no path is refused, the policy must show it
     at its own path, else "the relay runs <python> inside the sandbox: list its
     directory ..." (the argv builder's own check, :func:`execution.sandbox.bwrap.build_argv`,
-    run on a stand-in plan). Pure apart from reading the host's links and mounts through ``fs``."""
+    run on a stand-in plan); ``code_root``: tco's code directory,
+    :data:`~execution.sandbox.paths.CODE_ROOT` when None (read-only paths inside it are not
+    refused for lying in a scratch directory, see :func:`~execution.sandbox.paths.path_refusal`).
+    Pure apart from reading the host's links and mounts through ``fs``."""
     from execution.sandbox.policy.load import load_policy
     from execution.sandbox.policy.model import Policy, PolicyError
 
@@ -88,28 +91,31 @@ def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[
                                        "registered model endpoint; OpenShell would give it the credential")
     masks, state = resolve_masks(masked_paths, fs), resolve_masks(state_paths, fs)
     shared = resolve_masks(shared_paths, fs)
+    code = [CODE_ROOT if code_root is None else code_root]
     for field, paths in (("read_only", policy.read_only), ("read_write", policy.read_write)):
         for path in paths:
             reason = path_refusal(path, masks=masks, state=state, shared=shared, fs=fs,
-                                  where=f"filesystem_policy.{field}")
+                                  code=code if field == "read_only" else (), where=f"filesystem_policy.{field}")
             if reason is not None:
                 reasons.append(reason)
     if interpreter and runtime == "bubblewrap" and not reasons:
         reasons += relay_refusals(policy, masked_paths=masked_paths, state_paths=state_paths,
-                                   shared_paths=shared_paths, interpreter=interpreter, fs=fs)
+                                  shared_paths=shared_paths, interpreter=interpreter, fs=fs, code=code[0])
     return reasons
 
 
 def relay_refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[str],
-                    shared_paths: Iterable[str], interpreter: str, fs: HostFS) -> list[str]:
+                   shared_paths: Iterable[str], interpreter: str, fs: HostFS, code: str) -> list[str]:
     """What the bubblewrap argv builder refuses for ``policy`` once its paths pass (the relay's
     ``interpreter`` not shown inside), asked of the builder itself with a stand-in plan
-    (no file descriptors or directories are used: it only computes the argv)."""
+    (no file descriptors or directories are used: it only computes the argv); ``code``: tco's
+    code directory (:func:`refusals`' ``code_root``)."""
     plan = SandboxPlan(policy=policy, workdir="/nonexistent/work", socket_dir="/nonexistent/socket",
                        agent_argv=(), env={}, interpreter=interpreter,
                        fds=SandboxFds(status=3, json_status=4, stdout=5, stderr=6),
                        hidden=HiddenPaths(masks=tuple(masked_paths), state=tuple(state_paths),
-                                          shared=tuple(shared_paths)))
+                                          shared=tuple(shared_paths)),
+                       code_root=code)
     try:
         build_argv(plan, fs)
     except SandboxConfigError as exc:

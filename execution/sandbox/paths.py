@@ -12,7 +12,15 @@ compared as written AND after resolving links (``realpath``) and bind mounts
   ``/dev/shm``, ``/run``, ``/run/lock``, ``/var/lock``): the host's hold other
   tasks' scratch space and sockets; those directories themselves are always
   the sandbox's own fresh tmpfs, whatever the policy lists (also when a
-  listed path resolves to one, like ``/run/shm`` -> ``/dev/shm``);
+  listed path resolves to one, like ``/run/shm`` -> ``/dev/shm``). One
+  exception, read-only only: a path inside tco's own code directory
+  (:data:`CODE_ROOT`, the repository the runner and the launch side run
+  from), as written and resolved, e.g. ``/tmp/x/demo`` and ``/tmp/x/.venv``
+  of a clone in ``/tmp/x``: the bundled agents run from there, the setup makes
+  it readable to the submit account, and it holds no other task's files (the
+  state directory inside it stays masked below; a masked directory *above*
+  it, like the ``/tmp`` that holds Grid Engine's per-job TMPDIRs, does not
+  hide it);
 - where tco puts its relay (``/run/tco``, ``/run/tco-relay.py``);
 - one of the masked paths or inside one: the spool (every task's work
   directory, records and specs), the credentials and price files, tco's state
@@ -40,9 +48,13 @@ INSIDE_RELAY = "/run/tco-relay.py"
 #: Always the sandbox's own fresh tmpfs; nothing inside the host's may be listed.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/run/lock", "/var/lock")
 KERNEL_DIRS = ("/proc", "/dev")
+#: tco's own code directory (the repository; this file is execution/sandbox/paths.py in it),
+#: resolved. Its paths may be listed read-only even where it lies inside a scratch directory of
+#: :data:`PRIVATE_DIRS` (a clone in /tmp): the demo agents' code and venv are there.
+CODE_ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-__all__ = ["HostFS", "PRIVATE_DIRS", "KERNEL_DIRS", "INSIDE_WORKDIR", "INSIDE_SOCKET_DIR", "INSIDE_RELAY", "under",
-           "unescape_mountinfo", "path_refusal", "resolve_masks", "private_dir_target"]
+__all__ = ["CODE_ROOT", "HostFS", "PRIVATE_DIRS", "KERNEL_DIRS", "INSIDE_WORKDIR", "INSIDE_SOCKET_DIR", "INSIDE_RELAY",
+           "under", "unescape_mountinfo", "path_refusal", "resolve_masks", "private_dir_target"]
 
 
 def under(path: str, ancestor: str) -> bool:
@@ -165,12 +177,16 @@ def private_dir_target(path: str, fs: HostFS | None = None) -> str | None:
 
 
 def path_refusal(path: str, *, masks: Iterable[str], state: Iterable[str] = (), shared: Iterable[str] = (),
-                 fs: HostFS | None = None, where: str = "filesystem_policy") -> str | None:
+                 code: Iterable[str] = (), fs: HostFS | None = None, where: str = "filesystem_policy") -> str | None:
     """Why the runner refuses to show the listed ``path`` (normalised, absolute) in the
     sandbox, or None. ``masks``, ``state``, ``shared``: canonical paths
     (:func:`resolve_masks`); a path inside ``state`` may be listed only inside one of
-    ``shared`` (itself inside ``state`` and in no mask); one inside ``masks`` never."""
+    ``shared`` (itself inside ``state`` and in no mask); one inside ``masks`` never.
+    ``code``: tco's code directory (:data:`CODE_ROOT`) when ``path`` is listed read-only, else
+    empty: a path inside it, as written and resolved, is not refused for lying in a scratch
+    directory (a clone in /tmp); every other check still applies."""
     fs = fs or HostFS()
+    code = [c for c in code if c and c != "/" and c not in PRIVATE_DIRS]
     if path == INSIDE_WORKDIR:
         return None
     if path == "/":
@@ -189,13 +205,18 @@ def path_refusal(path: str, *, masks: Iterable[str], state: Iterable[str] = (), 
             return f"{where}: {path}{resolved} is where tco puts its relay; it cannot be listed"
     if real in PRIVATE_DIRS or path in PRIVATE_DIRS:
         return None  # the sandbox's own fresh tmpfs, never the host's
+    in_code = any(under(path, c) for c in code) and any(under(real, c) for c in code)
     for shown in dict.fromkeys((path, real)):
         resolved = "" if shown == path else f" (it resolves to {shown})"
         inside = [d for d in PRIVATE_DIRS if under(shown, d) and shown != d]
-        if inside:
+        if inside and not in_code:
             return (f"{where}: {path}{resolved} is inside {inside[0]}, which holds other tasks' scratch space; "
                     f"the sandbox always has its own {inside[0]} (list {inside[0]} itself for a private one)")
     masks, state = list(masks), list(state)
+    if in_code:
+        # A scratch directory masked for its other contents (Grid Engine's per-job TMPDIRs are
+        # /tmp/<job>.<task>.<queue>, so the runner masks /tmp) does not hide tco's code inside it.
+        masks = [m for m in masks if not any(under(c, m) and c != m for c in code)]
     shared = [s for s in shared if any(under(s, m) and s != m for m in state)
               and not any(under(s, m) for m in masks)]
     resolved = f" (it resolves to {real})" if real != path else ""

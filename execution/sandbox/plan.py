@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from execution.sandbox.paths import CODE_ROOT
 from execution.sandbox.policy.model import Policy
 
 __all__ = ["RELAY_PORT", "RELAY_SCRIPT", "TMPFS_BYTES", "MAX_PROCESSES", "SandboxFds", "HiddenPaths", "SandboxLimits",
@@ -83,7 +84,9 @@ class SandboxPlan:
     ``socket_dir``: host directory shown read-only at /run/tco; ``agent_argv``: the agent's
     command; ``env``: the agent's whole environment; ``interpreter``: the host python that runs
     the relay inside; ``fds``: :class:`SandboxFds`; ``hidden``: :class:`HiddenPaths`;
-    ``limits``: :class:`SandboxLimits`; ``options``: :class:`RelayOptions`. ``notes`` is the one
+    ``limits``: :class:`SandboxLimits`; ``options``: :class:`RelayOptions`; ``code_root``: tco's
+    code directory, whose paths may be listed read-only even inside a scratch directory (a clone
+    in /tmp; :data:`~execution.sandbox.paths.CODE_ROOT` by default). ``notes`` is the one
     part filled in later: what :func:`~execution.sandbox.bwrap.build_argv` skipped or changed, for the record.
     """
 
@@ -97,4 +100,5 @@ class SandboxPlan:
     hidden: HiddenPaths = HiddenPaths()
     limits: SandboxLimits = SandboxLimits()
     options: RelayOptions = RelayOptions()
+    code_root: str = CODE_ROOT
     notes: list[str] = field(default_factory=list, init=False, compare=False)
