@@ -116,7 +116,12 @@ TCO_RESERVATION_MAX_S = env_int("TCO_RESERVATION_MAX_S", 24 * 3600)
 AXES_FAILURE_LIMIT = env_int("TCO_LOGIN_FAILURE_LIMIT", 10)
 AXES_COOLOFF_TIME = dt.timedelta(seconds=env_float("TCO_LOGIN_COOLOFF_S", 900.0))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# A good login clears only that user's own failures from that address (tco_web.security.
+# LoginAttemptsHandler): axes' own reset clears every attempt matching the lockout parameters, so
+# one good login of an attacker's own account wiped the failures counted against admin from the
+# same address (issue 23, finding 3).
 AXES_RESET_ON_SUCCESS = True
+AXES_HANDLER = "tco_web.security.LoginAttemptsHandler"
 AXES_LOCKOUT_TEMPLATE = "dashboards/locked_out.html"
 # JSON {"detail": ...} with Retry-After under /api/, the template elsewhere.
 AXES_LOCKOUT_CALLABLE = "tco_web.security.lockout_response"
