@@ -155,23 +155,42 @@ def _state(request: Request) -> str | None:
 
 
 class ObtainTokenView(APIView):
-    """``POST /api/token/`` with ``username`` and ``password``: a new token (the old one stops working).
+    """``POST /api/token/`` with ``username`` and ``password``: a new token.
 
-    Failed attempts count towards django-axes' lockout like the login page's:
-    a locked-out user name or address gets 429 even with the right password.
+    A user whose token still works gets 409 with the token's first characters
+    and when it was made, and no new token: the old one is replaced only when
+    the request says ``"rotate": true`` (the old one then stops working at
+    once). A token made before the user's last password change no longer
+    works and is replaced without ``rotate``. Failed attempts count towards
+    django-axes' lockout like the login page's: a locked-out user name or
+    address gets 429 even with the right password.
     """
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(summary="Make a new API token with a username and password (replaces the old one)",
-                   request=inline_serializer("TokenRequest", {"username": serializers.CharField(),
-                                                              "password": serializers.CharField()}),
-                   responses=inline_serializer("TokenAnswer", {"token": serializers.CharField()}))
+    @extend_schema(
+        summary="Make an API token with a username and password",
+        description=("Answers 200 with a new token when the user has none that works (none yet, revoked, or made "
+                     "before the user's last password change). A user whose token still works gets 409 and no "
+                     "new token, unless the request has \"rotate\": true: then the old token is replaced and stops "
+                     "working at once. 400: wrong credentials; 429: too many failed attempts."),
+        request=inline_serializer("TokenRequest", {
+            "username": serializers.CharField(), "password": serializers.CharField(),
+            "rotate": serializers.BooleanField(required=False, default=False,
+                                               help_text="replace a working token (it stops working)")}),
+        responses={200: inline_serializer("TokenAnswer", {"token": serializers.CharField()}),
+                   409: inline_serializer("TokenConflict", {
+                       "detail": serializers.CharField(), "token_prefix": serializers.CharField(),
+                       "created": serializers.DateTimeField()}),
+                   400: OpenApiTypes.OBJECT, 429: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
         username, password = request.data.get("username"), request.data.get("password")
         if not isinstance(username, str) or not isinstance(password, str) or not username or not password:
             raise ValidationError({"non_field_errors": ["username and password are required"]})
+        rotate = request.data.get("rotate", False)
+        if rotate not in (True, False, "true", "false"):
+            raise ValidationError({"rotate": "true or false"})
         django_request = request._request
         user = authenticate(request=django_request, username=username, password=password)
         if getattr(django_request, "axes_locked_out", False):
@@ -179,6 +198,13 @@ class ObtainTokenView(APIView):
                             status=status.HTTP_429_TOO_MANY_REQUESTS)
         if user is None or not user.is_active:
             raise ValidationError({"non_field_errors": ["unable to log in with the provided credentials"]})
+        working = accounts.api_token_working(user)
+        if working is not None and rotate not in (True, "true"):
+            return Response({"detail": f"you already have a working API token (it starts {working.prefix}); "
+                                       "send \"rotate\": true to replace it (the old one stops working), or "
+                                       "keep using it",
+                             "token_prefix": working.prefix, "created": working.created},
+                            status=status.HTTP_409_CONFLICT)
         return Response({"token": accounts.api_token_rotate(user=user).key})
 
 
