@@ -113,6 +113,15 @@ AUTHENTICATION_BACKENDS = [
 # The longest advance reservation a launcher may book (seconds): a booking holds slots and
 # model API seats away from every other team for its whole duration (dashboards/reservations.py).
 TCO_RESERVATION_MAX_S = env_int("TCO_RESERVATION_MAX_S", 24 * 3600)
+# What one team may hold through advance reservations booked by its launchers (admins may book
+# above these; dashboards/launch/reservations.py): model API seats and slots at any moment, the
+# reserved time of its reservations not yet ended (seconds, summed), and how far ahead a booking
+# may start (seconds). A launcher booked every seat of the cluster for 48 h by chaining two 24 h
+# reservations before these existed (issue 23, finding 2).
+TCO_RESERVATION_TEAM_MAX_SEATS = env_int("TCO_RESERVATION_TEAM_MAX_SEATS", 32)
+TCO_RESERVATION_TEAM_MAX_SLOTS = env_int("TCO_RESERVATION_TEAM_MAX_SLOTS", 32)
+TCO_RESERVATION_TEAM_MAX_TOTAL_S = env_int("TCO_RESERVATION_TEAM_MAX_TOTAL_S", 48 * 3600)
+TCO_RESERVATION_MAX_LEAD_S = env_int("TCO_RESERVATION_MAX_LEAD_S", 7 * 24 * 3600)
 AXES_FAILURE_LIMIT = env_int("TCO_LOGIN_FAILURE_LIMIT", 10)
 AXES_COOLOFF_TIME = dt.timedelta(seconds=env_float("TCO_LOGIN_COOLOFF_S", 900.0))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
