@@ -183,7 +183,8 @@ def test_an_input_directory_outside_the_root_is_refused_without_the_servers_path
     (root / "mine").mkdir(parents=True)
     settings.TCO_INPUTS_ROOT = str(root)
     client = as_user("launcher")
-    for directory, reason in (("../../../etc", "outside the inputs root"), ("missing", "does not exist")):
+    for directory, reason in (("../../../etc", "outside your team&#x27;s folder of the inputs root"),
+                              ("missing", "does not exist")):
         caplog.clear()
         with caplog.at_level("WARNING", logger="dashboards.launch.inputs"):
             html = client.post("/ops/launch/", {**launch_data(input_kind="directory", input_directory=directory),

@@ -12,7 +12,7 @@ from dashboards.core.clusters import cluster_get_default
 from dashboards.core.errors import Refused
 from dashboards.core.roles import user_can
 from dashboards.launch import forecast as launch_forecast
-from dashboards.launch import inputs, service
+from dashboards.launch import service
 from dashboards.web.forms import LaunchForm, UrgentForm
 from dashboards.web.views.common import refused
 
@@ -44,7 +44,6 @@ def launch_page(request: HttpRequest) -> HttpResponse:
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,
-                                                       "inputs_root": inputs.inputs_root(),
                                                        "input_examples": form.input_examples()})
 
 
