@@ -103,7 +103,7 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
             reasons = explain_pending(scheduler["detail"], status.get("quotas"), status.get("hosts"),
                                       status.get("global_capacity"), queues=status.get("queues"),
                                       **reservation_context(status))
-            reasons += pending_position(task.cluster, task.job_number, task.project)
+            reasons += pending_position(task.cluster, task.job_number, task.project, user=user)
     tokens = {f: getattr(task, f) for f in (*TOKEN_FIELDS, "reasoning_tokens")}
     tokens["total"] = tokens_of(task)
     campaign = task.campaign

@@ -230,3 +230,28 @@ def test_the_http_app_refuses_a_non_loopback_address():
     with pytest.raises(ValueError, match="loopback only"):
         http_app(build_server(), host="0.0.0.0", port=8765)
     assert callable(http_app(build_server(), host="127.0.0.1", port=8765))
+
+
+def test_a_waiting_tasks_place_counts_only_jobs_the_user_may_see(world):
+    """The finding: "number 2 of 2 waiting jobs" told a research viewer that another team had a job waiting
+    ahead of theirs (the assistant's why_pending, the agent page): how busy other teams are. A user's place
+    counts the jobs of the teams they see; an admin's counts every job."""
+    world["theirs"].tasks.filter(state="pending").update(priority=0.9)  # engineering's job is ahead
+    world["mine"].tasks.filter(state="pending").update(priority=0.1)
+    task = world["mine"].tasks.get(task_number=2)
+    error, answer = call(world["keys"]["viewer"], "why_pending", task_id=task.pk)
+    assert not error
+    places = [r["text"] for r in answer["reasons"] if r["text"].startswith("number ")]
+    assert places == ["number 1 of 1 waiting jobs of the teams you see, in the cluster's priority order "
+                      "(other teams' jobs are not counted here)"]
+    assert answer["facts"]["position"][0]["text"] == places[0]
+    dumped = json.dumps(answer)
+    assert "of 2 waiting" not in dumped and "rank 2" not in dumped and "of 2 visible" not in dumped
+    from dashboards.live.task import task_detail
+
+    shown = [r["text"] for r in task_detail(world["users"]["viewer"], task.pk)["pending_reasons"]
+             if r["text"].startswith("number ")]
+    assert shown == places
+    admin_view = [r["text"] for r in task_detail(world["users"]["admin"], task.pk)["pending_reasons"]
+                  if r["text"].startswith("number ")]
+    assert admin_view == ["number 2 of 2 waiting jobs in the cluster's priority order"]
