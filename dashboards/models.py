@@ -35,9 +35,11 @@ class Cluster(models.Model):
     status = models.JSONField(default=dict, blank=True)
     status_at = models.DateTimeField(null=True, blank=True)
     polled_at = models.DateTimeField(null=True, blank=True)
-    # When the qstat of the last applied poll began: an older snapshot is never applied after it
-    # (dashboards.ingest.poll.apply_qstat_poll; two pollers racing).
+    # When the qstat of the last applied poll began and when it answered: a snapshot is applied only
+    # if its qstat began after the last applied one answered, so the snapshots applied follow each
+    # other in the scheduler's time (dashboards.ingest.poll.apply_qstat_poll; two pollers racing).
     poll_observed_at = models.DateTimeField(null=True, blank=True)
+    poll_answered_at = models.DateTimeField(null=True, blank=True)
     poll_error = models.TextField(blank=True)
     poll_error_at = models.DateTimeField(null=True, blank=True)
     # The last accounting ingest's failure (missing or unreadable file); "" once a pass reads the file.
@@ -301,6 +303,13 @@ class Task(TokenUsage):
                 fields=["cluster", "job_number", "task_number"],
                 condition=Q(active=True),
                 name="one_active_task_per_id",
+            ),
+            # A campaign is one array job: task N of it is one row, whatever order polls, accounting
+            # records and runner records come in (issue 23, finding 11; dashboards.ingest).
+            models.UniqueConstraint(
+                fields=["campaign", "task_number"],
+                condition=Q(campaign__isnull=False),
+                name="one_row_per_campaign_task",
             ),
         ]
         indexes = [

@@ -78,7 +78,8 @@ def poll_burst(cluster, list_tasks: Callable[[], list], *, budget_s: float, ever
             # A failed poll is never an empty queue: keep the last state, show the error.
             record_poll_failure(cluster, f"{type(exc).__name__}: {exc}")
             return {"error": str(exc)}
-        changes = apply_qstat_poll(cluster, tasks, observed_at=observed_at)
+        # The view is of a moment between the two: snapshots are applied in the scheduler's order.
+        changes = apply_qstat_poll(cluster, tasks, observed_at=observed_at, answered_at=timezone.now())
         out["polls"] += 1
         for key in ("added", "changed", "gone"):
             out[key] += getattr(changes, key)
