@@ -19,6 +19,7 @@ from django.utils import timezone
 from dashboards.core import bulk, realtime
 from dashboards.core import clusters as core_clusters
 from dashboards.core.bulk import in_chunks
+from dashboards.core.failures import HOST_LOST_CODE
 from dashboards.ingest.campaign_status import campaigns_by_job, finish_campaigns
 from dashboards.models import (
     AccountingRecord,
@@ -377,10 +378,16 @@ def _of_last_attempt(rec: AccountingRecord, task: Task) -> bool:
     attempt; the record of an earlier attempt (``failed`` 25 "rescheduling",
     all-zero times) must not end the task while the last attempt's record is
     still to come. A task last seen running since ``started_at`` is ended
-    only by a record that ended after that start (1 s of clock slack); one
-    never seen running, by any record.
+    only by a record that ended after that start (1 s of clock slack), or by
+    the record its execution host wrote when it came back from a crash:
+    ``failed`` 19 ("before writing exit_status") from the host the task last
+    ran on, with all-zero times (SGE 8.1.9, tests/fixtures/sge819/
+    accounting_lost_host; such tasks stayed finishing, then were declared
+    lost: issue 23, finding 12). One never seen running is ended by any record.
     """
     if task.started_at is None:
+        return True
+    if rec.failed == HOST_LOST_CODE and rec.hostname and rec.hostname == task.host:
         return True
     return bool(rec.end_us) and rec.end_us >= _us(task.started_at) - 1_000_000
 

@@ -307,7 +307,7 @@ class UrgentForm(_LaunchBase):
 
 
 class CampaignControlForm(forms.Form):
-    action = forms.ChoiceField(choices=[(a, a) for a in (*actions.CAMPAIGN_ACTIONS, "retry")])
+    action = forms.ChoiceField(choices=[(a, a) for a in (*actions.CAMPAIGN_ACTIONS, "retry", "retry_infrastructure")])
     confirm = forms.BooleanField(required=False)
 
 
