@@ -11,9 +11,6 @@ from dashboards.core.stages import iso as _iso
 from dashboards.core.states import TOKEN_FIELDS, UNFINISHED_CAMPAIGN
 from dashboards.models import Campaign, Task
 
-# --------------------------------------------------------------------------- usage
-
-# --------------------------------------------------------------------------- metrics
 
 USAGE_FIELDS = (*TOKEN_FIELDS, "reasoning_tokens", "cost_usd")
 

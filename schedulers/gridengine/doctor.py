@@ -45,6 +45,7 @@ class Check:
 
     @property
     def failed(self) -> bool:
+        """Whether this check failed (status FAIL)."""
         return self.status == FAIL
 
 
@@ -66,6 +67,7 @@ def _run(cell: Cell, run: Callable[..., bytes], argv: list[str]) -> bytes:
 
 
 def check_cell_directory(cell: Cell) -> Check:
+    """The cell check: ``<SGE_ROOT>/<SGE_CELL>/common/act_qmaster`` exists."""
     common = os.path.join(cell.sge_root, cell.sge_cell, "common")
     if os.path.isfile(os.path.join(common, "act_qmaster")):
         return Check("cell", OK, f"{common}/act_qmaster found")
@@ -76,6 +78,8 @@ def check_cell_directory(cell: Cell) -> Check:
 
 
 def check_clients(cell: Cell, run: Callable[..., bytes]) -> Check:
+    """The clients check: ``qstat -help`` runs through ``run`` and its banner names the
+    cell's flavour."""
     try:
         banner = _run(cell, run, ["qstat", "-help"]).decode("utf-8", "replace").strip().splitlines()[0]
     except (SchedulerError, IndexError) as exc:
@@ -100,6 +104,9 @@ def check_clients(cell: Cell, run: Callable[..., bytes]) -> Check:
 
 
 def check_accounting(cell: Cell, run: Callable[..., bytes]) -> Check:
+    """The accounting check: accounting not switched off in ``reporting_params``, the cluster's
+    accounting file there and readable (a warning when it is shorter than where ingest stopped:
+    rotated or truncated)."""
     defaults = flavours.defaults_for(cell.flavour)
     path = cell.accounting_path
     expected = defaults.accounting_path(cell.sge_root, cell.sge_cell)
@@ -158,6 +165,8 @@ def check_drmaa(cell: Cell) -> Check:
 
 
 def check_operator(cell: Cell, run: Callable[..., bytes]) -> Check:
+    """The operator check: the submit account is a Grid Engine operator or manager
+    (``qconf -so``/``-sm``)."""
     try:
         operators = _run(cell, run, ["qconf", "-so"]).decode("utf-8", "replace").split()
         managers = _run(cell, run, ["qconf", "-sm"]).decode("utf-8", "replace").split()
@@ -174,6 +183,8 @@ def check_operator(cell: Cell, run: Callable[..., bytes]) -> Check:
 
 
 def check_schedd_job_info(cell: Cell, run: Callable[..., bytes]) -> Check:
+    """The schedd_job_info check: ``qconf -ssconf`` has it true, so ``qstat -j`` says why a job
+    waits (a warning otherwise)."""
     try:
         value = parse_qconf_attributes(_run(cell, run, ["qconf", "-ssconf"])).get("schedd_job_info", "")
     except SchedulerError as exc:
@@ -189,7 +200,7 @@ def check_schedd_job_info(cell: Cell, run: Callable[..., bytes]) -> Check:
 def check_spool(cell: Cell) -> Check:
     """The spool directory: writable here (made 0700 when missing), and the submit account's
     alone: mode 0700 (no group or other bits), owned by ``cell.submit_user`` where that account
-    exists here. Runner records, logs and request records are in it (README, "Deploying")."""
+    exists here. Runner records, logs and request records are in it (docs/deployment.md)."""
     try:
         os.makedirs(cell.spool_dir, mode=0o700, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=cell.spool_dir, prefix=".tco-doctor-"):

@@ -117,7 +117,7 @@ class Command(BaseCommand):
         port = endpoint.port
         if port >= 1024:
             # Any local account may bind an unprivileged port once the stand-in is gone (after
-            # `make stop`) and receive the agents' requests with their credential (SECURITY.md, F4).
+            # `make stop`) and receive the agents' requests with their credential (docs/security.md, F4).
             self.stderr.write(f"warning: {endpoint} is on unprivileged port {port}: after the stand-in stops, "
                               "any local account can listen there; scripts/demo uses a privileged port")
         credential_name = endpoint.credential_name
