@@ -221,14 +221,24 @@ def _shows_a_later_attempt(row: Task, shown: QstatTask) -> bool:
     return bool(shown.restarted and row.failed_code == RESCHEDULED)
 
 
+def _same_attempt_or_job(row: Task, shown: QstatTask) -> bool:
+    """Whether ``shown`` is ``row``'s job (the same submission time, both known) or attempt (the same
+    start, within a second)."""
+    if row.submitted_at is not None and shown.submitted_at is not None:
+        return same_submission(row.submitted_at, shown.submitted_at)
+    return (row.started_at is not None and shown.started_at is not None
+            and abs((row.started_at - shown.started_at).total_seconds()) <= 1)
+
+
 def _ended_rows_shown_again(cluster: Cluster, current: dict[tuple[int, int], QstatTask],
                             keys: list[tuple[int, int]], campaign_of: dict[int, int],
                             events: list[tuple]) -> tuple[list[Task], set[tuple[int, int]]]:
     """The tasks of ``keys`` (shown by the snapshot, no active row) that already have an ended row.
 
     A row is the same task when it belongs to the campaign that owns the job
-    number now, or has the same submission time (``same_submission``: a job
-    number reused by another job is a new task). Returns (rows taken up again,
+    number now, or has the same submission time (both known: qstat gives none
+    for a running task) or the same start (a job number reused by another job
+    is a new task). Returns (rows taken up again,
     keys left ended): a row whose task the snapshot shows in a later attempt
     (:func:`_shows_a_later_attempt`) is made active with the shown state (an
     event for each is appended to ``events``); otherwise the snapshot is older
@@ -247,8 +257,8 @@ def _ended_rows_shown_again(cluster: Cluster, current: dict[tuple[int, int], Qst
     for key, rows in ended.items():
         shown = current[key]
         owner = campaign_of.get(key[0])
-        same = [r for r in rows if (owner is not None and r.campaign_id == owner)
-                or same_submission(r.submitted_at, shown.submitted_at)]
+        same = [r for r in rows if owner is not None and r.campaign_id == owner
+                or _same_attempt_or_job(r, shown)]
         if not same:
             continue  # another job that reused the number: a new task
         row = max(same, key=lambda r: r.id)

@@ -119,6 +119,20 @@ def test_a_task_shown_again_in_a_later_attempt_takes_up_its_own_row(tmp_path):
     assert Task.objects.get(job_number=27, task_number=2).failed_code is None
 
 
+def test_a_job_that_reused_the_number_of_an_ended_one_is_a_new_task():
+    """Job numbers wrap (and an unreleased OCS repeated one): a running job shown with the number of a job
+    that ended long before, with another start (qstat gives no submission time for a running task), is a
+    new task, with a row of its own; the old row is left as it ended."""
+    cluster = cluster_get_default()
+    Task.objects.create(cluster=cluster, job_number=31, task_number=0, state="done", active=False,
+                        submitted_at=at(-90000), started_at=at(-89990), ended_at=at(-89000))
+    newcomer = dataclasses.replace(shown(31, 0, start=20), submitted_at=None, task_number=None)
+    changes = apply_qstat_poll(cluster, [newcomer], observed_at=at(21))
+    assert changes.added == 1
+    assert sorted(Task.objects.filter(job_number=31).values_list("state", "active")) == [
+        ("done", False), ("running", True)]
+
+
 def test_a_record_with_another_submission_time_joins_its_campaigns_row(tmp_path):
     """tco notes a campaign task's submission when DRMAA returns; a record whose submission time is more
     than 5 s from it (a slow return, a rescheduled task) made a second, ended row for the same task."""
