@@ -404,6 +404,13 @@ EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "tco@localhost")
+# --- FOCUS cost export (dashboards/billing/focus.py, docs/standards.md) -----------
+# Who the FOCUS rows name: ProviderName and InvoiceIssuerName (the site that runs tco), and the
+# billing account every team's sub-account (its project) belongs to.
+TCO_FOCUS_PROVIDER_NAME = env_str("TCO_FOCUS_PROVIDER_NAME", "tco") or "tco"
+TCO_FOCUS_BILLING_ACCOUNT_ID = env_str("TCO_FOCUS_BILLING_ACCOUNT_ID", "tco") or "tco"
+TCO_FOCUS_BILLING_ACCOUNT_NAME = env_str("TCO_FOCUS_BILLING_ACCOUNT_NAME", TCO_FOCUS_PROVIDER_NAME) or TCO_FOCUS_PROVIDER_NAME
+
 # Root of "files in a directory" campaign inputs; nothing outside it is read.
 TCO_INPUTS_ROOT = env_str("TCO_INPUTS_ROOT", str(STATE_DIR / "inputs"))
 
