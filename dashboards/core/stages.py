@@ -260,3 +260,85 @@ def timeline(task: Task) -> list[dict[str, Any]]:
         add("running", "running (no runner stage yet)" if task.active else "ran (no runner record)",
             task.started_at, None if task.active else task.ended_at)
     return segments
+
+
+# --------------------------------------------------------------------------- Prometheus histograms
+
+#: Histogram bucket bounds (seconds, upper bounds) per stage, for /metrics' ``tco_<stage>_seconds``
+#: (Prometheus "Metric and label naming": base unit seconds). Sandbox starts take milliseconds
+#: (bubblewrap, DESIGN.md), an agent minutes to hours, a queue wait anything from 0 to a day.
+STAGE_BUCKETS: dict[str, tuple[float, ...]] = {
+    "queue_wait": (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+    "sandbox_start": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    "agent_work": (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400),
+    "integration_overhead": (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+}
+
+
+def _queue_label():
+    """A task's cluster queue: where it ran, else its campaign's queue ("" for neither)."""
+    from django.db.models import F, Value
+    from django.db.models.functions import Coalesce, NullIf
+
+    return Coalesce(NullIf(F("queue"), Value("")), F("campaign__queue"), Value(""))
+
+
+def _stage_expressions() -> dict[str, tuple[Any, Any]]:
+    """stage -> (the tasks that have it, its duration in seconds as a database expression): the
+    definitions of :func:`task_stages`, computed by the database."""
+    from django.db.models import Q, Value
+    from django.db.models.functions import Coalesce, Greatest
+
+    started = EpochSeconds(Coalesce("task_started_at", "started_at"))
+    sandbox = EpochSeconds("sandbox_ready_at") - EpochSeconds("sandbox_create_at")
+    agent = EpochSeconds("agent_exited_at") - EpochSeconds("agent_started_at")
+    total = EpochSeconds("teardown_done_at") - EpochSeconds("task_started_at")
+    return {
+        # tco's own submission time can follow the start (queue_wait_start): never below 0.
+        "queue_wait": (Q(submitted_at__isnull=False) & (Q(task_started_at__isnull=False) | Q(started_at__isnull=False)),
+                       Greatest(started - EpochSeconds("submitted_at"), Value(0.0))),
+        "sandbox_start": (Q(sandbox_create_at__isnull=False, sandbox_ready_at__isnull=False), sandbox),
+        "agent_work": (Q(agent_started_at__isnull=False, agent_exited_at__isnull=False), agent),
+        "integration_overhead": (Q(task_started_at__isnull=False, teardown_done_at__isnull=False,
+                                   agent_started_at__isnull=False, agent_exited_at__isnull=False),
+                                 total - Coalesce(sandbox, Value(0.0)) - agent),
+    }
+
+
+def stage_histograms(buckets: dict[str, tuple[float, ...]] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Every task's stage durations as cumulative histograms per cluster and queue, for /metrics.
+
+    ``{stage: [{"cluster": name, "queue": cluster queue, "buckets": [(upper bound s, tasks <= it)],
+    "count": tasks, "sum": seconds}]}`` for the stages of ``STAGE_BUCKETS`` (``buckets`` overrides
+    them), each computed by the database in one grouped query. A task counts once it has the
+    stage's two timestamps (DESIGN.md "Stages"; the same definitions as :func:`task_stages`), so
+    counts only grow while tasks are kept: Prometheus histograms, not windows.
+    """
+    from django.db.models import Count, Q, Sum
+
+    buckets = buckets or STAGE_BUCKETS
+    out: dict[str, list[dict[str, Any]]] = {}
+    for stage, (has_it, duration) in _stage_expressions().items():
+        bounds = buckets[stage]
+        counts = {f"le{i}": Count("id", filter=Q(d__lte=bound)) for i, bound in enumerate(bounds)}
+        rows = (Task.objects.filter(has_it).annotate(d=duration, q=_queue_label())
+                .values("cluster__name", "q").annotate(n=Count("id"), s=Sum("d"), **counts).order_by())
+        out[stage] = [{"cluster": row["cluster__name"], "queue": row["q"], "count": row["n"],
+                       "sum": float(row["s"] or 0.0),
+                       "buckets": [(bound, row[f"le{i}"]) for i, bound in enumerate(bounds)]}
+                      for row in sorted(rows, key=lambda r: (r["cluster__name"], r["q"]))]
+    return out
+
+
+def oldest_pending(now: dt.datetime) -> list[dict[str, Any]]:
+    """Per cluster and queue, the pending tasks (state ``pending``: waiting for the scheduler, not
+    held): ``[{"cluster", "queue", "tasks": n, "oldest_s": seconds since the oldest one's
+    submission}]``; for /metrics' ``tco_pending_oldest_seconds``."""
+    from django.db.models import Count, Min
+
+    rows = (Task.objects.filter(active=True, state="pending", submitted_at__isnull=False)
+            .annotate(q=_queue_label()).values("cluster__name", "q")
+            .annotate(n=Count("id"), first=Min("submitted_at")).order_by())
+    return [{"cluster": r["cluster__name"], "queue": r["q"], "tasks": r["n"],
+             "oldest_s": max((now - r["first"]).total_seconds(), 0.0)}
+            for r in sorted(rows, key=lambda r: (r["cluster__name"], r["q"]))]
