@@ -167,3 +167,30 @@ def test_promtool_would_catch_a_badly_named_metric():
     done = subprocess.run([_promtool(), "check", "metrics"], input=bad, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "tco_requests" in done.stdout + done.stderr and "tco_wait_milliseconds" in done.stdout + done.stderr
+
+
+def test_a_finished_campaigns_histograms_are_read_once_and_merged(role_users):
+    """Finished campaigns' rows come from the cache (their tasks no longer change), live ones' from the
+    database at every scrape; the merged histogram is the same either way."""
+    from dashboards.core.stages import stage_histograms
+    from dashboards.models import Task
+
+    research = Team.objects.get(project="research")
+    now = timezone.now()
+
+    def waited(seconds: float) -> dict:
+        return {"state": "done", "queue": "agent.q", "submitted_at": now - dt.timedelta(hours=1),
+                "started_at": now - dt.timedelta(hours=1) + dt.timedelta(seconds=seconds)}
+
+    done = make_campaign(team=research, user=role_users["admin"], name="done", job_number=3101, status="finished",
+                         finished_at=now, tasks=[waited(3), waited(40)])
+    make_campaign(team=research, user=role_users["admin"], name="live", job_number=3102, tasks=[waited(700)])
+    first = stage_histograms()["queue_wait"]
+    assert [(r["queue"], r["count"], r["sum"]) for r in first] == [("agent.q", 3, pytest.approx(743, abs=1e-3))]
+    # The finished campaign's tasks are not read again (here: changed behind tco's back, still counted
+    # as they were); the live campaign's are.
+    Task.objects.filter(campaign=done).update(submitted_at=None)
+    Task.objects.filter(campaign__name="live").update(started_at=now - dt.timedelta(hours=1) + dt.timedelta(seconds=4))
+    second = stage_histograms()["queue_wait"]
+    assert [(r["count"], r["sum"]) for r in second] == [(3, pytest.approx(47, abs=1e-3))]
+    assert dict(second[0]["buckets"])[5] == 2 and dict(second[0]["buckets"])[60] == 3
