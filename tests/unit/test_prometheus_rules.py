@@ -4,6 +4,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from .test_prometheus_names import _promtool
@@ -45,18 +46,25 @@ def test_each_alert_fires_on_its_case_and_not_on_its_neighbour():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_promtool_would_catch_a_rule_that_does_not_fire(tmp_path):
-    """The rule tests can fail: the same cases against rules whose host-lost threshold is off."""
+@pytest.mark.parametrize("alert,old,new", [
+    ("TcoHostLost", 'tco_hosts{state="unreachable"} > 0', 'tco_hosts{state="unreachable"} > 5'),
+    # The first version of the rule: without "on (cluster, queue)" the scraped series (with job and
+    # instance labels) never matched the recorded p95 (without them), and the alert could not fire.
+    ("TcoPendingLongerThanUsual", "> on (cluster, queue) group_left () (3 * cluster_queue:tco_queue_wait_seconds:p95)",
+     "> 3 * cluster_queue:tco_queue_wait_seconds:p95"),
+])
+def test_promtool_would_catch_a_rule_that_does_not_fire(alert, old, new, tmp_path):
+    """The rule tests can fail: the same cases against rules with one alert broken."""
     broken = tmp_path / "deploy" / "prometheus"
     broken.mkdir(parents=True)
-    (broken / "tco-rules.yml").write_text(RULES.read_text().replace('tco_hosts{state="unreachable"} > 0',
-                                                                  'tco_hosts{state="unreachable"} > 5'))
+    assert old in RULES.read_text()
+    (broken / "tco-rules.yml").write_text(RULES.read_text().replace(old, new))
     tests = tmp_path / "tests" / "unit"
     tests.mkdir(parents=True)
     (tests / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
     done = _run("test", "rules", RULE_TESTS.name, cwd=tests)
     assert done.returncode != 0
-    assert "TcoHostLost" in done.stdout + done.stderr
+    assert f"alertname: {alert}" in done.stdout + done.stderr
 
 
 def test_the_sites_example_configuration_is_valid(tmp_path):
