@@ -208,7 +208,10 @@ def _burst_alert(key: str, campaign_id: int, counts: dict, since: dt.datetime,
     codes = list(Task.objects.filter(campaign=campaign, state__in=FAILED_STATES)
                  .annotate(end=Coalesce("ended_at", "gone_at")).filter(end__gt=since, end__lte=now)
                  .values("exit_status", "failed_code").annotate(n=Count("id")).order_by("-n")[:3])
-    why = "; ".join(f"{c['n']} with exit status {c['exit_status']}, failed {c['failed_code']}" for c in codes)
+    why = "; ".join(f"{c['n']} with " + ", ".join(
+        [f"exit status {c['exit_status']}"] * (c["exit_status"] is not None)
+        + [f"Grid Engine's failed code {c['failed_code']}"] * bool(c["failed_code"]) or ["no exit status"])
+        for c in codes)
     minutes = duration_text(settings.TCO_ALERT_FAILURE_WINDOW_S)
     title = (f"{campaign.team.name}: {counts['failed']} of {counts['ended']} tasks of {campaign.name} "
              f"(#{campaign.pk}) failed within {minutes}")

@@ -40,9 +40,9 @@ ALERT_NAMES = {"task_pending": "TcoTasksPendingLong", "task_running": "TcoTasksR
                "campaign_failures": "TcoCampaignFailureBurst", "budget_burn": "TcoBudgetExhaustedEarly"}
 
 
-def alert_link(alert: AnomalyAlert) -> str:
-    """Where the alert is looked into: the campaign's page, or the budgets page; prefixed with
-    ``TCO_SITE_URL`` when set (e-mails and webhooks leave tco), a path otherwise."""
+def alert_link(alert: AnomalyAlert, *, absolute: bool = True) -> str:
+    """Where the alert is looked into: the campaign's page, or the budgets page; with ``absolute``
+    prefixed with ``TCO_SITE_URL`` when set (e-mails and webhooks leave tco), else a path."""
     try:
         if alert.campaign_id is not None:
             path = reverse("campaign", args=[alert.campaign_id])
@@ -50,7 +50,7 @@ def alert_link(alert: AnomalyAlert) -> str:
             path = reverse("ops-budgets")
     except NoReverseMatch:
         path = "/"
-    return settings.TCO_SITE_URL + path
+    return (settings.TCO_SITE_URL if absolute else "") + path
 
 
 def alert_recipients(team: Team) -> list[str]:

@@ -15,4 +15,4 @@ def anomaly_notices(context) -> dict:
     request = context.get("request")
     user = getattr(request, "user", None)
     found = alert_notices(user) if user is not None else {"alerts": [], "more": 0}
-    return {"alerts": [(a, alert_link(a)) for a in found["alerts"]], "more": found["more"]}
+    return {"alerts": [(a, alert_link(a, absolute=False)) for a in found["alerts"]], "more": found["more"]}

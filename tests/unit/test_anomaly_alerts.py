@@ -140,7 +140,7 @@ def test_a_burst_of_failures_alerts_once_per_burst(bootstrap, ops_users, alert_s
     created = anomalies.anomaly_check(now=now)
     assert [(a.kind, a.campaign_id, a.severity) for a in created] == [("campaign_failures", burst.pk, "critical")]
     assert (created[0].details["failed"], created[0].details["ended"]) == (6, 7)
-    assert "6 with exit status 2" in created[0].text
+    assert "6 with exit status 2 failed or" not in created[0].text and "(6 with exit status 2)" in created[0].text
     assert anomalies.anomaly_check(now=now + dt.timedelta(seconds=30)) == []
     # Five new failures after the alert make a new burst; the ones already told are not counted again.
     later = now + dt.timedelta(minutes=3)
@@ -326,6 +326,8 @@ def test_the_notice_shows_to_the_teams_leads_and_the_admins_only(client, bootstr
         page = client.get("/")
         assert page.status_code == 200
         assert (f'data-notice="anomaly-{alert.pk}"' in page.content.decode()) is sees, name
+        if sees:
+            assert f'<a href="/campaigns/{alert.campaign_id}/"' in page.content.decode()
     AnomalyAlert.objects.filter(pk=alert.pk).update(at=now - dt.timedelta(hours=25))
     client.force_login(ops_users["lead"])
     assert f'data-notice="anomaly-{alert.pk}"' not in client.get("/").content.decode()
