@@ -46,7 +46,7 @@ from dashboards.live.counts import depth_counts
 from dashboards.models import Cluster
 from dashboards.web import metrics
 from dashboards.web.metrics_fleet import FleetCollector
-from execution.spool import TOKEN_FIELDS
+from execution.spool.contract import TOKEN_FIELDS
 
 
 def _allowed_networks() -> list:
