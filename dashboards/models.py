@@ -640,3 +640,4 @@ class PolicyCeiling(models.Model):
 from dashboards.pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401  (price table, issue 5)
 from dashboards.token_models import ApiToken  # noqa: E402,F401  (API tokens, hashed; issue 11)
 from dashboards.reservation_models import Reservation  # noqa: E402,F401  (advance reservations booked from tco; issue 17)
+from dashboards.alert_models import AnomalyAlert  # noqa: E402,F401  (anomaly alerts; issue 25)

@@ -212,6 +212,16 @@ def notify_campaign_finished(campaign_id: int) -> bool:
 
 
 @shared_task(time_limit=120, soft_time_limit=110)
+def alert_anomalies() -> int:
+    """Record, show, mail and post anomalies found since the last check (periodic): slow tasks, failure
+    bursts, budgets burning early (dashboards.alerts.anomalies). Returns how many alerts it recorded."""
+    from dashboards.alerts.anomalies import anomaly_check
+
+    with single_flight("anomalies", timeout=120) as mine:
+        return len(anomaly_check()) if mine else 0
+
+
+@shared_task(time_limit=120, soft_time_limit=110)
 def reconcile_budgets() -> int:
     """Record and e-mail budget thresholds crossed since the last check (periodic)."""
     from dashboards.billing.budgets import budget_check_alerts
