@@ -84,11 +84,11 @@ class BwrapLaunch:
 
 
 def prepare_bwrap(start: AgentStart, *, env: Mapping[str, str], paths: Mapping[str, list[str]],
-                  limits: tuple[int, int], on_proxy_wanted: Callable[[], None]) -> BwrapLaunch:
+                  limits: Mapping[str, int], on_proxy_wanted: Callable[[], None]) -> BwrapLaunch:
     """The bubblewrap sandbox of ``start`` with the agent's ``env``, not started yet: the proxy
     socket's directory made in the private directory, ``paths``
-    (:func:`~execution.runner.task.sandbox_paths`) hidden, ``limits`` ``(tmpfs bytes, max
-    processes)``; ``on_proxy_wanted`` is called when the agent first wants its model base URL.
+    (:func:`~execution.runner.task.sandbox_paths`) hidden, ``limits`` (environment variable
+    -> value, :func:`~execution.runner.config.effective_limits`); ``on_proxy_wanted`` is called when the agent first wants its model base URL.
     Raises RunnerError when the policy cannot be applied here (every descriptor it opened is
     closed then)."""
     from execution.sandbox.bwrap import BwrapSandbox, SandboxConfigError
@@ -103,7 +103,10 @@ def prepare_bwrap(start: AgentStart, *, env: Mapping[str, str], paths: Mapping[s
                            stderr=start.err_w, data=launch.data_fds, watch=launch.watch_fd),
             hidden=HiddenPaths(masks=tuple(paths["masked"]), state=tuple(paths["state"]),
                                shared=tuple(paths["shared"])),
-            limits=SandboxLimits(tmpfs_bytes=limits[0], max_processes=limits[1]))
+            limits=SandboxLimits(tmpfs_bytes=limits["TCO_SANDBOX_TMPFS_BYTES"],
+                                 max_processes=limits["TCO_SANDBOX_MAX_PROCESSES"],
+                                 memory_bytes=limits["TCO_SANDBOX_MEMORY_BYTES"],
+                                 file_bytes=limits["TCO_SANDBOX_FILE_BYTES"], cpu_s=limits["TCO_SANDBOX_CPU_S"]))
         try:
             launch.sandbox = BwrapSandbox(plan, on_proxy_wanted=on_proxy_wanted)
         except SandboxConfigError as exc:

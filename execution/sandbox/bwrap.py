@@ -31,7 +31,9 @@ environment) into a ``bwrap`` command line:
   tmpfs, or ``/dev/null`` for a file) at every place they appear inside;
 - the relay limits the sandbox's processes (RLIMIT_NPROC, counted in the
   sandbox's own user namespace, so other tasks of the same host account do not
-  count) to :attr:`~execution.sandbox.plan.SandboxLimits.max_processes`;
+  count) to :attr:`~execution.sandbox.plan.SandboxLimits.max_processes`, and each
+  process's memory (RLIMIT_DATA), file size (RLIMIT_FSIZE) and CPU time (RLIMIT_CPU)
+  to the other :class:`~execution.sandbox.plan.SandboxLimits`;
 - no name resolver: ``/etc/resolv.conf`` is ``/dev/null``, and the network
   namespace has nothing but loopback; ``/etc/passwd`` and ``/etc/group`` are
   generated (user ``sandbox``);
@@ -110,8 +112,10 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     policy = plan.policy
     if policy.uid == 0 or policy.gid == 0:  # validation already refuses it; never rely on one check
         raise SandboxConfigError("the agent may not run as root inside the sandbox")
-    if plan.limits.tmpfs_bytes < 1 or plan.limits.max_processes < 1:
-        raise SandboxConfigError("the sandbox's tmpfs size and process limit must be positive")
+    limits = plan.limits
+    if limits.tmpfs_bytes < 1 or limits.max_processes < 1 or any(
+            value is not None and value < 1 for value in (limits.memory_bytes, limits.file_bytes, limits.cpu_s)):
+        raise SandboxConfigError("the sandbox's limits must be positive")
     masks = resolve_masks(plan.hidden.masks, fs)
     state = resolve_masks(plan.hidden.state, fs)
     shared = resolve_masks(plan.hidden.shared, fs)
@@ -239,6 +243,10 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
              "--stdout-fd", str(plan.fds.stdout), "--stderr-fd", str(plan.fds.stderr),
              "--port", str(plan.options.port), "--socket", INSIDE_SOCKET,
              "--proxy-wait-s", str(plan.options.proxy_wait_s), "--max-processes", str(plan.limits.max_processes)]
+    for option, value in (("--memory-bytes", limits.memory_bytes), ("--file-bytes", limits.file_bytes),
+                          ("--cpu-s", limits.cpu_s)):
+        if value is not None:
+            argv += [option, str(value)]
     if plan.fds.watch is not None:
         argv += ["--watch-fd", str(plan.fds.watch)]
     argv += ["--", *plan.agent_argv]

@@ -57,10 +57,17 @@ class HiddenPaths:
 @dataclass(frozen=True)
 class SandboxLimits:
     """``tmpfs_bytes``: size of each writable private tmpfs (bytes); ``max_processes``:
-    RLIMIT_NPROC of the sandbox's processes (threads count). Each must be positive."""
+    RLIMIT_NPROC of the sandbox's processes (threads count); ``memory_bytes``: RLIMIT_DATA of
+    each process (its heap and private writable mappings; None: unlimited); ``file_bytes``:
+    RLIMIT_FSIZE (the largest file a process may write; None: unlimited); ``cpu_s``:
+    RLIMIT_CPU of each process (seconds; SIGXCPU at it, SIGKILL 5 s later; None: unlimited).
+    Each must be positive."""
 
     tmpfs_bytes: int = TMPFS_BYTES
     max_processes: int = MAX_PROCESSES
+    memory_bytes: int | None = None
+    file_bytes: int | None = None
+    cpu_s: int | None = None
 
 
 @dataclass(frozen=True)
