@@ -171,6 +171,7 @@ class Runner:
                                on_proxy_wanted=self._start_proxy_soon)
         self.sandbox = launch.sandbox
         self.sandbox_info["notes"] += launch.notes
+        self.sandbox_info["seccomp"] = launch.seccomp_fd is not None
         self.signals.armed = False  # never interrupt between fork and bookkeeping
         launch.start()
         self.stages["sandbox_create_at"] = self.clock.iso_mono(self.sandbox.mono.get("create"))

@@ -38,6 +38,8 @@ environment) into a ``bwrap`` command line:
   namespace has nothing but loopback; ``/etc/passwd`` and ``/etc/group`` are
   generated (user ``sandbox``);
 - ``--clearenv`` and only the chosen variables (never a credential);
+- with :attr:`~execution.sandbox.plan.SandboxFds.seccomp`, the default seccomp filter
+  (execution/sandbox/seccomp.py: the dangerous system calls fail with EPERM);
 - the command is the relay (execution/sandbox/relay.py) as PID 1, which starts
   the agent; the proxy socket's directory is bound read-only at ``/run/tco``.
 
@@ -226,6 +228,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
             "--new-session", "--as-pid-1", "--cap-drop", "ALL",
             "--uid", str(policy.uid), "--gid", str(policy.gid), "--hostname", plan.options.hostname,
             "--json-status-fd", str(plan.fds.json_status)]
+    if plan.fds.seccomp is not None:
+        argv += ["--seccomp", str(plan.fds.seccomp)]
     # /proc and /dev come first among the depth-1 mounts' peers; "/" (if listed) before them.
     root_ops = [op for op in ops if op[0] == "/"]
     for _, _, args in root_ops:
