@@ -315,6 +315,11 @@ TCO_DELETED_GRACE_S = env_float("TCO_DELETED_GRACE_S", 10.0)
 TCO_NOTIFY = env_bool("TCO_NOTIFY", True)
 # The interpreter the scheduler starts the runner with (same venv as the workers).
 TCO_RUNNER_PYTHON = env_str("TCO_RUNNER_PYTHON", str(BASE_DIR / ".venv" / "bin" / "python"))
+# The site's sandbox limits, passed to every task's runner (docs/limits.md); unset ones keep the
+# runner's defaults (LIMIT_DEFAULTS in execution/runner/config.py). A runner checks each value.
+TCO_SANDBOX_LIMITS = {name: os.environ[name] for name in (
+    "TCO_SANDBOX_MEMORY_BYTES", "TCO_SANDBOX_FILE_BYTES", "TCO_SANDBOX_CPU_S", "TCO_SANDBOX_WORK_BYTES",
+    "TCO_SANDBOX_WORK_CHECK_S", "TCO_SANDBOX_MAX_PROCESSES", "TCO_SANDBOX_TMPFS_BYTES") if os.environ.get(name)}
 # A submission or control request claimed longer than this (seconds; more than the submit and
 # control tasks' time limits) by a worker that is gone is settled by worker.tasks.reconcile_claims.
 TCO_SUBMIT_CLAIM_GRACE_S = env_float("TCO_SUBMIT_CLAIM_GRACE_S", 900.0)

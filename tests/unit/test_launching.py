@@ -193,6 +193,14 @@ def test_priority_above_the_role_limit_and_urgent_launches_need_the_urgent_role(
     assert campaign_job_spec(urgent).priority == 1024
 
 
+def test_the_sites_sandbox_limits_reach_every_tasks_runner(ops_users, research, agent, settings):
+    settings.TCO_SANDBOX_LIMITS = {"TCO_SANDBOX_MEMORY_BYTES": str(2 << 30), "TCO_SANDBOX_CPU_S": "3600"}
+    campaign = launch(ops_users["launcher"], research, agent).campaign
+    environment = campaign_job_spec(campaign).environment
+    assert environment["TCO_SANDBOX_MEMORY_BYTES"] == "2147483648" and environment["TCO_SANDBOX_CPU_S"] == "3600"
+    assert "TCO_SANDBOX_FILE_BYTES" not in environment
+
+
 @pytest.mark.parametrize("name", ["-u root", "; rm -rf /", "a\nb", "with space", "a:b", "", "x" * 65, "../x"])
 def test_hostile_names_are_refused_before_anything_is_written(ops_users, research, agent, name):
     with pytest.raises(LaunchError):
