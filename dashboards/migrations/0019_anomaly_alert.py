@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('dashboards', '0016_cluster_poll_observed_at'),
+        ('dashboards', '0018_task_identity'),
     ]
 
     operations = [
