@@ -223,6 +223,9 @@ class Campaign(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     job_number = models.PositiveIntegerField(null=True, blank=True, db_index=True)
+    # The launch forecast as it stood at launch (dashboards.launch.forecast_record), None for a
+    # campaign launched before forecasts were kept.
+    forecast = models.JSONField(null=True, blank=True, help_text="the launch forecast at launch (launch.forecast_record)")
 
     def __str__(self) -> str:
         return f"{self.name} (#{self.pk})"

@@ -300,12 +300,16 @@ def test_the_launch_page_shows_start_finish_slot_hours_and_headroom(as_user, ops
     assert "$15.00" in budget_row and "$13.50" in budget_row
 
 
-def test_after_launch_the_launcher_lands_on_the_live_page_with_controls_beside_progress(as_user, ops_users):
+def test_after_launch_the_launcher_lands_on_the_live_campaign_page_with_its_forecast(as_user, ops_users):
     client = as_user("launcher")
     response = client.post("/ops/launch/", {**launch_data(), "launch": "1"}, follow=True)
     campaign = Campaign.objects.get(name="sweep-1")
-    assert response.redirect_chain[-1][0] == f"/ops/campaigns/{campaign.pk}/"
+    assert response.redirect_chain[-1][0] == f"/campaigns/{campaign.pk}/"
     html = response.content.decode()
+    assert 'id="live"' in html and 'id="forecast-outcome"' in html and 'id="campaign-control-link"' in html
+    assert "launched with 3 tasks" in html
+    # The control page keeps the controls beside the progress.
+    html = client.get(f"/ops/campaigns/{campaign.pk}/").content.decode()
     live = html.split('class="campaign-live"', 1)[1].split('<section class="card">', 1)[0]
     assert 'id="progress"' in live and 'id="control"' in live and 'id="progress-bar"' in live
     assert f'data-api="/api/campaigns/{campaign.pk}/"' in live and "0 of 3 tasks ended" in html.replace("<strong>", "").replace("</strong>", "")

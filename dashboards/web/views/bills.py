@@ -9,13 +9,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from dashboards.billing import bills, budgets, focus, periods
+from dashboards.billing import bills, budgets, focus, periods, waste
 from dashboards.core import csv_export, errors
 from dashboards.core.roles import user_can
 from dashboards.models import Budget, Campaign
 from dashboards.web import forms as ops_forms
 from dashboards.web.forms import BillForm
 from dashboards.web.views.common import refused
+from dashboards.web.views.waste import waste_query
 
 # --------------------------------------------------------------------------- bills and budgets
 
@@ -29,6 +30,11 @@ def _bill_query(form: BillForm, **changes) -> str:
              "launcher": data.get("launcher") or ""}
     query.update(changes)
     return urlencode({k: v for k, v in query.items() if v not in ("", None)})
+
+
+def tasks_by_cost(campaign_id: int) -> str:
+    """The campaign page's task table sorted by cost, the most expensive first."""
+    return reverse("campaign", args=[campaign_id]) + "?sort=cost&dir=desc"
 
 
 def _bill(form: BillForm) -> dict:
@@ -48,7 +54,8 @@ def _row_links(form: BillForm, result: dict) -> None:
             continue
         if group_by == "campaign" and row["key"] is not None:
             row["link"] = "?" + _bill_query(form, campaign=row["key"], group_by="campaign")
-            row["page"] = reverse("ops-campaign", args=[int(row["key"])])  # a small link beside the name
+            # A small link beside the name: the campaign's tasks, the costliest first.
+            row["page"] = tasks_by_cost(int(row["key"]))
         elif group_by == "model":
             row["link"] = "?" + _bill_query(form, model=row["key"], group_by="campaign")
         elif group_by == "launcher" and row["key"]:
@@ -90,6 +97,14 @@ def bills_page(request: HttpRequest) -> HttpResponse:
                 burndowns=[{**budgets.budget_burndown(b), "team": b.team}
                            for b in Budget.objects.filter(team__in=form.teams()).select_related("team")
                            .order_by("team__name", "period")])
+            try:
+                wasted = waste.waste(teams=form.teams(), first=result["first"], last=result["last"],
+                                     campaign=filters["campaign"], seats=False)["totals"]
+            except errors.BillError:  # a range longer than the waste view's
+                wasted = None
+            context.update(wasted=wasted, waste_query=waste_query(
+                form, first=result["first"].isoformat(), last=result["last"].isoformat()),
+                campaign_tasks=tasks_by_cost(campaign.pk) if campaign else "")
             context["burn_chart"] = [{"team": b["team"].name, "period": b["budget"].period, "days": b["days"],
                                       "cumulative_usd": b["cumulative_usd"], "amount_usd": b["amount_usd"],
                                       "projected_usd": float(b["projected_usd"]),

@@ -38,7 +38,7 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                         note = f" It was submitted on hold: {outcome.verdict['message']}."
                     messages.success(request, f"Campaign {campaign.name} (#{campaign.pk}) launched with "
                                               f"{campaign.task_count} tasks.{note}")
-                    return redirect("ops-campaign", campaign_id=campaign.pk)
+                    return redirect("campaign", campaign_id=campaign.pk)  # the page to watch it on
             preview = launch_forecast.launch_preview(user=request.user, request=form.launch_request())
     else:
         form = LaunchForm(user=request.user)
