@@ -38,6 +38,11 @@ def setup_periodic_tasks(sender: Celery, **kwargs) -> None:
                              name="budget alerts")
     sender.add_periodic_task(60.0, sender.signature("worker.tasks.reconcile_claims", expires=90.0),
                              name="settle submissions and control requests left by a dead worker")
+    if settings.TCO_DETAIL_RETENTION_DAYS > 0:
+        every = settings.TCO_RETENTION_INTERVAL_S
+        sender.add_periodic_task(every, sender.signature("worker.tasks.reconcile_detail_retention",
+                                                         expires=every * 1.5),
+                                 name="drop detail rows past their retention (the rollups keep the bills)")
     depth = settings.TCO_DEPTH_SAMPLE_S
     sender.add_periodic_task(depth, sender.signature("worker.tasks.sample_queue_depth", expires=depth * 1.5),
                              name="sample queue depth")

@@ -142,6 +142,15 @@ def reconcile_gone_tasks() -> int:
     return decided
 
 
+@shared_task(time_limit=300, soft_time_limit=290)
+def reconcile_detail_retention() -> dict:
+    """Drop detail rows older than ``TCO_DETAIL_RETENTION_DAYS`` in bounded batches (off by default)."""
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.ingest.retention import drop_old_detail
+
+    return drop_old_detail(cluster_get_default(), time_budget_s=240.0).as_dict()
+
+
 @shared_task(time_limit=30, soft_time_limit=25)
 def sample_queue_depth() -> dict:
     """Store one queue-depth sample (active tasks per cluster, project, state) for the history chart."""

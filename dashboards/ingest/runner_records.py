@@ -18,7 +18,7 @@ from typing import Iterable
 from django.conf import settings
 from django.db import transaction
 
-from dashboards.core import realtime
+from dashboards.core import realtime, rollups
 from dashboards.ingest.accounting import check_accounting_tokens
 from dashboards.models import (
     Cluster,
@@ -165,7 +165,8 @@ def _ingest_claimed(cluster: Cluster, claim: str, layout: SpoolLayout, kept: int
         task_id = tasks.select_for_update().order_by("-id").values_list("id", flat=True).first()
         if task_id is None:
             return None
-        Task.objects.filter(pk=task_id).update(runner_record=data, **stages, **totals)
+        with rollups.tasks_rolled([task_id]):  # its tokens, cost and verdict, if it ended
+            Task.objects.filter(pk=task_id).update(runner_record=data, **stages, **totals)
         ModelRequest.objects.filter(task_id=task_id).delete()
         for row in requests.rows:
             row.task_id = task_id

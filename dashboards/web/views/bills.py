@@ -56,6 +56,14 @@ def _row_links(form: BillForm, result: dict) -> None:
             row["link"] = "?" + _bill_query(form, team=team_ids.get(row["team"], ""), group_by="campaign")
 
 
+def _tasks_page(request: HttpRequest) -> int:
+    """The page of the costliest tasks asked for (``tasks_page``, 1-based; anything else is page 1)."""
+    try:
+        return max(1, min(int(request.GET.get("tasks_page", "1")), 100_000))
+    except ValueError:
+        return 1
+
+
 @login_required
 def bills_page(request: HttpRequest) -> HttpResponse:
     if not user_can(request.user, "bill"):
@@ -75,20 +83,29 @@ def bills_page(request: HttpRequest) -> HttpResponse:
             campaign = None
             if filters["campaign"]:
                 campaign = Campaign.objects.filter(pk=filters["campaign"], team__in=form.teams()).first()
+            costliest, tasks_page, more = [], _tasks_page(request), False
+            if campaign:
+                per_page = bills.COSTLIEST_PER_PAGE
+                costliest = bills.costliest_tasks(campaign.pk, teams=form.teams(), limit=per_page + 1,
+                                                  offset=(tasks_page - 1) * per_page)
+                more, costliest = len(costliest) > per_page, costliest[:per_page]
             today = ops_forms._today()
             context.update(
                 bill=result, chart=bills.bill_chart(result), units=bills.unit_costs(result["totals"]),
                 csv_query=_bill_query(form), campaign=campaign, filters=filters,
-                costliest=bills.costliest_tasks(campaign.pk, teams=form.teams()) if campaign else [],
+                costliest=costliest, tasks_page=tasks_page,
+                tasks_prev=("?" + _bill_query(form, tasks_page=tasks_page - 1 if tasks_page > 2 else None)
+                            if tasks_page > 1 else ""),
+                tasks_next="?" + _bill_query(form, tasks_page=tasks_page + 1) if more else "",
                 clear_query=_bill_query(form, campaign=None, model=None, launcher=None),
                 group_links={g: "?" + _bill_query(form, group_by=g) for g in bills.GROUPS},
                 presets=[{**p, "query": _bill_query(form, first=p["first"].isoformat(), last=p["last"].isoformat(),
                                                     period=p["period"]),
                           "on": (p["first"], p["last"]) == (form.cleaned_data["first"], form.cleaned_data["last"])}
                          for p in periods.presets(today)],
-                burndowns=[{**budgets.budget_burndown(b), "team": b.team}
-                           for b in Budget.objects.filter(team__in=form.teams()).select_related("team")
-                           .order_by("team__name", "period")])
+                burndowns=[{**b, "team": b["budget"].team} for b in budgets.budget_burndowns(
+                    list(Budget.objects.filter(team__in=form.teams()).select_related("team")
+                         .order_by("team__name", "period")))])
             context["burn_chart"] = [{"team": b["team"].name, "period": b["budget"].period, "days": b["days"],
                                       "cumulative_usd": b["cumulative_usd"], "amount_usd": b["amount_usd"],
                                       "projected_usd": float(b["projected_usd"]),
