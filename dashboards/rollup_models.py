@@ -64,7 +64,8 @@ class UsageRollup(models.Model):
         # The key's index starts with (cluster, hour): it serves every bill's range of hours.
         constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "project", "queue"],
                                                name="one_rollup_per_key")]
-        indexes = [models.Index(fields=["campaign_id"], name="rollup_campaign")]
+        # One team's bill: its campaigns' hours, and the hours of its project's jobs tco did not launch.
+        indexes = [models.Index(fields=["campaign_id", "project", "hour"], name="rollup_campaign_hour")]
 
     def __str__(self) -> str:
         return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {self.project} {self.queue}"

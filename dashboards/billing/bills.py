@@ -356,15 +356,18 @@ def _rollups(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.d
         campaigns = campaigns.filter(launched_by__username=only["launcher"])
     if only.get("model"):
         campaigns = campaigns.annotate(only_model=_campaign_model()).filter(only_model=only["model"])
-    of_campaigns = Q(campaign_id__in=campaigns.values("pk"))
+    hours = UsageRollup.objects.filter(cluster=cluster, hour__gte=begin, hour__lt=end)
+    # Two reads, each one an index serves: the campaigns' rows, and those of jobs tco did not launch.
+    parts = [hours.filter(campaign_id__in=campaigns.values("pk"))]
     if not any(only.get(k) for k in ("campaign", "launcher", "model")):
-        of_campaigns |= Q(campaign_id=0, project__in=projects)
-    found = (UsageRollup.objects.filter(cluster=cluster, hour__gte=begin, hour__lt=end).filter(of_campaigns))
+        parts.append(hours.filter(campaign_id=0, project__in=projects))
     fields = ["campaign_id", "project"]
-    if trunc is not None:
-        found = found.annotate(p=trunc("hour"))
-        fields.append("p")
-    items = list(found.values(*fields).annotate(**{f"s_{s}": Sum(s) for s in SUMS}).order_by())
+    items = []
+    for found in parts:
+        if trunc is not None:
+            found = found.annotate(p=trunc("hour"))
+        items += found.values(*fields, *(["p"] if trunc is not None else [])).annotate(
+            **{f"s_{s}": Sum(s) for s in SUMS}).order_by()
     info = {}
     ids = sorted({item["campaign_id"] for item in items if item["campaign_id"]})
     for chunk in in_chunks(ids):
@@ -544,10 +547,15 @@ def unit_costs(row: dict[str, Any]) -> dict[str, Any]:
             "complete": not row["unpriced_tasks"]}
 
 
-def bill_chart(result: dict[str, Any]) -> dict[str, Any]:
+#: A chart stacks at most this many labels; the others are one series, "(N others)".
+CHART_SERIES = 20
+
+
+def bill_chart(result: dict[str, Any], *, top: int = CHART_SERIES) -> dict[str, Any]:
     """The bill as a stacked chart's data: ``{"periods": [ISO date], "series": [{"label",
     "cost_usd": [float per period], "unpriced_tasks": [int per period], "launched_by_tco"}],
-    "group_by"}``; one series per label, tco's first by total cost, usage tco did not launch last."""
+    "group_by"}``; one series per label, tco's first by total cost, usage tco did not launch last.
+    Beyond the ``top`` costliest of tco's labels, the rest are summed into one series."""
     periods = sorted({r["period"] for r in result["rows"]})
     index = {p: i for i, p in enumerate(periods)}
     series: dict[tuple, dict[str, Any]] = {}
@@ -559,9 +567,18 @@ def bill_chart(result: dict[str, Any]) -> dict[str, Any]:
         item["cost_usd"][index[row["period"]]] += float(row["cost_usd"])
         item["unpriced_tasks"][index[row["period"]]] += row["unpriced_tasks"]
     ordered = sorted(series.values(), key=lambda s: (not s["launched_by_tco"], -sum(s["cost_usd"]), s["label"]))
+    tco = [s for s in ordered if s["launched_by_tco"]]
+    if len(tco) > top + 1:
+        rest = tco[top:]
+        other = {"label": f"({len(rest)} others)", "launched_by_tco": True,
+                 "cost_usd": [sum(s["cost_usd"][i] for s in rest) for i in range(len(periods))],
+                 "unpriced_tasks": [sum(s["unpriced_tasks"][i] for s in rest) for i in range(len(periods))]}
+        ordered = tco[:top] + [other] + [s for s in ordered if not s["launched_by_tco"]]
     return {"periods": [p.isoformat() for p in periods], "series": ordered, "group_by": result["group_by"]}
 
 
+#: Rows a page of a bill shows (the totals and the CSV hold them all).
+ROWS_PER_PAGE = 200
 #: Tasks a page of the costliest tasks shows.
 COSTLIEST_PER_PAGE = 20
 
@@ -569,7 +586,16 @@ COSTLIEST_PER_PAGE = 20
 def costliest_tasks(campaign_id: int, *, teams: Iterable[Team], limit: int = COSTLIEST_PER_PAGE,
                     offset: int = 0) -> list[Task]:
     """The campaign's tasks by cost, the costliest first (unpriced ones with tokens after them),
-    at most ``limit`` from the ``offset``-th on; only a campaign of one of ``teams``."""
-    return list(Task.objects.filter(campaign_id=campaign_id, campaign__team__in=list(teams))
-                .filter(Q(cost_usd__isnull=False) | used_tokens_q())
-                .order_by(F("cost_usd").desc(nulls_last=True), "task_number")[offset:offset + limit])
+    at most ``limit`` from the ``offset``-th on; only a campaign of one of ``teams``.
+
+    Two reads, each in the order of an index: the priced tasks by cost (the partial index
+    ``task_costliest``: a page deep in a 10,000-task campaign reads no more than the tasks before
+    it, where one ``ORDER BY cost DESC NULLS LAST`` sorted them all), then, past their end, the
+    unpriced ones with tokens by task number."""
+    tasks = Task.objects.filter(campaign_id=campaign_id, campaign__team__in=list(teams))
+    priced = list(tasks.filter(cost_usd__isnull=False).order_by("-cost_usd", "task_number")[offset:offset + limit])
+    if len(priced) == limit:
+        return priced
+    skip = max(0, offset - tasks.filter(cost_usd__isnull=False).count()) if not priced else 0
+    unpriced = tasks.filter(cost_usd__isnull=True).filter(used_tokens_q()).order_by("task_number")
+    return priced + list(unpriced[skip:skip + limit - len(priced)])

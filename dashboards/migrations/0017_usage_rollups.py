@@ -76,11 +76,15 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='usagerollup',
-            index=models.Index(fields=['campaign_id'], name='rollup_campaign'),
+            index=models.Index(fields=['campaign_id', 'project', 'hour'], name='rollup_campaign_hour'),
         ),
         migrations.AddConstraint(
             model_name='usagerollup',
             constraint=models.UniqueConstraint(fields=('cluster', 'hour', 'campaign_id', 'project', 'queue'), name='one_rollup_per_key'),
+        ),
+        migrations.AddIndex(
+            model_name='task',
+            index=models.Index(condition=models.Q(('cost_usd__isnull', False)), fields=['campaign', '-cost_usd', 'task_number'], name='task_costliest'),
         ),
         migrations.RunPython(backfill, migrations.RunPython.noop),
     ]

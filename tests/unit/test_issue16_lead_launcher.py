@@ -410,3 +410,35 @@ def test_the_costliest_tasks_come_a_page_at_a_time(as_user, ops_users):
     third, html = page(3)
     assert third == [4, 3, 2, 1, 45] and 'rel="next"' not in html
     assert page(4)[0] == [] and "No more tasks" in page(4)[1]
+
+
+def test_a_long_bill_shows_its_rows_a_page_at_a_time_with_the_total_of_all(as_user, ops_users, monkeypatch):
+    from dashboards.billing import bills
+
+    monkeypatch.setattr(bills, "ROWS_PER_PAGE", 2)
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"], name="daily")
+    for day in range(1, 6):  # one task a day, $1 each
+        make_task(campaign, task_number=day, started_at=dt.datetime(2026, 11, day, 9, tzinfo=dt.timezone.utc),
+                  wallclock_s=1, cost_usd="1")
+    client = as_user("lead")
+    query = {"period": "day", "first": "2026-11-01", "last": "2026-11-05"}
+
+    def page(number=None):
+        html = client.get("/ops/bills/", {**query, **({"rows_page": number} if number else {})}).content.decode()
+        return [r.split('"', 1)[0] for r in html.split("<tr data-period=\"")[1:]], html
+
+    first, html = page()
+    assert first == ["2026-11-01", "2026-11-02"] and 'rel="next"' in html.split('id="bill-pager"')[1]
+    assert "$5.00" in html.split('id="bill-total"', 1)[1].split("</tr>", 1)[0]  # the total of every row
+    assert page(3)[0] == ["2026-11-05"] and 'rel="prev"' in page(3)[1].split('id="bill-pager"')[1]
+
+
+def test_a_chart_of_many_campaigns_stacks_the_costliest_and_sums_the_rest():
+    from dashboards.billing import bills
+
+    rows = [{"period": dt.date(2026, 11, 1), "label": f"c{n}", "team": "t", "launched_by_tco": True,
+             "cost_usd": Decimal(n), "unpriced_tasks": 0} for n in range(1, 31)]
+    chart = bills.bill_chart({"rows": rows, "group_by": "campaign"}, top=5)
+    assert [s["label"] for s in chart["series"]] == ["c30", "c29", "c28", "c27", "c26", "(25 others)"]
+    assert chart["series"][-1]["cost_usd"] == [float(sum(range(1, 26)))]

@@ -56,12 +56,18 @@ def _row_links(form: BillForm, result: dict) -> None:
             row["link"] = "?" + _bill_query(form, team=team_ids.get(row["team"], ""), group_by="campaign")
 
 
-def _tasks_page(request: HttpRequest) -> int:
-    """The page of the costliest tasks asked for (``tasks_page``, 1-based; anything else is page 1)."""
+def _page_number(request: HttpRequest, name: str) -> int:
+    """The page asked for in ``name`` (``tasks_page``, ``rows_page``: 1-based; anything else is page 1)."""
     try:
-        return max(1, min(int(request.GET.get("tasks_page", "1")), 100_000))
+        return max(1, min(int(request.GET.get(name, "1")), 100_000))
     except ValueError:
         return 1
+
+
+def _pager(form: BillForm, name: str, page: int, more: bool) -> dict:
+    """``{"page", "prev", "next"}``: links to the pages beside ``page`` of ``name`` ("" where none)."""
+    return {"page": page, "prev": "?" + _bill_query(form, **{name: page - 1 if page > 2 else None}) if page > 1 else "",
+            "next": "?" + _bill_query(form, **{name: page + 1}) if more else ""}
 
 
 @login_required
@@ -83,20 +89,20 @@ def bills_page(request: HttpRequest) -> HttpResponse:
             campaign = None
             if filters["campaign"]:
                 campaign = Campaign.objects.filter(pk=filters["campaign"], team__in=form.teams()).first()
-            costliest, tasks_page, more = [], _tasks_page(request), False
+            costliest, tasks_page, more = [], _page_number(request, "tasks_page"), False
             if campaign:
                 per_page = bills.COSTLIEST_PER_PAGE
                 costliest = bills.costliest_tasks(campaign.pk, teams=form.teams(), limit=per_page + 1,
                                                   offset=(tasks_page - 1) * per_page)
                 more, costliest = len(costliest) > per_page, costliest[:per_page]
+            rows_page, per_page = _page_number(request, "rows_page"), bills.ROWS_PER_PAGE
+            shown = result["rows"][(rows_page - 1) * per_page:rows_page * per_page]
             today = ops_forms._today()
             context.update(
                 bill=result, chart=bills.bill_chart(result), units=bills.unit_costs(result["totals"]),
                 csv_query=_bill_query(form), campaign=campaign, filters=filters,
-                costliest=costliest, tasks_page=tasks_page,
-                tasks_prev=("?" + _bill_query(form, tasks_page=tasks_page - 1 if tasks_page > 2 else None)
-                            if tasks_page > 1 else ""),
-                tasks_next="?" + _bill_query(form, tasks_page=tasks_page + 1) if more else "",
+                costliest=costliest, tasks_pager=_pager(form, "tasks_page", tasks_page, more),
+                rows=shown, rows_pager=_pager(form, "rows_page", rows_page, len(result["rows"]) > rows_page * per_page),
                 clear_query=_bill_query(form, campaign=None, model=None, launcher=None),
                 group_links={g: "?" + _bill_query(form, group_by=g) for g in bills.GROUPS},
                 presets=[{**p, "query": _bill_query(form, first=p["first"].isoformat(), last=p["last"].isoformat(),
