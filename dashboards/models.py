@@ -31,6 +31,10 @@ class Cluster(models.Model):
     accounting_path = models.CharField(max_length=255)
     flavour = models.CharField(max_length=8, choices=FLAVOURS, default="sge8")
     time_zone = models.CharField(max_length=64, default="UTC")
+    # The cell's ports where they are not /etc/services' (a second cell on the same machines): its
+    # clients and libdrmaa get them as SGE_QMASTER_PORT / SGE_EXECD_PORT (docs/clusters.md).
+    qmaster_port = models.PositiveIntegerField(null=True, blank=True)
+    execd_port = models.PositiveIntegerField(null=True, blank=True)
     # Latest queue summary, hosts and quotas (JSON from the parsers), polled every few seconds.
     status = models.JSONField(default=dict, blank=True)
     status_at = models.DateTimeField(null=True, blank=True)

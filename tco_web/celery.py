@@ -55,7 +55,18 @@ def open_drmaa_session(**kwargs) -> None:
     if os.environ.get("TCO_DRMAA_WORKER") == "1":
         from schedulers.gridengine.drmaa import open_session
 
-        open_session()
+        name = os.environ.get("TCO_WORKER_CLUSTER")
+        if name:
+            # The submit worker of one cluster (queue submit.<name>, docs/clusters.md): its cell.
+            from dashboards.core.clusters import scheduler_for
+            from dashboards.models import Cluster
+
+            cluster = Cluster.objects.get(name=name)
+            adapter = scheduler_for(cluster)
+            open_session(sge_root=adapter.sge_root, sge_cell=adapter.sge_cell, flavour=cluster.flavour,
+                         ports=adapter.ports)
+        else:
+            open_session()
 
 
 @worker_process_shutdown.connect

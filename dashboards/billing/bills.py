@@ -54,7 +54,7 @@ BUCKET_LABELS = {
     "cache_write_1h_tokens": "cache w. 1h",
     "output_tokens": "output",
 }
-GROUPS = ("team", "model", "campaign", "launcher")
+GROUPS = ("team", "model", "campaign", "launcher", "cluster")
 #: A "successful verdict": a task that ended done and declared a verdict (verdict.json), whatever it says.
 SUCCESSFUL_VERDICT = "a task that ended done and declared a verdict (its verdict.json), whatever the verdict says"
 #: Costs are summed as integers of 1e-8 USD (Task.cost_usd has 8 decimals):
@@ -104,7 +104,8 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
     ``period`` is ``day``, ``week`` or ``month``; ``first`` and ``last`` are
     widened to whole periods. ``group_by`` is ``team`` (one row per team and
     period), ``model`` (the campaign's model, else the agent definition's
-    default model), ``campaign`` or ``launcher`` (who launched the campaign).
+    default model), ``campaign``, ``launcher`` (who launched the campaign) or
+    ``cluster`` (where it ran; ``clusters`` narrows the bill to some).
     ``campaign`` (id), ``model`` and ``launcher`` (user name) narrow the bill
     to that campaign, model or launcher's campaigns (usage tco did not launch
     then has none of them and is left out).
@@ -172,7 +173,7 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
             row["label"] = NOT_TCO
         elif group_by == "team":
             row["label"] = row["team"]
-        elif group_by in ("model", "launcher"):
+        elif group_by in ("model", "launcher", "cluster"):
             row["label"] = key if key is not None else "(not recorded)"
         else:
             row["label"] = labels.get(key, NOT_TCO) if key is not None else NOT_TCO
@@ -293,7 +294,8 @@ def _records_detail(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begi
                          tco=_launched_by_tco("task__"))
                .filter(tp__in=projects))
     records = _only(records, only, "task__")
-    records, key_fields = _grouped(records, group_by=group_by, trunc=trunc and trunc("started_at"), prefix="task__")
+    records, key_fields = _grouped(records, group_by=group_by, trunc=trunc and trunc("started_at"), prefix="task__",
+                                   cluster=cluster)
     slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
     for item in (records.values(*key_fields)
                  .annotate(n=Count("id"), wall=Sum("wallclock_s"), slot=Sum(slot_s)).order_by()):
@@ -319,7 +321,8 @@ def _tasks_detail(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin:
         tasks = tasks.filter(active=active)
     tasks = tasks.annotate(tp=F("campaign__team__project"), tco=_launched_by_tco("")).filter(tp__in=projects)
     tasks = _only(tasks, only, "")
-    tasks, task_fields = _grouped(tasks, group_by=group_by, trunc=trunc and trunc("started_at"), prefix="")
+    tasks, task_fields = _grouped(tasks, group_by=group_by, trunc=trunc and trunc("started_at"), prefix="",
+                                  cluster=cluster)
     any_tokens = used_tokens_q()
     sums = {bucket: Sum(bucket) for bucket in (*BUCKETS, "reasoning_tokens")}
     cost_units = Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField())
@@ -374,7 +377,8 @@ def _rollups(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.d
         for pk, project, model, launcher in (Campaign.objects.filter(pk__in=chunk)
                                              .annotate(m=_campaign_model())
                                              .values_list("pk", "team__project", "m", "launched_by__username")):
-            info[pk] = (project, {"model": model, "campaign": pk, "launcher": launcher}.get(group_by))
+            info[pk] = (project, {"model": model, "campaign": pk, "launcher": launcher,
+                                  "cluster": cluster.name}.get(group_by))
     for item in items:
         sums = {s: int(item[f"s_{s}"] or 0) for s in SUMS}
         tco = bool(item["campaign_id"])
@@ -405,7 +409,8 @@ def _campaign_model():
                     Value(UNSPECIFIED_MODEL))
 
 
-def _grouped(qs: QuerySet, *, group_by: str, trunc, prefix: str) -> tuple[QuerySet, list[str]]:
+def _grouped(qs: QuerySet, *, group_by: str, trunc, prefix: str,
+             cluster: Cluster | None = None) -> tuple[QuerySet, list[str]]:
     """``qs`` annotated with the group key ``k`` (model or campaign) and the period ``p``, and the
     fields to group by: ``tp`` (team project), ``tco`` and those. ``prefix`` reaches the task."""
     fields = ["tp", "tco"]
@@ -417,6 +422,9 @@ def _grouped(qs: QuerySet, *, group_by: str, trunc, prefix: str) -> tuple[QueryS
         fields.append("k")
     elif group_by == "launcher":
         qs = qs.annotate(k=F(f"{prefix}campaign__launched_by__username"))
+        fields.append("k")
+    elif group_by == "cluster":
+        qs = qs.annotate(k=Value(cluster.name if cluster is not None else ""))
         fields.append("k")
     if trunc is not None:
         qs = qs.annotate(p=trunc)

@@ -40,6 +40,8 @@ from schedulers.base import AccountingRecord as ParsedRecord
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 STAGE_TABLE = "tco_accounting_stage"
 
+# The JSON columns of a record (text in PostgreSQL's staging table).
+JSON_COLUMNS = ("usage", "tokens")
 # What the rollups read of a record just inserted (dashboards.core.rollups.add_records_sql).
 ROLLUP_COLUMNS = ("cluster_id", "task_id", "started_at", "project", "queue", "wallclock_s", "slots")
 
@@ -61,22 +63,24 @@ def epoch_us(value: dt.datetime | None) -> int:
 
 
 def record_rows(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None = None,
-                *, sqlite: bool, tokens: dict[int, dict] | None = None) -> list[tuple]:
+                *, sqlite: bool, tokens: dict[int, dict] | None = None, json_text: bool = False) -> list[tuple]:
     """One tuple per record in ``RECORD_COLUMNS`` order.
 
     ``task_of`` maps a record's index in ``records`` to its task's id.
     Times become (microseconds, database value). For SQLite (``sqlite``) the
     database values are Django's naive-UTC text and ``usage`` as JSON text;
     otherwise aware UTC datetimes and ``usage`` as the dict itself (binary
-    COPY's jsonb dumper serialises it; JSON text would be stored as a JSON
-    string). Text is cut to the column widths.
+    COPY's jsonb dumper serialises it), or with ``json_text`` as JSON text
+    (PostgreSQL's staging table holds it as text: the empty usage most records
+    have is then the one string ``"{}"``, not a dict dumped per record). Text
+    is cut to the column widths.
     """
     task_of = task_of or {}
     tokens = tokens or {}
     dumps = json.dumps
 
     def usage(value: dict):
-        if sqlite:
+        if sqlite or json_text:
             return dumps(value) if value else "{}"
         return value or {}
 
@@ -192,17 +196,22 @@ def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of
                       tokens: dict[int, dict] | None = None) -> int:
     from dashboards.core import rollups
 
-    rows = record_rows(cluster, records, task_of, sqlite=False, tokens=tokens)
+    rows = record_rows(cluster, records, task_of, sqlite=False, tokens=tokens, json_text=True)
     table = connection.ops.quote_name(AccountingRecord._meta.db_table)
     columns = _column_list()
+    # The JSON columns travel as text and become jsonb in the INSERT ... SELECT below.
+    selected = ", ".join(f"{connection.ops.quote_name(c)}::jsonb" if c in JSON_COLUMNS else connection.ops.quote_name(c)
+                         for c in RECORD_COLUMNS)
     with connection.cursor() as cur:
         # The staging table has the target's column types (as they are now,
-        # after any migration) and no index or constraint; temporary, so it
-        # lives in this session only (another worker's batch never meets it),
+        # after any migration; the JSON ones as text) and no index or constraint; temporary,
+        # so it lives in this session only (another worker's batch never meets it),
         # is never WAL-logged, and is dropped at commit.
         cur.execute(f"DROP TABLE IF EXISTS pg_temp.{STAGE_TABLE}")
         cur.execute(f"CREATE TEMPORARY TABLE {STAGE_TABLE} ON COMMIT DROP AS "
                     f"SELECT {columns} FROM {table} WITH NO DATA")
+        cur.execute(f"ALTER TABLE {STAGE_TABLE} "
+                    + ", ".join(f"ALTER COLUMN {connection.ops.quote_name(c)} TYPE text" for c in JSON_COLUMNS))
         # Binary COPY needs each value's exact type: the staging table's own, in column order.
         cur.execute("SELECT atttypid FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
                     "AND NOT attisdropped ORDER BY attnum", [STAGE_TABLE])
@@ -214,7 +223,7 @@ def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of
                 copy.write_row(row)
         # The rows inserted (not those already stored) go into the rollups in the same statement.
         returned = ", ".join(connection.ops.quote_name(c) for c in ROLLUP_COLUMNS)
-        cur.execute(f"WITH ins AS (INSERT INTO {table} ({columns}) SELECT {columns} FROM {STAGE_TABLE} "
+        cur.execute(f"WITH ins AS (INSERT INTO {table} ({columns}) SELECT {selected} FROM {STAGE_TABLE} "
                     f"ON CONFLICT DO NOTHING RETURNING {returned}), "
                     f"rolled AS ({rollups.add_records_sql('ins')} RETURNING 1) "
                     f"SELECT COUNT(*) FROM ins", [])

@@ -21,6 +21,7 @@ from django.db import transaction
 from dashboards.core import realtime, rollups
 from dashboards.ingest.accounting import check_accounting_tokens
 from dashboards.models import (
+    Campaign,
     Cluster,
     ModelRequest,
     Task,
@@ -136,7 +137,11 @@ def ingest_runner_records(cluster: Cluster, *, spool: Path | str | None = None,
         log.warning("runner records: %d quarantined (%d of an unknown version)", result.quarantined,
                     result.unknown_version)
     if campaigns:
-        realtime.queue_changed(cluster.name, campaigns)
+        by_cluster: dict[str, set[int]] = {}
+        for pk, name in Campaign.objects.filter(pk__in=campaigns).values_list("pk", "cluster__name"):
+            by_cluster.setdefault(name, set()).add(pk)
+        for name, ids in by_cluster.items():
+            realtime.queue_changed(name, ids)
     return result
 
 
@@ -156,7 +161,8 @@ def _ingest_claimed(cluster: Cluster, claim: str, layout: SpoolLayout, kept: int
     data = record.to_json()
     data["ingest"] = {"requests": requests.seen, "requests_kept": len(requests.rows),
                       "requests_skipped": requests.skipped}
-    tasks = Task.objects.filter(cluster=cluster, campaign_id=campaign_id, task_number=record.task_number)
+    # The campaign decides the cluster (one spool serves every cluster; campaign ids are tco's own).
+    tasks = Task.objects.filter(campaign_id=campaign_id, task_number=record.task_number)
     if record.job_number is not None:
         tasks = tasks.filter(job_number=record.job_number)
     with transaction.atomic():

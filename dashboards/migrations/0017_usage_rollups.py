@@ -1,6 +1,6 @@
 """Usage rollups per hour, campaign and queue, kept at ingest (issue 26); bills read them.
 
-Also: indexes on the start time of tasks and accounting records (bills), the active tasks' start
+Also: a cluster's own qmaster and execd ports (several cells, docs/clusters.md); indexes on the start time of tasks and accounting records (bills), the active tasks' start
 (the usage not in the rollups), and ModelRequest's task index dropped (its (task, seq) constraint
 serves it). The rollups of the usage stored so far are made from the detail rows.
 """
@@ -46,6 +46,16 @@ class Migration(migrations.Migration):
                 ('wallclock_us', models.BigIntegerField(default=0)),
                 ('slot_us', models.BigIntegerField(default=0)),
             ],
+        ),
+        migrations.AddField(
+            model_name='cluster',
+            name='qmaster_port',
+            field=models.PositiveIntegerField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name='cluster',
+            name='execd_port',
+            field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
             model_name='cluster',

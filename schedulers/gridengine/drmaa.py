@@ -117,14 +117,17 @@ def _process_flavour() -> str:
         return "sge8"
 
 
-def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, flavour: str | None = None):
+def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, flavour: str | None = None,
+                 ports: dict[str, str] | None = None):
     """Open (or return) this process's DRMAA session.
 
     ``flavour`` (default: :func:`_process_flavour`) picks the default libdrmaa; ``SGE_JAPI_EDTIME`` defaults to
     :data:`JAPI_EDTIME_S`.
 
     ``sge_root``/``sge_cell`` default the process's ``SGE_ROOT``/``SGE_CELL``
-    (libdrmaa reads them from the process environment). Calling it again in
+    (libdrmaa reads them from the process environment), and ``ports``
+    (``SGE_QMASTER_PORT``, ``SGE_EXECD_PORT``) are set there too for a cell on
+    other ports than ``/etc/services`` names. Calling it again in
     the same process returns the same session; asking for a different cell
     than the open session's raises SchedulerUnavailable.
 
@@ -135,7 +138,7 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, fl
     with _lock:
         pid = os.getpid()
         if _session is not None and _session_pid == pid:
-            _check_cell(sge_root, sge_cell)
+            _check_cell(sge_root, sge_cell, ports)
             return _session
         if _session is not None and _session_pid != pid:
             # Forked after the parent opened a session: libdrmaa's state in
@@ -147,6 +150,7 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, fl
             os.environ["SGE_ROOT"] = sge_root
         if sge_cell:
             os.environ["SGE_CELL"] = sge_cell
+        os.environ.update(ports or {})
         os.environ.setdefault("SGE_ROOT", DEFAULT_SGE_ROOT)
         os.environ.setdefault("SGE_CELL", DEFAULT_SGE_CELL)
         if "SGE_JAPI_EDTIME" not in os.environ:
@@ -170,8 +174,8 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, fl
         return session
 
 
-def _check_cell(sge_root: str | None, sge_cell: str | None) -> None:
-    for name, wanted in (("SGE_ROOT", sge_root), ("SGE_CELL", sge_cell)):
+def _check_cell(sge_root: str | None, sge_cell: str | None, ports: dict[str, str] | None = None) -> None:
+    for name, wanted in (("SGE_ROOT", sge_root), ("SGE_CELL", sge_cell), *(ports or {}).items()):
         if wanted and os.environ.get(name) != wanted:
             raise SchedulerUnavailable(
                 f"this process's DRMAA session is bound to {name}={os.environ.get(name)}, "
@@ -219,7 +223,8 @@ def _map_drmaa_error(drmaa, exc: Exception, what: str) -> Exception:
 def run_bulk(*, remote_command: str, args: list[str], job_name: str, native_specification: str,
              environment: dict[str, str], working_directory: str, output_path: str,
              error_path: str, hold: bool, count: int, sge_root: str | None = None,
-             sge_cell: str | None = None, flavour: str | None = None) -> tuple[int, list[int]]:
+             sge_cell: str | None = None, flavour: str | None = None,
+             ports: dict[str, str] | None = None) -> tuple[int, list[int]]:
     """Submit one array job of tasks 1..count (``runBulkJobs(jt, 1, count, 1)``).
 
     Arguments are DRMAA job template attributes (drmaa_attributes(3)),
@@ -230,7 +235,7 @@ def run_bulk(*, remote_command: str, args: list[str], job_name: str, native_spec
     Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
     """
     with _lock:
-        session = open_session(sge_root=sge_root, sge_cell=sge_cell, flavour=flavour)
+        session = open_session(sge_root=sge_root, sge_cell=sge_cell, flavour=flavour, ports=ports)
         drmaa = load_drmaa(flavour or "sge8", sge_root)
         try:
             jt = session.createJobTemplate()

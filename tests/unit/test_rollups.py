@@ -301,3 +301,34 @@ def test_the_command_checks_and_rebuilds(ops_users, tmp_path):
         call_command("tco_rollups", "--check", stdout=StringIO())
     call_command("tco_rollups", "--rebuild", stdout=StringIO())
     call_command("tco_rollups", "--check", stdout=StringIO())
+
+
+def test_bills_sum_across_clusters_and_split_by_them(ops_users, tmp_path):
+    """Two cells: a team's bill sums both, per cluster splits them, a cluster filter narrows it, and
+    the rollups and the detail rows agree."""
+    research = Team.objects.get(project="research")
+    first_cluster = cluster_get_default()
+    second = Cluster.objects.create(name="second", sge_root="/var/lib/gridengine", sge_cell="second",
+                                    accounting_path="/nonexistent", qmaster_port=6544, execd_port=6545)
+    day = dt.datetime(2026, 5, 4, 10, tzinfo=UTC)
+    for cluster, job, wall, cost in ((first_cluster, 7100, 100, "1.25"), (second, 7100, 40, "0.5")):
+        campaign = make_campaign(team=research, user=ops_users["launcher"], name=f"on-{cluster.name}", job_number=job)
+        type(campaign).objects.filter(pk=campaign.pk).update(cluster=cluster)
+        task = Task.objects.create(cluster=cluster, campaign=campaign, job_number=job, task_number=1, is_array=True,
+                                   state="finishing", active=True, submitted_at=day, started_at=day, gone_at=day)
+        with transaction.atomic():
+            _store_records(cluster, [parsed(job, 1, submitted=day, started=day,
+                                            ended=day + dt.timedelta(seconds=wall), wall=wall, slots=1,
+                                            queue="agent.q", project="research")])
+        with rollups.tasks_rolled([task.pk]):
+            Task.objects.filter(pk=task.pk).update(cost_usd=Decimal(cost))
+    one_day = {"period": "day", "first": dt.date(2026, 5, 4), "last": dt.date(2026, 5, 4)}
+    whole = bills.bill(teams=[research], **one_day)
+    assert whole["totals"]["wallclock_s"] == 140 and whole["totals"]["cost_usd"] == Decimal("1.75")
+    split = bills.bill(teams=[research], group_by="cluster", **one_day)
+    assert {r["label"]: (r["wallclock_s"], r["cost_usd"]) for r in split["rows"]} == {
+        first_cluster.name: (100, Decimal("1.25")), "second": (40, Decimal("0.5"))}
+    assert comparable(split) == comparable(bills.bill(teams=[research], group_by="cluster", from_detail=True,
+                                                      **one_day))
+    only = bills.bill(teams=[research], clusters=[second], **one_day)
+    assert only["totals"]["wallclock_s"] == 40 and only["totals"]["cost_usd"] == Decimal("0.5")

@@ -24,6 +24,7 @@ def _bill_query(form: BillForm, **changes) -> str:
     data = form.cleaned_data
     query = {"period": data["period"], "first": data["first"].isoformat(), "last": data["last"].isoformat(),
              "group_by": data["group_by"], "team": data["team"].pk if data.get("team") else "",
+             "cluster": data["cluster"].name if data.get("cluster") else "",
              "campaign": data.get("campaign") or "", "model": data.get("model") or "",
              "launcher": data.get("launcher") or ""}
     query.update(changes)
@@ -33,7 +34,7 @@ def _bill_query(form: BillForm, **changes) -> str:
 def _bill(form: BillForm) -> dict:
     data = form.cleaned_data
     return bills.bill(teams=form.teams(), period=data["period"], first=data["first"], last=data["last"],
-                        group_by=data["group_by"], **form.filters())
+                      group_by=data["group_by"], clusters=form.clusters(), **form.filters())
 
 
 def _row_links(form: BillForm, result: dict) -> None:
