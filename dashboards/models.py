@@ -606,7 +606,7 @@ class ModelEndpoint(models.Model):
 class PolicyCeiling(models.Model):
     """The most a campaign's sandbox policy may allow, for one team or one agent definition (admin).
 
-    ``policy`` is YAML in the runner's policy schema (execution/sandbox/policy.py);
+    ``policy`` is YAML in the runner's policy schema (execution/sandbox/policy/);
     a campaign's policy may only narrow it (execution/sandbox/ceiling.py). Where
     both a team's and an agent definition's ceiling exist, the policy must fit
     both. Without any, the runner's default policy is the ceiling.
@@ -635,7 +635,8 @@ class PolicyCeiling(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        from execution.sandbox.policy import PolicyError, load_policy
+        from execution.sandbox.policy.load import load_policy
+        from execution.sandbox.policy.model import PolicyError
 
         try:
             load_policy(self.policy)

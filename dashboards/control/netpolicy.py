@@ -7,7 +7,7 @@ OpenShell's schema); :func:`network_policy_change` checks it exactly as a
 launch checks a policy (``launch.check_policy``: the runner's validator, the
 sandbox's bind check, every admin ceiling of the team and agent definition,
 the registered model endpoints: only those ever get a credential), then writes
-``campaigns/<id>/network.json`` (execution/spool.py ``NetworkPolicyFile``)
+``campaigns/<id>/network.json`` (execution/spool/network.py ``NetworkPolicyFile``)
 atomically with the next ``policy_version``. Every runner of the campaign
 re-checks it (execution/sandbox/live_network.py) and applies it to new
 requests of its metering proxy within a second; requests in flight go on.
@@ -36,8 +36,10 @@ from dashboards.core.roles import user_can
 from dashboards.launch import policy, spool
 from dashboards.models import Campaign, CampaignStatus
 from execution.sandbox.live_network import with_network
-from execution.sandbox.policy import PolicyError, parse_yaml
-from execution.spool import NetworkPolicyFile, NetworkPolicyFileError, parse_stage_time
+from execution.sandbox.policy.load import parse_yaml
+from execution.sandbox.policy.model import PolicyError
+from execution.spool.network import NetworkPolicyFile, NetworkPolicyFileError
+from execution.spool.record import parse_stage_time
 
 ACTION = "network_policy"
 #: Campaign states whose network policy may change (tasks may be running or still to start).

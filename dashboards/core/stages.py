@@ -1,6 +1,6 @@
 """Stage statistics: how long each part of an agent's life took (DESIGN.md "Stages").
 
-The runner's six timestamps (execution/spool.py ``STAGES``) become the
+The runner's six timestamps (execution/spool/contract.py ``STAGES``) become the
 durations the pages show (``DURATIONS``: submit, queue wait, sandbox start,
 agent work, integration overhead): per task (:func:`task_stages`,
 :func:`timeline`) and per campaign (:func:`campaign_stages`: median, p10,
@@ -22,7 +22,7 @@ from django.db import connection
 from django.db.models import FloatField, Func
 
 from dashboards.models import Campaign, Task
-from execution.spool import DURATIONS
+from execution.spool.contract import DURATIONS
 
 
 def iso(value: dt.datetime | None) -> str | None:

@@ -28,7 +28,7 @@ from dashboards.models import (
     Task,
     TaskEvent,
 )
-from execution.spool import TOKEN_FIELDS
+from execution.spool.contract import TOKEN_FIELDS
 from schedulers.base import AccountingCursor, AccountingMissing, SchedulerAdapter
 from schedulers.base import AccountingRecord as ParsedRecord
 from schedulers.gridengine.parsers.accounting import usage_group_values

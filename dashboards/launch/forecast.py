@@ -44,7 +44,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from dashboards.core.stages import quantile
-from dashboards.models import Cluster, Task, Team
+from dashboards.models import Cluster, Task
 
 if TYPE_CHECKING:
     from dashboards.launch.service import LaunchRequest

@@ -44,9 +44,10 @@ from dashboards.launch import spool as launch_spool
 from dashboards.launch.policy import ceilings_for, check_policy
 from dashboards.launch.predecessor import check_predecessor
 from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
-from execution import spool
+from execution.spool import spec as spool_spec
+from execution.spool.contract import SpecError
 
-#: The runner spec version this launch writes (execution/runner.py reads it).
+#: The runner spec version this launch writes (execution/runner/ reads it).
 MAX_OUTPUTS = 32
 
 
@@ -259,8 +260,8 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
         launched_at=timezone.now())
     encoded = [json.dumps(item, separators=(",", ":"), sort_keys=True) for item in req.inputs]
     try:
-        registered = [spool.ModelEndpoint.from_json(e.spec_entry()) for e in endpoints]
-    except spool.SpecError as exc:
+        registered = [spool_spec.ModelEndpoint.from_json(e.spec_entry()) for e in endpoints]
+    except SpecError as exc:
         raise LaunchError(f"registered model endpoint: {exc}") from None
     # The ceilings' network parts go with the spec: a runner re-checks a live network policy change.
     network_ceilings = [{"label": label, "network_policies": json.loads(json.dumps(

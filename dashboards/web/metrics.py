@@ -43,7 +43,7 @@ from dashboards.live import cluster as live_cluster
 from dashboards.live.counts import depth_counts
 from dashboards.models import Cluster
 from dashboards.web import metrics
-from execution.spool import TOKEN_FIELDS
+from execution.spool.contract import TOKEN_FIELDS
 
 
 def _allowed_networks() -> list:

@@ -64,6 +64,7 @@ _first_connection = threading.Event()
 
 
 def report(*words) -> None:
+    """Write one status line (the words, space-separated) to the runner's status pipe; never raises."""
     line = (" ".join(str(w) for w in words) + "\n").encode("utf-8", "replace")
     with _lock:
         try:
@@ -204,6 +205,8 @@ def _not_dumpable() -> None:
 
 
 def main(argv) -> int:
+    """Entry point inside the sandbox (``argv``: the relay's options, ``--``, the agent's command):
+    PID 1, the loopback listener and the agent. Returns the exit status."""
     global _status_fd, _agent_pid
     opts, agent = _parse(argv)
     _status_fd = int(opts["--status-fd"])

@@ -11,7 +11,7 @@ import yaml
 
 from dashboards.management.commands.tco_bootstrap import demo_ceiling
 from dashboards.models import AuditEntry, Team
-from execution.spool import NetworkPolicyFile
+from execution.spool.network import NetworkPolicyFile
 from tests.ops.fixtures import make_campaign, ops_logins, ops_stack, ops_users  # noqa: F401
 
 from ..conftest import TEST_OUTPUT

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from execution.metering.usage import append_usage_file
+from execution.metering.usage_file import append_usage_file
 from execution.usage_epilog import append
 from schedulers.gridengine.parsers.accounting import parse_line, read_accounting, usage_group_values
 

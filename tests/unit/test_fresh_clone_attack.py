@@ -263,7 +263,7 @@ def test_the_web_sides_spool_writes_are_private_too(tmp_path, ops_users, researc
     create 0700 (not only the last one, as ``os.makedirs`` would), files 0600."""
     import stat
 
-    from execution.spool import write_atomic
+    from execution.spool.files import write_atomic
 
     old = os.umask(0o022)
     try:

@@ -16,7 +16,7 @@ from dashboards.core.errors import ActionRefused
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AuditEntry, Campaign, ModelEndpoint, PolicyCeiling
 from dashboards.core.errors import LaunchError
-from execution.spool import NetworkPolicyFile
+from execution.spool.network import NetworkPolicyFile
 from tests.ops.fixtures import ops_users  # noqa: F401
 from tests.unit.test_launching import agent, research  # noqa: F401  (fixtures)
 

@@ -1,7 +1,7 @@
 """The runner, run as Grid Engine runs it: a subprocess with an environment and a spool.
 
 The agent is the bundled demo agent, in the runner's default bubblewrap
-sandbox. Choices checked here (see execution/runner.py): a runner stopped by a
+sandbox. Choices checked here (see docs/runner.md): a runner stopped by a
 signal writes a record with ``agent_exited_at`` null (the agent did not end
 by itself), ``teardown_done_at`` set, ``runner_signal`` set and exit status
 128+signal.
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from execution import runner
+from execution.runner import config
+from execution.runner.clock import StageClock
+from execution.runner.task import sandbox_paths
 
 REPO = Path(__file__).resolve().parents[2]
 STAGE_ORDER = ["task_started_at", "sandbox_create_at", "sandbox_ready_at", "agent_started_at", "agent_exited_at",
@@ -147,7 +149,7 @@ def test_the_agents_exit_status_is_passed_through(spool):
 
 
 def test_output_is_captured_and_capped(spool):
-    cap = runner.OUTPUT_CAP_BYTES
+    cap = config.OUTPUT_CAP_BYTES
     spool.write([{"task": 1, "duration_s": 0, "stdout_bytes": cap + 500_000, "stderr_bytes": 10}])
     assert spool.run(1).returncode == 0
     record = spool.record(1)
@@ -205,7 +207,7 @@ def test_an_agent_that_ignores_sigterm_is_killed_after_the_grace(spool):
 def test_an_agent_past_its_timeout_is_stopped(spool):
     spool.write([{"task": 1, "duration_s": 30}], timeout_s=0.5)
     result = spool.run(1)
-    assert result.returncode == runner.EXIT_TIMEOUT
+    assert result.returncode == config.EXIT_TIMEOUT
     record = spool.record(1)
     assert record["flags"] == ["agent_timeout"]
     assert record["stages"]["agent_exited_at"] is None and record["signal"] == signal.SIGTERM
@@ -215,7 +217,7 @@ def test_an_agent_past_its_timeout_is_stopped(spool):
 
 def test_a_missing_spec_gives_a_runner_error_record(spool):
     result = spool.run(1)
-    assert result.returncode == runner.EXIT_CONFIG
+    assert result.returncode == config.EXIT_CONFIG
     record = spool.record(1)
     assert record["flags"] == ["runner_error"] and "spec.json" in record["error"]
     assert record["stdout_path"] is None
@@ -231,19 +233,19 @@ def test_a_numeric_campaign_id_in_the_spec_matches_its_text_in_the_environment(t
 
 def test_a_spec_for_another_campaign_is_refused(spool):
     spool.write([{"task": 1}], campaign_id="other")
-    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert spool.run(1).returncode == config.EXIT_CONFIG
     assert "is for campaign 'other'" in spool.record(1)["error"]
 
 
 def test_a_missing_input_line_gives_a_runner_error_record(spool):
     spool.write([{"task": 1}])
-    assert spool.run(2).returncode == runner.EXIT_CONFIG
+    assert spool.run(2).returncode == config.EXIT_CONFIG
     assert "no line 2" in spool.record(2)["error"]
 
 
 def test_an_agent_that_cannot_start_gives_a_runner_error_record(spool):
     spool.write([{"task": 1}], command=["/nonexistent/agent", "{input}"])
-    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert spool.run(1).returncode == config.EXIT_CONFIG
     assert "cannot start agent" in spool.record(1)["error"]
 
 
@@ -252,7 +254,7 @@ def test_without_a_spool_it_exits_without_a_record(tmp_path):
     env.update(PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
     result = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, capture_output=True,
                             text=True, timeout=30, start_new_session=True)
-    assert result.returncode == runner.EXIT_CONFIG
+    assert result.returncode == config.EXIT_CONFIG
     assert "TCO_SPOOL_DIR" in result.stderr
 
 
@@ -262,13 +264,13 @@ def test_a_campaign_id_cannot_escape_the_spool(spool):
     env["TCO_CAMPAIGN_ID"] = "../../etc"
     result = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, capture_output=True,
                             text=True, timeout=30, start_new_session=True)
-    assert result.returncode == runner.EXIT_CONFIG and "TCO_CAMPAIGN_ID" in result.stderr
+    assert result.returncode == config.EXIT_CONFIG and "TCO_CAMPAIGN_ID" in result.stderr
 
 
 # --------------------------------------------------------------------------- start-up
 
 def test_the_runner_imports_no_django_and_nothing_outside_the_stdlib():
-    code = ("import sys, execution.runner; "
+    code = ("import sys, execution.runner.main; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery', 'drmaa')))")
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -277,7 +279,7 @@ def test_the_runner_imports_no_django_and_nothing_outside_the_stdlib():
 
 
 def test_stage_clock_is_monotonic_utc_with_microseconds():
-    clock = runner.StageClock(wall_ns=1_700_000_000_123_456_789, mono_ns=time.monotonic_ns())
+    clock = StageClock(wall_ns=1_700_000_000_123_456_789, mono_ns=time.monotonic_ns())
     assert clock.anchor_iso() == "2023-11-14T22:13:20.123456Z"
     first, second = clock.iso(), clock.iso()
     assert first <= second and first >= clock.anchor_iso()
@@ -335,7 +337,7 @@ def test_declared_outputs_are_copied_and_links_are_not_followed(spool, tmp_path)
 
 def test_an_invalid_policy_is_a_runner_error_naming_every_problem(spool):
     spool.write([{"task": 1}], policy="version: 1\nfilesystem_policy:\n  read_onyl: [/usr]\n  read_write: ['/']\n")
-    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert spool.run(1).returncode == config.EXIT_CONFIG
     record = spool.record(1)
     assert record["flags"] == ["runner_error"]
     assert "filesystem_policy.read_onyl: unknown field (did you mean 'read_only'?)" in record["error"]
@@ -348,13 +350,13 @@ def test_a_policy_bubblewrap_cannot_enforce_is_refused(spool):
               "protocol: rest, rules: [{allow: {method: GET, path: /}}], deny_rules: [{method: GET, path: /x}]}\n"
               "    binaries: [{path: /usr/bin/python3}]\n")
     spool.write([{"task": 1}], policy=policy)
-    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert spool.run(1).returncode == config.EXIT_CONFIG
     assert "deny_rules: not enforced by the metering proxy" in spool.record(1)["error"]
 
 
 def test_a_model_endpoint_outside_the_policy_is_refused(spool):
     spool.write([{"task": 1}], model_endpoint={"base_url": "http://127.0.0.1:9", "credential_name": "x"})
-    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert spool.run(1).returncode == config.EXIT_CONFIG
     assert "is not a protocol: rest endpoint of the sandbox policy" in spool.record(1)["error"]
 
 
@@ -430,7 +432,7 @@ def test_the_runner_refuses_exactly_what_checks_refusals_names(spool, tmp_path, 
     env.pop("TMPDIR", None)
     proc = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(spool.root),
                           capture_output=True, timeout=60, start_new_session=True)
-    assert proc.returncode == runner.EXIT_CONFIG
+    assert proc.returncode == config.EXIT_CONFIG
     # What the launch form would compute with the same settings (the runner adds its TMPDIR, /tmp here).
     expected = refusals(text, masked_paths=runner_masked_paths(spool=str(spool.root)) + ["/tmp"],
                         state_paths=[str(state)])
@@ -444,9 +446,7 @@ def test_a_grid_engine_tmpdirs_siblings_are_masked(tmp_path):
     env = {"TCO_SPOOL_DIR": str(tmp_path / "spool"), "JOB_ID": "77", "TMPDIR": str(tmp_path / "77.1.all.q"),
            "TCO_SANDBOX_MASK": "/srv/state:relative", "TCO_SANDBOX_SHARED": "/srv/state/sweeps"}
     (tmp_path / "77.1.all.q").mkdir()
-    r = runner.Runner(env)
-    r.spool = env["TCO_SPOOL_DIR"]
-    paths = r._sandbox_paths()
+    paths = sandbox_paths(env, env["TCO_SPOOL_DIR"])
     assert str(tmp_path) in paths["masked"] and str(tmp_path / "77.1.all.q") in paths["masked"]
     assert str(tmp_path / "spool") in paths["masked"] and str(tmp_path / "spool" / "credentials.json") in paths["masked"]
     assert paths["state"] == ["/srv/state"] and paths["shared"] == ["/srv/state/sweeps"]
@@ -458,14 +458,14 @@ def test_a_bad_limit_is_a_configuration_error_before_the_agent_starts(spool, nam
     spool.write([{"task": 1, "duration_s": 0}])
     proc = subprocess.run([sys.executable, "-m", "execution.runner"], env={**spool.env(1), name: value},
                           cwd=str(spool.root), capture_output=True, timeout=60, start_new_session=True)
-    assert proc.returncode == runner.EXIT_CONFIG
+    assert proc.returncode == config.EXIT_CONFIG
     record = spool.record(1)
     assert record["error"].startswith(f"{name}={value!r}") and record["stages"]["sandbox_create_at"] is None
 
 
 def test_the_proxy_limits_reach_the_proxy(spool, tmp_path):
     # One limit set, the others the proxy's defaults: a body over 1000 bytes is refused (413).
-    from execution.metering.proxy import Limits
+    from execution.metering.endpoints import Limits
 
     code = ("import http.client\nc = http.client.HTTPConnection('127.0.0.1', 8790, timeout=30)\n"
             "c.request('POST', '/v1/messages', b'x' * 5000, {'content-type': 'application/json'})\n"
@@ -503,7 +503,7 @@ def test_under_openshell_the_launchers_endpoint_with_a_binding_is_refused(spool,
            "PATH": f"{standin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     proc = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(spool.root),
                           capture_output=True, timeout=60, start_new_session=True)
-    assert proc.returncode == runner.EXIT_CONFIG
+    assert proc.returncode == config.EXIT_CONFIG
     error = spool.record(1)["error"]
     assert "endpoints[1].credential_binding: launcher.example.com:443 is not a registered model endpoint" in error
     assert "endpoints[0]" not in error

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from execution.spool import NetworkPolicyFile, SpoolLayout
+from execution.spool.layout import SpoolLayout
+from execution.spool.network import NetworkPolicyFile
 from tests.unit.test_runner import Spool, wait_for
 
 AGENT = r"""

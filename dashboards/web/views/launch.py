@@ -8,7 +8,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from dashboards.core import limits
-from dashboards.core.clusters import cluster_get_default
 from dashboards.core.errors import Refused
 from dashboards.core.roles import user_can
 from dashboards.launch import forecast as launch_forecast
