@@ -60,7 +60,8 @@ def runner_record(spool, task: Task, rng: random.Random, *, version: int) -> Non
     folder.mkdir(parents=True, exist_ok=True)
     outputs = []
     if rng.random() < 0.5:
-        out = folder / f"{task.task_number}.v{version}.verdict.json"
+        out = folder / f"{task.task_number}.outputs" / f"v{version}" / "verdict.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"verdict": rng.choice(["ok", "bad"])}))
         outputs.append({"name": "verdict.json", "path": str(out)})
     record = {"version": 1, "campaign_id": task.campaign_id, "task_number": task.task_number,
@@ -332,3 +333,47 @@ def test_bills_sum_across_clusters_and_split_by_them(ops_users, tmp_path):
                                                       **one_day))
     only = bills.bill(teams=[research], clusters=[second], **one_day)
     assert only["totals"]["wallclock_s"] == 40 and only["totals"]["cost_usd"] == Decimal("0.5")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retention_drops_in_batches_while_ingest_stores(ops_users, tmp_path, bootstrap):
+    """The drop and the accounting ingest at once, each in its own connection: neither fails, the
+    new records are all stored, and the bills keep their figures (March as before the drop, the new
+    records in April)."""
+    import threading
+
+    from django.db import connections
+
+    history = build_history(random.Random(5), tmp_path / "spool", ops_users, days=20)
+    teams, first, last = history["teams"], dt.date(2026, 3, 1), dt.date(2026, 3, 31)
+    before = all_bills(teams, first=first, last=last, from_detail=False)
+    assert before == all_bills(teams, first=first, last=last, from_detail=True)
+    cluster = Cluster.objects.get(pk=history["cluster"].pk)
+    now = dt.datetime(2026, 4, 11, 12, tzinfo=UTC)
+    new = [parsed(8000 + n // 10, n % 10, submitted=now, started=now + dt.timedelta(minutes=n),
+                  ended=now + dt.timedelta(minutes=n, seconds=30), wall=30, slots=1, queue="classic.q",
+                  project="research") for n in range(200)]
+    errors_seen, dropped = [], []
+
+    def drop():
+        try:
+            dropped.append(retention.drop_old_detail(cluster, days=24, now=now, batch=2))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors_seen.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=drop)
+    thread.start()
+    for i in range(0, len(new), 10):
+        with transaction.atomic():
+            _store_records(cluster, new[i:i + 10])
+    thread.join(timeout=120)
+    assert not thread.is_alive() and not errors_seen, errors_seen
+    cut = dt.datetime(2026, 3, 18, 12, tzinfo=UTC)
+    assert dropped[0].cutoff == cut and dropped[0].tasks and dropped[0].batches > 2 and dropped[0].done
+    assert not Task.objects.filter(active=False, ended_at__lt=cut).exists()
+    assert AccountingRecord.objects.filter(job_number__gte=8000, job_number__lt=8020).count() == 200
+    assert all_bills(teams, first=first, last=last, from_detail=False) == before
+    april = bills.bill(teams=teams, period="month", first=dt.date(2026, 4, 1), last=dt.date(2026, 4, 30))
+    assert april["not_tco_totals"]["records"] == 200 and april["not_tco_totals"]["wallclock_s"] == 6000
