@@ -311,6 +311,12 @@ TCO_RUNNER_FINISHED_GRACE_S = env_float("TCO_RUNNER_FINISHED_GRACE_S", 90.0)
 # A failed task with no runner record this long after its end had its runner killed outright (dashboards/orphans.py).
 TCO_RUNNER_RECORD_GRACE_S = env_float("TCO_RUNNER_RECORD_GRACE_S", 60.0)
 TCO_DELETED_GRACE_S = env_float("TCO_DELETED_GRACE_S", 10.0)
+# Detail rows (tasks, model requests, accounting records) of usage that ended more than this many days
+# ago are dropped; bills keep their figures in the hourly rollups (dashboards/ingest/retention.py).
+# 0: keep everything. The drop runs every TCO_RETENTION_INTERVAL_S, TCO_RETENTION_BATCH tasks a transaction.
+TCO_DETAIL_RETENTION_DAYS = env_float("TCO_DETAIL_RETENTION_DAYS", 0.0)
+TCO_RETENTION_INTERVAL_S = env_float("TCO_RETENTION_INTERVAL_S", 600.0)
+TCO_RETENTION_BATCH = env_int("TCO_RETENTION_BATCH", 2000)
 # Submit with -notify; needs execd_params NOTIFY_KILL=TERM,NOTIFY_SUSP=none on the cluster.
 TCO_NOTIFY = env_bool("TCO_NOTIFY", True)
 # The interpreter the scheduler starts the runner with (same venv as the workers).

@@ -286,7 +286,8 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
 # --------------------------------------------------------------------------- callers' shapes
 
 def urgent_launch(*, user: AbstractBaseUser, team: Team, agent_definition: AgentDefinition, input: dict[str, Any],
-                  name: str = "", queue: str = "agent.q", seats_per_task: int = 1, model: str = "") -> LaunchOutcome:
+                  name: str = "", queue: str = "agent.q", seats_per_task: int = 1, model: str = "",
+                  cluster: Cluster | None = None) -> LaunchOutcome:
     """One urgent agent: submitted with ``-p limits.URGENT_PRIORITY`` by the operator account, so it
     starts at the next free slot the scheduler's policy gives. Urgent launchers only."""
     if not isinstance(input, dict):
@@ -295,7 +296,7 @@ def urgent_launch(*, user: AbstractBaseUser, team: Team, agent_definition: Agent
     return launch(user=user, request=LaunchRequest(
         team=team, agent_definition=agent_definition, inputs=[input], name=name, queue=queue,
         seats_per_task=seats_per_task, priority=limits.URGENT_PRIORITY, model=model, urgent=True,
-        action="urgent_launch"))
+        action="urgent_launch", cluster=cluster))
 
 
 def campaign_inputs(campaign: Campaign) -> list[dict[str, Any]]:

@@ -75,7 +75,8 @@ class GridEngine(SchedulerAdapter):
                  resources: Iterable[str] = (), sge_root: str | None = None,
                  sge_cell: str | None = None, timeout: float = 10.0,
                  max_tasks: int = DEFAULT_MAX_TASKS, notify: bool = False,
-                 accounting_path: str | None = None) -> None:
+                 accounting_path: str | None = None, qmaster_port: int | None = None,
+                 execd_port: int | None = None) -> None:
         self.queues = frozenset(queues)
         self.projects = frozenset(projects)
         self.resources = frozenset(resources)
@@ -86,6 +87,15 @@ class GridEngine(SchedulerAdapter):
         self.notify = notify
         self.defaults = defaults_for(self.flavour)
         self.accounting_path = accounting_path or self.defaults.accounting_path(self.sge_root, self.sge_cell)
+        # A cell on other ports than /etc/services says (a second cell on one machine): its clients
+        # and libdrmaa need them in the environment, as the cell's settings.sh sets them.
+        self.ports = {name: str(port) for name, port in (("SGE_QMASTER_PORT", qmaster_port),
+                                                          ("SGE_EXECD_PORT", execd_port)) if port}
+
+    @property
+    def cell_environment(self) -> dict[str, str]:
+        """The variables that select this adapter's cell for Grid Engine's clients."""
+        return {"SGE_ROOT": self.sge_root, "SGE_CELL": self.sge_cell, **self.ports}
 
     def json_outputs(self) -> bool:
         """Whether the status commands are asked for ``-fmt json`` (never on SGE 8)."""
@@ -103,8 +113,7 @@ class GridEngine(SchedulerAdapter):
 
     # ---- commands
     def _run(self, argv: list[str], timeout: float | None = None) -> bytes:
-        return run_command(argv, timeout=timeout or self.timeout,
-                           env_extra={"SGE_ROOT": self.sge_root, "SGE_CELL": self.sge_cell})
+        return run_command(argv, timeout=timeout or self.timeout, env_extra=self.cell_environment)
 
     def list_tasks(self) -> list[QstatTask]:
         """Every job's tasks, all users: ``qstat -xml -u '*'`` (qstat(1)).
@@ -316,7 +325,8 @@ class GridEngine(SchedulerAdapter):
         SchedulerUnavailable (libdrmaa not loadable, qmaster unreachable).
         """
         native = self.native_specification(spec)
-        return drmaa.run_bulk(spec, native, sge_root=self.sge_root, sge_cell=self.sge_cell, flavour=self.flavour)
+        return drmaa.run_bulk(spec, native, sge_root=self.sge_root, sge_cell=self.sge_cell, flavour=self.flavour,
+                              ports=self.ports)
 
 
 # (sge_root, sge_cell) -> whether the installed clients take ``-fmt json``.

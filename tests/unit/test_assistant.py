@@ -19,6 +19,7 @@ from assistant import facts
 from assistant.server import bearer_key, build_server, http_app, is_loopback
 from dashboards.core.accounts import api_token_revoke, api_token_rotate
 from dashboards.core.clusters import cluster_get_default
+from dashboards.core import rollups
 from dashboards.models import AccountingRecord, Task, Team
 from schedulers.fake import FakeScheduler
 
@@ -53,6 +54,7 @@ def world(role_users, monkeypatch):
             submitted_at=t.submitted_at, started_at=t.started_at, ended_at=t.ended_at, job_name="x", owner="tco",
             group="tco", project=t.campaign.team.project, queue="agent.q", hostname="vm", slots=1,
             wallclock_s=30.0, cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
+    rollups.rebuild()  # the usage rollups of these records, as ingest keeps them
     cluster = cluster_get_default()
     cluster.status = {
         "queues": [{"name": "agent.q", "used": 0, "total": 4}],

@@ -59,7 +59,8 @@ def urgent_page(request: HttpRequest) -> HttpResponse:
                 outcome = service.urgent_launch(user=request.user, team=data["team"],
                                                   agent_definition=data["agent_definition"], input=data["input"],
                                                   name=data["name"], queue=data["queue"],
-                                                  seats_per_task=data["seats_per_task"], model=data["model"])
+                                                  seats_per_task=data["seats_per_task"], model=data["model"],
+                                                  cluster=data.get("cluster"))
             except Refused as exc:
                 form.add_error(None, str(exc))
             else:
