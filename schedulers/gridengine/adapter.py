@@ -9,6 +9,7 @@ with a native specification built only from validated fields
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
 
 from schedulers.accounting_cursor import fingerprint, plan_read
@@ -40,6 +41,9 @@ from .parsers.qstat import parse_qstat
 from .parsers.qstat_j import parse_job_detail
 from .parsers.queue_summary import parse_cluster_queue_summary
 from .parsers.sharetree import parse_share_mon
+
+#: The thread that reads the accounting file ahead of the ingest (GridEngine.accounting_since).
+_READ_AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tco-accounting-ahead")
 
 # (sge_root, sge_cell) -> {job_number: project or None}, filled from qstat -ext.
 _PROJECTS: dict[tuple[str, str], dict[int, str | None]] = {}
@@ -220,6 +224,25 @@ class GridEngine(SchedulerAdapter):
         return parse_job_detail(data)
 
     def accounting_since(self, cursor: AccountingCursor | None, max_bytes: int) -> AccountingBatch:
+        """Records of :attr:`accounting_path` after ``cursor`` (:meth:`_accounting_since`).
+
+        While the caller stores a batch that was not the file's end, the next one is read and
+        parsed ahead in a thread (the parse, Python's work, overlaps the database's, which releases
+        the interpreter while it waits): a call for the cursor that batch ended at gets it at
+        once. A read ahead that no call asks for (the caller stopped, or read from elsewhere) is
+        dropped; it is the read that call would have made, only earlier.
+        """
+        ahead, self._ahead = getattr(self, "_ahead", None), None
+        if ahead is not None and ahead[0] == (cursor, max_bytes):
+            batch = ahead[1].result()
+        else:
+            batch = self._accounting_since(cursor, max_bytes)
+        if batch.records or batch.quarantined or batch.skipped:
+            self._ahead = ((batch.cursor, max_bytes), _READ_AHEAD.submit(self._accounting_since, batch.cursor,
+                                                                         max_bytes))
+        return batch
+
+    def _accounting_since(self, cursor: AccountingCursor | None, max_bytes: int) -> AccountingBatch:
         """Records of :attr:`accounting_path` after ``cursor`` (``parsers.accounting.read_accounting``).
 
         Where to read is planned by ``schedulers.accounting_cursor.plan_read``:

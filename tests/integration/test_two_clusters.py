@@ -111,6 +111,11 @@ def one_round() -> None:
 def test_one_tco_polls_ingests_launches_and_bills_two_cells(second, ops_users, django_user_model):
     first = cluster_get_default()
     assert [c.name for c in clusters_watched()] == [first.name, second.name]
+    one_round()  # both polled: their queues, hosts and seats known before a launch is forecast
+    for cluster in (first, second):
+        cluster.refresh_from_db()
+        assert cluster.polled_at and not cluster.poll_error, (cluster.name, cluster.poll_error)
+        assert cluster.status.get("queues"), cluster.name
     research = Team.objects.get(project="research")
     agent = AgentDefinition.objects.get(name="demo-agent")
     launcher = ops_users["launcher"]
