@@ -12,10 +12,10 @@ import os
 
 import pytest
 
-from ..conftest import TEST_OUTPUT
-from ..integration.calendar_window import CALENDAR, QUEUE, closed_window
-from .test_ops_pages import login
-from .test_queue_page import browser_page, wait_for  # noqa: F401 (a fixture)
+from tests.support.stack import TEST_OUTPUT
+from tests.support.calendar_window import CALENDAR, closed_window, QUEUE
+from tests.support.browser import login
+from tests.support.browser import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")

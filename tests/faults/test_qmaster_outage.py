@@ -30,7 +30,7 @@ from dashboards import health
 from dashboards.models import Campaign, Task, TaskEvent, Team
 from dashboards.clusters import cluster_get_default
 from execution.spool import RunnerRecord, SpoolLayout
-from tests.conftest import make_campaign
+from tests.support.campaigns import make_campaign
 
 from .conftest import poll_cycle, qmaster_start, qmaster_stop, submit_as_tco, wait_for
 from .ledger import compare, report

@@ -24,7 +24,7 @@ from django.utils import timezone
 from dashboards import realtime
 from dashboards.models import Cluster, IngestCheckpoint, Team
 from dashboards.clusters import cluster_get_default
-from tests.conftest import make_campaign
+from tests.support.campaigns import make_campaign
 
 from .conftest import RedisServer, wait_for
 from .ledger import compare, report

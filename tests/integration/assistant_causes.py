@@ -27,7 +27,8 @@ from dashboards.ingest import apply_qstat_poll
 from dashboards.launch import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Budget, Campaign, Task, Team
 from dashboards.services import campaign_submit
-from tests.ops.fixtures import SGE_ENV, qstat_jobs, wait_until
+from tests.helpers import wait_until
+from tests.support.cluster import qstat_jobs, SGE_ENV
 
 
 @dataclass

@@ -14,9 +14,10 @@ import pytest
 from dashboards.clusters import cluster_get_default, cluster_status_refresh, scheduler_for
 from schedulers.pending import explain_pending
 from tests.integration.assistant_causes import qsub_sleep, scheduler_said
-from tests.integration.calendar_window import CALENDAR, QUEUE, closed_window, opening_reason
-from tests.integration.test_hosts import queue_instances
-from tests.ops.fixtures import qdel_quietly, qstat_jobs, wait_until
+from tests.support.calendar_window import CALENDAR, closed_window, opening_reason, QUEUE
+from tests.support.hosts import queue_instances
+from tests.helpers import wait_until
+from tests.support.cluster import qdel_quietly, qstat_jobs
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

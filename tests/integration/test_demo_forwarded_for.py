@@ -19,7 +19,7 @@ from http.cookiejar import CookieJar
 import pytest
 from django.conf import settings
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.integration
 

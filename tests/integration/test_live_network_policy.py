@@ -29,7 +29,7 @@ from dashboards.models import AgentDefinition, AuditEntry, ModelEndpoint, Policy
 from dashboards.roles import membership_set
 from dashboards.services import campaign_submit
 from schedulers.hosts import master_address
-from tests.unit.test_runner_live_network import AGENT, Upstream
+from tests.support.runner import AGENT, Upstream
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -1,0 +1,230 @@
+"""The assistant's MCP server, in process (the mcp package's own Client): scoping, refusals, tokens, facts.
+
+The transports (stdio, streamable HTTP) are exercised in
+tests/integration/test_assistant_cluster.py with the same client.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import anyio
+import pytest
+from mcp import Client
+
+from assistant import facts
+from assistant.server import bearer_key, build_server, http_app, is_loopback
+from dashboards.accounts import api_token_revoke, api_token_rotate
+from dashboards.clusters import cluster_get_default
+from dashboards.models import AccountingRecord, Task, Team
+from schedulers.fake import FakeScheduler
+
+from tests.support.campaigns import make_campaign
+
+# The tools run Django in a worker thread: the data must be committed for it to see.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fast_passwords", "locmem_cache")]
+
+T0 = dt.datetime(2026, 11, 2, 9, 0, 0, tzinfo=dt.timezone.utc)
+SEAT_MESSAGE = "(-l anthropic_api=1) cannot run globally because it offers only gc:anthropic_api=0.000000"
+
+
+@pytest.fixture
+def world(role_users, monkeypatch):
+    research = Team.objects.get(project="research")
+    engineering = Team.objects.get(project="engineering")
+    admin = role_users["admin"]
+    done = {"state": "done", "state_code": "", "active": False, "submitted_at": T0, "started_at": T0,
+            "ended_at": T0 + dt.timedelta(seconds=30), "wallclock_s": 30.0, "input_tokens": 1000,
+            "cost_usd": Decimal("0.25")}
+    mine = make_campaign(team=research, user=admin, name="mine", job_number=1101,
+                         tasks=[done, {"state": "pending"}], launched_at=T0 - dt.timedelta(seconds=1))
+    make_campaign(team=research, user=admin, name="first", job_number=1100,
+                  tasks=[{"state": "held", "state_code": "hqw"}] * 2, launched_at=T0 - dt.timedelta(seconds=2))
+    theirs = make_campaign(team=engineering, user=admin, name="theirs", job_number=1102,
+                           tasks=[{**done, "cost_usd": Decimal("7.5")}, {"state": "pending"}],
+                           launched_at=T0 - dt.timedelta(seconds=1))
+    for t in Task.objects.filter(state="done"):
+        AccountingRecord.objects.create(
+            cluster=t.cluster, task=t, job_number=t.job_number, task_number=t.task_number, submission_us=0,
+            start_us=int(t.started_at.timestamp() * 1e6), end_us=int(t.ended_at.timestamp() * 1e6),
+            submitted_at=t.submitted_at, started_at=t.started_at, ended_at=t.ended_at, job_name="x", owner="tco",
+            group="tco", project=t.campaign.team.project, queue="agent.q", hostname="vm", slots=1,
+            wallclock_s=30.0, cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
+    cluster = cluster_get_default()
+    cluster.status = {
+        "queues": [{"name": "agent.q", "used": 0, "total": 4}],
+        "hosts": [{"name": "global", "resources": {"anthropic_api": {"value": "0.000000", "dominance": "gc"}}}],
+        "quotas": [], "global_capacity": {"anthropic_api": 2},
+        "share_tree": [{"node": "/research", "project": "research", "actual_share": 0.2, "long_target_share": 0.5},
+                       {"node": "/engineering", "project": "engineering", "actual_share": 0.8,
+                        "long_target_share": 0.5}],
+    }
+    cluster.save(update_fields=["status"])
+    fake = FakeScheduler()
+    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    fake.set_job_detail(1101, {"job_number": 1101, "tasks": [], "holds": {}, "predecessors": [1100],
+                               "hard_resources": {"anthropic_api": "1"}, "hard_queues": ["agent.q"],
+                               "scheduler_messages": [SEAT_MESSAGE], "global_messages": []})
+    keys = {name: api_token_rotate(user=role_users[name]).key for name in ("viewer", "lead", "eng-viewer")}
+    return {"users": role_users, "mine": mine, "theirs": theirs, "keys": keys, "fake": fake}
+
+
+def call(key: str | None, tool: str, **arguments) -> tuple[bool, dict | str]:
+    """Call ``tool`` on a stdio-mode server holding ``key``: ``(is_error, structured answer or error text)``."""
+    async def go():
+        async with Client(build_server(stdio_key=key)) as client:
+            result = await client.call_tool(tool, arguments)
+            if result.is_error:
+                text = result.content[0].text
+                prefix = f"Error executing tool {tool}: "  # the SDK's wording around a ToolError's message
+                assert text.startswith(prefix), text
+                return True, text[len(prefix):]
+            return False, result.structured_content
+    return anyio.run(go)
+
+
+def test_the_tools_are_listed_read_only():
+    async def go():
+        async with Client(build_server(stdio_key="x")) as client:
+            return (await client.list_tools()).tools
+    tools = {t.name: t for t in anyio.run(go)}
+    assert set(tools) == {"queue_summary", "campaign", "task", "why_pending", "team_bill"}
+    assert all(t.annotations.read_only_hint and not t.annotations.destructive_hint for t in tools.values())
+
+
+def test_a_viewer_sees_their_teams_campaign_and_task_and_not_the_others(world):
+    key, mine, theirs = world["keys"]["viewer"], world["mine"], world["theirs"]
+    error, answer = call(key, "campaign", campaign_id=mine.pk)
+    assert not error and answer["campaign"]["name"] == "mine" and answer["campaign"]["team"] == "research"
+    error, answer = call(key, "campaign", campaign_id=theirs.pk)
+    assert error and answer == f"refused: no campaign {theirs.pk} that you may see"
+    # A campaign that does not exist gets the same words: a refusal tells nothing about other teams.
+    assert call(key, "campaign", campaign_id=999999) == (True, "refused: no campaign 999999 that you may see")
+
+    done = mine.tasks.get(task_number=1)
+    error, answer = call(key, "task", task_id=done.pk)
+    assert not error and answer["task"]["id"] == done.pk and answer["campaign"]["name"] == "mine"
+    other = theirs.tasks.get(task_number=1)
+    for tool in ("task", "why_pending"):
+        assert call(key, tool, task_id=other.pk) == (True, f"refused: no task {other.pk} that you may see")
+
+
+def test_the_queue_summary_lists_only_the_users_campaigns(world):
+    error, answer = call(world["keys"]["eng-viewer"], "queue_summary")
+    assert not error
+    assert [c["name"] for c in answer["campaigns"]] == ["theirs"]
+    error, answer = call(world["keys"]["viewer"], "queue_summary")
+    assert sorted(c["name"] for c in answer["campaigns"]) == ["first", "mine"]
+    # The share tree shows the user's own team only, as on the queue page.
+    assert [n["project"] for c in answer["clusters"] for n in c["share_tree"]] == ["research"]
+
+
+def test_bills_need_the_lead_role_of_that_team(world):
+    first = last = T0.date().isoformat()
+    error, answer = call(world["keys"]["lead"], "team_bill", team="research", first=first, last=last)
+    assert not error
+    assert answer["project"] == "research" and answer["totals"]["tasks"] == 1
+    assert Decimal(answer["totals"]["cost_usd"]) == Decimal("0.25")
+    assert answer["totals"]["wallclock_s"] == 30.0
+    error, answer = call(world["keys"]["lead"], "team_bill", team="engineering", first=first, last=last)
+    assert error and "no bill of team 'engineering' that you may read" in answer
+    error, answer = call(world["keys"]["viewer"], "team_bill", team="research", first=first, last=last)
+    assert error and answer.startswith("refused: no bill of team 'research'")
+    error, answer = call(world["keys"]["lead"], "team_bill", team="research", first="02/11/2026")
+    assert error and answer == "refused: first must be a date, YYYY-MM-DD"
+
+
+@pytest.mark.parametrize("key", [None, "", "0" * 40])
+def test_a_missing_or_wrong_token_is_refused(world, key):
+    error, answer = call(key, "campaign", campaign_id=world["mine"].pk)
+    assert error and answer.startswith("refused: ") and "token" in answer
+
+
+def test_a_revoked_token_stops_working_at_once(world):
+    key = world["keys"]["viewer"]
+    assert call(key, "queue_summary")[0] is False
+    api_token_revoke(user=world["users"]["viewer"])
+    error, answer = call(key, "queue_summary")
+    assert error and "not valid" in answer
+
+
+def test_why_pending_gives_the_reason_and_the_facts_behind_it(world):
+    task = world["mine"].tasks.get(task_number=2)
+    error, answer = call(world["keys"]["viewer"], "why_pending", task_id=task.pk)
+    assert not error and answer["waiting"] is True
+    texts = [r["text"] for r in answer["reasons"]]
+    assert "waiting for job 1100 to finish" in texts
+    # 2 seats configured, 0 free: both in use.
+    assert "waiting for a model API seat: 2 of 2 in use (consumable anthropic_api, global)" in texts
+    assert any(r["raw"] == SEAT_MESSAGE for r in answer["reasons"])
+    f = answer["facts"]
+    assert f["dependencies"] == {"predecessors": [1100], "holds": {},
+                                 "predecessor_states": [{"job_number": 1100, "states": {"held": 2}}]}
+    assert "job 1100, which it waits for, is held: it starts only when released (qrls)" in texts
+    assert f["consumables"] == [{"resource": "anthropic_api", "requested": "1", "capacity": 2, "used": 2.0,
+                                 "free": 0.0}]
+    assert f["share_tree"] == [{"node": "/research", "project": "research", "actual_share": 0.2,
+                                "long_target_share": 0.5}]
+    assert f["queues"] == [{"name": "agent.q", "used": 0, "total": 4}]
+    assert f["scheduler_messages"] == [SEAT_MESSAGE]
+    assert f["position"][0]["text"].startswith("number 1 of ")
+    # Nothing in the data about calendars or reservations: those facts are absent, not invented.
+    assert "calendars" not in f and "reservations" not in f and "quotas" not in f
+
+
+def test_a_predecessor_of_another_team_is_not_described(world):
+    world["theirs"].tasks.update(state="held", state_code="hqw")
+    world["fake"].job_details[1101]["predecessors"] = [1102]
+    task = world["mine"].tasks.get(task_number=2)
+    error, answer = call(world["keys"]["viewer"], "why_pending", task_id=task.pk)
+    assert not error
+    assert answer["facts"]["dependencies"]["predecessor_states"] == []
+    assert not any("is held" in r["text"] for r in answer["reasons"])
+    # The same job seen by its own team is described.
+    other = world["theirs"].tasks.get(task_number=2)
+    world["fake"].set_job_detail(1102, {**world["fake"].job_details[1101], "job_number": 1102})
+    error, answer = call(world["keys"]["eng-viewer"], "why_pending", task_id=other.pk)
+    # Its task 1 ended (inactive): only task 2 counts.
+    assert answer["facts"]["dependencies"]["predecessor_states"] == [{"job_number": 1102,
+                                                                      "states": {"held": 1}}]
+
+
+def test_calendar_and_reservation_facts_appear_when_the_poll_has_them(world):
+    cluster = cluster_get_default()
+    cluster.status["queues"][0].update(calendar="after_hours", calendar_next_change="2026-11-02T18:00:00Z")
+    cluster.status["reservations"] = [{"id": 77, "owner": "tco", "start": "2026-11-03T00:00:00Z"},
+                                      {"id": 78, "owner": "someone-else"}]
+    cluster.save(update_fields=["status"])
+    world["fake"].job_details[1101]["advance_reservation"] = 77
+    task = world["mine"].tasks.get(task_number=2)
+    error, answer = call(world["keys"]["viewer"], "why_pending", task_id=task.pk)
+    assert not error
+    assert answer["facts"]["calendars"] == [{"queue": "agent.q", "calendar": "after_hours",
+                                             "calendar_next_change": "2026-11-02T18:00:00Z"}]
+    # Only the job's own reservation: others may be other teams'.
+    assert answer["facts"]["reservations"] == [{"id": 77, "owner": "tco", "start": "2026-11-03T00:00:00Z"}]
+
+
+def test_a_finished_task_is_not_waiting(world):
+    task = world["mine"].tasks.get(task_number=1)
+    error, answer = call(world["keys"]["viewer"], "why_pending", task_id=task.pk)
+    assert not error and answer["waiting"] is False and answer["reasons"] == [] and answer["facts"] == {}
+
+
+def test_a_new_kind_of_fact_is_one_more_provider(world, monkeypatch):
+    monkeypatch.setitem(facts.PROVIDERS, "probe", lambda ctx: {"job": ctx.detail["job_number"]})
+    task = world["mine"].tasks.get(task_number=2)
+    assert call(world["keys"]["viewer"], "why_pending", task_id=task.pk)[1]["facts"]["probe"] == {"job": 1101}
+
+
+def test_bearer_keys_and_loopback_hosts():
+    assert bearer_key("Bearer abc") == "abc" and bearer_key("Token abc") == "abc"
+    assert bearer_key("Basic abc") is None and bearer_key("Bearer ") is None and bearer_key(None) is None
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1") and not is_loopback("example.org")
+
+
+def test_the_http_app_refuses_a_non_loopback_address():
+    with pytest.raises(ValueError, match="loopback only"):
+        http_app(build_server(), host="0.0.0.0", port=8765)
+    assert callable(http_app(build_server(), host="127.0.0.1", port=8765))
