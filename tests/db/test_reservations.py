@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from schedulers.fake import FakeScheduler
+
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 OCS = FIXTURES / "ocs920"
