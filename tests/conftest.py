@@ -37,6 +37,12 @@ DB_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db
 NO_REDIS_URL = "redis://127.0.0.1:9/0"
 
 
+def pytest_configure(config):
+    from tests.support import static_scan
+
+    static_scan.install()
+
+
 def kind_of(item) -> str | None:
     parts = Path(item.path).resolve().relative_to(TESTS).parts
     return parts[0] if len(parts) > 1 and parts[0] in KINDS else None

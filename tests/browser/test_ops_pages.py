@@ -101,7 +101,7 @@ def test_a_lead_reads_and_exports_a_bill_that_changes_when_a_campaign_finishes(o
     def mailed() -> bool:
         for message in Path(ops_stack.mail_dir).glob("*.log"):
             text = message.read_text(errors="replace")
-            if f"campaign billed finished" in text and "launcher@example.org" in text:
+            if "campaign billed finished" in text and "launcher@example.org" in text:
                 return True
         return False
 

@@ -53,7 +53,7 @@ def test_a_finished_task_shows_no_stale_qstat_state_letters(ops_users, as_user):
 # --------------------------------------------------------------------------- finding 6
 
 def test_jobs_not_launched_by_tco_are_counted_from_their_accounting_records_on_bill_and_api(as_user, ops_users):
-    research = Team.objects.get(project="research")
+    research = Team.objects.get(project="research")  # noqa: F841 - the bootstrap team is there
     day = dt.datetime(2026, 11, 3, tzinfo=dt.timezone.utc)
     # Another account's job under research: 3 tasks ended (accounting records of 10, 20, 30 s)...
     for n, wall in ((1, 10), (2, 20), (3, 30)):

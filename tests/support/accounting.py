@@ -8,7 +8,7 @@ def colon_line(job: int, task: int, *, exit_status: int = 0, failed: int = 0, st
                wall: int = 7, project: str = "research", category: str = "-q agent.q -l anthropic_api=1") -> bytes:
     """One SGE 8.1.9 accounting line (accounting(5): 45 fields), built field by field."""
     fields = [
-        "agent.q", "vm", "tco", "tco", f"tco-c1-demo", str(job), "admin", "0",
+        "agent.q", "vm", "tco", "tco", "tco-c1-demo", str(job), "admin", "0",
         str(start - 3), str(start), str(start + wall), str(failed), str(exit_status), str(wall),
         "0.5", "0.1", "2048.000000", "0", "0", "0", "0", "100", "0", "0", "0", "8", "0", "0", "0", "30", "2",
         project, "defaultdepartment", "NONE", "1", str(task), "0.6", "0.01", "0.0001", category, "0.0", "NONE",
