@@ -1,8 +1,12 @@
 """One Chromium for the browser tests, a fresh context (cookies, storage, viewport) for each test.
 
 Playwright's synchronous API keeps an event loop running in this thread from its start to its stop:
-while it runs, the ORM needs DJANGO_ALLOW_ASYNC_UNSAFE and ``async_to_sync`` cannot be called. So the
-browser lives as long as this package's tests (package scope) and is stopped before any other kind's.
+while it runs, the ORM needs DJANGO_ALLOW_ASYNC_UNSAFE, ``async_to_sync`` cannot be called, and
+Django's connections are another set than before it started (asgiref keys them by the running loop).
+So the browser is started before any test's database work (package scope: pytest sets it up before a
+test's function fixtures; a test asks for ``browser`` or ``browser_page`` as a parameter, never later),
+lives as long as this package's tests, and is stopped, with the connections opened while it ran,
+before any other kind's tests.
 """
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ def chromium():
         try:
             yield browser
         finally:
+            from django.db import connections
+
+            connections.close_all()
             browser.close()
 
 

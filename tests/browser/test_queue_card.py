@@ -60,8 +60,8 @@ def served_page(tmp_path: Path, html: str) -> tuple[str, http.server.ThreadingHT
 
 @pytest.mark.parametrize("samples", [[0.0], [1.0, 0.0], [3600.0 - 30 * i for i in range(121)]],
                          ids=["one-sample", "two-samples-1s-apart", "an-hour"])
-def test_the_card_splits_the_slots_and_the_depth_chart_keeps_its_labels(bootstrap, monkeypatch, tmp_path, samples,
-                                                                       request):
+def test_the_card_splits_the_slots_and_the_depth_chart_keeps_its_labels(browser, bootstrap, monkeypatch, tmp_path,
+                                                                       samples):
     from dashboards import selectors
     from dashboards.clusters import cluster_get_default
     from dashboards.models import Cluster
@@ -82,8 +82,6 @@ def test_the_card_splits_the_slots_and_the_depth_chart_keeps_its_labels(bootstra
     assert client.login(username="admin", password="test-admin-pw-1")
     url, server = served_page(tmp_path, client.get("/").content.decode())
     try:
-        # The package's Chromium, asked for once the page is rendered (Playwright's loop then runs in this thread).
-        browser = request.getfixturevalue("chromium")
         for width in (390, 1400):
             page = browser.new_page(viewport={"width": width, "height": 1000})
             page.goto(url)
