@@ -7,10 +7,10 @@ answer lists them; another kind of fact (a new scheduler feature) is one more
 entry, e.g. ``PROVIDERS["reservations"] = my_provider``.
 
 The sources are what tco already holds: the cached ``qstat -j`` of the job
-(``dashboards.scheduler_cache.job_detail_cached``, ``parse_job_detail``
+(``dashboards.core.scheduler_cache.job_detail_cached``, ``parse_job_detail``
 shape) and the cluster's last status poll (``Cluster.status``:
 ``dashboards.clusters`` writes queues, hosts, quotas, global_capacity,
-share_tree), read through ``dashboards.selectors.cluster_resources`` so the
+share_tree), read through ``dashboards.live.cluster.cluster_resources`` so the
 share tree shows only the teams the caller may see, as on the queue page.
 Reservations (``qrstat``) and queue calendars are read when the status poll
 holds them (keys ``reservations`` and a queue's ``calendar``); until then

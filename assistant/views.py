@@ -16,9 +16,19 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
-from dashboards import accounts, billing, selectors
+from dashboards.core import accounts
+from dashboards.billing import bills
+from dashboards.billing import periods
+from dashboards.core import encoding
+from dashboards.core import errors
+from dashboards.core import scope
+from dashboards.live import campaign as live_campaign
+from dashboards.live import cluster
+from dashboards.live import queue
+from dashboards.live import task as live_task
+from schedulers import base
 from dashboards.models import Campaign, Task
-from dashboards.scheduler_cache import pending_position
+from dashboards.core.scheduler_cache import pending_position
 
 from .facts import FactContext, held_predecessor_reasons, pending_facts
 
@@ -37,7 +47,7 @@ class Refused(Exception):
 
 def caller(key: str | None) -> AbstractBaseUser:
     """The active user whose tco API token is ``key``. Raises :class:`Refused` for none, a wrong, revoked
-    or deactivated one (``dashboards.accounts.api_token_user``)."""
+    or deactivated one (``dashboards.core.accounts.api_token_user``)."""
     if not key:
         raise Refused("no tco API token: set TCO_API_TOKEN (stdio) or send Authorization: Bearer <token> (HTTP)")
     user = accounts.api_token_user(key)
@@ -55,16 +65,16 @@ def _page(page: int) -> int:
 def queue_summary(user: AbstractBaseUser, *, page: int = 1) -> dict[str, Any]:
     """The live queue page for ``user``: ``selectors.queue_summary`` (clusters, totals per state, team and
     queue, a page of campaigns)."""
-    return selectors.queue_summary(user, seat_resource=settings.TCO_SEAT_RESOURCE, page=_page(page))
+    return queue.queue_summary(user, seat_resource=settings.TCO_SEAT_RESOURCE, page=_page(page))
 
 
 def campaign(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, state: str | None = None) -> dict[str, Any]:
     """One campaign as its page shows it (``selectors.campaign_detail``). Raises :class:`Refused` when the
     user may not see it, it does not exist, or ``state`` is not a lifecycle state."""
-    if state is not None and state not in selectors.LIFECYCLE_STATES:
-        raise Refused(f"state must be one of {', '.join(selectors.LIFECYCLE_STATES)}")
+    if state is not None and state not in base.LIFECYCLE_STATES:
+        raise Refused(f"state must be one of {', '.join(base.LIFECYCLE_STATES)}")
     try:
-        return selectors.campaign_detail(user, campaign_id, page=_page(page), state=state)
+        return live_campaign.campaign_detail(user, campaign_id, page=_page(page), state=state)
     except Campaign.DoesNotExist:
         raise Refused(f"no campaign {campaign_id} that you may see") from None
 
@@ -82,7 +92,7 @@ def task(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
     """One agent (task) as its page shows it (``selectors.task_detail``), stdout/stderr cut to their last
     ``TASK_LOG_CHARS`` characters. Raises :class:`Refused` when the user may not see it or it does not exist."""
     try:
-        detail = selectors.task_detail(user, task_id)
+        detail = live_task.task_detail(user, task_id)
     except Task.DoesNotExist:
         raise Refused(f"no task {task_id} that you may see") from None
     detail["stdout"], detail["stderr"] = _tail(detail.get("stdout")), _tail(detail.get("stderr"))
@@ -103,21 +113,21 @@ def why_pending(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
     when the user may not see the task.
     """
     try:
-        row = selectors.task_for(user, task_id)
-        detail = selectors.task_detail(user, task_id)
+        row = scope.task_for(user, task_id)
+        detail = live_task.task_detail(user, task_id)
     except Task.DoesNotExist:
         raise Refused(f"no task {task_id} that you may see") from None
     waiting = row.active and row.state in WAITING_STATES
     scheduler = detail.get("scheduler") or None
     job = (scheduler or {}).get("detail") if waiting else None
-    visible = selectors.visible_team_ids(user)
+    visible = scope.visible_team_ids(user)
     projects = None if visible is None else set(
-        selectors.teams_visible_to(user).values_list("project", flat=True))
-    resources = selectors.cluster_resources(row.cluster, settings.TCO_SEAT_RESOURCE, projects)
+        scope.teams_visible_to(user).values_list("project", flat=True))
+    resources = cluster.cluster_resources(row.cluster, settings.TCO_SEAT_RESOURCE, projects)
     position = pending_position(row.cluster, row.job_number, row.project) if waiting else []
     facts = pending_facts(FactContext(task=row, detail=job, status=row.cluster.status or {},
                                       resources=resources, position=position,
-                                      visible_tasks=selectors.tasks_visible_to(user))) if waiting else {}
+                                      visible_tasks=scope.tasks_visible_to(user))) if waiting else {}
     reasons = list(detail.get("pending_reasons") or [])
     reasons += [r for r in held_predecessor_reasons(facts.get("dependencies")) if r not in reasons]
     return {
@@ -126,7 +136,7 @@ def why_pending(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
                  "queue": row.queue, "campaign": detail.get("campaign")},
         "waiting": waiting,
         "reasons": reasons,
-        "facts": selectors.jsonable(facts),
+        "facts": encoding.jsonable(facts),
         "scheduler": ({"fetched_at": scheduler.get("fetched_at"), "error": scheduler.get("error")}
                       if scheduler else None),
         "status_at": resources.get("status_at"),
@@ -153,15 +163,15 @@ def team_bill(user: AbstractBaseUser, team: str, *, period: str = "day", first: 
     has no ``bill`` capability on the team (lead role, or admin), the team
     does not exist, or the range is out of bounds (``billing.BillError``).
     """
-    teams = billing.teams_billable_by(user)
+    teams = bills.teams_billable_by(user)
     found = teams.filter(project=team).first() or teams.filter(name=team).first()
     if found is None:
         raise Refused(f"no bill of team {team!r} that you may read (bills need the team's lead role)")
-    today, _, _ = billing.current_period("day")
+    today, _, _ = periods.current_period("day")
     first_day = _day(first, "first", today.replace(day=1))
     last_day = _day(last, "last", today)
     try:
-        result = billing.bill(teams=[found], period=period, first=first_day, last=last_day, group_by=group_by)
-    except billing.BillError as exc:
+        result = bills.bill(teams=[found], period=period, first=first_day, last=last_day, group_by=group_by)
+    except errors.BillError as exc:
         raise Refused(str(exc)) from None
-    return {"team": found.name, "project": found.project, **selectors.jsonable(result)}
+    return {"team": found.name, "project": found.project, **encoding.jsonable(result)}

@@ -64,8 +64,8 @@ def main() -> None:
     args = parser.parse_args()
     tmp = setup_temp_django("tco-bench-acct-")
     from dashboards.models import AccountingRecord
-    from dashboards.clusters import cluster_get_default
-    from dashboards.ingest import ingest_accounting
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.ingest.accounting import ingest_accounting
 
     acct = tmp / "accounting"
     make_file(acct, args.records)

@@ -1,8 +1,8 @@
 """Launch latency (issue 15 item 3): the launch service's call to every task in the scheduler.
 
 For 410 and 10,000 tasks, and for three campaigns launched one right after the
-other: from the call of :func:`dashboards.launch.launch` (role, limits, policy,
-budget, audit, spool) through :func:`dashboards.services.campaign_submit` (what
+other: from the call of :func:`dashboards.launch.service.launch` (role, limits, policy,
+budget, audit, spool) through :func:`dashboards.launch.submit.campaign_submit` (what
 the submit worker runs; here in this process, so no queue hop is counted)
 until the DRMAA call returned (every task is in the scheduler then; the same
 instant the replay's "launch call -> every task in the scheduler" uses, the
@@ -41,10 +41,10 @@ def main() -> None:
 
     settings.TCO_SPOOL_DIR = tmp / "spool"
     call_command("tco_bootstrap", stdout=io.StringIO())
-    from dashboards.clusters import cluster_get_default, scheduler_for
-    from dashboards.launch import LaunchRequest, launch
+    from dashboards.core.clusters import cluster_get_default, scheduler_for
+    from dashboards.launch.service import LaunchRequest, launch
     from dashboards.models import AgentDefinition, Campaign, Team
-    from dashboards.services import campaign_submit
+    from dashboards.launch.submit import campaign_submit
     from schedulers.base import ArrayJobSpec
     from schedulers.gridengine.commands import run_command
 

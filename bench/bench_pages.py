@@ -62,9 +62,9 @@ def seed(total: int) -> dict:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from dashboards.accounts import demo_users_ensure
+    from dashboards.core.accounts import demo_users_ensure
     from dashboards.models import AgentDefinition, Campaign, Task, Team
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     call_command("migrate", verbosity=0)
     os.environ.setdefault("TCO_ADMIN_PASSWORD", "bench-admin-pw")
@@ -199,14 +199,14 @@ def baseline_queue(user) -> None:
     """The skeleton's queue summary: totals over every visible active task, 50 campaigns counted."""
     from django.db.models import Count
 
-    from dashboards import selectors
+    from dashboards.core import scope
     from dashboards.models import Task
 
-    campaigns = list(selectors.campaigns_visible_to(user).order_by("-launched_at")[:50])
+    campaigns = list(scope.campaigns_visible_to(user).order_by("-launched_at")[:50])
     list(Task.objects.filter(campaign_id__in=[c.pk for c in campaigns]).values_list("campaign_id", "state")
          .annotate(n=Count("id")))
-    list(selectors.tasks_visible_to(user).filter(active=True).values_list("state").annotate(n=Count("id")))
-    list(selectors.tasks_visible_to(user).filter(state__in=["done", "failed"], ended_at__isnull=False)
+    list(scope.tasks_visible_to(user).filter(active=True).values_list("state").annotate(n=Count("id")))
+    list(scope.tasks_visible_to(user).filter(state__in=["done", "failed"], ended_at__isnull=False)
          .order_by("-ended_at", "-id")[:20])
 
 
@@ -214,9 +214,9 @@ def baseline_campaign(user, campaign_id: int) -> None:
     """The skeleton's campaign page: failures first by a CASE over every task, no stage table."""
     from django.db.models import Case, Count, IntegerField, Value, When
 
-    from dashboards import selectors
+    from dashboards.core import scope
 
-    campaign = selectors.campaigns_visible_to(user).get(pk=campaign_id)
+    campaign = scope.campaigns_visible_to(user).get(pk=campaign_id)
     tasks = campaign.tasks.all()
     list(tasks.values_list("state").annotate(n=Count("id")))
     list(tasks.annotate(rank=Case(When(state__in=["error", "failed", "lost"], then=Value(0)), default=Value(1),
@@ -241,7 +241,7 @@ def main() -> int:
     from django.core.cache import cache
     from django.test import Client
 
-    from dashboards import selectors
+    from dashboards.live import campaign as live_campaign
     from dashboards.models import Campaign, Task
 
     if fresh:
@@ -274,7 +274,7 @@ def main() -> int:
             fn()
         return get
 
-    a, last_page = ids["a"], -(-ACTIVE_SIZE // selectors.TASKS_PER_PAGE)
+    a, last_page = ids["a"], -(-ACTIVE_SIZE // live_campaign.TASKS_PER_PAGE)
     cases = [
         ("queue page, viewer", page(viewer, "/"), lambda: baseline_queue(viewer)),
         ("queue page, admin", page(admin, "/"), lambda: baseline_queue(admin)),

@@ -4,9 +4,9 @@ Goal (issue 14): >= 200,000 records/s into PostgreSQL, memory flat. Printed
 in one run, on the same server:
 
 * tco ingest: ``ingest_accounting`` end to end (read and parse the file,
-  link to tasks, store with ``dashboards.bulk``: COPY into a staging table
+  link to tasks, store with ``dashboards.core.bulk``: COPY into a staging table
   and one ``INSERT ... ON CONFLICT DO NOTHING`` a batch, checkpoint);
-* tco store: ``dashboards.bulk.store_accounting_records`` alone, on records
+* tco store: ``dashboards.core.bulk.store_accounting_records`` alone, on records
   parsed beforehand (the part that is PostgreSQL's);
 * baseline: the plain loop, ``line.split(b':')`` and a parameterised
   ``INSERT`` per record (psycopg ``executemany``) into a bare table;
@@ -74,10 +74,10 @@ def main() -> None:
         from django.db import connection, transaction
 
         call_command("migrate", verbosity=0)
-        from dashboards.bulk import store_accounting_records
-        from dashboards.ingest import ingest_accounting
+        from dashboards.core.bulk import store_accounting_records
+        from dashboards.ingest.accounting import ingest_accounting
         from dashboards.models import AccountingRecord
-        from dashboards.clusters import cluster_get_default
+        from dashboards.core.clusters import cluster_get_default
         from schedulers.gridengine.parsers.accounting import read_accounting
 
         acct = tmp / "accounting"

@@ -63,8 +63,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100_000)
     args = parser.parse_args()
     setup_temp_django("tco-bench-poll-")
-    from dashboards.clusters import cluster_get_default
-    from dashboards.ingest import apply_qstat_poll
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.ingest.poll import apply_qstat_poll
     from schedulers.gridengine.parsers.qstat import parse_qstat
 
     cluster = cluster_get_default()

@@ -381,7 +381,7 @@ def burst(args) -> int:
     from django.db import connection
     from django.utils import timezone
 
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
     from dashboards.models import AgentDefinition, Campaign, Task, Team
     from demo.watch import LiveWatch, render_live
     from schedulers.base import QstatTask

@@ -1,17 +1,6 @@
 from django.contrib import admin
 
-from .models import (
-    AccountingRecord,
-    AgentDefinition,
-    Campaign,
-    Cluster,
-    ControlRequest,
-    ModelEndpoint,
-    PolicyCeiling,
-    QuarantinedLine,
-    Task,
-    Team,
-)
+from dashboards.models import AccountingRecord, AgentDefinition, Campaign, Cluster, ControlRequest, ModelEndpoint, PolicyCeiling, QuarantinedLine, Task, Team
 
 
 @admin.register(Cluster)

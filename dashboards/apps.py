@@ -7,6 +7,6 @@ class DashboardsConfig(AppConfig):
     verbose_name = "tco dashboards"
 
     def ready(self) -> None:
-        from . import realtime
+        from dashboards.core import realtime
 
         realtime.connect_signals()

@@ -36,7 +36,7 @@ class Cluster(models.Model):
     status_at = models.DateTimeField(null=True, blank=True)
     polled_at = models.DateTimeField(null=True, blank=True)
     # When the qstat of the last applied poll began: an older snapshot is never applied after it
-    # (dashboards.ingest.apply_qstat_poll; two pollers racing).
+    # (dashboards.ingest.poll.apply_qstat_poll; two pollers racing).
     poll_observed_at = models.DateTimeField(null=True, blank=True)
     poll_error = models.TextField(blank=True)
     poll_error_at = models.DateTimeField(null=True, blank=True)
@@ -290,7 +290,7 @@ class Task(TokenUsage):
     runner_record = models.JSONField(null=True, blank=True)
     usage_flags = models.JSONField(default=list, blank=True)
     # OCS 9 flexible accounting: the accounting record's token totals checked against the runner
-    # record's (dashboards.ingest.check_accounting_tokens); None until both are read.
+    # record's (dashboards.ingest.accounting.check_accounting_tokens); None until both are read.
     accounting_check = models.JSONField(null=True, blank=True)
     verdict = models.CharField(max_length=64, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -627,6 +627,6 @@ class PolicyCeiling(models.Model):
             raise ValidationError({"policy": "; ".join(exc.problems)}) from None
 
 
-from .pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401  (price table, issue 5)
-from .token_models import ApiToken  # noqa: E402,F401  (API tokens, hashed; issue 11)
-from .reservation_models import Reservation  # noqa: E402,F401  (advance reservations booked from tco; issue 17)
+from dashboards.pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401  (price table, issue 5)
+from dashboards.token_models import ApiToken  # noqa: E402,F401  (API tokens, hashed; issue 11)
+from dashboards.reservation_models import Reservation  # noqa: E402,F401  (advance reservations booked from tco; issue 17)

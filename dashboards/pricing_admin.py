@@ -1,7 +1,7 @@
 """Admin for the price table (dashboards/pricing_models.py); imported by dashboards/admin.py."""
 from django.contrib import admin
 
-from .pricing_models import ModelAlias, ModelPrice
+from dashboards.pricing_models import ModelAlias, ModelPrice
 
 
 @admin.register(ModelPrice)

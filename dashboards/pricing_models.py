@@ -67,7 +67,7 @@ def price_table():
     """The price table as it stands in the database: an ``execution.metering.prices.PriceTable``.
 
     Built from every ``ModelPrice`` and ``ModelAlias`` row; the runners get the
-    same table as ``<spool>/prices.json`` (``dashboards.services.prices_write``).
+    same table as ``<spool>/prices.json`` (``dashboards.launch.spool.prices_write``).
     """
     from execution.metering.prices import PriceTable
 

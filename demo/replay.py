@@ -2,8 +2,8 @@
 
 The article (shared/seeds/001, "A real run: 410 agents, 96 slots") reports
 three runs on a GCS cluster; :func:`replay` runs them through tco's own launch
-service (:func:`dashboards.launch.launch`, the launch form's path), the submit
-worker (or, with ``submit_here``, :func:`dashboards.services.campaign_submit`
+service (:func:`dashboards.launch.service.launch`, the launch form's path), the submit
+worker (or, with ``submit_here``, :func:`dashboards.launch.submit.campaign_submit`
 in this process), the runner and its sandboxes on the configured cluster:
 
 1. **Two teams, one cluster**: research and engineering launch ``agents``
@@ -16,7 +16,7 @@ in this process), the runner and its sandboxes on the configured cluster:
    (:func:`demo.sweep.sweep_submit`) on classic.q and one review agent per run
    chained with ``-hold_jid_ad`` (:func:`demo.sweep.sweep_review_launch`),
    talking to the scripted stand-in model through the metering proxy.
-3. **The bill**: wall clock per team from :func:`dashboards.billing.bill`
+3. **The bill**: wall clock per team from :func:`dashboards.billing.bills.bill`
    beside ``qacct -P`` for the same period; tokens and dollars from metering.
 
 Every figure comes from timestamps of the run: the runner records' stages
@@ -50,13 +50,17 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from dashboards import billing
-from dashboards.clusters import cluster_get_default, scheduler_for
-from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
-from dashboards.launch import LaunchRequest, launch, urgent_launch
+from dashboards.billing import bills
+from dashboards.billing import periods
+from dashboards.core.clusters import cluster_get_default, scheduler_for
+from dashboards.ingest.poll import apply_qstat_poll
+from dashboards.ingest.accounting import ingest_accounting
+from dashboards.ingest.runner_records import ingest_runner_records
+from dashboards.launch.service import LaunchRequest, launch, urgent_launch
 from dashboards.models import AccountingRecord, AgentDefinition, Campaign, ModelEndpoint, Task, Team
-from dashboards.services import campaign_submit, team_sweeps_dir
-from dashboards.stages import task_stages
+from dashboards.launch.submit import campaign_submit
+from dashboards.launch.spool import team_sweeps_dir
+from dashboards.core.stages import task_stages
 from demo.reference_checker import SCRIPTED_CAVEAT
 from demo.sweep import review_agreement, sweep_review_launch, sweep_submit
 from demo.watch import LAG_GOAL_S, LiveWatch, live_figures, render_live, service_pids
@@ -220,7 +224,7 @@ def _finished(campaign_ids: Sequence[int], jobs: Sequence[int] = (), *,
 # --------------------------------------------------------------------------- run 1
 
 def stage_medians(tasks: Sequence[Task]) -> dict[str, float | None]:
-    """Medians (seconds) of :func:`dashboards.stages.task_stages` over ``tasks``."""
+    """Medians (seconds) of :func:`dashboards.core.stages.task_stages` over ``tasks``."""
     per_task = [task_stages(t) for t in tasks]
     return {key: median([s[key] for s in per_task])
             for key in ("queue_wait", "sandbox_start", "agent_work", "integration_overhead")}
@@ -437,8 +441,8 @@ def qacct_wallclock(project: str, begin: dt.datetime, end: dt.datetime, accounti
     :func:`run_command`, fixed argv, TZ=UTC; ``begin``/``end`` UTC instants, end included as
     qacct does); 0 when qacct lists nothing. Raises SchedulerError."""
     utc = dt.timezone.utc
-    out = run_command(["qacct", "-f", accounting_path, "-P", project, "-b", billing.qacct_time(begin, utc),
-                       "-e", billing.qacct_time(end, utc)], timeout=120).decode(errors="replace")
+    out = run_command(["qacct", "-f", accounting_path, "-P", project, "-b", periods.qacct_time(begin, utc),
+                       "-e", periods.qacct_time(end, utc)], timeout=120).decode(errors="replace")
     for line in out.splitlines():
         parts = line.split()
         if parts and parts[0] == project:
@@ -451,11 +455,11 @@ def bill_check(*, since: dt.datetime, teams: Sequence[Team]) -> dict:
     beside ``qacct -P`` over the same instants. Returns ``{"first", "last", "rows": [{"team",
     "project", "bill_wallclock_s", "qacct_wallclock_s", "equal", "tokens", "cost_usd"}]}``."""
     cluster = cluster_get_default()
-    tz = billing.cluster_zone(cluster)
+    tz = periods.cluster_zone(cluster)
     first, last = since.astimezone(tz).date(), timezone.now().astimezone(tz).date()
-    result = billing.bill(teams=teams, period="day", first=first, last=last, group_by="team", clusters=[cluster])
-    begin = billing.period_bounds(first, "day", tz)[0]
-    end = billing.period_bounds(last, "day", tz)[1] - dt.timedelta(seconds=1)
+    result = bills.bill(teams=teams, period="day", first=first, last=last, group_by="team", clusters=[cluster])
+    begin = periods.period_bounds(first, "day", tz)[0]
+    end = periods.period_bounds(last, "day", tz)[1] - dt.timedelta(seconds=1)
     rows = []
     for team in teams:
         mine = [r for r in result["rows"] if r["project"] == team.project]

@@ -29,11 +29,11 @@ from execution.spool import SpoolLayout, write_atomic
 from schedulers.base import ArrayJobSpec
 from schedulers.gridengine.native_spec import sanitize_name
 
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.management.commands.tco_bootstrap import demo_policy
 from dashboards.models import AgentDefinition, Campaign, ModelEndpoint, Task, Team
-from dashboards.clusters import cluster_get_default, scheduler_for
-from dashboards.services import LaunchError
+from dashboards.core.clusters import cluster_get_default, scheduler_for
+from dashboards.core.errors import LaunchError
 
 REVIEW_AGENT = "sweep-review"
 SWEEP_QUEUE = "classic.q"

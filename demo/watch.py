@@ -55,7 +55,7 @@ STARTED, GONE = "started", "ended"
 #: The goal of items 4 and 5 (seconds) and of a page's server time (bench/bench_pages.py; seconds).
 LAG_GOAL_S = 2.0
 PAGE_GOAL_S = 0.3
-#: Tasks per campaign page (dashboards.selectors.TASKS_PER_PAGE): one socket per page.
+#: Tasks per campaign page (dashboards.live.campaign.TASKS_PER_PAGE): one socket per page.
 TASKS_PER_PAGE = 100
 WATCHER_PREFIX = "replay-watch-"
 
@@ -151,7 +151,7 @@ def task_lags(sighted: Mapping[Key, float], arrived: Mapping[Key, float], *, job
 
 
 #: Where a change's lag goes: (label, from, to), instants of the change's qstat sighting, of the
-#: ``as_of`` of the first snapshot showing it (dashboards.consumers.as_of_text), and of its arrival.
+#: ``as_of`` of the first snapshot showing it (dashboards.live.consumers.as_of_text), and of its arrival.
 LAG_PARTS = (
     ("qstat sighting -> poll's qstat start (cadence)", "sighted", "observed_at"),
     ("poll's qstat start -> published (qstat, diff, write)", "observed_at", "published_at"),
@@ -512,7 +512,7 @@ def watcher_users(count: int, projects: Sequence[str] = ("research", "engineerin
     from django.contrib.auth import get_user_model
 
     from dashboards.models import Role, Team
-    from dashboards.roles import membership_set
+    from dashboards.core.roles import membership_set
 
     User = get_user_model()
     teams = [Team.objects.get(project=p) for p in projects]

@@ -9,7 +9,7 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from dashboards.routing import websocket_urlpatterns  # noqa: E402
+from dashboards.live.routing import websocket_urlpatterns  # noqa: E402
 from tco_web.security import SameOriginWebsocketValidator  # noqa: E402
 
 application = ProtocolTypeRouter(

@@ -54,7 +54,7 @@ def memberships_sync(user, group_dns) -> dict[str, str]:
     team's Django group.
     """
     from dashboards.models import Membership, Team
-    from dashboards.roles import membership_set
+    from dashboards.core.roles import membership_set
 
     wanted = team_roles_for(group_dns)
     teams = {team.name: team for team in Team.objects.filter(name__in=wanted).select_related("group")}

@@ -37,7 +37,7 @@ import json
 
 from django.core.exceptions import ImproperlyConfigured
 
-from tco_web.settings import env_bool, env_float, env_str
+from tco_web.env import env_bool, env_float, env_str
 
 __all__: list[str] = []
 

@@ -17,55 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def env_str(name: str, default: str | None = None) -> str | None:
-    """The variable ``name``, or the contents of the file named by ``name_FILE``."""
-    file_path = os.environ.get(f"{name}_FILE")
-    if file_path:
-        try:
-            return Path(file_path).read_text().strip()
-        except OSError as exc:
-            raise ImproperlyConfigured(f"{name}_FILE={file_path!r} cannot be read: {exc}") from exc
-    return os.environ.get(name, default)
-
-
-def env_bool(name: str, default: bool) -> bool:
-    """``1/true/yes/on`` or ``0/false/no/off`` (any case); anything else is an error."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    value = raw.strip().lower()
-    if value in {"1", "true", "yes", "on"}:
-        return True
-    if value in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true or false)")
-
-
-def _env_number(name: str, default, convert, what: str):
-    """``convert(value)`` of the variable ``name`` (``default`` when unset or empty); ImproperlyConfigured
-    ("... is not <what>") when ``convert`` raises ValueError."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return convert(raw)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not {what}") from exc
-
-
-def env_float(name: str, default: float) -> float:
-    return _env_number(name, default, float, "a number")
-
-
-def env_int(name: str, default: int) -> int:
-    return _env_number(name, default, int, "an integer")
-
-
-def env_list(name: str, default: list[str]) -> list[str]:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    return [item.strip() for item in raw.split(",") if item.strip()]
+from tco_web.env import env_bool, env_float, env_int, env_list, env_str  # noqa: E402
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -77,7 +29,7 @@ TCO_PRODUCTION = env_bool("TCO_PRODUCTION", False)
 # tco's secrets outside the state directory (the Redis and PostgreSQL passwords, the database URL,
 # the secret key, the metrics token): the folder /etc/tco that the setup scripts write, and each
 # secret file named by a *_FILE setting. Hidden from every agent like the state directory
-# (dashboards.services.sandbox_state_paths -> the runner's TCO_SANDBOX_MASK), whatever its policy
+# (dashboards.launch.spool.sandbox_state_paths -> the runner's TCO_SANDBOX_MASK), whatever its policy
 # lists (/etc read-only is usual); a launch that lists one of them is refused.
 TCO_SECRET_PATHS = sorted({"/etc/tco", *(
     os.path.normpath(os.environ[name]) for name in (
@@ -206,7 +158,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# A launch form carries its inputs (up to dashboards.limits.INPUT_MAX_BYTES, 16 MiB) and policy
+# A launch form carries its inputs (up to dashboards.core.limits.INPUT_MAX_BYTES, 16 MiB) and policy
 # (64 KiB): Django's default 2.5 MB would answer a bare "400 Bad Request" before the form can say
 # what is wrong. tests/unit/test_launch_service.py keeps this above the form's own limits.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 17 * 1024 * 1024
@@ -292,7 +244,7 @@ CHANNEL_LAYERS = {
 CACHES = {
     "default": {
         # A miss, not a 500, while Redis is down (dashboards/resilient_cache.py).
-        "BACKEND": "dashboards.resilient_cache.ResilientRedisCache",
+        "BACKEND": "dashboards.core.resilient_cache.ResilientRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "tco",
         "TIMEOUT": 300,
@@ -355,7 +307,7 @@ TCO_CONTROL_CLAIM_GRACE_S = env_float("TCO_CONTROL_CLAIM_GRACE_S", 300.0)
 # The port of the demo's stand-in model, registered by tco_bootstrap as model endpoint
 # "demo-stand-in" (the demo starts the stand-in there). Privileged (< 1024): scripts/demo binds
 # it as root (scripts/listen-as) so that no other local account can listen there, also after
-# `make stop` (SECURITY.md, F4); it was 8793.
+# `make stop` (docs/security.md, F4); it was 8793.
 TCO_DEMO_MODEL_PORT = env_int("TCO_DEMO_MODEL_PORT", 793)
 
 LOGGING = {
@@ -370,7 +322,7 @@ LOGGING = {
 # --- API and metrics --------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "dashboards.api_auth.HashedTokenAuthentication",
+        "dashboards.web.api_auth.HashedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -8,6 +8,6 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="dashboards/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("ops/", include("dashboards.urls_ops")),
-    path("", include("dashboards.urls")),
+    path("ops/", include("dashboards.web.urls_ops")),
+    path("", include("dashboards.web.urls")),
 ]

@@ -74,7 +74,7 @@ def _no_services_for_unit_and_db(request):
         return
     import json
 
-    from dashboards import enqueue
+    from dashboards.core import enqueue
 
     settings = request.getfixturevalue("settings")
     monkeypatch = request.getfixturevalue("monkeypatch")
@@ -127,11 +127,11 @@ def fast_passwords(settings):
 
 @pytest.fixture
 def role_users(bootstrap):
-    """The admin plus one demo user per role (dashboards.accounts.DEMO_USERS), password DEMO_PASSWORD."""
+    """The admin plus one demo user per role (dashboards.core.accounts.DEMO_USERS), password DEMO_PASSWORD."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.hashers import get_hasher
 
-    from dashboards.accounts import demo_users_ensure
+    from dashboards.core.accounts import demo_users_ensure
 
     users = demo_users_ensure(password=DEMO_PASSWORD)
     admin = get_user_model().objects.get(username="admin")
@@ -152,7 +152,7 @@ def ops_users(bootstrap, django_user_model):
 
     Their passwords are unusable (hashing is slow); browser tests use ``ops_logins``."""
     from dashboards.models import Role, Team
-    from dashboards.roles import membership_set
+    from dashboards.core.roles import membership_set
 
     research = Team.objects.get(project="research")
     engineering = Team.objects.get(project="engineering")
@@ -191,7 +191,7 @@ WORLD_NOW = _now()
 @pytest.fixture
 def world(role_users, settings, monkeypatch):
     """Campaign "alpha" of research (4 tasks), "beta" of engineering (2), and a job tco did not launch."""
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
     from dashboards.models import Task, Team
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

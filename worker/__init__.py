@@ -3,5 +3,5 @@ submit and control tasks (``worker.tasks``), plus the ``inspect`` command.
 
 The top of the import layers (``.importlinter``): ``worker`` imports
 ``dashboards`` and ``schedulers``; nothing below imports ``worker``. The web
-side enqueues tasks by name (``dashboards.enqueue``).
+side enqueues tasks by name (``dashboards.core.enqueue``).
 """

@@ -5,7 +5,6 @@ periodic schedule is declared in ``tco_web/celery.py``.
 """
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -15,17 +14,15 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from dashboards.core.redis_client import shared_redis_client
 from schedulers.base import SchedulerError, SchedulerUnavailable
 
 log = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=1)
 def _redis():
     """One Redis client (and connection pool) per worker process, not one per task run."""
-    import redis
-
-    return redis.Redis.from_url(settings.REDIS_URL)
+    return shared_redis_client()
 
 
 @contextmanager
@@ -49,7 +46,7 @@ def on_default_cluster(kind: str, timeout: float, work: Callable[[Any], dict]) -
     """``work(cluster)`` on the default cluster while holding the single-flight lock
     ``<kind>:<cluster name>`` (at most ``timeout`` seconds); ``{"skipped": True}`` when another
     worker holds it."""
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     cluster = cluster_get_default()
     with single_flight(f"{kind}:{cluster.name}", timeout=timeout) as mine:
@@ -69,7 +66,7 @@ def poll_burst(cluster, list_tasks: Callable[[], list], *, budget_s: float, ever
     Returns the counts summed and ``polls``; ``{"error"}`` when a poll fails (recorded on the cluster)."""
     import time
 
-    from dashboards.ingest import apply_qstat_poll, record_poll_failure
+    from dashboards.ingest.poll import apply_qstat_poll, record_poll_failure
 
     deadline = time.monotonic() + budget_s
     out = {"added": 0, "changed": 0, "gone": 0, "polls": 0}
@@ -94,7 +91,7 @@ def poll_burst(cluster, list_tasks: Callable[[], list], *, budget_s: float, ever
 def poll_queue() -> dict:
     """Poll ``qstat -xml -u '*'`` and ``qstat -f`` once (whatever the number of hosts) and apply the
     difference; again every ``TCO_POLL_BURST_S`` while a burst goes on (:func:`poll_burst`)."""
-    from dashboards.clusters import scheduler_for
+    from dashboards.core.clusters import scheduler_for
     from schedulers.hosts import tasks_with_host_states
 
     def poll(cluster) -> dict:
@@ -108,14 +105,14 @@ def poll_queue() -> dict:
 @shared_task(time_limit=30, soft_time_limit=25)
 def poll_cluster_status() -> dict:
     """Poll queue slots, hosts and consumables, and resource quotas."""
-    from dashboards.clusters import cluster_status_refresh
+    from dashboards.ingest.cluster_status import cluster_status_refresh
 
     return on_default_cluster("status", 30, lambda cluster: cluster_status_refresh(cluster=cluster))
 
 
 @shared_task(time_limit=300, soft_time_limit=290)
 def ingest_accounting() -> dict:
-    from dashboards.ingest import ingest_accounting as ingest
+    from dashboards.ingest.accounting import ingest_accounting as ingest
 
     def accounting(cluster) -> dict:
         result = ingest(cluster)
@@ -127,17 +124,17 @@ def ingest_accounting() -> dict:
 
 @shared_task(time_limit=120, soft_time_limit=110)
 def ingest_runner_records() -> dict:
-    """Store the runners' records; the counts of dashboards.ingest.RunnerIngestResult (quarantined, ...)."""
-    from dashboards.ingest import ingest_runner_records as ingest
+    """Store the runners' records; the counts of dashboards.ingest.runner_records.RunnerIngestResult (quarantined, ...)."""
+    from dashboards.ingest.runner_records import ingest_runner_records as ingest
 
     return on_default_cluster("runner-records", 120, lambda cluster: ingest(cluster).as_dict())
 
 
 @shared_task(time_limit=60)
 def reconcile_gone_tasks() -> int:
-    from dashboards.clusters import cluster_get_default
-    from dashboards.ingest import reconcile_gone_tasks as reconcile
-    from dashboards.orphans import recover_killed_runners
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.ingest.orphans import recover_killed_runners
+    from dashboards.ingest.poll import reconcile_gone_tasks as reconcile
 
     cluster = cluster_get_default()
     decided = reconcile(cluster)
@@ -148,7 +145,7 @@ def reconcile_gone_tasks() -> int:
 @shared_task(time_limit=30, soft_time_limit=25)
 def sample_queue_depth() -> dict:
     """Store one queue-depth sample (active tasks per cluster, project, state) for the history chart."""
-    from dashboards.history import depth_sample_take
+    from dashboards.live.history import depth_sample_take
 
     sample = depth_sample_take()
     return {"clusters": len(sample["c"])}
@@ -163,7 +160,7 @@ def sample_queue_depth() -> dict:
 )
 def submit_campaign(campaign_id: int) -> dict:
     """Submit a launched campaign through DRMAA (runs in the submit worker, as the submit account)."""
-    from dashboards.services import campaign_submit
+    from dashboards.launch.submit import campaign_submit
 
     campaign = campaign_submit(campaign_id=campaign_id)
     return {"campaign": campaign.pk, "status": campaign.status, "job_number": campaign.job_number}
@@ -176,7 +173,7 @@ def control_job(self, request_id: int) -> dict:
     The action is the ``ControlRequest`` ``request_id`` (dashboards.control); the result is
     written back there and in its audit entry. Retries only while the scheduler is unreachable.
     """
-    from dashboards.control import control_execute, control_give_up
+    from dashboards.control.actions import control_execute, control_give_up
 
     try:
         request = control_execute(request_id=request_id)
@@ -192,8 +189,8 @@ def control_job(self, request_id: int) -> dict:
 def reconcile_claims() -> dict:
     """Settle submissions and control requests whose worker died between claim and commit (periodic):
     adopt the campaign's job found by its name, or release the claim and queue it again."""
-    from dashboards.control import reconcile_control_requests
-    from dashboards.services import reconcile_submissions
+    from dashboards.control.actions import reconcile_control_requests
+    from dashboards.launch.submit import reconcile_submissions
 
     with single_flight("claims", timeout=120) as mine:
         if not mine:
@@ -208,7 +205,7 @@ def reconcile_claims() -> dict:
 @shared_task(time_limit=60, soft_time_limit=50)
 def notify_campaign_finished(campaign_id: int) -> bool:
     """E-mail the launcher that a campaign finished and check its team's budgets (queued on ``ingest``)."""
-    from dashboards.notices import campaign_finished_notify
+    from dashboards.launch.notices import campaign_finished_notify
 
     return campaign_finished_notify(campaign_id=campaign_id)
 
@@ -216,7 +213,7 @@ def notify_campaign_finished(campaign_id: int) -> bool:
 @shared_task(time_limit=120, soft_time_limit=110)
 def reconcile_budgets() -> int:
     """Record and e-mail budget thresholds crossed since the last check (periodic)."""
-    from dashboards.billing import budget_check_alerts
+    from dashboards.billing.budgets import budget_check_alerts
 
     with single_flight("budgets", timeout=120) as mine:
         return len(budget_check_alerts()) if mine else 0

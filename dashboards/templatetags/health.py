@@ -4,7 +4,7 @@ from __future__ import annotations
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from dashboards import health
+from dashboards.core import health
 
 register = template.Library()
 

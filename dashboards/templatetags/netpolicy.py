@@ -5,8 +5,8 @@ from __future__ import annotations
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from ..models import Campaign
-from ..netpolicy import CHANGEABLE, may_change, network_policy_in_force
+from dashboards.models import Campaign
+from dashboards.control.netpolicy import CHANGEABLE, may_change, network_policy_in_force
 
 register = template.Library()
 

@@ -6,8 +6,8 @@ from decimal import Decimal
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from ..notices import finished_notices
-from ..roles import is_admin, user_can
+from dashboards.launch.notices import finished_notices
+from dashboards.core.roles import is_admin, user_can
 
 register = template.Library()
 
@@ -24,7 +24,7 @@ _LINKS = (
 
 @register.inclusion_tag("dashboards/launch_nav.html", takes_context=True)
 def ops_nav(context) -> dict:
-    """Links to the pages the user may use (none until ``dashboards.urls_ops`` is included)."""
+    """Links to the pages the user may use (none until ``dashboards.web.urls_ops`` is included)."""
     request = context.get("request")
     user = getattr(request, "user", None)
     links = []

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from django.utils import timezone
 
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, ControlRequest, Task, Team
 from tests.helpers import wait_until
 from tests.support.cluster import qdel_quietly, qstat_jobs, SGE_ENV

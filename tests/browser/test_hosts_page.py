@@ -13,7 +13,7 @@ import os
 import pytest
 
 from dashboards.models import AgentDefinition, Team
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch.service import LaunchRequest, launch
 
 from tests.support.stack import TEST_OUTPUT
 from tests.support.hosts import agent_hosts, fault, qstat_tasks

@@ -14,7 +14,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from dashboards import billing
+from dashboards.billing import budgets
 from dashboards.models import AgentDefinition, Campaign, Task, Team
 from tests.helpers import wait_until
 from tests.support.history import make_campaign, make_task
@@ -53,7 +53,7 @@ def test_a_lead_finds_last_weeks_spend_per_campaign_and_the_costliest_task(ops_s
     unpriced = make_campaign(team=research, user=ops_logins["launcher"], name="unpriced-run", model="mystery")
     make_task(unpriced, task_number=1, started_at=started, wallclock_s=5, cost_usd=None,
               tokens={"output_tokens": 50})
-    billing.budget_set(user=ops_logins["lead"], team=research, period="month", amount_usd=Decimal("50"),
+    budgets.budget_set(user=ops_logins["lead"], team=research, period="month", amount_usd=Decimal("50"),
                        thresholds=[0.8, 1.0], on_exceed="hold", alert_emails=[])
 
     login(page, ops_stack, "lead")
@@ -92,7 +92,7 @@ def test_a_launcher_sees_start_and_finish_then_watches_the_campaign_live(ops_sta
     for n in range(1, 11):
         make_task(history, task_number=n, started_at=timezone.now() - dt.timedelta(hours=3), wallclock_s=4 + n,
                   cost_usd="0.002", tokens={"input_tokens": 300, "output_tokens": 40})
-    billing.budget_set(user=ops_logins["lead"], team=research, period="month", amount_usd=Decimal("5"),
+    budgets.budget_set(user=ops_logins["lead"], team=research, period="month", amount_usd=Decimal("5"),
                        thresholds=[1.0], on_exceed="refuse", alert_emails=[])
     login(page, ops_stack, "launcher")
     page.goto(ops_stack.url + "/ops/launch/")

@@ -24,7 +24,7 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 def test_a_launcher_changes_a_running_campaigns_network_policy_with_confirmation(ops_stack, browser_page,
                                                                                  ops_logins):
-    from dashboards import services
+    from dashboards.launch import spool
 
     page = browser_page
     campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_logins["launcher"],
@@ -40,7 +40,7 @@ def test_a_launcher_changes_a_running_campaigns_network_policy_with_confirmation
     page.click("#confirm")
     page.wait_for_selector("ul.messages")
     assert "Version 1, changed" in page.text_content("#network-policy-version")
-    written = NetworkPolicyFile.read(services.spool_layout().network_policy_path(campaign.pk))
+    written = NetworkPolicyFile.read(spool.spool_layout().network_policy_path(campaign.pk))
     assert (written.policy_version, written.network_policies, written.changed_by) == (1, ceiling_network, "launcher")
     page.screenshot(path=str(TEST_OUTPUT / "ops-netpolicy-changed.png"), full_page=True)
 

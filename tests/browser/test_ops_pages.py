@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.audit import ActionRefused
-from dashboards.launch import LaunchRequest, launch
+from dashboards.core.errors import ActionRefused
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, Campaign, Task, Team
 from tests.helpers import wait_until
 from tests.support.cluster import job_gone_or_deleting, qdel_quietly, qstat_jobs, SGE_ENV

@@ -10,7 +10,7 @@ import os
 import pytest
 from django.utils import timezone
 
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Task, Team
 
 from tests.support.campaigns import DEMO_PASSWORD, make_campaign
@@ -64,7 +64,7 @@ def state_count(page, state: str) -> int:
 
 
 def test_each_role_watches_its_campaigns_live_and_nothing_else(live_stack, browser, role_users):
-    from dashboards import history
+    from dashboards.live import history
 
     history.depth_clear()  # the test database's name is reused from run to run
     url = live_stack.url

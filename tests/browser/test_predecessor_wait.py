@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Campaign, Task, Team
 from tests.helpers import wait_until
 from tests.support.cluster import qdel_quietly

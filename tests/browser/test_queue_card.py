@@ -62,11 +62,11 @@ def served_page(tmp_path: Path, html: str) -> tuple[str, http.server.ThreadingHT
                          ids=["one-sample", "two-samples-1s-apart", "an-hour"])
 def test_the_card_splits_the_slots_and_the_depth_chart_keeps_its_labels(browser, bootstrap, monkeypatch, tmp_path,
                                                                        samples):
-    from dashboards import selectors
-    from dashboards.clusters import cluster_get_default
+    
+    from dashboards.core.clusters import cluster_get_default
     from dashboards.models import Cluster
 
-    monkeypatch.setattr(selectors, "queue_depth_history", depth_of(samples))
+    monkeypatch.setattr("dashboards.live.queue.queue_depth_history", depth_of(samples))
     # agent.q@mh-exec1 unknown with 2 tasks (48 slots), agent.q@mh-exec2 disabled (48), classic.q fine (2).
     Cluster.objects.filter(pk=cluster_get_default().pk).update(status={
         "queues": [{"name": "agent.q", "used": 2, "resv": 0, "available": 0, "total": 96},

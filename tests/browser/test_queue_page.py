@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Cluster, Team
 
 from tests.support.stack import TEST_OUTPUT

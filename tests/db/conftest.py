@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboards import enqueue
+from dashboards.core import enqueue
 from dashboards.models import AgentDefinition, Team
 
 

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from dashboards.ingest import ingest_accounting
+from dashboards.ingest.accounting import ingest_accounting
 from dashboards.models import AccountingRecord, IngestCheckpoint, QuarantinedLine
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 from schedulers.accounting_cursor import FINGERPRINT_BYTES, fingerprint, plan_read
 from tests.faults.ledger import compare, report
 from tests.support.accounting import colon_line, HEADER, write

@@ -8,8 +8,8 @@ import re
 import pytest
 from django.utils import timezone
 
-from dashboards.clusters import cluster_get_default
-from dashboards.ingest import apply_qstat_poll
+from dashboards.core.clusters import cluster_get_default
+from dashboards.ingest.poll import apply_qstat_poll
 from dashboards.models import Campaign, Task
 from schedulers.base import QstatTask
 
@@ -32,7 +32,7 @@ def qtask(job: int, task: int | None, code: str, state: str, *, host: str | None
 
 @pytest.fixture
 def team_and_user(bootstrap, django_user_model):
-    from dashboards.services import team_ensure
+    from dashboards.core.accounts import team_ensure
 
     team = team_ensure(name="research", project="research")
     user = django_user_model.objects.create_user("launcher1")
@@ -60,7 +60,7 @@ def test_bug5_campaign_status_follows_its_tasks_running_paused_submitted_finishe
 
 
 def test_bug5_a_running_or_paused_campaign_can_still_be_controlled_and_finished(team_and_user):
-    from dashboards.ingest import _finish_campaigns
+    from dashboards.ingest.campaign_status import finish_campaigns
     from dashboards.models import CAMPAIGN_TRANSITIONS
 
     for state in ("running", "paused"):
@@ -70,7 +70,7 @@ def test_bug5_a_running_or_paused_campaign_can_still_be_controlled_and_finished(
     team, user = team_and_user
     campaign = make_campaign(team=team, user=user, name="c5b", job_number=506, status="running",
                              tasks=[{"state": "done"}])
-    _finish_campaigns({campaign.pk})
+    finish_campaigns({campaign.pk})
     assert Campaign.objects.get(pk=campaign.pk).status == "finished"
 
 
@@ -91,7 +91,7 @@ def test_bug2_a_poll_replaces_tcos_late_submission_time_with_the_schedulers(team
 
 
 def test_bug2_queue_wait_is_never_negative_and_submit_ends_where_queue_wait_begins(team_and_user):
-    from dashboards.stages import task_stages, timeline
+    from dashboards.core.stages import task_stages, timeline
     from tests.support.campaigns import make_campaign
 
     team, user = team_and_user
@@ -125,7 +125,7 @@ def _done_priority(admin, job_number: int, priority: int):
 
 
 def test_bug3_two_waiting_jobs_get_two_places_and_a_lowered_one_goes_last(ops_users):
-    from dashboards.scheduler_cache import pending_positions
+    from dashboards.core.scheduler_cache import pending_positions
 
     cluster = cluster_get_default()
     # Equal JAT_prio (the scheduler has not re-weighed them yet); 301 submitted first.
@@ -224,7 +224,7 @@ def test_bug13_a_permission_denied_is_the_styled_403(client, ops_users, settings
 def _triage_fixture(ops_users):
     """Jobs: 40 (3 tasks, waiting for seats), 41 (1 task, seats), 42 (held by the launcher in tco),
     43 (error), 44 (not tco's, no reason: the scheduler no longer knows it)."""
-    from dashboards import scheduler_cache
+    from dashboards.core import scheduler_cache
     from dashboards.models import AuditEntry, ControlRequest
     from schedulers.fake import FakeScheduler
     from tests.support.history import make_campaign as ops_campaign
@@ -270,7 +270,7 @@ def _triage_fixture(ops_users):
 
 
 def test_triage_groups_pending_work_by_reason_with_count_oldest_wait_and_action(ops_users, monkeypatch):
-    from dashboards import triage
+    from dashboards.control import triage
 
     cluster, fake = _triage_fixture(ops_users)
     overview = triage.triage_overview(cluster=cluster, scheduler=fake)
@@ -293,7 +293,7 @@ def test_triage_groups_pending_work_by_reason_with_count_oldest_wait_and_action(
 
 def test_triage_filters_search_and_sorts_on_the_server_with_the_state_in_the_url(client, ops_users, monkeypatch):
     cluster, fake = _triage_fixture(ops_users)
-    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **options: fake)
     client.force_login(ops_users["admin"])
     import re
 
@@ -313,10 +313,10 @@ def test_triage_filters_search_and_sorts_on_the_server_with_the_state_in_the_url
 
 def _triage_as_admin(client, ops_users, monkeypatch):
     """:func:`_triage_fixture` on the fake scheduler, no worker (enqueue does nothing), the admin logged in."""
-    from dashboards import enqueue
+    from dashboards.core import enqueue
 
     cluster, fake = _triage_fixture(ops_users)
-    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **options: fake)
     monkeypatch.setattr(enqueue, "send", lambda name, request_id: None)
     client.force_login(ops_users["admin"])
     return cluster, fake
@@ -361,7 +361,7 @@ def test_a_group_action_acts_only_on_the_jobs_confirmed_and_names_those_that_joi
     import copy
     import re
 
-    from dashboards import scheduler_cache
+    from dashboards.core import scheduler_cache
     from dashboards.models import ControlRequest
 
     cluster, fake = _triage_as_admin(client, ops_users, monkeypatch)
@@ -392,7 +392,7 @@ def test_a_group_action_acts_only_on_the_jobs_confirmed_and_names_those_that_joi
 
 
 def test_confirmed_in_group_splits_the_confirmed_jobs_from_those_that_joined_or_left():
-    from dashboards.triage import confirmed_in_group
+    from dashboards.control.triage import confirmed_in_group
 
     assert confirmed_in_group([7, 3, 9], ["3", "5", "7", "3"]) == {"act": [7, 3], "left": [5], "joined": [9]}
     with pytest.raises(ValueError):
@@ -441,7 +441,7 @@ def test_the_audit_log_pages_filters_sorts_links_targets_and_exports_csv(client,
 # --------------------------------------------------------------------------- feature 6: the agent page
 
 def test_accounting_fields_have_readable_names_and_units():
-    from dashboards.selectors import accounting_fields
+    from dashboards.live.task import accounting_fields
 
     rows = dict(accounting_fields({"wallclock_s": 125.0, "cpu_s": 0.25, "maxvmem_bytes": 3 * (1 << 29),
                                    "ended_at": "2026-12-01T10:00:05Z", "failed": 0, "usage": {}, "start_us": 1,
@@ -452,8 +452,8 @@ def test_accounting_fields_have_readable_names_and_units():
 
 
 def test_a_running_task_has_elapsed_time_progress_neighbours_and_a_running_segment(team_and_user):
-    from dashboards.selectors import task_neighbours, task_progress
-    from dashboards.stages import timeline
+    from dashboards.live.task import task_neighbours, task_progress
+    from dashboards.core.stages import timeline
     from tests.support.campaigns import make_campaign
 
     team, user = team_and_user

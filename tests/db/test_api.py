@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from dashboards.accounts import api_token_rotate
+from dashboards.core.accounts import api_token_rotate
 from dashboards.models import AccountingRecord, ApiToken, ModelRequest, Task, Team
 from schedulers.fake import FakeScheduler
 
@@ -177,7 +177,7 @@ def test_the_stage_table_has_the_medians_of_the_source_article(data):
 def fake_cluster_scheduler(monkeypatch) -> FakeScheduler:
     """Every ``scheduler_for`` answers with one FakeScheduler (which records its ``qstat -j`` calls)."""
     fake = FakeScheduler()
-    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **options: fake)
     return fake
 
 

@@ -14,8 +14,8 @@ from mcp import Client
 
 from assistant import facts
 from assistant.server import bearer_key, build_server, http_app, is_loopback
-from dashboards.accounts import api_token_revoke, api_token_rotate
-from dashboards.clusters import cluster_get_default
+from dashboards.core.accounts import api_token_revoke, api_token_rotate
+from dashboards.core.clusters import cluster_get_default
 from dashboards.models import AccountingRecord, Task, Team
 from schedulers.fake import FakeScheduler
 
@@ -61,7 +61,7 @@ def world(role_users, monkeypatch):
     }
     cluster.save(update_fields=["status"])
     fake = FakeScheduler()
-    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **options: fake)
     fake.set_job_detail(1101, {"job_number": 1101, "tasks": [], "holds": {}, "predecessors": [1100],
                                "hard_resources": {"anthropic_api": "1"}, "hard_queues": ["agent.q"],
                                "scheduler_messages": [SEAT_MESSAGE], "global_messages": []})

@@ -1,4 +1,4 @@
-"""dashboards.bulk.insert_like: a campaign's pending tasks in one prepared insert, on the database under test."""
+"""dashboards.core.bulk.insert_like: a campaign's pending tasks in one prepared insert, on the database under test."""
 from __future__ import annotations
 
 import datetime as dt
@@ -6,8 +6,8 @@ import datetime as dt
 import pytest
 from django.forms.models import model_to_dict
 
-from dashboards.bulk import insert_like
-from dashboards.clusters import cluster_get_default
+from dashboards.core.bulk import insert_like
+from dashboards.core.clusters import cluster_get_default
 from dashboards.models import Task
 
 pytestmark = pytest.mark.django_db
@@ -65,7 +65,7 @@ def test_an_unknown_field_and_no_values():
 
 def test_insert_varying_prepares_each_distinct_value_of_its_own_type():
     """Values equal as dict keys (1, 1.0, True) are prepared each as itself."""
-    from dashboards.bulk import insert_varying
+    from dashboards.core.bulk import insert_varying
 
     rows = [(1, 1, 1.0, "a", True), (2, 1, 1.5, "b", False), (3, 2, 1.0, "a", True)]
     assert insert_varying(template(45), ("task_number", "slots", "priority", "name", "restarted"), rows) == 3

@@ -1,4 +1,4 @@
-"""dashboards.bulk.store_accounting_records on the database under test (SQLite or PostgreSQL's COPY path)."""
+"""dashboards.core.bulk.store_accounting_records on the database under test (SQLite or PostgreSQL's COPY path)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -7,9 +7,9 @@ import zoneinfo
 import pytest
 from django.db import transaction
 
-from dashboards.bulk import epoch_us, store_accounting_records
+from dashboards.core.bulk import epoch_us, store_accounting_records
 from dashboards.models import AccountingRecord
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 from schedulers.base import AccountingRecord as Parsed
 
 pytestmark = pytest.mark.django_db
@@ -75,7 +75,7 @@ def test_epoch_us_counts_microseconds_since_1970_utc():
 
 def test_the_portable_path_for_other_backends_stores_the_same_rows_once():
     """Backends other than SQLite and PostgreSQL take Django's bulk_create path: same rows, same count."""
-    from dashboards import bulk
+    from dashboards.core import bulk
 
     cluster = cluster_get_default()
     start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

@@ -20,11 +20,12 @@ def at(text: str) -> dt.datetime:
 
 @pytest.mark.django_db
 def test_status_poll_stores_each_queue_calendar_for_the_pages_and_the_assistant(bootstrap, monkeypatch):
-    from dashboards.clusters import cluster_get_default, cluster_status_refresh
-    from dashboards.selectors import cluster_resources
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.ingest.cluster_status import cluster_status_refresh
+    from dashboards.live.cluster import cluster_resources
     from schedulers.fake import FakeScheduler
 
-    monkeypatch.setattr("dashboards.realtime.queue_changed", lambda *a, **k: None)
+    monkeypatch.setattr("dashboards.core.realtime.queue_changed", lambda *a, **k: None)
     fake = FakeScheduler()
     fake.queue_rows = [{"name": "agent.q", "used": 0, "resv": 0, "available": 96, "total": 96},
                        {"name": "classic.q", "used": 0, "resv": 0, "available": 2, "total": 2}]

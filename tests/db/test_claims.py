@@ -11,8 +11,10 @@ import pytest
 from django.apps import apps
 from django.utils import timezone
 
-from dashboards import control, enqueue, services
-from dashboards.launch import LaunchRequest, launch
+from dashboards.core import enqueue
+from dashboards.control import actions
+from dashboards.launch import submit
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import (
     CAMPAIGN_TRANSITIONS,
     AgentDefinition,
@@ -55,26 +57,26 @@ def campaign(ops_users, bootstrap, sent):
 
 
 def reconcile(fake, **kw):
-    return services.reconcile_submissions(scheduler=fake, grace_s=0, **kw)
+    return submit.reconcile_submissions(scheduler=fake, grace_s=0, **kw)
 
 
 def test_a_submitter_killed_after_the_drmaa_call_is_adopted_never_resubmitted(campaign, sent):
     fake = FakeScheduler(first_job_number=500)
     with pytest.raises(Killed):
-        services.campaign_submit(campaign_id=campaign.pk, scheduler=fake, after_submit=die)
+        submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake, after_submit=die)
     stuck = Campaign.objects.get(pk=campaign.pk)
     assert stuck.status == CampaignStatus.SUBMITTING and stuck.job_number is None
     assert stuck.submit_claimed_at is not None and stuck.submit_claimed_by and len(fake.submissions) == 1
 
     # A duplicated delivery of the submit message while claimed does nothing.
-    assert services.campaign_submit(campaign_id=campaign.pk, scheduler=fake).job_number is None
+    assert submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake).job_number is None
     assert reconcile(fake) == {"adopted": [campaign.pk], "released": [], "requeued": []}
     done = Campaign.objects.get(pk=campaign.pk)
     assert done.status == CampaignStatus.SUBMITTED and done.job_number == 500 and done.submit_claimed_at is None
     assert sorted(Task.objects.filter(campaign=done).values_list("task_number", flat=True)) == [1, 2, 3]
     # Once: nothing more on a second pass, on a late redelivery, or by the scheduler.
     assert reconcile(fake) == {"adopted": [], "released": [], "requeued": []}
-    services.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
+    submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
     assert len(fake.submissions) == 1 and Task.objects.filter(campaign=done).count() == 3
 
 
@@ -82,12 +84,12 @@ def test_a_submitter_killed_before_the_drmaa_call_is_released_and_submitted_once
     fake = FakeScheduler(first_job_number=600)
     monkeypatch.setattr(fake, "submit_array", die)
     with pytest.raises(Killed):
-        services.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
+        submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
     monkeypatch.undo()
     assert fake.submissions == []
     assert reconcile(fake)["released"] == [campaign.pk]
     assert Campaign.objects.get(pk=campaign.pk).submit_claimed_at is None
-    done = services.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
+    done = submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
     assert done.status == CampaignStatus.SUBMITTED and done.job_number == 600 and len(fake.submissions) == 1
     assert done.submit_attempts == 2
 
@@ -102,21 +104,21 @@ def test_a_job_accepted_while_the_scheduler_looked_unreachable_is_adopted_on_the
 
     monkeypatch.setattr(fake, "submit_array", accepted_then_timeout)
     with pytest.raises(SchedulerUnavailable):
-        services.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
+        submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
     assert Campaign.objects.get(pk=campaign.pk).submit_claimed_at is None  # released for the retry
     monkeypatch.setattr(fake, "submit_array", real_submit)
-    retried = services.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
+    retried = submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
     assert retried.job_number == 700 and len(fake.submissions) == 1  # found by name, not submitted again
 
 
 def test_a_job_that_already_left_qstat_is_found_in_what_the_polls_recorded(campaign):
     fake = FakeScheduler(first_job_number=800)
     with pytest.raises(Killed):
-        services.campaign_submit(campaign_id=campaign.pk, scheduler=fake, after_submit=die)
+        submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake, after_submit=die)
     fake.run_to_completion(800)
     assert fake.list_tasks() == []
     now = timezone.now()
-    name = services.campaign_job_name(campaign)
+    name = submit.campaign_job_name(campaign)
     assert name == f"tco-c{campaign.pk}-claims"
     for n in (1, 2, 3):  # the poll saw the job before it ended
         Task.objects.create(cluster=campaign.cluster, job_number=800, task_number=n, is_array=True, name=name,
@@ -128,7 +130,7 @@ def test_a_job_that_already_left_qstat_is_found_in_what_the_polls_recorded(campa
 def test_an_unreachable_scheduler_releases_nothing(campaign):
     fake = FakeScheduler()
     with pytest.raises(Killed):
-        services.campaign_submit(campaign_id=campaign.pk, scheduler=fake, after_submit=die)
+        submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake, after_submit=die)
     fake.unavailable = True
     with pytest.raises(SchedulerUnavailable):
         reconcile(fake)
@@ -138,24 +140,24 @@ def test_an_unreachable_scheduler_releases_nothing(campaign):
 def test_a_fresh_claim_of_a_live_worker_is_left_alone(campaign):
     fake = FakeScheduler()
     with pytest.raises(Killed):
-        services.campaign_submit(campaign_id=campaign.pk, scheduler=fake, after_submit=die)
-    assert services.reconcile_submissions(scheduler=fake, grace_s=3600) == {"adopted": [], "released": [],
+        submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake, after_submit=die)
+    assert submit.reconcile_submissions(scheduler=fake, grace_s=3600) == {"adopted": [], "released": [],
                                                                              "requeued": []}
 
 
 def test_a_claim_of_a_dead_process_on_this_host_is_stale_at_once():
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead = f"{services.claim_owner().rpartition(':')[0]}:{int(child.stdout)}"
+    dead = f"{submit.claim_owner().rpartition(':')[0]}:{int(child.stdout)}"
     now = timezone.now()
-    assert services.claim_is_stale(dead, now, now=now, grace_s=3600)
-    assert not services.claim_is_stale(services.claim_owner(), now, now=now, grace_s=3600)
-    assert services.claim_is_stale(services.claim_owner(), now - dt.timedelta(seconds=61), now=now, grace_s=60)
+    assert submit.claim_is_stale(dead, now, now=now, grace_s=3600)
+    assert not submit.claim_is_stale(submit.claim_owner(), now, now=now, grace_s=3600)
+    assert submit.claim_is_stale(submit.claim_owner(), now - dt.timedelta(seconds=61), now=now, grace_s=60)
 
 
 def test_a_submission_never_picked_up_is_sent_again(campaign, sent):
     Campaign.objects.filter(pk=campaign.pk).update(launched_at=timezone.now() - dt.timedelta(hours=1))
     sent.clear()
-    out = services.reconcile_submissions(scheduler=FakeScheduler(), grace_s=60)
+    out = submit.reconcile_submissions(scheduler=FakeScheduler(), grace_s=60)
     assert out["requeued"] == [campaign.pk] and sent == [(enqueue.SUBMIT_CAMPAIGN, (campaign.pk,))]
 
 
@@ -172,20 +174,20 @@ def test_states_move_only_along_the_allowed_transitions(campaign):
 @pytest.fixture
 def submitted(campaign):
     fake = FakeScheduler(first_job_number=900)
-    return services.campaign_submit(campaign_id=campaign.pk, scheduler=fake), fake
+    return submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake), fake
 
 
 def test_a_control_worker_killed_before_its_commit_is_run_again_and_recorded_once(ops_users, submitted, sent):
     campaign, fake = submitted
-    request = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
+    request = actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
     with pytest.raises(Killed):
-        control.control_execute(request_id=request.pk, scheduler=fake, after_control=die)
+        actions.control_execute(request_id=request.pk, scheduler=fake, after_control=die)
     assert ControlRequest.objects.get(pk=request.pk).state == ControlState.CLAIMED
     sent.clear()
-    out = control.reconcile_control_requests(grace_s=0)
+    out = actions.reconcile_control_requests(grace_s=0)
     assert out["released"] == [request.pk]
     assert ControlRequest.objects.get(pk=request.pk).state == ControlState.QUEUED
-    done = control.control_execute(request_id=request.pk, scheduler=fake)
+    done = actions.control_execute(request_id=request.pk, scheduler=fake)
     # The first qdel went through before the worker died; the repeat finds the job gone: done, once.
     assert done.state == ControlState.DONE and done.attempts == 2 and "gone already" in done.result
     assert fake.list_tasks() == [] and [c[0] for c in fake.control_calls] == ["qdel"]  # the fake logs accepted calls
@@ -193,29 +195,29 @@ def test_a_control_worker_killed_before_its_commit_is_run_again_and_recorded_onc
     entry = AuditEntry.objects.get(pk=done.audit_id)
     assert entry.params["status"] == done.state and entry.result == done.result
     # Settled: nothing more happens.
-    assert control.reconcile_control_requests(grace_s=0) == {"released": [], "requeued": [], "given_up": []}
-    assert control.control_execute(request_id=request.pk, scheduler=fake).attempts == 2
+    assert actions.reconcile_control_requests(grace_s=0) == {"released": [], "requeued": [], "given_up": []}
+    assert actions.control_execute(request_id=request.pk, scheduler=fake).attempts == 2
 
 
 def test_a_hold_repeated_after_a_dead_worker_ends_done(ops_users, submitted):
     campaign, fake = submitted
-    request = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
+    request = actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
     with pytest.raises(Killed):
-        control.control_execute(request_id=request.pk, scheduler=fake, after_control=die)
-    control.reconcile_control_requests(grace_s=0)
-    done = control.control_execute(request_id=request.pk, scheduler=fake)
+        actions.control_execute(request_id=request.pk, scheduler=fake, after_control=die)
+    actions.reconcile_control_requests(grace_s=0)
+    done = actions.control_execute(request_id=request.pk, scheduler=fake)
     assert done.state == ControlState.DONE and all(t.held for t in fake.tasks.values())
 
 
 def test_a_request_whose_workers_keep_dying_is_given_up(ops_users, submitted):
     campaign, fake = submitted
-    request = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
-    for _ in range(control.MAX_ATTEMPTS):
+    request = actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
+    for _ in range(actions.MAX_ATTEMPTS):
         with pytest.raises(Killed):
-            control.control_execute(request_id=request.pk, scheduler=fake, after_control=die)
-        control.reconcile_control_requests(grace_s=0)
+            actions.control_execute(request_id=request.pk, scheduler=fake, after_control=die)
+        actions.reconcile_control_requests(grace_s=0)
     final = ControlRequest.objects.get(pk=request.pk)
-    assert final.state == ControlState.GIVEN_UP and final.attempts == control.MAX_ATTEMPTS
+    assert final.state == ControlState.GIVEN_UP and final.attempts == actions.MAX_ATTEMPTS
     assert AuditEntry.objects.get(pk=final.audit_id).params["status"] == "given_up"
 
 

@@ -28,7 +28,7 @@ CAPTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ocs914"
 
 
 def test_ingesting_the_captured_file_stores_no_tokens_and_flags_nothing(ocs9_cluster):
-    from dashboards.ingest import ingest_accounting
+    from dashboards.ingest.accounting import ingest_accounting
     from dashboards.models import AccountingRecord, Task
 
     shutil.copy(CAPTURES / "accounting.jsonl", ocs9_cluster.accounting_path)
@@ -40,7 +40,7 @@ def test_ingesting_the_captured_file_stores_no_tokens_and_flags_nothing(ocs9_clu
 
 @pytest.mark.parametrize("metered, status", [(1150, "differs"), (1200, "confirmed")])
 def test_ingest_stores_the_tokens_and_checks_them_against_the_runner_record(ocs9_cluster, metered, status):
-    from dashboards.ingest import ingest_accounting
+    from dashboards.ingest.accounting import ingest_accounting
     from dashboards.models import AccountingRecord, Task
 
     record = job17_line()
@@ -58,7 +58,7 @@ def test_ingest_stores_the_tokens_and_checks_them_against_the_runner_record(ocs9
 
 
 def test_a_runner_record_read_after_the_accounting_record_is_checked_then(ocs9_cluster):
-    from dashboards.ingest import check_accounting_tokens, ingest_accounting
+    from dashboards.ingest.accounting import check_accounting_tokens, ingest_accounting
     from dashboards.models import Task
 
     record = job17_line()
@@ -74,9 +74,10 @@ def test_a_runner_record_read_after_the_accounting_record_is_checked_then(ocs9_c
 
 
 def test_the_agent_page_and_the_cluster_card_show_it(ocs9_cluster, django_user_model):
-    from dashboards.ingest import ingest_accounting
+    from dashboards.ingest.accounting import ingest_accounting
     from dashboards.models import Task
-    from dashboards.selectors import queue_summary, task_detail
+    from dashboards.live.queue import queue_summary
+    from dashboards.live.task import task_detail
 
     record = job17_line()
     task = _task_for(ocs9_cluster, record, {"input_tokens": 1150})
@@ -96,10 +97,11 @@ def test_ingesting_the_runner_record_after_the_accounting_record_flags_the_task(
 
     from django.utils import timezone
 
-    from dashboards.bulk import EPOCH
-    from dashboards.ingest import ingest_accounting, ingest_runner_records
+    from dashboards.core.bulk import EPOCH
+    from dashboards.ingest.accounting import ingest_accounting
+    from dashboards.ingest.runner_records import ingest_runner_records
     from dashboards.models import AgentDefinition, Campaign, Task
-    from dashboards.services import team_ensure
+    from dashboards.core.accounts import team_ensure
 
     (record,) = [r for r in captured_records("accounting.jsonl") if (r["job_number"], r["task_number"]) == (22, 1)]
     team = team_ensure(name="research", project="research")
@@ -129,7 +131,7 @@ def test_ingesting_the_runner_record_after_the_accounting_record_flags_the_task(
 def _task_for(cluster, record: dict, runner_usage: dict | None):
     import datetime as dt
 
-    from dashboards.bulk import EPOCH
+    from dashboards.core.bulk import EPOCH
     from dashboards.models import Task
 
     submitted = EPOCH + dt.timedelta(microseconds=record["submission_time"])

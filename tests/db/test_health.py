@@ -8,10 +8,10 @@ import time
 import pytest
 from django.utils import timezone
 
-from dashboards import health
-from dashboards.ingest import apply_qstat_poll, record_poll_failure
+from dashboards.core import health
+from dashboards.ingest.poll import apply_qstat_poll, record_poll_failure
 from dashboards.models import Cluster, Task, Team
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 
 from tests.support.campaigns import make_campaign
 
@@ -26,7 +26,7 @@ def dead_redis(settings):
         port = s.getsockname()[1]
     url = f"redis://127.0.0.1:{port}/0"
     settings.REDIS_URL = url
-    settings.CACHES = {"default": {"BACKEND": "dashboards.resilient_cache.ResilientRedisCache", "LOCATION": url,
+    settings.CACHES = {"default": {"BACKEND": "dashboards.core.resilient_cache.ResilientRedisCache", "LOCATION": url,
                                    "KEY_PREFIX": "tco", "OPTIONS": {"socket_connect_timeout": 1}}}
     health._redis_probe["at"] = -1e9
     yield url
@@ -119,9 +119,10 @@ def test_a_task_whose_runner_finished_while_the_scheduler_lists_it_is_shown_as_s
     client.force_login(role_users["admin"])
     body = client.get("/ops/triage/").content.decode()
     assert "execd on host vm (" in body and "silent since" in body
-    from dashboards import selectors
-    assert selectors.task_detail(role_users["admin"], task.pk, with_scheduler=False)["task"]["runner_note"] == note
-    detail = selectors.campaign_detail(role_users["viewer"], task.campaign_id)
+    from dashboards.live import campaign as live_campaign
+    from dashboards.live import task as live_task
+    assert live_task.task_detail(role_users["admin"], task.pk, with_scheduler=False)["task"]["runner_note"] == note
+    detail = live_campaign.campaign_detail(role_users["viewer"], task.campaign_id)
     assert detail["tasks"][0]["runner_note"] == note
     # Viewers see the task's note, not the admins' host notice.
     client.force_login(role_users["viewer"])

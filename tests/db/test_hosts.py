@@ -39,15 +39,15 @@ def test_one_round_of_scheduler_commands_per_poll_whatever_the_number_of_hosts(b
         yield True
 
     monkeypatch.setattr(tasks, "single_flight", always_mine)
-    monkeypatch.setattr("dashboards.realtime.queue_changed", lambda *a, **k: None)
+    monkeypatch.setattr("dashboards.core.realtime.queue_changed", lambda *a, **k: None)
     rounds = {}
     for n_hosts in (1, 3, 40):
         recorder = Recorder(n_hosts)
         monkeypatch.setattr(gridengine, "run_command", recorder)
         gridengine._PROJECTS.clear()
         Task.objects.all().delete()
-        from dashboards import ingest
-        ingest._SNAPSHOTS.clear()
+        from dashboards.ingest import poll
+        poll._SNAPSHOTS.clear()
         tasks.poll_queue()
         first = list(recorder.calls)
         recorder.calls.clear()
@@ -70,9 +70,10 @@ def test_one_round_of_scheduler_commands_per_poll_whatever_the_number_of_hosts(b
 
 @pytest.mark.django_db
 def test_a_rerunnable_launch_reaches_the_submission(bootstrap, django_user_model):
-    from dashboards.launch import LaunchRequest, launch
+    from dashboards.launch.service import LaunchRequest, launch
     from dashboards.models import AgentDefinition, AuditEntry, Campaign, Team
-    from dashboards.services import LaunchError, campaign_submit
+    from dashboards.core.errors import LaunchError
+    from dashboards.launch.submit import campaign_submit
 
     admin = django_user_model.objects.get(username="admin")
     team = Team.objects.get(project="research")
@@ -96,9 +97,9 @@ def test_a_rerunnable_launch_reaches_the_submission(bootstrap, django_user_model
 
 @pytest.mark.django_db
 def test_the_queue_summary_shows_each_host_its_state_and_its_visible_tasks(bootstrap, django_user_model):
-    from dashboards import selectors
+    from dashboards.live import queue
     from dashboards.models import Cluster, Team
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
     from tests.support.campaigns import make_campaign
 
     admin = django_user_model.objects.get(username="admin")
@@ -114,7 +115,7 @@ def test_the_queue_summary_shows_each_host_its_state_and_its_visible_tasks(boots
         {"state": "running", "state_code": "r", "host": "mh-exec2"},
         {"state": "done", "host": "mh-exec2"},  # ended: not on the host any more
         {"state": "pending"}])
-    summary = selectors.queue_summary(admin)
+    summary = queue.queue_summary(admin)
     [c] = summary["clusters"]
     hosts = {h["name"]: h for h in c["hosts"]}
     assert {n: h["state"] for n, h in hosts.items()} == {"mh-exec1": "unreachable", "mh-exec2": "disabled",
@@ -128,9 +129,9 @@ def test_the_queue_summary_shows_each_host_its_state_and_its_visible_tasks(boots
 
 @pytest.mark.django_db
 def test_a_viewer_sees_no_task_of_another_team_on_a_host(bootstrap, django_user_model):
-    from dashboards import selectors
+    from dashboards.live import cluster as live_cluster
     from dashboards.models import Cluster, Team
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
     from tests.support.campaigns import make_campaign
 
     admin = django_user_model.objects.get(username="admin")
@@ -140,15 +141,15 @@ def test_a_viewer_sees_no_task_of_another_team_on_a_host(bootstrap, django_user_
         "hosts": parse_qhost(fixture("qhost_F_ok.xml")), "queue_instances": []})
     make_campaign(team=Team.objects.get(project="research"), user=admin, name="secret", job_number=8,
                   tasks=[{"state": "running", "state_code": "r", "host": "mh-exec1"}])
-    hosts = {h["name"]: h for h in selectors.cluster_hosts(cluster_get_default(), outsider)["hosts"]}
+    hosts = {h["name"]: h for h in live_cluster.cluster_hosts(cluster_get_default(), outsider)["hosts"]}
     assert hosts["mh-exec1"]["tasks"] == {"count": 0, "shown": []}
-    hosts = {h["name"]: h for h in selectors.cluster_hosts(cluster_get_default(), admin)["hosts"]}
+    hosts = {h["name"]: h for h in live_cluster.cluster_hosts(cluster_get_default(), admin)["hosts"]}
     assert hosts["mh-exec1"]["tasks"]["count"] == 1
 
 
 @pytest.mark.django_db
 def test_the_campaign_page_filters_tasks_by_host(bootstrap, django_user_model, client):
-    from dashboards import selectors
+    from dashboards.live import campaign as live_campaign
     from dashboards.models import Team
     from tests.support.campaigns import make_campaign
 
@@ -158,13 +159,13 @@ def test_the_campaign_page_filters_tasks_by_host(bootstrap, django_user_model, c
                                     {"state": "failed", "host": "h2"},
                                     {"state": "done", "host": "h1"},
                                     {"state": "pending"}])
-    detail = selectors.campaign_detail(admin, campaign.pk, host="h1")
+    detail = live_campaign.campaign_detail(admin, campaign.pk, host="h1")
     assert [t["task_number"] for t in detail["tasks"]] == [1, 3]
     assert detail["hosts"] == [{"host": "h1", "tasks": 2}, {"host": "h2", "tasks": 1}]
     assert detail["host_filter"] == "h1"
-    assert [t["task_number"] for t in selectors.campaign_detail(admin, campaign.pk, host="h1", state="done")["tasks"]] \
+    assert [t["task_number"] for t in live_campaign.campaign_detail(admin, campaign.pk, host="h1", state="done")["tasks"]] \
         == [3]
-    assert [t["task_number"] for t in selectors.campaign_detail(admin, campaign.pk)["tasks"]] == [2, 1, 3, 4]
+    assert [t["task_number"] for t in live_campaign.campaign_detail(admin, campaign.pk)["tasks"]] == [2, 1, 3, 4]
     client.force_login(admin)
     page = client.get(f"/campaigns/{campaign.pk}/", {"host": "h2"})
     assert page.status_code == 200 and page.context["detail"]["host_filter"] == "h2"
@@ -176,9 +177,10 @@ def test_the_campaign_page_filters_tasks_by_host(bootstrap, django_user_model, c
 
 @pytest.mark.django_db
 def test_the_record_of_a_rescheduled_attempt_never_ends_the_rerun_task(tmp_path):
-    from dashboards.ingest import apply_qstat_poll, ingest_accounting
+    from dashboards.ingest.poll import apply_qstat_poll
+    from dashboards.ingest.accounting import ingest_accounting
     from dashboards.models import AccountingRecord, Task
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
     from tests.support.accounting import HEADER, colon_line
 
     cluster = cluster_get_default()
@@ -221,9 +223,10 @@ def test_the_record_of_a_rescheduled_attempt_never_ends_the_rerun_task(tmp_path)
 
 @pytest.mark.django_db
 def test_a_rerun_that_ran_between_two_polls_is_still_one_task(tmp_path):
-    from dashboards.ingest import apply_qstat_poll, ingest_accounting
+    from dashboards.ingest.poll import apply_qstat_poll
+    from dashboards.ingest.accounting import ingest_accounting
     from dashboards.models import AccountingRecord, Task
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
     from tests.support.accounting import HEADER, colon_line
 
     cluster = cluster_get_default()

@@ -7,8 +7,9 @@ import os
 import pytest
 
 from dashboards.models import AccountingRecord, IngestCheckpoint, QuarantinedLine, Task
-from dashboards.clusters import cluster_get_default
-from dashboards.ingest import apply_qstat_poll, ingest_accounting
+from dashboards.core.clusters import cluster_get_default
+from dashboards.ingest.poll import apply_qstat_poll
+from dashboards.ingest.accounting import ingest_accounting
 from schedulers.base import QstatTask
 from tests.support.accounting import HEADER, colon_line, write
 

@@ -7,8 +7,8 @@ import pytest
 from django.utils import timezone
 
 from dashboards.models import Campaign, Task, TaskEvent
-from dashboards.clusters import cluster_get_default
-from dashboards.ingest import apply_qstat_poll, reconcile_gone_tasks
+from dashboards.core.clusters import cluster_get_default
+from dashboards.ingest.poll import apply_qstat_poll, reconcile_gone_tasks
 from schedulers.base import QstatTask
 
 pytestmark = pytest.mark.django_db
@@ -83,7 +83,8 @@ def test_gone_tasks_without_accounting_become_deleted_or_lost_after_the_grace(se
 
 def test_rows_seen_before_submission_returned_are_adopted_by_the_campaign(django_user_model):
     from dashboards.models import AgentDefinition
-    from dashboards.services import campaign_submit, team_ensure
+    from dashboards.launch.submit import campaign_submit
+    from dashboards.core.accounts import team_ensure
     from schedulers.fake import FakeScheduler
 
     cluster = cluster_get_default()
@@ -106,11 +107,11 @@ def test_rows_seen_before_submission_returned_are_adopted_by_the_campaign(django
 
 @pytest.fixture
 def fresh_snapshots():
-    from dashboards import ingest
+    from dashboards.ingest import poll
 
-    ingest._SNAPSHOTS.clear()
-    yield ingest._SNAPSHOTS
-    ingest._SNAPSHOTS.clear()
+    poll._SNAPSHOTS.clear()
+    yield poll._SNAPSHOTS
+    poll._SNAPSHOTS.clear()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -136,7 +137,7 @@ def test_later_polls_diff_against_the_last_snapshot_and_still_see_new_rows(fresh
 
 
 def test_a_waiting_jobs_position_counts_jobs_ahead_by_priority():
-    from dashboards.scheduler_cache import pending_position
+    from dashboards.core.scheduler_cache import pending_position
 
     cluster = cluster_get_default()
     rows = []
@@ -153,7 +154,7 @@ def test_a_waiting_jobs_position_counts_jobs_ahead_by_priority():
 
 
 def test_a_new_tasks_row_carries_every_field_qstat_gave_and_events_carry_the_poll_time():
-    """The poll's prepared insert (dashboards.bulk.insert_varying) stores what the ORM would: each
+    """The poll's prepared insert (dashboards.core.bulk.insert_varying) stores what the ORM would: each
     column from the qstat task, the rest the model's defaults; a gone task's event is at the poll's
     instant, from its last state."""
     cluster = cluster_get_default()
@@ -186,7 +187,7 @@ def test_an_older_snapshot_applied_after_a_newer_one_writes_nothing():
     apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm")], observed_at=T0)
     newer = apply_qstat_poll(cluster, [], observed_at=T0 + dt.timedelta(seconds=2))
     assert newer.gone == 1 and not newer.stale
-    # Its accounting record ended it (as _finalize_finishing does): done, no longer active.
+    # Its accounting record ended it (as finalize_finishing does): done, no longer active.
     Task.objects.filter(job_number=7).update(state="done", active=False)
     older = apply_qstat_poll(cluster, [qtask(7, 1, "r", "running", "vm")], observed_at=T0 + dt.timedelta(seconds=1))
     assert older.stale and not older.any

@@ -8,9 +8,9 @@ import pytest
 from django.utils import timezone
 
 from dashboards.models import AgentDefinition, Campaign, ModelRequest, Task
-from dashboards.services import team_ensure
-from dashboards.clusters import cluster_get_default
-from dashboards.ingest import ingest_runner_records
+from dashboards.core.accounts import team_ensure
+from dashboards.core.clusters import cluster_get_default
+from dashboards.ingest.runner_records import ingest_runner_records
 
 pytestmark = pytest.mark.django_db
 
@@ -145,13 +145,13 @@ def test_a_record_whose_task_is_not_known_yet_waits_where_it_was(tmp_path, campa
 
 
 def test_a_claim_left_by_a_dead_ingester_is_taken_over(tmp_path, campaign, monkeypatch):
-    from dashboards import ingest
+    
 
     path = write_record(tmp_path, campaign)
     claim = path.with_name(".1.json.claim-deadhost-1-abc")
     path.rename(claim)
     assert ingest_runner_records(campaign.cluster, spool=tmp_path).ingested == 0  # fresh: its owner may be alive
-    monkeypatch.setattr(ingest, "CLAIM_STALE_S", -1.0)
+    monkeypatch.setattr("dashboards.ingest.runner_records.CLAIM_STALE_S", -1.0)
     assert ingest_runner_records(campaign.cluster, spool=tmp_path).ingested == 1
     assert not claim.exists() and (tmp_path / "ingested" / str(campaign.pk) / "1.json").exists()
     assert Task.objects.get().task_started_at is not None
@@ -219,7 +219,7 @@ def test_the_same_record_stored_by_two_ingesters_at_once_gives_the_rows_of_one(t
     """A claim taken over from an ingester thought dead: both store the record, concurrently."""
     import threading
 
-    from dashboards import ingest
+    from dashboards.ingest import runner_records
     from execution.spool import SpoolLayout
 
     layout = SpoolLayout(tmp_path)
@@ -235,8 +235,8 @@ def test_the_same_record_stored_by_two_ingesters_at_once_gives_the_rows_of_one(t
 
         try:
             barrier.wait()
-            outcomes.append(ingest._ingest_claimed(campaign.cluster, str(claim), layout, 100,
-                                                   ingest.RunnerIngestResult()))
+            outcomes.append(runner_records._ingest_claimed(campaign.cluster, str(claim), layout, 100,
+                                                   runner_records.RunnerIngestResult()))
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
         finally:

@@ -11,9 +11,11 @@ import os
 import pytest
 from django.utils import timezone
 
-from dashboards import launch as launching, services
+from dashboards.launch import service
+from dashboards.launch import spool as launch_spool
+from dashboards.launch import submit
 from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Campaign, Task, Team
-from dashboards.services import LaunchError
+from dashboards.core.errors import LaunchError
 from schedulers.fake import FakeScheduler
 from tests.support.history import make_campaign, make_task
 from tests.support.forms import launch_data
@@ -30,10 +32,10 @@ def test_a_campaign_asking_for_no_model_api_seat_is_refused_and_nothing_is_submi
     retry) goes through the launch check, which refuses it with a message naming the consumable."""
     settings.TCO_SEAT_RESOURCE = "anthropic_api"
     with pytest.raises(LaunchError, match=r"at least 1 .*anthropic_api"):
-        launching.launch(user=ops_users["launcher"], request=launching.LaunchRequest(
+        service.launch(user=ops_users["launcher"], request=service.LaunchRequest(
             team=research, agent_definition=agent, inputs=[{"task": 1}], name="seatless", seats_per_task=0))
     with pytest.raises(LaunchError, match="at least 1"):
-        launching.urgent_launch(user=ops_users["urgent"], team=research, agent_definition=agent, input={"task": 1},
+        service.urgent_launch(user=ops_users["urgent"], team=research, agent_definition=agent, input={"task": 1},
                                 seats_per_task=0)
     assert not Campaign.objects.exists() and sent == []
     refusals = AuditEntry.objects.filter(ok=False, action__in=("launch", "urgent_launch"))
@@ -57,7 +59,7 @@ def test_without_a_seat_consumable_zero_seats_is_still_a_launch(ops_users, resea
     """A site that meters no seats (TCO_SEAT_RESOURCE blank) has nothing to bypass."""
     settings.TCO_SEAT_RESOURCE = ""
     with django_capture_on_commit_callbacks(execute=True):
-        campaign = launching.launch(user=ops_users["launcher"], request=launching.LaunchRequest(
+        campaign = service.launch(user=ops_users["launcher"], request=service.LaunchRequest(
             team=research, agent_definition=agent, inputs=[{"task": 1}], name="unmetered", seats_per_task=0)).campaign
     assert campaign.seats_per_task == 0 and len(sent) == 1
 
@@ -67,7 +69,7 @@ def test_without_a_seat_consumable_zero_seats_is_still_a_launch(ops_users, resea
 @pytest.fixture
 def claimed(ops_users, research, agent, sent):
     """A campaign whose submitter died after its claim (a stale claim the reconciler settles)."""
-    campaign = launching.launch(user=ops_users["launcher"], request=launching.LaunchRequest(
+    campaign = service.launch(user=ops_users["launcher"], request=service.LaunchRequest(
         team=research, agent_definition=agent, inputs=[{"task": n} for n in (1, 2)], name="victim")).campaign
     Campaign.objects.filter(pk=campaign.pk).update(submit_claimed_at=timezone.now() - dt.timedelta(hours=2),
                                                    submit_claimed_by="deadhost:1", submit_attempts=1)
@@ -80,7 +82,7 @@ def _accounting(campaign, *, job_number: int, owner: str) -> None:
     for n in (1, 2):
         AccountingRecord.objects.create(
             cluster=campaign.cluster, job_number=job_number, task_number=n, submission_us=us, start_us=us,
-            end_us=us, submitted_at=now, started_at=now, ended_at=now, job_name=services.campaign_job_name(campaign),
+            end_us=us, submitted_at=now, started_at=now, ended_at=now, job_name=submit.campaign_job_name(campaign),
             owner=owner, group=owner, project="research", queue="agent.q", hostname="h1", wallclock_s=0.0,
             cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
 
@@ -90,29 +92,29 @@ def test_another_users_job_with_the_campaigns_name_is_not_adopted(claimed, setti
     looked the name up across all owners (qstat, the polls' tasks, accounting) and adopted it.
     Only jobs of the submit account count; the campaign is released and submitted afresh."""
     settings.TCO_SUBMIT_USER = "tco"
-    name = services.campaign_job_name(claimed)
+    name = submit.campaign_job_name(claimed)
     mallory = FakeScheduler(owner="mallory", first_job_number=900)
-    mallory.submit_array(dataclasses.replace(services.campaign_job_spec(claimed), hold=True))
+    mallory.submit_array(dataclasses.replace(submit.campaign_job_spec(claimed), hold=True))
     assert [t.name for t in mallory.list_tasks()] == [name, name]
     for n in (1, 2):  # what a poll recorded of it
         Task.objects.create(cluster=claimed.cluster, job_number=900, task_number=n, is_array=True, name=name,
                             owner="mallory", state="held", submitted_at=timezone.now())
     _accounting(claimed, job_number=901, owner="mallory")
 
-    assert services.find_campaign_job(claimed, mallory) is None
-    assert services.reconcile_submissions(scheduler=mallory, grace_s=0)["adopted"] == []
+    assert submit.find_campaign_job(claimed, mallory) is None
+    assert submit.reconcile_submissions(scheduler=mallory, grace_s=0)["adopted"] == []
     assert Campaign.objects.get(pk=claimed.pk).job_number is None
 
     # The submit account's own job is still found, in each of the three places.
     ours = FakeScheduler(owner="tco", first_job_number=950)
-    ours.submit_array(services.campaign_job_spec(claimed))
-    assert services.find_campaign_job(claimed, ours) == (950, [1, 2])
+    ours.submit_array(submit.campaign_job_spec(claimed))
+    assert submit.find_campaign_job(claimed, ours) == (950, [1, 2])
     empty = FakeScheduler(owner="tco")
     _accounting(claimed, job_number=960, owner="tco")
-    assert services.find_campaign_job(claimed, empty) == (960, [1, 2])
+    assert submit.find_campaign_job(claimed, empty) == (960, [1, 2])
     Task.objects.create(cluster=claimed.cluster, job_number=955, task_number=1, is_array=True, name=name,
                         owner="tco", state="done", active=False, submitted_at=timezone.now())
-    assert services.find_campaign_job(claimed, empty) == (955, [1, 2])
+    assert submit.find_campaign_job(claimed, empty) == (955, [1, 2])
 
 
 # --------------------------------------------------------------------------- 3: CSV formula injection
@@ -131,7 +133,7 @@ def _csv(response) -> list[list[str]]:
     ("-0.5", "-0.5"), ("+3", "+3"), ("-1e3", "-1e3"), ("ok", "ok"), ("a=b", "a=b"), ("", ""),
 ])
 def test_a_csv_cell_a_spreadsheet_would_run_is_made_text(text, cell):
-    from dashboards import csv_export
+    from dashboards.core import csv_export
 
     out = io.StringIO()
     csv_export.writer(out).writerow([text, -0.5, 3])
@@ -181,7 +183,7 @@ def test_an_input_directory_outside_the_root_is_refused_without_the_servers_path
     client = as_user("launcher")
     for directory, reason in (("../../../etc", "outside the inputs root"), ("missing", "does not exist")):
         caplog.clear()
-        with caplog.at_level("WARNING", logger="dashboards.inputs"):
+        with caplog.at_level("WARNING", logger="dashboards.launch.inputs"):
             html = client.post("/ops/launch/", {**launch_data(input_kind="directory", input_directory=directory),
                                                 "preview": "1"}).content.decode()
         field = html.split('id="field-input_directory"', 1)[1].split('<div class="field"', 1)[0]
@@ -225,14 +227,14 @@ def test_the_web_sides_spool_writes_are_private_too(tmp_path, ops_users, researc
     old = os.umask(0o022)
     try:
         write_atomic(tmp_path / "a" / "b" / "c.json", b"{}")
-        campaign = launching.launch(user=ops_users["launcher"], request=launching.LaunchRequest(
+        campaign = service.launch(user=ops_users["launcher"], request=service.LaunchRequest(
             team=research, agent_definition=agent, inputs=[{"task": 1}], name="private")).campaign
-        services.campaign_job_spec(campaign)
+        submit.campaign_job_spec(campaign)
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "a" / "b" / "c.json").stat().st_mode) == 0o600
     assert [stat.S_IMODE((tmp_path / d).stat().st_mode) for d in ("a", "a/b")] == [0o700, 0o700]
-    layout = services.spool_layout()
+    layout = launch_spool.spool_layout()
     for path in (layout.spec_path(campaign.pk), layout.inputs_path(campaign.pk)):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
     for path in (layout.logs_dir(campaign.pk), layout.work_dir(campaign.pk),

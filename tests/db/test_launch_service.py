@@ -9,16 +9,18 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from dashboards import enqueue, services
-from dashboards.launch import LaunchRequest, launch
+from dashboards.core import enqueue
+from dashboards.launch import spool
+from dashboards.launch import submit
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, Campaign, ModelEndpoint, PolicyCeiling, Team
-from dashboards.services import LaunchError
+from dashboards.core.errors import LaunchError
 
 pytestmark = pytest.mark.django_db
 
 
 def spec_of(campaign: Campaign) -> dict:
-    return json.loads((services.spool_dir() / "campaigns" / str(campaign.pk) / "spec.json").read_text())
+    return json.loads((spool.spool_dir() / "campaigns" / str(campaign.pk) / "spec.json").read_text())
 
 
 def request(team, agent, **fields) -> LaunchRequest:
@@ -116,7 +118,7 @@ def test_outputs_and_advance_reservation_are_launch_options(ops_users, research,
         research, agent, outputs=["verdict.json", "logs/*.txt"], advance_reservation=17)).campaign
     assert spec_of(campaign)["agent"]["outputs"] == ["verdict.json", "logs/*.txt"]
     assert campaign.advance_reservation == 17
-    assert services.campaign_job_spec(campaign).advance_reservation == 17
+    assert submit.campaign_job_spec(campaign).advance_reservation == 17
     for bad in (["../x"], ["/etc/passwd"], ["a\nb"], [""], ["x"] * 33):
         with pytest.raises(LaunchError, match="outputs"):
             launch(user=ops_users["launcher"], request=request(research, agent, outputs=bad))
@@ -128,7 +130,7 @@ DEEP = 100_000
 
 
 def test_inputs_nested_100000_deep_are_refused_with_a_message():
-    from dashboards.inputs import inputs_from_jsonl, inputs_from_params
+    from dashboards.launch.inputs import inputs_from_jsonl, inputs_from_params
 
     with pytest.raises(LaunchError, match="JSONL line 1 nests deeper than 64 levels"):
         inputs_from_jsonl('{"a": ' + "[" * DEEP + "]" * DEEP + "}")
@@ -224,8 +226,8 @@ def test_a_policy_hiding_the_relays_interpreter_is_refused_at_launch(ops_users, 
 def test_review_a_policy_listing_tcos_secret_folder_is_refused_at_launch(settings):
     """Review of a fresh clone: `read_only: [/etc/tco]` was accepted at launch (the passwords and
     the database URL live there). It is one of tco's secret paths now, refused like the state dir."""
-    from dashboards import launch as launch_module
-    from dashboards.services import sandbox_state_paths
+    from dashboards.launch import policy as launch_policy
+    from dashboards.launch.spool import sandbox_state_paths
     from execution.sandbox.policy import load_policy
 
     settings.TCO_SECRET_PATHS = ["/etc/tco"]
@@ -233,7 +235,7 @@ def test_review_a_policy_listing_tcos_secret_folder_is_refused_at_launch(setting
     policy = load_policy("version: 1\nfilesystem_policy:\n  include_workdir: true\n"
                          "  read_only: [/usr, /lib, /lib64, /bin, /etc/tco]\n  read_write: [/sandbox, /tmp]\n"
                          "process: {run_as_user: sandbox, run_as_group: sandbox}\n")
-    problems = launch_module.sandbox_bind_problems(policy)
+    problems = launch_policy.sandbox_bind_problems(policy)
     assert any("/etc/tco" in p for p in problems), problems
 
 
@@ -242,6 +244,6 @@ def test_review_the_request_limit_lets_the_form_refuse_big_inputs_itself(setting
     form's message; the request limit must stay above what the form accepts and checks itself."""
     from django.conf import settings as live
 
-    from dashboards import limits
+    from dashboards.core import limits
 
     assert live.DATA_UPLOAD_MAX_MEMORY_SIZE > limits.INPUT_MAX_BYTES + limits.POLICY_MAX_BYTES

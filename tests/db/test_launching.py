@@ -9,11 +9,21 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from dashboards import agents, audit, control, inputs, launch as launching, notices, services, triage
-from dashboards.audit import ActionRefused
+from dashboards.launch import agents
+from dashboards.core import audit
+from dashboards.launch import inputs
+from dashboards.launch import notices
+from dashboards.control import triage
+from dashboards.control import actions
+from dashboards.core import ranges
+from dashboards.launch import policy
+from dashboards.launch import service
+from dashboards.launch import spool
+from dashboards.core.errors import ActionRefused
 from dashboards.models import AgentDefinition, AuditEntry, Budget, Campaign, Task, Team
-from dashboards.services import LaunchError, campaign_job_spec, campaign_submit
-from dashboards.clusters import cluster_get_default
+from dashboards.core.errors import LaunchError
+from dashboards.launch.submit import campaign_job_spec, campaign_submit
+from dashboards.core.clusters import cluster_get_default
 from tests.support.history import make_campaign, make_task
 from schedulers.fake import FakeScheduler
 
@@ -23,7 +33,7 @@ pytestmark = pytest.mark.django_db
 def launch(user, team, agent, **kwargs):
     kwargs.setdefault("inputs", [{"task": 1}, {"task": 2}])
     kwargs.setdefault("name", "ok-name")
-    return launching.launch(user=user, request=launching.LaunchRequest(team=team, agent_definition=agent, **kwargs))
+    return service.launch(user=user, request=service.LaunchRequest(team=team, agent_definition=agent, **kwargs))
 
 
 # ------------------------------------------------------------------ inputs
@@ -71,11 +81,11 @@ def test_directory_inputs_stay_inside_the_inputs_root(tmp_path, settings):
 
 
 def test_a_policy_must_be_a_known_yaml_mapping_without_duplicate_keys():
-    assert launching.validate_policy("version: 1\nprocess: {run_as_user: sandbox}\n").startswith("version")
+    assert policy.validate_policy("version: 1\nprocess: {run_as_user: sandbox}\n").startswith("version")
     for bad, message in (("version: 1\nversion: 1", "duplicate"), ("[1]", "mapping"), ("version: 1\nshell: x", "unknown"),
                          ("version: 2", "not supported"), ("a: [", "not valid YAML")):
         with pytest.raises(LaunchError, match=message):
-            launching.validate_policy(bad)
+            policy.validate_policy(bad)
 
 
 # ------------------------------------------------------------------ launching and roles
@@ -85,7 +95,7 @@ def test_a_launcher_launches_and_it_is_audited(ops_users, research, agent, tmp_p
                      cost_cap_usd=Decimal("0.5"), concurrency_cap=1)
     campaign = outcome.campaign
     assert campaign.status == "submitting" and campaign.model == "claude-x" and campaign.priority == 0
-    spec = json.loads((services.spool_dir() / "campaigns" / str(campaign.pk) / "spec.json").read_text())
+    spec = json.loads((spool.spool_dir() / "campaigns" / str(campaign.pk) / "spec.json").read_text())
     assert spec["model"] == "claude-x" and spec["token_cap"] == 1000 and spec["cost_cap_usd"] == "0.5"
     entry = AuditEntry.objects.get(action="launch")
     assert entry.ok and entry.user == ops_users["launcher"] and entry.target == f"campaign:{campaign.pk}"
@@ -105,12 +115,12 @@ def test_priority_above_the_role_limit_and_urgent_launches_need_the_urgent_role(
     with pytest.raises(ActionRefused, match="priority must be from -1023 to 0"):
         launch(ops_users["launcher"], research, agent, priority=1)
     with pytest.raises(ActionRefused, match="urgent"):
-        launching.urgent_launch(user=ops_users["launcher"], team=research, agent_definition=agent, input={"task": 1})
+        service.urgent_launch(user=ops_users["launcher"], team=research, agent_definition=agent, input={"task": 1})
     with pytest.raises(ActionRefused):
         launch(ops_users["urgent"], research, agent, priority=1025)
     assert not Campaign.objects.exists()
     assert launch(ops_users["launcher"], research, agent, priority=-1023).campaign.priority == -1023
-    urgent = launching.urgent_launch(user=ops_users["urgent"], team=research, agent_definition=agent,
+    urgent = service.urgent_launch(user=ops_users["urgent"], team=research, agent_definition=agent,
                                      input={"task": 1}).campaign
     assert urgent.priority == 1024 and urgent.urgent and urgent.task_count == 1
     assert campaign_job_spec(urgent).priority == 1024
@@ -173,7 +183,7 @@ def test_a_forecast_from_history_drives_the_budget_check(ops_users, research, ag
     for n in range(1, 4):
         make_task(history, task_number=n, started_at=dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc),
                   cost_usd="3", tokens={"output_tokens": 100})
-    preview = launching.launch_preview(user=ops_users["launcher"], team=research, agent_definition=agent, count=5)
+    preview = service.launch_preview(user=ops_users["launcher"], team=research, agent_definition=agent, count=5)
     assert preview["expected_usd"] == Decimal("15") and preview["verdict"]["action"] == "submit"
     Budget.objects.create(team=research, period="day", amount_usd=Decimal("10"), thresholds=[1.0], on_exceed="refuse")
     with pytest.raises(ActionRefused, match=r"\$15.00"):
@@ -191,7 +201,7 @@ def test_pause_resume_and_cancel_go_through_the_submit_worker_and_are_audited(op
                                                                             django_capture_on_commit_callbacks,
                                                                             monkeypatch):
     queued = []
-    from dashboards import enqueue
+    from dashboards.core import enqueue
 
     monkeypatch.setattr(enqueue, "send", lambda name, request_id: queued.append(request_id))
     fake = FakeScheduler()
@@ -200,26 +210,26 @@ def test_pause_resume_and_cancel_go_through_the_submit_worker_and_are_audited(op
     Task.objects.filter(campaign=campaign, task_number=1).update(state="running")
 
     with django_capture_on_commit_callbacks(execute=True):
-        entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
+        entry = actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
     assert queued == [entry.pk] and entry.state == "queued" and entry.tasks == [[2, 4]]
     assert AuditEntry.objects.get(pk=entry.audit_id).params["status"] == "queued"
-    entry = control.control_execute(request_id=entry.pk, scheduler=fake)
+    entry = actions.control_execute(request_id=entry.pk, scheduler=fake)
     assert entry.ok and entry.state == "done" and fake.control_calls[-1] == ["qhold", f"{campaign.job_number}.2-4"]
     assert AuditEntry.objects.get(pk=entry.audit_id).params["status"] == "done"
     assert AuditEntry.objects.get(pk=entry.audit_id).ok
     # A second delivery does nothing.
-    control.control_execute(request_id=entry.pk, scheduler=fake)
+    actions.control_execute(request_id=entry.pk, scheduler=fake)
     assert len(fake.control_calls) == 1
 
     Task.objects.filter(campaign=campaign, task_number__gte=2).update(state="held")
     with django_capture_on_commit_callbacks(execute=True):
-        entry = control.campaign_control(user=ops_users["urgent"], campaign=campaign, action="resume")
-    control.control_execute(request_id=entry.pk, scheduler=fake)
+        entry = actions.campaign_control(user=ops_users["urgent"], campaign=campaign, action="resume")
+    actions.control_execute(request_id=entry.pk, scheduler=fake)
     assert fake.control_calls[-1] == ["qrls", f"{campaign.job_number}.2-4"]
 
     with django_capture_on_commit_callbacks(execute=True):
-        entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
-    entry = control.control_execute(request_id=entry.pk, scheduler=fake)
+        entry = actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
+    entry = actions.control_execute(request_id=entry.pk, scheduler=fake)
     assert entry.ok and fake.control_calls[-1] == ["qdel", str(campaign.job_number)]
     assert not fake.list_tasks()
 
@@ -228,8 +238,8 @@ def test_a_refused_control_by_the_scheduler_is_recorded(ops_users, research, age
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
     fake.control("delete", campaign.job_number)  # gone already
-    entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
-    entry = control.control_execute(request_id=entry.pk, scheduler=fake)
+    entry = actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
+    entry = actions.control_execute(request_id=entry.pk, scheduler=fake)
     assert not entry.ok and "does not exist" in entry.result and entry.state == "failed"
     audit_entry = AuditEntry.objects.get(pk=entry.audit_id)
     assert audit_entry.params["status"] == "failed" and "does not exist" in audit_entry.result
@@ -240,14 +250,14 @@ def test_an_unreachable_scheduler_leaves_the_action_queued_for_a_retry(ops_users
 
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
-    entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
+    entry = actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
     fake.unavailable = True
     with pytest.raises(SchedulerUnavailable):
-        control.control_execute(request_id=entry.pk, scheduler=fake)
+        actions.control_execute(request_id=entry.pk, scheduler=fake)
     entry.refresh_from_db()
     assert entry.state == "queued" and entry.result.startswith("queued")
     fake.unavailable = False
-    assert control.control_execute(request_id=entry.pk, scheduler=fake).ok
+    assert actions.control_execute(request_id=entry.pk, scheduler=fake).ok
 
 
 @pytest.mark.parametrize("role", ["viewer", "lead", "other", "nobody"])
@@ -256,7 +266,7 @@ def test_campaign_control_is_refused_to_roles_without_it(ops_users, research, ag
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
     with pytest.raises(ActionRefused):
-        control.campaign_control(user=ops_users[role], campaign=campaign, action=action)
+        actions.campaign_control(user=ops_users[role], campaign=campaign, action=action)
     assert not AuditEntry.objects.filter(action=f"campaign_{action}", ok=True).exists()
     assert AuditEntry.objects.filter(action=f"campaign_{action}", result__startswith="refused").count() == 1
     assert fake.control_calls == []
@@ -266,11 +276,11 @@ def test_nothing_to_control_says_so(ops_users, research, agent):
     fake = FakeScheduler()
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake)
     with pytest.raises(LaunchError, match="no held tasks"):
-        control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="resume")
+        actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="resume")
     Campaign.objects.filter(pk=campaign.pk).update(status="finished")
     campaign.refresh_from_db()
     with pytest.raises(LaunchError, match="finished"):
-        control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
+        actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="cancel")
 
 
 def test_retry_launches_the_failed_tasks_as_a_new_linked_campaign(ops_users, research, agent):
@@ -279,20 +289,20 @@ def test_retry_launches_the_failed_tasks_as_a_new_linked_campaign(ops_users, res
     Task.objects.filter(campaign=campaign, task_number__in=[2, 4]).update(state="failed", active=False)
     Task.objects.filter(campaign=campaign, task_number__in=[1, 3]).update(state="done", active=False)
     with pytest.raises(ActionRefused):
-        launching.campaign_retry(user=ops_users["viewer"], campaign=campaign)
-    retry = launching.campaign_retry(user=ops_users["launcher"], campaign=campaign).campaign
+        service.campaign_retry(user=ops_users["viewer"], campaign=campaign)
+    retry = service.campaign_retry(user=ops_users["launcher"], campaign=campaign).campaign
     assert retry.retry_of == campaign and retry.task_count == 2 and retry.name == "ok-name-retry"
-    assert launching.campaign_inputs(retry) == [{"task": 2}, {"task": 4}]
+    assert service.campaign_inputs(retry) == [{"task": 2}, {"task": 4}]
     assert AuditEntry.objects.filter(action="campaign_retry", ok=True).count() == 1
     Task.objects.filter(campaign=campaign).update(state="done")
     with pytest.raises(LaunchError, match="no failed tasks"):
-        launching.campaign_retry(user=ops_users["launcher"], campaign=campaign)
+        service.campaign_retry(user=ops_users["launcher"], campaign=campaign)
 
 
 def test_a_finished_campaign_is_mailed_to_its_launcher_once(ops_users, research, agent, mailoutbox,
                                                            django_capture_on_commit_callbacks, monkeypatch):
-    from dashboards import ingest
-    from dashboards import enqueue
+    from dashboards.ingest import campaign_status
+    from dashboards.core import enqueue
 
     notified = []
     monkeypatch.setattr(enqueue, "send", lambda name, *args, queue: notified.append((list(args), queue)))
@@ -300,8 +310,8 @@ def test_a_finished_campaign_is_mailed_to_its_launcher_once(ops_users, research,
     campaign = submitted_campaign(ops_users["launcher"], research, agent, fake, count=2)
     Task.objects.filter(campaign=campaign).update(state="done", active=False, wallclock_s=3, cost_usd=Decimal("0.25"))
     with django_capture_on_commit_callbacks(execute=True):
-        ingest._finish_campaigns({campaign.pk})
-        ingest._finish_campaigns({campaign.pk})
+        campaign_status.finish_campaigns({campaign.pk})
+        campaign_status.finish_campaigns({campaign.pk})
     assert notified == [([campaign.pk], "ingest")]
     assert notices.campaign_finished_notify(campaign_id=campaign.pk)
     assert len(mailoutbox) == 1 and mailoutbox[0].to == ["launcher@example.org"]
@@ -312,15 +322,15 @@ def test_a_finished_campaign_is_mailed_to_its_launcher_once(ops_users, research,
 
 def test_urgent_agents_show_how_long_they_waited(ops_users, research, agent):
     fake = FakeScheduler()
-    urgent = launching.urgent_launch(user=ops_users["urgent"], team=research, agent_definition=agent,
+    urgent = service.urgent_launch(user=ops_users["urgent"], team=research, agent_definition=agent,
                                      input={"task": 1}).campaign
     campaign_submit(campaign_id=urgent.pk, scheduler=fake)
     t0 = timezone.now() - dt.timedelta(seconds=30)
     Task.objects.filter(campaign=urgent).update(submitted_at=t0, started_at=t0 + dt.timedelta(seconds=7),
                                                 state="running")
-    (row,) = launching.urgent_agents(ops_users["viewer"])
+    (row,) = service.urgent_agents(ops_users["viewer"])
     assert row["waited_s"] == pytest.approx(7) and not row["waiting"]
-    assert launching.urgent_agents(ops_users["other"]) == []
+    assert service.urgent_agents(ops_users["other"]) == []
 
 
 # ------------------------------------------------------------------ triage
@@ -379,22 +389,22 @@ def test_triage_actions_are_for_admins_and_run_through_the_audit_log(ops_users):
     fake = FakeScheduler()
     for role in ("viewer", "lead", "launcher", "urgent", "other", "nobody"):
         with pytest.raises(ActionRefused):
-            control.triage_action(user=ops_users[role], action="clear_error", job_number=12)
+            actions.triage_action(user=ops_users[role], action="clear_error", job_number=12)
     assert AuditEntry.objects.filter(action="triage_clear_error", result__startswith="refused").count() == 6
     with pytest.raises(LaunchError, match="not in the queue"):
-        control.triage_action(user=ops_users["admin"], action="delete", job_number=99)
+        actions.triage_action(user=ops_users["admin"], action="delete", job_number=99)
     with pytest.raises(LaunchError, match="priority"):
-        control.triage_action(user=ops_users["admin"], action="priority", job_number=12, priority=5000)
+        actions.triage_action(user=ops_users["admin"], action="priority", job_number=12, priority=5000)
     with pytest.raises(ActionRefused, match="unknown action"):
-        control.triage_action(user=ops_users["admin"], action="qconf", job_number=12)
+        actions.triage_action(user=ops_users["admin"], action="qconf", job_number=12)
     job, _ = fake.submit_array(campaign_job_spec_for_fake())
     fake.set_error(job)
     Task.objects.filter(job_number=12).update(job_number=job)
-    entry = control.triage_action(user=ops_users["admin"], action="clear_error", job_number=job)
-    entry = control.control_execute(request_id=entry.pk, scheduler=fake)
+    entry = actions.triage_action(user=ops_users["admin"], action="clear_error", job_number=job)
+    entry = actions.control_execute(request_id=entry.pk, scheduler=fake)
     assert entry.ok and fake.control_calls == [["qmod", "-cj", str(job)]] and fake.tasks[(job, 1)].state == "pending"
-    entry = control.triage_action(user=ops_users["admin"], action="priority", job_number=job, priority=-100)
-    control.control_execute(request_id=entry.pk, scheduler=fake)
+    entry = actions.triage_action(user=ops_users["admin"], action="priority", job_number=job, priority=-100)
+    actions.control_execute(request_id=entry.pk, scheduler=fake)
     assert fake.control_calls[-1] == ["qalter", "-p", "-100", str(job)]
 
 
@@ -407,11 +417,11 @@ def campaign_job_spec_for_fake():
 
 
 def test_task_ranges_parse_with_clear_errors():
-    assert control.parse_task_ranges("1-3, 5") == [[1, 3], [5, 5]]
-    assert control.parse_task_ranges("") is None
+    assert ranges.parse_task_ranges("1-3, 5") == [[1, 3], [5, 5]]
+    assert ranges.parse_task_ranges("") is None
     for bad in ("0", "3-1", "1;2", "-u root", "1-99999999"):
         with pytest.raises(LaunchError):
-            control.parse_task_ranges(bad)
+            ranges.parse_task_ranges(bad)
 
 
 def test_the_audit_log_is_for_admins(ops_users):
@@ -453,7 +463,8 @@ def test_clearing_an_error_counts_as_done_although_qmod_exits_1(monkeypatch):
 
 
 def test_a_policy_is_checked_by_the_runners_own_validator_and_never_read_as_a_path():
-    from dashboards.launch import LaunchError, validate_policy
+    from dashboards.core.errors import LaunchError
+    from dashboards.launch.policy import validate_policy
 
     with pytest.raises(LaunchError, match="filesystem_policy"):
         validate_policy("version: 1\nfilesystem_policy:\n  read_only: [relative/path]\n  writable_too: [/x]\n")

@@ -8,9 +8,12 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from dashboards import billing
+from dashboards.billing import bills
+from dashboards.billing import budgets
+from dashboards.billing import costs as billing_costs
+from dashboards.core import encoding
 from dashboards.models import AgentDefinition, Budget, Campaign, Task, Team
-from tests.support.history import make_campaign, make_task
+from tests.support.history import make_campaign, make_task, timing
 from tests.support.forms import launch_data
 
 pytestmark = [pytest.mark.django_db]
@@ -22,14 +25,14 @@ def _small_budget(ops_users):
     research = Team.objects.get(project="research")
     spent = make_campaign(team=research, user=ops_users["launcher"])
     make_task(spent, started_at=timezone.now() - dt.timedelta(minutes=5), cost_usd="0.0072")
-    billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("0.01"),
+    budgets.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("0.01"),
                        thresholds=[1.0], on_exceed="refuse", alert_emails=[])
     return research
 
 
 def test_budget_refusal_shows_amounts_precisely_enough_to_see_why(ops_users):
     research = _small_budget(ops_users)
-    verdict = billing.budget_verdict(research, Decimal("0.009"))
+    verdict = budgets.budget_verdict(research, Decimal("0.009"))
     assert verdict["action"] == "refuse"
     # 0.0072 + 0.009 = 0.0162 > 0.01: every amount shown as itself, none rounded to "$0.01".
     assert "$0.0072" in verdict["message"] and "$0.0090" in verdict["message"]
@@ -43,7 +46,7 @@ def test_budget_refusal_shows_amounts_precisely_enough_to_see_why(ops_users):
     ([Decimal("9.996"), Decimal("10")], (Decimal("10.004"), Decimal("10")), 3),
 ])
 def test_usd_places_keeps_each_amount_within_one_percent_and_the_excess_visible(amounts, over, places):
-    assert billing.usd_places(amounts, over=over) == places
+    assert encoding.usd_places(amounts, over=over) == places
 
 
 def test_the_launch_button_is_not_offered_when_the_budget_would_refuse(as_user, ops_users):
@@ -64,7 +67,7 @@ def _half_spent(ops_users, emails):
     research = Team.objects.get(project="research")
     spent = make_campaign(team=research, user=ops_users["launcher"])
     make_task(spent, started_at=timezone.now() - dt.timedelta(minutes=5), cost_usd="60")
-    billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("100"),
+    budgets.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("100"),
                        thresholds=[0.5], on_exceed="refuse", alert_emails=emails)
     return research
 
@@ -74,9 +77,9 @@ def test_an_alert_without_recipients_is_shown_as_not_sent(as_user, ops_users, ma
     ops_users["lead"].__class__.objects.filter(pk=ops_users["lead"].pk).update(email="")
     research = _half_spent(ops_users, [])
     with django_capture_on_commit_callbacks(execute=True):
-        assert len(billing.budget_check_alerts(teams=[research])) == 1
+        assert len(budgets.budget_check_alerts(teams=[research])) == 1
     assert mailoutbox == []
-    (alert, delivery), = billing.budget_status(research)[0]["deliveries"]
+    (alert, delivery), = budgets.budget_status(research)[0]["deliveries"]
     assert delivery["sent"] is False and "no recipients" in delivery["detail"]
     html = as_user("lead").get("/ops/budgets/").content.decode()
     assert 'data-sent="no"' in html and "e-mail failed" in html and 'data-sent="yes"' not in html
@@ -87,11 +90,11 @@ def test_an_alert_the_mail_server_refused_is_shown_as_failed(as_user, ops_users,
     def refuse(*args, **kwargs):
         raise ConnectionRefusedError(111, "Connection refused")
 
-    monkeypatch.setattr(billing, "send_mail", refuse)
+    monkeypatch.setattr("dashboards.billing.budgets.send_mail", refuse)
     research = _half_spent(ops_users, ["finance@example.org"])
     with django_capture_on_commit_callbacks(execute=True):
-        billing.budget_check_alerts(teams=[research])
-    (alert, delivery), = billing.budget_status(research)[0]["deliveries"]
+        budgets.budget_check_alerts(teams=[research])
+    (alert, delivery), = budgets.budget_status(research)[0]["deliveries"]
     assert delivery["sent"] is False and "Connection refused" in delivery["detail"]
     html = as_user("lead").get("/ops/budgets/").content.decode()
     assert 'data-sent="no"' in html and "Connection refused" in html
@@ -100,9 +103,9 @@ def test_an_alert_the_mail_server_refused_is_shown_as_failed(as_user, ops_users,
 def test_an_alert_that_was_mailed_says_so(as_user, ops_users, mailoutbox, django_capture_on_commit_callbacks):
     research = _half_spent(ops_users, ["finance@example.org"])
     with django_capture_on_commit_callbacks(execute=True):
-        billing.budget_check_alerts(teams=[research])
+        budgets.budget_check_alerts(teams=[research])
     assert len(mailoutbox) == 1
-    (alert, delivery), = billing.budget_status(research)[0]["deliveries"]
+    (alert, delivery), = budgets.budget_status(research)[0]["deliveries"]
     assert delivery["sent"] is True and "2 address" in delivery["detail"]
     html = as_user("lead").get("/ops/budgets/").content.decode()
     assert 'data-sent="yes"' in html and "e-mailed" in html
@@ -128,19 +131,19 @@ def test_a_parameter_list_with_values_the_agent_cannot_read_is_refused(as_user, 
 
 
 def test_good_demo_parameters_pass_and_jsonl_is_checked_the_same_way(ops_users):
-    from dashboards import inputs
-    from dashboards.services import LaunchError
+    from dashboards.launch import inputs
+    from dashboards.core.errors import LaunchError
 
     inputs.check_inputs("demo-agent", inputs.inputs_from_params("task=1 duration_s=2.5 fail=false\ntask=2"))
     with pytest.raises(LaunchError, match="task 2: duration_s"):
         inputs.check_inputs("demo-agent", inputs.inputs_from_jsonl('{"task": 1}\n{"task": 2, "duration_s": "abc"}'))
     # The service checks too (the API and the urgent page do not go through the form).
-    from dashboards import launch
+    from dashboards.launch import service
     from dashboards.models import AgentDefinition
 
     with pytest.raises(LaunchError, match="duration_s"):
-        launch.launch(user=ops_users["launcher"],
-                      request=launch.LaunchRequest(team=Team.objects.get(project="research"),
+        service.launch(user=ops_users["launcher"],
+                      request=service.LaunchRequest(team=Team.objects.get(project="research"),
                                                    agent_definition=AgentDefinition.objects.get(name="demo-agent"),
                                                    inputs=[{"duration_s": "abc"}], name="bad-1"))
     assert not Campaign.objects.exists()
@@ -154,7 +157,7 @@ def test_sixty_finished_runs_without_tokens_are_history_not_none(as_user, ops_us
     for n in range(1, 61):
         make_task(earlier, task_number=n, started_at=timezone.now() - dt.timedelta(hours=1), wallclock_s=10 + n)
     agent = AgentDefinition.objects.get(name="demo-agent")
-    result = billing.forecast(agent_definition=agent, count=5)
+    result = billing_costs.forecast(agent_definition=agent, count=5)
     assert result["history"] == 60 and not result["no_history"] and result["metered_history"] == 0
     assert result["tokens"] == {"p10": 0, "p50": 0, "p90": 0}
     assert result["cost_usd"] == {"p10": 0, "p50": 0, "p90": 0}  # no tokens, nothing to pay: $0, known
@@ -191,9 +194,9 @@ def test_the_bill_and_the_usage_api_agree_for_a_team_and_day_and_say_their_defin
     assert (other_row["tasks"], other_row["wallclock_s"]) == (1, 218)
     assert 'data-col="tasks">2<' in total and 'data-col="wallclock_s">558<' in total and "$0.75" in total
     assert 'data-col="tasks">1<' in not_tco and 'data-col="wallclock_s">218<' in not_tco
-    assert api["definition"] == billing.USAGE_DEFINITION
+    assert api["definition"] == bills.USAGE_DEFINITION
     definition = html.split('id="usage-definition">', 1)[1].split("<", 1)[0]
-    assert html_lib.unescape(definition).strip() == billing.USAGE_DEFINITION
+    assert html_lib.unescape(definition).strip() == bills.USAGE_DEFINITION
 
 
 # --------------------------------------------------------------------------- feature 4: when it will run
@@ -206,7 +209,7 @@ def _no_live_scheduler(monkeypatch):
 
     fake = FakeScheduler()
     fake.unavailable = True
-    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **options: fake)
     return fake
 
 
@@ -230,8 +233,7 @@ def _cluster_status(cluster, **overrides):
 
 
 def test_the_launch_forecast_says_when_from_the_schedulers_figures_and_history(ops_users):
-    from dashboards import launch_forecast
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     research = Team.objects.get(project="research")
     cluster = _cluster_status(cluster_get_default())
@@ -245,8 +247,8 @@ def test_the_launch_forecast_says_when_from_the_schedulers_figures_and_history(o
         make_task(None, task_number=n, started_at=None, state="pending", project="engineering", job_number=777)
     now = timezone.now()
     agent = AgentDefinition.objects.get(name="demo-agent")
-    durations = billing.forecast(agent_definition=agent, count=12)["duration_s"]
-    t = launch_forecast.timing_forecast(cluster=cluster, team=research, count=12, queue="agent.q", seats_per_task=1,
+    durations = billing_costs.forecast(agent_definition=agent, count=12)["duration_s"]
+    t = timing(cluster=cluster, team=research, count=12, queue="agent.q", seats_per_task=1,
                                         concurrency_cap=None, priority=0, duration_s=durations, now=now)
     # Limits: 12 tasks, 10 slots, 8 seats, research's quota 6 (batch's does not apply); while
     # engineering waits, research's share is 1 of 4 shares of min(10 slots, 8 seats) = 2 at once.
@@ -261,15 +263,14 @@ def test_the_launch_forecast_says_when_from_the_schedulers_figures_and_history(o
 
 
 def test_an_idle_cluster_starts_at_once_and_the_cap_limits(ops_users):
-    from dashboards import launch_forecast
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     research = Team.objects.get(project="research")
     cluster = _cluster_status(cluster_get_default(),
                               queues=[{"name": "agent.q", "used": 0, "resv": 0, "available": 10, "total": 10}],
                               hosts=[{"name": "global", "resources": {"anthropic_api": "8.000000"}}], quotas=[])
     now = timezone.now()
-    t = launch_forecast.timing_forecast(cluster=cluster, team=research, count=9, queue="agent.q", seats_per_task=2,
+    t = timing(cluster=cluster, team=research, count=9, queue="agent.q", seats_per_task=2,
                                         concurrency_cap=3, priority=0,
                                         duration_s={"p10": 10.0, "p50": 20.0, "p90": 40.0}, now=now)
     # 8 seats / 2 per task = 4, the cap 3: three at once, 3 waves of 20 s (40 s at the 90th percentile).
@@ -278,7 +279,7 @@ def test_an_idle_cluster_starts_at_once_and_the_cap_limits(ops_users):
 
 
 def test_the_launch_page_shows_start_finish_slot_hours_and_headroom(as_user, ops_users):
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     research = Team.objects.get(project="research")
     _cluster_status(cluster_get_default(), queues=[{"name": "agent.q", "used": 0, "resv": 0, "available": 10,
@@ -288,7 +289,7 @@ def test_the_launch_page_shows_start_finish_slot_hours_and_headroom(as_user, ops
     for n in range(1, 11):
         make_task(done, task_number=n, started_at=timezone.now() - dt.timedelta(hours=2), wallclock_s=60,
                   cost_usd="0.5", tokens={"output_tokens": 100})
-    billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("20"),
+    budgets.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("20"),
                        thresholds=[1.0], on_exceed="refuse", alert_emails=[])
     html = as_user("launcher").post("/ops/launch/", {**launch_data(), "preview": "1"}).content.decode()
     assert "at once (next scheduling run)" in html.split('id="forecast-start"', 1)[1].split("</dd>", 1)[0]
@@ -354,7 +355,7 @@ def test_bills_break_down_by_launcher_and_link_every_campaign_to_its_costliest_t
 
 
 def test_bill_presets_are_last_week_and_friends(as_user, ops_users, monkeypatch):
-    from dashboards import forms
+    from dashboards.web import forms
 
     monkeypatch.setattr(forms, "_today", lambda: dt.date(2026, 11, 18))  # a Wednesday
     _bill_history(ops_users)
@@ -370,14 +371,14 @@ def test_bill_presets_are_last_week_and_friends(as_user, ops_users, monkeypatch)
 def test_a_budgets_burn_down_projects_the_spend_to_the_period_end(ops_users):
     research = Team.objects.get(project="research")
     campaign = make_campaign(team=research, user=ops_users["launcher"])
-    budget = billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("100"),
+    budget = budgets.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("100"),
                                 thresholds=[1.0], on_exceed="hold", alert_emails=[])
     make_task(campaign, task_number=1, started_at=dt.datetime(2026, 11, 2, 12, tzinfo=dt.timezone.utc),
               cost_usd="10")
     make_task(campaign, task_number=2, started_at=dt.datetime(2026, 11, 5, 12, tzinfo=dt.timezone.utc),
               cost_usd="20")
     now = dt.datetime(2026, 11, 11, 0, tzinfo=dt.timezone.utc)  # 10 of November's 30 days gone
-    burn = billing.budget_burndown(budget, now=now)
+    burn = budgets.budget_burndown(budget, now=now)
     assert burn["days"][0] == "2026-11-01" and burn["days"][-1] == "2026-11-11"
     assert burn["cumulative_usd"][0] == 0 and burn["cumulative_usd"][1] == 10 and burn["cumulative_usd"][-1] == 30
     assert burn["projected_usd"] == Decimal("90") and not burn["over"]  # $30 in 10 days -> $90 in 30

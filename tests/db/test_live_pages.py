@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from dashboards import selectors
+from dashboards.live import campaign as live_campaign
+from dashboards.live import queue
 from dashboards.models import Team
-from dashboards.clusters import cluster_get_default, cluster_status_refresh
+from dashboards.core.clusters import cluster_get_default
+from dashboards.ingest.cluster_status import cluster_status_refresh
 from schedulers.base import SchedulerParseError
 from schedulers.fake import FakeScheduler
 from schedulers.gridengine.parsers.sharetree import parse_share_mon
@@ -64,12 +66,12 @@ def test_the_queue_summary_costs_the_same_queries_for_many_campaigns(role_users,
         make_campaign(team=research, user=role_users["admin"], name=f"c{n}", job_number=100 + n,
                       status="finished" if n % 2 else "submitted",
                       tasks=[{"state": "done", "ended_at": timezone.now()}, {"state": "pending"}])
-    selectors.queue_summary(role_users["viewer"])  # warm the finished campaigns' cache
+    queue.queue_summary(role_users["viewer"])  # warm the finished campaigns' cache
     with django_assert_max_num_queries(12):
-        summary = selectors.queue_summary(role_users["viewer"])
+        summary = queue.queue_summary(role_users["viewer"])
     assert len(summary["campaigns"]) == 25 and summary["campaigns_page"]["pages"] == 2
     with django_assert_max_num_queries(14):
-        selectors.queue_summary(role_users["admin"])
+        queue.queue_summary(role_users["admin"])
 
 
 @pytest.mark.django_db
@@ -79,11 +81,11 @@ def test_a_campaign_page_reads_one_page_of_tasks(role_users, django_assert_max_n
     campaign = make_campaign(team=research, user=role_users["admin"], name="big",
                              tasks=[{"state": "failed" if n % 50 == 0 else "pending"} for n in range(1, 1001)])
     with django_assert_max_num_queries(8):
-        detail = selectors.campaign_detail(role_users["viewer"], campaign.pk, page=1)
+        detail = live_campaign.campaign_detail(role_users["viewer"], campaign.pk, page=1)
     assert len(detail["tasks"]) == 100 and detail["pages"] == 10
     assert [t["state"] for t in detail["tasks"][:20]] == ["failed"] * 20
     assert detail["tasks"][20]["task_number"] == 1
-    last = selectors.campaign_detail(role_users["viewer"], campaign.pk, page=10)
+    last = live_campaign.campaign_detail(role_users["viewer"], campaign.pk, page=10)
     assert last["tasks"][-1]["task_number"] == 999
 
 

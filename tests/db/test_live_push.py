@@ -10,7 +10,9 @@ import time
 import pytest
 from asgiref.sync import async_to_sync
 
-from dashboards import realtime, selectors
+from dashboards.core import realtime
+from dashboards.core import scope
+from dashboards.live import campaign
 from dashboards.models import Task
 
 from tests.support.sockets import push, ws_connect
@@ -22,7 +24,7 @@ def test_sockets_answering_one_change_share_one_read_and_the_check_stays_per_sco
     viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
     alpha = world["alpha"].pk
     reads, checks = [], []
-    real_read, real_check = selectors.campaign_detail, selectors.campaigns_visible_to
+    real_read, real_check = campaign.campaign_detail, scope.campaigns_visible_to
 
     def counted(user, *args, **kwargs):
         reads.append(user.username)
@@ -32,8 +34,8 @@ def test_sockets_answering_one_change_share_one_read_and_the_check_stays_per_sco
         checks.append(user.username)
         return real_check(user)
 
-    monkeypatch.setattr(selectors, "campaign_detail", counted)
-    monkeypatch.setattr(selectors, "campaigns_visible_to", checked)
+    monkeypatch.setattr("dashboards.live.campaign.campaign_detail", counted)
+    monkeypatch.setattr("dashboards.core.scope.campaigns_visible_to", checked)
 
     def revoke(user):
         user.memberships.all().delete()
@@ -83,10 +85,10 @@ def qstat_rows(states: dict[int, str]) -> list:
 
 @pytest.mark.parametrize("started,polls", [(10, 2), (7, 1)])
 def test_a_poll_that_finds_a_burst_polls_again_until_it_is_over(bootstrap, monkeypatch, started, polls):
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
     from worker import tasks
 
-    monkeypatch.setattr("dashboards.realtime.queue_changed", lambda *a, **k: None)
+    monkeypatch.setattr("dashboards.core.realtime.queue_changed", lambda *a, **k: None)
     cluster = cluster_get_default()
     pending = {n: "pending" for n in range(1, 11)}
     assert tasks.poll_burst(cluster, lambda: qstat_rows(pending), budget_s=10, every_s=0)["polls"] == 1  # new: no burst
@@ -107,11 +109,11 @@ def test_a_poll_that_finds_a_burst_polls_again_until_it_is_over(bootstrap, monke
 
 
 def test_a_poll_writes_priority_only_changes_per_priority_and_counts_no_state_change(bootstrap, monkeypatch):
-    from dashboards.clusters import cluster_get_default
-    from dashboards.ingest import apply_qstat_poll
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.ingest.poll import apply_qstat_poll
     from schedulers.base import QstatTask
 
-    monkeypatch.setattr("dashboards.realtime.queue_changed", lambda *a, **k: None)
+    monkeypatch.setattr("dashboards.core.realtime.queue_changed", lambda *a, **k: None)
     cluster = cluster_get_default()
     at = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -158,8 +160,8 @@ def test_a_polls_change_event_carries_when_its_qstat_began_and_when_it_was_publi
         bootstrap, settings, django_capture_on_commit_callbacks):
     from channels.layers import get_channel_layer
 
-    from dashboards.clusters import cluster_get_default
-    from dashboards.ingest import apply_qstat_poll
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.ingest.poll import apply_qstat_poll
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     layer = get_channel_layer()
@@ -176,7 +178,7 @@ def test_a_polls_change_event_carries_when_its_qstat_began_and_when_it_was_publi
 
 
 def test_a_read_that_began_before_a_socket_joined_is_never_reused_for_it(monkeypatch):
-    from dashboards import consumers
+    from dashboards.live import consumers
 
     ticks = iter(range(1, 1000))
     monkeypatch.setattr(consumers, "clock", lambda: next(ticks))   # every instant a distinct, later tick
@@ -209,7 +211,7 @@ def test_a_read_that_began_before_a_socket_joined_is_never_reused_for_it(monkeyp
 
 
 def test_a_shared_read_that_fails_is_read_again_by_each_other_caller(monkeypatch):
-    from dashboards import consumers
+    from dashboards.live import consumers
 
     reads = consumers.Coalescer()
     calls = []
@@ -239,13 +241,13 @@ def test_sockets_opening_at_once_share_their_first_snapshot(world, monkeypatch):
     viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
     alpha = world["alpha"].pk
     reads = []
-    real_read = selectors.campaign_detail
+    real_read = campaign.campaign_detail
 
     def counted(user, *args, **kwargs):
         reads.append(user.username)
         return real_read(user, *args, **kwargs)
 
-    monkeypatch.setattr(selectors, "campaign_detail", counted)
+    monkeypatch.setattr("dashboards.live.campaign.campaign_detail", counted)
 
     async def scenario():
         sockets = await asyncio.gather(*(ws_connect(user, f"/ws/campaigns/{alpha}/")
@@ -276,7 +278,7 @@ def test_an_idle_sockets_wait_on_the_channel_layer_outlasts_its_redis_read_timeo
 
 
 def test_a_change_that_arrives_while_a_snapshot_is_being_read_gets_a_snapshot_of_its_own(world, monkeypatch):
-    from dashboards import consumers
+    from dashboards.live import consumers
 
     viewer, alpha = world["users"]["viewer"], world["alpha"].pk
     reads, got, gate = [], [], {}
@@ -388,7 +390,7 @@ def test_a_relay_renews_its_group_membership_before_the_layers_group_expiry_drop
     # getting its events, and so must a socket opened after that. 1 s stands for the default day.
     from channels.layers import InMemoryChannelLayer
 
-    from dashboards import consumers
+    from dashboards.live import consumers
 
     class Sock:
         def __init__(self):

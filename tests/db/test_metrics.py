@@ -9,7 +9,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from dashboards.models import IngestCheckpoint, Task, Team
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 
 from tests.support.campaigns import make_campaign
 
@@ -147,10 +147,10 @@ def test_finished_campaigns_usage_is_cached_and_still_counted(client, metrics_da
     research = Team.objects.get(project="research")
     make_campaign(team=research, user=role_users["admin"], name="old", job_number=900, status="finished",
                   finished_at=timezone.now(), tasks=[{"state": "done", "input_tokens": 5, "cost_usd": Decimal("1")}])
-    from dashboards import selectors
+    from dashboards.billing import usage
 
-    first = {r["project"]: r for r in selectors.usage_by_project()}
+    first = {r["project"]: r for r in usage.usage_by_project()}
     assert first["research"]["input_tokens"] == 1005 and first["research"]["cost_usd"] == Decimal("1.25")
     Task.objects.filter(campaign__name="old").update(input_tokens=0)  # a finished campaign's sums are kept
-    again = {r["project"]: r for r in selectors.usage_by_project()}
+    again = {r["project"]: r for r in usage.usage_by_project()}
     assert again["research"]["input_tokens"] == 1005

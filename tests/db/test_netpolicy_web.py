@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards import enqueue, netpolicy, services
-from dashboards.audit import ActionRefused
-from dashboards.launch import LaunchRequest, launch
+from dashboards.core import enqueue
+from dashboards.control import netpolicy
+from dashboards.launch import spool
+from dashboards.core.errors import ActionRefused
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AuditEntry, Campaign, ModelEndpoint, PolicyCeiling
-from dashboards.services import LaunchError
+from dashboards.core.errors import LaunchError
 from execution.spool import NetworkPolicyFile
 
 pytestmark = pytest.mark.django_db
@@ -69,11 +71,11 @@ def running(ops_users, research, agent, monkeypatch):
 
 
 def written(campaign) -> NetworkPolicyFile:
-    return NetworkPolicyFile.read(services.spool_layout().network_policy_path(campaign.pk))
+    return NetworkPolicyFile.read(spool.spool_layout().network_policy_path(campaign.pk))
 
 
 def test_the_spec_carries_the_ceilings_network_part_for_the_runner(running):
-    spec = json.loads(Path(services.spool_layout().spec_path(running.pk)).read_text())
+    spec = json.loads(Path(spool.spool_layout().spec_path(running.pk)).read_text())
     [ceiling] = spec["network_ceilings"]
     assert ceiling["label"] == "team research" and ceiling["network_policies"] == CEILING_NET
 
@@ -107,7 +109,7 @@ def test_a_launcher_cannot_widen_beyond_the_ceiling_or_bind_an_unregistered_endp
                                                                                     message):
     with pytest.raises(LaunchError, match=message.replace(".", r"\.")):
         netpolicy.network_policy_change(user=ops_users["launcher"], campaign=running, text=change_text(net))
-    assert not Path(services.spool_layout().network_policy_path(running.pk)).exists()
+    assert not Path(spool.spool_layout().network_policy_path(running.pk)).exists()
     entry = AuditEntry.objects.get(action="network_policy")
     assert (entry.user, entry.ok, entry.params["status"]) == (ops_users["launcher"], False, "refused")
     assert message in entry.result
@@ -117,7 +119,7 @@ def test_a_launcher_cannot_widen_beyond_the_ceiling_or_bind_an_unregistered_endp
 def test_no_one_without_control_of_the_team_touches_its_campaign(running, ops_users, who):
     with pytest.raises(ActionRefused, match="team research"):
         netpolicy.network_policy_change(user=ops_users[who], campaign=running, text=change_text(network("/v1/x")))
-    assert not Path(services.spool_layout().network_policy_path(running.pk)).exists()
+    assert not Path(spool.spool_layout().network_policy_path(running.pk)).exists()
     entry = AuditEntry.objects.get(action="network_policy")
     assert (entry.user, entry.ok) == (ops_users[who], False)
 
@@ -145,7 +147,7 @@ def test_an_ended_campaigns_network_policy_no_longer_changes(running, ops_users)
 def test_a_new_campaign_never_inherits_a_leftover_change(running, ops_users):
     netpolicy.network_policy_change(user=ops_users["launcher"], campaign=running,
                                     text=change_text(network("/v1/messages")))
-    services.campaign_spool_write(running, ['{"task": 1}'])  # the same id launched again (a reused id)
+    spool.campaign_spool_write(running, ['{"task": 1}'])  # the same id launched again (a reused id)
     assert netpolicy.network_policy_in_force(running).version == 0
 
 
@@ -157,7 +159,7 @@ def test_the_control_page_form_asks_for_confirmation_then_changes(running, ops_u
     text = change_text(network("/v1/messages"))
     confirm = client.post(url, {"network_policy": text})
     assert confirm.status_code == 200 and 'id="confirm"' in confirm.content.decode()
-    assert not Path(services.spool_layout().network_policy_path(running.pk)).exists()
+    assert not Path(spool.spool_layout().network_policy_path(running.pk)).exists()
     done = client.post(url, {"network_policy": text, "confirm": "on"})
     assert done.status_code == 302 and written(running).policy_version == 1
     page = client.get(f"/ops/campaigns/{running.pk}/").content.decode()
@@ -176,7 +178,7 @@ def test_the_page_refuses_other_teams_and_viewers_get_no_form(running, ops_users
     assert 'id="network-policy-yaml"' in page.content.decode()
     assert client.post(url, {"network_policy": "network_policies: {}"}).status_code == 403
     assert client.post(url, {"network_policy": "network_policies: {}", "confirm": "on"}).status_code == 403
-    assert not Path(services.spool_layout().network_policy_path(running.pk)).exists()
+    assert not Path(spool.spool_layout().network_policy_path(running.pk)).exists()
     assert AuditEntry.objects.filter(action="network_policy", ok=False).count() == 2
 
 

@@ -25,7 +25,7 @@ BY_HAND = {"r": "running", "s": "suspended", "Eqw": "error", "qw": "pending", "h
 
 @pytest.mark.django_db
 def test_the_default_cluster_takes_the_configured_flavour_and_its_accounting_file(settings, tmp_path):
-    from dashboards.clusters import cluster_get_default, scheduler_for
+    from dashboards.core.clusters import cluster_get_default, scheduler_for
 
     settings.TCO_CLUSTER_NAME = "ocs-site"
     settings.SGE_ROOT, settings.SGE_CELL = str(tmp_path), "default"
@@ -39,8 +39,8 @@ def test_the_default_cluster_takes_the_configured_flavour_and_its_accounting_fil
 def test_an_ocs9_cluster_ingests_every_captured_record_and_bills_as_qacct(ocs9_cluster):
     from django.db.models import Sum
 
-    from dashboards.billing import bill
-    from dashboards.ingest import ingest_accounting
+    from dashboards.billing.bills import bill
+    from dashboards.ingest.accounting import ingest_accounting
     from dashboards.models import AccountingRecord, Team
 
     result = ingest_accounting(ocs9_cluster, max_bytes=64 * 1024)  # several batches
@@ -60,8 +60,8 @@ def test_an_ocs9_cluster_ingests_every_captured_record_and_bills_as_qacct(ocs9_c
 
 
 def test_a_missing_accounting_file_is_a_loud_error_on_the_queue_page(ocs9_cluster, django_user_model):
-    from dashboards.ingest import ingest_accounting
-    from dashboards.selectors import queue_summary
+    from dashboards.ingest.accounting import ingest_accounting
+    from dashboards.live.queue import queue_summary
 
     wrong = ocs9_cluster.accounting_path.replace("accounting.jsonl", "accounting")  # the sge8 file name
     ocs9_cluster.accounting_path = wrong
@@ -94,7 +94,7 @@ def qacct_p() -> dict[str, int]:
 @pytest.fixture
 def ocs9_cluster(db, tmp_path):
     from dashboards.models import Cluster
-    from dashboards.services import team_ensure
+    from dashboards.core.accounts import team_ensure
 
     common = tmp_path / "default" / "common"
     common.mkdir(parents=True)

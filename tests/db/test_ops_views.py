@@ -10,9 +10,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 from dashboards.models import AgentDefinition, AuditEntry, Budget, Campaign, ControlRequest, Task, Team
-from dashboards.services import campaign_submit
+from dashboards.launch.submit import campaign_submit
 from tests.support.history import make_campaign, make_task
 from schedulers.fake import FakeScheduler
 from tests.support.forms import HOSTILE, launch_data
@@ -33,7 +33,7 @@ GET_PAGES = {
 
 @pytest.mark.parametrize("url, allowed", sorted(GET_PAGES.items()))
 def test_each_page_is_refused_to_roles_that_must_not_have_it(as_user, url, allowed, monkeypatch):
-    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: FakeScheduler())
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **options: FakeScheduler())
     for name in ("viewer", "lead", "launcher", "urgent", "other", "nobody", "admin"):
         response = as_user(name).get(url)
         expected = 200 if name in allowed else 403
@@ -169,7 +169,7 @@ def test_urgent_page_launches_one_agent_at_top_priority_for_urgent_launchers_onl
 
 def submitted(ops_users, fake):
     research = Team.objects.get(project="research")
-    from dashboards.launch import LaunchRequest, launch
+    from dashboards.launch.service import LaunchRequest, launch
 
     campaign = launch(user=ops_users["launcher"], request=LaunchRequest(
         team=research, agent_definition=AgentDefinition.objects.get(name="demo-agent"),
@@ -179,7 +179,7 @@ def submitted(ops_users, fake):
 
 def test_campaign_control_asks_for_confirmation_then_queues(as_user, ops_users, monkeypatch,
                                                             django_capture_on_commit_callbacks):
-    from dashboards import enqueue
+    from dashboards.core import enqueue
 
     queued = []
     monkeypatch.setattr(enqueue, "send", lambda name, request_id: queued.append(request_id))
@@ -215,7 +215,7 @@ def test_campaign_control_is_refused_on_the_page_to_roles_without_it(as_user, op
 
 def test_triage_actions_are_confirmed_and_refused_to_everyone_but_admins(as_user, ops_users, monkeypatch,
                                                                          django_capture_on_commit_callbacks):
-    from dashboards import enqueue
+    from dashboards.core import enqueue
 
     queued = []
     monkeypatch.setattr(enqueue, "send", lambda name, request_id: queued.append(request_id))
@@ -239,8 +239,8 @@ def test_triage_actions_are_confirmed_and_refused_to_everyone_but_admins(as_user
 
 def test_the_audit_page_shows_who_did_what_when_and_the_result(as_user, ops_users):
     research = Team.objects.get(project="research")
-    from dashboards.audit import ActionRefused
-    from dashboards.launch import LaunchRequest, launch
+    from dashboards.core.errors import ActionRefused
+    from dashboards.launch.service import LaunchRequest, launch
 
     with pytest.raises(ActionRefused):
         launch(user=ops_users["viewer"], request=LaunchRequest(

@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 
 from dashboards.models import ModelRequest, Task, Team
-from dashboards.orphans import FLAG, recover_killed_runners
-from dashboards.clusters import cluster_get_default
+from dashboards.ingest.orphans import FLAG, recover_killed_runners
+from dashboards.core.clusters import cluster_get_default
 from execution.spool import SpoolLayout
 
 from tests.support.campaigns import make_campaign

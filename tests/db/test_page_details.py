@@ -6,7 +6,10 @@ import datetime as dt
 
 import pytest
 
-from dashboards import billing, selectors, stages
+from dashboards.core import stages
+from dashboards.billing import bills
+from dashboards.billing import budgets
+from dashboards.live import task as live_task
 from dashboards.models import Task, Team
 from tests.support.history import make_campaign, make_task
 from tests.support.forms import launch_data
@@ -44,10 +47,10 @@ def test_the_agent_pages_submit_stage_is_the_campaigns_and_never_negative(ops_us
 def test_a_finished_task_shows_no_stale_qstat_state_letters(ops_users, as_user):
     task, _ = _task_with_truncated_submission(ops_users)
     Task.objects.filter(pk=task.pk).update(state="done", active=False, state_code="hqw")
-    detail = selectors.task_detail(ops_users["admin"], task.pk, with_scheduler=False)
+    detail = live_task.task_detail(ops_users["admin"], task.pk, with_scheduler=False)
     assert detail["task"]["state"] == "done" and detail["task"]["state_code"] == ""
     Task.objects.filter(pk=task.pk).update(state="held", active=True)
-    assert selectors.task_detail(ops_users["admin"], task.pk, with_scheduler=False)["task"]["state_code"] == "hqw"
+    assert live_task.task_detail(ops_users["admin"], task.pk, with_scheduler=False)["task"]["state_code"] == "hqw"
 
 
 # --------------------------------------------------------------------------- finding 6
@@ -77,13 +80,13 @@ def test_jobs_not_launched_by_tco_are_counted_from_their_accounting_records_on_b
         make_task(None, task_number=n, job_number=77001, started_at=day + dt.timedelta(hours=2), state="running",
                   project="research", account=False)
     assert figures() == (not_tco, other)
-    assert "each record is one finished task" in billing.USAGE_DEFINITION
+    assert "each record is one finished task" in bills.USAGE_DEFINITION
 
 
 # --------------------------------------------------------------------------- finding 9
 
 def test_a_parameter_line_combines_a_range_with_fixed_values():
-    from dashboards import inputs
+    from dashboards.launch import inputs
 
     items = inputs.inputs_from_params("task=1..24 duration_s=15\nfail=true task=30")
     assert len(items) == 25
@@ -92,7 +95,7 @@ def test_a_parameter_line_combines_a_range_with_fixed_values():
     inputs.check_inputs("demo-agent", items)  # task is an integer, duration_s a number
     assert inputs.inputs_from_params("label=x..y seed=2..3") == [{"label": "x..y", "seed": 2},
                                                                  {"label": "x..y", "seed": 3}]
-    from dashboards.services import LaunchError
+    from dashboards.core.errors import LaunchError
     with pytest.raises(LaunchError, match="one range per line"):
         inputs.inputs_from_params("task=1..3 seed=1..2")
     with pytest.raises(LaunchError, match="at most 10 tasks; line 1 asks for 11"):
@@ -112,7 +115,7 @@ def test_the_launch_form_takes_a_range_with_fixed_values_and_never_claims_a_cap_
 
 
 def test_the_agents_examples_show_duration_and_the_review_agent_has_one():
-    from dashboards import inputs
+    from dashboards.launch import inputs
 
     demo = inputs.input_example("demo-agent")
     assert "duration_s=" in demo
@@ -130,15 +133,15 @@ def test_budget_headroom_is_said_plainly_never_as_a_negative_amount(as_user, ops
 
     from django.utils import timezone
 
-    assert billing.headroom_text(Decimal("-0.0046")) == "over budget by $0.0046"
-    assert billing.headroom_text(Decimal("0")) == "no headroom"
-    assert billing.headroom_text(Decimal("0.0046")) == "$0.0046"
+    assert budgets.headroom_text(Decimal("-0.0046")) == "over budget by $0.0046"
+    assert budgets.headroom_text(Decimal("0")) == "no headroom"
+    assert budgets.headroom_text(Decimal("0.0046")) == "$0.0046"
     research = Team.objects.get(project="research")
     done = make_campaign(team=research, user=ops_users["launcher"])
     for n in range(1, 11):  # $0.001 a task: $0.01 spent, the launch's 12 tasks $0.012
         make_task(done, task_number=n, started_at=timezone.now() - dt.timedelta(minutes=30), wallclock_s=5,
                   cost_usd="0.001", tokens={"output_tokens": 10})
-    billing.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("0.02"),
+    budgets.budget_set(user=ops_users["lead"], team=research, period="month", amount_usd=Decimal("0.02"),
                        thresholds=[1.0], on_exceed="hold", alert_emails=[])
     html = as_user("launcher").post("/ops/launch/", {**launch_data(input_params="task=1..12"),
                                                      "preview": "1"}).content.decode()

@@ -12,12 +12,16 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from dashboards import inputs, launch as launching, launch_forecast, limits, services
-from dashboards.clusters import cluster_get_default
+from dashboards.launch import inputs
+from dashboards.launch import forecast as launch_forecast
+from dashboards.core import limits
+from dashboards.launch import service
+from dashboards.launch import spool
+from dashboards.core.clusters import cluster_get_default
 from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
-from dashboards.services import LaunchError
+from dashboards.core.errors import LaunchError
 from schedulers.fake import FakeScheduler
-from tests.support.history import make_campaign, make_task
+from tests.support.history import make_campaign, make_task, timing
 from tests.support.forms import launch_data
 
 pytestmark = pytest.mark.django_db
@@ -28,12 +32,12 @@ MB = 1024 * 1024
 @pytest.fixture(autouse=True)
 def _fake_scheduler(monkeypatch):
     fake = FakeScheduler()
-    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **options: fake)
     return fake
 
 
 def _spool_bytes() -> int:
-    root = Path(services.spool_layout().inputs_path(1)).parent.parent
+    root = Path(spool.spool_layout().inputs_path(1)).parent.parent
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
 
 
@@ -129,8 +133,8 @@ def test_the_forecast_tells_nothing_of_another_teams_predecessor_job(ops_users):
     args = dict(cluster=cluster_get_default(), team=research, count=3, queue="agent.q", seats_per_task=0,
                 concurrency_cap=None, priority=0, duration_s={"p10": 2.0, "p50": 2.0, "p90": 3.0},
                 now=timezone.now())
-    seen = launch_forecast.timing_forecast(**args, predecessor_job=job, user=ops_users["launcher"])
-    unknown = launch_forecast.timing_forecast(**args, predecessor_job=job + 1, user=ops_users["launcher"])
+    seen = timing(**args, predecessor_job=job, user=ops_users["launcher"])
+    unknown = timing(**args, predecessor_job=job + 1, user=ops_users["launcher"])
     before = seen["predecessor"]
     assert before["text"] == f"predecessor job {job}: not a job of a team you can see; no wait for it is counted"
     assert before["campaign"] == "" and before["running"] == before["waiting"] == 0 and before["task_s"] is None
@@ -139,7 +143,7 @@ def test_the_forecast_tells_nothing_of_another_teams_predecessor_job(ops_users):
     assert unknown["predecessor"]["text"].replace(str(job + 1), str(job)) == before["text"]
     assert seen["start_at"] == unknown["start_at"]
     # Its own team's launcher still gets the forecast of it.
-    own = launch_forecast.timing_forecast(**{**args, "team": Team.objects.get(project="engineering")},
+    own = timing(**{**args, "team": Team.objects.get(project="engineering")},
                                           predecessor_job=job, user=ops_users["other"])["predecessor"]
     assert own["campaign"] == "eng-secret-campaign" and own["running"] == 1 and own["waiting"] == 2
     assert own["task_s"] == 77
@@ -167,14 +171,14 @@ def test_a_predecessor_must_be_on_the_cluster_the_campaign_is_launched_on(ops_us
                               job_number=job, count=2)
     Campaign.objects.filter(pk=elsewhere.pk).update(cluster=other)
     agent = AgentDefinition.objects.get(name="demo-agent")
-    request = launching.LaunchRequest(team=research, agent_definition=agent, inputs=[{"task": 1}, {"task": 2}],
+    request = service.LaunchRequest(team=research, agent_definition=agent, inputs=[{"task": 1}, {"task": 2}],
                                       name="atk5-cluster", predecessor_job=job, cluster=default)
     with pytest.raises(LaunchError, match="not a campaign of a team you can see"):
-        launching.launch(user=ops_users["launcher"], request=request)
+        service.launch(user=ops_users["launcher"], request=request)
     assert not Campaign.objects.filter(name="atk5-cluster").exists()
     # The same job on the launch's own cluster is accepted.
     Campaign.objects.filter(pk=elsewhere.pk).update(cluster=default)
-    assert launching.launch(user=ops_users["launcher"], request=request).campaign.predecessor_job == job
+    assert service.launch(user=ops_users["launcher"], request=request).campaign.predecessor_job == job
 
 
 # --------------------------------------------------------------------------- 3. another team's input history
@@ -189,7 +193,7 @@ def test_the_history_note_shows_no_input_values_of_another_teams_campaigns(ops_u
         campaign = make_campaign(team=Team.objects.get(project=project), user=ops_users[user], name=f"h-{project}",
                                  count=1)
         make_task(campaign, started_at=started, wallclock_s=5)
-        path = Path(services.spool_layout().inputs_path(campaign.pk))
+        path = Path(spool.spool_layout().inputs_path(campaign.pk))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"run_output": value}) + "\n", encoding="utf-8")
         campaigns[project] = campaign

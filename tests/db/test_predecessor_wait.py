@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 from dashboards.models import AgentDefinition, AuditEntry, Campaign, ControlRequest, Task, Team
 from schedulers.fake import FakeScheduler
 from schedulers.gridengine.parsers.qstat_j import parse_job_detail
-from tests.support.history import make_campaign, make_task
+from tests.support.history import make_campaign, make_task, timing
 from tests.support.forms import launch_data
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sge819"
@@ -32,10 +32,10 @@ def _detail(name: str) -> dict:
 def _fake_scheduler(monkeypatch):
     """No unit test asks the dev cluster: ``scheduler_for`` is a FakeScheduler (its qstat -j answers
     are the captured ones where a test sets them)."""
-    from dashboards import scheduler_cache
+    from dashboards.core import scheduler_cache
 
     fake = FakeScheduler()
-    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **options: fake)
     scheduler_cache.cache.clear()
     return fake
 
@@ -77,7 +77,7 @@ def _tco_control(user, campaign, control, action, minutes_ago=0):
 
 
 def test_a_campaign_held_only_by_its_predecessor_is_waiting_and_a_paused_one_stays_paused(ops_users):
-    from dashboards.ingest import campaign_status_follow
+    from dashboards.ingest.campaign_status import campaign_status_follow
 
     _pred, succ = _pair(ops_users)
     campaign_status_follow([succ.pk])
@@ -96,7 +96,7 @@ def test_a_campaign_held_only_by_its_predecessor_is_waiting_and_a_paused_one_sta
 
 
 def test_a_campaign_submitted_on_hold_with_a_predecessor_is_paused_and_one_without_is_paused(ops_users):
-    from dashboards.ingest import campaign_status_follow
+    from dashboards.ingest.campaign_status import campaign_status_follow
 
     _pred, succ = _pair(ops_users)
     Campaign.objects.filter(pk=succ.pk).update(submit_on_hold=True)
@@ -108,18 +108,18 @@ def test_a_campaign_submitted_on_hold_with_a_predecessor_is_paused_and_one_witho
 
 
 def test_the_control_page_says_it_waits_for_the_predecessor_and_offers_no_resume(as_user, ops_users):
-    from dashboards import control
-    from dashboards.ingest import campaign_status_follow
-    from dashboards.services import LaunchError
+    from dashboards.control import actions
+    from dashboards.ingest.campaign_status import campaign_status_follow
+    from dashboards.core.errors import LaunchError
 
     _pred, succ = _pair(ops_users)
     campaign_status_follow([succ.pk])
     succ.refresh_from_db()
-    controls = control.campaign_controls(succ, {"held": 2})
+    controls = actions.campaign_controls(succ, {"held": 2})
     assert controls["resume"]["count"] == 0 and f"predecessor job {PRED}" in controls["resume"]["why"]
     assert controls["pause"]["count"] == 2 and controls["waiting"]["campaign"] == "pred"
     with pytest.raises(LaunchError, match=f"wait for predecessor job {PRED}"):
-        control.campaign_control(user=ops_users["launcher"], campaign=succ, action="resume")
+        actions.campaign_control(user=ops_users["launcher"], campaign=succ, action="resume")
     html = as_user("launcher").get(f"/ops/campaigns/{succ.pk}/").content.decode()
     assert 'id="control-resume"' not in html and "Resume the" not in html
     assert f"2 tasks wait for predecessor job {PRED}" in html.replace("<strong>", "").replace("</strong>", "")
@@ -129,16 +129,17 @@ def test_the_control_page_says_it_waits_for_the_predecessor_and_offers_no_resume
 
 
 def test_pausing_a_waiting_campaign_holds_its_waiting_tasks(ops_users, monkeypatch):
-    from dashboards import control, enqueue
+    from dashboards.core import enqueue
+    from dashboards.control import actions
 
     monkeypatch.setattr(enqueue, "send", lambda name, request_id: None)
     _pred, succ = _pair(ops_users)
-    request = control.campaign_control(user=ops_users["launcher"], campaign=succ, action="pause")
+    request = actions.campaign_control(user=ops_users["launcher"], campaign=succ, action="pause")
     assert request.control == "hold" and request.tasks == [[1, 2]]
 
 
 def test_the_api_and_campaign_page_count_waiting_tasks_not_held_ones(as_user, ops_users):
-    from dashboards.ingest import campaign_status_follow
+    from dashboards.ingest.campaign_status import campaign_status_follow
 
     _pred, succ = _pair(ops_users)
     campaign_status_follow([succ.pk])
@@ -187,7 +188,7 @@ def _triage(ops_users, fake):
 
 
 def test_triage_groups_a_predecessor_wait_apart_with_no_release(ops_users, _fake_scheduler):
-    from dashboards import triage
+    from dashboards.control import triage
 
     cluster = _triage(ops_users, _fake_scheduler)
     overview = triage.triage_overview(cluster=cluster, scheduler=_fake_scheduler)
@@ -217,7 +218,7 @@ def test_triage_groups_a_predecessor_wait_apart_with_no_release(ops_users, _fake
 
 
 def test_a_group_bulk_action_other_than_its_own_is_refused(client, ops_users, _fake_scheduler, monkeypatch):
-    from dashboards import enqueue
+    from dashboards.core import enqueue
 
     _triage(ops_users, _fake_scheduler)
     monkeypatch.setattr(enqueue, "send", lambda name, request_id: None)
@@ -240,12 +241,11 @@ def test_a_group_bulk_action_other_than_its_own_is_refused(client, ops_users, _f
 # --------------------------------------------------------------------------- forecast
 
 def _forecast(team, **kw):
-    from dashboards import launch_forecast
 
     args = dict(cluster=cluster_get_default(), team=team, count=2, queue="agent.q", seats_per_task=0,
                 concurrency_cap=None, priority=0, duration_s={"p10": 2.0, "p50": 2.0, "p90": 3.0})
     args.update(kw)
-    return launch_forecast.timing_forecast(**args)
+    return timing(**args)
 
 
 def test_the_forecast_starts_no_earlier_than_the_predecessors_tasks_likely_end(ops_users, _fake_scheduler):
@@ -310,9 +310,9 @@ def test_the_forecast_on_classic_q_counts_only_its_work_its_free_slots_now_and_t
     Campaign.objects.filter(pk=on_classic.pk).update(queue="classic.q")
     for n in range(1, 5):
         make_task(on_classic, task_number=n, started_at=None, state="pending")
-    from dashboards import billing
+    from dashboards.billing import costs
 
-    durations = billing.forecast(agent_definition=agent, count=2)["duration_s"]
+    durations = costs.forecast(agent_definition=agent, count=2)["duration_s"]
     now = timezone.now()
     t = _forecast(team, queue="classic.q", seats_per_task=0, duration_s=durations, agent_definition=agent, now=now)
     assert t["ahead"] == 4  # rank-a's 4 tasks; not agent.q's 8

@@ -23,9 +23,9 @@ NOW = dt.datetime(2026, 12, 1, 17, 19, tzinfo=UTC)
 
 @pytest.mark.django_db
 def test_a_launcher_books_for_their_team_and_the_status_and_queue_rows_show_it(booking_env, ops_users):
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
     from dashboards.models import AuditEntry, Team
-    from dashboards.reservations import rows_for
+    from dashboards.launch.reservations import rows_for
 
     research = Team.objects.get(project="research")
     booked = _book(ops_users["launcher"], research, booking_env)
@@ -44,7 +44,7 @@ def test_a_launcher_books_for_their_team_and_the_status_and_queue_rows_show_it(b
 @pytest.mark.django_db
 @pytest.mark.parametrize("who", ["viewer", "lead", "other", "nobody"])
 def test_only_launchers_of_the_team_book_and_a_refusal_is_audited(booking_env, ops_users, who):
-    from dashboards.audit import ActionRefused
+    from dashboards.core.errors import ActionRefused
     from dashboards.models import AuditEntry, Reservation, Team
 
     with pytest.raises(ActionRefused):
@@ -57,7 +57,7 @@ def test_only_launchers_of_the_team_book_and_a_refusal_is_audited(booking_env, o
 def test_a_launcher_cannot_hold_capacity_from_every_other_team_for_a_week(booking_env, ops_users, settings):
     """The attack: a launcher books the seats for a week, and no other team's agent gets one."""
     from dashboards.models import AuditEntry, Reservation, Team
-    from dashboards.services import LaunchError
+    from dashboards.core.errors import LaunchError
 
     settings.TCO_RESERVATION_MAX_S = 24 * 3600
     research = Team.objects.get(project="research")
@@ -75,7 +75,7 @@ def test_a_launcher_cannot_hold_capacity_from_every_other_team_for_a_week(bookin
 def test_a_name_that_is_an_option_never_reaches_qrsub(booking_env, ops_users):
     """The attack: a reservation name '-u' (or '-w v') would be read by qrsub as an option."""
     from dashboards.models import AuditEntry, Reservation, Team
-    from dashboards.services import LaunchError
+    from dashboards.core.errors import LaunchError
 
     for name in ("-u", "-w v", "x;rm -rf /"):
         with pytest.raises(LaunchError, match="reservation name"):
@@ -86,10 +86,10 @@ def test_a_name_that_is_an_option_never_reaches_qrsub(booking_env, ops_users):
 
 @pytest.mark.django_db
 def test_launching_into_another_teams_reservation_is_refused(booking_env, ops_users, monkeypatch):
-    from dashboards import enqueue
-    from dashboards.launch import LaunchRequest, launch
+    from dashboards.core import enqueue
+    from dashboards.launch.service import LaunchRequest, launch
     from dashboards.models import AgentDefinition, Campaign, Team
-    from dashboards.services import LaunchError
+    from dashboards.core.errors import LaunchError
 
     monkeypatch.setattr(enqueue, "send", lambda *a, **k: None)
     research, engineering = Team.objects.get(project="research"), Team.objects.get(project="engineering")
@@ -108,7 +108,7 @@ def test_launching_into_another_teams_reservation_is_refused(booking_env, ops_us
 
 @pytest.mark.django_db
 def test_the_launch_form_offers_only_the_users_teams_reservations(booking_env, ops_users):
-    from dashboards.forms import LaunchForm
+    from dashboards.web.forms import LaunchForm
     from dashboards.models import Team
 
     ar = _book(ops_users["launcher"], Team.objects.get(project="research"), booking_env).ar_id
@@ -119,10 +119,10 @@ def test_the_launch_form_offers_only_the_users_teams_reservations(booking_env, o
 
 @pytest.mark.django_db
 def test_deleting_a_reservation_needs_its_teams_launch_role(booking_env, ops_users):
-    from dashboards.audit import ActionRefused
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.errors import ActionRefused
+    from dashboards.core.clusters import cluster_get_default
     from dashboards.models import Team
-    from dashboards.reservations import delete
+    from dashboards.launch.reservations import delete
 
     ar = _book(ops_users["launcher"], Team.objects.get(project="research"), booking_env).ar_id
     with pytest.raises(ActionRefused):
@@ -134,9 +134,9 @@ def test_deleting_a_reservation_needs_its_teams_launch_role(booking_env, ops_use
 
 @pytest.mark.django_db
 def test_the_reservations_page_books_and_lists(booking_env, ops_users, client, monkeypatch):
-    from dashboards import clusters
+    
 
-    monkeypatch.setattr(clusters, "scheduler_for", lambda cluster, **kw: booking_env)
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **kw: booking_env)
     client.force_login(ops_users["launcher"])
     page = client.get("/ops/reservations/")
     assert page.status_code == 200 and b"reservation-form" in page.content
@@ -158,7 +158,7 @@ def test_the_reservations_page_books_and_lists(booking_env, ops_users, client, m
 
 
 def _book(user, team, fake, **fields):
-    from dashboards.reservations import BookRequest, book
+    from dashboards.launch.reservations import BookRequest, book
 
     base = dict(team=team, name="deadline", start=dt.datetime.now(UTC) + dt.timedelta(minutes=30),
                 duration_s=3600, queue="agent.q", seats=2)
@@ -168,5 +168,5 @@ def _book(user, team, fake, **fields):
 
 @pytest.fixture
 def booking_env(bootstrap, monkeypatch):
-    monkeypatch.setattr("dashboards.realtime.queue_changed", lambda *a, **k: None)
+    monkeypatch.setattr("dashboards.core.realtime.queue_changed", lambda *a, **k: None)
     return FakeScheduler(queues=("agent.q", "classic.q"))

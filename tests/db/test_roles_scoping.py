@@ -9,9 +9,13 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 
-from dashboards import realtime, selectors, spool_files
+from dashboards.core import realtime
+from dashboards.core import spool_files
+from dashboards.core import scope
+from dashboards.live import queue
+from dashboards.live import task as live_task
 from dashboards.models import Task, Team
-from dashboards.roles import membership_set
+from dashboards.core.roles import membership_set
 
 from tests.support.campaigns import DEMO_PASSWORD
 from tests.support.sockets import push, ws_connect
@@ -65,7 +69,7 @@ def test_a_viewer_of_the_other_team_sees_only_that_team(client, world):
 def test_the_engineering_lead_reads_engineerings_bill_and_not_researchs(client, world):
     """Fresh-demo trial: the demo's priced usage is engineering's, but no demo login could read its
     bill (only eng-viewer existed). eng-lead is engineering's team lead."""
-    from dashboards.billing import teams_billable_by
+    from dashboards.billing.bills import teams_billable_by
 
     login(client, "eng-lead")
     assert [t.project for t in teams_billable_by(world["users"]["eng-lead"])] == ["engineering"]
@@ -109,8 +113,8 @@ def test_an_inactive_user_sees_nothing(world):
     user = world["users"]["viewer"]
     user.is_active = False
     user.save()
-    assert not selectors.campaigns_visible_to(user).exists()
-    assert not selectors.tasks_visible_to(user).exists()
+    assert not scope.campaigns_visible_to(user).exists()
+    assert not scope.tasks_visible_to(user).exists()
 
 
 @pytest.mark.parametrize("path", ["/", "/queue.json", "/campaigns/1/", "/tasks/1/", "/account/token/",
@@ -121,7 +125,7 @@ def test_anonymous_requests_are_sent_to_the_login_page(client, world, path):
 
 
 def test_the_share_tree_shows_only_the_users_teams(client, world):
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     cluster = cluster_get_default()
     cluster.status = {"share_tree": [
@@ -147,7 +151,7 @@ def test_the_agent_page_never_reads_a_log_outside_the_spool(client, world, setti
     task.runner_record = {"stdout_path": str(outside), "stderr_path": "/etc/passwd"}
     task.save()
     login(client, "viewer")
-    detail = selectors.task_detail(world["users"]["viewer"], task.pk, with_scheduler=False)
+    detail = live_task.task_detail(world["users"]["viewer"], task.pk, with_scheduler=False)
     assert detail["stdout"]["text"] is None and "outside" in detail["stdout"]["error"]
     assert detail["stderr"]["text"] is None and "outside" in detail["stderr"]["error"]
     page = client.get(f"/tasks/{task.pk}/").content.decode()
@@ -163,7 +167,7 @@ def test_a_symlink_in_the_spool_that_points_out_is_refused(world, settings, tmp_
     (records / "1.stdout").symlink_to(outside)
     (records / "1.stderr").write_text("x" * 100 + "tail")
     task = world["alpha_task"]
-    detail = selectors.task_detail(world["users"]["viewer"], task.pk, with_scheduler=False)
+    detail = live_task.task_detail(world["users"]["viewer"], task.pk, with_scheduler=False)
     assert detail["stdout"]["text"] is None and "outside" in detail["stdout"]["error"]
     assert detail["stderr"]["text"].endswith("tail")
 
@@ -306,7 +310,7 @@ def test_the_campaign_socket_follows_the_chosen_page_and_state(world):
 def test_roles_on_one_team_do_not_reach_another(world):
     lead = world["users"]["lead"]
     membership_set(user=lead, team=Team.objects.get(project="engineering"), role="viewer")
-    from dashboards.roles import teams_with
+    from dashboards.core.roles import teams_with
 
     assert set(teams_with(lead, "bill").values_list("project", flat=True)) == {"research"}
     assert set(teams_with(lead, "view").values_list("project", flat=True)) == {"research", "engineering"}
@@ -315,9 +319,9 @@ def test_roles_on_one_team_do_not_reach_another(world):
 
 
 def test_recent_finished_tasks_link_to_visible_agent_pages_only(world):
-    summary = selectors.queue_summary(world["users"]["eng-viewer"])
+    summary = queue.queue_summary(world["users"]["eng-viewer"])
     assert summary["recent_finished"] == []
-    summary = selectors.queue_summary(world["users"]["viewer"])
+    summary = queue.queue_summary(world["users"]["viewer"])
     assert {t["id"] for t in summary["recent_finished"]} == set(
         world["alpha"].tasks.filter(state__in=["done", "failed"]).values_list("pk", flat=True))
     assert dt.datetime.fromisoformat(summary["generated_at"].replace("Z", "+00:00")).tzinfo is not None
@@ -325,13 +329,13 @@ def test_recent_finished_tasks_link_to_visible_agent_pages_only(world):
 
 def test_users_who_see_the_same_teams_share_one_read_per_change_and_no_more(world, monkeypatch):
     calls = []
-    real = selectors.queue_summary
+    real = queue.queue_summary
 
     def counting(user, **kwargs):
         calls.append(user.username)
         return real(user, **kwargs)
 
-    monkeypatch.setattr(selectors, "queue_summary", counting)
+    monkeypatch.setattr("dashboards.live.queue.queue_summary", counting)
     users = [world["users"][name] for name in ("viewer", "lead", "launcher", "eng-viewer")]
 
     async def scenario():

@@ -17,7 +17,7 @@ USED = {"list_tasks", "job_detail", "queue_summary", "hosts", "quotas", "global_
 
 @pytest.mark.django_db
 def test_scheduler_for_reads_the_cluster_flavour(monkeypatch):
-    from dashboards.clusters import cluster_get_default, scheduler_for
+    from dashboards.core.clusters import cluster_get_default, scheduler_for
 
     cluster = cluster_get_default()
     assert type(scheduler_for(cluster)) is GridEngine

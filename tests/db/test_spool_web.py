@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import services, spool_files
-from dashboards.launch import LaunchRequest
-from dashboards.launch import launch as launch_service
-from dashboards.roles import membership_set
+from dashboards.core import spool_files
+from dashboards.core import errors
+from dashboards.launch.service import LaunchRequest
+from dashboards.launch.service import launch as launch_service
+from dashboards.core.roles import membership_set
 from dashboards.models import AgentDefinition, Campaign, Task, Team
-from dashboards.stages import quantile
+from dashboards.core.stages import quantile
 from execution.spool import RunnerSpec, SpoolLayout
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +46,7 @@ def test_launch_writes_the_outputs_into_the_spec_the_runner_reads(launcher, boot
 
 
 def test_a_launch_whose_spec_breaks_the_contract_records_nothing(launcher, bootstrap):
-    with pytest.raises(services.LaunchError, match="outputs"):
+    with pytest.raises(errors.LaunchError, match="outputs"):
         launch(launcher, outputs=["/etc/shadow"])
     assert not Campaign.objects.filter(name="spool-test").exists()
     assert list(Path(bootstrap.TCO_SPOOL_DIR).glob("campaigns/*/*")) == []

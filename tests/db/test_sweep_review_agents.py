@@ -28,7 +28,7 @@ REASONS = ["ok", "ok", "diverged", "ok", "crashed", "diverged", "ok", "no_summar
 def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_model, state_outside_tmp):
     from dashboards.management.commands.tco_bootstrap import demo_ceiling
     from dashboards.models import ModelEndpoint, PolicyCeiling, Team
-    from dashboards.services import campaign_job_spec
+    from dashboards.launch.submit import campaign_job_spec
     from demo.sweep import review_policy, sweep_review_launch, sweep_submit
     from execution.sandbox.policy import load_policy
     from schedulers.fake import FakeScheduler
@@ -73,7 +73,7 @@ def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_mod
 def test_a_teams_review_agents_may_not_read_another_teams_sweeps(bootstrap, django_user_model, state_outside_tmp):
     """Review F3: both demo teams' ceilings listed all of <state>/sweeps, so research's review
     campaign could read engineering's sweep runs. Each ceiling now lists the team's own."""
-    from dashboards.launch import LaunchError
+    from dashboards.core.errors import LaunchError
     from dashboards.models import PolicyCeiling, Team
     from demo.sweep import sweep_review_launch, sweep_submit
     from execution.sandbox.policy import load_policy
@@ -133,7 +133,7 @@ def test_a_sites_bootstrap_makes_no_demo_teams_agent_endpoint_or_ceilings(db, tm
 
 @pytest.mark.django_db
 def test_bootstrap_moves_the_untouched_demo_endpoint_off_the_old_unprivileged_port(bootstrap):
-    """SECURITY.md F4: an install made with the stand-in on 8793 (bindable by any account once the
+    """docs/security.md F4: an install made with the stand-in on 8793 (bindable by any account once the
     stand-in stopped) gets the privileged port on the next bootstrap; an admin's own entries stay."""
     from django.core.management import call_command
 

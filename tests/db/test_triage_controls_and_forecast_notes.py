@@ -42,7 +42,7 @@ def test_the_qstat_j_parser_reads_the_start_time_and_the_task_cap():
 
 
 def test_triage_gives_a_start_time_and_a_task_cap_their_own_groups_not_the_priority_order():
-    from dashboards.triage import _group_of, triage_groups
+    from dashboards.control.triage import _group_of, triage_groups
     from schedulers.pending import explain_pending, policy_position
 
     start = dt.datetime(2026, 12, 1, 18, 30, tzinfo=dt.timezone.utc)
@@ -75,8 +75,8 @@ def test_triage_gives_a_start_time_and_a_task_cap_their_own_groups_not_the_prior
 def test_the_triage_page_offers_no_button_for_a_group_no_tco_control_moves(client, ops_users, monkeypatch):
     from django.utils import timezone
 
-    from dashboards import scheduler_cache
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core import scheduler_cache
+    from dashboards.core.clusters import cluster_get_default
     from dashboards.models import Task
     from schedulers.fake import FakeScheduler
 
@@ -89,7 +89,7 @@ def test_the_triage_page_offers_no_button_for_a_group_no_tco_control_moves(clien
     fake.set_job_detail(70, _detail(70, ["execution time not reached"],
                                     start_at=timezone.now() + dt.timedelta(hours=1)))
     scheduler_cache.cache.clear()
-    monkeypatch.setattr("dashboards.clusters.scheduler_for", lambda cluster, **options: fake)
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **options: fake)
     client.force_login(ops_users["admin"])
     html = client.get("/ops/triage/").content.decode()
     card = html[html.index('data-kind="start_time"'):]
@@ -176,7 +176,7 @@ def test_the_forecast_says_what_history_it_is_based_on_and_when_the_inputs_diffe
     import json
     import re
 
-    from dashboards import services
+    from dashboards.launch import spool
     from tests.support.history import make_task
     from tests.support.forms import launch_data
 
@@ -185,7 +185,7 @@ def test_the_forecast_says_what_history_it_is_based_on_and_when_the_inputs_diffe
     for n, wall in enumerate((1.0, 2.0, 3.0), start=1):
         make_task(history, task_number=n, started_at=started, wallclock_s=wall, cost_usd="0",
                   tokens={"output_tokens": 0})
-    path = Path(services.spool_layout().inputs_path(history.pk))
+    path = Path(spool.spool_layout().inputs_path(history.pk))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps({"duration_s": 1}) + "\n" for _ in range(3)), encoding="utf-8")
     client.force_login(ops_users["launcher"])

@@ -14,9 +14,9 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from rest_framework.test import APIClient
 
-from dashboards import realtime
+from dashboards.core import realtime
 from dashboards.models import ApiToken, Membership, Role, Team
-from dashboards.roles import membership_set
+from dashboards.core.roles import membership_set
 
 from tests.support.campaigns import DEMO_PASSWORD
 
@@ -160,7 +160,7 @@ def test_the_database_holds_no_usable_token(role_users):
 
 
 def test_a_deactivated_users_token_stops_working(role_users):
-    from dashboards.accounts import api_token_rotate
+    from dashboards.core.accounts import api_token_rotate
 
     key = api_token_rotate(user=role_users["viewer"]).key
     api = APIClient()

@@ -120,9 +120,10 @@ def poll_cycle(cluster) -> bool:
     recorded, never applied), accounting ingest, runner records, reconcile. Returns whether the poll worked."""
     from django.utils import timezone
 
-    from dashboards.ingest import (apply_qstat_poll, ingest_accounting, ingest_runner_records, reconcile_gone_tasks,
-                                   record_poll_failure)
-    from dashboards.clusters import scheduler_for
+    from dashboards.ingest.poll import apply_qstat_poll, reconcile_gone_tasks, record_poll_failure
+    from dashboards.ingest.accounting import ingest_accounting
+    from dashboards.ingest.runner_records import ingest_runner_records
+    from dashboards.core.clusters import scheduler_for
     from schedulers.base import SchedulerError
 
     observed = timezone.now()
@@ -134,7 +135,7 @@ def poll_cycle(cluster) -> bool:
     else:
         apply_qstat_poll(cluster, tasks, observed_at=observed)
         ok = True
-    from dashboards.orphans import recover_killed_runners
+    from dashboards.ingest.orphans import recover_killed_runners
 
     ingest_accounting(cluster)
     ingest_runner_records(cluster)

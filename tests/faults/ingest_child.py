@@ -2,7 +2,7 @@
 
     python -m tests.faults.ingest_child [--max-bytes N] [--pause S] [--db-timeout S]
 
-Runs ``dashboards.ingest.ingest_accounting`` on the default cluster of the
+Runs ``dashboards.ingest.accounting.ingest_accounting`` on the default cluster of the
 database in ``DATABASE_URL`` until the file is caught up, batch by batch
 (``--max-bytes``). After each batch's records are inserted, still inside its
 transaction, it prints ``stored <n>`` and sleeps ``--pause`` seconds: a
@@ -30,13 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.db import OperationalError, connections
 
-    from dashboards import ingest
+    from dashboards.ingest import accounting
     from dashboards.models import IngestCheckpoint
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     if args.db_timeout is not None:
         connections["default"].settings_dict.setdefault("OPTIONS", {})["timeout"] = args.db_timeout
-    store = ingest._store_records
+    store = accounting._store_records
     batches = 0
 
     def slow_store(cluster, records):
@@ -47,11 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.pause)
         return out
 
-    ingest._store_records = slow_store
+    accounting._store_records = slow_store
     try:
         cluster = cluster_get_default()
         while True:
-            result = ingest.ingest_accounting(cluster, max_bytes=args.max_bytes, time_budget_s=5)
+            result = accounting.ingest_accounting(cluster, max_bytes=args.max_bytes, time_budget_s=5)
             if not (result.accepted or result.duplicates or result.quarantined):
                 break
         checkpoint = IngestCheckpoint.objects.get(cluster=cluster, source="accounting")

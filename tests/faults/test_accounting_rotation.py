@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from dashboards.ingest import ingest_accounting
+from dashboards.ingest.accounting import ingest_accounting
 from dashboards.models import AccountingRecord, IngestCheckpoint
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 
 from .conftest import submit_as_tco, wait_for
 from .ledger import compare, file_identities, report

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from dashboards.models import IngestCheckpoint
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 
 from .conftest import run_child
 from .ledger import compare, report

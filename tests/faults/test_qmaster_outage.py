@@ -26,9 +26,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from dashboards import health
+from dashboards.core import health
 from dashboards.models import Campaign, Task, TaskEvent, Team
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 from execution.spool import RunnerRecord, SpoolLayout
 from tests.support.campaigns import make_campaign
 

@@ -21,9 +21,9 @@ from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
-from dashboards import realtime
+from dashboards.core import realtime
 from dashboards.models import Cluster, IngestCheckpoint, Team
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 from tests.support.campaigns import make_campaign
 
 from .conftest import RedisServer, wait_for

@@ -17,10 +17,10 @@ import time
 import pytest
 
 from dashboards.models import AccountingRecord, AgentDefinition, Task, Team
-from dashboards.orphans import FLAG
-from dashboards.clusters import cluster_get_default, scheduler_for
-from dashboards.launch import LaunchRequest, launch
-from dashboards.services import campaign_submit
+from dashboards.ingest.orphans import FLAG
+from dashboards.core.clusters import cluster_get_default, scheduler_for
+from dashboards.launch.service import LaunchRequest, launch
+from dashboards.launch.submit import campaign_submit
 
 from .conftest import poll_cycle, wait_for
 from .ledger import compare, report

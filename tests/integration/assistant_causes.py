@@ -22,11 +22,12 @@ from typing import Callable
 from django.conf import settings
 from django.utils import timezone
 
-from dashboards.clusters import cluster_get_default, cluster_status_refresh, scheduler_for
-from dashboards.ingest import apply_qstat_poll
-from dashboards.launch import LaunchRequest, launch
+from dashboards.core.clusters import cluster_get_default, scheduler_for
+from dashboards.ingest.cluster_status import cluster_status_refresh
+from dashboards.ingest.poll import apply_qstat_poll
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Budget, Campaign, Task, Team
-from dashboards.services import campaign_submit
+from dashboards.launch.submit import campaign_submit
 from tests.helpers import wait_until
 from tests.support.cluster import qstat_jobs, SGE_ENV
 
@@ -226,7 +227,7 @@ def future_reservation(ctx: CauseContext) -> Made:
     (-ar): its task waits for the reservation's start."""
     import datetime as dt
 
-    from dashboards.reservations import BookRequest, book
+    from dashboards.launch.reservations import BookRequest, book
 
     start = (timezone.now() + dt.timedelta(hours=50, minutes=30)).replace(second=0, microsecond=0)
     booked = book(user=ctx.launcher, request=BookRequest(team=ctx.team, name=f"mcp-ar-{uuid.uuid4().hex[:6]}",

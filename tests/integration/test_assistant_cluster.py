@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from dashboards.accounts import api_token_rotate
+from dashboards.core.accounts import api_token_rotate
 from dashboards.models import Team
 from tests.support.campaigns import make_campaign
 from tests.support.paths import REPO

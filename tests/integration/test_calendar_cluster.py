@@ -11,7 +11,8 @@ import datetime as dt
 
 import pytest
 
-from dashboards.clusters import cluster_get_default, cluster_status_refresh, scheduler_for
+from dashboards.core.clusters import cluster_get_default, scheduler_for
+from dashboards.ingest.cluster_status import cluster_status_refresh
 from schedulers.pending import explain_pending
 from tests.integration.assistant_causes import qsub_sleep, scheduler_said
 from tests.support.calendar_window import CALENDAR, closed_window, opening_reason, QUEUE

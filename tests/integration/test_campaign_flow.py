@@ -13,11 +13,13 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Campaign, Task, TaskEvent, Team
-from dashboards.clusters import cluster_get_default, scheduler_for
-from dashboards.services import campaign_submit
-from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
+from dashboards.core.clusters import cluster_get_default, scheduler_for
+from dashboards.launch.submit import campaign_submit
+from dashboards.ingest.poll import apply_qstat_poll
+from dashboards.ingest.accounting import ingest_accounting
+from dashboards.ingest.runner_records import ingest_runner_records
 from tests.sge_env import sge_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

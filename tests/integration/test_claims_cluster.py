@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dashboards import enqueue, services
-from dashboards.launch import LaunchRequest, launch
+from dashboards.core import enqueue
+from dashboards.launch import submit
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Campaign, CampaignStatus, Task, Team
 from tests.support.cluster import qdel_quietly, qstat_jobs
 
@@ -29,19 +30,19 @@ def test_a_killed_submitter_leaves_one_job_which_the_reconciler_adopts(ops_users
 
     try:
         with pytest.raises(Killed):
-            services.campaign_submit(campaign_id=campaign.pk, after_submit=die)
+            submit.campaign_submit(campaign_id=campaign.pk, after_submit=die)
         assert Campaign.objects.get(pk=campaign.pk).job_number is None
-        name = services.campaign_job_name(campaign)
+        name = submit.campaign_job_name(campaign)
         assert [n for n, job in qstat_jobs().items() if job["name"] == name] == accepted
 
-        out = services.reconcile_submissions(grace_s=0)
+        out = submit.reconcile_submissions(grace_s=0)
         assert campaign.pk in out["adopted"]
         done = Campaign.objects.get(pk=campaign.pk)
         assert done.status == CampaignStatus.SUBMITTED and done.job_number == accepted[0]
         assert Task.objects.filter(campaign=done).count() == 2
         # No second job, whatever runs next.
-        services.campaign_submit(campaign_id=campaign.pk)
-        assert services.reconcile_submissions(grace_s=0)["adopted"] == []
+        submit.campaign_submit(campaign_id=campaign.pk)
+        assert submit.reconcile_submissions(grace_s=0)["adopted"] == []
         assert [n for n, job in qstat_jobs().items() if job["name"] == name] == accepted
     finally:
         qdel_quietly(*accepted)

@@ -20,13 +20,16 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from dashboards import selectors
-from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
+from dashboards.live import cluster as live_cluster
+from dashboards.ingest.poll import apply_qstat_poll
+from dashboards.ingest.accounting import ingest_accounting
+from dashboards.ingest.runner_records import ingest_runner_records
 from dashboards.models import AccountingRecord, AgentDefinition, Campaign, Task, Team
-from dashboards.clusters import cluster_get_default, cluster_status_refresh, scheduler_for
-from dashboards.launch import LaunchRequest
-from dashboards.launch import launch as launch_request
-from dashboards.services import campaign_job_spec, campaign_submit
+from dashboards.core.clusters import cluster_get_default, scheduler_for
+from dashboards.ingest.cluster_status import cluster_status_refresh
+from dashboards.launch.service import LaunchRequest
+from dashboards.launch.service import launch as launch_request
+from dashboards.launch.submit import campaign_job_spec, campaign_submit
 from schedulers.hosts import tasks_with_host_states
 from tests.sge_env import sge_env
 from tests.support.hosts import agent_hosts, fault, qstat_tasks, queue_instances
@@ -175,7 +178,7 @@ def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(boo
         states = dict(Task.objects.filter(campaign=campaign, task_number__in=still).values_list(
             "task_number", "state"))
         assert states == {n: "unknown" for n in still}, states
-        hosts_shown = {h["name"]: h for h in selectors.cluster_hosts(cluster_get_default(), admin)["hosts"]}
+        hosts_shown = {h["name"]: h for h in live_cluster.cluster_hosts(cluster_get_default(), admin)["hosts"]}
         assert hosts_shown[lost_host]["state"] == "unreachable"
         assert all(hosts_shown[h]["state"] == "up" for h in names if h != lost_host)
 
@@ -218,12 +221,12 @@ def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(boo
             # The attempt on the lost host is in the file and the database, beside the one that finished.
             assert any(f[1] == lost_host for f in attempts[n]) and len(attempts[n]) >= 2, attempts[n]
             assert AccountingRecord.objects.filter(task=task).count() == len(attempts[n])
-    hosts_shown = {h["name"]: h["state"] for h in selectors.cluster_hosts(cluster_get_default(), admin)["hosts"]}
+    hosts_shown = {h["name"]: h["state"] for h in live_cluster.cluster_hosts(cluster_get_default(), admin)["hosts"]}
     deadline = time.monotonic() + 60
     while hosts_shown.get(lost_host) != "up" and time.monotonic() < deadline:
         time.sleep(1)
         drive(cluster, scheduler)
-        hosts_shown = {h["name"]: h["state"] for h in selectors.cluster_hosts(cluster_get_default(), admin)["hosts"]}
+        hosts_shown = {h["name"]: h["state"] for h in live_cluster.cluster_hosts(cluster_get_default(), admin)["hosts"]}
     assert hosts_shown[lost_host] == "up"
 
 

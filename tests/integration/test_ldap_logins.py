@@ -228,7 +228,7 @@ def test_groups_map_to_team_roles_at_login(ldap_site):
     from dashboards.models import Team
 
     research = Team.objects.get(name="research")
-    from dashboards.roles import user_can
+    from dashboards.core.roles import user_can
 
     assert user_can(alice, "bill", research) and not user_can(alice, "launch", research)
     assert user_can(User.objects.get(username="bob"), "launch", research)

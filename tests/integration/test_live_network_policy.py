@@ -5,7 +5,7 @@ The campaign is launched and submitted through tco's services (DRMAA, the dev
 cluster); the agent (tests/unit/test_runner_live_network.py's) asks a plain HTTP
 server this test starts on loopback, through the metering proxy, and waits for
 the test's go-ahead files in its work directory. The changes go through
-``dashboards.netpolicy`` (checks, audit, the spool file); a launcher of another
+``dashboards.control.netpolicy`` (checks, audit, the spool file); a launcher of another
 team is refused on the way.
 """
 from __future__ import annotations
@@ -22,12 +22,13 @@ import pytest
 import yaml
 from django.conf import settings
 
-from dashboards import netpolicy, services
-from dashboards.audit import ActionRefused
-from dashboards.launch import LaunchRequest, launch
+from dashboards.control import netpolicy
+from dashboards.launch import spool
+from dashboards.core.errors import ActionRefused
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, ModelEndpoint, PolicyCeiling, Role, Team
-from dashboards.roles import membership_set
-from dashboards.services import campaign_submit
+from dashboards.core.roles import membership_set
+from dashboards.launch.submit import campaign_submit
 from schedulers.hosts import master_address
 from tests.support.runner import AGENT, Upstream
 
@@ -80,7 +81,7 @@ def test_a_narrowing_then_a_widening_reach_a_running_campaign_under_grid_engine(
                                                            name="itest-netpol", policy=policy(network(BOTH)))).campaign
     campaign = campaign_submit(campaign_id=campaign.pk)
     assert campaign.status == "submitted", campaign.submit_error
-    layout = services.spool_layout()
+    layout = spool.spool_layout()
     work = Path(layout.work_dir(campaign.pk, 1))
     record_path = Path(layout.record_path(campaign.pk, 1))
     try:

@@ -13,14 +13,18 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
-from dashboards import billing, control
-from dashboards.launch import LaunchRequest, launch
+import zoneinfo
+from dashboards.billing import bills
+from dashboards.billing import periods
+from dashboards.control import actions
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Budget, Campaign, Cluster, Task, Team
-from dashboards.services import campaign_submit
-from dashboards.clusters import cluster_get_default, scheduler_for
+from dashboards.launch.submit import campaign_submit
+from dashboards.core.clusters import cluster_get_default, scheduler_for
 from tests.helpers import wait_until
 from tests.support.cluster import job_gone_or_deleting, qdel_quietly, qstat_jobs, SGE_ENV
-from dashboards.ingest import apply_qstat_poll, ingest_accounting
+from dashboards.ingest.poll import apply_qstat_poll
+from dashboards.ingest.accounting import ingest_accounting
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -103,31 +107,31 @@ def test_the_bill_wallclock_per_team_equals_qacct_for_every_period_and_time_zone
     checked = nonzero = 0
     for tz_name in zones:
         Cluster.objects.filter(pk=cluster.pk).update(time_zone=tz_name)
-        tz = billing.ZoneInfo(tz_name)
+        tz = zoneinfo.ZoneInfo(tz_name)
         first = (first_start.astimezone(tz) - dt.timedelta(days=1)).date()
         last = (last_start.astimezone(tz) + dt.timedelta(days=1)).date()
         for period in ("day", "week", "month") if tz_name == "America/New_York" else ("day",):
-            bill = billing.bill(teams=[research, engineering], period=period, first=first, last=last)
+            bill = bills.bill(teams=[research, engineering], period=period, first=first, last=last)
             # tco's line and, apart, the jobs tco did not launch under the project: together what qacct -P counts.
             ours: dict = {}
             for r in bill["rows"]:
                 ours[(r["period"], r["project"])] = ours.get((r["period"], r["project"]), 0.0) + r["wallclock_s"]
             start = bill["first"]
             while start <= bill["last"]:
-                begin, end = billing.period_bounds(start, period, tz)
+                begin, end = periods.period_bounds(start, period, tz)
                 for project in ("research", "engineering"):
-                    theirs = qacct_wallclock(str(snapshot), project, billing.qacct_time(begin, tz),
-                                             billing.qacct_time(end - dt.timedelta(seconds=1), tz), tz_name)
+                    theirs = qacct_wallclock(str(snapshot), project, periods.qacct_time(begin, tz),
+                                             periods.qacct_time(end - dt.timedelta(seconds=1), tz), tz_name)
                     mine = ours.get((start, project), 0.0)
                     assert round(mine) == round(theirs), (tz_name, period, start, project, mine, theirs)
                     checked += 1
                     nonzero += theirs > 0
-                start = billing.next_period_start(start, period)
+                start = periods.next_period_start(start, period)
     assert checked >= 12 and nonzero >= 6, (checked, nonzero)
     # The campaigns just run are in today's bill (UTC) with their tasks.
     Cluster.objects.filter(pk=cluster.pk).update(time_zone="UTC")
     today = timezone.now().date()
-    bill = billing.bill(teams=[research], period="day", first=today, last=today, group_by="campaign")
+    bill = bills.bill(teams=[research], period="day", first=today, last=today, group_by="campaign")
     labels = {r["label"] for r in bill["rows"]}
     assert any(label.startswith("bill-r (#") for label in labels)
 
@@ -140,8 +144,8 @@ def test_period_boundaries_match_qacct_to_the_second(bootstrap, tmp_path):
               and float(line.split(":")[13]) > 0][:3]
     assert source, "the dev cluster's accounting file has no record yet"
     tz_name = "America/New_York"
-    tz = billing.ZoneInfo(tz_name)
-    boundaries = [billing.local_midnight(day, tz) for day in
+    tz = zoneinfo.ZoneInfo(tz_name)
+    boundaries = [periods.local_midnight(day, tz) for day in
                   (dt.date(2026, 2, 1), dt.date(2026, 2, 2), dt.date(2026, 3, 8), dt.date(2026, 3, 9),
                    dt.date(2026, 11, 1), dt.date(2026, 11, 2))]
     lines, job = [], 9_000_000
@@ -166,15 +170,15 @@ def test_period_boundaries_match_qacct_to_the_second(bootstrap, tmp_path):
     research = Team.objects.get(project="research")
     compared = 0
     for period in ("day", "week", "month"):
-        bill = billing.bill(teams=[research], period=period, first=dt.date(2026, 1, 25), last=dt.date(2026, 11, 8),
+        bill = bills.bill(teams=[research], period=period, first=dt.date(2026, 1, 25), last=dt.date(2026, 11, 8),
                             clusters=[cluster])
         ours = {r["period"]: r["wallclock_s"] for r in bill["rows"]}
-        starts = {billing.period_start((b + dt.timedelta(seconds=d)).astimezone(tz).date(), period)
+        starts = {periods.period_start((b + dt.timedelta(seconds=d)).astimezone(tz).date(), period)
                   for b in boundaries for d in (-1, 0, 1)}
         for start in sorted(starts):
-            begin, end = billing.period_bounds(start, period, tz)
-            theirs = qacct_wallclock(str(synthetic), "research", billing.qacct_time(begin, tz),
-                                     billing.qacct_time(end - dt.timedelta(seconds=1), tz), tz_name)
+            begin, end = periods.period_bounds(start, period, tz)
+            theirs = qacct_wallclock(str(synthetic), "research", periods.qacct_time(begin, tz),
+                                     periods.qacct_time(end - dt.timedelta(seconds=1), tz), tz_name)
             assert round(ours.get(start, 0.0)) == round(theirs), (period, start, ours.get(start), theirs)
             compared += 1
         assert sum(ours.values()) == pytest.approx(sum(float(l.split(":")[13]) for l in lines))
@@ -201,21 +205,21 @@ def test_pause_resume_and_cancel_hold_release_and_delete_on_the_real_cluster(boo
             return Task.objects.filter(campaign=campaign, state="running").exists()
 
         wait_until(first_running, 60, "task 1 running")
-        entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
-        entry = control.control_execute(request_id=entry.pk)
+        entry = actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="pause")
+        entry = actions.control_execute(request_id=entry.pk)
         assert entry.ok, entry.result
         states = qstat_task_states(job)
         running = [n for n, s in states.items() if "r" in s]
         assert running and all(states[n] == "hqw" for n in states if n not in running), states
 
         poll(cluster)
-        entry = control.campaign_control(user=ops_users["launcher"], campaign=campaign, action="resume")
-        assert control.control_execute(request_id=entry.pk).ok
+        entry = actions.campaign_control(user=ops_users["launcher"], campaign=campaign, action="resume")
+        assert actions.control_execute(request_id=entry.pk).ok
         states = qstat_task_states(job)
         assert all(s in ("qw", "r", "t") for s in states.values()), states
 
-        entry = control.campaign_control(user=ops_users["urgent"], campaign=campaign, action="cancel")
-        assert control.control_execute(request_id=entry.pk).ok
+        entry = actions.campaign_control(user=ops_users["urgent"], campaign=campaign, action="cancel")
+        assert actions.control_execute(request_id=entry.pk).ok
         wait_until(lambda: job_gone_or_deleting(job), 30, "the job deleted")
         assert AuditEntry.objects.filter(action__in=["campaign_pause", "campaign_resume", "campaign_cancel"],
                                          ok=True).count() == 3

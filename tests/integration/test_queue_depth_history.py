@@ -5,12 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import history, selectors
+from dashboards.live import history
+from dashboards.live import queue
 from dashboards.models import Team
 
 from tests.support.campaigns import make_campaign
 from asgiref.sync import async_to_sync
-from dashboards import realtime
+from dashboards.core import realtime
 from tests.support.sockets import push, ws_connect
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -36,9 +37,9 @@ def test_depth_history_is_scoped_per_team_and_keeps_a_day_of_minutes(role_users)
     real_time = time_module.time
     try:
         time_module.time = lambda: t0 + 200
-        viewer = selectors.queue_depth_history(role_users["viewer"], "hour")
-        day = selectors.queue_depth_history(role_users["viewer"], "day")
-        admin = selectors.queue_depth_history(role_users["admin"], "hour")
+        viewer = queue.queue_depth_history(role_users["viewer"], "hour")
+        day = queue.queue_depth_history(role_users["viewer"], "day")
+        admin = queue.queue_depth_history(role_users["admin"], "hour")
     finally:
         time_module.time = real_time
     assert viewer["queued"] == {"research": [11, 12, 13, 14, 15, 16]} and viewer["running"] == [2] * 6
@@ -60,7 +61,7 @@ def test_a_depth_sample_counts_active_tasks_per_project(role_users, settings):
 
 
 def test_the_queue_socket_forwards_new_depth_samples_scoped(world):
-    from dashboards import history
+    from dashboards.live import history
 
     history.depth_clear()
     history.depth_sample_record(counts={"dev": {"research": {"pending": 3}, "engineering": {"pending": 5},

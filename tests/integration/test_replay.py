@@ -19,7 +19,7 @@ import subprocess
 import pytest
 from django.core.management import call_command
 
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 from dashboards.management.commands.tco_bootstrap import demo_ceiling
 from dashboards.models import Campaign, ModelEndpoint, PolicyCeiling, Task
 from demo.sweep import write_demo_credential

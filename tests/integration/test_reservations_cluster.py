@@ -19,12 +19,13 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from dashboards import reservations as bookings
-from dashboards.clusters import cluster_get_default, cluster_status_refresh, scheduler_for
-from dashboards.ingest import apply_qstat_poll
-from dashboards.launch import LaunchRequest, launch
+from dashboards.launch import reservations
+from dashboards.core.clusters import cluster_get_default, scheduler_for
+from dashboards.ingest.cluster_status import cluster_status_refresh
+from dashboards.ingest.poll import apply_qstat_poll
+from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Campaign, Task, Team
-from dashboards.services import campaign_submit
+from dashboards.launch.submit import campaign_submit
 from tests.helpers import wait_until
 from tests.support.cluster import qdel_quietly, qstat_jobs, SGE_ENV
 
@@ -68,7 +69,7 @@ def qacct_fields(job: int) -> dict[str, str]:
 def test_a_campaign_in_a_reservation_waits_for_its_start_then_runs(sge_cluster, ops_users):
     research = Team.objects.get(project="research")
     start = (timezone.now() + dt.timedelta(seconds=75)).replace(microsecond=0)
-    booked = bookings.book(user=ops_users["launcher"], request=bookings.BookRequest(
+    booked = reservations.book(user=ops_users["launcher"], request=reservations.BookRequest(
         team=research, name=f"it-ar-{uuid.uuid4().hex[:6]}", start=start, duration_s=300, queue="classic.q",
         seats=2))
     ar = booked.ar_id
@@ -93,7 +94,7 @@ def test_a_campaign_in_a_reservation_waits_for_its_start_then_runs(sge_cluster, 
             poll()
             return Task.objects.filter(campaign=campaign, state="pending", active=True).first()
         task = wait_until(pending_task, 60, "the campaign's task pending in tco", 1.0)
-        from dashboards.selectors import task_detail
+        from dashboards.live.task import task_detail
         texts = [r["text"] for r in task_detail(ops_users["launcher"], task.pk)["pending_reasons"]]
         wanted = f"waits for advance reservation {ar} (team research), which starts at {qr_start:%H:%M} UTC (in "
         assert any(t.startswith(wanted) for t in texts), texts
@@ -114,18 +115,18 @@ def test_a_campaign_in_a_reservation_waits_for_its_start_then_runs(sge_cluster, 
 
 def test_another_teams_reservation_is_refused_at_launch(sge_cluster, ops_users):
     research, engineering = Team.objects.get(project="research"), Team.objects.get(project="engineering")
-    booked = bookings.book(user=ops_users["launcher"], request=bookings.BookRequest(
+    booked = reservations.book(user=ops_users["launcher"], request=reservations.BookRequest(
         team=research, name="it-ar-mine", start=timezone.now() + dt.timedelta(hours=2), duration_s=600,
         queue="classic.q", seats=1))
     try:
-        from dashboards.services import LaunchError
+        from dashboards.core.errors import LaunchError
         agent = AgentDefinition.objects.get(name="demo-agent")
         with pytest.raises(LaunchError, match="booked for team"):
             launch(user=ops_users["other"], request=LaunchRequest(
                 team=engineering, agent_definition=agent, name="it-ar-theirs", inputs=[{"task": 1}],
                 queue="classic.q", advance_reservation=booked.ar_id))
         assert not Campaign.objects.filter(name="it-ar-theirs").exists()
-        bookings.delete(user=ops_users["launcher"], cluster=cluster_get_default(), ar_id=booked.ar_id)
+        reservations.delete(user=ops_users["launcher"], cluster=cluster_get_default(), ar_id=booked.ar_id)
         assert str(booked.ar_id) not in run(["qrstat", "-u", "*"]).split()
     finally:
         subprocess.run(["qrdel", str(booked.ar_id)], capture_output=True, env=SGE_ENV)
@@ -170,7 +171,7 @@ def test_small_jobs_wait_behind_a_resource_reservation_and_tco_names_it(sge_clus
         status = cluster_get_default().status
         assert [j["job_number"] for j in status["reserving_jobs"]] == [big], status.get("reserving_jobs")
         wanted = f"slots on sge-exec3 are reserved for job {big} (-R y), which needs 2 slots"
-        from dashboards.triage import triage_overview
+        from dashboards.control.triage import triage_overview
         overview = {j["job_number"]: j for j in triage_overview(cluster=cluster_get_default())["jobs"]}
         assert wanted in [r["text"] for r in overview[small]["reasons"]], overview[small]["reasons"]
         assert overview[small]["group"]["kind"] == "reservation"

@@ -578,7 +578,7 @@ def test_review_tcos_secrets_outside_the_state_dir_stay_hidden_under_a_listed_et
     do) showed /etc/tco, where the Redis and PostgreSQL passwords and the database URL live, to
     every agent (it runs as tco's uid). The job's TCO_SANDBOX_MASK (dashboards.services) now
     names it; without that mask the same run reads the secret (so this test can fail)."""
-    from dashboards.services import sandbox_state_paths
+    from dashboards.launch.spool import sandbox_state_paths
 
     secret = Path("/etc/tco/redis-password")
     if not os.access(secret, os.R_OK):

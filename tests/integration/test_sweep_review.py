@@ -18,12 +18,15 @@ import pytest
 
 from django.utils import timezone
 
-from dashboards.clusters import cluster_get_default, scheduler_for
+from dashboards.core.clusters import cluster_get_default, scheduler_for
 from dashboards.management.commands.tco_bootstrap import demo_ceiling
 from dashboards.models import ModelEndpoint, PolicyCeiling, Task, Team
-from dashboards.services import campaign_submit, team_sweeps_dir
+from dashboards.launch.submit import campaign_submit
+from dashboards.launch.spool import team_sweeps_dir
 from demo.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
-from dashboards.ingest import apply_qstat_poll, ingest_accounting, ingest_runner_records
+from dashboards.ingest.poll import apply_qstat_poll
+from dashboards.ingest.accounting import ingest_accounting
+from dashboards.ingest.runner_records import ingest_runner_records
 from demo.reference_checker import SCRIPTED_CAVEAT, check_file
 from tests.support.stand_in import KEY
 

@@ -17,7 +17,7 @@ def make_campaign(*, team, user, name: str, tasks: list[dict] | None = None, job
     from django.utils import timezone
 
     from dashboards.models import AgentDefinition, Campaign, Task
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     cluster = cluster_get_default()
     launched_at = launched_at or timezone.now() - dt.timedelta(minutes=5)

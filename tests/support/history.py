@@ -17,7 +17,7 @@ def make_campaign(*, team: Team, user, name: str = "hist", status: str = "finish
                   model: str = "", agent: AgentDefinition | None = None, job_number: int | None = None) -> Campaign:
     from django.utils import timezone
 
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     return Campaign.objects.create(
         name=name, cluster=cluster_get_default(), team=team,
@@ -31,7 +31,7 @@ def make_task(campaign: Campaign | None, *, task_number: int = 1, started_at: dt
               cost_usd: Decimal | str | None = None, project: str | None = None, job_number: int | None = None,
               cluster: Cluster | None = None, account: bool = True) -> Task:
     """A finished task with its accounting record (started at ``started_at``), tokens and cost."""
-    from dashboards.clusters import cluster_get_default
+    from dashboards.core.clusters import cluster_get_default
 
     cluster = cluster or (campaign.cluster if campaign else cluster_get_default())
     job = job_number or (campaign.job_number if campaign else next(_job_numbers))
@@ -54,3 +54,15 @@ def make_task(campaign: Campaign | None, *, task_number: int = 1, started_at: dt
             hostname="vm", slots=slots, wallclock_s=wallclock_s, cpu_s=0.0, maxvmem_bytes=0.0, failed=0,
             exit_status=0)
     return task
+
+
+def timing(*, cluster, team, count, queue="agent.q", seats_per_task=1, concurrency_cap=None, priority=0,
+           duration_s=None, now=None, agent_definition=None, predecessor_job=None, user=None, scheduler=None):
+    """``launch.forecast.timing_forecast`` for a campaign of ``count`` tasks with these launch fields."""
+    from dashboards.launch.forecast import timing_forecast
+    from dashboards.launch.service import LaunchRequest
+
+    request = LaunchRequest(team=team, agent_definition=agent_definition, inputs=[{}] * count, name="forecast",
+                            queue=queue, seats_per_task=seats_per_task, concurrency_cap=concurrency_cap,
+                            priority=priority, predecessor_job=predecessor_job)
+    return timing_forecast(request, cluster=cluster, duration_s=duration_s, user=user, now=now, scheduler=scheduler)

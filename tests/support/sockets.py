@@ -5,7 +5,7 @@ import json
 
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
-from dashboards.routing import websocket_urlpatterns
+from dashboards.live.routing import websocket_urlpatterns
 
 
 async def ws_connect(user, path: str):

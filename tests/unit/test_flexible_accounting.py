@@ -77,7 +77,7 @@ def test_the_parser_keeps_the_tco_group_of_a_record_and_maps_its_names():
 
 def test_the_epilog_lines_come_back_as_the_runner_totals(tmp_path):
     """Runner -> epilog -> (qacct's doubles, as OCS would write them) -> parser -> ingest's buckets."""
-    from dashboards.ingest import accounting_tokens
+    from dashboards.ingest.accounting import accounting_tokens
 
     spool, job_spool = tmp_path / "spool", tmp_path / "job"
     (spool / "records" / "9").mkdir(parents=True)
@@ -104,7 +104,7 @@ def test_the_epilog_lines_come_back_as_the_runner_totals(tmp_path):
 # ------------------------------------------------------------------ the check
 
 def test_a_mismatch_is_flagged_with_both_numbers():
-    from dashboards.ingest import token_check
+    from dashboards.ingest.accounting import token_check
 
     check = token_check({"input_tokens": 1200, "output_tokens": 85}, {"input_tokens": 1150, "output_tokens": 85})
     assert check["status"] == "differs"
@@ -118,7 +118,7 @@ def test_a_mismatch_is_flagged_with_both_numbers():
 
 
 def test_equal_totals_are_confirmed():
-    from dashboards.ingest import token_check
+    from dashboards.ingest.accounting import token_check
 
     check = token_check({"input_tokens": 1200, "output_tokens": 85},
                         {"input_tokens": 1200, "output_tokens": 85, "cost_usd": "0.01"})

@@ -205,7 +205,7 @@ def dataclasses_replace(spec, **changes):
 
 
 def test_host_filter_accepts_host_names_only():
-    from dashboards.selectors import host_filter
+    from dashboards.live.cluster import host_filter
 
     assert host_filter("sge-exec1") == "sge-exec1" and host_filter("node7.example.org") == "node7.example.org"
     for bad in ("", " h1", "h1:2", "a" * 300, None, 7, "-lead", "h1\n"):

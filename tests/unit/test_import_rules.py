@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dashboards import enqueue
+from dashboards.core import enqueue
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("tco_web", "worker", "assistant", "demo", "dashboards", "schedulers", "execution")

@@ -1,12 +1,12 @@
 """Issue 16, bug 11: the cluster card said "agent.q 96/96 slots used" while the quota line said
-"73 of 96". The card now splits the slots with one definition (dashboards.selectors.queue_slots)
+"73 of 96". The card now splits the slots with one definition (dashboards.live.cluster.queue_slots)
 whose parts add up to the total, and names the queue instances that make slots unavailable."""
 from __future__ import annotations
 
 from pathlib import Path
 
 
-from dashboards.selectors import queue_slots
+from dashboards.live.cluster import queue_slots
 from schedulers.gridengine.parsers.queue_summary import parse_cluster_queue_summary
 from schedulers.hosts import parse_queue_instances
 

@@ -220,7 +220,7 @@ def test_small_jobs_around_a_reserving_job_are_told_whose_reservation_holds_the_
 # --------------------------------------------------------------------------- dashboards
 
 def test_triage_groups_jobs_waiting_on_a_reservation():
-    from dashboards.triage import GROUP_ACTIONS, _group_of
+    from dashboards.control.triage import GROUP_ACTIONS, _group_of
 
     def job(text):
         return {"errors": 0, "held": 0, "reasons": [{"text": text, "raw": ""}]}

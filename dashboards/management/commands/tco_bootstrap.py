@@ -13,9 +13,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from dashboards.clusters import cluster_get_default
+from dashboards.core.clusters import cluster_get_default
 from dashboards.models import AgentDefinition, ModelEndpoint, PolicyCeiling, Team
-from dashboards.services import team_ensure, team_sweeps_dir
+from dashboards.core.accounts import team_ensure
+from dashboards.launch.spool import team_sweeps_dir
 
 TEAMS = (("research", "research"), ("engineering", "engineering"))
 STAND_IN_MODEL = "stand-in-review"  # the model id the demo's review agents ask the stand-in for

@@ -12,12 +12,12 @@ import secrets
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboards.accounts import DEMO_USERS, demo_users_ensure
+from dashboards.core.accounts import DEMO_USERS, demo_users_ensure
 from dashboards.models import Team
 
 
 class Command(BaseCommand):
-    help = "Create demo users, one per role (see dashboards.accounts.DEMO_USERS)."
+    help = "Create demo users, one per role (see dashboards.core.accounts.DEMO_USERS)."
 
     def add_arguments(self, parser):
         parser.add_argument("--password", help="password for every demo user (default: TCO_DEMO_PASSWORD or random)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboards.clusters import cluster_flavour, cluster_get_default
+from dashboards.core.clusters import cluster_flavour, cluster_get_default
 from dashboards.models import IngestCheckpoint
 from schedulers.gridengine import doctor, flavours
 

@@ -1,0 +1,2 @@
+"""Money and time per team: billing periods, bills, budgets and alerts, token prices and cost forecasts.
+"""

@@ -1,0 +1,328 @@
+"""Triage reads for admins: the waiting jobs, error-state first, with the scheduler's reasons,
+grouped by the reason that keeps them waiting (:func:`triage_groups`), filtered, searched and sorted.
+
+Reads only; the triage *actions* are ``dashboards.control.actions.triage_action``.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db.models import Count, Max, Min, Q
+from django.utils import timezone
+
+from dashboards.core import clusters as core_clusters
+from dashboards.core import scheduler_cache
+from dashboards.core.holds import job_priorities, tco_holds
+from dashboards.core.ranges import ranges_text, task_ranges
+from dashboards.launch.reservations import reservation_context
+from dashboards.models import Campaign, Cluster, Task, Team
+from schedulers.pending import reason_kind
+
+TRIAGE_STATES = ("error", "pending", "held")
+
+
+def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs: int = 50,
+                    now: dt.datetime | None = None) -> dict[str, Any]:
+    """Waiting jobs for admins: error-state jobs first, then by the longest wait.
+
+    Each job: ``{"job_number", "name", "owner", "project", "campaign_id",
+    "tasks": n waiting, "errors": n, "held": n, "ranges": {state: "1-3,5"},
+    "submitted_at", "wait_s", "reasons": [{"text", "raw"}], "reason_error": str}``.
+    Reasons come from ``qstat -j`` (``explain_pending``) with quotas, hosts and
+    consumable capacities from the last cluster status. Returns ``{"jobs",
+    "total_jobs", "total_tasks", "quotas", "generated_at"}``.
+    """
+    from schedulers.pending import explain_pending
+
+    cluster = cluster or core_clusters.cluster_get_default()
+    now = now or timezone.now()
+    waiting = Task.objects.filter(cluster=cluster, active=True, state__in=TRIAGE_STATES)
+    jobs = list(
+        waiting.values("job_number")
+        .annotate(n=Count("id"), errors=Count("id", filter=Q(state="error")), held=Count("id", filter=Q(state="held")),
+                  submitted=Min("submitted_at"), name=Max("name"), owner=Max("owner"), project=Max("project"),
+                  campaign_id=Max("campaign_id"))
+        .order_by()
+    )
+    far_future = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+    jobs.sort(key=lambda j: (0 if j["errors"] else 1, j["submitted"] or far_future, j["job_number"]))
+    total_tasks = sum(j["n"] for j in jobs)
+    shown = jobs[:max_jobs]
+    numbers_by_job: dict[int, dict[str, list[int]]] = {}
+    for job_number, task_number, state in waiting.filter(job_number__in=[j["job_number"] for j in shown]).values_list(
+            "job_number", "task_number", "state"):
+        numbers_by_job.setdefault(job_number, {}).setdefault(state, []).append(task_number)
+    status = cluster.status or {}
+    positions = scheduler_cache.pending_positions(cluster, {j["job_number"]: j["project"] for j in shown})
+    out = []
+    for job in shown:
+        reasons: list[dict] = []
+        reason_error = ""
+        found = scheduler_cache.job_detail_cached(cluster, job["job_number"], scheduler=scheduler)
+        try:
+            if found["unknown_job"]:
+                reason_error = "the scheduler no longer knows this job (it may have just started or ended)"
+            elif found["detail"] is None:
+                reason_error = f"reasons unavailable: {found['error']}"
+            else:
+                reasons = explain_pending(found["detail"], quota=status.get("quotas"), hosts=status.get("hosts"),
+                                          capacities=status.get("global_capacity"), queues=status.get("queues"),
+                                          **reservation_context(status))
+                reasons += positions[job["job_number"]]
+        except (ValueError, TypeError) as exc:
+            reason_error = f"reasons unavailable: {exc}"
+        submitted = job["submitted"]
+        out.append({
+            "job_number": job["job_number"], "name": job["name"], "owner": job["owner"], "project": job["project"],
+            "campaign_id": job["campaign_id"], "tasks": job["n"], "errors": job["errors"], "held": job["held"],
+            "ranges": {state: "not an array" if nums == [0] else f"tasks {ranges_text(task_ranges(nums))}"
+                       for state, nums in sorted(numbers_by_job.get(job["job_number"], {}).items())},
+            "submitted_at": submitted,
+            "wait_s": (now - submitted).total_seconds() if submitted else None,
+            "reasons": reasons, "reason_error": reason_error,
+        })
+    _annotate(cluster, out)
+    return {"jobs": out, "total_jobs": len(jobs), "total_tasks": total_tasks, "quotas": status.get("quotas", []),
+            "generated_at": now}
+
+
+#: Sort keys of the job table: the URL's ``sort`` value -> (job field, reverse by default).
+SORTS = {"wait": ("wait_s", True), "tasks": ("tasks", True), "priority": ("priority", True),
+         "job": ("job_number", False), "owner": ("owner", False), "team": ("team", False)}
+#: What would move a group of waiting jobs: group kind -> (triage action, button label, what it does).
+GROUP_ACTIONS = {
+    "error": ("clear_error", "Clear the error state", "the tasks go back to pending and are scheduled again"),
+    "held_tco": ("release", "Release", "the held tasks become pending again"),
+    "held": ("release", "Release", "the hold (user, operator or system) is removed"),
+    "dependency": ("delete", "Delete", "they wait for other jobs to finish; delete them if those never will"),
+    # -hold_jid_ad of a tco campaign: a dependency, not a hold; its predecessor's tasks ending moves them.
+    "predecessor": ("", "", "task N starts when task N of the predecessor job ends (-hold_jid_ad); a release "
+                            "does not move them (it is not a hold), the predecessor's tasks ending does"),
+    "consumable": ("priority", "Raise the priority", "they start first when a seat frees up"),
+    "quota": ("priority", "Raise the priority", "they start first when the quota has room again"),
+    "share_tree": ("priority", "Raise the priority", "a -p above the other teams' jobs outweighs the share tree"),
+    "queue": ("priority", "Raise the priority", "queue instances are full, disabled or in alarm (qmod -e fixes those)"),
+    "scheduling": ("priority", "Raise the priority", "they are next in the scheduler's order"),
+    "reservation": ("hold", "Hold", "they wait for a reservation (an advance reservation's start, or slots the "
+                                    "scheduler keeps for a -R y job); hold them to keep them aside"),
+    "unknown": ("hold", "Hold", "the scheduler gives no reason yet"),
+    # No tco control changes -a or -tc of a submitted job: nothing to press, say what moves them.
+    "start_time": ("", "", "they start on their own at the start time they were submitted with (-a); "
+                           "no control in tco changes it"),
+    "task_limit": ("", "", "more start as the running ones finish; tco has no control to raise the cap of a "
+                           "launched campaign"),
+    "other": ("", "", "see each job's reasons below"),
+}
+_WEEKDAY = "%A"
+
+
+def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
+    """Add to each job: ``team`` (name), ``launcher`` (tco user who launched it, "" if not tco's),
+    ``queue``, ``priority`` (-p as tco last set it, None if unknown), ``state`` (error, held,
+    waiting (for its -hold_jid_ad predecessor) or pending: the job's most pressing), ``group``
+    (``{"key", "kind", "label"}``) and ``predecessor`` (job number or None); who holds a job in
+    tco is said in its reasons in its group's words, and the reasons that cannot hold back a held
+    or waiting job (full or closed queue instances) are marked ``secondary``."""
+    numbers = [j["job_number"] for j in jobs]
+    campaigns = {c.job_number: c for c in Campaign.objects.filter(cluster=cluster, job_number__in=numbers)
+                 .select_related("launched_by", "team").order_by("launched_at")}
+    predecessors = {c.job_number: c for c in Campaign.objects.filter(
+        cluster=cluster, job_number__in=[c.predecessor_job for c in campaigns.values() if c.predecessor_job])
+        .order_by("launched_at")}
+    teams = dict(Team.objects.values_list("project", "name"))
+    priorities = job_priorities(cluster, numbers)
+    holds = tco_holds(cluster, list(campaigns.values()), numbers)
+    for job in jobs:
+        campaign = campaigns.get(job["job_number"])
+        job["launcher"] = campaign.launched_by.get_username() if campaign else ""
+        job["team"] = teams.get(job["project"] or "", job["project"] or "")
+        job["queue"] = campaign.queue if campaign else ""
+        job["campaign_name"] = campaign.name if campaign else ""
+        job["priority"] = priorities.get(job["job_number"])
+        hold = holds.get(job["job_number"])
+        job["predecessor"] = campaign.predecessor_job if campaign else None
+        waiting = bool(job["held"] and campaign is not None and campaign.predecessor_job and hold is None)
+        job["state"] = "error" if job["errors"] else (
+            ("waiting" if waiting else "held") if job["held"] == job["tasks"] else "pending")
+        if waiting:
+            # qstat says "held" (hqw) for a dependency wait too: the row says what it is.
+            job["ranges"] = {("waiting" if state == "held" else state): text
+                             for state, text in (job.get("ranges") or {}).items()}
+            before = predecessors.get(campaign.predecessor_job)
+            job["group"] = _predecessor_group(campaign.predecessor_job, before.name if before else "")
+            job["reasons"] = [{"text": "waits" + job["group"]["label"][len("wait"):] + ", task by task: task N "
+                                       f"starts when task N of job {campaign.predecessor_job} ends (not held)",
+                               "raw": f"campaign {campaign.pk}: -hold_jid_ad {campaign.predecessor_job}, "
+                                      "not held in tco"}] + [
+                r for r in job["reasons"] if not r["text"].startswith("held by user/operator/system")]
+        else:
+            job["group"] = _group_of(job, hold)
+            if hold is not None and job["held"]:
+                words = _held_words(hold)
+                job["reasons"] = [{"text": words,
+                                   "raw": f"tco: {hold['action']} by {hold['who']} at {hold['at']:%Y-%m-%d %H:%M:%S}"}
+                                  ] + [r for r in job["reasons"] if not r["text"].startswith("held by ")]
+        if job["state"] in ("held", "waiting"):
+            for reason in job["reasons"]:
+                if reason["text"].startswith(_QUEUE_REASONS) or " opens at " in reason["text"]:
+                    reason["secondary"] = True
+
+
+#: Reasons about queue instances and hosts: they do not hold back a job whose every task is held.
+_QUEUE_REASONS = ("queue instance", "queue ", "host ")
+
+
+def _held_words(hold: dict) -> str:
+    """``paused by launcher in tco on Tuesday`` (:func:`control.tco_holds` entry): a group's and its rows' words."""
+    day = timezone.localtime(hold["at"]).strftime(_WEEKDAY)
+    return f"{hold['verb']} by {hold['who']} in tco on {day}"
+
+
+def _predecessor_group(job_number: int, campaign_name: str) -> dict[str, str]:
+    label = f"wait for predecessor job {job_number}" + (f" (campaign {campaign_name})" if campaign_name else "")
+    return {"key": f"predecessor:{job_number}", "kind": "predecessor", "label": label}
+
+
+def _group_of(job: dict, hold: dict | None) -> dict[str, str]:
+    """The reason that keeps ``job`` waiting, as a group: ``{"key", "kind", "label"}`` (label: what
+    its tasks wait for, said after the count, e.g. "wait for anthropic_api seats"). ``hold``: tco's
+    hold on it (:func:`control.tco_holds`), None when tco does not hold it."""
+    texts = [r["text"] for r in job["reasons"] if not r.get("secondary")]
+    if job["errors"]:
+        return {"key": "error", "kind": "error", "label": "are in the error state"}
+    if job["held"]:
+        if hold is not None:
+            words = _held_words(hold)
+            return {"key": f"held_tco:{hold['who']}:{words.rsplit(' ', 1)[-1]}", "kind": "held_tco",
+                    "label": f"are {words}"}
+        if not any(t.startswith("held by ") for t in texts) and any(_is_dependency(t) for t in texts):
+            return {"key": "dependency", "kind": "dependency", "label": "wait for other jobs to finish"}
+        return {"key": "held", "kind": "held", "label": "are held outside tco (user, operator or system hold)"}
+    for text in texts:
+        if _is_dependency(text):
+            return {"key": "dependency", "kind": "dependency", "label": "wait for other jobs to finish"}
+    kinds = [reason_kind(t) for t in texts]
+    for found in kinds:  # a start time (-a) or a -tc cap: raising the priority moves neither
+        if found["kind"] == "start_time":
+            when = found["value"]
+            return {"key": f"start_time:{when}", "kind": "start_time",
+                    "label": f"start at {when} (requested start time)" if when else "wait for their requested "
+                                                                                    "start time (-a)"}
+        if found["kind"] == "task_limit":
+            cap = found["value"]
+            return {"key": f"task_limit:{cap}", "kind": "task_limit",
+                    "label": f"are limited to {cap} running at once by the campaign's concurrency cap (-tc)" if cap
+                    else "wait for the array task limit (max_aj_instances or -tc)"}
+    for text in texts:  # issue 17: an advance reservation not started yet, or slots kept for a -R y job
+        if text.startswith("waits for advance reservation") or " (-R y)" in text and " are reserved for " in text:
+            ar = text.split("advance reservation ", 1)[1].split(" ", 1)[0] if "advance reservation" in text else ""
+            job = text.split("reserved for job ", 1)[1].split(" ", 1)[0] if "reserved for job" in text else "?"
+            return ({"key": f"reservation:ar{ar}", "kind": "reservation",
+                     "label": f"wait for advance reservation {ar} to start"} if ar else
+                    {"key": f"reservation:job{job}", "kind": "reservation",
+                     "label": f"wait behind the slots reserved for job {job} (-R y)"})
+    for text in texts:
+        if "(consumable " in text:
+            resource = text.split("(consumable ", 1)[1].split(",")[0].split(")")[0]
+            return {"key": f"consumable:{resource}", "kind": "consumable", "label": f"wait for {resource} seats"}
+    for text in texts:
+        if text.startswith("agent quota reached"):
+            rqs = text.rsplit("(RQS ", 1)[-1].rstrip(")") if "(RQS " in text else "a quota"
+            return {"key": f"quota:{rqs}", "kind": "quota", "label": f"wait for the quota {rqs}"}
+    for text in texts:
+        if "share-tree target" in text and "fewer tickets" in text:
+            return {"key": "share_tree", "kind": "share_tree", "label": "wait for the share tree"}
+    for text in texts:
+        if text.startswith("queue instance") or text.startswith("queue ") or text.startswith("host "):
+            return {"key": "queue", "kind": "queue", "label": "wait for a free or enabled queue instance"}
+    others = [t for t, k in zip(texts, kinds) if k["kind"] not in ("priority_order", "note")]
+    if others:  # a reason not grouped above: its own group, never "their turn"
+        return {"key": f"other:{others[0][:80]}", "kind": "other", "label": f"wait: {others[0]}"}
+    if texts:
+        return {"key": "scheduling", "kind": "scheduling", "label": "wait their turn in the priority order"}
+    return {"key": "unknown", "kind": "unknown", "label": "wait without a reason from the scheduler"}
+
+
+def _is_dependency(text: str) -> bool:
+    """A reason of ``explain_pending`` that says the job waits for other jobs (-hold_jid, -hold_jid_ad)."""
+    return text.startswith(("waiting for job", "waiting for the jobs", "waiting for its predecessor"))
+
+
+_SINGULAR = {"are ": "is ", "wait ": "waits ", "start ": "starts "}
+
+
+def _title(tasks: int, label: str) -> str:
+    """``183 tasks wait for anthropic_api seats`` / ``1 task waits for ...`` (the verb agrees)."""
+    if tasks == 1:
+        for plural, singular in _SINGULAR.items():
+            if label.startswith(plural):
+                label = singular + label[len(plural):]
+                break
+        return f"1 task {label}"
+    return f"{tasks} tasks {label}"
+
+
+def triage_groups(jobs: list[dict]) -> list[dict]:
+    """The jobs grouped by ``job["group"]["key"]``, biggest first: ``[{"key", "kind", "label",
+    "title" ("12 tasks wait for the share tree"), "tasks": n, "jobs": [job_number], "oldest_wait_s", "action": {"action", "label", "why"}}]``."""
+    groups: dict[str, dict] = {}
+    for job in jobs:
+        g = job["group"]
+        group = groups.get(g["key"])
+        if group is None:
+            action, label, why = GROUP_ACTIONS[g["kind"]]
+            group = groups[g["key"]] = {**g, "tasks": 0, "jobs": [], "oldest_wait_s": None,
+                                        "action": {"action": action, "label": label, "why": why}}
+        group["tasks"] += job["tasks"]
+        group["jobs"].append(job["job_number"])
+        group["title"] = _title(group["tasks"], group["label"])
+        if job["wait_s"] is not None and (group["oldest_wait_s"] is None or job["wait_s"] > group["oldest_wait_s"]):
+            group["oldest_wait_s"] = job["wait_s"]
+    return sorted(groups.values(), key=lambda g: (g["kind"] != "error", -g["tasks"], g["key"]))
+
+
+def confirmed_in_group(group_jobs: list[int], confirmed: list[str]) -> dict[str, list[int]]:
+    """Which of a reason group's jobs a confirmed group action acts on.
+
+    ``group_jobs``: the group's job numbers now (:func:`triage_groups`); ``confirmed``: the job
+    numbers the confirmation page listed (as posted, strings). Returns ``{"act": jobs both
+    confirmed and still in the group, "left": confirmed jobs no longer in it (started, ended, or
+    waiting for something else now), "joined": jobs in it now that were not confirmed}``, each in
+    ``group_jobs``'s order (``left``: as posted). A job that joined after the confirmation page
+    was shown is never acted on: the admin did not see it. Raises ``ValueError`` when a posted
+    job number is not a whole number."""
+    wanted = list(dict.fromkeys(int(n) for n in confirmed))
+    now = set(group_jobs)
+    return {"act": [j for j in group_jobs if j in set(wanted)], "left": [j for j in wanted if j not in now],
+            "joined": [j for j in group_jobs if j not in set(wanted)]}
+
+
+def triage_filter(jobs: list[dict], *, team: str = "", owner: str = "", queue: str = "", reason: str = "",
+                  state: str = "", q: str = "", sort: str = "wait", descending: bool | None = None) -> list[dict]:
+    """The jobs that match every given filter (exact: team name or project, owner or launcher,
+    queue, group key, state; ``q``: a job number, or text in the name, campaign, owner or
+    launcher), sorted by ``sort`` (a key of :data:`SORTS`; unknown keys sort by wait)."""
+    needle = q.strip().lower()
+    out = []
+    for job in jobs:
+        if team and team not in (job["team"], job["project"]):
+            continue
+        if owner and owner not in (job["launcher"], job["owner"]):
+            continue
+        if queue and job["queue"] != queue:
+            continue
+        if reason and job["group"]["key"] != reason:
+            continue
+        if state and job["state"] != state:
+            continue
+        if needle and not (needle == str(job["job_number"]) or any(
+                needle in (job[f] or "").lower() for f in ("name", "campaign_name", "owner", "launcher"))):
+            continue
+        out.append(job)
+    field, default_reverse = SORTS.get(sort, SORTS["wait"])
+    reverse = default_reverse if descending is None else descending
+    present = [j for j in out if j[field] is not None]
+    missing = [j for j in out if j[field] is None]  # unknown values last, whichever the direction
+    present.sort(key=lambda j: (j[field], -j["job_number"] if reverse else j["job_number"]), reverse=reverse)
+    return present + missing

@@ -1,0 +1,97 @@
+"""Writes about people: demo users per role, API tokens.
+
+API tokens (``token_models.ApiToken``): one per user, sent as
+``Authorization: Token <key>``, stored as a SHA-256 digest (the key is shown
+once). A token acts as its user, so it sees and may do exactly what that
+user's teams and role allow.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser, Group
+from django.db import transaction
+
+from dashboards.core import limits
+from dashboards.core.errors import LaunchError
+from dashboards.core.roles import membership_set
+from dashboards.models import Role, Team
+from dashboards.token_models import ApiToken, token_digest
+
+# user name -> (team project, role); every demo user is also in the team's group.
+DEMO_USERS: dict[str, tuple[str, str]] = {
+    "viewer": ("research", Role.VIEWER),
+    "lead": ("research", Role.LEAD),
+    "launcher": ("research", Role.LAUNCHER),
+    "urgent": ("research", Role.URGENT),
+    "eng-viewer": ("engineering", Role.VIEWER),
+    # The demo's priced model usage is engineering's (the sweep's review agents): its lead reads that bill.
+    "eng-lead": ("engineering", Role.LEAD),
+}
+
+
+@transaction.atomic
+def demo_users_ensure(*, password: str, reset_password: bool = True) -> dict[str, AbstractBaseUser]:
+    """One user per role on ``research``, a viewer and a lead on ``engineering`` (see ``DEMO_USERS``).
+
+    The teams must exist (``tco_bootstrap``). Idempotent: an existing user
+    keeps its role row updated and, unless ``reset_password`` is False, gets
+    ``password``. Returns ``{username: user}``. Raises ``Team.DoesNotExist``.
+    """
+    User = get_user_model()
+    users = {}
+    for username, (project, role) in DEMO_USERS.items():
+        team = Team.objects.get(project=project)
+        user, created = User.objects.get_or_create(username=username)
+        if created or reset_password:
+            user.set_password(password)
+            user.save()
+        membership_set(user=user, team=team, role=role)
+        users[username] = user
+    return users
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A token just made: ``key`` is the only copy of the secret (the database keeps its digest)."""
+
+    key: str
+    token: ApiToken
+
+
+def api_token_rotate(*, user: AbstractBaseUser) -> IssuedToken:
+    """Replace ``user``'s API token with a new one; the old key stops working.
+
+    Returns the new key (40 hex digits), to be shown once; only its SHA-256
+    is stored (``token_models``).
+    """
+    key = secrets.token_hex(20)
+    with transaction.atomic():
+        ApiToken.objects.filter(user=user).delete()
+        token = ApiToken.objects.create(user=user, digest=token_digest(key), prefix=key[:8])
+    return IssuedToken(key=key, token=token)
+
+
+def api_token_revoke(*, user: AbstractBaseUser) -> bool:
+    """Delete ``user``'s API token; True when there was one."""
+    deleted, _ = ApiToken.objects.filter(user=user).delete()
+    return bool(deleted)
+
+
+def api_token_user(key: str) -> AbstractBaseUser | None:
+    """The active user whose token has this key, or None (a wrong, revoked or deactivated one)."""
+    token = ApiToken.objects.select_related("user").filter(digest=token_digest(key)).first()
+    if token is None or not token.user.is_active:
+        return None
+    return token.user
+
+
+def team_ensure(*, name: str, project: str) -> Team:
+    """A team and its Django group (named like the team), created if missing."""
+    if not limits.NAME_RE.match(project):
+        raise LaunchError(f"project name {project!r} is not a valid Grid Engine name")
+    group, _ = Group.objects.get_or_create(name=name)
+    team, _ = Team.objects.get_or_create(project=project, defaults={"name": name, "group": group})
+    return team

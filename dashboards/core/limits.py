@@ -1,0 +1,51 @@
+"""Every limit a launch is checked against, in one place.
+
+The scheduler's absolute ``-p`` range (qsub(1): -1023..1024, above 0 only for
+operators and managers) is the Grid Engine adapter's constant and is imported
+from there; what a *role* may ask for within it is decided here, as are the
+tasks per campaign, the model API seats per task, the name patterns and the
+input and policy sizes. Forms, the launch service and the control actions
+read these; nothing else defines a limit.
+"""
+from __future__ import annotations
+
+import re
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from dashboards.core.roles import user_can
+from schedulers.base import PRIORITY_MAX, PRIORITY_MIN
+
+#: Campaign and project names: what Grid Engine accepts in a job name and a project (sge_types(1)).
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Model names as providers spell them (``claude-sonnet-4-5``, ``openai/gpt-4o``, ``x@2025``).
+MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,127}$")
+#: Tasks per campaign: Grid Engine's default ``max_aj_tasks`` (sge_conf(5)).
+MAX_TASKS_PER_CAMPAIGN = 75_000
+#: Model API seats (the consumable) one task may request.
+SEATS_PER_TASK_MAX = 16
+#: qsub -p of an urgent agent (the maximum; the submit account is an operator).
+URGENT_PRIORITY = PRIORITY_MAX
+#: The highest -p a launcher without the urgent role may ask for (Grid Engine lets users only lower).
+NORMAL_PRIORITY_MAX = 0
+#: Job and advance-reservation numbers are 31-bit in Grid Engine.
+MAX_JOB_NUMBER = 2**31 - 1
+#: A JSONL input (text or upload), in bytes.
+INPUT_MAX_BYTES = 16 * 1024 * 1024
+#: A sandbox policy typed at launch, in bytes.
+POLICY_MAX_BYTES = 64 * 1024
+#: How deep a JSON input or parameter value may nest (arrays and objects), so parsing never recurses
+#: into Python's stack limit.
+INPUT_MAX_DEPTH = 64
+#: Beyond this many task ranges a control action addresses the whole job (argv stays short).
+MAX_RANGES = 200
+
+__all__ = ["NAME_RE", "MODEL_RE", "MAX_TASKS_PER_CAMPAIGN", "SEATS_PER_TASK_MAX", "PRIORITY_MIN", "PRIORITY_MAX",
+           "URGENT_PRIORITY", "NORMAL_PRIORITY_MAX", "MAX_JOB_NUMBER", "INPUT_MAX_BYTES", "POLICY_MAX_BYTES",
+           "INPUT_MAX_DEPTH", "MAX_RANGES", "priority_limit"]
+
+
+def priority_limit(user: AbstractBaseUser, team) -> int:
+    """The highest ``-p`` ``user`` may ask for on ``team``: ``URGENT_PRIORITY`` (1024) for urgent
+    launchers, else ``NORMAL_PRIORITY_MAX`` (0). The lowest is always ``PRIORITY_MIN``."""
+    return URGENT_PRIORITY if user_can(user, "urgent", team) else NORMAL_PRIORITY_MAX

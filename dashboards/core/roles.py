@@ -1,0 +1,67 @@
+"""Who may do what: roles per team (``Membership``) and the admin flag.
+
+Capabilities by role (an admin, ``is_staff``, has every capability on every team):
+
+| capability | viewer | lead | launcher | urgent |
+|---|---|---|---|---|
+| ``view`` (queue, campaigns, agents) | yes | yes | yes | yes |
+| ``bill`` (bills, exports, budgets) | | yes | | |
+| ``launch`` (campaigns), ``control`` (cancel, pause, resume, retry) | | | yes | yes |
+| ``urgent`` (urgent agents, ``-p`` above 0) | | | | yes |
+
+``triage`` (hold, release, delete, priority, clear error on any job) and
+``audit`` are admin-only. Membership of a team's Django group without a
+``Membership`` row counts as ``viewer``.
+"""
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q, QuerySet
+
+from dashboards.models import Membership, Role, Team
+
+CAPABILITIES: dict[str, frozenset[str]] = {
+    "view": frozenset({Role.VIEWER, Role.LEAD, Role.LAUNCHER, Role.URGENT}),
+    "bill": frozenset({Role.LEAD}),
+    "launch": frozenset({Role.LAUNCHER, Role.URGENT}),
+    "control": frozenset({Role.LAUNCHER, Role.URGENT}),
+    "urgent": frozenset({Role.URGENT}),
+    "triage": frozenset(),
+    "audit": frozenset(),
+}
+
+
+def is_admin(user: AbstractBaseUser) -> bool:
+    return bool(user.is_authenticated and user.is_active and (user.is_staff or user.is_superuser))
+
+
+def teams_with(user: AbstractBaseUser, capability: str) -> QuerySet[Team]:
+    """Teams on which ``user`` has ``capability``. Raises KeyError for an unknown capability."""
+    roles = CAPABILITIES[capability]
+    if not user.is_authenticated or not user.is_active:
+        return Team.objects.none()
+    if is_admin(user):
+        return Team.objects.all()
+    by_role = Q(memberships__user=user, memberships__role__in=roles)
+    if capability == "view":
+        by_role |= Q(group__user=user)
+    return Team.objects.filter(by_role).distinct()
+
+
+def user_can(user: AbstractBaseUser, capability: str, team: Team | None = None) -> bool:
+    """Whether ``user`` has ``capability`` on ``team`` (or on any team when ``team`` is None)."""
+    if is_admin(user):
+        return True
+    if capability in ("triage", "audit"):
+        return False
+    teams = teams_with(user, capability)
+    return teams.filter(pk=team.pk).exists() if team is not None else teams.exists()
+
+
+def membership_set(*, user: AbstractBaseUser, team: Team, role: str) -> Membership:
+    """Give ``user`` ``role`` on ``team`` and put them in the team's Django group."""
+    if role not in Role.values:
+        raise ValueError(f"unknown role {role!r}; use one of {', '.join(Role.values)}")
+    membership, _ = Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
+    user.groups.add(team.group)
+    return membership

@@ -1,0 +1,426 @@
+"""Accounting records into the database: read from the (inode, offset) checkpoint, upserted, tasks finished.
+
+A malformed line is quarantined (``QuarantinedLine``) and counted, never
+ingested shifted. A task becomes ``done``/``failed`` once it is gone from
+qstat and its record is read. Re-running over the same file gives the same
+database.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import time
+from typing import Iterable
+
+from django.db import transaction
+from django.utils import timezone
+
+from dashboards.core import bulk, realtime
+from dashboards.core import clusters as core_clusters
+from dashboards.core.bulk import in_chunks
+from dashboards.ingest.campaign_status import campaigns_by_job, finish_campaigns
+from dashboards.models import (
+    AccountingRecord,
+    Cluster,
+    IngestCheckpoint,
+    QuarantinedLine,
+    Task,
+    TaskEvent,
+)
+from execution.spool import TOKEN_FIELDS
+from schedulers.base import AccountingCursor, AccountingMissing, SchedulerAdapter
+from schedulers.base import AccountingRecord as ParsedRecord
+from schedulers.gridengine.parsers.accounting import usage_group_values
+
+log = logging.getLogger(__name__)
+
+
+# --- accounting -------------------------------------------------------------------------
+
+
+_us = bulk.epoch_us
+
+#: The ``usage_patterns`` group and line prefix of tco's token totals in an OCS/GCS 9 accounting
+#: record: ``reporting_params usage_patterns=tco:tco_*`` puts the ``tco_<bucket>=<n>`` lines that
+#: execution/usage_epilog.py copies into the job's usage file into ``usage.tco`` (sge_conf(5) of OCS 9).
+USAGE_GROUP = "tco"
+USAGE_PREFIX = "tco_"
+
+
+@dataclasses.dataclass
+class IngestResult:
+    """What one ingest call did. ``accepted`` counts new records, ``duplicates`` records already stored."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    deferred_bytes: int = 0
+    reset: str | None = None
+    finalized: int = 0
+    batches: int = 0
+    error: str = ""
+
+
+def _accounting_error_set(cluster: Cluster, message: str) -> None:
+    """Record (or, with ``""``, clear) the accounting failure on the cluster; push a change when it changes."""
+    if (cluster.accounting_error or "") == message:
+        return
+    now = timezone.now()
+    Cluster.objects.filter(pk=cluster.pk).update(accounting_error=message[:2000],
+                                                 accounting_error_at=now if message else None)
+    cluster.accounting_error, cluster.accounting_error_at = message[:2000], now if message else None
+    realtime.queue_changed(cluster.name)
+
+
+def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: int = 2 * 1024 * 1024,
+                      time_budget_s: float = 20.0, scheduler: SchedulerAdapter | None = None) -> IngestResult:
+    """Read the accounting records after the checkpoint and store them, batch after batch.
+
+    The records come from the cluster's adapter (``scheduler``, else
+    ``clusters.scheduler_for(cluster)``; ``path`` reads that accounting file
+    instead of the cluster's), ``SchedulerAdapter.accounting_since``.
+
+    Each batch (``max_bytes`` of the file, whole lines) is one transaction
+    that also moves the checkpoint (inode, offset), so a crash at any point
+    re-reads from the old checkpoint and the identity constraint drops what
+    was already stored: the same database either way. Reads until the file is
+    caught up or ``time_budget_s`` seconds have passed (the rest waits for
+    the next call). Memory stays flat: one batch at a time.
+
+    A missing or unreadable accounting file is a loud error, never "nothing
+    to read": it is logged, returned in ``result.error`` and recorded on the
+    cluster (``Cluster.accounting_error``, shown on the queue page after the
+    next push); the first pass that reads the file clears it. (A Grid Engine
+    cell has the file from its first finished job on; a wrong path or flavour,
+    e.g. ``common/accounting`` on an OCS 9 cell that writes
+    ``common/accounting.jsonl``, would otherwise ingest nothing, silently.)
+    """
+    path = path or cluster.accounting_path
+    scheduler = scheduler or core_clusters.scheduler_for(cluster, accounting_path=path)
+    result = IngestResult()
+    checkpoint, _ = IngestCheckpoint.objects.get_or_create(cluster=cluster, source="accounting",
+                                                           defaults={"path": path})
+    deadline = time.monotonic() + time_budget_s
+    while True:
+        # Rotation (the rest of the rotated file first), truncation and regrowth (fingerprint of the
+        # first bytes): the adapter's accounting_since, schedulers/accounting_cursor.py.
+        cursor = (AccountingCursor(inode=checkpoint.inode, offset=checkpoint.offset,
+                                   fingerprint=checkpoint.fingerprint) if checkpoint.inode else None)
+        try:
+            batch = scheduler.accounting_since(cursor, max_bytes)
+        except AccountingMissing as exc:
+            result.error = (f"accounting not read: {exc}. Check the cluster's accounting file "
+                            f"(flavour {cluster.flavour}; manage.py tco_doctor names the fix)")
+            log.error("cluster %s: %s", cluster.name, result.error)
+            _accounting_error_set(cluster, result.error)
+            return result
+        if result.batches == 0:
+            _accounting_error_set(cluster, "")
+        result.batches += 1
+        result.deferred_bytes = batch.deferred_bytes
+        result.reset = result.reset or batch.reset
+        with transaction.atomic():
+            accepted, finalized = _store_records(cluster, batch.records)
+            result.accepted += accepted
+            result.duplicates += len(batch.records) - accepted
+            result.finalized += finalized
+            if batch.quarantined:
+                QuarantinedLine.objects.bulk_create(
+                    [
+                        QuarantinedLine(cluster=cluster, path=path, inode=batch.cursor.inode, offset=q.offset,
+                                        raw=bytes(q.raw[:65536]), reason=q.reason[:255])
+                        for q in batch.quarantined
+                    ],
+                    ignore_conflicts=True,
+                )
+                result.quarantined += len(batch.quarantined)
+                for q in batch.quarantined:
+                    log.warning("accounting line at byte %s quarantined: %s", q.offset, q.reason)
+            moved = (batch.cursor.inode, batch.cursor.offset) != (checkpoint.inode, checkpoint.offset)
+            checkpoint.path = path
+            checkpoint.inode = batch.cursor.inode
+            checkpoint.offset = batch.cursor.offset
+            checkpoint.fingerprint = batch.cursor.fingerprint
+            checkpoint.accepted += accepted
+            checkpoint.quarantined += len(batch.quarantined)
+            checkpoint.resets += 1 if batch.reset else 0
+            checkpoint.save()
+        if not moved or not (batch.records or batch.quarantined or batch.skipped) or time.monotonic() > deadline:
+            return result
+
+
+def _store_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[int, int]:
+    """Insert ``records`` (skipping identities already stored), link them to tasks, end finished tasks.
+
+    Returns (records inserted, tasks ended). The insert is
+    ``dashboards.core.bulk.store_accounting_records``: ``INSERT ... ON CONFLICT DO
+    NOTHING`` on the identity constraint (SQLite), COPY into a staging table
+    then one such INSERT (PostgreSQL); no model instance per record.
+    """
+    if not records:
+        return 0, 0
+    touched, task_of = _attach_records(cluster, records)
+    tokens = {i: t for i, r in enumerate(records) if r.usage and (t := accounting_tokens(r.usage))}
+    inserted = bulk.store_accounting_records(cluster, records, task_of, tokens=tokens)
+    if tokens:
+        check_accounting_tokens({task_of[i] for i in tokens if i in task_of})
+    return inserted, finalize_finishing(cluster, touched)
+
+
+def accounting_tokens(usage: dict) -> dict[str, int]:
+    """Token totals per bucket of an accounting record's flexible-accounting ``usage``.
+
+    ``usage`` is a parsed record's ``usage`` (``{"tco": {"tco_input_tokens":
+    1200.0, ...}}``, OCS 9 JSON). Returns ``{"input_tokens": 1200, ...}``
+    (tokens) for the buckets of the spool contract (``TOKEN_FIELDS``:
+    ``TOKEN_BUCKETS`` and ``reasoning_tokens``) that the group holds as a
+    whole, non-negative number; the runner's other lines (``tco_requests``,
+    ``tco_cost_usd`` ...) are not tokens and are left in ``usage``. ``{}``
+    without the group (SGE 8, a cell without ``usage_patterns``).
+    """
+    values = usage_group_values(usage, USAGE_GROUP, USAGE_PREFIX)
+    return {bucket: int(values[bucket]) for bucket in TOKEN_FIELDS
+            if bucket in values and values[bucket] >= 0 and float(values[bucket]).is_integer()}
+
+
+def _bucket_label(bucket: str) -> str:
+    return bucket.removesuffix("_tokens").replace("_", " ") + " tokens"
+
+
+def token_check(accounting: dict[str, int], metering: dict | None) -> dict | None:
+    """Compare an accounting record's token totals with tco's own metering of the task.
+
+    ``accounting`` is :func:`accounting_tokens` of the record; ``metering``
+    the runner record's ``usage`` (the metering proxy's totals, the same
+    numbers the runner wrote to ``<task>.usage``), or None when the runner
+    record has none. Returns None when there is nothing to compare, else
+    ``{"status": "confirmed" | "differs", "buckets": {bucket: {"accounting":
+    n, "metering": n}}, "message": str}``: every bucket the record carries is
+    compared (a bucket metering lacks counts 0); ``message`` reads e.g.
+    ``"accounting says 1,200 input tokens, metering 1,150"``.
+    """
+    if not accounting or not isinstance(metering, dict):
+        return None
+    buckets, differ = {}, []
+    for bucket, count in accounting.items():
+        metered = metering.get(bucket) or 0
+        metered = int(metered) if isinstance(metered, (int, float)) and not isinstance(metered, bool) else 0
+        buckets[bucket] = {"accounting": count, "metering": metered}
+        if count != metered:
+            differ.append(f"accounting says {count:,} {_bucket_label(bucket)}, metering {metered:,}")
+    if differ:
+        return {"status": "differs", "buckets": buckets, "message": "; ".join(differ)}
+    said = ", ".join(f"{c:,} {_bucket_label(b)}" for b, c in accounting.items())
+    return {"status": "confirmed", "buckets": buckets, "message": f"accounting confirms metering: {said}"}
+
+
+def check_accounting_tokens(task_ids: Iterable[int]) -> int:
+    """Store on each task the check of its accounting record's tokens against its runner record.
+
+    For every task in ``task_ids`` whose latest master accounting record
+    (highest end time) carries tokens and whose runner record is read, sets
+    ``Task.accounting_check`` to :func:`token_check`'s result (the agent page
+    shows it: a difference is flagged, equal totals are shown as confirmed).
+    Called after accounting records are stored and after a runner record is,
+    whichever comes last. Returns the number of tasks whose check changed.
+    """
+    changed = 0
+    for chunk in in_chunks(sorted(set(task_ids))):
+        latest: dict[int, dict] = {}
+        for task_id, tokens in (AccountingRecord.objects.filter(task_id__in=chunk, pe_taskid="")
+                                .order_by("end_us", "id").values_list("task_id", "tokens")):
+            if tokens:
+                latest[task_id] = tokens
+        if not latest:
+            continue
+        for task in Task.objects.filter(pk__in=list(latest)).only("id", "runner_record", "accounting_check"):
+            check = token_check(latest[task.pk], (task.runner_record or {}).get("usage"))
+            if check is not None and check != task.accounting_check:
+                Task.objects.filter(pk=task.pk).update(accounting_check=check)
+                changed += 1
+                if check["status"] == "differs":
+                    log.warning("task %s: %s", task.pk, check["message"])
+    return changed
+
+
+def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list[int], dict[int, int]]:
+    """Find each master record's task: returns (active task ids touched, {record index: task id}).
+
+    A record belongs to the active task with its (job_number, task_number)
+    and a matching submission time, or to an ended one with the same
+    submission time (a record read late, after the task was declared lost).
+    A campaign task tco never saw in qstat (it ran between two polls) is made
+    ended at once; records of other unseen jobs are stored without a task
+    (bills read them directly). Several records with one submission time are
+    retried starts of one task: the latest decides its state.
+    """
+    masters = [(i, r) for i, r in enumerate(records) if not r.pe_taskid]
+    if not masters:
+        return [], {}
+    jobs = sorted({r.job_number for _, r in masters})
+    tasks: dict[tuple[int, int], list[Task]] = {}
+    for chunk in in_chunks(jobs):
+        for task in Task.objects.filter(cluster=cluster, job_number__in=chunk).only(
+            "id", "job_number", "task_number", "active", "submitted_at", "restarted"
+        ):
+            tasks.setdefault((task.job_number, task.task_number), []).append(task)
+    campaign_of = campaigns_by_job(cluster, jobs)
+    touched: list[int] = []
+    task_of: dict[int, int] = {}
+    unseen: dict[tuple, tuple[Task, ParsedRecord]] = {}
+    links: list[tuple[int, tuple]] = []
+    rescheduled: set[int] = set()  # tasks given a "rescheduling" record in this batch
+    for i, r in masters:
+        key = (r.job_number, r.task_number or 0)
+        candidates = tasks.get(key)
+        task = None
+        if candidates:
+            task = next((t for t in candidates if t.active and _same_submission(t.submitted_at, r.submitted_at)),
+                        None)
+            if task is None:
+                task = next((t for t in candidates if t.submitted_at == r.submitted_at), None)
+            if task is None:
+                task = next((t for t in candidates if t.active and _rerun_of(t, r, rescheduled)), None)
+        if task is not None:
+            task_of[i] = task.id
+            if r.failed == RESCHEDULED:
+                rescheduled.add(task.id)
+            if task.active:
+                touched.append(task.id)
+            continue
+        campaign_id = campaign_of.get(r.job_number)
+        if campaign_id is None:
+            continue
+        ident = (*key, _us(r.submitted_at))
+        if ident not in unseen or _us(r.ended_at) >= _us(unseen[ident][1].ended_at):
+            task = unseen[ident][0] if ident in unseen else Task(
+                cluster=cluster, campaign_id=campaign_id, job_number=r.job_number, task_number=key[1],
+                is_array=key[1] != 0, name=r.job_name[:255], owner=r.owner[:64], project=(r.project or "")[:64],
+                slots=r.slots, first_seen_at=timezone.now(),
+            )
+            _apply_record(task, r)
+            unseen[ident] = (task, r)
+        links.append((i, ident))
+    if unseen:
+        created = [t for t, _ in unseen.values()]
+        Task.objects.bulk_create(created, batch_size=1000)
+        if any(t.id is None for t in created):  # backends that return no ids from bulk inserts
+            for t in created:
+                t.id = Task.objects.filter(cluster=cluster, job_number=t.job_number, task_number=t.task_number,
+                                           submitted_at=t.submitted_at, active=False).values_list("id", flat=True).last()
+        finish_campaigns({t.campaign_id for t in created})
+    for i, ident in links:
+        task_of[i] = unseen[ident][0].id
+    return touched, task_of
+
+
+RESCHEDULED = 25  # accounting(5) "failed": rescheduling (the qmaster reruns the task, e.g. its host was lost)
+
+
+def _rerun_of(task: Task, rec: ParsedRecord, rescheduled: set[int]) -> bool:
+    """Whether ``rec`` can be a later attempt of the active ``task`` rerun by the scheduler.
+
+    A rerun (``-r y``, its host lost) keeps the job and task number, but its
+    record's submission time (``qsub_time``) is when the qmaster rescheduled
+    it, after the task's own. So a record submitted later belongs to the task
+    when the task is known to be rerun: qstat showed it restarted (``R``), or
+    a "rescheduling" record (``failed`` 25) is already linked to it.
+    """
+    if rec.submitted_at is None or task.submitted_at is None or rec.submitted_at < task.submitted_at:
+        return False
+    return (task.restarted or task.id in rescheduled
+            or AccountingRecord.objects.filter(task_id=task.id, failed=RESCHEDULED).exists())
+
+
+def _same_submission(seen: dt.datetime | None, recorded: dt.datetime | None) -> bool:
+    """Whether a task and a record can be one job despite a wrapped job number.
+
+    tco notes a campaign task's submission time when DRMAA returns, a little
+    after the qmaster's; 5 s covers that without matching a job from another wrap.
+    """
+    return seen is None or recorded is None or abs((seen - recorded).total_seconds()) <= 5
+
+
+def _apply_record(task: Task, rec: AccountingRecord) -> None:
+    """Make ``task`` ended, as its (latest) accounting record says: done or failed."""
+    task.state = "done" if rec.failed == 0 and rec.exit_status == 0 else "failed"
+    task.active = False
+    task.submitted_at = rec.submitted_at or task.submitted_at
+    task.started_at = rec.started_at or task.started_at
+    # A failed start writes all-zero times: fall back to when qstat lost it.
+    task.ended_at = rec.ended_at or task.gone_at
+    task.queue = rec.queue
+    task.host = rec.hostname
+    task.wallclock_s = rec.wallclock_s
+    task.cpu_s = rec.cpu_s
+    task.maxvmem_bytes = rec.maxvmem_bytes
+    task.failed_code = rec.failed
+    task.exit_status = rec.exit_status
+
+
+def _of_last_attempt(rec: AccountingRecord, task: Task) -> bool:
+    """Whether ``rec`` can be the end of the last attempt of ``task`` that qstat showed.
+
+    A task rerun elsewhere (``-r y``, its host lost) has one record per
+    attempt; the record of an earlier attempt (``failed`` 25 "rescheduling",
+    all-zero times) must not end the task while the last attempt's record is
+    still to come. A task last seen running since ``started_at`` is ended
+    only by a record that ended after that start (1 s of clock slack); one
+    never seen running, by any record.
+    """
+    if task.started_at is None:
+        return True
+    return bool(rec.end_us) and rec.end_us >= _us(task.started_at) - 1_000_000
+
+
+def finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
+    """Tasks gone from qstat whose accounting record is read become ``done`` or ``failed``.
+
+    A task still in qstat keeps its scheduler state even if a record arrived
+    (a start that failed and is retried writes a record and runs again), and
+    only a record of its last attempt ends it (:func:`_of_last_attempt`);
+    until that record comes it stays ``finishing``.
+    """
+    finalized = 0
+    campaigns: set[int] = set()
+    now = timezone.now()
+    for chunk in in_chunks(sorted(set(task_ids))):
+        # Only tasks with an accounting record can end here; a deleted queued array has none, and
+        # loading its 50,000 rows to learn that took seconds of the poll. The records are read once.
+        records = list(AccountingRecord.objects.filter(task_id__in=chunk, pe_taskid="").order_by("end_us"))
+        if not records:
+            continue
+        tasks = list(Task.objects.filter(pk__in=sorted({r.task_id for r in records}), state="finishing"))
+        if not tasks:
+            continue
+        latest: dict[int, AccountingRecord] = {}
+        by_id = {t.id: t for t in tasks}
+        for rec in records:
+            task = by_id.get(rec.task_id)
+            if task is not None and _of_last_attempt(rec, task):
+                latest[rec.task_id] = rec
+        events = []
+        done = []
+        for task in tasks:
+            rec = latest.get(task.id)
+            if rec is None:
+                continue
+            previous = task.state
+            _apply_record(task, rec)
+            events.append(TaskEvent(task_id=task.id, at=now, from_state=previous, to_state=task.state))
+            done.append(task)
+            if task.campaign_id:
+                campaigns.add(task.campaign_id)
+        Task.objects.bulk_update(
+            done,
+            ["state", "active", "submitted_at", "started_at", "ended_at", "queue", "host", "wallclock_s", "cpu_s",
+             "maxvmem_bytes", "failed_code", "exit_status"],
+            batch_size=1000,
+        )
+        TaskEvent.objects.bulk_create(events)
+        finalized += len(done)
+    if finalized:
+        finish_campaigns(campaigns)
+        realtime.queue_changed(cluster.name, campaigns)
+    return finalized

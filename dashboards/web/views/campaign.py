@@ -1,0 +1,30 @@
+"""The campaign page: live counts, stages and its task table (a campaign the user may not see is a 404)."""
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from dashboards.live import campaign, cluster
+from dashboards.models import Campaign
+from dashboards.web.views.common import int_param
+from schedulers import base
+
+
+@login_required
+def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    state = request.GET.get("state") or None
+    if state not in (None, *base.LIFECYCLE_STATES, "waiting"):
+        state = None
+    try:
+        choice = campaign.task_table_choice(request.GET.get("sort"), request.GET.get("dir"), request.GET.get("q"))
+        detail = campaign.campaign_detail(request.user, campaign_id, page=int_param(request, "page"), state=state,
+                                           host=cluster.host_filter(request.GET.get("host")), **choice)
+    except Campaign.DoesNotExist:
+        raise Http404("no such campaign") from None
+    from dashboards.core.roles import user_can
+
+    team = Campaign.objects.select_related("team").get(pk=detail["campaign"]["id"]).team
+    # The columns are the API's state keys (held reads "waiting" while the tasks wait for the predecessor).
+    return render(request, "dashboards/campaign.html", {"detail": detail, "states": list(detail["states"]),
+                                                        "can_control": user_can(request.user, "control", team)})
