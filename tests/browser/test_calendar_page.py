@@ -1,7 +1,7 @@
 """A queue calendar on the queue page, in Debian's Chromium, against the real dev cluster.
 
 The test queue cal.q is closed by its calendar for about a minute
-(tests/integration/calendar_window.py: scripts/cluster-faults ->
+(tests/support/calendar_window.py: scripts/cluster-faults ->
 dev-cluster --calendar-window; agent.q is never touched). The page says the
 queue's calendar, that it is closed and until when, and, without a reload,
 that it is open once the window has passed. Screenshot in the test output.

@@ -1,5 +1,5 @@
 """Queue calendars on the real dev cluster: a short closed window on the test queue cal.q
-(tests/integration/calendar_window.py), a job that waits for it, tco's reason naming the calendar and
+(tests/support/calendar_window.py), a job that waits for it, tco's reason naming the calendar and
 its opening time, the status poll's calendar state, and the job starting when the calendar opens.
 
 Expected texts and times come from the window the test asks for (its end, computed here from the

@@ -2,7 +2,7 @@
 runs under Grid Engine in the real bubblewrap sandbox (issue 17, item 4).
 
 The campaign is launched and submitted through tco's services (DRMAA, the dev
-cluster); the agent (tests/unit/test_runner_live_network.py's) asks a plain HTTP
+cluster); the agent (tests/host/sandbox/test_runner_live_network.py's) asks a plain HTTP
 server this test starts on loopback, through the metering proxy, and waits for
 the test's go-ahead files in its work directory. The changes go through
 ``dashboards.control.netpolicy`` (checks, audit, the spool file); a launcher of another
