@@ -20,7 +20,7 @@ from dashboards.ingest.accounting import ingest_accounting
 from dashboards.models import AccountingRecord, IngestCheckpoint
 from dashboards.core.clusters import cluster_get_default
 
-from .conftest import submit_as_tco, wait_for
+from .services import submit_as_tco, wait_for
 from .ledger import compare, file_identities, report
 
 pytestmark = [pytest.mark.integration]

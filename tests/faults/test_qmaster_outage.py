@@ -32,7 +32,7 @@ from dashboards.core.clusters import cluster_get_default
 from execution.spool import RunnerRecord, SpoolLayout
 from tests.support.campaigns import make_campaign
 
-from .conftest import poll_cycle, qmaster_start, qmaster_stop, submit_as_tco, wait_for
+from .services import poll_cycle, qmaster_start, qmaster_stop, submit_as_tco, wait_for
 from .ledger import compare, report
 
 pytestmark = [pytest.mark.integration]

@@ -26,7 +26,7 @@ from dashboards.models import Cluster, IngestCheckpoint, Team
 from dashboards.core.clusters import cluster_get_default
 from tests.support.campaigns import make_campaign
 
-from .conftest import RedisServer, wait_for
+from .services import RedisServer, wait_for
 from .ledger import compare, report
 
 pytestmark = [pytest.mark.integration]

@@ -198,7 +198,7 @@ def closed_calendar(ctx: CauseContext) -> Made:
     dev-cluster --calendar-window; agent.q is never touched); a campaign launched into cal.q waits."""
     from django.test import override_settings
 
-    from .calendar_window import (CALENDAR, QUEUE, close_queue_until, open_window_end, opening_reason,
+    from tests.support.calendar_window import (CALENDAR, QUEUE, close_queue_until, open_window_end, opening_reason,
                                   remove_window)
 
     opens = open_window_end(90)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 
@@ -86,9 +85,11 @@ def runs_dir():
     """A sweep's run directory outside the host's /tmp (nothing in it can be listed in a sandbox policy:
     other tasks' scratch space) and outside the test's state directory (tco's own files): under the
     real state dir's test output."""
-    from django.conf import settings as django_settings
+    from tests.support.stack import TEST_OUTPUT
 
-    path = Path(django_settings.STATE_DIR) / "test-output" / f"sweep-runs-{time.time_ns()}"
+    # The real state directory's test output, as it was when the tests started: ``bootstrap`` points
+    # STATE_DIR at the test's own tmp_path (inside /tmp) before this fixture runs.
+    path = TEST_OUTPUT / f"sweep-runs-{time.time_ns()}"
     try:
         yield path
     finally:
