@@ -33,13 +33,14 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from execution.metering.endpoints import Endpoint, RegisteredEndpoint, Rule  # noqa: E402
 from execution.metering.prices import PriceTable  # noqa: E402
-from execution.metering.endpoints import RegisteredEndpoint  # noqa: E402
-from execution.metering.proxy import Endpoint, Rule, start_proxy  # noqa: E402
+from execution.metering.proxy_spec import ProxySpec  # noqa: E402
+from execution.metering.proxy_thread import start_proxy  # noqa: E402
 
 KEY = "sk-bench-stand-in"
 DIRECT_MODEL = "stand-in-direct"
-from execution.spool import TOKEN_BUCKETS as BUCKETS  # noqa: E402
+from execution.spool.contract import TOKEN_BUCKETS as BUCKETS  # noqa: E402
 
 
 def free_port() -> int:
@@ -52,12 +53,11 @@ def run_proxy(socket_path: str, port: int, key_file: str, conn) -> None:
     """Child process: the proxy, until the parent asks for its totals."""
     prices = PriceTable.from_mapping({"stand-in-sonnet": {"input": "3", "output": "15", "cache_read": "0.3",
                                                           "cache_write_5m": "3.75", "cache_write_1h": "6"}})
-    handle = start_proxy(socket_path, [Endpoint("model_api", "127.0.0.1", port, (Rule("POST", "/v1/messages"),),
-                                                credential="anthropic")],
-                         {"anthropic": f"file:{key_file}"}, prices=prices,
-                         # Only a registered endpoint ever gets the credential (as the runner's proxy).
-                         registered=[RegisteredEndpoint("stand-in", "anthropic", "http", "127.0.0.1", port,
-                                                        ("/v1/messages",), "anthropic")])
+    endpoint = Endpoint("model_api", "127.0.0.1", port, (Rule("POST", "/v1/messages"),), credential="anthropic")
+    # Only a registered endpoint ever gets the credential (as the runner's proxy).
+    registered = RegisteredEndpoint("stand-in", "anthropic", "http", "127.0.0.1", port, ("/v1/messages",), "anthropic")
+    handle = start_proxy(socket_path, ProxySpec([endpoint], {"anthropic": f"file:{key_file}"}, prices=prices,
+                                                registered=[registered]))
     conn.send("ready")
     conn.recv()
     conn.send(handle.stop())

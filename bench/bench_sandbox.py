@@ -42,7 +42,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from execution.spool import RunnerRecord, RunnerSpec, SpoolLayout, write_atomic  # noqa: E402
+from execution.spool.files import write_atomic  # noqa: E402
+from execution.spool.layout import SpoolLayout
+from execution.spool.record import RunnerRecord
+from execution.spool.spec import RunnerSpec
 from schedulers.gridengine import drmaa as drmaa_session  # noqa: E402
 from schedulers.base import ArrayJobSpec, SchedulerCommandError  # noqa: E402
 from schedulers.gridengine.adapter import GridEngine  # noqa: E402

@@ -26,7 +26,7 @@ Two campaigns of ``--tasks`` tasks (research and engineering) are written to
 the database; a scripted qstat (all pending; ``--slots`` start at once; every
 few seconds a handful end and as many start) is applied by this process's
 poll loop (``worker.tasks.poll_burst``, every ``TCO_POLL_INTERVAL_S``) while the
-seed replay's watchers (demo/watch.py: the admin and ``--watchers`` users of
+seed replay's watchers (demo/watch/: the admin and ``--watchers`` users of
 both teams on the queue and campaign pages, through daphne) timestamp each
 task's change. The lag is from the scripted qstat's change to the browser,
 so it is the poll period's phase plus the database write plus the push.
@@ -337,7 +337,7 @@ async def open_sockets(base: str, plan: list[tuple[str, str, int]], timeout_s: f
 
 def storm_row(label: str, results: list) -> str:
     """One line of the connect-storm table: sockets, p50/p95/max of the connect times (s), failures."""
-    from demo.watch import percentile
+    from demo.watch.lags import percentile
 
     ok = [r for r in results if isinstance(r, float)]
     failed = [r for r in results if not isinstance(r, float)]
@@ -351,7 +351,7 @@ def connect_storm(base: str, campaigns: list, watchers: int, sockets: list[int],
     for each ``k`` of ``sockets``, ``watchers`` clients (users of both teams) opening ``k`` sockets
     each at once: the queue page and pages 1..k-1 of their team's campaign. ``server``: the web server,
     for the title. Returns the table's lines."""
-    from demo.watch import session_for, watcher_users
+    from demo.watch.users import session_for, watcher_users
 
     users = watcher_users(watchers)
     keys = [session_for(u) for u in users]
@@ -383,7 +383,8 @@ def burst(args) -> int:
 
     from dashboards.core.clusters import cluster_get_default
     from dashboards.models import AgentDefinition, Campaign, Task, Team
-    from demo.watch import LiveWatch, render_live
+    from demo.watch.live import LiveWatch
+    from demo.watch.report import render_live
     from schedulers.base import QstatTask
 
     cluster = cluster_get_default()

@@ -35,9 +35,11 @@ class Cluster(models.Model):
     status = models.JSONField(default=dict, blank=True)
     status_at = models.DateTimeField(null=True, blank=True)
     polled_at = models.DateTimeField(null=True, blank=True)
-    # When the qstat of the last applied poll began: an older snapshot is never applied after it
-    # (dashboards.ingest.poll.apply_qstat_poll; two pollers racing).
+    # When the qstat of the last applied poll began and when it answered: a snapshot is applied only
+    # if its qstat began after the last applied one answered, so the snapshots applied follow each
+    # other in the scheduler's time (dashboards.ingest.poll.apply_qstat_poll; two pollers racing).
     poll_observed_at = models.DateTimeField(null=True, blank=True)
+    poll_answered_at = models.DateTimeField(null=True, blank=True)
     poll_error = models.TextField(blank=True)
     poll_error_at = models.DateTimeField(null=True, blank=True)
     # The last accounting ingest's failure (missing or unreadable file); "" once a pass reads the file.
@@ -301,6 +303,13 @@ class Task(TokenUsage):
                 fields=["cluster", "job_number", "task_number"],
                 condition=Q(active=True),
                 name="one_active_task_per_id",
+            ),
+            # A campaign is one array job: task N of it is one row, whatever order polls, accounting
+            # records and runner records come in (issue 23, finding 11; dashboards.ingest).
+            models.UniqueConstraint(
+                fields=["campaign", "task_number"],
+                condition=Q(campaign__isnull=False),
+                name="one_row_per_campaign_task",
             ),
         ]
         indexes = [
@@ -590,7 +599,7 @@ class ModelEndpoint(models.Model):
 class PolicyCeiling(models.Model):
     """The most a campaign's sandbox policy may allow, for one team or one agent definition (admin).
 
-    ``policy`` is YAML in the runner's policy schema (execution/sandbox/policy.py);
+    ``policy`` is YAML in the runner's policy schema (execution/sandbox/policy/);
     a campaign's policy may only narrow it (execution/sandbox/ceiling.py). Where
     both a team's and an agent definition's ceiling exist, the policy must fit
     both. Without any, the runner's default policy is the ceiling.
@@ -619,7 +628,8 @@ class PolicyCeiling(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        from execution.sandbox.policy import PolicyError, load_policy
+        from execution.sandbox.policy.load import load_policy
+        from execution.sandbox.policy.model import PolicyError
 
         try:
             load_policy(self.policy)
@@ -630,3 +640,4 @@ class PolicyCeiling(models.Model):
 from dashboards.pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401  (price table, issue 5)
 from dashboards.token_models import ApiToken  # noqa: E402,F401  (API tokens, hashed; issue 11)
 from dashboards.reservation_models import Reservation  # noqa: E402,F401  (advance reservations booked from tco; issue 17)
+from dashboards.alert_models import AnomalyAlert  # noqa: E402,F401  (anomaly alerts; issue 25)

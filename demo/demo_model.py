@@ -61,7 +61,7 @@ from typing import Any
 
 from aiohttp import web
 
-from execution.spool import TOKEN_FIELDS
+from execution.spool.contract import TOKEN_FIELDS
 
 LABEL = "tco stand-in model API (not a real model)"
 STAND_IN_HEADER = {"x-tco-stand-in": "true"}
@@ -99,6 +99,8 @@ class Ledger:
     cache: set[str] = field(default_factory=set)
 
     def totals(self) -> dict:
+        """Token fields summed over the requests served, with ``requests``, ``disconnected`` and
+        ``total_tokens`` (the disjoint buckets; reasoning is inside output)."""
         keys = TOKEN_FIELDS
         out = {k: sum(r.get(k, 0) for r in self.requests) for k in keys}
         out["requests"] = len(self.requests)
@@ -107,6 +109,7 @@ class Ledger:
         return out
 
     def reject(self, reason: str) -> None:
+        """Count one refused request for ``reason``."""
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
 
@@ -264,11 +267,13 @@ class StandInModel:
         return app
 
     async def served(self, request: web.Request) -> web.Response:
+        """``GET /_stand_in/served``: the ledger (totals, refusals, every request) as JSON."""
         return web.json_response({"stand_in": True, "label": LABEL, "totals": self.ledger.totals(),
                                   "rejected": self.ledger.rejected, "per_request": self.ledger.requests},
                                  headers=STAND_IN_HEADER)
 
     async def reset(self, request: web.Request) -> web.Response:
+        """``POST /_stand_in/reset``: start a new ledger."""
         self.ledger = Ledger()
         return web.json_response({"stand_in": True, "reset": True}, headers=STAND_IN_HEADER)
 

@@ -67,6 +67,8 @@ def simulate(params: dict, log) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point (``python -m demo.demo_sweep --out DIR [--task N]``): write one sweep run's
+    log; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m demo.demo_sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="directory for run-<task>.txt")
     parser.add_argument("--task", type=int, default=None, help="task number (default: $SGE_TASK_ID)")

@@ -71,6 +71,7 @@ def agreement(pairs: Iterable[tuple[str | None, str]]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point: print the deterministic verdict of each run log named in ``argv``; returns 0."""
     for path in (sys.argv[1:] if argv is None else argv):
         verdict, reason = check_file(path)
         print(f"{path}: {verdict} ({reason})")

@@ -43,10 +43,12 @@ _VERDICT_RE = re.compile(r"verdict:\s*(ok|bad)\b", re.IGNORECASE)
 
 
 class Transcript:
+    """The agent's transcript: one JSON line per event appended to ``path``."""
     def __init__(self, path: str) -> None:
         self.path = path
 
     def add(self, **event) -> None:
+        """Append one event (its keyword arguments) as a JSON line. Raises OSError."""
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(event) + "\n")
 
@@ -65,6 +67,8 @@ def read_run_output(path: str, assigned: str) -> str:
 
 
 def ask_model(base_url: str, body: dict) -> dict:
+    """POST ``body`` to the Anthropic Messages API at ``base_url`` (no proxy from the environment;
+    the metering proxy adds the key); the answer as a dict. Raises OSError, ValueError."""
     request = urllib.request.Request(
         base_url.rstrip("/") + "/v1/messages", data=json.dumps(body).encode("utf-8"), method="POST",
         headers={"content-type": "application/json", "anthropic-version": "2023-06-01",
@@ -114,6 +118,9 @@ def ask_model_streaming(base_url: str, body: dict) -> dict:
 
 def review(task: int, run_output: str, model: str, base_url: str, transcript: Transcript,
            stream: bool = False) -> dict:
+    """Review sweep run ``task``: let the model read ``run_output`` through the tool (at most
+    ``MAX_TURNS`` turns) and take its one-line verdict. Returns the review's record (``verdict``
+    ``ok``/``bad``/None, the model's text, counts); every call goes to ``transcript``."""
     messages: list[dict] = [{"role": "user", "content": f"Review run {task} of the parameter sweep."}]
     pending = [{"type": "tool_use", "id": "toolu_tco_1", "name": "read_run_output", "input": {"path": run_output}}]
     requests = tool_calls = 0
@@ -147,6 +154,9 @@ def review(task: int, run_output: str, model: str, base_url: str, transcript: Tr
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point (``python -m demo.review_agent INPUT_FILE [WORK_DIR]``): review the run the input
+    names and write ``verdict.json`` in the work directory; returns 0 (a verdict), 1 (the model
+    could not be reached), 2 (no verdict, or no input named)."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         print("usage: python -m demo.review_agent INPUT_FILE [WORK_DIR]", file=sys.stderr)

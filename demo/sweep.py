@@ -25,7 +25,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from demo.reference_checker import agreement, check_file
-from execution.spool import SpoolLayout, write_atomic
+from execution.spool.files import write_atomic
+from execution.spool.layout import SpoolLayout
 from schedulers.base import ArrayJobSpec
 from schedulers.gridengine.native_spec import sanitize_name
 

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from execution.spool import SpoolLayout
+from execution.spool.layout import SpoolLayout
 
 LINE = re.compile(r"^tco_[a-z0-9_]{1,64}=-?[0-9]+(\.[0-9]+)?$")
 
@@ -46,7 +46,7 @@ def append(environ: Mapping[str, str]) -> list[str]:
     read or written. Nothing is appended when the task has no totals.
     """
     task = environ.get("SGE_TASK_ID", "undefined")
-    # A non-array job's runner writes as task 1 (execution/runner.py).
+    # A non-array job's runner writes as task 1 (execution/runner/).
     task_number = int(task) if task.isdigit() else 1
     campaign = environ["TCO_CAMPAIGN_ID"]
     if not campaign.isdigit():
@@ -62,6 +62,8 @@ def append(environ: Mapping[str, str]) -> list[str]:
 
 
 def main() -> int:
+    """Entry point: append the task's usage lines (:func:`append`) to the job's usage file. Always
+    returns 0: a missing or bad file is reported on stderr, never an epilog failure."""
     try:
         append(os.environ)
     except (KeyError, ValueError, OSError) as exc:

@@ -38,6 +38,9 @@ def setup_periodic_tasks(sender: Celery, **kwargs) -> None:
                              name="budget alerts")
     sender.add_periodic_task(60.0, sender.signature("worker.tasks.reconcile_claims", expires=90.0),
                              name="settle submissions and control requests left by a dead worker")
+    alerts = settings.TCO_ALERT_INTERVAL_S
+    sender.add_periodic_task(alerts, sender.signature("worker.tasks.alert_anomalies", expires=alerts * 1.5),
+                             name="anomaly alerts")
     depth = settings.TCO_DEPTH_SAMPLE_S
     sender.add_periodic_task(depth, sender.signature("worker.tasks.sample_queue_depth", expires=depth * 1.5),
                              name="sample queue depth")

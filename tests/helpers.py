@@ -23,7 +23,7 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, step: floa
 
 
 def model_api_policy(model_port: int, binary: str, read_only_extra: Iterable[str] = (), host: str = "127.0.0.1") -> str:
-    """A sandbox policy (YAML, the OpenShell policy format execution/sandbox/policy.py reads) that lets
+    """A sandbox policy (YAML, the OpenShell policy format execution/sandbox/policy/ reads) that lets
     ``binary`` make only ``POST /v1/messages`` to the stand-in model on ``host:model_port``,
     with the anthropic credential bound; the system directories (plus ``read_only_extra``) are
     read-only, ``/sandbox`` and ``/tmp`` writable, and the agent runs as ``sandbox``."""

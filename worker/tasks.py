@@ -78,7 +78,8 @@ def poll_burst(cluster, list_tasks: Callable[[], list], *, budget_s: float, ever
             # A failed poll is never an empty queue: keep the last state, show the error.
             record_poll_failure(cluster, f"{type(exc).__name__}: {exc}")
             return {"error": str(exc)}
-        changes = apply_qstat_poll(cluster, tasks, observed_at=observed_at)
+        # The view is of a moment between the two: snapshots are applied in the scheduler's order.
+        changes = apply_qstat_poll(cluster, tasks, observed_at=observed_at, answered_at=timezone.now())
         out["polls"] += 1
         for key in ("added", "changed", "gone"):
             out[key] += getattr(changes, key)
@@ -208,6 +209,16 @@ def notify_campaign_finished(campaign_id: int) -> bool:
     from dashboards.launch.notices import campaign_finished_notify
 
     return campaign_finished_notify(campaign_id=campaign_id)
+
+
+@shared_task(time_limit=120, soft_time_limit=110)
+def alert_anomalies() -> int:
+    """Record, show, mail and post anomalies found since the last check (periodic): slow tasks, failure
+    bursts, budgets burning early (dashboards.alerts.anomalies). Returns how many alerts it recorded."""
+    from dashboards.alerts.anomalies import anomaly_check
+
+    with single_flight("anomalies", timeout=120) as mine:
+        return len(anomaly_check()) if mine else 0
 
 
 @shared_task(time_limit=120, soft_time_limit=110)

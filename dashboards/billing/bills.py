@@ -42,7 +42,7 @@ from dashboards.billing.periods import (
 )
 from dashboards.core.errors import BillError
 from dashboards.models import AccountingRecord, Cluster, Task, Team
-from execution.spool import TOKEN_BUCKETS
+from execution.spool.contract import TOKEN_BUCKETS
 
 #: Disjoint token buckets (DESIGN.md, "Token metering and cost"); reasoning is part of output.
 BUCKETS = TOKEN_BUCKETS

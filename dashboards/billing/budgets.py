@@ -311,3 +311,31 @@ def mail_error(subject: str, body: str, recipients: list[str]) -> str:
 def mail_safely(subject: str, body: str, recipients: list[str]) -> bool:
     """Send one e-mail through Django's mail settings; True when sent (a failure is logged)."""
     return not mail_error(subject, body, recipients)
+
+
+def budget_burn_rates(*, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Every budget's current period and how fast it is spent, for /metrics and the anomaly alerts.
+
+    ``[{"budget": Budget, "team": Team, "project", "period", "amount_usd": Decimal, "spent_usd":
+    Decimal, "unpriced_tasks": n, "begin", "end" (UTC), "elapsed_ratio": float (0..1, the part of
+    the period gone), "rate_usd_per_s": Decimal (spend so far / seconds elapsed), "exhausted_at":
+    aware UTC datetime | None (when the budget runs out at that rate; None when nothing is spent
+    or it is already spent)}]``, by project and period. Spend is :func:`team_spend`'s (the bill's).
+    """
+    now = now or timezone.now()
+    out = []
+    for budget in Budget.objects.select_related("team").order_by("team__project", "period"):
+        spend = team_spend(budget.team, budget.period, now=now)
+        begin, end = spend["begin"], spend["end"]
+        elapsed = min(max((now - begin).total_seconds(), 1.0), (end - begin).total_seconds())
+        rate = spend["spent_usd"] / Decimal(str(elapsed))
+        exhausted_at = None
+        if rate > 0 and spend["spent_usd"] < budget.amount_usd:
+            left_s = min(float((budget.amount_usd - spend["spent_usd"]) / rate), 100 * 365 * 86400.0)
+            exhausted_at = now + dt.timedelta(seconds=left_s)
+        out.append({"budget": budget, "team": budget.team, "project": budget.team.project, "period": budget.period,
+                    "amount_usd": budget.amount_usd, "spent_usd": spend["spent_usd"],
+                    "unpriced_tasks": spend["unpriced_tasks"], "begin": begin, "end": end,
+                    "elapsed_ratio": elapsed / (end - begin).total_seconds(), "rate_usd_per_s": rate,
+                    "exhausted_at": exhausted_at})
+    return out

@@ -53,7 +53,7 @@ def _send_after_commit(group: str, message: dict, what: str) -> None:
     """Send ``message`` to ``group`` once the current transaction commits; failures are logged.
 
     A ``tco.event`` message's event gets ``published_at`` (epoch seconds) when it is handed to the
-    channel layer: the lag breakdown's "published" instant (demo/watch.py).
+    channel layer: the lag breakdown's "published" instant (demo/watch/).
     """
 
     def push() -> None:
@@ -106,7 +106,7 @@ def queue_changed(cluster_name: str, campaign_ids: set[int] | frozenset[int] = f
 
     ``observed_at``: for a change a qstat poll found, when that poll's qstat call began (epoch
     seconds); the events carry it so a page's snapshot can say how old its news is (the lag
-    breakdown of demo/watch.py: poll cadence, poll processing, push, network).
+    breakdown of demo/watch/: poll cadence, poll processing, push, network).
     """
     stamp = {"observed_at": observed_at} if observed_at is not None else {}
     event = {"kind": "queue.changed", "cluster": cluster_name, "campaigns": sorted(campaign_ids), **stamp}

@@ -1,6 +1,6 @@
 """Reads of the spool's files for the pages: logs, the work directory, outputs.
 
-Every path is taken from the spool contract (execution/spool.py
+Every path is taken from the spool contract (execution/spool/layout.py
 ``SpoolLayout``) or a runner record, and checked to lie inside the spool
 after resolving links, before anything is opened. Scoping (may this user see
 this task?) is the caller's (``selectors.task_for``).
@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 
 from dashboards.models import Task
-from execution.spool import SpoolLayout
+from execution.spool.layout import SpoolLayout
 
 OUTPUT_FILES_SHOWN = 50
 
@@ -86,7 +86,7 @@ def task_work_dir(task: Task) -> str | None:
     """The task's work directory in the spool (``work/<campaign>/<task>``); None outside a campaign."""
     if task.campaign_id is None:
         return None
-    # A non-array job's task number is 0; its runner uses task 1 (execution/runner.py).
+    # A non-array job's task number is 0; its runner uses task 1 (execution/runner/).
     return SpoolLayout(settings.TCO_SPOOL_DIR).work_dir(task.campaign_id, task.task_number or 1)
 
 

@@ -1,7 +1,7 @@
 """Tasks whose runner was killed outright (SIGKILL): no runner record, but what it metered is on disk.
 
 A runner stopped by a signal it can catch (qdel with ``-notify``, a soft
-limit) writes its record with the stages it reached (execution/runner.py).
+limit) writes its record with the stages it reached (execution/runner/).
 SIGKILL cannot be caught: the runner dies without a record, but the metering
 proxy had appended each request to ``records/<campaign>/<task>.requests.jsonl``
 as it was metered. :func:`recover_killed_runners` finds tasks that have ended
@@ -35,7 +35,7 @@ from django.utils import timezone
 from dashboards.core import realtime
 from dashboards.ingest import runner_records
 from dashboards.models import Cluster, ModelRequest, Task
-from execution.spool import SpoolLayout
+from execution.spool.layout import SpoolLayout
 
 log = logging.getLogger(__name__)
 

@@ -25,18 +25,10 @@ from dashboards.models import (
     ModelRequest,
     Task,
 )
-from execution.spool import (
-    TOKEN_FIELDS,
-    JsonLinesStats,
-    RecordError,
-    RecordVersionError,
-    RunnerRecord,
-    SpoolError,
-    SpoolLayout,
-    iter_json_lines,
-    make_private_dirs,
-    parse_stage_time,
-)
+from execution.spool.contract import TOKEN_FIELDS, RecordError, RecordVersionError, SpoolError
+from execution.spool.files import JsonLinesStats, iter_json_lines, make_private_dirs
+from execution.spool.layout import SpoolLayout
+from execution.spool.record import RunnerRecord, parse_stage_time
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +73,7 @@ def ingest_runner_records(cluster: Cluster, *, spool: Path | str | None = None,
                           requests_kept: int | None = None) -> RunnerIngestResult:
     """Store the stages and model requests of every runner record in the spool, then move it aside.
 
-    Records are read through the spool contract (execution/spool.py,
+    Records are read through the spool contract (execution/spool/record.py,
     ``RunnerRecord``). A record joins its task by (campaign id, task number,
     job number). One that is malformed or of a version not in
     ``RECORD_VERSIONS_READ`` goes to ``<spool>/quarantine`` and is counted; one
@@ -228,7 +220,7 @@ def _request_rows(record: RunnerRecord, layout: SpoolLayout, kept: int) -> Reque
     the sums over all.
 
     Records come inline (``requests``: a list) or in a JSON-lines file inside
-    the spool (``requests_path``), streamed (execution/spool.py
+    the spool (``requests_path``), streamed (execution/spool/files.py
     ``iter_json_lines``), in the shape of execution/metering/proxy.py:
     ``at, method, path, status, refused, model_requested, model_returned,
     usage {provider, buckets..., complete, flags}, cost_usd (text or None),

@@ -10,11 +10,12 @@ from dashboards.core.errors import LaunchError
 from dashboards.launch import spool as launch_spool
 from dashboards.models import AgentDefinition, ModelEndpoint, PolicyCeiling, Team
 from execution.sandbox.ceiling import narrowing_problems
-from execution.sandbox.policy import Policy, PolicyError, load_policy
+from execution.sandbox.policy.load import load_policy
+from execution.sandbox.policy.model import Policy, PolicyError
 
 
 def validate_policy(text: str) -> str:
-    """Check a sandbox policy with the runner's own validator (execution/sandbox/policy.py):
+    """Check a sandbox policy with the runner's own validator (execution/sandbox/policy/):
     OpenShell's schema, no unknown fields, no duplicate keys, nothing bubblewrap would have to
     enforce less strictly, no more than ``limits.POLICY_MAX_BYTES``.
 
@@ -52,7 +53,7 @@ def effective_policy(text: str) -> Policy:
     Raises LaunchError."""
     if text:
         return _load(text)
-    from execution.runner import default_policy
+    from execution.runner.config import default_policy
 
     return _load(default_policy())
 
@@ -86,7 +87,7 @@ def ceilings_for(team: Team, agent_definition: AgentDefinition) -> list[tuple[st
             raise LaunchError(f"the policy ceiling of {label} is not valid (ask an admin): "
                               + "; ".join(exc.problems)) from None
     if not out:
-        from execution.runner import default_policy
+        from execution.runner.config import default_policy
 
         out.append(("the default policy (no ceiling registered)", load_policy(default_policy())))
     return out

@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from dashboards.billing import budgets, costs
 from dashboards.core import clusters as core_clusters
-from dashboards.core import enqueue, limits, realtime
+from dashboards.core import enqueue, failures, limits, realtime
 from dashboards.core.audit import audit, refused
 from dashboards.core.errors import ActionRefused, LaunchError, Refused
 from dashboards.core.roles import teams_with, user_can
@@ -44,9 +44,10 @@ from dashboards.launch import spool as launch_spool
 from dashboards.launch.policy import ceilings_for, check_policy
 from dashboards.launch.predecessor import check_predecessor
 from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
-from execution import spool
+from execution.spool import spec as spool_spec
+from execution.spool.contract import SpecError
 
-#: The runner spec version this launch writes (execution/runner.py reads it).
+#: The runner spec version this launch writes (execution/runner/ reads it).
 MAX_OUTPUTS = 32
 
 
@@ -259,8 +260,8 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
         launched_at=timezone.now())
     encoded = [json.dumps(item, separators=(",", ":"), sort_keys=True) for item in req.inputs]
     try:
-        registered = [spool.ModelEndpoint.from_json(e.spec_entry()) for e in endpoints]
-    except spool.SpecError as exc:
+        registered = [spool_spec.ModelEndpoint.from_json(e.spec_entry()) for e in endpoints]
+    except SpecError as exc:
         raise LaunchError(f"registered model endpoint: {exc}") from None
     # The ceilings' network parts go with the spec: a runner re-checks a live network policy change.
     network_ceilings = [{"label": label, "network_policies": json.loads(json.dumps(
@@ -309,22 +310,29 @@ def _campaign_spec(campaign: Campaign) -> dict[str, Any]:
         return {}
 
 
-def campaign_retry(*, user: AbstractBaseUser, campaign: Campaign) -> LaunchOutcome:
-    """Launch the failed (and lost) tasks of ``campaign`` again, as a new campaign linked by ``retry_of``.
+def campaign_retry(*, user: AbstractBaseUser, campaign: Campaign,
+                   infrastructure_only: bool = False) -> LaunchOutcome:
+    """Launch the failed (and lost) tasks of ``campaign`` again, as a new campaign linked by ``retry_of``;
+    with ``infrastructure_only``, only those the infrastructure failed (``core.failures``: an execution
+    host lost, the shepherd failed; not the agent's own failures).
 
     Same team, agent, queue, seats, model, policy, endpoint, outputs and caps;
     the concurrency cap is kept if it still fits, the priority lowered to the
     user's limit. Raises ActionRefused, LaunchError.
     """
     target = f"campaign:{campaign.pk}"
+    params = {"infrastructure_only": True} if infrastructure_only else {}
     if not user_can(user, "control", campaign.team):
-        raise refused(user, "campaign_retry", target, {},
+        raise refused(user, "campaign_retry", target, params,
                       f"you may not control campaigns of team {campaign.team.name}")
-    failed = list(Task.objects.filter(campaign=campaign, state__in=("failed", "lost"))
-                  .order_by("task_number").values_list("task_number", flat=True).distinct())
+    chosen = Task.objects.filter(campaign=campaign, state__in=("failed", "lost"))
+    if infrastructure_only:
+        chosen = chosen.filter(failures.infrastructure_filter())
+    failed = list(chosen.order_by("task_number").values_list("task_number", flat=True).distinct())
     if not failed:
-        raise refused(user, "campaign_retry", target, {}, f"campaign {campaign.pk} has no failed tasks",
-                      error=LaunchError)
+        raise refused(user, "campaign_retry", target, params,
+                      f"campaign {campaign.pk} has no tasks failed by the infrastructure" if infrastructure_only
+                      else f"campaign {campaign.pk} has no failed tasks", error=LaunchError)
     inputs = campaign_inputs(campaign)
     retry_inputs = [inputs[n - 1] for n in failed if 1 <= n <= len(inputs)]
     if len(retry_inputs) != len(failed):

@@ -1,4 +1,4 @@
-"""The campaign's files in the spool: inputs, runner spec, prices, sandbox state paths (execution/spool.py)."""
+"""The campaign's files in the spool: inputs, runner spec, prices, sandbox state paths (execution/spool/)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,10 @@ from django.conf import settings
 
 from dashboards.core.errors import LaunchError
 from dashboards.models import Campaign
-from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, write_atomic
+from execution.spool.contract import SpecError
+from execution.spool.files import write_atomic
+from execution.spool.layout import SpoolLayout
+from execution.spool.spec import ModelEndpoint, RunnerSpec
 
 
 def spool_dir() -> Path:
@@ -18,7 +21,7 @@ def spool_dir() -> Path:
 
 
 def spool_layout() -> SpoolLayout:
-    """The spool's paths (execution/spool.py) under ``TCO_SPOOL_DIR``."""
+    """The spool's paths (execution/spool/) under ``TCO_SPOOL_DIR``."""
     return SpoolLayout(settings.TCO_SPOOL_DIR)
 
 
@@ -28,7 +31,7 @@ def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
                          network_ceilings: Sequence[dict] = ()) -> RunnerSpec:
     """Write a launched campaign's inputs (one JSON text per task) and runner spec into the spool.
 
-    The spec (execution/spool.py ``RunnerSpec``) takes the agent definition,
+    The spec (execution/spool/spec.py ``RunnerSpec``) takes the agent definition,
     model, policy and caps from ``campaign``; only the options that are set
     are written, so a plain launch writes a short spec. ``model_endpoints`` are
     the admin-registered endpoints the campaign may use (the only ones the

@@ -24,7 +24,7 @@ from dashboards.core import enqueue, realtime
 from dashboards.core.bulk import insert_like
 from dashboards.launch.spool import sandbox_shared_paths, sandbox_state_paths, spool_dir, spool_layout
 from dashboards.models import CAMPAIGN_TRANSITIONS, Campaign, CampaignStatus, Cluster, Task, transition
-from execution.spool import make_private_dirs
+from execution.spool.files import make_private_dirs
 from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
 from schedulers.gridengine.native_spec import sanitize_name
 
@@ -54,12 +54,14 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
             "TCO_CAMPAIGN_ID": str(campaign.pk),
             "TCO_SPOOL_DIR": str(base),
             # tco's state (secret key, database, passwords) stays hidden from agents even if
-            # a policy lists a directory above it (execution/runner.py).
+            # a policy lists a directory above it (execution/runner/).
             "TCO_SANDBOX_MASK": ":".join(sandbox_state_paths()),
             # ... except the demo sweeps' outputs, which its review agents read (demo/sweep.py).
             "TCO_SANDBOX_SHARED": ":".join(sandbox_shared_paths()),
             "PYTHONPATH": str(settings.BASE_DIR),
             "PYTHONDONTWRITEBYTECODE": "1",
+            # The site's sandbox limits (docs/limits.md); the runner's defaults otherwise.
+            **getattr(settings, "TCO_SANDBOX_LIMITS", {}),
         },
         working_directory=str(work),
         output_path=str(logs),

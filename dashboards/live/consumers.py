@@ -417,7 +417,7 @@ def as_of_text(data: dict | str, news: dict, read_at: float | None = None) -> st
     first: the change event it answers (None on connect and after a browser's choice), when that
     poll's qstat call began and when the event was published (epoch seconds, from the event; None
     for changes no poll found), when this socket received it, when the read of the data began
-    (``read_at``, None when unknown) and when this socket sent it (now). demo/watch.py splits a
+    (``read_at``, None when unknown) and when this socket sent it (now). demo/watch/ splits a
     change's lag along these instants.
     """
     as_of = json.dumps({**news, "read_at": read_at, "sent_at": time.time()})

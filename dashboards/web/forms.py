@@ -185,7 +185,8 @@ class LaunchForm(_LaunchBase):
                                   help_text="one JSON object per line (or upload a file below)")
     input_jsonl_file = forms.FileField(required=False, label="JSONL file")
     input_directory = forms.CharField(required=False, max_length=255, label="input directory",
-                                      help_text="a directory under the inputs root; one task per file")
+                                      help_text="a directory under your team's folder of the inputs root; "
+                                                "one task per file")
     concurrency_cap = forms.IntegerField(required=False, min_value=1, max_value=limits.MAX_TASKS_PER_CAMPAIGN,
                                          label="concurrency cap (-tc)")
     predecessor_job = forms.IntegerField(required=False, min_value=1, max_value=MAX_JOB_NUMBER,
@@ -206,6 +207,9 @@ class LaunchForm(_LaunchBase):
         super().__init__(*args, **kwargs)
         from dashboards.launch.reservations import team_choices
         self.fields["advance_reservation"].choices = [("", "none")] + team_choices(self.user)
+        folders = ", ".join(str(inputs.team_inputs_folder(t)) for t in self.fields["team"].queryset)
+        if folders:
+            self.fields["input_directory"].help_text += f" ({folders})"
         # An uploaded file is read into the text box, so a form shown again keeps it.
         if self.is_bound and self.files.get("input_jsonl_file") is not None:
             upload = self.files["input_jsonl_file"]
@@ -243,7 +247,10 @@ class LaunchForm(_LaunchBase):
             elif kind == "jsonl":
                 items = inputs.inputs_from_jsonl(data.get("input_jsonl") or "")
             elif kind == "directory":
-                items = inputs.inputs_from_directory(data.get("input_directory") or "")
+                if data.get("team") is None:
+                    raise LaunchError("input directory: choose the team first (its folder of the inputs root "
+                                      "holds the directory)")
+                items = inputs.inputs_from_directory(data.get("input_directory") or "", team=data["team"])
             if items is not None and data.get("agent_definition") is not None:
                 inputs.check_inputs(data["agent_definition"].name, items)
             # Only inputs that passed: refused ones never count as tasks (the cap check below).
@@ -300,7 +307,7 @@ class UrgentForm(_LaunchBase):
 
 
 class CampaignControlForm(forms.Form):
-    action = forms.ChoiceField(choices=[(a, a) for a in (*actions.CAMPAIGN_ACTIONS, "retry")])
+    action = forms.ChoiceField(choices=[(a, a) for a in (*actions.CAMPAIGN_ACTIONS, "retry", "retry_infrastructure")])
     confirm = forms.BooleanField(required=False)
 
 

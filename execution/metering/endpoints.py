@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from yarl import URL
 
 __all__ = ["Rule", "Endpoint", "endpoints_from_policy", "RegisteredEndpoint", "registered_endpoints", "Limits",
-           "MAX_REQUEST_BYTES"]
+           "MAX_REQUEST_BYTES", "unsafe_path"]
 
 MAX_REQUEST_BYTES = 32 << 20
 
@@ -179,7 +179,7 @@ def registered_endpoints(items: Any) -> list[RegisteredEndpoint]:
         if prefixes is None:
             prefixes = ["/"]
         if not isinstance(prefixes, list) or not prefixes or not all(
-                isinstance(p, str) and p.startswith("/") and not _unsafe_path(p) for p in prefixes):
+                isinstance(p, str) and p.startswith("/") and not unsafe_path(p) for p in prefixes):
             raise ValueError(f"{where}.path_prefixes: expected a list of absolute paths")
         if not isinstance(credential, str) or not credential:
             raise ValueError(f"{where}.credential_name: expected a name")
@@ -253,7 +253,10 @@ def endpoints_from_policy(policy: Mapping[str, Any], upstreams: Mapping[str, str
     return endpoints
 
 
-def _unsafe_path(path: str) -> bool:
+def unsafe_path(path: str) -> bool:
+    """True if the request path ``path`` (without query) must be refused: not absolute, ``//``
+    first, a backslash or NUL, an encoded ``/``, ``\\`` or NUL, or a ``.``/``..`` segment
+    (also percent-encoded)."""
     if not path.startswith("/") or path.startswith("//") or "\\" in path or "\0" in path:
         return True
     lowered = path.lower()

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 from execution.metering.prices import PriceTable
-from execution.metering.usage import usage_from_bytes
-from execution.spool import TOKEN_FIELDS
+from execution.metering.usage_readers import usage_from_bytes
+from execution.spool.contract import TOKEN_FIELDS
 
 __all__ = ["KEYS", "inspect_usage"]
 

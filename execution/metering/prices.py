@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping
 
-from execution import spool
+from execution.spool.contract import TOKEN_FIELDS as SPOOL_TOKEN_FIELDS
 
 __all__ = ["BUCKETS", "PROVIDER_PREFIXES", "BillTotals", "ModelRate", "PriceResult", "PriceTable", "PriceTableError",
            "normalise_model_name", "format_usd"]
@@ -339,7 +339,7 @@ class BillTotals:
     instead of a silent 0.
     """
 
-    TOKEN_FIELDS = spool.TOKEN_FIELDS
+    TOKEN_FIELDS = SPOOL_TOKEN_FIELDS
 
     def __init__(self) -> None:
         self.tokens = {name: 0 for name in self.TOKEN_FIELDS}

@@ -1,6 +1,9 @@
-"""Read token usage from model API responses: JSON bodies and server-sent events.
+"""Token usage of model API responses: :class:`Usage`, its buckets, and which API a body is.
 
-Standard library only. Everything here is pure: bytes in, :class:`Usage` out.
+Standard library only. Everything here is pure. The readers that turn a JSON
+body or a server-sent events stream into a :class:`Usage` are in
+execution/metering/usage_readers.py (events decoded by sse.py); the usage file
+for Grid Engine's flexible accounting is usage_file.py.
 
 Formats (sources):
 
@@ -67,21 +70,17 @@ Rules decided here (each has a test):
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
-from execution.spool import TOKEN_BUCKETS, TOKEN_FIELDS
+from execution.spool.contract import TOKEN_BUCKETS
 
 __all__ = [
-    "BYTES_PER_TOKEN", "FLAGS", "SSEEvent", "SSEDecoder", "Usage", "StreamUsageReader", "JsonUsageReader",
-    "ResponseUsageReader", "usage_from_json", "usage_from_sse", "usage_from_usage_object", "usage_from_bytes",
-    "detect_api", "api_for_path", "estimate_tokens", "estimate_request_input_tokens",
-    "usage_file_lines", "append_usage_file",
+    "BYTES_PER_TOKEN", "FLAGS", "Usage", "usage_from_usage_object", "detect_api", "api_for_path", "estimate_tokens",
+    "estimate_request_input_tokens", "anthropic_buckets", "openai_buckets", "openai_usage_api", "utf8_len",
+    "ANTHROPIC", "OPENAI", "API_MESSAGES", "API_CHAT", "API_RESPONSES", "PROVIDER_OF_API",
 ]
 
 BYTES_PER_TOKEN = 4
@@ -94,119 +93,12 @@ OPENAI = "openai"
 API_MESSAGES = "messages"
 API_CHAT = "chat.completions"
 API_RESPONSES = "responses"
-_PROVIDER_OF_API = {API_MESSAGES: ANTHROPIC, API_CHAT: OPENAI, API_RESPONSES: OPENAI}
+PROVIDER_OF_API = {API_MESSAGES: ANTHROPIC, API_CHAT: OPENAI, API_RESPONSES: OPENAI}
 
 
 def estimate_tokens(nbytes: int) -> int:
     """Tokens for ``nbytes`` bytes of text at :data:`BYTES_PER_TOKEN` bytes a token, rounded up."""
     return math.ceil(max(0, nbytes) / BYTES_PER_TOKEN)
-
-
-# --------------------------------------------------------------------------- SSE
-
-
-@dataclass(frozen=True)
-class SSEEvent:
-    """One dispatched server-sent event: ``event`` type (default ``message``),
-    ``data`` (the data lines joined by ``\\n``), last event ``id`` or None."""
-
-    event: str
-    data: str
-    id: str | None = None
-
-
-_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
-_BOM = b"\xef\xbb\xbf"
-
-
-class SSEDecoder:
-    """Incremental server-sent events decoder (WHATWG "event stream interpretation").
-
-    :meth:`feed` takes raw bytes split anywhere (between CR and LF, inside a
-    multi-byte UTF-8 character, inside a field) and returns the events
-    completed by them; the result equals parsing the whole stream in one
-    piece (BUG-15). Bytes are kept until a line is complete and only whole
-    lines are decoded (UTF-8, invalid bytes replaced), which is safe because
-    CR and LF never occur inside a multi-byte UTF-8 sequence. Lines end in
-    CRLF, LF or CR; a CR at the end of a read waits for the next read, which
-    may start with its LF. Comments (``:``) and unknown fields are ignored,
-    ``data`` lines are joined with ``\\n``, one leading space after the colon
-    is removed, a leading BOM is dropped, and an event with no data is not
-    dispatched.
-
-    :meth:`close` ends the stream. Unlike the standard, which drops an event
-    not followed by a blank line, it dispatches the pending event: some
-    servers omit the last blank line, and a payload that was cut off does not
-    parse as JSON anyway.
-    """
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-        self._scan_from = 0
-        self._started = False
-        self._data: list[str] = []
-        self._event = ""
-        self._last_id: str | None = None
-        self.bytes_received = 0
-
-    def feed(self, chunk: bytes) -> list[SSEEvent]:
-        """Add ``chunk`` (bytes); return the events it completed, in order."""
-        self.bytes_received += len(chunk)
-        self._buf += chunk
-        if not self._started:
-            if len(self._buf) < len(_BOM) and _BOM.startswith(bytes(self._buf)):
-                return []
-            if self._buf.startswith(_BOM):
-                del self._buf[:len(_BOM)]
-            self._started = True
-        return self._drain(final=False)
-
-    def close(self) -> list[SSEEvent]:
-        """End of stream: return the events still pending (see the class doc)."""
-        self._started = True
-        events = self._drain(final=True)
-        if self._buf:
-            self._line(self._buf.decode("utf-8", "replace"), events)
-            self._buf.clear()
-        self._dispatch(events)
-        return events
-
-    def _drain(self, final: bool) -> list[SSEEvent]:
-        events: list[SSEEvent] = []
-        buf = self._buf
-        pos = 0
-        # Only a CR left at the end of the previous read can precede _scan_from.
-        for match in _LINE_BREAK.finditer(buf, max(0, self._scan_from - 1)):
-            if match.group() == b"\r" and match.end() == len(buf) and not final:
-                break  # the LF of a CRLF may be in the next read
-            self._line(buf[pos:match.start()].decode("utf-8", "replace"), events)
-            pos = match.end()
-        if pos:
-            del buf[:pos]
-        self._scan_from = len(buf)
-        return events
-
-    def _line(self, line: str, events: list[SSEEvent]) -> None:
-        if line == "":
-            self._dispatch(events)
-            return
-        if line.startswith(":"):
-            return
-        name, sep, value = line.partition(":")
-        if sep and value.startswith(" "):
-            value = value[1:]
-        if name == "data":
-            self._data.append(value)
-        elif name == "event":
-            self._event = value
-        elif name == "id" and "\0" not in value:
-            self._last_id = value
-
-    def _dispatch(self, events: list[SSEEvent]) -> None:
-        if self._data:
-            events.append(SSEEvent(self._event or "message", "\n".join(self._data), self._last_id))
-        self._data = []
-        self._event = ""
 
 
 # ------------------------------------------------------------------------- Usage
@@ -270,7 +162,7 @@ def _count(value: Any) -> int | None:
     return None
 
 
-def _anthropic_buckets(fields: Mapping[str, Any], usage: Usage) -> None:
+def anthropic_buckets(fields: Mapping[str, Any], usage: Usage) -> None:
     """Fill ``usage`` from an Anthropic ``usage`` object (or the merged fields
     of a stream; the same function for both, so the paths cannot differ)."""
     usage.input_tokens = _count(fields.get("input_tokens")) or 0
@@ -295,7 +187,7 @@ def _anthropic_buckets(fields: Mapping[str, Any], usage: Usage) -> None:
             usage.flag("ttl_split_missing")
 
 
-def _openai_buckets(fields: Mapping[str, Any], usage: Usage) -> None:
+def openai_buckets(fields: Mapping[str, Any], usage: Usage) -> None:
     """Fill ``usage`` from an OpenAI ``usage`` object, chat completions
     (``prompt_tokens``...) or responses (``input_tokens``...) naming."""
     if "prompt_tokens" in fields or "completion_tokens" in fields:
@@ -320,7 +212,9 @@ def _openai_buckets(fields: Mapping[str, Any], usage: Usage) -> None:
     usage.reasoning_tokens = min(reasoning or 0, output)
 
 
-def _looks_openai_usage(fields: Mapping[str, Any]) -> str | None:
+def openai_usage_api(fields: Mapping[str, Any]) -> str | None:
+    """The OpenAI API a bare ``usage`` object's keys name (``prompt_tokens``: chat completions,
+    ``*_tokens_details``: responses), or None (Anthropic's, or unknown)."""
     if "prompt_tokens" in fields or "completion_tokens" in fields:
         return API_CHAT
     if "input_tokens_details" in fields or "output_tokens_details" in fields:
@@ -333,12 +227,12 @@ def usage_from_usage_object(fields: Mapping[str, Any], api: str | None = None, m
     ``chat.completions``, ``responses``) says how to read it; None guesses
     from the keys (``prompt_tokens`` -> chat completions, ``*_details`` ->
     responses, else Anthropic Messages). Never raises on odd values."""
-    api = api or _looks_openai_usage(fields) or API_MESSAGES
-    usage = Usage(provider=_PROVIDER_OF_API.get(api), api=api, model=model)
+    api = api or openai_usage_api(fields) or API_MESSAGES
+    usage = Usage(provider=PROVIDER_OF_API.get(api), api=api, model=model)
     if api == API_MESSAGES:
-        _anthropic_buckets(fields, usage)
+        anthropic_buckets(fields, usage)
     else:
-        _openai_buckets(fields, usage)
+        openai_buckets(fields, usage)
     return usage
 
 
@@ -365,7 +259,7 @@ def detect_api(obj: Any) -> str | None:
         return API_CHAT
     usage = obj.get("usage")
     if isinstance(usage, Mapping):
-        return _looks_openai_usage(usage) or (API_MESSAGES if "input_tokens" in usage else None)
+        return openai_usage_api(usage) or (API_MESSAGES if "input_tokens" in usage else None)
     return None
 
 
@@ -383,7 +277,8 @@ def api_for_path(path: str) -> str | None:
     return None
 
 
-def _utf8_len(text: Any) -> int:
+def utf8_len(text: Any) -> int:
+    """UTF-8 bytes of ``text`` if it is a str, else 0."""
     return len(text.encode("utf-8")) if isinstance(text, str) else 0
 
 
@@ -407,361 +302,9 @@ def estimate_request_input_tokens(request: Any) -> int:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            total += _utf8_len(item)
+            total += utf8_len(item)
         elif isinstance(item, Mapping):
             stack.extend(v for k, v in item.items() if k not in _SKIPPED_KEYS)
         elif isinstance(item, list):
             stack.extend(item)
     return estimate_tokens(total)
-
-
-class _State:
-    """What one response has shown so far, provider-neutral."""
-
-    def __init__(self) -> None:
-        self.api: str | None = None
-        self.model: str | None = None
-        self.fields: dict[str, Any] = {}   # merged usage fields (Anthropic: latest wins per field)
-        self.saw_usage = False
-        self.usage_final = False           # the final usage has arrived
-        self.terminal = False              # the terminal event has arrived
-        self.content_bytes = 0             # generated content received (for estimates)
-
-
-def _anthropic_event(state: _State, obj: Mapping[str, Any]) -> None:
-    kind = obj.get("type")
-    if kind == "message_start":
-        message = obj.get("message")
-        if isinstance(message, Mapping):
-            if isinstance(message.get("model"), str):
-                state.model = message["model"]
-            _merge_usage(state, message.get("usage"))
-    elif kind == "message_delta":
-        _merge_usage(state, obj.get("usage"))
-        delta = obj.get("delta")
-        if isinstance(delta, Mapping) and delta.get("stop_reason") is not None and state.saw_usage:
-            state.usage_final = True
-    elif kind == "content_block_delta":
-        delta = obj.get("delta")
-        if isinstance(delta, Mapping):
-            for key in ("text", "partial_json", "thinking"):
-                state.content_bytes += _utf8_len(delta.get(key))
-    elif kind == "content_block_start":
-        block = obj.get("content_block")
-        if isinstance(block, Mapping):
-            state.content_bytes += _utf8_len(block.get("text")) + _utf8_len(block.get("thinking"))
-    elif kind == "message_stop":
-        state.terminal = True
-
-
-def _merge_usage(state: _State, usage: Any) -> None:
-    # Cumulative semantics (BUG-12): a field present in a later event replaces
-    # the earlier value; a field absent (or null) keeps it. Never a sum.
-    if not isinstance(usage, Mapping):
-        return
-    state.saw_usage = True
-    for key, value in usage.items():
-        if value is not None:
-            state.fields[key] = value
-
-
-def _chat_chunk(state: _State, obj: Mapping[str, Any]) -> None:
-    if isinstance(obj.get("model"), str):
-        state.model = obj["model"]
-    choices = obj.get("choices")
-    if isinstance(choices, list):  # may be empty: the usage chunk (BUG-11)
-        for choice in choices:
-            if not isinstance(choice, Mapping):
-                continue
-            delta = choice.get("delta")
-            if isinstance(delta, Mapping):
-                for key in ("content", "refusal", "reasoning_content", "reasoning"):
-                    state.content_bytes += _utf8_len(delta.get(key))
-                calls = delta.get("tool_calls")
-                if isinstance(calls, list):
-                    for call in calls:
-                        fn = call.get("function") if isinstance(call, Mapping) else None
-                        if isinstance(fn, Mapping):
-                            state.content_bytes += _utf8_len(fn.get("arguments")) + _utf8_len(fn.get("name"))
-    usage = obj.get("usage")
-    if isinstance(usage, Mapping):  # null in every chunk but the last; keep looking
-        state.fields = dict(usage)
-        state.saw_usage = state.usage_final = True
-
-
-def _responses_event(state: _State, obj: Mapping[str, Any]) -> None:
-    kind = obj.get("type", "")
-    response = obj.get("response")
-    if isinstance(response, Mapping):
-        if isinstance(response.get("model"), str):
-            state.model = response["model"]
-        if isinstance(response.get("usage"), Mapping):
-            state.fields = dict(response["usage"])
-            state.saw_usage = True
-    if kind.endswith(".delta"):
-        state.content_bytes += _utf8_len(obj.get("delta"))
-    if kind in ("response.completed", "response.incomplete", "response.failed"):
-        state.terminal = True
-        state.usage_final = state.saw_usage
-
-
-def _content_bytes_of_body(obj: Mapping[str, Any], api: str | None) -> int:
-    total = 0
-    if api == API_MESSAGES:
-        for block in obj.get("content") or []:
-            if isinstance(block, Mapping):
-                total += _utf8_len(block.get("text")) + _utf8_len(block.get("thinking"))
-                if "input" in block:
-                    total += len(json.dumps(block["input"]))
-    elif api == API_CHAT:
-        for choice in obj.get("choices") or []:
-            message = choice.get("message") if isinstance(choice, Mapping) else None
-            if isinstance(message, Mapping):
-                total += _utf8_len(message.get("content")) + _utf8_len(message.get("refusal"))
-                for call in message.get("tool_calls") or []:
-                    fn = call.get("function") if isinstance(call, Mapping) else None
-                    if isinstance(fn, Mapping):
-                        total += _utf8_len(fn.get("arguments"))
-    elif api == API_RESPONSES:
-        total += _utf8_len(obj.get("output_text"))
-        for item in obj.get("output") or []:
-            if isinstance(item, Mapping):
-                total += _utf8_len(item.get("arguments"))
-                for part in item.get("content") or []:
-                    if isinstance(part, Mapping):
-                        total += _utf8_len(part.get("text"))
-    return total
-
-
-def _finish(state: _State, api_hint: str | None, transport_complete: bool, fallback_bytes: int,
-            request: Any) -> Usage:
-    api = state.api or api_hint
-    usage = Usage(provider=_PROVIDER_OF_API.get(api) if api else None, api=api, model=state.model)
-    if state.saw_usage:
-        if api == API_MESSAGES or (api is None and not _looks_openai_usage(state.fields)):
-            _anthropic_buckets(state.fields, usage)
-        else:
-            _openai_buckets(state.fields, usage)
-    else:
-        usage.flag("usage_missing")
-        usage.input_tokens = estimate_request_input_tokens(request)
-    if not state.usage_final:
-        basis = state.content_bytes if (state.content_bytes or state.api) else fallback_bytes
-        estimate = estimate_tokens(basis)
-        usage.output_tokens = max(usage.output_tokens, estimate)
-        usage.reasoning_tokens = min(usage.reasoning_tokens, usage.output_tokens)
-        usage.estimate_basis_bytes = basis
-        usage.flag("output_estimated")
-    usage.complete = bool(state.terminal and transport_complete)
-    if not usage.complete:
-        usage.flag("incomplete")
-    return usage
-
-
-class StreamUsageReader:
-    """Usage of one server-sent events response, fed as it arrives.
-
-    ``api``: the API the request named (:func:`api_for_path`), or None to
-    detect it from the events. ``request``: the parsed request body, used
-    only to estimate input when no usage arrives. Call :meth:`feed` with each
-    network read (any split), then :meth:`finish` once.
-    """
-
-    def __init__(self, api: str | None = None, request: Any = None) -> None:
-        self.api_hint = api
-        self.request = request
-        self.decoder = SSEDecoder()
-        self.state = _State()
-        self.events = 0
-
-    @property
-    def bytes_received(self) -> int:
-        """Raw bytes fed so far."""
-        return self.decoder.bytes_received
-
-    def feed(self, chunk: bytes) -> None:
-        """Take one network read (bytes)."""
-        for event in self.decoder.feed(chunk):
-            self._event(event)
-
-    def _event(self, event: SSEEvent) -> None:
-        self.events += 1
-        data = event.data.strip()
-        if data == "[DONE]":
-            self.state.terminal = True
-            return
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            return
-        if not isinstance(obj, Mapping):
-            return
-        state = self.state
-        if state.api is None:
-            state.api = detect_api(obj) or self.api_hint
-        if state.api == API_MESSAGES:
-            _anthropic_event(state, obj)
-        elif state.api == API_CHAT:
-            _chat_chunk(state, obj)
-        elif state.api == API_RESPONSES:
-            _responses_event(state, obj)
-
-    def finish(self, transport_complete: bool = True) -> Usage:
-        """End of the response. ``transport_complete``: False when the stream
-        was cut (client or upstream disconnected). Returns the :class:`Usage`."""
-        for event in self.decoder.close():
-            self._event(event)
-        return _finish(self.state, self.api_hint, transport_complete, self.bytes_received, self.request)
-
-
-class JsonUsageReader:
-    """Usage of one JSON response body, fed as it arrives (kept whole, up to
-    ``max_bytes``; a larger body is not parsed and is metered as cut off).
-    Same ``api``/``request`` arguments and methods as :class:`StreamUsageReader`."""
-
-    def __init__(self, api: str | None = None, request: Any = None, max_bytes: int = 64 << 20) -> None:
-        self.api_hint = api
-        self.request = request
-        self.max_bytes = max_bytes
-        self.bytes_received = 0
-        self._parts: list[bytes] = []
-        self._overflow = False
-
-    def feed(self, chunk: bytes) -> None:
-        """Take one network read (bytes)."""
-        self.bytes_received += len(chunk)
-        if self.bytes_received > self.max_bytes:
-            self._overflow = True
-            self._parts.clear()
-        elif not self._overflow:
-            self._parts.append(chunk)
-
-    def finish(self, transport_complete: bool = True) -> Usage:
-        """End of the body; see :meth:`StreamUsageReader.finish`."""
-        state = _State()
-        obj = None
-        if not self._overflow:
-            try:
-                obj = json.loads(b"".join(self._parts))
-            except ValueError:
-                obj = None
-        if isinstance(obj, Mapping):
-            state.api = detect_api(obj) or self.api_hint
-            state.terminal = True
-            if isinstance(obj.get("model"), str):
-                state.model = obj["model"]
-            if isinstance(obj.get("usage"), Mapping):
-                state.fields = dict(obj["usage"])
-                state.saw_usage = state.usage_final = True
-            state.content_bytes = _content_bytes_of_body(obj, state.api)
-        return _finish(state, self.api_hint, transport_complete, self.bytes_received, self.request)
-
-
-class ResponseUsageReader:
-    """Pick the reader for a response by its ``Content-Type``:
-    ``text/event-stream`` -> :class:`StreamUsageReader`, anything else ->
-    :class:`JsonUsageReader`. Same ``feed``/``finish`` methods."""
-
-    def __init__(self, content_type: str | None, api: str | None = None, request: Any = None) -> None:
-        is_sse = (content_type or "").split(";", 1)[0].strip().lower() == "text/event-stream"
-        self.streaming = is_sse
-        self.reader = StreamUsageReader(api, request) if is_sse else JsonUsageReader(api, request)
-
-    @property
-    def bytes_received(self) -> int:
-        """Raw bytes fed so far."""
-        return self.reader.bytes_received
-
-    def feed(self, chunk: bytes) -> None:
-        """Take one network read (bytes)."""
-        self.reader.feed(chunk)
-
-    def finish(self, transport_complete: bool = True) -> Usage:
-        """End of the response; see :meth:`StreamUsageReader.finish`."""
-        return self.reader.finish(transport_complete)
-
-
-def usage_from_json(body: bytes | str, api: str | None = None) -> Usage:
-    """A whole JSON response body (bytes or str) -> :class:`Usage`."""
-    reader = JsonUsageReader(api)
-    reader.feed(body.encode("utf-8") if isinstance(body, str) else body)
-    return reader.finish()
-
-
-def usage_from_sse(chunks: bytes | Iterable[bytes], api: str | None = None, transport_complete: bool = True) -> Usage:
-    """A whole SSE stream (bytes, or an iterable of network reads) -> :class:`Usage`."""
-    reader = StreamUsageReader(api)
-    for chunk in [chunks] if isinstance(chunks, (bytes, bytearray)) else chunks:
-        reader.feed(bytes(chunk))
-    return reader.finish(transport_complete)
-
-
-def usage_from_bytes(data: bytes, api: str | None = None) -> Usage:
-    """A captured response whose kind is not known: a JSON object body if it
-    parses as one, else a server-sent events stream."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        obj = None
-    if isinstance(obj, Mapping):
-        return usage_from_json(data, api)
-    return usage_from_sse(data, api)
-
-
-# ---------------------------------------------------- flexible accounting (OCS/GCS 9)
-
-#: Totals keys written to the usage file, in this order, each as ``tco_<key>``.
-USAGE_FILE_KEYS = ("requests", "refused", "rate_limited", *TOKEN_FIELDS, "total_tokens", "unpriced_tokens",
-                   "cost_usd")
-
-
-def usage_file_lines(totals: Mapping[str, Any], prefix: str = "tco_") -> list[str]:
-    """``key=value`` lines for a Grid Engine job's usage file from the proxy's
-    totals (:meth:`execution.metering.proxy.MeteringProxy.totals`).
-
-    OCS/GCS 9 "flexible accounting" (GRIDENGINE.md section 2): lines appended
-    to ``$SGE_JOB_SPOOL_DIR/usage`` whose names match the cluster's
-    ``reporting_params usage_patterns`` (e.g. ``tco:tco_*``) go into the
-    accounting record's ``usage`` and ``qacct -j`` prints them. qacct <= 9.1
-    reads them as doubles, so every value written is a plain number: token
-    counts as integers, ``cost_usd`` as a fixed-point decimal (omitted when
-    the totals have none, i.e. nothing was priced). Keys missing from
-    ``totals`` are skipped. Raises ValueError on a non-numeric value.
-    """
-    lines = []
-    for key in USAGE_FILE_KEYS:
-        value = totals.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            raise ValueError(f"{key}: not a number: {value!r}")
-        if key == "cost_usd":
-            number = Decimal(str(value))
-            if not number.is_finite():
-                raise ValueError(f"{key}: not a finite number: {value!r}")
-            text = format(number, "f")
-        elif isinstance(value, int):
-            text = str(value)
-        else:
-            raise ValueError(f"{key}: not an integer: {value!r}")
-        lines.append(f"{prefix}{key}={text}")
-    return lines
-
-
-def append_usage_file(path: str | os.PathLike, totals: Mapping[str, Any], prefix: str = "tco_") -> list[str]:
-    """Append :func:`usage_file_lines` to the usage file at ``path`` (the
-    shepherd's lines already there are kept), one write, then fsync. Returns
-    the lines written. Raises OSError if the file cannot be written (it
-    belongs to the admin user: call this from an epilog run as that user, or
-    give the runner the path of a file the epilog appends)."""
-    lines = usage_file_lines(totals, prefix)
-    with open(path, "a+b") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        if size:
-            fh.seek(size - 1)
-            if fh.read(1) != b"\n":
-                fh.write(b"\n")  # append mode: writes always go to the end
-        fh.write("".join(line + "\n" for line in lines).encode("ascii"))
-        fh.flush()
-        os.fsync(fh.fileno())
-    return lines

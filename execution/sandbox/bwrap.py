@@ -1,6 +1,6 @@
 """The bubblewrap runtime: the argv that enforces a policy, and one sandbox's run.
 
-:func:`build_argv` turns a :class:`SandboxPlan` (a validated policy, the task's
+:func:`build_argv` turns a :class:`~execution.sandbox.plan.SandboxPlan` (a validated policy, the task's
 work directory, the proxy socket's directory, the agent's argv and
 environment) into a ``bwrap`` command line:
 
@@ -15,13 +15,13 @@ environment) into a ``bwrap`` command line:
   ``include_workdir`` or ``/sandbox`` is in ``read_write``), a fresh ``/proc``
   and minimal ``/dev``; the root itself and ``/dev`` are read-only; a listed
   path missing on the host is skipped (reported in
-  :attr:`SandboxPlan.notes`); Debian's merged-/usr links (``/bin`` ->
+  :attr:`~execution.sandbox.plan.SandboxPlan.notes`); Debian's merged-/usr links (``/bin`` ->
   ``usr/bin``, ...) are recreated as links;
 - the host's scratch directories (``/tmp``, ``/var/tmp``, ``/dev/shm``,
   ``/run``, ``/run/lock``, ``/var/lock``: other tasks' files and sockets) are
   never shown: listed (or listed under another name that resolves to one, like
   ``/run/shm``), they are the sandbox's own fresh tmpfs of
-  :attr:`SandboxPlan.tmpfs_bytes` (bwrap ``--size``); shown under a listed
+  :attr:`~execution.sandbox.plan.SandboxLimits.tmpfs_bytes` (bwrap ``--size``); shown under a listed
   ancestor, an empty read-only tmpfs; a path inside one is refused;
 - tco's own files are never visible: the spool, the credentials and price
   files, tco's state directory and the runners' private directories are
@@ -31,11 +31,15 @@ environment) into a ``bwrap`` command line:
   tmpfs, or ``/dev/null`` for a file) at every place they appear inside;
 - the relay limits the sandbox's processes (RLIMIT_NPROC, counted in the
   sandbox's own user namespace, so other tasks of the same host account do not
-  count) to :attr:`SandboxPlan.max_processes`;
+  count) to :attr:`~execution.sandbox.plan.SandboxLimits.max_processes`, and each
+  process's memory (RLIMIT_DATA), file size (RLIMIT_FSIZE) and CPU time (RLIMIT_CPU)
+  to the other :class:`~execution.sandbox.plan.SandboxLimits`;
 - no name resolver: ``/etc/resolv.conf`` is ``/dev/null``, and the network
   namespace has nothing but loopback; ``/etc/passwd`` and ``/etc/group`` are
   generated (user ``sandbox``);
 - ``--clearenv`` and only the chosen variables (never a credential);
+- with :attr:`~execution.sandbox.plan.SandboxFds.seccomp`, the default seccomp filter
+  (execution/sandbox/seccomp.py: the dangerous system calls fail with EPERM);
 - the command is the relay (execution/sandbox/relay.py) as PID 1, which starts
   the agent; the proxy socket's directory is bound read-only at ``/run/tco``.
 
@@ -57,22 +61,17 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 from execution.sandbox import SandboxStartError
-from execution.sandbox.checks import (CODE_ROOT, INSIDE_RELAY, INSIDE_SOCKET_DIR, INSIDE_WORKDIR, PRIVATE_DIRS,
-                                      HostFS, _under, path_refusal, private_dir_target, resolve_masks)
-from execution.sandbox.policy import Policy
+from execution.sandbox.paths import (INSIDE_RELAY, INSIDE_SOCKET_DIR, INSIDE_WORKDIR, PRIVATE_DIRS, HostFS,
+                                     path_refusal, private_dir_target, resolve_masks, under)
+from execution.sandbox.plan import SandboxPlan
 
-__all__ = ["SandboxStartError", "SandboxConfigError", "SandboxPlan", "HostFS", "BwrapSandbox", "build_argv"]
+__all__ = ["SandboxConfigError", "BwrapSandbox", "build_argv", "which", "passwd_text", "group_text"]
 
-RELAY_PORT = 8790
 INSIDE_SOCKET = f"{INSIDE_SOCKET_DIR}/proxy.sock"
-RELAY_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.py")
 MERGED_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 LOG_CAP_BYTES = 64 * 1024
-#: Defaults of the sandbox's limits (the runner's settings override them).
-TMPFS_BYTES = 256 << 20          # each writable private tmpfs (/tmp, /var/tmp, /dev/shm, /run, ...)
 HIDING_TMPFS_BYTES = 64 << 10    # the read-only tmpfs that cover tco's files and the host's scratch dirs
-MAX_PROCESSES = 256              # RLIMIT_NPROC inside the sandbox (its own user namespace)
 SIGNALS_KEPT_FROM_BWRAP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                            signal.SIGXCPU, signal.SIGQUIT, signal.SIGALRM)
 
@@ -80,58 +79,6 @@ SIGNALS_KEPT_FROM_BWRAP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.
 class SandboxConfigError(ValueError):
     """The policy cannot be applied here (a listed path inside tco's files, no interpreter
     for the relay, no bubblewrap); the message says what to change."""
-
-
-class SandboxPlan:
-    """Everything :func:`build_argv` needs. File descriptors are the runner's; they keep
-    their numbers in bubblewrap and the relay (``pass_fds``).
-
-    ``workdir``: host directory shown at /sandbox; ``socket_dir``: host directory shown
-    read-only at /run/tco; ``env``: the agent's whole environment; ``masks``: host paths
-    that must never be visible (a listed path inside one is refused; one above is
-    covered inside); ``state``: tco's state directory (``TCO_SANDBOX_MASK``), hidden the
-    same way except ``shared`` directories inside it, which may be listed
-    (``TCO_SANDBOX_SHARED``); ``interpreter``: the host python that runs the relay inside;
-    ``data_fds``: inside path -> fd of its content (``--ro-bind-data``); ``watch_fd``: fd
-    open on the runner's /proc/PID/stat (suspension); ``tmpfs_bytes``: size of each
-    writable private tmpfs (bytes); ``max_processes``: RLIMIT_NPROC of the sandbox's
-    processes (threads count); ``code_root``: tco's code directory, whose paths may be listed
-    read-only even inside a scratch directory (a clone in /tmp;
-    :data:`execution.sandbox.checks.CODE_ROOT` when None). ``notes`` is filled by :func:`build_argv`.
-    """
-
-    def __init__(self, *, policy: Policy, workdir: str, socket_dir: str, agent_argv: list[str],
-                 env: dict[str, str], masks: list[str], interpreter: str, status_fd: int, json_status_fd: int,
-                 stdout_fd: int, stderr_fd: int, data_fds: dict[str, int] | None = None,
-                 watch_fd: int | None = None, state: list[str] | None = None, shared: list[str] | None = None,
-                 relay_script: str = RELAY_SCRIPT, relay_port: int = RELAY_PORT,
-                 proxy_wait_s: float = 30.0, hostname: str = "sandbox", bwrap: str = "bwrap",
-                 tmpfs_bytes: int = TMPFS_BYTES, max_processes: int = MAX_PROCESSES,
-                 code_root: str | None = None) -> None:
-        self.policy = policy
-        self.workdir = workdir
-        self.socket_dir = socket_dir
-        self.agent_argv = list(agent_argv)
-        self.env = dict(env)
-        self.masks = list(masks)
-        self.state = list(state or [])
-        self.shared = list(shared or [])
-        self.interpreter = interpreter
-        self.status_fd = status_fd
-        self.json_status_fd = json_status_fd
-        self.stdout_fd = stdout_fd
-        self.stderr_fd = stderr_fd
-        self.data_fds = dict(data_fds or {})
-        self.watch_fd = watch_fd
-        self.relay_script = relay_script
-        self.relay_port = relay_port
-        self.proxy_wait_s = proxy_wait_s
-        self.hostname = hostname
-        self.bwrap = bwrap
-        self.tmpfs_bytes = int(tmpfs_bytes)
-        self.max_processes = int(max_processes)
-        self.code_root = CODE_ROOT if code_root is None else code_root
-        self.notes: list[str] = []
 
 
 def which(name: str, path: str | None = None) -> str | None:
@@ -148,12 +95,14 @@ def _depth(path: str) -> int:
 
 
 def passwd_text(uid: int, gid: int) -> str:
+    """The sandbox's generated /etc/passwd: root, ``sandbox`` (``uid``/``gid``, home /sandbox), nobody."""
     return (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
             f"sandbox:x:{uid}:{gid}:tco sandbox:{INSIDE_WORKDIR}:/usr/sbin/nologin\n"
             f"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
 
 
 def group_text(gid: int) -> str:
+    """The sandbox's generated /etc/group: root, ``sandbox`` (``gid``), nogroup."""
     return f"root:x:0:\nsandbox:x:{gid}:\nnogroup:x:65534:\n"
 
 
@@ -165,11 +114,13 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     policy = plan.policy
     if policy.uid == 0 or policy.gid == 0:  # validation already refuses it; never rely on one check
         raise SandboxConfigError("the agent may not run as root inside the sandbox")
-    if plan.tmpfs_bytes < 1 or plan.max_processes < 1:
-        raise SandboxConfigError("the sandbox's tmpfs size and process limit must be positive")
-    masks = resolve_masks(plan.masks, fs)
-    state = resolve_masks(plan.state, fs)
-    shared = resolve_masks(plan.shared, fs)
+    limits = plan.limits
+    if limits.tmpfs_bytes < 1 or limits.max_processes < 1 or any(
+            value is not None and value < 1 for value in (limits.memory_bytes, limits.file_bytes, limits.cpu_s)):
+        raise SandboxConfigError("the sandbox's limits must be positive")
+    masks = resolve_masks(plan.hidden.masks, fs)
+    state = resolve_masks(plan.hidden.state, fs)
+    shared = resolve_masks(plan.hidden.shared, fs)
     workdir_rw = policy.include_workdir or INSIDE_WORKDIR in policy.read_write
 
     # (inside path, order, argv) - applied shallow to deep so later mounts land on earlier ones.
@@ -195,7 +146,7 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
             raise SandboxConfigError(reason)
         if private_dir_target(path, fs) is not None:
             # Listed or resolving to /tmp, /dev/shm, /run, ...: the sandbox's own, never the host's.
-            add(path, "--size", str(plan.tmpfs_bytes), "--tmpfs", path)
+            add(path, "--size", str(plan.limits.tmpfs_bytes), "--tmpfs", path)
             if not writable:
                 read_only_later.append(path)
             private_listed.add(path)
@@ -224,7 +175,7 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     for inside, real in binds:
         found: list[tuple[str, str]] = []  # (inside path, host path)
         for host, scratch in hidden:
-            if host == real or not _under(host, real) or fs.islink(host) or not fs.lexists(host):
+            if host == real or not under(host, real) or fs.islink(host) or not fs.lexists(host):
                 continue
             found.append((os.path.normpath(inside.rstrip("/") + "/" + host[len(real.rstrip("/")):].lstrip("/")),
                           host))
@@ -232,7 +183,7 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
         for where, host in found:
             if where in private_listed or where in covered:
                 continue
-            if any(_under(where, above) and where != above for above in emptied):
+            if any(under(where, above) and where != above for above in emptied):
                 continue
             covered.add(where)
             if fs.isdir(host):
@@ -244,27 +195,27 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     def is_visible(host_path: str) -> bool:
         """Shown inside at its own host path (the relay's interpreter, /etc): the deepest bind
         holding it shows the same host path, and nothing covers it above that."""
-        holding = [(inside, real) for inside, real in binds if _under(host_path, inside)]
+        holding = [(inside, real) for inside, real in binds if under(host_path, inside)]
         if not holding:
             return False
         inside, real = max(holding, key=lambda b: _depth(b[0]))
-        return inside == real and not any(_under(host_path, c) and _depth(c) > _depth(inside)
+        return inside == real and not any(under(host_path, c) and _depth(c) > _depth(inside)
                                           for c in covered | private_listed)
 
     # Debian's merged /usr: /bin, /lib, ... are links into /usr; keep them links.
     for link in MERGED_USR_LINKS:
-        shown_already = any(_under(link, inside) and inside != link for inside, _ in binds)  # "/" listed
+        shown_already = any(under(link, inside) and inside != link for inside, _ in binds)  # "/" listed
         if fs.islink(link) and not shown_already and is_visible(fs.realpath(link)):
             add(link, "--symlink", fs.readlink(link), link)
 
     add(INSIDE_WORKDIR, "--bind" if workdir_rw else "--ro-bind", plan.workdir, INSIDE_WORKDIR)
     add(INSIDE_SOCKET_DIR, "--ro-bind", plan.socket_dir, INSIDE_SOCKET_DIR)
-    add(INSIDE_RELAY, "--ro-bind", plan.relay_script, INSIDE_RELAY)
+    add(INSIDE_RELAY, "--ro-bind", plan.options.script, INSIDE_RELAY)
     if is_visible("/etc") and fs.lexists("/etc/resolv.conf") and not fs.islink("/etc/resolv.conf"):
         add("/etc/resolv.conf", "--ro-bind", "/dev/null", "/etc/resolv.conf")
     elif is_visible("/etc") and fs.islink("/etc/resolv.conf"):
         plan.notes.append("/etc/resolv.conf: a link outside the sandbox; no resolver is reachable anyway")
-    for inside, fd in sorted(plan.data_fds.items()):
+    for inside, fd in sorted(plan.fds.data.items()):
         add(inside, "--ro-bind-data", str(fd), inside)
 
     interpreter = fs.realpath(plan.interpreter)
@@ -273,10 +224,12 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
                                  "(for example /usr) in filesystem_policy.read_only")
 
     ops.sort(key=lambda op: (_depth(op[0]), op[1]))
-    argv = [plan.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+    argv = [plan.options.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
             "--new-session", "--as-pid-1", "--cap-drop", "ALL",
-            "--uid", str(policy.uid), "--gid", str(policy.gid), "--hostname", plan.hostname,
-            "--json-status-fd", str(plan.json_status_fd)]
+            "--uid", str(policy.uid), "--gid", str(policy.gid), "--hostname", plan.options.hostname,
+            "--json-status-fd", str(plan.fds.json_status)]
+    if plan.fds.seccomp is not None:
+        argv += ["--seccomp", str(plan.fds.seccomp)]
     # /proc and /dev come first among the depth-1 mounts' peers; "/" (if listed) before them.
     root_ops = [op for op in ops if op[0] == "/"]
     for _, _, args in root_ops:
@@ -290,12 +243,16 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     argv += ["--chdir", INSIDE_WORKDIR, "--clearenv"]
     for key, value in sorted(plan.env.items()):
         argv += ["--setenv", key, value]
-    argv += [interpreter, "-I", "-S", INSIDE_RELAY, "--status-fd", str(plan.status_fd),
-             "--stdout-fd", str(plan.stdout_fd), "--stderr-fd", str(plan.stderr_fd),
-             "--port", str(plan.relay_port), "--socket", INSIDE_SOCKET, "--proxy-wait-s", str(plan.proxy_wait_s),
-             "--max-processes", str(plan.max_processes)]
-    if plan.watch_fd is not None:
-        argv += ["--watch-fd", str(plan.watch_fd)]
+    argv += [interpreter, "-I", "-S", INSIDE_RELAY, "--status-fd", str(plan.fds.status),
+             "--stdout-fd", str(plan.fds.stdout), "--stderr-fd", str(plan.fds.stderr),
+             "--port", str(plan.options.port), "--socket", INSIDE_SOCKET,
+             "--proxy-wait-s", str(plan.options.proxy_wait_s), "--max-processes", str(plan.limits.max_processes)]
+    for option, value in (("--memory-bytes", limits.memory_bytes), ("--file-bytes", limits.file_bytes),
+                          ("--cpu-s", limits.cpu_s)):
+        if value is not None:
+            argv += [option, str(value)]
+    if plan.fds.watch is not None:
+        argv += ["--watch-fd", str(plan.fds.watch)]
     argv += ["--", *plan.agent_argv]
     return argv
 
@@ -334,14 +291,12 @@ class BwrapSandbox:
     def start(self, status_r: int, json_r: int) -> None:
         """Start bubblewrap. ``status_r``/``json_r`` are the read ends of the relay's status
         pipe and of bwrap's ``--json-status-fd``; the caller closes the write ends after this."""
-        bwrap = which(self.plan.bwrap) if not os.path.isabs(self.plan.bwrap) else self.plan.bwrap
+        bwrap = which(self.plan.options.bwrap) if not os.path.isabs(self.plan.options.bwrap) \
+            else self.plan.options.bwrap
         if not bwrap:
             raise SandboxStartError("bubblewrap (bwrap) is not installed on this exec host")
         self.argv[0] = bwrap
-        pass_fds = [self.plan.status_fd, self.plan.json_status_fd, self.plan.stdout_fd, self.plan.stderr_fd,
-                    *self.plan.data_fds.values()]
-        if self.plan.watch_fd is not None:
-            pass_fds.append(self.plan.watch_fd)
+        pass_fds = self.plan.fds.passed()
         # Grid Engine signals the whole process group (notify, suspend warnings, soft limits):
         # bubblewrap's monitor must outlive them, or its death would SIGKILL the sandbox
         # (--die-with-parent) before the runner stops the agent gracefully. Blocked signals
@@ -472,6 +427,7 @@ class BwrapSandbox:
             pass
 
     def close(self) -> None:
+        """Close the pipes this object reads (status, bwrap's JSON status, its stderr). Idempotent."""
         if self._selector is not None:
             for key in list(self._selector.get_map().values()):
                 self._selector.unregister(key.fd)

@@ -1,9 +1,9 @@
 """Does a sandbox policy only narrow an admin's ceiling? (issue 11, finding 2)
 
 A site's admin approves a *ceiling* per team or agent definition: a policy
-in the same schema (execution/sandbox/policy.py) holding the most a campaign
+in the same schema (execution/sandbox/policy/) holding the most a campaign
 may ask for. :func:`narrowing_problems` compares a campaign's validated
-:class:`~execution.sandbox.policy.Policy` with a ceiling's and lists every way
+:class:`~execution.sandbox.policy.model.Policy` with a ceiling's and lists every way
 the policy asks for more; an empty list means it fits. Pure: no Django, no
 file system (paths are compared as written, after the validator normalised
 them; resolving links is the sandbox's part, ``bwrap.py``).
@@ -34,11 +34,12 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
-from .bwrap import PRIVATE_DIRS
-from .policy import ACCESS_METHODS, _inside_id
+from .paths import PRIVATE_DIRS
+from .policy.model import inside_id
+from .policy.schema import ACCESS_METHODS
 
 if TYPE_CHECKING:
-    from .policy import Endpoint, NetworkRule, Policy
+    from .policy.model import Endpoint, NetworkRule, Policy
 
 __all__ = ["narrowing_problems", "path_within"]
 
@@ -151,7 +152,7 @@ def narrowing_problems(policy: Policy, ceiling: Policy) -> list[str]:
     # Process identity and landlock.
     for name, mine, theirs in (("run_as_user", policy.run_as_user, ceiling.run_as_user),
                                ("run_as_group", policy.run_as_group, ceiling.run_as_group)):
-        if _inside_id(mine) != _inside_id(theirs):
+        if inside_id(mine) != inside_id(theirs):
             problems.append(f"process.{name}: {mine or 'sandbox'!r} differs from the ceiling's "
                             f"{theirs or 'sandbox'!r}")
     if ceiling.landlock_compatibility == "hard_requirement" and policy.landlock_compatibility != "hard_requirement":

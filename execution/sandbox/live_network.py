@@ -2,7 +2,7 @@
 
 OpenShell lets a sandbox's ``network_policies`` change while it runs; tco does
 the same through its metering proxy. The web side (dashboards/netpolicy.py)
-writes the new ``network_policies`` to the spool (execution/spool.py
+writes the new ``network_policies`` to the spool (execution/spool/network.py
 ``NetworkPolicyFile``); each runner of the campaign re-checks it here before
 its proxy applies it, so a file the web side should have refused is refused on
 the execution host too (defense in depth). Pure: no Django, no file system.
@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from .ceiling import narrowing_problems
-from .policy import Policy, PolicyError, validate_policy
+from .policy.model import Policy, PolicyError
+from .policy.validate import validate_policy
 
 __all__ = ["with_network", "network_part", "network_problems"]
 
@@ -27,7 +28,7 @@ __all__ = ["with_network", "network_part", "network_problems"]
 def with_network(base: Policy, network_policies: Any) -> Policy:
     """``base`` with its ``network_policies`` replaced by ``network_policies`` (a mapping of named
     rules in OpenShell's schema; empty: no network), validated by the runner's validator
-    (execution/sandbox/policy.py). Raises PolicyError naming each problem."""
+    (execution/sandbox/policy/). Raises PolicyError naming each problem."""
     if not isinstance(network_policies, Mapping):
         raise PolicyError(["network_policies: expected a mapping of named rules"])
     data = {k: v for k, v in dict(base.data or {}).items() if k != "network_policies"}

@@ -34,7 +34,7 @@ import time
 
 from execution.sandbox import SandboxStartError
 from execution.sandbox.bwrap import which
-from execution.sandbox.policy import Policy
+from execution.sandbox.policy.model import Policy
 
 __all__ = ["SandboxStartError", "OpenShellSandbox"]
 
@@ -96,6 +96,8 @@ class OpenShellSandbox:
         return text
 
     def start(self) -> None:
+        """Create the sandbox with the policy, upload the input and start the agent in it.
+        Raises SandboxStartError (the CLI failed or cannot run)."""
         policy_file = os.path.join(self.private_dir, "policy.yaml")
         with open(policy_file, "w", encoding="utf-8") as fh:
             fh.write(self.policy.to_yaml())
@@ -125,15 +127,19 @@ class OpenShellSandbox:
         self.mono["started"] = time.monotonic_ns()
 
     def wait_ready(self) -> None:
+        """The agent runs once :meth:`start` returned; raises SandboxStartError if it was not started."""
         if self.proc is None:
             raise SandboxStartError("the OpenShell sandbox was not started")
 
     def wait_exit(self) -> None:
+        """Block until the agent's ``openshell sandbox exec`` ends; note its exit."""
         code = self.proc.wait()
         self.mono["exited"] = time.monotonic_ns()
         self.exit = ("signal", -code) if code < 0 else ("code", code)
 
     def stop(self, grace_s: float) -> None:
+        """Stop the agent (SIGTERM, SIGKILL after ``grace_s`` seconds), download the work directory
+        and delete the sandbox. Never raises for a failed download or delete (logged)."""
         for fd in (self.stdout_fd, self.stderr_fd):
             if fd >= 0:
                 os.close(fd)
@@ -163,4 +169,5 @@ class OpenShellSandbox:
         self.created = False
 
     def log(self) -> str:
+        """What the OpenShell CLI said (its failures and this driver's notes), one per line."""
         return "\n".join(self._log)

@@ -316,22 +316,7 @@ class GridEngine(SchedulerAdapter):
         SchedulerUnavailable (libdrmaa not loadable, qmaster unreachable).
         """
         native = self.native_specification(spec)
-        environment = dict(spec.environment)
-        return drmaa.run_bulk(
-            remote_command=spec.command,
-            args=list(spec.args),
-            job_name=spec.name,
-            native_specification=native,
-            environment=environment,
-            working_directory=spec.working_directory,
-            output_path=":" + spec.output_path,
-            error_path=":" + spec.error_path,
-            hold=spec.hold,
-            count=spec.count,
-            sge_root=self.sge_root,
-            sge_cell=self.sge_cell,
-            flavour=self.flavour,
-        )
+        return drmaa.run_bulk(spec, native, sge_root=self.sge_root, sge_cell=self.sge_cell, flavour=self.flavour)
 
 
 # (sge_root, sge_cell) -> whether the installed clients take ``-fmt json``.

@@ -45,6 +45,7 @@ class Check:
 
     @property
     def failed(self) -> bool:
+        """Whether this check failed (status FAIL)."""
         return self.status == FAIL
 
 
@@ -66,6 +67,7 @@ def _run(cell: Cell, run: Callable[..., bytes], argv: list[str]) -> bytes:
 
 
 def check_cell_directory(cell: Cell) -> Check:
+    """The cell check: ``<SGE_ROOT>/<SGE_CELL>/common/act_qmaster`` exists."""
     common = os.path.join(cell.sge_root, cell.sge_cell, "common")
     if os.path.isfile(os.path.join(common, "act_qmaster")):
         return Check("cell", OK, f"{common}/act_qmaster found")
@@ -76,6 +78,8 @@ def check_cell_directory(cell: Cell) -> Check:
 
 
 def check_clients(cell: Cell, run: Callable[..., bytes]) -> Check:
+    """The clients check: ``qstat -help`` runs through ``run`` and its banner names the
+    cell's flavour."""
     try:
         banner = _run(cell, run, ["qstat", "-help"]).decode("utf-8", "replace").strip().splitlines()[0]
     except (SchedulerError, IndexError) as exc:
@@ -100,6 +104,9 @@ def check_clients(cell: Cell, run: Callable[..., bytes]) -> Check:
 
 
 def check_accounting(cell: Cell, run: Callable[..., bytes]) -> Check:
+    """The accounting check: accounting not switched off in ``reporting_params``, the cluster's
+    accounting file there and readable (a warning when it is shorter than where ingest stopped:
+    rotated or truncated)."""
     defaults = flavours.defaults_for(cell.flavour)
     path = cell.accounting_path
     expected = defaults.accounting_path(cell.sge_root, cell.sge_cell)
@@ -158,6 +165,8 @@ def check_drmaa(cell: Cell) -> Check:
 
 
 def check_operator(cell: Cell, run: Callable[..., bytes]) -> Check:
+    """The operator check: the submit account is a Grid Engine operator or manager
+    (``qconf -so``/``-sm``)."""
     try:
         operators = _run(cell, run, ["qconf", "-so"]).decode("utf-8", "replace").split()
         managers = _run(cell, run, ["qconf", "-sm"]).decode("utf-8", "replace").split()
@@ -174,6 +183,8 @@ def check_operator(cell: Cell, run: Callable[..., bytes]) -> Check:
 
 
 def check_schedd_job_info(cell: Cell, run: Callable[..., bytes]) -> Check:
+    """The schedd_job_info check: ``qconf -ssconf`` has it true, so ``qstat -j`` says why a job
+    waits (a warning otherwise)."""
     try:
         value = parse_qconf_attributes(_run(cell, run, ["qconf", "-ssconf"])).get("schedd_job_info", "")
     except SchedulerError as exc:

@@ -46,7 +46,8 @@ import re
 import threading
 from typing import Any, Sequence
 
-from schedulers.base import SchedulerCommandError, SchedulerError, SchedulerParseError, SchedulerUnavailable
+from schedulers.base import (ArrayJobSpec, SchedulerCommandError, SchedulerError, SchedulerParseError,
+                             SchedulerUnavailable)
 
 from .commands import DEFAULT_SGE_CELL, DEFAULT_SGE_ROOT
 from .flavours import DEBIAN_DRMAA_LIBRARY, JEMALLOC_PRELOAD, defaults_for, detect_flavour
@@ -216,15 +217,30 @@ def _map_drmaa_error(drmaa, exc: Exception, what: str) -> Exception:
     return SchedulerCommandError(f"{what} refused: {exc}", argv=["drmaa", what], stderr=str(exc))
 
 
-def run_bulk(*, remote_command: str, args: list[str], job_name: str, native_specification: str,
-             environment: dict[str, str], working_directory: str, output_path: str,
-             error_path: str, hold: bool, count: int, sge_root: str | None = None,
-             sge_cell: str | None = None, flavour: str | None = None) -> tuple[int, list[int]]:
-    """Submit one array job of tasks 1..count (``runBulkJobs(jt, 1, count, 1)``).
+def template_attributes(spec: ArrayJobSpec, native_specification: str) -> dict[str, Any]:
+    """The DRMAA job template attributes (drmaa_attributes(3)) of ``spec``, by attribute name:
+    ``remoteCommand``, ``args``, ``jobName``, ``nativeSpecification`` (built and validated by the
+    caller from the same spec), ``jobEnvironment``, ``workingDirectory``, and ``outputPath``/
+    ``errorPath`` in DRMAA's ``[host]:path`` form (no host: any)."""
+    return {
+        "remoteCommand": spec.command,
+        "args": list(spec.args),
+        "jobName": spec.name,
+        "nativeSpecification": native_specification,
+        "jobEnvironment": dict(spec.environment),
+        "workingDirectory": spec.working_directory,
+        "outputPath": ":" + spec.output_path,
+        "errorPath": ":" + spec.error_path,
+    }
 
-    Arguments are DRMAA job template attributes (drmaa_attributes(3)),
-    already validated by the caller: ``output_path``/``error_path`` in
-    ``[host]:path`` form, ``environment`` as a dict (``jobEnvironment``).
+
+def run_bulk(spec: ArrayJobSpec, native_specification: str, *, sge_root: str | None = None,
+             sge_cell: str | None = None, flavour: str | None = None) -> tuple[int, list[int]]:
+    """Submit ``spec`` as one array job of tasks 1..``spec.count`` (``runBulkJobs(jt, 1, count, 1)``),
+    held when ``spec.hold``, with the job template of :func:`template_attributes`.
+
+    ``spec`` and ``native_specification`` are already validated by the caller (the adapter);
+    ``sge_root``/``sge_cell``/``flavour`` choose the session (:func:`open_session`).
     Returns ``(job_number, task_numbers)`` read from ids like ``"123.1"``.
 
     Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
@@ -237,17 +253,11 @@ def run_bulk(*, remote_command: str, args: list[str], job_name: str, native_spec
         except drmaa.errors.DrmaaException as exc:
             raise _map_drmaa_error(drmaa, exc, "createJobTemplate") from exc
         try:
-            jt.remoteCommand = remote_command
-            jt.args = args
-            jt.jobName = job_name
-            jt.nativeSpecification = native_specification
-            jt.jobEnvironment = environment
-            jt.workingDirectory = working_directory
-            jt.outputPath = output_path
-            jt.errorPath = error_path
-            if hold:
+            for name, value in template_attributes(spec, native_specification).items():
+                setattr(jt, name, value)
+            if spec.hold:
                 jt.jobSubmissionState = drmaa.JobSubmissionState.HOLD_STATE
-            ids = session.runBulkJobs(jt, 1, count, 1)
+            ids = session.runBulkJobs(jt, 1, spec.count, 1)
         except drmaa.errors.DrmaaException as exc:
             raise _map_drmaa_error(drmaa, exc, "runBulkJobs") from exc
         finally:

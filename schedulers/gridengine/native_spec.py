@@ -52,6 +52,7 @@ _RESERVED_ENV_KEYS = frozenset({
 
 
 def is_int(value: object) -> bool:
+    """Whether ``value`` is an integer (never a bool)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from dashboards.management.commands.tco_bootstrap import demo_ceiling
 from dashboards.models import AuditEntry, Team
-from execution.spool import NetworkPolicyFile
+from execution.spool.network import NetworkPolicyFile
 from tests.support.history import make_campaign
 
 from tests.support.stack import TEST_OUTPUT

@@ -132,11 +132,13 @@ def test_bug3_two_waiting_jobs_get_two_places_and_a_lowered_one_goes_last(ops_us
     apply_qstat_poll(cluster, [qtask(301, 1, "qw", "pending", priority=0.0),
                                qtask(302, 1, "qw", "pending", priority=0.0,
                                      submitted_at=T0 + dt.timedelta(seconds=3))], observed_at=T0)
-    texts = {job: reasons[0]["text"] for job, reasons in pending_positions(cluster, {301: None, 302: None}).items()}
+    texts = {job: reasons[0]["text"] for job, reasons in pending_positions(cluster, {301: None, 302: None},
+                                                                                       user=ops_users["admin"]).items()}
     assert texts == {301: "number 1 of 2 waiting jobs in the cluster's priority order",
                      302: "number 2 of 2 waiting jobs in the cluster's priority order"}
     _done_priority(ops_users["admin"], 301, -100)
-    texts = {job: reasons[0]["text"] for job, reasons in pending_positions(cluster, {301: None, 302: None}).items()}
+    texts = {job: reasons[0]["text"] for job, reasons in pending_positions(cluster, {301: None, 302: None},
+                                                                                       user=ops_users["admin"]).items()}
     assert texts[301].startswith("number 2 of 2") and texts[302].startswith("number 1 of 2")
 
 

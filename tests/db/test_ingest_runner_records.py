@@ -178,7 +178,7 @@ def test_two_ingesters_racing_on_one_record_neither_fail_nor_double_count(tmp_pa
     claim, the second one's move raised FileNotFoundError (issue 15)."""
     import threading
 
-    from execution.spool import SpoolLayout
+    from execution.spool.layout import SpoolLayout
 
     write_record(tmp_path, campaign, requests=two_requests())
     listing = SpoolLayout.record_files
@@ -220,7 +220,7 @@ def test_the_same_record_stored_by_two_ingesters_at_once_gives_the_rows_of_one(t
     import threading
 
     from dashboards.ingest import runner_records
-    from execution.spool import SpoolLayout
+    from execution.spool.layout import SpoolLayout
 
     layout = SpoolLayout(tmp_path)
     path = write_record(tmp_path, campaign, requests=two_requests())

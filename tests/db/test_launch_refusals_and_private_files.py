@@ -181,7 +181,8 @@ def test_an_input_directory_outside_the_root_is_refused_without_the_servers_path
     (root / "mine").mkdir(parents=True)
     settings.TCO_INPUTS_ROOT = str(root)
     client = as_user("launcher")
-    for directory, reason in (("../../../etc", "outside the inputs root"), ("missing", "does not exist")):
+    for directory, reason in (("../../../etc", "outside your team&#x27;s folder of the inputs root"),
+                              ("missing", "does not exist")):
         caplog.clear()
         with caplog.at_level("WARNING", logger="dashboards.launch.inputs"):
             html = client.post("/ops/launch/", {**launch_data(input_kind="directory", input_directory=directory),
@@ -222,7 +223,7 @@ def test_the_web_sides_spool_writes_are_private_too(tmp_path, ops_users, researc
     create 0700 (not only the last one, as ``os.makedirs`` would), files 0600."""
     import stat
 
-    from execution.spool import write_atomic
+    from execution.spool.files import write_atomic
 
     old = os.umask(0o022)
     try:

@@ -228,7 +228,7 @@ def test_review_a_policy_listing_tcos_secret_folder_is_refused_at_launch(setting
     the database URL live there). It is one of tco's secret paths now, refused like the state dir."""
     from dashboards.launch import policy as launch_policy
     from dashboards.launch.spool import sandbox_state_paths
-    from execution.sandbox.policy import load_policy
+    from execution.sandbox.policy.load import load_policy
 
     settings.TCO_SECRET_PATHS = ["/etc/tco"]
     assert "/etc/tco" in sandbox_state_paths()

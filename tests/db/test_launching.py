@@ -65,19 +65,76 @@ def test_jsonl_inputs_name_the_bad_line():
         inputs.inputs_from_jsonl("[1, 2]")
 
 
-def test_directory_inputs_stay_inside_the_inputs_root(tmp_path, settings):
+def test_directory_inputs_stay_inside_the_teams_folder_of_the_inputs_root(tmp_path, settings, research):
     root = tmp_path / "inputs"
-    (root / "set1").mkdir(parents=True)
-    (root / "set1" / "b.txt").write_text("b")
-    (root / "set1" / "a.txt").write_text("a")
-    (root / "set1" / ".hidden").write_text("h")
-    (root / "set1" / "escape").symlink_to("/etc/passwd")
+    mine = root / research.project
+    (mine / "set1").mkdir(parents=True)
+    (mine / "set1" / "b.txt").write_text("b")
+    (mine / "set1" / "a.txt").write_text("a")
+    (mine / "set1" / ".hidden").write_text("h")
+    (mine / "set1" / "escape").symlink_to("/etc/passwd")
     settings.TCO_INPUTS_ROOT = str(root)
-    assert inputs.inputs_from_directory("set1") == [{"file": str(root / "set1" / "a.txt")},
-                                                       {"file": str(root / "set1" / "b.txt")}]
+    assert inputs.inputs_from_directory("set1", team=research) == [{"file": str(mine / "set1" / "a.txt")},
+                                                                   {"file": str(mine / "set1" / "b.txt")}]
     for bad in ("../", "/etc", "set1/../../", "nope", "set1\nx"):
         with pytest.raises(LaunchError):
-            inputs.inputs_from_directory(bad)
+            inputs.inputs_from_directory(bad, team=research)
+
+
+def test_another_teams_input_folders_are_refused_whatever_the_path_trick(tmp_path, settings, research):
+    """The finding: "files in a directory" were taken from anywhere under the inputs root, so a launcher of
+    research could probe and launch over engineering's folders. Now a launcher names a folder under their
+    team's own folder (<inputs root>/<project>/), and nothing outside it passes: not a path with .., not an
+    absolute one, not a symbolic link (of a folder or of a file) into another team's folder."""
+    engineering = Team.objects.get(project="engineering")
+    root = tmp_path / "inputs"
+    theirs = root / engineering.project / "secret-set"
+    theirs.mkdir(parents=True)
+    (theirs / "q1.txt").write_text("engineering's")
+    mine = root / research.project
+    (mine / "set").mkdir(parents=True)
+    (mine / "set" / "own.txt").write_text("research's")
+    (mine / "set" / "stolen.txt").symlink_to(theirs / "q1.txt")
+    (mine / "linked").symlink_to(theirs)
+    (root / "shared").mkdir()
+    (root / "shared" / "x.txt").write_text("not a team's folder")
+    settings.TCO_INPUTS_ROOT = str(root)
+    assert inputs.inputs_from_directory("set", team=research) == [{"file": str(mine / "set" / "own.txt")}]
+    for trick in ("../engineering/secret-set", "/engineering/secret-set", "engineering/secret-set",
+                  f"{root}/engineering/secret-set", "linked", "linked/", "set/../../engineering/secret-set",
+                  "../shared", "..", "/"):
+        with pytest.raises(LaunchError) as refused:
+            inputs.inputs_from_directory(trick, team=research)
+        said = str(refused.value).replace(trick, "")  # the message may echo what the launcher typed
+        assert "engineering" not in said and str(root) not in said
+    # Engineering's launcher reaches its own folder.
+    assert inputs.inputs_from_directory("secret-set", team=engineering) == [{"file": str(theirs / "q1.txt")}]
+
+
+def test_a_teams_folder_that_is_a_link_is_refused(tmp_path, settings, research):
+    root = tmp_path / "inputs"
+    (root / "engineering" / "set").mkdir(parents=True)
+    (root / "engineering" / "set" / "a.txt").write_text("a")
+    (root / research.project).symlink_to(root / "engineering")
+    settings.TCO_INPUTS_ROOT = str(root)
+    with pytest.raises(LaunchError, match="folder of the inputs root is a link"):
+        inputs.inputs_from_directory("set", team=research)
+
+
+def test_the_launch_form_takes_directory_inputs_from_the_chosen_teams_folder(tmp_path, settings, ops_users):
+    from dashboards.web.forms import LaunchForm
+
+    research = Team.objects.get(project="research")
+    root = tmp_path / "inputs"
+    (root / "engineering" / "set").mkdir(parents=True)
+    (root / "engineering" / "set" / "a.txt").write_text("a")
+    settings.TCO_INPUTS_ROOT = str(root)
+    agent = AgentDefinition.objects.get(name="demo-agent")
+    data = {"agent_definition": agent.pk, "team": research.pk, "queue": "agent.q", "seats_per_task": 0,
+            "priority": 0, "input_kind": "directory", "input_directory": "../engineering/set", "preview": "1"}
+    form = LaunchForm(data, user=ops_users["launcher"])
+    assert not form.is_valid() and "outside your team's folder" in form.errors["input_directory"][0]
+    assert str(root / research.project) in form.fields["input_directory"].help_text
 
 
 def test_a_policy_must_be_a_known_yaml_mapping_without_duplicate_keys():
@@ -124,6 +181,14 @@ def test_priority_above_the_role_limit_and_urgent_launches_need_the_urgent_role(
                                      input={"task": 1}).campaign
     assert urgent.priority == 1024 and urgent.urgent and urgent.task_count == 1
     assert campaign_job_spec(urgent).priority == 1024
+
+
+def test_the_sites_sandbox_limits_reach_every_tasks_runner(ops_users, research, agent, settings):
+    settings.TCO_SANDBOX_LIMITS = {"TCO_SANDBOX_MEMORY_BYTES": str(2 << 30), "TCO_SANDBOX_CPU_S": "3600"}
+    campaign = launch(ops_users["launcher"], research, agent).campaign
+    environment = campaign_job_spec(campaign).environment
+    assert environment["TCO_SANDBOX_MEMORY_BYTES"] == "2147483648" and environment["TCO_SANDBOX_CPU_S"] == "3600"
+    assert "TCO_SANDBOX_FILE_BYTES" not in environment
 
 
 @pytest.mark.parametrize("name", ["-u root", "; rm -rf /", "a\nb", "with space", "a:b", "", "x" * 65, "../x"])

@@ -16,7 +16,7 @@ from dashboards.core.errors import ActionRefused
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AuditEntry, Campaign, ModelEndpoint, PolicyCeiling
 from dashboards.core.errors import LaunchError
-from execution.spool import NetworkPolicyFile
+from execution.spool.network import NetworkPolicyFile
 
 pytestmark = pytest.mark.django_db
 
@@ -197,3 +197,62 @@ def test_the_agent_page_shows_the_policy_in_force_with_its_version_and_time(runn
     shown = re.search(r'<pre class="log" id="network-policy-yaml">(.*?)</pre>', page, re.S).group(1)
     assert "/v1/messages/count_tokens" not in shown and "path: /v1/messages" in shown
     assert 'id="network-policy-form"' not in page
+
+
+# --- a live campaign's egress narrowed or cut (issue 23, finding 5) ----------------------------------
+
+
+@pytest.mark.parametrize("status", ["running", "paused", "waiting"])
+def test_an_admin_cuts_a_live_campaigns_egress_to_nothing(running, ops_users, status):
+    """The finding: a running, paused or waiting campaign's network policy could not change at all, so an
+    admin could not cut a live agent's egress, the feature's main use."""
+    Campaign.objects.filter(pk=running.pk).update(status=status)
+    running.refresh_from_db()
+    narrowed = netpolicy.network_policy_change(user=ops_users["admin"], campaign=running,
+                                               text=change_text(network("/v1/messages")))
+    assert narrowed.policy_version == 1 and written(running).network_policies == network("/v1/messages")
+    cut = netpolicy.network_policy_change(user=ops_users["admin"], campaign=running, text="network_policies: {}")
+    assert cut.policy_version == 2 and written(running).network_policies == {}
+    entries = AuditEntry.objects.filter(action="network_policy", ok=True).order_by("id")
+    assert [e.params["policy_version"] for e in entries] == [1, 2]
+
+
+@pytest.mark.parametrize("status", ["running", "paused", "waiting"])
+def test_a_live_campaign_is_never_widened(running, ops_users, status):
+    """Widening stays where it was allowed (a campaign not yet started: submitting, submitted): once it runs,
+    a change may only take away, even within the ceiling and by an admin."""
+    Campaign.objects.filter(pk=running.pk).update(status=status)
+    running.refresh_from_db()
+    netpolicy.network_policy_change(user=ops_users["launcher"], campaign=running,
+                                    text=change_text(network("/v1/messages")))  # a launcher may narrow too
+    for user in (ops_users["launcher"], ops_users["admin"]):
+        with pytest.raises(LaunchError, match=r"only be narrowed.*/v1/messages/count_tokens"):
+            netpolicy.network_policy_change(user=user, campaign=running, text=change_text(
+                network("/v1/messages", "/v1/messages/count_tokens")))
+    assert written(running).policy_version == 1 and written(running).network_policies == network("/v1/messages")
+    refused = AuditEntry.objects.filter(action="network_policy", ok=False)
+    assert refused.count() == 2 and all("only be narrowed" in e.result for e in refused)
+
+
+def test_the_control_page_offers_a_live_campaign_the_narrowing_form(running, ops_users, client):
+    Campaign.objects.filter(pk=running.pk).update(status="running")
+    client.force_login(ops_users["admin"])
+    page = client.get(f"/ops/campaigns/{running.pk}/").content.decode()
+    assert 'id="network-policy-form"' in page and "narrow" in page.split('id="network-policy-form"', 1)[1]
+    url = f"/ops/campaigns/{running.pk}/network-policy"
+    done = client.post(url, {"network_policy": "network_policies: {}", "confirm": "on"})
+    assert done.status_code == 302 and written(running).network_policies == {}
+
+
+def test_an_unreadable_policy_in_force_lets_a_live_campaign_only_be_cut(running, ops_users):
+    """The runners may have applied a narrower version than the launch policy: with the file unreadable, the
+    policy in force is not known, so only a cut to nothing is taken as narrowing."""
+    netpolicy.network_policy_change(user=ops_users["admin"], campaign=running, text=change_text(network("/v1/messages")))
+    Campaign.objects.filter(pk=running.pk).update(status="running")
+    running.refresh_from_db()
+    Path(spool.spool_layout().network_policy_path(running.pk)).write_text('{"policy_version": 1, "network_policies": 5}')
+    with pytest.raises(LaunchError, match="only be narrowed"):
+        netpolicy.network_policy_change(user=ops_users["admin"], campaign=running,
+                                        text=change_text(network("/v1/messages")))
+    cut = netpolicy.network_policy_change(user=ops_users["admin"], campaign=running, text="network_policies: {}")
+    assert cut.policy_version == 2 and written(running).network_policies == {}

@@ -12,7 +12,7 @@ from django.utils import timezone
 from dashboards.models import ModelRequest, Task, Team
 from dashboards.ingest.orphans import FLAG, recover_killed_runners
 from dashboards.core.clusters import cluster_get_default
-from execution.spool import SpoolLayout
+from execution.spool.layout import SpoolLayout
 
 from tests.support.campaigns import make_campaign
 

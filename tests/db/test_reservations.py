@@ -170,3 +170,119 @@ def _book(user, team, fake, **fields):
 def booking_env(bootstrap, monkeypatch):
     monkeypatch.setattr("dashboards.core.realtime.queue_changed", lambda *a, **k: None)
     return FakeScheduler(queues=("agent.q", "classic.q"))
+
+
+@pytest.mark.django_db
+def test_a_team_cannot_hoard_every_seat_by_chaining_reservations(booking_env, ops_users, caps):
+    """The attack: research's launcher booked 96 of 96 seats for 48 h with two 24 h bookings 2 and 3
+    days ahead, and the admin's 1-seat booking for engineering in that window found no seats."""
+    from dashboards.core.errors import LaunchError
+    from dashboards.models import AuditEntry, Reservation, Team
+
+    research, engineering = Team.objects.get(project="research"), Team.objects.get(project="engineering")
+    launcher = ops_users["launcher"]
+    with pytest.raises(LaunchError, match=r"team research would hold 96 model API seats \(anthropic_api\) at "
+                                          r".*at most 32 at any moment \(TCO_RESERVATION_TEAM_MAX_SEATS\)"):
+        _book(launcher, research, booking_env, start=_days(2), duration_s=24 * 3600, seats=96)
+    assert booking_env.reservation_calls == [] and not Reservation.objects.exists()
+    assert not AuditEntry.objects.get(action="reservation_book").ok
+    # Within the cap, chained: one day each, 32 seats each (never more than 32 at once).
+    _book(launcher, research, booking_env, start=_days(2), duration_s=24 * 3600, seats=32)
+    _book(launcher, research, booking_env, start=_days(3), duration_s=24 * 3600, seats=32)
+    # One more seat during either of them would be 33 at once.
+    with pytest.raises(LaunchError, match="would hold 33 model API seats"):
+        _book(launcher, research, booking_env, start=_days(2.5), duration_s=3600, seats=1)
+    # And the team has its 48 h of reservations: a seat-less hour elsewhere is over the total.
+    with pytest.raises(LaunchError, match=r"49 h of reservations not yet ended.*TCO_RESERVATION_TEAM_MAX_TOTAL_S"):
+        _book(launcher, research, booking_env, start=_days(5), duration_s=3600, seats=0)
+    assert len(booking_env.reservation_calls) == 2
+    # The other team books in that window; an admin may book above a team's caps.
+    _book(ops_users["other"], engineering, booking_env, start=_days(2.5), duration_s=3600, seats=1)
+    _book(ops_users["admin"], research, booking_env, start=_days(2.5), duration_s=3600, seats=40)
+    assert Reservation.objects.count() == 4
+
+
+@pytest.mark.django_db
+def test_slots_and_lead_time_are_capped_too(booking_env, ops_users, caps):
+    from dashboards.core.errors import LaunchError
+    from dashboards.models import Team
+
+    research = Team.objects.get(project="research")
+    with pytest.raises(LaunchError, match=r"start: at most 168 h ahead \(TCO_RESERVATION_MAX_LEAD_S\)"):
+        _book(ops_users["launcher"], research, booking_env, start=_days(8), seats=1)
+    with pytest.raises(LaunchError, match=r"would hold 40 slots at .*\(TCO_RESERVATION_TEAM_MAX_SLOTS\)"):
+        _book(ops_users["launcher"], research, booking_env, queue="classic.q", slots=40, seats=0)
+    assert booking_env.reservation_calls == []
+    _book(ops_users["admin"], research, booking_env, start=_days(8), seats=1)  # admins: above the caps
+
+
+@pytest.mark.django_db
+def test_two_bookings_racing_past_the_check_leave_only_one(booking_env, ops_users, caps, monkeypatch):
+    """Two launchers of a team book 32 seats each at once: both pass the first check; the one recorded
+    second breaks the cap, so it is deleted again at the scheduler and refused."""
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.core.errors import LaunchError
+    from dashboards.models import Reservation, Team
+
+    research = Team.objects.get(project="research")
+    start = _days(1)
+    submit = booking_env.reservation_submit
+
+    def racing(spec):
+        ar = submit(spec)
+        Reservation.objects.create(cluster=cluster_get_default(), ar_id=ar + 100, team=research, name="racer",
+                                   queue="agent.q", seats=32, start_at=start, end_at=start + dt.timedelta(hours=1))
+        return ar
+
+    monkeypatch.setattr(booking_env, "reservation_submit", racing)
+    with pytest.raises(LaunchError, match="would hold 64 model API seats.*was deleted again"):
+        _book(ops_users["launcher"], research, booking_env, start=start, duration_s=3600, seats=32)
+    assert booking_env.reservation_calls[-1] == ["qrdel", "1"] and booking_env.reservations() == []
+    assert list(Reservation.objects.values_list("name", flat=True)) == ["racer"]
+
+
+@pytest.mark.django_db
+def test_the_booking_forms_fields_are_bounded_by_the_caps(booking_env, ops_users, caps):
+    from dashboards.models import Team
+    from dashboards.web.views.reservations import ReservationForm
+
+    team = Team.objects.get(project="research")
+    data = {"team": team.pk, "name": "big", "start": _days(1).strftime("%Y-%m-%dT%H:%M"), "duration_min": 60,
+            "queue": "agent.q", "slots": 1, "seats": 96}
+    form = ReservationForm(data, user=ops_users["launcher"])
+    assert not form.is_valid() and "less than or equal to 32" in form.errors["seats"][0]
+    assert 'max="32"' in str(form["seats"]) and "TCO_RESERVATION_TEAM_MAX_SEATS" in form.fields["seats"].help_text
+    assert not ReservationForm({**data, "seats": 1, "slots": 33}, user=ops_users["launcher"]).is_valid()
+    assert not ReservationForm({**data, "seats": 1, "duration_min": 24 * 60 + 1}, user=ops_users["launcher"]).is_valid()
+    assert ReservationForm({**data, "seats": 32}, user=ops_users["launcher"]).is_valid()
+    assert ReservationForm(data, user=ops_users["admin"]).is_valid()  # admins above the caps
+    assert not ReservationForm({**data, "seats": 10001}, user=ops_users["admin"]).is_valid()
+
+
+@pytest.mark.django_db
+def test_every_user_sees_which_team_holds_reserved_seats(booking_env, ops_users, caps, client):
+    """Engineering's user does not see research's reservations (names, times), but sees that team
+    Research holds 32 seats: a team booking the cluster's seats is visible to the teams it holds them from."""
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.launch.reservations import holders
+    from dashboards.models import Team
+
+    research = Team.objects.get(project="research")
+    start = _days(1)
+    _book(ops_users["launcher"], research, booking_env, name="secret-deadline", start=start, seats=32)
+    _book(ops_users["launcher"], research, booking_env, name="second", start=start + dt.timedelta(minutes=30),
+          duration_s=3600, seats=0, slots=1)
+    (held,) = holders(cluster_get_default())
+    assert (held["holder"], held["team"], held["seats_now"], held["seats_peak"], held["slots_peak"],
+            held["reservations"]) == ("research", True, 0, 32, 2, 2)
+    (held,) = holders(cluster_get_default(), now=start + dt.timedelta(minutes=40))  # inside both
+    assert (held["seats_now"], held["slots_now"]) == (32, 2)
+    client.force_login(ops_users["other"])
+    page = client.get("/").content.decode()
+    holder_table = page.split('id="reservation-holders"', 1)[1].split("</div>", 1)[0]
+    assert 'data-holder="research"' in holder_table and ">32<" in holder_table
+    assert "secret-deadline" not in page
+
+
+def _days(n: float) -> dt.datetime:
+    return (dt.datetime.now(UTC) + dt.timedelta(days=n)).replace(microsecond=0)

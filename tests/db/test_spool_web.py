@@ -15,7 +15,8 @@ from dashboards.launch.service import launch as launch_service
 from dashboards.core.roles import membership_set
 from dashboards.models import AgentDefinition, Campaign, Task, Team
 from dashboards.core.stages import quantile
-from execution.spool import RunnerSpec, SpoolLayout
+from execution.spool.layout import SpoolLayout
+from execution.spool.spec import RunnerSpec
 
 pytestmark = pytest.mark.django_db
 

@@ -30,7 +30,7 @@ def test_the_review_campaign_is_chained_and_sandboxed(bootstrap, django_user_mod
     from dashboards.models import ModelEndpoint, PolicyCeiling, Team
     from dashboards.launch.submit import campaign_job_spec
     from demo.sweep import review_policy, sweep_review_launch, sweep_submit
-    from execution.sandbox.policy import load_policy
+    from execution.sandbox.policy.load import load_policy
     from schedulers.fake import FakeScheduler
     from schedulers.gridengine.native_spec import native_specification
 
@@ -76,7 +76,7 @@ def test_a_teams_review_agents_may_not_read_another_teams_sweeps(bootstrap, djan
     from dashboards.core.errors import LaunchError
     from dashboards.models import PolicyCeiling, Team
     from demo.sweep import sweep_review_launch, sweep_submit
-    from execution.sandbox.policy import load_policy
+    from execution.sandbox.policy.load import load_policy
     from schedulers.fake import FakeScheduler
 
     bootstrap.STATE_DIR = state_outside_tmp

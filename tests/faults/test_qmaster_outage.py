@@ -29,7 +29,8 @@ from django.utils import timezone
 from dashboards.core import health
 from dashboards.models import Campaign, Task, TaskEvent, Team
 from dashboards.core.clusters import cluster_get_default
-from execution.spool import RunnerRecord, SpoolLayout
+from execution.spool.layout import SpoolLayout
+from execution.spool.record import RunnerRecord
 from tests.support.campaigns import make_campaign
 
 from .services import poll_cycle, qmaster_start, qmaster_stop, submit_as_tco, wait_for
@@ -56,7 +57,7 @@ def execd_pids() -> list[int]:
 
 
 def write_runner_record(layout: SpoolLayout, task: Task) -> dt.datetime:
-    """The record the runner writes at its end (execution/runner.py), for a task that ran SLEEP_S seconds."""
+    """The record the runner writes at its end (execution/runner/), for a task that ran SLEEP_S seconds."""
     start = task.started_at
     at = lambda s: (start + dt.timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: E731
     end = start + dt.timedelta(seconds=SLEEP_S + 0.2)

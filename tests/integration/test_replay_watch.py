@@ -16,8 +16,9 @@ from __future__ import annotations
 import pytest
 
 from dashboards.models import Campaign, Task
-from demo.replay import ReplayOptions, replay
-from demo.watch import GONE, STARTED
+from demo.replay.main import replay
+from demo.replay.options import ReplayOptions
+from demo.watch.lags import GONE, STARTED
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from execution.sandbox.bwrap import SandboxConfigError, SandboxPlan, build_argv
-from execution.sandbox.policy import load_policy
+from execution.sandbox.bwrap import SandboxConfigError, build_argv
+from execution.sandbox.plan import MAX_PROCESSES, TMPFS_BYTES, HiddenPaths, SandboxFds, SandboxLimits, SandboxPlan
+from execution.sandbox.policy.load import load_policy
 
 WORK = "/spool/work/7/3"
 SOCK = "/tmp/tco-runner-1-0/sock"
@@ -49,14 +50,14 @@ class FakeFS:
         return path
 
 
-def plan_for(policy_text: str, **overrides) -> SandboxPlan:
-    fields = dict(policy=load_policy(policy_text), workdir=WORK, socket_dir=SOCK,
-                  agent_argv=["/usr/bin/python3", "agent.py"], env={"HOME": "/sandbox", "PATH": "/usr/bin"},
-                  masks=["/spool", "/secrets.json", "/tmp/tco-runner-1-0"], interpreter="/usr/bin/python3",
-                  status_fd=5, json_status_fd=6, stdout_fd=7, stderr_fd=8, data_fds={"/etc/passwd": 9},
-                  watch_fd=10)
-    fields.update(overrides)
-    return SandboxPlan(**fields)
+def plan_for(policy_text: str, *, masks=("/spool", "/secrets.json", "/tmp/tco-runner-1-0"), state=(), shared=(),
+             tmpfs_bytes=TMPFS_BYTES, max_processes=MAX_PROCESSES) -> SandboxPlan:
+    return SandboxPlan(policy=load_policy(policy_text), workdir=WORK, socket_dir=SOCK,
+                       agent_argv=["/usr/bin/python3", "agent.py"], env={"HOME": "/sandbox", "PATH": "/usr/bin"},
+                       interpreter="/usr/bin/python3",
+                       fds=SandboxFds(status=5, json_status=6, stdout=7, stderr=8, data={"/etc/passwd": 9}, watch=10),
+                       hidden=HiddenPaths(masks=tuple(masks), state=tuple(state), shared=tuple(shared)),
+                       limits=SandboxLimits(tmpfs_bytes=tmpfs_bytes, max_processes=max_processes))
 
 
 def argv_for(policy_text: str, **overrides) -> list[str]:
@@ -295,7 +296,7 @@ def test_shared_memory_and_lock_directories_are_always_the_sandboxs_own(listed):
                 if b[1] == listed or b[0] in ("/dev/shm", "/run/lock", "/run", "/tmp")]
     # a fresh tmpfs of the plan's size: --size comes right before its --tmpfs
     at = argv.index(listed, argv.index("--tmpfs") - 1)
-    assert argv[at - 3:at] == ["--size", str(plan_for(SYSTEM).tmpfs_bytes), "--tmpfs"]
+    assert argv[at - 3:at] == ["--size", str(plan_for(SYSTEM).limits.tmpfs_bytes), "--tmpfs"]
 
 
 def test_tmpfs_size_and_process_limit_come_from_the_plan():
@@ -371,7 +372,7 @@ def test_every_path_refusal_is_also_what_the_argv_builder_raises():
 
 
 def test_mountinfo_aliases_are_found():
-    from execution.sandbox.checks import HostFS
+    from execution.sandbox.paths import HostFS
 
     class Mounts(HostFS):
         def mounts(self):
@@ -382,8 +383,8 @@ def test_mountinfo_aliases_are_found():
     assert fs.mount_aliases("/srv/data/state/secret_key") == ["/mnt/data/state/secret_key",
                                                               "/opt/state dir/secret_key"]
     assert fs.mount_aliases("/mnt/other/x") == []
-    from execution.sandbox.checks import _unescape_mountinfo
-    assert _unescape_mountinfo("/opt/state\\040dir\\134x") == "/opt/state dir\\x"
+    from execution.sandbox.paths import unescape_mountinfo
+    assert unescape_mountinfo("/opt/state\\040dir\\134x") == "/opt/state dir\\x"
     assert any(point == "/" for _, _, point in HostFS().mounts())  # this host's own mountinfo
 
 

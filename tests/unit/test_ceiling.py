@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from execution.sandbox.ceiling import narrowing_problems, path_within
-from execution.sandbox.policy import load_policy
+from execution.sandbox.policy.load import load_policy
 
 CEILING = """
 version: 1

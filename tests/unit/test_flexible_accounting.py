@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 
-from execution.metering.usage import append_usage_file
+from execution.metering.usage_file import append_usage_file
 from execution.usage_epilog import append
 from schedulers.gridengine.parsers.accounting import parse_line, read_accounting, usage_group_values
 from tests.support.ocs914 import captured_records, job17_line, with_tco_group

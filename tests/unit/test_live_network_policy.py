@@ -3,7 +3,7 @@
 The metering proxy runs against the stand-in model on loopback (a real aiohttp
 upstream started here); its endpoints are swapped while it runs. The runner's
 re-check (execution/sandbox/live_network.py) and the spool's network policy
-file (execution/spool.py) are checked with the policies written out here.
+file (execution/spool/network.py) are checked with the policies written out here.
 """
 from __future__ import annotations
 
@@ -16,10 +16,15 @@ import aiohttp
 import pytest
 
 from demo.demo_model import StandInConfig, start_stand_in
-from execution.metering.proxy import Endpoint, MeteringProxy, RegisteredEndpoint, Rule, start_proxy
+from execution.metering.endpoints import Endpoint, RegisteredEndpoint, Rule
+from execution.metering.proxy import MeteringProxy
+from execution.metering.proxy_spec import ProxySpec
+from execution.metering.proxy_thread import start_proxy
 from execution.sandbox.live_network import network_problems, with_network
-from execution.sandbox.policy import PolicyError, load_policy
-from execution.spool import NetworkPolicyFile, NetworkPolicyFileError, SpoolLayout
+from execution.sandbox.policy.load import load_policy
+from execution.sandbox.policy.model import PolicyError
+from execution.spool.layout import SpoolLayout
+from execution.spool.network import NetworkPolicyFile, NetworkPolicyFileError
 
 KEY = "sk-stand-in-live-network"
 MESSAGES = (Rule("POST", "/v1/messages"),)
@@ -39,8 +44,8 @@ async def proxy_on_stand_in(tmp: Path, rules_of, **stand_in):
     registered = [RegisteredEndpoint("stand-in", "anthropic", "http", "127.0.0.1", port, ("/v1/messages",),
                                      "anthropic"),
                   RegisteredEndpoint("stand-in-chat", "openai", "http", "127.0.0.1", port, ("/v1/chat",), "openai")]
-    proxy = MeteringProxy(rules_of(port), {"anthropic": f"file:{tmp / 'key'}", "openai": f"file:{tmp / 'key'}"},
-                          registered=registered)
+    proxy = MeteringProxy(ProxySpec(rules_of(port), {"anthropic": f"file:{tmp / 'key'}",
+                                                     "openai": f"file:{tmp / 'key'}"}, registered=registered))
     await proxy.start(tmp / "p.sock")
     session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(str(tmp / "p.sock")))
     try:
@@ -117,7 +122,7 @@ def test_the_threaded_handle_swaps_the_rules(tmp_path):
 
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    handle = start_proxy(tmp_path / "h.sock", model_api(port, MESSAGES), {}, policy_version=3)
+    handle = start_proxy(tmp_path / "h.sock", ProxySpec(model_api(port, MESSAGES), {}, policy_version=3))
     try:
         async def ask() -> int:
             async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(str(tmp_path / "h.sock"))) as s:

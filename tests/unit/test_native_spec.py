@@ -59,9 +59,10 @@ def engine() -> GridEngine:
 def drmaa_spy(monkeypatch):
     calls = []
 
-    def fake_run_bulk(**kwargs):
-        calls.append(kwargs)
-        return 123, list(range(1, kwargs["count"] + 1))
+    def fake_run_bulk(spec, native_specification, **session):
+        calls.append({**drmaa_session.template_attributes(spec, native_specification), "count": spec.count,
+                      "hold": spec.hold})
+        return 123, list(range(1, spec.count + 1))
 
     def no_session(**_kwargs):
         raise AssertionError("the DRMAA session must not be touched")
@@ -92,19 +93,19 @@ def test_it_submits_through_run_bulk_with_drmaa_attributes(engine, drmaa_spy):
     assert (job_number, tasks) == (123, [1, 2, 3, 4, 5])
     (call,) = drmaa_spy
     assert call["count"] == 5
-    assert call["job_name"] == "campaign-42"
-    assert call["output_path"] == ":/srv/tco/spool/logs/42.$TASK_ID.out"
-    assert call["error_path"] == ":/srv/tco/spool/logs/42.$TASK_ID.err"
-    assert call["environment"] == {"TCO_CAMPAIGN_ID": "42", "TCO_SPOOL_DIR": "/srv/tco/spool"}
+    assert call["jobName"] == "campaign-42"
+    assert call["outputPath"] == ":/srv/tco/spool/logs/42.$TASK_ID.out"
+    assert call["errorPath"] == ":/srv/tco/spool/logs/42.$TASK_ID.err"
+    assert call["jobEnvironment"] == {"TCO_CAMPAIGN_ID": "42", "TCO_SPOOL_DIR": "/srv/tco/spool"}
     assert call["hold"] is True
-    assert call["native_specification"].startswith("-q agent.q -P research")
+    assert call["nativeSpecification"].startswith("-q agent.q -P research")
 
 
 def test_it_accepts_string_resource_values_and_priority_bounds(engine, drmaa_spy):
     engine.submit_array(make_spec(resources={"anthropic_api": "2"}, priority=1024))
     engine.submit_array(make_spec(resources={}, priority=-1023, count=75_000))
     assert len(drmaa_spy) == 2
-    assert "-l" not in drmaa_spy[1]["native_specification"].split()
+    assert "-l" not in drmaa_spy[1]["nativeSpecification"].split()
 
 
 # --------------------------------------------------------------------------- rejections

@@ -1,9 +1,11 @@
-"""The sandbox policy loader: OpenShell's schema, strictly (execution/sandbox/policy.py)."""
+"""The sandbox policy loader: OpenShell's schema, strictly (execution/sandbox/policy/)."""
 from __future__ import annotations
 
 import pytest
 
-from execution.sandbox.policy import PolicyError, load_policy, validate_policy
+from execution.sandbox.policy.load import load_policy
+from execution.sandbox.policy.model import PolicyError
+from execution.sandbox.policy.validate import validate_policy
 
 DESIGN_EXAMPLE = """\
 version: 1
@@ -280,7 +282,7 @@ def test_the_proxy_gets_reachable_endpoints_with_ports_and_presets_expanded():
 
 def test_the_proxy_policy_is_accepted_by_the_metering_proxy():
     pytest.importorskip("aiohttp")
-    from execution.metering.proxy import endpoints_from_policy
+    from execution.metering.endpoints import endpoints_from_policy
 
     (endpoint,) = endpoints_from_policy(load_policy(DESIGN_EXAMPLE).proxy_policy())
     assert (endpoint.host, endpoint.port, endpoint.credential) == ("api.anthropic.com", 443, "anthropic")

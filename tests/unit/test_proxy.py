@@ -21,11 +21,16 @@ import yaml
 from yarl import URL
 
 from demo.demo_model import StandInConfig, reply_text, start_stand_in
+from execution.metering.caps import Caps, FileCampaignCounter
+from execution.metering.credentials import CredentialResolver
+from execution.metering.endpoints import (Endpoint, Limits, RegisteredEndpoint, Rule, endpoints_from_policy,
+                                          registered_endpoints)
 from execution.metering.prices import PriceTable
-from execution.metering.proxy import (Caps, CredentialResolver, Endpoint, FileCampaignCounter, Limits, MeteringProxy,
-                                      RegisteredEndpoint, Rule, endpoints_from_policy, registered_endpoints,
-                                      start_proxy)
-from execution.metering.usage import SSEDecoder, usage_file_lines
+from execution.metering.proxy import MeteringProxy
+from execution.metering.proxy_spec import ProxySpec
+from execution.metering.proxy_thread import start_proxy
+from execution.metering.sse import SSEDecoder
+from execution.metering.usage_file import usage_file_lines
 
 KEY = "sk-stand-in-0123456789abcdef"
 CASES = Path(__file__).resolve().parent.parent / "fixtures" / "cases"
@@ -111,9 +116,9 @@ async def stack(tmp: Path, caps: Caps | None = None, prices: PriceTable | None =
     key_file.write_text(KEY + "\n")
     runner, model, port = await start_stand_in(StandInConfig(api_key=KEY, **stand_in))
     creds = credentials or {"anthropic": f"file:{key_file}", "openai": f"file:{key_file}"}
-    proxy = MeteringProxy(policy_endpoints(port) if policy_endpoints else endpoints(port), creds, caps,
-                          prices=prices, registered=registered(port) if registrations is None else registrations(port),
-                          limits=limits)
+    proxy = MeteringProxy(ProxySpec(policy_endpoints(port) if policy_endpoints else endpoints(port), creds, caps,
+                                    prices=prices, limits=limits,
+                                    registered=registered(port) if registrations is None else registrations(port)))
     await proxy.start(tmp / sock_name)
     session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(str(tmp / sock_name)))
     try:
@@ -429,8 +434,8 @@ def test_unreachable_upstream_is_a_502_and_counted(tmp_path):
         await closed.wait_closed()
         key = tmp_path / "k"
         key.write_text(KEY)
-        proxy = MeteringProxy([Endpoint("model_api", "127.0.0.1", port, (Rule("POST", "/v1/messages"),),
-                                        credential="anthropic")], {"anthropic": f"file:{key}"}, prices=PRICES)
+        proxy = MeteringProxy(ProxySpec([Endpoint("model_api", "127.0.0.1", port, (Rule("POST", "/v1/messages"),),
+                                                  credential="anthropic")], {"anthropic": f"file:{key}"}, prices=PRICES))
         await proxy.start(tmp_path / "p.sock")
         try:
             async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(str(tmp_path / "p.sock"))) as session:
@@ -563,9 +568,9 @@ def test_campaign_cap_is_shared_through_the_counter_file(tmp_path):
 
 def test_a_cost_cap_without_prices_is_a_configuration_error():
     with pytest.raises(ValueError):
-        MeteringProxy([], {}, Caps(task_cost_usd=Decimal(1)), prices=None)
+        ProxySpec([], {}, Caps(task_cost_usd=Decimal(1)), prices=None)
     with pytest.raises(ValueError):
-        MeteringProxy([], {}, Caps(campaign_tokens=5), prices=None)
+        ProxySpec([], {}, Caps(campaign_tokens=5), prices=None)
 
 
 # ------------------------------------------- totals equal what the model served
@@ -654,9 +659,9 @@ def test_start_proxy_runs_in_a_thread_and_feeds_the_usage_file(tmp_path):
     async def body():
         runner, model, port = await start_stand_in(StandInConfig(api_key=KEY, script="review"))
         try:
-            handle = start_proxy(tmp_path / "proxy.sock", yaml.safe_load(POLICY.format(port=port)),
-                                 {"anthropic": f"file:{key_file}"}, prices=PRICES, record_path=records_path,
-                                 registered=registered(port))
+            spec = ProxySpec(endpoints_from_policy(yaml.safe_load(POLICY.format(port=port))),
+                             {"anthropic": f"file:{key_file}"}, prices=PRICES, registered=registered(port))
+            handle = start_proxy(tmp_path / "proxy.sock", spec, record_path=records_path)
             async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(handle.socket_path)) as session:
                 verdicts = []
                 for output in ("loss went down, run finished", "loss diverged at step 40", "the run CRASHED"):
@@ -674,7 +679,7 @@ def test_start_proxy_runs_in_a_thread_and_feeds_the_usage_file(tmp_path):
     assert len(lines) == 3 and all(json.loads(line)["status"] == 200 for line in lines)
     usage_file = tmp_path / "usage"
     usage_file.write_text("wallclock=3.0\n")
-    from execution.metering.usage import append_usage_file
+    from execution.metering.usage_file import append_usage_file
     append_usage_file(usage_file, totals)
     values = dict(line.split("=", 1) for line in usage_file.read_text().splitlines())
     assert values["tco_requests"] == "3"
@@ -820,7 +825,7 @@ async def _outcome(reader: asyncio.StreamReader, proxy: MeteringProxy, held_byte
     """What became of a connection that sent part of a body: "held" (the proxy buffers it),
     or the start of the proxy's answer ("closed" if it just closed)."""
     while True:
-        if proxy._buffered >= held_bytes:
+        if proxy.buffered >= held_bytes:
             return "held"
         try:
             data = await asyncio.wait_for(reader.read(12), 0.05)
@@ -898,8 +903,8 @@ def test_issue11_twenty_thousand_refused_requests_stay_within_the_record_caps(tm
     async def body():
         runner, model, port = await start_stand_in(StandInConfig(api_key=KEY))
         try:
-            handle = start_proxy(tmp_path / "proxy.sock", yaml.safe_load(POLICY.format(port=port)), {},
-                                 record_path=records_path, limits=limits)
+            spec = ProxySpec(endpoints_from_policy(yaml.safe_load(POLICY.format(port=port))), {}, limits=limits)
+            handle = start_proxy(tmp_path / "proxy.sock", spec, record_path=records_path)
 
             async def burst():
                 reader, writer = await asyncio.open_unix_connection(handle.socket_path)

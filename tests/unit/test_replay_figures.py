@@ -1,4 +1,4 @@
-"""The seed replay's pure figures (demo/replay.py): work distribution, running counts, goals."""
+"""The seed replay's pure figures (demo/replay/): work distribution, running counts, goals."""
 from __future__ import annotations
 
 import datetime as dt
@@ -7,7 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from demo.replay import ARTICLE, goals, running_over_time, work_durations
+from demo.replay.figures import running_over_time
+from demo.replay.options import ARTICLE, work_durations
+from demo.replay.report import goals
 
 T0 = dt.datetime(2026, 11, 9, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -49,7 +51,7 @@ def test_goals_say_what_was_missed_and_by_how_much():
 def test_submit_here_waits_for_the_submit_worker_when_it_claimed_the_campaign_first(monkeypatch):
     """Beside make demo's submit worker, campaign_submit here can find the campaign claimed: its
     job number then comes from the worker (read again), not None (run 2 crashed on that)."""
-    import demo.replay as replay
+    from demo.replay import waiting
 
     rows = {1: SimpleNamespace(pk=1, job_number=None)}
     reads = []
@@ -62,20 +64,20 @@ def test_submit_here_waits_for_the_submit_worker_when_it_claimed_the_campaign_fi
                 rows[pk] = SimpleNamespace(pk=pk, job_number=4711)
             return rows[pk]
 
-    monkeypatch.setattr(replay, "campaign_submit", lambda campaign_id: SimpleNamespace(pk=campaign_id, job_number=None))
-    monkeypatch.setattr(replay, "Campaign", SimpleNamespace(objects=Objects))
-    monkeypatch.setattr(replay.time, "sleep", lambda s: None)
-    assert [c.job_number for c in replay._submitted([rows[1]], submit_here=True)] == [4711]
+    monkeypatch.setattr(waiting, "campaign_submit", lambda campaign_id: SimpleNamespace(pk=campaign_id, job_number=None))
+    monkeypatch.setattr(waiting, "Campaign", SimpleNamespace(objects=Objects))
+    monkeypatch.setattr(waiting.time, "sleep", lambda s: None)
+    assert [c.job_number for c in waiting.submitted([rows[1]], submit_here=True)] == [4711]
     # Submitted here: no waiting.
-    monkeypatch.setattr(replay, "campaign_submit", lambda campaign_id: SimpleNamespace(pk=campaign_id, job_number=99))
+    monkeypatch.setattr(waiting, "campaign_submit", lambda campaign_id: SimpleNamespace(pk=campaign_id, job_number=99))
     reads.clear()
-    assert [c.job_number for c in replay._submitted([rows[1]], submit_here=True)] == [99] and reads == []
+    assert [c.job_number for c in waiting.submitted([rows[1]], submit_here=True)] == [99] and reads == []
 
 
 def test_the_urgent_wait_is_measured_from_the_drmaa_return_the_whole_second_time_bounds_it():
     """The dev cluster's run: DRMAA returned 20:47:12.954419, the runner started 20:47:14.132030, the
     scheduler's submission time says 20:47:12 (whole seconds): 1.177611 s, at most 2.132030 s."""
-    from demo.replay import urgent_wait
+    from demo.replay.figures import urgent_wait
 
     day = dt.datetime(2026, 12, 1, 20, 47, tzinfo=dt.timezone.utc)
     campaign = SimpleNamespace(submitted_at=day.replace(second=12, microsecond=954419))

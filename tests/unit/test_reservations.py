@@ -232,3 +232,15 @@ def test_triage_groups_jobs_waiting_on_a_reservation():
     rr = _group_of(job("slots on sge-exec3 are reserved for job 123 (-R y), which needs 2 slots"), None)
     assert rr["key"] == "reservation:job123" and "job 123 (-R y)" in rr["label"]
     assert "reservation" in GROUP_ACTIONS
+
+
+# --------------------------------------------------------------------------- a team's caps (issue 23, finding 2)
+
+@pytest.fixture
+def caps(settings):
+    settings.TCO_RESERVATION_MAX_S = 24 * 3600
+    settings.TCO_RESERVATION_TEAM_MAX_SEATS = 32
+    settings.TCO_RESERVATION_TEAM_MAX_SLOTS = 32
+    settings.TCO_RESERVATION_TEAM_MAX_TOTAL_S = 48 * 3600
+    settings.TCO_RESERVATION_MAX_LEAD_S = 7 * 24 * 3600
+    return settings

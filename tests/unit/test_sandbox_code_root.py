@@ -4,7 +4,7 @@
 wider than allowed: filesystem_policy.read_only: /tmp/x/demo is inside /tmp ...": the demo agent's
 policy lists tco's own demo/ and venv read-only, and the check refuses every path inside the host's
 /tmp (other tasks' scratch space). Read-only paths inside tco's own code directory
-(execution.sandbox.checks.CODE_ROOT) are let through that one rule; everything else still applies.
+(execution.sandbox.paths.CODE_ROOT) are let through that one rule; everything else still applies.
 """
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from execution.sandbox.bwrap import SandboxConfigError, SandboxPlan, build_argv
-from execution.sandbox.checks import CODE_ROOT, refusals
-from execution.sandbox.policy import load_policy
+from execution.sandbox.bwrap import SandboxConfigError, build_argv
+from execution.sandbox.checks import refusals
+from execution.sandbox.paths import CODE_ROOT
+from execution.sandbox.plan import HiddenPaths, SandboxFds, SandboxPlan
+from execution.sandbox.policy.load import load_policy
 
 X = "/tmp/x"  # the clone
 
@@ -62,9 +64,9 @@ def plan_for(policy_text: str, code_root: str = X) -> SandboxPlan:
     return SandboxPlan(policy=load_policy(policy_text), workdir=f"{X}/var/spool/work",
                        socket_dir="/tmp/7.1.agent.q/tco-runner-1-0",
                        agent_argv=[f"{X}/.venv/bin/python", "-m", "demo.demo_agent"], env={},
-                       masks=MASKS, state=[f"{X}/var"],
-                       shared=[f"{X}/var/sweeps"], interpreter=f"{X}/.venv/bin/python", status_fd=3,
-                       json_status_fd=4, stdout_fd=5, stderr_fd=6, code_root=code_root)
+                       interpreter=f"{X}/.venv/bin/python", fds=SandboxFds(status=3, json_status=4, stdout=5, stderr=6),
+                       hidden=HiddenPaths(masks=tuple(MASKS), state=(f"{X}/var",), shared=(f"{X}/var/sweeps",)),
+                       code_root=code_root)
 
 
 def pairs(argv: list[str], flag: str) -> list[tuple[str, ...]]:
@@ -90,7 +92,7 @@ def demo_policy(*extra_read_only: str, read_write: str = "/sandbox, /tmp") -> st
             f"  read_write: [{read_write}]\n")
 
 
-#: What the runner of task 1 of job 7 masks at run time (execution.runner.Runner._sandbox_paths): the
+#: What the runner of task 1 of job 7 masks at run time (execution.runner.task.sandbox_paths): the
 #: spool, its private directory, Grid Engine's TMPDIR for the task and /tmp, which holds every job's.
 MASKS = [f"{X}/var/spool", "/tmp/7.1.agent.q/tco-runner-1-0", "/tmp/7.1.agent.q", "/tmp"]
 
@@ -157,24 +159,27 @@ def test_the_code_root_is_this_repository():
 
 PROBE = r"""
 import json, os, sys
-from execution.runner import Runner, default_policy
-from execution.sandbox.checks import CODE_ROOT, refusals
-from execution.sandbox.bwrap import SandboxPlan, build_argv
-from execution.sandbox.policy import load_policy
+from execution.runner.config import default_policy
+from execution.runner.task import sandbox_paths
+from execution.sandbox.bwrap import build_argv
+from execution.sandbox.checks import refusals
+from execution.sandbox.paths import CODE_ROOT
+from execution.sandbox.plan import HiddenPaths, SandboxFds, SandboxPlan
+from execution.sandbox.policy.load import load_policy
 state = os.path.join(CODE_ROOT, "var")
 # The runner's own masks for task 1 of job 7 with Grid Engine's TMPDIR (/tmp/7.1.agent.q, so /tmp too).
-runner = Runner({"JOB_ID": "7", "TMPDIR": "/tmp/7.1.agent.q", "TCO_SANDBOX_MASK": state,
-                 "TCO_SANDBOX_SHARED": os.path.join(state, "sweeps")})
-runner.spool = os.path.join(state, "spool")
-paths = runner._sandbox_paths()
+spool = os.path.join(state, "spool")
+paths = sandbox_paths({"JOB_ID": "7", "TMPDIR": "/tmp/7.1.agent.q", "TCO_SANDBOX_MASK": state,
+                       "TCO_SANDBOX_SHARED": os.path.join(state, "sweeps")}, spool)
 policy = default_policy()
 reasons = refusals(policy, masked_paths=paths["masked"], state_paths=paths["state"], shared_paths=paths["shared"],
                    interpreter=sys.executable)
 argv = []
 if not reasons:
-    plan = SandboxPlan(policy=load_policy(policy), workdir=runner.spool, socket_dir=runner.spool, agent_argv=["true"],
-                       env={}, masks=paths["masked"], interpreter=sys.executable, status_fd=3, json_status_fd=4,
-                       stdout_fd=5, stderr_fd=6, state=paths["state"], shared=paths["shared"])
+    plan = SandboxPlan(policy=load_policy(policy), workdir=spool, socket_dir=spool, agent_argv=["true"], env={},
+                       interpreter=sys.executable, fds=SandboxFds(status=3, json_status=4, stdout=5, stderr=6),
+                       hidden=HiddenPaths(masks=tuple(paths["masked"]), state=tuple(paths["state"]),
+                                          shared=tuple(paths["shared"])))
     argv = build_argv(plan)
 print(json.dumps({"code_root": CODE_ROOT, "masked": paths["masked"], "read_only": policy["filesystem_policy"]["read_only"],
                   "reasons": reasons, "argv": argv}))

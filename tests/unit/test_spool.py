@@ -1,4 +1,4 @@
-"""The spool contract (execution/spool.py): layout, versioned spec and record, atomic writes, streamed JSON lines."""
+"""The spool contract (execution/spool/): layout, versioned spec and record, atomic writes, streamed JSON lines."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,14 @@ from decimal import Decimal
 
 import pytest
 
-from execution import spool
-from execution.spool import (RECORD_VERSION, SPEC_VERSION, ModelEndpoint, RecordError, RecordVersionError,
-                             RunnerRecord, RunnerSpec, SpecError, SpoolError, SpoolLayout, iter_json_lines,
-                             write_atomic)
+from execution.spool import contract as spool
+from execution.spool.files import JsonLinesStats
+from execution.spool.contract import (RECORD_VERSION, SPEC_VERSION, RecordError, RecordVersionError, SpecError,
+                                      SpoolError)
+from execution.spool.files import iter_json_lines, write_atomic
+from execution.spool.layout import SpoolLayout
+from execution.spool.record import RunnerRecord
+from execution.spool.spec import ModelEndpoint, RunnerSpec
 
 ENDPOINT = {"name": "stand-in", "provider": "anthropic", "scheme": "http", "host": "127.0.0.1", "port": 8123,
             "path_prefixes": ["/v1/messages"], "credential_name": "demo-stand-in"}
@@ -103,7 +107,7 @@ def test_stage_names_and_token_buckets_are_the_contracts():
 
 
 def test_the_contract_imports_no_django():
-    code = "import sys, execution.spool, execution.runner; print(sorted(m for m in sys.modules if m.split('.')[0] " \
+    code = "import sys, execution.spool.record, execution.spool.spec, execution.runner.main; print(sorted(m for m in sys.modules if m.split('.')[0] " \
            "in ('django', 'dashboards', 'celery')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "DJANGO_SETTINGS_MODULE": ""})
@@ -269,7 +273,7 @@ def test_json_lines_read_in_small_chunks_equal_a_whole_read(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(i) + ("\n\n" if i["n"] % 10 == 0 else "\n") for i in items).rstrip("\n"))
     for chunk in (1, 7, 64, 1 << 16):
-        stats = spool.JsonLinesStats()
+        stats = JsonLinesStats()
         assert list(iter_json_lines(path, chunk_bytes=chunk, stats=stats)) == items
         assert (stats.lines, stats.too_long, stats.bytes_read) == (200, 0, path.stat().st_size)
 
@@ -278,7 +282,7 @@ def test_a_line_over_the_limit_is_skipped_and_counted_not_kept(tmp_path):
     path = tmp_path / "r.jsonl"
     long_line = json.dumps({"pad": "y" * 5000})
     path.write_text("\n".join([json.dumps({"n": 1}), long_line, json.dumps({"n": 2}), long_line]))
-    stats = spool.JsonLinesStats()
+    stats = JsonLinesStats()
     assert list(iter_json_lines(path, max_line_bytes=1000, chunk_bytes=256, stats=stats)) == [{"n": 1}, {"n": 2}]
     assert (stats.lines, stats.too_long) == (2, 2)
 

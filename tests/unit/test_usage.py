@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from execution.metering.prices import PriceTable
-from execution.metering.usage import (SSEDecoder, StreamUsageReader, Usage, append_usage_file, detect_api,
-                                   estimate_request_input_tokens, usage_file_lines, usage_from_json,
-                                   usage_from_sse, usage_from_usage_object)
+from execution.metering.sse import SSEDecoder
+from execution.metering.usage import Usage, detect_api, estimate_request_input_tokens, usage_from_usage_object
+from execution.metering.usage_file import append_usage_file, usage_file_lines
+from execution.metering.usage_readers import StreamUsageReader, usage_from_json, usage_from_sse
 
 CASES = Path(__file__).resolve().parent.parent / "fixtures" / "cases"
 BUG11 = CASES / "BUG-11_openai_usage_chunk"

@@ -1,7 +1,7 @@
 """The flexible-accounting epilog (OCS/GCS 9), at the file level: numeric tco_ lines only, appended."""
 from __future__ import annotations
 
-from execution.metering.usage import append_usage_file
+from execution.metering.usage_file import append_usage_file
 from execution.usage_epilog import append
 
 

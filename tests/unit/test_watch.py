@@ -1,4 +1,4 @@
-"""The live-lag and scoping arithmetic of the seed replay's watchers (demo/watch.py; issue 15 items 4, 5).
+"""The live-lag and scoping arithmetic of the seed replay's watchers (demo/watch/; issue 15 items 4, 5).
 
 Every expected value below is worked out by hand from the synthetic timestamps.
 """
@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from demo.watch import (GONE, LAG_PARTS, STARTED, Client, Sightings, count_lags, lag_breakdown, lag_summary,
-                        percentile, pooled_breakdown, scope_check, shown_changes, task_lags)
+from demo.watch.browsers import Client
+from demo.watch.lags import (GONE, LAG_PARTS, STARTED, Sightings, count_lags, lag_breakdown, lag_summary, percentile,
+                             scope_check, shown_changes, task_lags)
+from demo.watch.report import pooled_breakdown
 
 
 def test_percentile_is_the_nearest_rank():

@@ -1,6 +1,7 @@
 """Bills for team leads: per period and grouping, as a page and as CSV."""
 from __future__ import annotations
 
+import datetime as dt
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -8,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from dashboards.billing import bills, budgets, periods
+from dashboards.billing import bills, budgets, focus, periods
 from dashboards.core import csv_export, errors
 from dashboards.core.roles import user_can
 from dashboards.models import Budget, Campaign
@@ -96,6 +97,12 @@ def bills_page(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboards/bills.html", context)
 
 
+def _bad_request(form: BillForm) -> HttpResponse:
+    """400 with the form's errors as text (the CSV downloads have no page to show them on)."""
+    return HttpResponse("bad bill request: " + "; ".join(
+        f"{k}: {' '.join(v)}" for k, v in form.errors.items()), status=400, content_type="text/plain")
+
+
 @login_required
 def bills_csv(request: HttpRequest) -> HttpResponse:
     """The CSV of the view the page shows (same query): the bill's rows, or with ``view=tasks``
@@ -104,8 +111,7 @@ def bills_csv(request: HttpRequest) -> HttpResponse:
         return refused(request, "Bills are for team leads (and admins).")
     form = BillForm.from_query(request.GET, user=request.user)
     if not form.is_valid():
-        return HttpResponse("bad bill request: " + "; ".join(
-            f"{k}: {' '.join(v)}" for k, v in form.errors.items()), status=400, content_type="text/plain")
+        return _bad_request(form)
     try:
         result = _bill(form)
     except errors.BillError as exc:
@@ -125,3 +131,23 @@ def bills_csv(request: HttpRequest) -> HttpResponse:
                 f"-{result['last'].isoformat()}.csv")
     header, *rows = bills.bill_csv_rows(result)
     return csv_export.csv_response(filename, header, rows)
+
+
+@login_required
+def bills_focus(request: HttpRequest) -> HttpResponse:
+    """The FOCUS 1.2 CSV (``billing.focus``) of the page's teams and days, widened to whole periods
+    as the bill is: the same totals as the bill above it (its filters narrow the page, not the file)."""
+    if not user_can(request.user, "bill"):
+        return refused(request, "Bills are for team leads (and admins).")
+    form = BillForm.from_query(request.GET, user=request.user)
+    if not form.is_valid():
+        return _bad_request(form)
+    data = form.cleaned_data
+    first = periods.period_start(data["first"], data["period"])
+    last = periods.next_period_start(periods.period_start(data["last"], data["period"]), data["period"])
+    try:
+        span = focus.window(first=first, last=last - dt.timedelta(days=1))
+    except errors.BillError as exc:
+        return HttpResponse(f"bad bill request: {exc}", status=400, content_type="text/plain")
+    header, *rows = focus.focus_csv_rows(focus.focus_rows(teams=form.teams(), window=span))
+    return csv_export.csv_response(focus.focus_filename(span), header, rows)

@@ -11,7 +11,7 @@ from dashboards.core import limits
 from dashboards.core.errors import Refused
 from dashboards.core.roles import user_can
 from dashboards.launch import forecast as launch_forecast
-from dashboards.launch import inputs, service
+from dashboards.launch import service
 from dashboards.web.forms import LaunchForm, UrgentForm
 from dashboards.web.views.common import refused
 
@@ -43,7 +43,6 @@ def launch_page(request: HttpRequest) -> HttpResponse:
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,
-                                                       "inputs_root": inputs.inputs_root(),
                                                        "input_examples": form.input_examples()})
 
 

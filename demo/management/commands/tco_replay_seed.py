@@ -7,11 +7,11 @@ Needs what ``make demo`` starts: the submit worker (or ``--submit-here``) and
 the stand-in model on the registered endpoint (``--endpoint``) and, unless
 ``--no-live``, the web server (``--web-url``): run 1 is watched from qstat
 and by an admin's and ``--watchers`` other users' WebSocket clients (issue 15
-items 4 and 5; demo/watch.py). It runs its
+items 4 and 5; demo/watch/). It runs its
 own ingest loop (qstat poll, runner records, accounting) while it waits, safe
 beside the workers'. Writes ``report.txt`` and ``running.html`` (Plotly, with
 plotly.min.js beside it, no CDN) into ``--out-dir`` and prints the report.
-Logic: demo/replay.py.
+Logic: demo/replay/.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from dashboards.core.errors import ActionRefused, LaunchError
-from demo.replay import ReplayError, ReplayOptions, replay
+from demo.replay.main import replay
+from demo.replay.options import ReplayError, ReplayOptions
 from schedulers.base import SchedulerError
 
 

@@ -24,7 +24,7 @@ from schedulers.base import QstatTask, SchedulerParseError
 from schedulers.states import map_state
 
 from .qstat import expand_task_ranges
-from .qquota import _QQUOTA_FILTERS
+from .qquota import QQUOTA_FILTERS
 
 UTC = dt.timezone.utc
 
@@ -155,7 +155,7 @@ def parse_qquota_json(data: bytes) -> list[dict]:
         for key in ("users", "projects", "pes", "queues", "hosts"):
             for item in entry.get(key) or []:
                 name = f"x{key}" if item.get("exclude") else key
-                if name in _QQUOTA_FILTERS:
+                if name in QQUOTA_FILTERS:
                     filters.setdefault(name, []).append(str(item.get("name", "")))
         out.append({"rule": rule, "resource": resource, "limit": entry.get("max"), "used": entry.get("used"),
                     "filters": filters})

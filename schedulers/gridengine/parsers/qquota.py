@@ -10,8 +10,9 @@ from .xmltools import load_xml
 # qquota -xml
 # ---------------------------------------------------------------------------
 
-_QQUOTA_FILTERS = ("users", "xusers", "projects", "xprojects", "pes", "xpes",
-                   "queues", "xqueues", "hosts", "xhosts")
+#: The filter elements of a qquota limit rule (``-xml`` and ``-fmt json`` alike), by name.
+QQUOTA_FILTERS = ("users", "xusers", "projects", "xprojects", "pes", "xpes",
+                  "queues", "xqueues", "hosts", "xhosts")
 
 
 def _number_or_text(text: str | None):
@@ -56,7 +57,7 @@ def parse_qquota(data: bytes) -> list[dict]:
                     raise SchedulerParseError(f"qquota -xml: rule {name}: <limit> without resource")
                 limits.append((resource, _number_or_text(child.get("limit")),
                                _number_or_text(child.get("value"))))
-            elif child.tag in _QQUOTA_FILTERS:
+            elif child.tag in QQUOTA_FILTERS:
                 items = [v.strip() for v in (child.text or "").split(",") if v.strip()]
                 filters.setdefault(child.tag, []).extend(items)
         for resource, limit, used in limits:

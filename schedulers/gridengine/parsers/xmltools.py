@@ -42,6 +42,8 @@ def new_parser() -> etree.XMLParser:
     # A parser per call (they keep state, such as the error log, between
     # parses). huge_tree: a 100,000-job qstat is tens of MB; the input is
     # our own scheduler's output, never fetched from the network.
+    """A new lxml parser for a scheduler's own XML output: no entities, network or DTD; huge
+    trees allowed (a 100,000-job qstat is tens of MB)."""
     return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
                            huge_tree=True, collect_ids=False)
 
@@ -66,6 +68,8 @@ def strip_namespaces(root: etree._Element) -> None:
     # qquota -xml declares a default namespace (SGE 8.1.9 on the dev cluster,
     # OCS 9.2: xmlns="…/qquota.xsd"); the other commands only declare
     # xmlns:xsd. Strip it so one set of tag names works.
+    """Remove every element's namespace under ``root``, in place (qquota -xml declares a
+    default one), so one set of tag names works."""
     for el in root.iter():
         tag = el.tag
         if isinstance(tag, str) and tag[:1] == "{":

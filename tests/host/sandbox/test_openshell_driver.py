@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from execution import runner
+from execution.runner import config
+from execution.spool.contract import STAGES
 
 REPO = Path(__file__).resolve().parents[3]
 STANDIN = REPO / "tests" / "fixtures" / "openshell-standin"
@@ -124,7 +125,7 @@ def test_the_record_has_every_stage_and_the_agents_output(task):
     record = task.record()
     assert record["sandbox"]["runtime"] == "openshell" and record["sandbox"]["notes"] == []
     assert record["flags"] == ["unmetered_runtime"]
-    values = [record["stages"][s] for s in runner.STAGES]
+    values = [record["stages"][s] for s in STAGES]
     assert all(values) and values == sorted(values)
     assert Path(record["stdout_path"]).read_text().startswith("stand-in exec: ")
     assert Path(record["stderr_path"]).read_text() == "stand-in exec stderr\n"
@@ -150,7 +151,7 @@ def test_the_agents_exit_status_passes_through(task):
 
 def test_a_refused_create_is_a_runner_error_and_is_still_deleted(task):
     task.behave(create_exit=1)
-    assert task.run().returncode == runner.EXIT_CONFIG
+    assert task.run().returncode == config.EXIT_CONFIG
     record = task.record()
     assert record["flags"] == ["unmetered_runtime", "runner_error"]
     assert "openshell sandbox create failed (exit 1): stand-in: create refused" in record["error"]

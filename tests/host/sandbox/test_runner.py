@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from execution import runner
+from execution.runner import config
+
 from tests.support.runner import Spool, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -90,7 +91,7 @@ def test_the_agents_exit_status_is_passed_through(spool):
 
 
 def test_output_is_captured_and_capped(spool):
-    cap = runner.OUTPUT_CAP_BYTES
+    cap = config.OUTPUT_CAP_BYTES
     spool.write([{"task": 1, "duration_s": 0, "stdout_bytes": cap + 500_000, "stderr_bytes": 10}])
     assert spool.run(1).returncode == 0
     record = spool.record(1)
@@ -148,7 +149,7 @@ def test_an_agent_that_ignores_sigterm_is_killed_after_the_grace(spool):
 def test_an_agent_past_its_timeout_is_stopped(spool):
     spool.write([{"task": 1, "duration_s": 30}], timeout_s=0.5)
     result = spool.run(1)
-    assert result.returncode == runner.EXIT_TIMEOUT
+    assert result.returncode == config.EXIT_TIMEOUT
     record = spool.record(1)
     assert record["flags"] == ["agent_timeout"]
     assert record["stages"]["agent_exited_at"] is None and record["signal"] == signal.SIGTERM
@@ -158,7 +159,7 @@ def test_an_agent_past_its_timeout_is_stopped(spool):
 
 def test_a_missing_spec_gives_a_runner_error_record(spool):
     result = spool.run(1)
-    assert result.returncode == runner.EXIT_CONFIG
+    assert result.returncode == config.EXIT_CONFIG
     record = spool.record(1)
     assert record["flags"] == ["runner_error"] and "spec.json" in record["error"]
     assert record["stdout_path"] is None
@@ -174,19 +175,19 @@ def test_a_numeric_campaign_id_in_the_spec_matches_its_text_in_the_environment(t
 
 def test_a_spec_for_another_campaign_is_refused(spool):
     spool.write([{"task": 1}], campaign_id="other")
-    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert spool.run(1).returncode == config.EXIT_CONFIG
     assert "is for campaign 'other'" in spool.record(1)["error"]
 
 
 def test_a_missing_input_line_gives_a_runner_error_record(spool):
     spool.write([{"task": 1}])
-    assert spool.run(2).returncode == runner.EXIT_CONFIG
+    assert spool.run(2).returncode == config.EXIT_CONFIG
     assert "no line 2" in spool.record(2)["error"]
 
 
 def test_an_agent_that_cannot_start_gives_a_runner_error_record(spool):
     spool.write([{"task": 1}], command=["/nonexistent/agent", "{input}"])
-    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert spool.run(1).returncode == config.EXIT_CONFIG
     assert "cannot start agent" in spool.record(1)["error"]
 
 
@@ -195,7 +196,7 @@ def test_without_a_spool_it_exits_without_a_record(tmp_path):
     env.update(PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
     result = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, capture_output=True,
                             text=True, timeout=30, start_new_session=True)
-    assert result.returncode == runner.EXIT_CONFIG
+    assert result.returncode == config.EXIT_CONFIG
     assert "TCO_SPOOL_DIR" in result.stderr
 
 
@@ -205,7 +206,7 @@ def test_a_campaign_id_cannot_escape_the_spool(spool):
     env["TCO_CAMPAIGN_ID"] = "../../etc"
     result = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, capture_output=True,
                             text=True, timeout=30, start_new_session=True)
-    assert result.returncode == runner.EXIT_CONFIG and "TCO_CAMPAIGN_ID" in result.stderr
+    assert result.returncode == config.EXIT_CONFIG and "TCO_CAMPAIGN_ID" in result.stderr
 
 
 # --------------------------------------------------------------------------- start-up
@@ -262,7 +263,7 @@ def test_declared_outputs_are_copied_and_links_are_not_followed(spool, tmp_path)
 
 def test_an_invalid_policy_is_a_runner_error_naming_every_problem(spool):
     spool.write([{"task": 1}], policy="version: 1\nfilesystem_policy:\n  read_onyl: [/usr]\n  read_write: ['/']\n")
-    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert spool.run(1).returncode == config.EXIT_CONFIG
     record = spool.record(1)
     assert record["flags"] == ["runner_error"]
     assert "filesystem_policy.read_onyl: unknown field (did you mean 'read_only'?)" in record["error"]
@@ -275,13 +276,13 @@ def test_a_policy_bubblewrap_cannot_enforce_is_refused(spool):
               "protocol: rest, rules: [{allow: {method: GET, path: /}}], deny_rules: [{method: GET, path: /x}]}\n"
               "    binaries: [{path: /usr/bin/python3}]\n")
     spool.write([{"task": 1}], policy=policy)
-    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert spool.run(1).returncode == config.EXIT_CONFIG
     assert "deny_rules: not enforced by the metering proxy" in spool.record(1)["error"]
 
 
 def test_a_model_endpoint_outside_the_policy_is_refused(spool):
     spool.write([{"task": 1}], model_endpoint={"base_url": "http://127.0.0.1:9", "credential_name": "x"})
-    assert spool.run(1).returncode == runner.EXIT_CONFIG
+    assert spool.run(1).returncode == config.EXIT_CONFIG
     assert "is not a protocol: rest endpoint of the sandbox policy" in spool.record(1)["error"]
 
 
@@ -357,7 +358,7 @@ def test_the_runner_refuses_exactly_what_checks_refusals_names(spool, tmp_path, 
     env.pop("TMPDIR", None)
     proc = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(spool.root),
                           capture_output=True, timeout=60, start_new_session=True)
-    assert proc.returncode == runner.EXIT_CONFIG
+    assert proc.returncode == config.EXIT_CONFIG
     # What the launch form would compute with the same settings (the runner adds its TMPDIR, /tmp here).
     expected = refusals(text, masked_paths=runner_masked_paths(spool=str(spool.root)) + ["/tmp"],
                         state_paths=[str(state)])
@@ -373,14 +374,14 @@ def test_a_bad_limit_is_a_configuration_error_before_the_agent_starts(spool, nam
     spool.write([{"task": 1, "duration_s": 0}])
     proc = subprocess.run([sys.executable, "-m", "execution.runner"], env={**spool.env(1), name: value},
                           cwd=str(spool.root), capture_output=True, timeout=60, start_new_session=True)
-    assert proc.returncode == runner.EXIT_CONFIG
+    assert proc.returncode == config.EXIT_CONFIG
     record = spool.record(1)
     assert record["error"].startswith(f"{name}={value!r}") and record["stages"]["sandbox_create_at"] is None
 
 
 def test_the_proxy_limits_reach_the_proxy(spool, tmp_path):
     # One limit set, the others the proxy's defaults: a body over 1000 bytes is refused (413).
-    from execution.metering.proxy import Limits
+    from execution.metering.endpoints import Limits
 
     code = ("import http.client\nc = http.client.HTTPConnection('127.0.0.1', 8790, timeout=30)\n"
             "c.request('POST', '/v1/messages', b'x' * 5000, {'content-type': 'application/json'})\n"
@@ -418,7 +419,7 @@ def test_under_openshell_the_launchers_endpoint_with_a_binding_is_refused(spool,
            "PATH": f"{standin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     proc = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(spool.root),
                           capture_output=True, timeout=60, start_new_session=True)
-    assert proc.returncode == runner.EXIT_CONFIG
+    assert proc.returncode == config.EXIT_CONFIG
     error = spool.record(1)["error"]
     assert "endpoints[1].credential_binding: launcher.example.com:443 is not a registered model endpoint" in error
     assert "endpoints[0]" not in error

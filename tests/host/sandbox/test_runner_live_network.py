@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from execution.spool import NetworkPolicyFile, SpoolLayout
+from execution.spool.layout import SpoolLayout
+from execution.spool.network import NetworkPolicyFile
 from tests.support.runner import Spool, wait_for
 from tests.support.runner import AGENT, Upstream
 

@@ -1,0 +1,124 @@
+"""The watch's samplers: qstat (the scheduler's side of the lag), memory and page times (load).
+
+Threads; each is started, then stopped with ``stop()``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable, Mapping
+
+from demo.watch.lags import Sightings
+
+__all__ = ["QstatSampler", "rss_bytes", "service_pids", "LoadSampler"]
+
+
+class QstatSampler(threading.Thread):
+    """Samples ``list_tasks()`` every ``period_s`` seconds into :class:`Sightings` (module doc).
+    ``errors`` counts failed samples; ``samples`` the good ones."""
+
+    def __init__(self, list_tasks: Callable[[], list], *, period_s: float = 0.25) -> None:
+        super().__init__(name="tco-qstat-sampler", daemon=True)
+        self.list_tasks, self.period_s = list_tasks, period_s
+        self.sightings = Sightings()
+        self.samples = self.errors = 0
+        self.durations: list[float] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        """Sample until :meth:`stop`."""
+        while not self._stop_event.is_set():
+            began = time.time()
+            try:
+                tasks = self.list_tasks()
+            except Exception:  # noqa: BLE001 - a failed sample is counted, the next one goes on
+                self.errors += 1
+            else:
+                states = {(t.job_number, t.task_number or 0): t.state for t in tasks}
+                self.sightings.observe(began, states, complete_jobs=self.sightings.jobs())
+                self.samples += 1
+                self.durations.append(time.time() - began)
+            self._stop_event.wait(max(0.0, self.period_s - (time.time() - began)))
+
+    def stop(self) -> None:
+        """Stop sampling and wait (at most 30 s) for the thread to end."""
+        self._stop_event.set()
+        self.join(timeout=30)
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants (bytes, ``VmRSS`` of /proc/<pid>/status);
+    0 when it is gone."""
+    total = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+            for task in Path(f"/proc/{p}/task").iterdir():
+                stack += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def service_pids(state_dir: Path) -> dict[str, int]:
+    """``{name: pid}`` of the running web server and workers from scripts/services' pid files
+    (``<state dir>/run/<name>.pid``)."""
+    out = {}
+    for name in ("web", "worker", "ingest", "submit", "beat"):
+        try:
+            pid = int((Path(state_dir) / "run" / f"{name}.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if Path(f"/proc/{pid}").exists():
+            out[name] = pid
+    return out
+
+
+class LoadSampler(threading.Thread):
+    """Every ``period_s`` seconds: the RSS of each process in ``pids``; every ``page_every_s``: one GET
+    of each of ``pages()`` (paths) as ``session_key``, timed (seconds, request sent -> body read)."""
+
+    def __init__(self, *, pids: Mapping[str, int], base_url: str, session_key: str,
+                 pages: Callable[[], list[str]], period_s: float = 1.0, page_every_s: float = 5.0) -> None:
+        super().__init__(name="tco-load-sampler", daemon=True)
+        self.pids, self.base, self.session_key, self.pages = dict(pids), base_url.rstrip("/"), session_key, pages
+        self.period_s, self.page_every_s = period_s, page_every_s
+        self.rss: dict[str, list[int]] = {name: [] for name in self.pids}
+        self.page_times: dict[str, list[float]] = {}
+        self.page_errors: list[str] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        """Sample until :meth:`stop`."""
+        from django.conf import settings
+
+        next_pages = time.monotonic()
+        while not self._stop_event.is_set():
+            for name, pid in self.pids.items():
+                self.rss[name].append(rss_bytes(pid))
+            if time.monotonic() >= next_pages:
+                next_pages = time.monotonic() + self.page_every_s
+                for path in self.pages():
+                    req = urllib.request.Request(self.base + path, headers={
+                        "Cookie": f"{settings.SESSION_COOKIE_NAME}={self.session_key}"})
+                    began = time.perf_counter()
+                    try:
+                        with urllib.request.urlopen(req, timeout=30) as resp:
+                            resp.read()
+                    except OSError as exc:
+                        self.page_errors.append(f"{path}: {exc}")
+                        continue
+                    kind = "queue page" if path == "/" else "campaign page"
+                    self.page_times.setdefault(kind, []).append(time.perf_counter() - began)
+            self._stop_event.wait(self.period_s)
+
+    def stop(self) -> None:
+        """Stop sampling and wait (at most 60 s) for the thread to end."""
+        self._stop_event.set()
+        self.join(timeout=60)

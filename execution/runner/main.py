@@ -1,0 +1,419 @@
+"""One task's run: :class:`Runner` and :func:`main` (what ``python -m execution.runner`` calls).
+
+The run's order, its signals, stages, teardown and the record it leaves are
+described in docs/runner.md; the parts are in the sibling modules (config,
+task, proxy_start, network, sandbox_start, outputs, teardown).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from execution.runner.clock import StageClock
+from execution.runner.config import (SPEC_LIMITS, EXIT_CONFIG, EXIT_INTERNAL, EXIT_TIMEOUT, EXIT_WORKDIR_QUOTA, INSIDE_WORKDIR,
+                                     KILL_GRACE_S, OUTPUT_CAP_BYTES, OUTPUT_DRAIN_S,
+                                     SIGNALLED_GRACE_S, RunnerError, TaskIdentity, check_interval,
+                                     check_limits, effective_limits, read_task, size_text)
+from execution.runner.outputs import Capture, copy_outputs, write_usage_file
+from execution.runner.sandbox_start import agent_status
+from execution.runner.signals import Interrupted, Signals
+from execution.runner.task import (choose_runtime, load_spec_policy, make_private_dir, read_input, read_spec,
+                                   registered_hosts, sandbox_paths, write_input)
+from execution.runner.teardown import file_too_large, out_of_memory
+from execution.runner.teardown import WorkdirWatch, remove_tree, terminate_group, tree_bytes
+from execution.spool.contract import STAGES
+from execution.spool.record import RunnerRecord
+
+
+class Runner:
+    """One task's run. ``environ`` is the process environment (a mapping); ``clock`` the stage
+    clock (default: anchored when execution/runner/clock.py was imported); ``kill_grace_s``
+    (seconds; the spec's ``kill_grace_s`` overrides it) and ``output_cap`` (bytes per output
+    pipe). :meth:`run` does it all and returns the exit status."""
+
+    def __init__(self, environ, *, clock: StageClock | None = None,
+                 kill_grace_s: float = KILL_GRACE_S, output_cap: int = OUTPUT_CAP_BYTES) -> None:
+        self.environ = dict(environ)
+        self.clock = clock or StageClock()
+        self.kill_grace_s = kill_grace_s
+        self.output_cap = output_cap
+        self.stages: dict[str, str | None] = dict.fromkeys(STAGES)
+        self.stages["task_started_at"] = self.clock.anchor_iso()
+        self.flags: list[str] = []
+        self.error: str | None = None
+        self.exit_status: int | None = None
+        self.agent_signal: int | None = None
+        self.signals = Signals()
+        self.exit_code = EXIT_INTERNAL
+        self.task: TaskIdentity | None = None
+        self.work_dir: str | None = None
+        self.private_dir: str | None = None
+        self.sandbox = None
+        self.sandbox_info: dict | None = None
+        self.captures: list[Capture] = []
+        self.outputs: list[dict] = []
+        self.usage: dict | None = None
+        self.proxy = None  # execution.runner.proxy_start.ProxyStarter (bubblewrap runtime)
+        self.network = None  # execution.runner.network.LiveNetworkPolicy (bubblewrap runtime)
+        self._workdir_watch: WorkdirWatch | None = None
+        self.limits: dict[str, int] = {}
+
+    # ---- setup
+    def _read_environment(self) -> None:
+        self.task = read_task(self.environ)
+        if self.task.defaulted:
+            self.flags.append("task_number_defaulted")
+        os.makedirs(self.task.record_dir, mode=0o700, exist_ok=True)
+        check_limits(self.environ)
+
+    def _read_spec(self) -> dict:
+        spec, kill_grace_s = read_spec(self.task)
+        if kill_grace_s is not None:
+            self.kill_grace_s = kill_grace_s
+        return spec
+
+    def _setup_proxy(self, spec: dict, policy) -> None:
+        """Work out the proxy's plan (it is started later, when the agent wants it) and follow the
+        campaign's network policy file (docs/runner.md)."""
+        from execution.runner.network import LiveNetworkPolicy, network_ceilings
+        from execution.runner.proxy_start import ProxyStarter, plan_proxy
+
+        plan = plan_proxy(spec, policy, self.environ, self.task, self.sandbox_info["notes"])
+        self.proxy = ProxyStarter(plan, socket_path=os.path.join(self.private_dir, "sock", "proxy.sock"),
+                                  requests_path=self.task.task_file("requests.jsonl"))
+        ceilings = network_ceilings(spec, policy)
+        self.sandbox_info["network_policy"] = {"version": 0, "changes": []}
+        self.network = LiveNetworkPolicy(base=policy, ceilings=ceilings, proxy=self.proxy, clock=self.clock,
+                                         info=self.sandbox_info["network_policy"], campaign_id=self.task.campaign_id,
+                                         path=self.task.layout.network_policy_path(self.task.campaign_id))
+        self.network.start()
+
+    def _start_proxy_soon(self) -> None:
+        if self.proxy is not None:
+            self.proxy.start_soon()
+
+    # ---- the agent
+    def _start_agent(self, spec: dict) -> None:
+        from execution.runner.sandbox_start import AgentStart
+        from execution.sandbox import SandboxStartError
+        from execution.sandbox.checks import refusals
+
+        task = self.task
+        policy = load_spec_policy(spec)
+        runtime = choose_runtime(self.environ, spec, policy)
+        paths = sandbox_paths(self.environ, task.spool)
+        # The launch form calls the same function: a policy refused here is refused there.
+        refused = refusals(policy, masked_paths=paths["masked"], state_paths=paths["state"],
+                           shared_paths=paths["shared"], runtime=runtime, registered=registered_hosts(spec))
+        if refused:
+            raise RunnerError("the runner refuses this sandbox policy: " + "; ".join(refused))
+        findings = policy.unenforceable() if runtime == "bubblewrap" else []
+        self.limits = effective_limits(self.environ, spec)
+        self.sandbox_info = {"runtime": runtime, "policy_sha256": policy.sha256, "uid": policy.uid,
+                             "gid": policy.gid, "notes": [str(f) for f in findings], "log": "",
+                             "limits": {key: self.limits[name] for key, name in SPEC_LIMITS.items()}}
+
+        self.work_dir = task.layout.work_dir(task.campaign_id, task.task_number)
+        os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
+        write_input(self.work_dir, read_input(spec["inputs_file"], task.task_number) + "\n")
+        argv = [a.replace("{input}", f"{INSIDE_WORKDIR}/input.json").replace("{workdir}", INSIDE_WORKDIR)
+                for a in spec["agent"]["command"]]
+        self.private_dir = make_private_dir(self.environ)
+
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        start = AgentStart(policy=policy, argv=argv, work_dir=self.work_dir, private_dir=self.private_dir,
+                           out_w=out_w, err_w=err_w)
+        try:
+            if runtime == "openshell":
+                self.flags.append("unmetered_runtime")
+                self._start_openshell(spec, start)
+            else:
+                self._start_bwrap(spec, start)
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        # Output files appear once the agent runs (stdout_path is null if it never did); the
+        # pipes hold what it writes meanwhile.
+        try:
+            self.signals.arm()
+            self.sandbox.wait_ready()
+        except SandboxStartError as exc:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise RunnerError(str(exc)) from exc
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            self.signals.armed = False
+        for fd, suffix in ((out_r, "stdout"), (err_r, "stderr")):
+            capture = Capture(fd, task.task_file(suffix), self.output_cap)
+            capture.start()
+            self.captures.append(capture)
+        self._note_stages()
+
+    def _start_bwrap(self, spec: dict, start) -> None:
+        from execution.runner.sandbox_start import prepare_bwrap
+        from execution.runner.task import agent_env
+        from execution.sandbox.plan import RELAY_PORT
+
+        self._setup_proxy(spec, start.policy)
+        launch = prepare_bwrap(start, env=agent_env(self.environ, spec, self.task, RELAY_PORT),
+                               paths=sandbox_paths(self.environ, self.task.spool, self.private_dir),
+                               limits=self.limits,
+                               on_proxy_wanted=self._start_proxy_soon)
+        self.sandbox = launch.sandbox
+        self.sandbox_info["notes"] += launch.notes
+        self.sandbox_info["seccomp"] = launch.seccomp_fd is not None
+        self.signals.armed = False  # never interrupt between fork and bookkeeping
+        launch.start()
+        self.stages["sandbox_create_at"] = self.clock.iso_mono(self.sandbox.mono.get("create"))
+
+    def _start_openshell(self, spec: dict, start) -> None:
+        from execution.runner.sandbox_start import openshell_sandbox
+        from execution.sandbox import SandboxStartError
+
+        self.sandbox = openshell_sandbox(start, spec=spec, environ=self.environ, task=self.task)
+        self.signals.armed = True
+        try:
+            self.sandbox.start()
+        except SandboxStartError as exc:
+            raise RunnerError(str(exc)) from exc
+        finally:
+            self.signals.armed = False
+        self.stages["sandbox_create_at"] = self.clock.iso_mono(self.sandbox.mono.get("create"))
+
+    def _note_stages(self) -> None:
+        mono = self.sandbox.mono
+        self.stages["sandbox_create_at"] = self.clock.iso_mono(mono.get("create"))
+        self.stages["sandbox_ready_at"] = self.clock.iso_mono(mono.get("ready"))
+        self.stages["agent_started_at"] = self.clock.iso_mono(mono.get("started"))
+
+    def _wait_agent(self, timeout_s: float | None) -> None:
+        if timeout_s:
+            signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        if self.work_dir is not None:
+            self._workdir_watch = WorkdirWatch(self.work_dir, self.limits["TCO_SANDBOX_WORK_BYTES"],
+                                               check_interval(self.environ), self.signals.over_quota)
+            self._workdir_watch.start()
+        self.signals.arm()
+        self.sandbox.wait_exit()
+        self.signals.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        self._set_agent_status()
+        self.stages["agent_exited_at"] = self.clock.iso_mono(self.sandbox.mono.get("exited")) \
+            or self.clock.iso()
+
+    def _set_agent_status(self) -> None:
+        status = agent_status(self.sandbox)
+        if status is not None:
+            self.agent_signal, self.exit_status = status
+
+    def _flag(self, name: str) -> None:
+        if name not in self.flags:
+            self.flags.append(name)
+
+    # ---- the whole run
+    def run(self) -> int:
+        """Run the task; always try to write a record. Returns the runner's exit status
+        (docs/runner.md, "Exit status and flags")."""
+        self.signals.install()
+        spec = None
+        try:
+            if os.getpgrp() != os.getpid():
+                os.setpgid(0, 0)
+            self.signals.arm()
+            self._read_environment()
+            spec = self._read_spec()
+            self.signals.armed = False
+            self._start_agent(spec)
+            self._wait_agent(spec.get("timeout_s"))
+        except RunnerError as exc:
+            self.error, self.exit_code = str(exc), EXIT_CONFIG
+            self.flags.append("runner_error")
+        except Interrupted:
+            pass
+        except Exception as exc:  # noqa: BLE001 - a runner bug must still leave a record
+            self.error, self.exit_code = f"internal error: {exc!r}", EXIT_INTERNAL
+            self.flags.append("runner_error")
+        finally:
+            self.signals.armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        self._teardown(spec)
+        return self._write_record()
+
+    def _teardown(self, spec: dict | None) -> None:
+        """Stop the sandbox, the group, the watches and the proxy; copy outputs; set the flags,
+        ``teardown_done_at`` and the exit code."""
+        self.signals.armed = False
+        if self.sandbox is not None:
+            # After a signal the scheduler's SIGKILL may follow soon: the record must be out first.
+            grace = min(self.kill_grace_s, SIGNALLED_GRACE_S) if self.signals.runner_signal is not None \
+                else self.kill_grace_s
+            try:
+                self.sandbox.stop(grace)
+            except Exception as exc:  # noqa: BLE001
+                self._flag("runner_error")
+                self.error = self.error or f"sandbox teardown failed: {exc!r}"
+            if self.stages["agent_exited_at"] is None:
+                self._set_agent_status()
+            if self.stages["agent_started_at"] is None:
+                self._note_stages()
+            if self.sandbox_info is not None:
+                self.sandbox_info["log"] = self.sandbox.log()
+        try:
+            terminate_group(self.kill_grace_s)
+        except Exception as exc:  # noqa: BLE001
+            self._flag("runner_error")
+            self.error = self.error or f"teardown failed: {exc!r}"
+        if self._workdir_watch is not None:
+            self._workdir_watch.done.set()
+        if self.network is not None:
+            self.network.stop()
+        if self.work_dir is not None and self.stages["agent_started_at"] is not None:
+            try:
+                work_bytes = tree_bytes(self.work_dir)
+                if self.sandbox_info is not None:
+                    self.sandbox_info["work_bytes"] = work_bytes
+                if work_bytes > self.limits["TCO_SANDBOX_WORK_BYTES"]:
+                    self.signals.workdir_over = True
+            except RunnerError:
+                pass
+        if self.signals.workdir_over:
+            self._flag("workdir_over_quota")
+        self._note_limit_reached()
+        for capture in self.captures:
+            capture.join(OUTPUT_DRAIN_S)
+            if capture.is_alive():
+                self.flags.append("output_incomplete")
+                break
+        self._stop_proxy()
+        if spec is not None and self.work_dir is not None and self.stages["agent_started_at"] is not None:
+            try:
+                skipped = copy_outputs(spec["agent"].get("outputs") or [], work_dir=self.work_dir, into=self.outputs,
+                                       target_dir=self.task.layout.outputs_dir(self.task.campaign_id,
+                                                                               self.task.task_number))
+                if skipped:
+                    self._flag("outputs_skipped")
+            except OSError as exc:
+                self._flag("outputs_skipped")
+                self.error = self.error or f"could not copy outputs: {exc}"
+        if self.private_dir is not None:
+            remove_tree(self.private_dir)
+        if self.signals.timed_out and self.stages["agent_exited_at"] is None:
+            self.flags.append("agent_timeout")
+        if self.signals.runner_signal is not None:
+            self.flags.append("runner_signalled")
+        self.stages["teardown_done_at"] = self.clock.iso()
+
+        if "runner_error" not in self.flags:
+            if self.stages["agent_exited_at"] is not None:  # ended by itself: its status
+                self.exit_code = self.exit_status if self.agent_signal is None else 128 + self.agent_signal
+            elif self.signals.runner_signal is not None:
+                self.exit_code = 128 + self.signals.runner_signal
+            elif self.signals.workdir_over:
+                self.exit_code = EXIT_WORKDIR_QUOTA
+            elif self.signals.timed_out:
+                self.exit_code = EXIT_TIMEOUT
+        if self.exit_code in (99, 100):  # Grid Engine: reschedule / error state
+            self.exit_code = 101
+
+    def _note_limit_reached(self) -> None:
+        """Flag the limit the agent ran into and say so in ``error`` (docs/limits.md): the work
+        directory (the runner's walk), a file's size (SIGXFSZ, or EFBIG
+        reported on stderr), CPU time (SIGXCPU) or memory (the agent failed on an allocation)."""
+        if not self.limits or self.signals.runner_signal is not None:
+            return
+        reason = None
+        if self.signals.workdir_over:
+            reason = f"work directory limit {size_text(self.limits['TCO_SANDBOX_WORK_BYTES'])} reached"
+        elif self.agent_signal == signal.SIGXFSZ or (self.exit_status not in (None, 0) and len(self.captures) > 1
+                                                     and file_too_large(self.captures[1].path)):
+            self._flag("file_size_limit")
+            reason = f"file size limit {size_text(self.limits['TCO_SANDBOX_FILE_BYTES'])} reached"
+        elif self.agent_signal == signal.SIGXCPU:
+            self._flag("cpu_limit")
+            reason = f"CPU time limit {self.limits['TCO_SANDBOX_CPU_S']} s reached"
+        elif self.exit_status not in (None, 0) and len(self.captures) > 1 and \
+                out_of_memory(self.captures[1].path):
+            self._flag("memory_limit")
+            reason = f"memory limit {size_text(self.limits['TCO_SANDBOX_MEMORY_BYTES'])} reached"
+        if reason is not None:
+            self.error = self.error or reason
+
+    def _stop_proxy(self) -> None:
+        if self.proxy is None or not self.proxy.started:
+            return
+        self.usage = self.proxy.stop()
+        if self.proxy.error:
+            self._flag("proxy_error")
+            self.error = self.error or self.proxy.error
+
+    def _write_usage_file(self) -> str | None:
+        """``<task>.usage`` for flexible accounting (execution/runner/outputs.py); its path, or None
+        without totals or when it cannot be written (flagged ``usage_file_error``)."""
+        if not self.usage or self.task is None:
+            return None
+        path = self.task.task_file("usage")
+        try:
+            write_usage_file(path, self.usage)
+        except (OSError, ValueError) as exc:
+            self._flag("usage_file_error")
+            print(f"tco runner: usage file not written: {exc}", file=sys.stderr)
+            return None
+        return path
+
+    def _write_record(self) -> int:
+        """Write the runner record (docs/runner.md); the runner's exit status."""
+        if self.task is None:
+            print(f"tco runner: {self.error}; no record written", file=sys.stderr)
+            return self.exit_code
+        task = self.task
+        usage_file = self._write_usage_file()
+        proxy_started = self.proxy is not None and self.proxy.started
+        record = RunnerRecord(
+            campaign_id=task.campaign_id,
+            task_number=task.task_number,
+            job_number=task.job_number,
+            hostname=os.uname().nodename,
+            stages=self.stages,
+            exit_status=self.exit_status,
+            signal=self.agent_signal,
+            stdout_path=task.task_file("stdout") if self.captures else None,
+            stderr_path=task.task_file("stderr") if self.captures else None,
+            stdout_truncated=bool(self.captures and self.captures[0].truncated),
+            stderr_truncated=bool(len(self.captures) > 1 and self.captures[1].truncated),
+            outputs=self.outputs,
+            sandbox=self.sandbox_info,
+            usage=self.usage,
+            requests_path=self.proxy.requests_path if proxy_started else None,
+            usage_file=usage_file,
+            flags=self.flags,
+            runner_signal=self.signals.runner_signal,
+            error=self.error,
+        )
+        try:
+            record.write(task.layout.record_path(task.campaign_id, task.task_number))
+        except OSError as exc:
+            print(f"tco runner: cannot write record: {exc}", file=sys.stderr)
+            return EXIT_INTERNAL
+        if self.error:
+            print(f"tco runner: {self.error}", file=sys.stderr)
+        return self.exit_code
+
+
+def main() -> int:
+    """Entry point: run the task described by the environment; return the exit status.
+
+    The umask is 077 first: what the runner, its proxy and its agent write in the
+    spool (records, logs, request records, work directory, outputs) is the submit
+    account's alone (files 0600, directories 0700), whatever umask Grid Engine gave."""
+    os.umask(0o077)
+    return Runner(os.environ).run()
