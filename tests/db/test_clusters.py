@@ -10,6 +10,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from dashboards.core import enqueue
+
+#: The real ``enqueue.send`` (the suite records worker tasks instead; this test checks their routing).
+REAL_SEND = enqueue.send
 from dashboards.core.clusters import cluster_get_default, clusters_watched, scheduler_for, submit_queue
 from dashboards.models import Cluster, ControlRequest, Team
 from schedulers.base import SchedulerUnavailable
@@ -72,6 +75,7 @@ def test_the_drmaa_session_of_a_process_is_bound_to_one_cell_and_its_ports(monke
 
 def test_submissions_and_control_requests_go_to_their_clusters_submit_worker(second, ops_users, monkeypatch):
     sent = []
+    monkeypatch.setattr(enqueue, "send", REAL_SEND)
     monkeypatch.setattr(enqueue.current_app, "send_task", lambda name, args, **options: sent.append((name, options)))
     research = Team.objects.get(project="research")
     here = make_campaign(team=research, user=ops_users["launcher"], name="here", status="submitting")
