@@ -176,7 +176,7 @@ def why_pending(user: AbstractBaseUser, task_id: int | str | None) -> dict[str, 
     projects = None if visible is None else set(
         scope.teams_visible_to(user).values_list("project", flat=True))
     resources = cluster.cluster_resources(row.cluster, settings.TCO_SEAT_RESOURCE, projects)
-    position = pending_position(row.cluster, row.job_number, row.project) if waiting else []
+    position = pending_position(row.cluster, row.job_number, row.project, user=user) if waiting else []
     facts = pending_facts(FactContext(task=row, detail=job, status=row.cluster.status or {},
                                       resources=resources, position=position,
                                       visible_tasks=scope.tasks_visible_to(user))) if waiting else {}

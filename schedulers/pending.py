@@ -354,7 +354,7 @@ def reservation_reasons(job_detail: dict, reservations: list | None = None, rese
 
 
 def policy_position(*, rank: int, of: int, priority: float | None, project: str | None,
-                    share_tree: list[dict] | None = None) -> list[dict]:
+                    share_tree: list[dict] | None = None, among_visible: bool = False) -> list[dict]:
     """Where the cluster's policy puts a waiting job: ``[{text, raw}]``.
 
     ``rank`` is the job's place (1 = next) among ``of`` waiting jobs ordered by
@@ -364,9 +364,17 @@ def policy_position(*, rank: int, of: int, priority: float | None, project: str 
     its long-term target and its actual share of recent usage
     (sge_share_mon(1)): a team above its target gets fewer tickets, so its
     jobs go after the others'. Nothing is said about a node that is absent.
+    ``among_visible``: ``rank`` and ``of`` count only the jobs of the teams the
+    reader sees (a team member must not learn how busy other teams are), and
+    the text says so.
     """
-    reasons = [{"text": f"number {rank} of {of} waiting jobs in the cluster's priority order",
-                "raw": f"JAT_prio {priority if priority is not None else '?'}: rank {rank} of {of}"}]
+    if among_visible:
+        text = (f"number {rank} of {of} waiting jobs of the teams you see, in the cluster's priority order "
+                "(other teams' jobs are not counted here)")
+    else:
+        text = f"number {rank} of {of} waiting jobs in the cluster's priority order"
+    reasons = [{"text": text, "raw": f"JAT_prio {priority if priority is not None else '?'}: rank {rank} of {of}"
+                                     + (" visible jobs" if among_visible else "")}]
     node = next((n for n in share_tree or [] if project and n.get("project") == project and not n.get("user")), None)
     if node and node.get("long_target_share") is not None and node.get("actual_share") is not None:
         target, actual = node["long_target_share"], node["actual_share"]

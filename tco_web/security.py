@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from axes.backends import AxesStandaloneBackend
+from axes.handlers.database import AxesDatabaseHandler
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -47,6 +48,32 @@ class LoginRateLimitBackend(AxesStandaloneBackend):
         if request is None:
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)
+
+
+class LoginAttemptsHandler(AxesDatabaseHandler):
+    """django-axes' database handler, with a reset on success that never clears others' failures.
+
+    Logins are locked per user name and, separately, per client address
+    (``AXES_LOCKOUT_PARAMETERS``). axes' own reset on a good login deletes
+    every attempt that matches either parameter: all failures from the
+    address, whichever account they were against. So an attacker with an
+    account of their own could guess admin's password without end, 5 guesses
+    then a good login of their own account, over and over (issue 23, finding 3).
+    Here a good login deletes only the attempts of that user name from that
+    address: the user's own mistakes. Failures against other accounts, and
+    this user's failures from other addresses, stay counted until they expire
+    (``AXES_COOLOFF_TIME``).
+    """
+
+    def reset_user_attempts(self, request: HttpRequest, credentials: dict | None = None) -> int:
+        from axes.helpers import get_client_username
+        from axes.models import AccessAttempt
+
+        username = get_client_username(request, credentials)
+        if not username:
+            return 0
+        count, _ = AccessAttempt.objects.filter(username=username, ip_address=request.axes_ip_address).delete()
+        return count
 
 
 def lockout_response(request: HttpRequest, original_response: HttpResponse | None = None,

@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-from tco_web.env import env_bool, env_float, env_int, env_list, env_str  # noqa: E402
+from tco_web.env import env_bool, env_choice, env_float, env_int, env_list, env_number_in, env_str  # noqa: E402
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -34,7 +34,7 @@ TCO_PRODUCTION = env_bool("TCO_PRODUCTION", False)
 TCO_SECRET_PATHS = sorted({"/etc/tco", *(
     os.path.normpath(os.environ[name]) for name in (
         "SECRET_KEY_FILE", "DATABASE_URL_FILE", "TCO_REDIS_PASSWORD_FILE", "TCO_METRICS_TOKEN_FILE",
-        "TCO_DATABASE_URL_FILE")
+        "TCO_DATABASE_URL_FILE", "TCO_ALERT_WEBHOOK_TOKEN_FILE")
     if os.environ.get(name, "").startswith("/"))})
 
 # State that is not source: the SQLite file, the runner spool, logs. A real
@@ -113,10 +113,24 @@ AUTHENTICATION_BACKENDS = [
 # The longest advance reservation a launcher may book (seconds): a booking holds slots and
 # model API seats away from every other team for its whole duration (dashboards/reservations.py).
 TCO_RESERVATION_MAX_S = env_int("TCO_RESERVATION_MAX_S", 24 * 3600)
+# What one team may hold through advance reservations booked by its launchers (admins may book
+# above these; dashboards/launch/reservations.py): model API seats and slots at any moment, the
+# reserved time of its reservations not yet ended (seconds, summed), and how far ahead a booking
+# may start (seconds). A launcher booked every seat of the cluster for 48 h by chaining two 24 h
+# reservations before these existed (issue 23, finding 2).
+TCO_RESERVATION_TEAM_MAX_SEATS = env_int("TCO_RESERVATION_TEAM_MAX_SEATS", 32)
+TCO_RESERVATION_TEAM_MAX_SLOTS = env_int("TCO_RESERVATION_TEAM_MAX_SLOTS", 32)
+TCO_RESERVATION_TEAM_MAX_TOTAL_S = env_int("TCO_RESERVATION_TEAM_MAX_TOTAL_S", 48 * 3600)
+TCO_RESERVATION_MAX_LEAD_S = env_int("TCO_RESERVATION_MAX_LEAD_S", 7 * 24 * 3600)
 AXES_FAILURE_LIMIT = env_int("TCO_LOGIN_FAILURE_LIMIT", 10)
 AXES_COOLOFF_TIME = dt.timedelta(seconds=env_float("TCO_LOGIN_COOLOFF_S", 900.0))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# A good login clears only that user's own failures from that address (tco_web.security.
+# LoginAttemptsHandler): axes' own reset clears every attempt matching the lockout parameters, so
+# one good login of an attacker's own account wiped the failures counted against admin from the
+# same address (issue 23, finding 3).
 AXES_RESET_ON_SUCCESS = True
+AXES_HANDLER = "tco_web.security.LoginAttemptsHandler"
 AXES_LOCKOUT_TEMPLATE = "dashboards/locked_out.html"
 # JSON {"detail": ...} with Retry-After under /api/, the template elsewhere.
 AXES_LOCKOUT_CALLABLE = "tco_web.security.lockout_response"
@@ -160,7 +174,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # A launch form carries its inputs (up to dashboards.core.limits.INPUT_MAX_BYTES, 16 MiB) and policy
 # (64 KiB): Django's default 2.5 MB would answer a bare "400 Bad Request" before the form can say
-# what is wrong. tests/unit/test_launch_service.py keeps this above the form's own limits.
+# what is wrong. tests/db/test_launch_service.py keeps this above the form's own limits.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 17 * 1024 * 1024
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -265,6 +279,7 @@ CELERY_TASK_ROUTES = {
     "worker.tasks.sample_*": {"queue": "poll"},
     "worker.tasks.ingest_*": {"queue": "ingest"},
     "worker.tasks.reconcile_*": {"queue": "ingest"},
+    "worker.tasks.alert_*": {"queue": "ingest"},
     "worker.tasks.submit_*": {"queue": "submit"},
     "worker.tasks.control_*": {"queue": "submit"},
 }
@@ -296,10 +311,21 @@ TCO_RUNNER_FINISHED_GRACE_S = env_float("TCO_RUNNER_FINISHED_GRACE_S", 90.0)
 # A failed task with no runner record this long after its end had its runner killed outright (dashboards/orphans.py).
 TCO_RUNNER_RECORD_GRACE_S = env_float("TCO_RUNNER_RECORD_GRACE_S", 60.0)
 TCO_DELETED_GRACE_S = env_float("TCO_DELETED_GRACE_S", 10.0)
+# Detail rows (tasks, model requests, accounting records) of usage that ended more than this many days
+# ago are dropped; bills keep their figures in the hourly rollups (dashboards/ingest/retention.py).
+# 0: keep everything. The drop runs every TCO_RETENTION_INTERVAL_S, TCO_RETENTION_BATCH tasks a transaction.
+TCO_DETAIL_RETENTION_DAYS = env_float("TCO_DETAIL_RETENTION_DAYS", 0.0)
+TCO_RETENTION_INTERVAL_S = env_float("TCO_RETENTION_INTERVAL_S", 600.0)
+TCO_RETENTION_BATCH = env_int("TCO_RETENTION_BATCH", 2000)
 # Submit with -notify; needs execd_params NOTIFY_KILL=TERM,NOTIFY_SUSP=none on the cluster.
 TCO_NOTIFY = env_bool("TCO_NOTIFY", True)
 # The interpreter the scheduler starts the runner with (same venv as the workers).
 TCO_RUNNER_PYTHON = env_str("TCO_RUNNER_PYTHON", str(BASE_DIR / ".venv" / "bin" / "python"))
+# The site's sandbox limits, passed to every task's runner (docs/limits.md); unset ones keep the
+# runner's defaults (LIMIT_DEFAULTS in execution/runner/config.py). A runner checks each value.
+TCO_SANDBOX_LIMITS = {name: os.environ[name] for name in (
+    "TCO_SANDBOX_MEMORY_BYTES", "TCO_SANDBOX_FILE_BYTES", "TCO_SANDBOX_CPU_S", "TCO_SANDBOX_WORK_BYTES",
+    "TCO_SANDBOX_WORK_CHECK_S", "TCO_SANDBOX_MAX_PROCESSES", "TCO_SANDBOX_TMPFS_BYTES") if os.environ.get(name)}
 # A submission or control request claimed longer than this (seconds; more than the submit and
 # control tasks' time limits) by a worker that is gone is settled by worker.tasks.reconcile_claims.
 TCO_SUBMIT_CLAIM_GRACE_S = env_float("TCO_SUBMIT_CLAIM_GRACE_S", 900.0)
@@ -417,6 +443,49 @@ EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "tco@localhost")
+# --- FOCUS cost export (dashboards/billing/focus.py, docs/standards.md) -----------
+# Who the FOCUS rows name: ProviderName and InvoiceIssuerName (the site that runs tco), and the
+# billing account every team's sub-account (its project) belongs to.
+TCO_FOCUS_PROVIDER_NAME = env_str("TCO_FOCUS_PROVIDER_NAME", "tco") or "tco"
+TCO_FOCUS_BILLING_ACCOUNT_ID = env_str("TCO_FOCUS_BILLING_ACCOUNT_ID", "tco") or "tco"
+TCO_FOCUS_BILLING_ACCOUNT_NAME = env_str("TCO_FOCUS_BILLING_ACCOUNT_NAME", TCO_FOCUS_PROVIDER_NAME) or TCO_FOCUS_PROVIDER_NAME
+
+# --- anomaly alerts (dashboards/alerts, docs/standards.md "Alert thresholds") ----------------
+# A periodic check (worker.tasks.alert_anomalies, every TCO_ALERT_INTERVAL_S) records each anomaly
+# once, shows it to the team's leads and the admins, e-mails them and posts it to the webhook.
+TCO_ALERT_INTERVAL_S = env_number_in("TCO_ALERT_INTERVAL_S", 60.0, low=5, high=86400)
+# A campaign's tasks pending (running) longer than TCO_ALERT_SLOW_FACTOR x the TCO_ALERT_SLOW_PERCENTILE
+# percentile of the queue waits (run times) of the last TCO_ALERT_HISTORY_TASKS tasks of the same queue
+# and agent, and longer than TCO_ALERT_SLOW_MIN_S; no alert with fewer than TCO_ALERT_MIN_HISTORY such tasks.
+TCO_ALERT_SLOW_PERCENTILE = env_number_in("TCO_ALERT_SLOW_PERCENTILE", 95.0, low=50, high=100)
+TCO_ALERT_SLOW_FACTOR = env_number_in("TCO_ALERT_SLOW_FACTOR", 3.0, low=1, high=1000)
+TCO_ALERT_SLOW_MIN_S = env_number_in("TCO_ALERT_SLOW_MIN_S", 300.0, low=0, high=30 * 86400)
+TCO_ALERT_HISTORY_TASKS = env_number_in("TCO_ALERT_HISTORY_TASKS", 500, low=1, high=100_000, integer=True)
+TCO_ALERT_MIN_HISTORY = env_number_in("TCO_ALERT_MIN_HISTORY", 20, low=1, high=100_000, integer=True)
+# A burst: at least TCO_ALERT_FAILURE_BURST tasks of one campaign failed (or were lost) within
+# TCO_ALERT_FAILURE_WINDOW_S, and they are at least TCO_ALERT_FAILURE_FRACTION of the tasks that ended then.
+TCO_ALERT_FAILURE_BURST = env_number_in("TCO_ALERT_FAILURE_BURST", 5, low=1, high=1_000_000, integer=True)
+TCO_ALERT_FAILURE_WINDOW_S = env_number_in("TCO_ALERT_FAILURE_WINDOW_S", 600.0, low=10, high=7 * 86400)
+TCO_ALERT_FAILURE_FRACTION = env_number_in("TCO_ALERT_FAILURE_FRACTION", 0.5, low=0.01, high=1)
+# A budget burns when its spend rate since the period began would exhaust it before the period ends;
+# judged once TCO_ALERT_BURN_MIN_ELAPSED of the period (0..1) is gone (a period's first hour says little).
+TCO_ALERT_BURN_MIN_ELAPSED = env_number_in("TCO_ALERT_BURN_MIN_ELAPSED", 0.1, low=0, high=0.99)
+# How long an alert stays on the pages of the team's leads and the admins (hours).
+TCO_ALERT_NOTICE_HOURS = env_number_in("TCO_ALERT_NOTICE_HOURS", 24.0, low=0, high=24 * 90)
+TCO_ALERT_EMAIL = env_bool("TCO_ALERT_EMAIL", True)
+# Alerts are POSTed as JSON to this URL (empty: none): Alertmanager's webhook payload ("webhook", what an
+# Alertmanager receiver gets) or the list Alertmanager's own POST /api/v2/alerts takes ("alertmanager").
+TCO_ALERT_WEBHOOK_URL = env_str("TCO_ALERT_WEBHOOK_URL", "") or ""
+if TCO_ALERT_WEBHOOK_URL and not TCO_ALERT_WEBHOOK_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"TCO_ALERT_WEBHOOK_URL={TCO_ALERT_WEBHOOK_URL!r} is not an http(s) URL")
+TCO_ALERT_WEBHOOK_FORMAT = env_choice("TCO_ALERT_WEBHOOK_FORMAT", "webhook", ("webhook", "alertmanager"))
+# Sent as "Authorization: Bearer <token>" when set (or TCO_ALERT_WEBHOOK_TOKEN_FILE).
+TCO_ALERT_WEBHOOK_TOKEN = env_str("TCO_ALERT_WEBHOOK_TOKEN", "") or ""
+TCO_ALERT_WEBHOOK_TIMEOUT_S = env_number_in("TCO_ALERT_WEBHOOK_TIMEOUT_S", 5.0, low=0.1, high=60)
+# The address users reach tco at (https://tco.example.org), for links in alert e-mails and webhooks;
+# empty: the links are paths.
+TCO_SITE_URL = (env_str("TCO_SITE_URL", "") or "").rstrip("/")
+
 # Root of "files in a directory" campaign inputs; nothing outside it is read.
 TCO_INPUTS_ROOT = env_str("TCO_INPUTS_ROOT", str(STATE_DIR / "inputs"))
 

@@ -22,7 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from dashboards.core import clusters as core_clusters
-from dashboards.core import enqueue, limits
+from dashboards.core import enqueue, failures, limits
 from dashboards.core.audit import audit, refused
 from dashboards.core.errors import LaunchError
 from dashboards.core.holds import WAITING, campaign_states, predecessor_campaign, waits_for_predecessor
@@ -158,7 +158,8 @@ def campaign_controls(campaign: Campaign, states: dict[str, int]) -> dict[str, d
     ``{action: {"count": tasks it would act on, "why": "" | why it is not offered}}``
     for pause (pending tasks, and the tasks that wait for the predecessor), resume (held
     tasks; never tasks that wait for the predecessor: a release does not move them), cancel
-    (pending, held, waiting, running; not once finished) and retry (failed or lost tasks);
+    (pending, held, waiting, running; not once finished), retry (failed or lost tasks) and
+    retry_infrastructure (those of them the infrastructure failed: ``core.failures``);
     ``pause`` also has ``"pending"`` and ``"waiting"`` (:func:`campaign_states`); while tasks wait
     for the predecessor, ``"waiting": {"count", "why": "", "job", "campaign" (its name or ""),
     "campaign_id"}`` says for what (no control: the predecessor's tasks ending moves them). The same
@@ -169,17 +170,19 @@ def campaign_controls(campaign: Campaign, states: dict[str, int]) -> dict[str, d
     states = campaign_states(campaign, states)
     waiting = states.get(WAITING, 0)
     active = sum(n for s, n in states.items() if s in _ACTIVE_NOT_FINISHING or s == WAITING)
+    failed = states.get("failed", 0) + states.get("lost", 0)
+    infrastructure = failures.infrastructure_failed(campaign) if failed else 0
     counts = {"pause": states.get("pending", 0) + waiting, "resume": states.get("held", 0), "cancel": active,
-              "retry": states.get("failed", 0) + states.get("lost", 0)}
+              "retry": failed, "retry_infrastructure": infrastructure}
     empty = {"pause": "no pending tasks", "resume": "no held tasks", "cancel": "no pending or running tasks",
-             "retry": "no failed tasks"}
+             "retry": "no failed tasks", "retry_infrastructure": "no task failed by the infrastructure"}
     if waiting:
         empty["resume"] = (f"its {waiting} waiting task{'s' if waiting != 1 else ''} wait for predecessor job "
                            f"{campaign.predecessor_job}, task by task; they start when its tasks end, "
                            "not on a release")
     out = {}
     for action, count in counts.items():
-        why = not_live if action != "retry" and not live else ("" if count else empty[action])
+        why = not_live if not action.startswith("retry") and not live else ("" if count else empty[action])
         out[action] = {"count": count, "why": why}
     out["pause"]["waiting"] = waiting
     out["pause"]["pending"] = states.get("pending", 0)

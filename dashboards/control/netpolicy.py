@@ -14,6 +14,13 @@ requests of its metering proxy within a second; requests in flight go on.
 Only the network part changes: the filesystem, process and landlock parts
 stay as launched.
 
+Before the campaign's job runs (``submitting``, ``submitted``) a change may
+narrow or widen within the ceilings. Once it runs, is paused or waits for its
+predecessor (``running``, ``paused``, ``waiting``) a change may only narrow
+the policy in force, down to nothing (``network_policies: {}``): an admin (or
+a launcher of the team) cuts a live agent's egress, and nobody hands a running
+agent a way out it did not have (issue 23, finding 5).
+
 Every request, allowed or refused, writes one audit entry (action
 ``network_policy``, target ``campaign:<id>``).
 """
@@ -35,15 +42,17 @@ from dashboards.core.errors import LaunchError
 from dashboards.core.roles import user_can
 from dashboards.launch import policy, spool
 from dashboards.models import Campaign, CampaignStatus
-from execution.sandbox.live_network import with_network
+from execution.sandbox.live_network import network_problems, with_network
 from execution.sandbox.policy.load import parse_yaml
 from execution.sandbox.policy.model import PolicyError
 from execution.spool.network import NetworkPolicyFile, NetworkPolicyFileError
 from execution.spool.record import parse_stage_time
 
 ACTION = "network_policy"
-#: Campaign states whose network policy may change (tasks may be running or still to start).
+#: Campaign states whose network policy may change either way (no task has started yet).
 CHANGEABLE = (CampaignStatus.SUBMITTING, CampaignStatus.SUBMITTED)
+#: Campaign states whose network policy may only be narrowed (tasks run, are held or wait).
+NARROWABLE = (CampaignStatus.RUNNING, CampaignStatus.PAUSED, CampaignStatus.WAITING)
 
 
 @dataclasses.dataclass
@@ -145,15 +154,22 @@ def network_policy_change(*, user: AbstractBaseUser, campaign: Campaign, text: s
     params: dict[str, Any] = {"campaign": campaign.pk, "text": (text or "")[:2000]}
     if not may_change(user, campaign):
         raise refuse_change(user, campaign, text)
-    if campaign.status not in CHANGEABLE:
+    if campaign.status not in CHANGEABLE + NARROWABLE:
         raise refused(user, ACTION, target, params, f"campaign {campaign.pk} is {campaign.status}: its network "
                                                     "policy can no longer change", error=LaunchError)
     try:
         network = _parse(text)
+        launched = policy.effective_policy(campaign.policy)
         try:
-            merged = with_network(policy.effective_policy(campaign.policy), network)
+            merged = with_network(launched, network)
+            widening = (_widening(merged, launched, network_policy_in_force(campaign))
+                        if campaign.status in NARROWABLE else [])
         except PolicyError as exc:
             raise LaunchError("network policy: " + "; ".join(exc.problems)) from None
+        if widening:
+            raise LaunchError(f"campaign {campaign.pk} is {campaign.status}: its network policy may only be "
+                              "narrowed (a policy wider than the one in force goes only to a campaign that has "
+                              "not started): " + "; ".join(widening))
         policy.check_policy(merged.to_yaml(), campaign.team, campaign.agent_definition)
     except LaunchError as exc:
         raise refused(user, ACTION, target, params, str(exc), error=LaunchError) from None
@@ -186,6 +202,15 @@ def network_policy_change(*, user: AbstractBaseUser, campaign: Campaign, text: s
     return written
 
 
+def _widening(merged, launched, in_force: NetworkPolicyInForce) -> list[str]:
+    """Every way the network part of ``merged`` is wider than the network policy in force (``[]``: it
+    narrows it or keeps it). Raises PolicyError. A policy in force that cannot be read counts as
+    nothing allowed: only a cut to nothing passes then."""
+    current = {} if in_force.error else in_force.network_policies
+    return network_problems(merged, [(f"the policy in force, version {in_force.version}",
+                                      with_network(launched, current))])
+
+
 def _version_of_broken(path: str) -> int:
     """The ``policy_version`` of a file that no longer parses, if it can be read at all, else 0
     (the next version must still rise past whatever a runner may have applied)."""
@@ -197,5 +222,5 @@ def _version_of_broken(path: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-__all__ = ["ACTION", "CHANGEABLE", "NetworkPolicyInForce", "network_policy_in_force", "may_change", "refuse_change",
+__all__ = ["ACTION", "CHANGEABLE", "NARROWABLE", "NetworkPolicyInForce", "network_policy_in_force", "may_change", "refuse_change",
            "network_policy_change"]

@@ -54,7 +54,8 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
             "job_number", "task_number", "state"):
         numbers_by_job.setdefault(job_number, {}).setdefault(state, []).append(task_number)
     status = cluster.status or {}
-    positions = scheduler_cache.pending_positions(cluster, {j["job_number"]: j["project"] for j in shown})
+    # The admins' page: places among every waiting job (user None).
+    positions = scheduler_cache.pending_positions(cluster, {j["job_number"]: j["project"] for j in shown}, user=None)
     out = []
     for job in shown:
         reasons: list[dict] = []

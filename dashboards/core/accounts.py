@@ -3,7 +3,8 @@
 API tokens (``token_models.ApiToken``): one per user, sent as
 ``Authorization: Token <key>``, stored as a SHA-256 digest (the key is shown
 once). A token acts as its user, so it sees and may do exactly what that
-user's teams and role allow.
+user's teams and role allow, and only while the user is active and has the
+password the token was made under (a password change ends it).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from dashboards.core import limits
 from dashboards.core.errors import LaunchError
 from dashboards.core.roles import membership_set
 from dashboards.models import Role, Team
-from dashboards.token_models import ApiToken, token_digest
+from dashboards.token_models import ApiToken, password_stamp, stamp_matches, token_digest
 
 # user name -> (team project, role); every demo user is also in the team's group.
 DEMO_USERS: dict[str, tuple[str, str]] = {
@@ -70,8 +71,17 @@ def api_token_rotate(*, user: AbstractBaseUser) -> IssuedToken:
     key = secrets.token_hex(20)
     with transaction.atomic():
         ApiToken.objects.filter(user=user).delete()
-        token = ApiToken.objects.create(user=user, digest=token_digest(key), prefix=key[:8])
+        token = ApiToken.objects.create(user=user, digest=token_digest(key), prefix=key[:8],
+                                        password_stamp=password_stamp(user.password))
     return IssuedToken(key=key, token=token)
+
+
+def api_token_working(user: AbstractBaseUser) -> ApiToken | None:
+    """``user``'s API token if it still works (made under the user's present password), else None."""
+    token = ApiToken.objects.filter(user=user).first()
+    if token is None or not stamp_matches(token.password_stamp, user.password):
+        return None
+    return token
 
 
 def api_token_revoke(*, user: AbstractBaseUser) -> bool:
@@ -81,9 +91,12 @@ def api_token_revoke(*, user: AbstractBaseUser) -> bool:
 
 
 def api_token_user(key: str) -> AbstractBaseUser | None:
-    """The active user whose token has this key, or None (a wrong, revoked or deactivated one)."""
+    """The active user whose token has this key, or None (a wrong, revoked or deactivated one, or one
+    made before the user's password last changed)."""
     token = ApiToken.objects.select_related("user").filter(digest=token_digest(key)).first()
     if token is None or not token.user.is_active:
+        return None
+    if not stamp_matches(token.password_stamp, token.user.password):
         return None
     return token.user
 

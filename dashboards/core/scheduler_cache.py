@@ -13,12 +13,14 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db.models import Max, Min
 from django.utils import timezone
 
 from dashboards.core import clusters as core_clusters
 from dashboards.core.encoding import jsonable
+from dashboards.core.roles import is_admin
 from dashboards.core.stages import iso as _iso
 from dashboards.models import Cluster, Task
 from schedulers.base import SchedulerAdapter, SchedulerError, UnknownJob
@@ -81,18 +83,26 @@ def job_detail_cached(cluster: Cluster, job_number: int, *,
 
 
 
-def pending_positions(cluster: Cluster, jobs: dict[int, str | None]) -> dict[int, list[dict]]:
+def pending_positions(cluster: Cluster, jobs: dict[int, str | None], *,
+                      user: AbstractBaseUser | None) -> dict[int, list[dict]]:
     """For each waiting job (``{job_number: project}``), its place in the cluster's priority order
-    and its team's share-tree standing: ``{job_number: [{text, raw}]}``.
+    as ``user`` may know it, and its team's share-tree standing: ``{job_number: [{text, raw}]}``.
 
     Ranks jobs (not tasks) by their highest ``JAT_prio`` among waiting
     (pending) tasks, from the last poll, with one query for all the jobs; a
-    job that is not waiting gets ``[]``. Shape: ``schedulers.pending.policy_position``.
+    job that is not waiting gets ``[]``. Only the jobs ``user`` may see are
+    ranked (``scope.tasks_visible_to``: every job for an admin, the jobs of
+    the teams one views for anyone else): "number 2 of 2" must not tell a
+    team member that another team has a job waiting (issue 23, finding 7).
+    ``user`` None: every job, for the admins' triage page (it checks the role).
+    Shape: ``schedulers.pending.policy_position``.
     """
     from dashboards.core.holds import job_priorities
+    from dashboards.core.scope import tasks_visible_to
 
     waiting = {job: (p, submitted) for job, p, submitted in (
-        Task.objects.filter(cluster=cluster, active=True, state="pending")
+        (Task.objects.all() if user is None else tasks_visible_to(user))
+        .filter(cluster=cluster, active=True, state="pending")
         .values_list("job_number").annotate(p=Max("priority"), s=Min("submitted_at")).order_by()
         .values_list("job_number", "p", "s"))}
     posix = job_priorities(cluster, waiting)
@@ -108,10 +118,12 @@ def pending_positions(cluster: Cluster, jobs: dict[int, str | None]) -> dict[int
             out[job_number] = []
             continue
         out[job_number] = policy_position(rank=rank[job_number], of=len(order), priority=waiting[job_number][0],
-                                          project=project, share_tree=share_tree)
+                                          project=project, share_tree=share_tree,
+                                          among_visible=user is not None and not is_admin(user))
     return out
 
 
-def pending_position(cluster: Cluster, job_number: int, project: str | None) -> list[dict]:
+def pending_position(cluster: Cluster, job_number: int, project: str | None, *,
+                     user: AbstractBaseUser | None) -> list[dict]:
     """``pending_positions`` for one job."""
-    return pending_positions(cluster, {job_number: project})[job_number]
+    return pending_positions(cluster, {job_number: project}, user=user)[job_number]

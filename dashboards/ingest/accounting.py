@@ -16,9 +16,10 @@ from typing import Iterable
 from django.db import transaction
 from django.utils import timezone
 
-from dashboards.core import bulk, realtime
+from dashboards.core import bulk, realtime, rollups
 from dashboards.core import clusters as core_clusters
 from dashboards.core.bulk import in_chunks
+from dashboards.core.failures import HOST_LOST_CODE
 from dashboards.ingest.campaign_status import campaigns_by_job, finish_campaigns
 from dashboards.models import (
     AccountingRecord,
@@ -247,13 +248,19 @@ def check_accounting_tokens(task_ids: Iterable[int]) -> int:
 def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list[int], dict[int, int]]:
     """Find each master record's task: returns (active task ids touched, {record index: task id}).
 
-    A record belongs to the active task with its (job_number, task_number)
-    and a matching submission time, or to an ended one with the same
-    submission time (a record read late, after the task was declared lost).
-    A campaign task tco never saw in qstat (it ran between two polls) is made
-    ended at once; records of other unseen jobs are stored without a task
-    (bills read them directly). Several records with one submission time are
-    retried starts of one task: the latest decides its state.
+    A record of a job that an unfinished campaign owns (its job number and
+    job name) belongs to that campaign's row of its task number, whatever
+    its submission time (one row
+    per campaign task: a rerun's record carries the time it was rescheduled,
+    and a second, ended row made for it doubled the task; issue 23, finding
+    11). Any other record belongs to the active task with its (job_number,
+    task_number) and a matching submission time, or to an ended one with the
+    same submission time (a record read late, after the task was declared
+    lost). A campaign task tco never saw (no row: it ran between two polls
+    before its campaign's rows existed) is made ended at once; records of
+    other unseen jobs are stored without a task (bills read them directly).
+    Several records with one submission time are retried starts of one task:
+    the latest decides its state.
     """
     masters = [(i, r) for i, r in enumerate(records) if not r.pe_taskid]
     if not masters:
@@ -262,7 +269,7 @@ def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list
     tasks: dict[tuple[int, int], list[Task]] = {}
     for chunk in in_chunks(jobs):
         for task in Task.objects.filter(cluster=cluster, job_number__in=chunk).only(
-            "id", "job_number", "task_number", "active", "submitted_at", "restarted"
+            "id", "campaign_id", "job_number", "task_number", "active", "submitted_at", "restarted", "name"
         ):
             tasks.setdefault((task.job_number, task.task_number), []).append(task)
     campaign_of = campaigns_by_job(cluster, jobs)
@@ -275,8 +282,13 @@ def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list
         key = (r.job_number, r.task_number or 0)
         candidates = tasks.get(key)
         task = None
-        if candidates:
-            task = next((t for t in candidates if t.active and _same_submission(t.submitted_at, r.submitted_at)),
+        owner = campaign_of.get(r.job_number)
+        if candidates and owner is not None:
+            # The campaign's job, by its name too (a job that reused the number has another name).
+            task = max((t for t in candidates if t.campaign_id == owner and (not t.name or t.name == r.job_name[:255])),
+                       key=lambda t: (t.active, t.id), default=None)
+        if candidates and task is None:
+            task = next((t for t in candidates if t.active and same_submission(t.submitted_at, r.submitted_at)),
                         None)
             if task is None:
                 task = next((t for t in candidates if t.submitted_at == r.submitted_at), None)
@@ -309,6 +321,7 @@ def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list
             for t in created:
                 t.id = Task.objects.filter(cluster=cluster, job_number=t.job_number, task_number=t.task_number,
                                            submitted_at=t.submitted_at, active=False).values_list("id", flat=True).last()
+        rollups.tasks_added(t.id for t in created)  # made ended: into the usage rollups
         finish_campaigns({t.campaign_id for t in created})
     for i, ident in links:
         task_of[i] = unseen[ident][0].id
@@ -333,7 +346,7 @@ def _rerun_of(task: Task, rec: ParsedRecord, rescheduled: set[int]) -> bool:
             or AccountingRecord.objects.filter(task_id=task.id, failed=RESCHEDULED).exists())
 
 
-def _same_submission(seen: dt.datetime | None, recorded: dt.datetime | None) -> bool:
+def same_submission(seen: dt.datetime | None, recorded: dt.datetime | None) -> bool:
     """Whether a task and a record can be one job despite a wrapped job number.
 
     tco notes a campaign task's submission time when DRMAA returns, a little
@@ -366,10 +379,16 @@ def _of_last_attempt(rec: AccountingRecord, task: Task) -> bool:
     attempt; the record of an earlier attempt (``failed`` 25 "rescheduling",
     all-zero times) must not end the task while the last attempt's record is
     still to come. A task last seen running since ``started_at`` is ended
-    only by a record that ended after that start (1 s of clock slack); one
-    never seen running, by any record.
+    only by a record that ended after that start (1 s of clock slack), or by
+    the record its execution host wrote when it came back from a crash:
+    ``failed`` 19 ("before writing exit_status") from the host the task last
+    ran on, with all-zero times (SGE 8.1.9, tests/fixtures/sge819/
+    accounting_lost_host; such tasks stayed finishing, then were declared
+    lost: issue 23, finding 12). One never seen running is ended by any record.
     """
     if task.started_at is None:
+        return True
+    if rec.failed == HOST_LOST_CODE and rec.hostname and rec.hostname == task.host:
         return True
     return bool(rec.end_us) and rec.end_us >= _us(task.started_at) - 1_000_000
 
@@ -412,12 +431,13 @@ def finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
             done.append(task)
             if task.campaign_id:
                 campaigns.add(task.campaign_id)
-        Task.objects.bulk_update(
-            done,
-            ["state", "active", "submitted_at", "started_at", "ended_at", "queue", "host", "wallclock_s", "cpu_s",
-             "maxvmem_bytes", "failed_code", "exit_status"],
-            batch_size=1000,
-        )
+        with rollups.tasks_rolled(t.id for t in done):  # ended tasks join the usage rollups
+            Task.objects.bulk_update(
+                done,
+                ["state", "active", "submitted_at", "started_at", "ended_at", "queue", "host", "wallclock_s", "cpu_s",
+                 "maxvmem_bytes", "failed_code", "exit_status"],
+                batch_size=1000,
+            )
         TaskEvent.objects.bulk_create(events)
         finalized += len(done)
     if finalized:

@@ -1,7 +1,12 @@
 """One ``qstat -xml -u '*'`` snapshot into the database: diffed against the active tasks, only changes written.
 
-An older snapshot is never applied after a newer one
-(``Cluster.poll_observed_at``). Re-applying a snapshot gives the same database.
+The snapshots applied follow each other in the scheduler's time: one is
+applied only if its qstat began after the last applied one's answered
+(``Cluster.poll_answered_at``). A task that has ended (its row inactive) is
+never given a second row by a snapshot that still shows it: the same row is
+taken up again when the scheduler shows a later attempt (a rerun), else the
+snapshot is older than the end and the task is left ended (issue 23,
+finding 11). Re-applying a snapshot gives the same database.
 """
 from __future__ import annotations
 
@@ -14,9 +19,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboards.core import bulk, realtime
+from dashboards.core import bulk, realtime, rollups
 from dashboards.core.bulk import in_chunks
-from dashboards.ingest.accounting import finalize_finishing
+from dashboards.ingest.accounting import RESCHEDULED, finalize_finishing, same_submission
 from dashboards.ingest.campaign_status import campaign_status_follow, campaigns_by_job, finish_campaigns
 from dashboards.models import (
     Cluster,
@@ -56,29 +61,41 @@ class PollChanges:
 _SNAPSHOTS: dict[int, dict[tuple[int, int], QstatTask]] = {}
 
 
-def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: dt.datetime) -> PollChanges:
+def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: dt.datetime,
+                     answered_at: dt.datetime | None = None) -> PollChanges:
     """Write the difference between a qstat snapshot and the active tasks in the database.
 
-    ``observed_at`` is when qstat was started: a task created after it (a
-    campaign submitted while qstat ran) is not "gone" just because this
-    snapshot predates it. Tasks gone from qstat become ``finishing`` until their
-    accounting record is read. Returns the counts; pushes one change event.
+    ``observed_at`` is when qstat was started, ``answered_at`` when its answer
+    was read (default: ``observed_at``, a snapshot of one instant): the
+    scheduler's view is of some moment between the two. A task created after
+    ``observed_at`` (a campaign submitted while qstat ran) is not "gone" just
+    because this snapshot predates it. Tasks gone from qstat become
+    ``finishing`` until their accounting record is read. Returns the counts;
+    pushes one change event.
 
-    A snapshot whose qstat began before the last applied one's (``Cluster.poll_observed_at``) is
-    not applied (``stale``): two pollers (two workers, or a worker and a command such as
-    ``tco_replay_seed``'s loop) finishing out of order would otherwise write the older view over
-    the newer one, e.g. give tasks that ended (rows made inactive by their accounting records)
-    new active rows that then end "lost". The check is the transaction's first write, so pollers
-    are ordered by the database's row lock (PostgreSQL) or write lock (SQLite).
+    A snapshot whose qstat began before the last applied one answered
+    (``Cluster.poll_answered_at``) is not applied (``stale``): its view may be
+    older than the one already written. Two pollers (two workers, or a worker
+    and a command such as ``tco_replay_seed``'s loop) whose qstat calls overlap
+    or finish out of order would otherwise write an older view over a newer
+    one, e.g. show running a task that had ended (its row made inactive by its
+    accounting record) and give it a second, active row that later ended
+    "lost" (the seed replay's tasks 26.77 and 26.78: ordering by the start of
+    qstat alone let a later-started but earlier-answered view through). The
+    check is the transaction's first write, so pollers are ordered by the
+    database's row lock (PostgreSQL) or write lock (SQLite).
     """
+    answered_at = answered_at or observed_at
     changes = PollChanges()
     fields = ("id", "campaign_id", "job_number", "task_number", "first_seen_at", "submitted_at", *POLL_FIELDS)
     with transaction.atomic():
         advanced = Cluster.objects.filter(pk=cluster.pk).filter(
-            Q(poll_observed_at__isnull=True) | Q(poll_observed_at__lt=observed_at)).update(poll_observed_at=observed_at)
+            Q(poll_answered_at__lt=observed_at)
+            | Q(poll_answered_at__isnull=True) & (Q(poll_observed_at__isnull=True) | Q(poll_observed_at__lt=observed_at))
+        ).update(poll_observed_at=observed_at, poll_answered_at=max(answered_at, observed_at))
         if not advanced:
-            log.info("poll of cluster %s observed at %s not applied: a newer poll was applied first",
-                     cluster.name, observed_at.isoformat())
+            log.info("poll of cluster %s observed at %s not applied: a poll that answered after it began was "
+                     "applied first", cluster.name, observed_at.isoformat())
             changes.stale = True
             return changes
         active = Task.objects.filter(cluster=cluster, active=True)
@@ -109,6 +126,15 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
         campaign_of = campaigns_by_job(cluster, (k[0] for k in new_keys)) if new_keys else {}
         events: list[tuple] = []  # (task_id, from_state, to_state, state_code) as EVENT_FIELDS
         if new_keys:
+            # A task with an ended row is the same task, never a new row (issue 23, finding 11).
+            resumed, kept_ended = _ended_rows_shown_again(cluster, current, new_keys, campaign_of, events)
+            for row in resumed:
+                existing[(row.job_number, row.task_number)] = row
+                changes.changed += 1
+                if row.campaign_id:
+                    changes.campaigns.add(row.campaign_id)
+            new_keys = [k for k in new_keys if k not in kept_ended and k not in existing]
+        if new_keys:
             # One prepared insert (dashboards.core.bulk): a queued array of 50,000 tasks appearing took
             # bulk_create 14 s, and the live pages waited for this poll (bench_poll.py).
             rows = []
@@ -118,8 +144,10 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
                              t.task_number is not None, t.name[:255], t.owner[:64], (t.project or "")[:64],
                              t.queue or "", t.host or "", t.slots, t.priority, t.state, t.state_code, t.restarted,
                              t.submitted_at, t.started_at))
-            bulk.insert_varying(Task(cluster=cluster, first_seen_at=observed_at), NEW_TASK_FIELDS, rows)
-            changes.added = len(rows)
+            # ON CONFLICT DO NOTHING: the identity constraints (one active row per job and task, one row
+            # per campaign task) drop a row that would double a task.
+            inserted = bulk.insert_varying(Task(cluster=cluster, first_seen_at=observed_at), NEW_TASK_FIELDS, rows)
+            changes.added = inserted if inserted >= 0 else len(rows)
             changes.campaigns.update(pk for pk in campaign_of.values())
 
         changed_rows: list[Task] = []
@@ -163,7 +191,7 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
             # Every gone row gets the same two values: one UPDATE per chunk, not bulk_update's CASE per row.
             for chunk in in_chunks([r.id for r in gone_rows]):
                 Task.objects.filter(pk__in=chunk).update(state="finishing", gone_at=observed_at)
-        changes.changed = len(changed_rows)
+        changes.changed += len(changed_rows)
         changes.gone = len(gone_rows)
         changes.state_changes = len(events)
         for row in (*changed_rows, *gone_rows):
@@ -179,6 +207,76 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
         if changes.any:
             realtime.queue_changed(cluster.name, changes.campaigns, observed_at=observed_at.timestamp())
     return changes
+
+
+def _shows_a_later_attempt(row: Task, shown: QstatTask) -> bool:
+    """Whether ``shown`` (a task in a snapshot) is an attempt of the ended ``row``'s task that began
+    after the row ended, rather than an older view of the attempt that ended: a row declared lost or
+    deleted (nothing said the task ended: it is back), a start after the row's end, or a task
+    restarted (``R``) after a "rescheduling" record (``failed`` 25) ended the row."""
+    if row.state in ("lost", "deleted"):
+        return True
+    if shown.started_at is not None and row.ended_at is not None and shown.started_at > row.ended_at:
+        return True
+    return bool(shown.restarted and row.failed_code == RESCHEDULED)
+
+
+def _same_attempt_or_job(row: Task, shown: QstatTask) -> bool:
+    """Whether ``shown`` is ``row``'s job (the same submission time, both known) or attempt (the same
+    start, within a second)."""
+    if row.submitted_at is not None and shown.submitted_at is not None:
+        return same_submission(row.submitted_at, shown.submitted_at)
+    return (row.started_at is not None and shown.started_at is not None
+            and abs((row.started_at - shown.started_at).total_seconds()) <= 1)
+
+
+def _ended_rows_shown_again(cluster: Cluster, current: dict[tuple[int, int], QstatTask],
+                            keys: list[tuple[int, int]], campaign_of: dict[int, int],
+                            events: list[tuple]) -> tuple[list[Task], set[tuple[int, int]]]:
+    """The tasks of ``keys`` (shown by the snapshot, no active row) that already have an ended row.
+
+    A row is the same task when it belongs to the campaign that owns the job
+    number now, or has the same submission time (both known: qstat gives none
+    for a running task) or the same start (a job number reused by another job
+    is a new task). Returns (rows taken up again,
+    keys left ended): a row whose task the snapshot shows in a later attempt
+    (:func:`_shows_a_later_attempt`) is made active with the shown state (an
+    event for each is appended to ``events``); otherwise the snapshot is older
+    than the task's end and the task stays ended, with no row added.
+    """
+    by_job: dict[int, list[int]] = {}
+    for job, task in keys:
+        by_job.setdefault(job, []).append(task)
+    ended: dict[tuple[int, int], list[Task]] = {}
+    for job, numbers in by_job.items():
+        for chunk in in_chunks(sorted(numbers)):
+            for row in Task.objects.filter(cluster=cluster, active=False, job_number=job, task_number__in=chunk):
+                ended.setdefault((row.job_number, row.task_number), []).append(row)
+    resumed: list[Task] = []
+    kept: set[tuple[int, int]] = set()
+    for key, rows in ended.items():
+        shown = current[key]
+        owner = campaign_of.get(key[0])
+        same = [r for r in rows if owner is not None and r.campaign_id == owner
+                or _same_attempt_or_job(r, shown)]
+        if not same:
+            continue  # another job that reused the number: a new task
+        row = max(same, key=lambda r: r.id)
+        if not _shows_a_later_attempt(row, shown):
+            log.info("task %s.%s shown %s by a snapshot older than its end (%s): left ended", key[0], key[1],
+                     shown.state, row.state)
+            kept.add(key)
+            continue
+        events.append((row.id, row.state, shown.state, shown.state_code))
+        for field, value in zip(POLL_FIELDS, (shown.state, shown.state_code, shown.restarted, shown.queue or "",
+                                              shown.host or "", shown.slots, shown.priority, shown.started_at)):
+            setattr(row, field, value)
+        row.active, row.ended_at, row.gone_at, row.failed_code, row.exit_status = True, None, None, None, None
+        Task.objects.filter(pk=row.pk, active=False).update(
+            active=True, ended_at=None, gone_at=None, failed_code=None, exit_status=None,
+            **{f: getattr(row, f) for f in POLL_FIELDS})
+        resumed.append(row)
+    return resumed, kept
 
 
 def record_poll_failure(cluster: Cluster, message: str) -> None:
@@ -223,7 +321,8 @@ def reconcile_gone_tasks(cluster: Cluster, *, now: dt.datetime | None = None) ->
         if task.campaign_id:
             campaigns.add(task.campaign_id)
     with transaction.atomic():
-        Task.objects.bulk_update(stale, ["state", "active", "ended_at"], batch_size=1000)
+        with rollups.tasks_rolled(t.id for t in stale):  # lost tasks join the usage rollups
+            Task.objects.bulk_update(stale, ["state", "active", "ended_at"], batch_size=1000)
         TaskEvent.objects.bulk_create(events)
         finish_campaigns(campaigns)
         if stale:

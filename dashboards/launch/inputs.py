@@ -62,31 +62,46 @@ def json_loads_bounded(text: str, *, what: str, not_json: Any = _NOT_JSON_RAISES
     return value
 
 
-def inputs_from_directory(relative: str, *, limit: int = limits.MAX_TASKS_PER_CAMPAIGN) -> list[dict[str, str]]:
-    """One input ``{"file": absolute path}`` per regular file directly in ``<inputs root>/<relative>``.
+def team_inputs_folder(team) -> Path:
+    """A team's folder of "files in a directory" inputs: ``<inputs root>/<team's project>`` (not resolved)."""
+    return inputs_root() / team.project
 
-    The path must stay inside the inputs root (no ``..``, no symlink out of
-    it); files are taken in name order; hidden files are skipped. Raises
-    LaunchError with the reason, naming no server path (the log has it).
+
+def inputs_from_directory(relative: str, *, team, limit: int = limits.MAX_TASKS_PER_CAMPAIGN) -> list[dict[str, str]]:
+    """One input ``{"file": absolute path}`` per regular file directly in ``<team's folder>/<relative>``.
+
+    The team's folder is ``<inputs root>/<project>`` (:func:`team_inputs_folder`): a launcher of one
+    team neither probes nor launches over another team's folders (issue 23, finding 6). The path
+    must stay inside the team's folder (no ``..``, no absolute path, no symlink out of it, of the
+    folder or of a file: such files are skipped); the team's folder itself may not be a link. Files
+    are taken in name order; hidden files are skipped. Raises LaunchError with the reason, naming no
+    server path and nothing of another team (the log has it).
     """
     relative = (relative or "").strip()
     if not relative or "\0" in relative or any(ord(c) < 0x20 for c in relative):
-        raise LaunchError("input directory: give a directory under the inputs root")
+        raise LaunchError("input directory: give a directory under your team's folder of the inputs root")
     root = inputs_root().resolve()
-    candidate = (root / relative.lstrip("/")).resolve()
+    folder = root / team.project
+    if folder.resolve() != folder:
+        log.warning("input directory %r of team %s refused: its folder %s is a link to %s", relative, team.project,
+                    folder, folder.resolve())
+        raise LaunchError(f"input directory: team {team.name}'s folder of the inputs root is a link; "
+                          "ask an admin to make it a plain folder")
+    candidate = (folder / relative.lstrip("/")).resolve()
     # The messages name no server path (the resolved root may be tco's state directory); the log does.
-    if candidate != root and root not in candidate.parents:
-        log.warning("input directory %r refused: %s is outside the inputs root %s", relative, candidate, root)
-        raise LaunchError(f"input directory {relative!r} is outside the inputs root")
+    if candidate != folder and folder not in candidate.parents:
+        log.warning("input directory %r of team %s refused: %s is outside the team's folder %s", relative,
+                    team.project, candidate, folder)
+        raise LaunchError(f"input directory {relative!r} is outside your team's folder of the inputs root")
     if not candidate.is_dir():
         log.warning("input directory %r refused: %s is not a directory", relative, candidate)
-        raise LaunchError(f"input directory {relative!r} does not exist under the inputs root")
+        raise LaunchError(f"input directory {relative!r} does not exist under your team's folder of the inputs root")
     files = []
     for entry in sorted(candidate.iterdir()):
         if entry.name.startswith(".") or not entry.is_file():
             continue
-        if root not in entry.resolve().parents:
-            continue  # a symlink out of the inputs root is not an input
+        if folder not in entry.resolve().parents:
+            continue  # a symlink out of the team's folder is not an input
         files.append({"file": str(entry)})
         if len(files) > limit:
             raise LaunchError(f"input directory has more than {limit} files")

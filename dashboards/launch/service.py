@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from dashboards.billing import budgets, costs
 from dashboards.core import clusters as core_clusters
-from dashboards.core import enqueue, limits, realtime
+from dashboards.core import enqueue, failures, limits, realtime
 from dashboards.core.audit import audit, refused
 from dashboards.core.errors import ActionRefused, LaunchError, Refused
 from dashboards.core.roles import teams_with, user_can
@@ -286,7 +286,8 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
 # --------------------------------------------------------------------------- callers' shapes
 
 def urgent_launch(*, user: AbstractBaseUser, team: Team, agent_definition: AgentDefinition, input: dict[str, Any],
-                  name: str = "", queue: str = "agent.q", seats_per_task: int = 1, model: str = "") -> LaunchOutcome:
+                  name: str = "", queue: str = "agent.q", seats_per_task: int = 1, model: str = "",
+                  cluster: Cluster | None = None) -> LaunchOutcome:
     """One urgent agent: submitted with ``-p limits.URGENT_PRIORITY`` by the operator account, so it
     starts at the next free slot the scheduler's policy gives. Urgent launchers only."""
     if not isinstance(input, dict):
@@ -295,7 +296,7 @@ def urgent_launch(*, user: AbstractBaseUser, team: Team, agent_definition: Agent
     return launch(user=user, request=LaunchRequest(
         team=team, agent_definition=agent_definition, inputs=[input], name=name, queue=queue,
         seats_per_task=seats_per_task, priority=limits.URGENT_PRIORITY, model=model, urgent=True,
-        action="urgent_launch"))
+        action="urgent_launch", cluster=cluster))
 
 
 def campaign_inputs(campaign: Campaign) -> list[dict[str, Any]]:
@@ -316,22 +317,29 @@ def _campaign_spec(campaign: Campaign) -> dict[str, Any]:
         return {}
 
 
-def campaign_retry(*, user: AbstractBaseUser, campaign: Campaign) -> LaunchOutcome:
-    """Launch the failed (and lost) tasks of ``campaign`` again, as a new campaign linked by ``retry_of``.
+def campaign_retry(*, user: AbstractBaseUser, campaign: Campaign,
+                   infrastructure_only: bool = False) -> LaunchOutcome:
+    """Launch the failed (and lost) tasks of ``campaign`` again, as a new campaign linked by ``retry_of``;
+    with ``infrastructure_only``, only those the infrastructure failed (``core.failures``: an execution
+    host lost, the shepherd failed; not the agent's own failures).
 
     Same team, agent, queue, seats, model, policy, endpoint, outputs and caps;
     the concurrency cap is kept if it still fits, the priority lowered to the
     user's limit. Raises ActionRefused, LaunchError.
     """
     target = f"campaign:{campaign.pk}"
+    params = {"infrastructure_only": True} if infrastructure_only else {}
     if not user_can(user, "control", campaign.team):
-        raise refused(user, "campaign_retry", target, {},
+        raise refused(user, "campaign_retry", target, params,
                       f"you may not control campaigns of team {campaign.team.name}")
-    failed = list(Task.objects.filter(campaign=campaign, state__in=("failed", "lost"))
-                  .order_by("task_number").values_list("task_number", flat=True).distinct())
+    chosen = Task.objects.filter(campaign=campaign, state__in=("failed", "lost"))
+    if infrastructure_only:
+        chosen = chosen.filter(failures.infrastructure_filter())
+    failed = list(chosen.order_by("task_number").values_list("task_number", flat=True).distinct())
     if not failed:
-        raise refused(user, "campaign_retry", target, {}, f"campaign {campaign.pk} has no failed tasks",
-                      error=LaunchError)
+        raise refused(user, "campaign_retry", target, params,
+                      f"campaign {campaign.pk} has no tasks failed by the infrastructure" if infrastructure_only
+                      else f"campaign {campaign.pk} has no failed tasks", error=LaunchError)
     inputs = campaign_inputs(campaign)
     retry_inputs = [inputs[n - 1] for n in failed if 1 <= n <= len(inputs)]
     if len(retry_inputs) != len(failed):

@@ -9,6 +9,7 @@ from django.db.models.functions import NullIf
 from django.utils import timezone
 
 from dashboards.core.encoding import money_text
+from dashboards.core.failures import failure_of, infrastructure_filter
 from dashboards.core.health import task_note
 from dashboards.core.scope import campaign_for
 from dashboards.core.stages import campaign_stages, submit_seconds, task_stages
@@ -44,6 +45,13 @@ def _shown_as(row: dict[str, Any], held_as: str | None) -> dict[str, Any]:
     return row
 
 
+def failure_dict(task: Task) -> dict[str, str] | None:
+    """Why ``task`` failed, in words, and whose failure it was (``core.failures``):
+    ``{"kind": "infrastructure" | "agent" | "limit" | "ended", "text"}``, None when it did not fail."""
+    found = failure_of(state=task.state, failed_code=task.failed_code, exit_status=task.exit_status, host=task.host)
+    return {"kind": found.kind, "text": found.text} if found is not None else None
+
+
 def _task_row(t: Task) -> dict[str, Any]:
     return {
         "id": t.pk,
@@ -62,6 +70,7 @@ def _task_row(t: Task) -> dict[str, Any]:
         "cost_usd": money_text(t.cost_usd),
         "exit_status": t.exit_status,
         "failed_code": t.failed_code,
+        "failure": failure_dict(t),
         "verdict": t.verdict,
         "flags": list(t.usage_flags or []),
     }
@@ -92,11 +101,13 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
           job_number, task_count, status, submit_error, urgent, priority,
           agent, model, seats_per_task, concurrency_cap, launched_at,
           submitted_at, finished_at, submit_s},
-         "states": {state: n}, "ended": n, "failures": n, "progress_pct": float,
+         "states": {state: n}, "ended": n, "failures": n, "infrastructure_failures": n,
+         "progress_pct": float,
          "tasks": [{id, task_id, task_number, state, state_code, host, queue,
                     submitted_at, started_at, ended_at, queue_wait_s,
                     sandbox_start_s, agent_work_s, integration_overhead_s,
-                    tokens, cost_usd, exit_status, failed_code, verdict, flags}],
+                    tokens, cost_usd, exit_status, failed_code, failure: {kind, text} | None,
+                    verdict, flags}],
          "page", "pages", "per_page", "state_filter", "host_filter",
          "hosts": [{"host", "tasks"}],   # execution hosts of its tasks, with counts
          "stages": campaign_stages(...)}
@@ -123,6 +134,7 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
     waiting = WAITING in states  # the task rows say so too (qstat's hqw reads "held")
     ended = sum(states[s] for s in TERMINAL_STATES)
     failures = sum(states[s] for s in FAILURE_STATES)
+    infrastructure = tasks.filter(infrastructure_filter()).count() if failures else 0
     if sort not in TASK_SORTS:
         sort = None
     q = (q or "").strip()[:100]
@@ -189,6 +201,8 @@ def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, 
         "ended": ended,
         "done": ended,  # the walking skeleton's name
         "failures": failures,
+        # Of the failures, the infrastructure's (a host lost, the shepherd failed): retried in one action.
+        "infrastructure_failures": infrastructure,
         "progress_pct": round(100.0 * ended / campaign.task_count, 1) if campaign.task_count else 0.0,
         "tasks": [_shown_as(_task_row(t), WAITING if waiting else None) for t in rows],
         "page": page,

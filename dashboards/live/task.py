@@ -15,7 +15,7 @@ from dashboards.core.spool_files import read_spool_file, task_output_path, task_
 from dashboards.core.stages import iso as _iso
 from dashboards.core.stages import task_stages, timeline
 from dashboards.core.states import TOKEN_FIELDS
-from dashboards.live.campaign import shown_state_code, tokens_of
+from dashboards.live.campaign import failure_dict, shown_state_code, tokens_of
 from dashboards.models import AccountingRecord, ModelRequest, Task
 from schedulers.base import SCHEDULER_STATES
 
@@ -103,7 +103,7 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
             reasons = explain_pending(scheduler["detail"], status.get("quotas"), status.get("hosts"),
                                       status.get("global_capacity"), queues=status.get("queues"),
                                       **reservation_context(status))
-            reasons += pending_position(task.cluster, task.job_number, task.project)
+            reasons += pending_position(task.cluster, task.job_number, task.project, user=user)
     tokens = {f: getattr(task, f) for f in (*TOKEN_FIELDS, "reasoning_tokens")}
     tokens["total"] = tokens_of(task)
     campaign = task.campaign
@@ -121,6 +121,7 @@ def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = 
             "failed_code": task.failed_code, "exit_status": task.exit_status, "verdict": task.verdict,
             "flags": list(task.usage_flags or []), "tokens": tokens, "cost_usd": money_text(task.cost_usd),
             "accounting_check": task.accounting_check,
+            "failure": failure_dict(task),
         },
         "campaign": ({"id": campaign.pk, "name": campaign.name, "team": campaign.team.name}
                      if campaign is not None else None),

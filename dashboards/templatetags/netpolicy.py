@@ -6,7 +6,7 @@ from django import template
 from django.urls import NoReverseMatch, reverse
 
 from dashboards.models import Campaign
-from dashboards.control.netpolicy import CHANGEABLE, may_change, network_policy_in_force
+from dashboards.control.netpolicy import CHANGEABLE, NARROWABLE, may_change, network_policy_in_force
 
 register = template.Library()
 
@@ -27,7 +27,7 @@ def network_policy_card(context, campaign: Campaign | dict | int, form: bool = F
         action = reverse("ops-campaign-network-policy", args=[campaign.pk])
     except NoReverseMatch:  # the ops pages are not included
         action = ""
-    can_change = bool(form and action and user is not None and campaign.status in CHANGEABLE
+    can_change = bool(form and action and user is not None and campaign.status in CHANGEABLE + NARROWABLE
                       and may_change(user, campaign))
     return {"campaign": campaign, "in_force": network_policy_in_force(campaign), "can_change": can_change,
-            "action": action, "csrf_token": context.get("csrf_token")}
+            "narrow_only": campaign.status in NARROWABLE, "action": action, "csrf_token": context.get("csrf_token")}

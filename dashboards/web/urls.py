@@ -27,5 +27,6 @@ urlpatterns = [
     path("api/campaigns/<int:campaign_id>/tasks/", api.CampaignTasksView.as_view(), name="api-campaign-tasks"),
     path("api/tasks/<int:task_id>/", api.TaskDetailView.as_view(), name="api-task"),
     path("api/usage/", api.UsageView.as_view(), name="api-usage"),
+    path("api/focus/", api.FocusView.as_view(), name="api-focus"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

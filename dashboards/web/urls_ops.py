@@ -12,6 +12,7 @@ from dashboards.web.views import reservations as views_reservations
 urlpatterns = [
     path("bills/", bills.bills_page, name="ops-bills"),
     path("bills.csv", bills.bills_csv, name="ops-bills-csv"),
+    path("bills.focus.csv", bills.bills_focus, name="ops-bills-focus"),
     path("waste/", waste.waste_page, name="ops-waste"),
     path("budgets/", budgets.budgets_page, name="ops-budgets"),
     path("budgets/<int:budget_id>/delete", budgets.budget_delete, name="ops-budget-delete"),

@@ -34,7 +34,10 @@ class Ingest:
         """One round: qstat poll (unless ``poll_qstat`` is False), runner records, accounting."""
         if self.poll_qstat:
             observed = timezone.now()
-            apply_qstat_poll(self.cluster, self.scheduler.list_tasks(), observed_at=observed)
+            tasks = self.scheduler.list_tasks()
+            # Beside the workers' poll: a snapshot is applied only if its qstat began after the last
+            # applied one answered (dashboards.ingest.poll), whichever poller took it.
+            apply_qstat_poll(self.cluster, tasks, observed_at=observed, answered_at=timezone.now())
         ingest_runner_records(self.cluster)
         ingest_accounting(self.cluster)
 

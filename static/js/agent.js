@@ -20,6 +20,9 @@
       ["queue / host", (t.queue || "—") + " / " + (t.host || "—")],
       ["submitted", TCO.time(t.submitted_at)], ["started", TCO.time(t.started_at)], ["ended", TCO.time(t.ended_at)],
       ["wall clock (s)", num(t.wallclock_s)], ["exit status", num(t.exit_status)], ["failed", num(t.failed_code)],
+      ["why it failed", t.failure ? t.failure.text + (t.failure.kind === "infrastructure" ?
+        " (an infrastructure failure: Retry on the campaign's control page runs it again)" : "") : "—",
+        t.failure ? "failure failure-" + t.failure.kind : ""],
       ["tokens", t.tokens.total + " (input " + t.tokens.input_tokens + ", cache read " + t.tokens.cache_read_tokens +
         ", cache write " + (t.tokens.cache_write_5m_tokens + t.tokens.cache_write_1h_tokens) + ", output " + t.tokens.output_tokens + ")"],
       // OCS 9 flexible accounting: the record's token totals against tco's metering (dashboards/ingest.py token_check).

@@ -16,6 +16,11 @@
     p.setAttribute("aria-valuenow", d.progress_pct);
     p.querySelector(".bar").style.width = d.progress_pct + "%";
     document.getElementById("progress-text").textContent = d.ended + " of " + c.task_count + " ended (" + d.progress_pct + "%)";
+    var infra = document.getElementById("infrastructure-failures");
+    infra.hidden = !d.infrastructure_failures;
+    infra.textContent = d.infrastructure_failures ? d.infrastructure_failures + " of the failed or lost tasks were failed by the " +
+      "infrastructure (an execution host lost, the shepherd failed), not by the agent: the control page's Retry runs " +
+      "them again in one action" : "";
     var row = TCO.clear(document.querySelector("#states tbody tr"));
     Object.keys(d.states).forEach(function (s) {
       var n = d.states[s];
@@ -90,6 +95,7 @@
       var st = el("td", { "data-col": "state" }, t.state + " ");
       st.appendChild(el("span", { "class": "muted" }, t.state_code));
       if (t.runner_note) { st.appendChild(el("div", { "class": "error runner-note" }, t.runner_note)); }
+      if (t.failure) { st.appendChild(el("div", { "class": "failure failure-" + t.failure.kind }, t.failure.text)); }
       tr.appendChild(st);
       tr.appendChild(el("td", null, t.host));
       tr.appendChild(el("td", { "class": "num" }, secs(t.queue_wait_s)));

@@ -14,11 +14,11 @@ from django.utils import timezone
 from dashboards.core.audit import audit
 from dashboards.launch.forecast_record import forecast_record
 from dashboards.models import Campaign, ModelRequest, Task, Team
-from tests.ops.fixtures import make_campaign, make_task, ops_logins, ops_stack, ops_users, wait_until  # noqa: F401
+from tests.helpers import wait_until
+from tests.support.history import make_campaign, make_task
 
-from .test_admin_viewer_pages import shot, signed_in
-from .test_pages_roles import browser  # noqa: F401  (a fixture)
-from .test_trial4_layout import inside
+from tests.support.browser import shot, signed_in
+from .test_page_layout import inside
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 

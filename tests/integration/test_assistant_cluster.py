@@ -25,12 +25,15 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from assistant.untrusted import unwrap
 from dashboards.core.accounts import api_token_rotate
 from dashboards.models import Team
-from tests.conftest import REPO, free_port, make_campaign
-from tests.conftest import test_database_url as database_url_for  # aliased: pytest would collect test_*
-from tests.ops.fixtures import SGE_ENV, ops_users, qdel_quietly  # noqa: F401
-from tests.ops.fixtures import make_task
+from tests.support.campaigns import make_campaign
+from tests.support.paths import REPO
+from tests.support.stack import free_port
+from tests.support.stack import database_url_for
+from tests.support.cluster import qdel_quietly, SGE_ENV
+from tests.support.history import make_task
 
 from .assistant_causes import CAUSES, CauseContext
 
@@ -168,7 +171,8 @@ def test_a_viewer_gets_their_teams_answers_and_refusals_for_the_others(transport
                       ("why_pending", {"task_id": their_task.pk}),
                       ("team_bill", {"team": "research", "first": day, "last": day}))
     queue, campaign_ok, campaign_no, task_ok, task_no, pending_no, bill_no = answers
-    assert queue[0] is False and [c["name"] for c in queue[1]["campaigns"]] == ["ours"]
+    # Names reach the model marked as untrusted data (assistant.untrusted).
+    assert queue[0] is False and [unwrap(c["name"]) for c in queue[1]["campaigns"]] == ["ours"]
     assert campaign_ok == (False, campaign_ok[1]) and campaign_ok[1]["campaign"]["id"] == ours.pk
     assert campaign_no == (True, f"Error executing tool campaign: refused: no campaign {theirs.pk} that you may see")
     assert task_ok[0] is False and task_ok[1]["task"]["id"] == our_task.pk

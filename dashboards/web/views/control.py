@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from dashboards.control import actions
-from dashboards.core import holds
+from dashboards.core import failures, holds
 from dashboards.core.errors import ActionRefused, LaunchError
 from dashboards.core.roles import teams_with, user_can
 from dashboards.launch import notices, service
@@ -74,13 +74,16 @@ def campaign_control_view(request: HttpRequest, campaign_id: int) -> HttpRespons
         if not user_can(request.user, "control", campaign.team):
             return refused(request, f"You may not control campaigns of team {campaign.team.name}.",
                            action=f"campaign_{action}")
-        return render(request, "dashboards/launch_confirm.html", {"campaign": campaign, "action": action,
-                                                                  "summary": notices.campaign_summary(campaign)})
+        return render(request, "dashboards/launch_confirm.html", {
+            "campaign": campaign, "action": action, "summary": notices.campaign_summary(campaign),
+            "infrastructure_failed": failures.infrastructure_failed(campaign) if action == "retry_infrastructure" else 0})
     try:
-        if action == "retry":
-            outcome = service.campaign_retry(user=request.user, campaign=campaign)
+        if action in ("retry", "retry_infrastructure"):
+            infrastructure = action == "retry_infrastructure"
+            outcome = service.campaign_retry(user=request.user, campaign=campaign, infrastructure_only=infrastructure)
+            which = "tasks the infrastructure failed" if infrastructure else "failed tasks"
             messages.success(request, f"Retry campaign {outcome.campaign.name} (#{outcome.campaign.pk}) launched "
-                                      f"with the {outcome.campaign.task_count} failed tasks.")
+                                      f"with the {outcome.campaign.task_count} {which}.")
             return redirect("ops-campaign", campaign_id=outcome.campaign.pk)
         actions.campaign_control(user=request.user, campaign=campaign, action=action)
     except ActionRefused as exc:

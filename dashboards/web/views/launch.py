@@ -11,7 +11,7 @@ from dashboards.core import limits
 from dashboards.core.errors import Refused
 from dashboards.core.roles import user_can
 from dashboards.launch import forecast as launch_forecast
-from dashboards.launch import inputs, service
+from dashboards.launch import service
 from dashboards.web.forms import LaunchForm, UrgentForm
 from dashboards.web.views.common import refused
 
@@ -43,7 +43,6 @@ def launch_page(request: HttpRequest) -> HttpResponse:
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,
-                                                       "inputs_root": inputs.inputs_root(),
                                                        "input_examples": form.input_examples()})
 
 
@@ -60,7 +59,8 @@ def urgent_page(request: HttpRequest) -> HttpResponse:
                 outcome = service.urgent_launch(user=request.user, team=data["team"],
                                                   agent_definition=data["agent_definition"], input=data["input"],
                                                   name=data["name"], queue=data["queue"],
-                                                  seats_per_task=data["seats_per_task"], model=data["model"])
+                                                  seats_per_task=data["seats_per_task"], model=data["model"],
+                                                  cluster=data.get("cluster"))
             except Refused as exc:
                 form.add_error(None, str(exc))
             else:

@@ -17,10 +17,12 @@ def queue_page(request: HttpRequest) -> HttpResponse:
     depth = {"hour": queue.queue_depth_history(request.user, "hour"),
              "day": queue.queue_depth_history(request.user, "day")}
     from dashboards.core.clusters import cluster_get_default
-    from dashboards.launch.reservations import rows_for
-    reservations = rows_for(request.user, cluster_get_default())  # issue 17: advance reservations
+    from dashboards.launch.reservations import holders, rows_for
+    cluster = cluster_get_default()
+    reservations = rows_for(request.user, cluster)  # issue 17: advance reservations
     return render(request, "dashboards/queue.html", {"summary": summary, "depth": depth,
-                                                     "reservations": reservations})
+                                                     "reservations": reservations, "holders": holders(cluster),
+                                                     "seat_resource": settings.TCO_SEAT_RESOURCE})
 
 
 @login_required

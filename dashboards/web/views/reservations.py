@@ -8,6 +8,7 @@ import datetime as dt
 
 from django import forms
 from django.conf import settings
+from django.core.validators import MaxValueValidator
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -17,7 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from dashboards.core.clusters import cluster_get_default
 from dashboards.core.errors import ActionRefused, LaunchError, Refused
-from dashboards.core.roles import teams_with, user_can
+from dashboards.core.roles import is_admin, teams_with, user_can
 from dashboards.launch import reservations as launch_reservations
 from dashboards.web.views.common import refused
 
@@ -51,6 +52,24 @@ class ReservationForm(forms.Form):
         self.user = user
         self.fields["team"].queryset = teams_with(user, "launch").order_by("name")
         self.fields["queue"].choices = [(q, q) for q in settings.TCO_QUEUES]
+        if not is_admin(user):
+            # A launcher's booking is bounded by the team's caps (the service checks them again,
+            # with the team's other bookings): the fields say so before anything is sent.
+            caps = launch_reservations.TeamCaps.from_settings()
+            for name, cap, setting in (("seats", caps.seats, "TCO_RESERVATION_TEAM_MAX_SEATS"),
+                                       ("slots", caps.slots, "TCO_RESERVATION_TEAM_MAX_SLOTS")):
+                self._bound(name, cap, f"at most {cap} for a team at any moment ({setting})")
+            longest = min(caps.longest_s, caps.total_s) // 60
+            self._bound("duration_min", longest, f"at most {longest} min for a launcher")
+
+    def _bound(self, name: str, cap: int, text: str) -> None:
+        field = self.fields[name]
+        cap = min(cap, field.max_value) if field.max_value is not None else cap
+        field.max_value = cap
+        field.validators = [v for v in field.validators if not isinstance(v, MaxValueValidator)]
+        field.validators.append(MaxValueValidator(cap))
+        field.widget.attrs["max"] = cap
+        field.help_text = f"{field.help_text}; {text}" if field.help_text else text
 
     def clean_start(self) -> dt.datetime:
         value = self.cleaned_data["start"]
@@ -94,9 +113,16 @@ def reservations_page(request: HttpRequest) -> HttpResponse:
         form = ReservationForm(user=request.user, initial={"start": start.strftime("%Y-%m-%dT%H:%M"),
                                                            "queue": "classic.q"})
     cluster.refresh_from_db()
+    caps = launch_reservations.TeamCaps.from_settings()
+    caps_text = (f"A team's launchers may hold at most {caps.seats} model API seats and {caps.slots} slots in "
+                 f"reservations at any moment, {caps.total_s / 3600:g} h of reservations not yet ended, each "
+                 f"at most {caps.longest_s / 3600:g} h long and starting at most {caps.lead_s / 3600:g} h ahead; "
+                 "admins may book above these.")
     return render(request, "dashboards/reservations.html", {
         "form": form, "rows": launch_reservations.rows_for(request.user, cluster), "now": timezone.now(),
-        "error": (cluster.status or {}).get("reservations_error", "")})
+        "error": (cluster.status or {}).get("reservations_error", ""),
+        "holders": launch_reservations.holders(cluster), "seat_resource": settings.TCO_SEAT_RESOURCE,
+        "caps_text": caps_text})
 
 
 @login_required
