@@ -15,6 +15,7 @@ import pytest
 from django.utils import timezone
 
 from dashboards.billing import budgets
+from dashboards.core import rollups
 from dashboards.models import AgentDefinition, Campaign, Task, Team
 from tests.helpers import wait_until
 from tests.support.history import make_campaign, make_task
@@ -49,7 +50,8 @@ def test_a_lead_finds_last_weeks_spend_per_campaign_and_the_costliest_task(ops_s
     for n, cost in enumerate(("0.50", "2.25", "0.75"), start=1):
         make_task(dear, task_number=n, started_at=started + dt.timedelta(days=1), wallclock_s=60, cost_usd=cost,
                   tokens={"input_tokens": 1000, "output_tokens": 100})
-    Task.objects.filter(campaign=dear).update(verdict="ok")
+    with rollups.tasks_rolled(Task.objects.filter(campaign=dear).values_list("id", flat=True)):
+        Task.objects.filter(campaign=dear).update(verdict="ok")  # as tco stores a verdict: bills count it
     unpriced = make_campaign(team=research, user=ops_logins["launcher"], name="unpriced-run", model="mystery")
     make_task(unpriced, task_number=1, started_at=started, wallclock_s=5, cost_usd=None,
               tokens={"output_tokens": 50})
