@@ -93,14 +93,15 @@ def get(mapping, key):
 
 @register.filter
 def hours(seconds, unit: str = "") -> str:
-    """Seconds of ``unit`` time (slot, seat) in the unit that reads: ``2.50 slot-h`` from 0.1 h up,
-    ``40 slot-s`` below (a demo's tasks take seconds), ``0 slot-h`` for none; '' for None."""
+    """Seconds of ``unit`` time (slot, seat) in the unit that reads: ``2.50 slot-h`` from an hour up,
+    ``1,240 slot-s`` below (a demo's tasks take seconds; a part and its whole then mostly share the unit),
+    ``0 slot-h`` for none; '' for None."""
     if seconds is None or seconds == "":
         return ""
     value = float(seconds)
     prefix = f"{unit}-" if unit else ""
     if value == 0:
         return f"0 {prefix}h"
-    if abs(value) >= 360:
+    if abs(value) >= 3600:
         return f"{value / 3600:,.2f} {prefix}h"
-    return f"{value:.0f} {prefix}s" if abs(value) >= 1 else f"< 1 {prefix}s"
+    return f"{value:,.0f} {prefix}s" if abs(value) >= 1 else f"< 1 {prefix}s"

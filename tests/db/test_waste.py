@@ -190,9 +190,10 @@ def test_the_waste_page_shows_each_campaigns_figures_to_leads_only(campaigns, as
     assert "$0.50" in _cell(html, a, "failed") and "1 task " in _cell(html, a, "failed")
     assert "$0.25" in _cell(html, a, "verdict_failed")
     assert "$0.40" in _cell(html, b, "retries") and "retry of #%d" % a in html
-    # 440 seat-seconds held = 0.12 h; 220 in calls (50 %); the sizing in words.
+    # 440 seat-seconds held (under an hour: in seconds); 220 in calls (50 %); the sizing in words.
     seats = html.split('id="seat-table"', 1)[1]
-    assert "0.12" in _cell(seats, a, "held") and "50%" in _cell(seats, a, "in_calls")
+    assert "440 seat-s" in _cell(seats, a, "held") and "220 seat-s" in _cell(seats, a, "in_calls")
+    assert "50%" in _cell(seats, a, "in_calls")
     assert "4 seats held, at most 2 in calls at once: 3 would have done" in _cell(seats, a, "sizing")
     assert "other-team" not in html  # engineering's campaign
     assert f'href="/campaigns/{a}/?sort=cost&amp;dir=desc"' in html
@@ -229,3 +230,11 @@ def test_a_review_agents_bad_verdict_is_its_finding_not_a_failure(campaigns):
     result = waste.waste(teams=[campaigns["research"]], first=DAY, last=DAY, campaign=campaigns["a"].pk)
     assert result["rows"][0]["verdict_failed"]["tasks"] == 1  # task 3's "FAIL" only
     assert "bad" not in result["failing_verdicts"]
+
+
+def test_slot_and_seat_time_read_in_seconds_under_an_hour_and_in_hours_from_one():
+    from dashboards.templatetags.ops import hours
+
+    assert (hours(0, "slot"), hours(0.4, "seat"), hours(120, "slot"), hours(3599, "slot")) == (
+        "0 slot-h", "< 1 seat-s", "120 slot-s", "3,599 slot-s")
+    assert (hours(3600, "slot"), hours(9000, "seat"), hours(None)) == ("1.00 slot-h", "2.50 seat-h", "")
