@@ -286,3 +286,13 @@ def test_every_user_sees_which_team_holds_reserved_seats(booking_env, ops_users,
 
 def _days(n: float) -> dt.datetime:
     return (dt.datetime.now(UTC) + dt.timedelta(days=n)).replace(microsecond=0)
+
+
+@pytest.fixture
+def caps(settings):
+    settings.TCO_RESERVATION_MAX_S = 24 * 3600
+    settings.TCO_RESERVATION_TEAM_MAX_SEATS = 32
+    settings.TCO_RESERVATION_TEAM_MAX_SLOTS = 32
+    settings.TCO_RESERVATION_TEAM_MAX_TOTAL_S = 48 * 3600
+    settings.TCO_RESERVATION_MAX_LEAD_S = 7 * 24 * 3600
+    return settings
