@@ -311,6 +311,12 @@ TCO_RUNNER_FINISHED_GRACE_S = env_float("TCO_RUNNER_FINISHED_GRACE_S", 90.0)
 # A failed task with no runner record this long after its end had its runner killed outright (dashboards/orphans.py).
 TCO_RUNNER_RECORD_GRACE_S = env_float("TCO_RUNNER_RECORD_GRACE_S", 60.0)
 TCO_DELETED_GRACE_S = env_float("TCO_DELETED_GRACE_S", 10.0)
+# Detail rows (tasks, model requests, accounting records) of usage that ended more than this many days
+# ago are dropped; bills keep their figures in the hourly rollups (dashboards/ingest/retention.py).
+# 0: keep everything. The drop runs every TCO_RETENTION_INTERVAL_S, TCO_RETENTION_BATCH tasks a transaction.
+TCO_DETAIL_RETENTION_DAYS = env_float("TCO_DETAIL_RETENTION_DAYS", 0.0)
+TCO_RETENTION_INTERVAL_S = env_float("TCO_RETENTION_INTERVAL_S", 600.0)
+TCO_RETENTION_BATCH = env_int("TCO_RETENTION_BATCH", 2000)
 # Submit with -notify; needs execd_params NOTIFY_KILL=TERM,NOTIFY_SUSP=none on the cluster.
 TCO_NOTIFY = env_bool("TCO_NOTIFY", True)
 # The interpreter the scheduler starts the runner with (same venv as the workers).
@@ -380,6 +386,19 @@ TCO_STAGE_CACHE_S = env_float("TCO_STAGE_CACHE_S", 3.0)
 TCO_DEPTH_SAMPLE_S = env_float("TCO_DEPTH_SAMPLE_S", 10.0)
 # Largest part of an agent's stdout, stderr or output file shown on its page (bytes).
 TCO_LOG_VIEW_CAP = env_int("TCO_LOG_VIEW_CAP", 65536)
+# The waste view (dashboards/billing/waste.py): verdicts that say the agent's own work failed (any case;
+# not a review agent's "bad", which is its finding), and the headroom over the most seats in model calls
+# at once in the suggested consumable size.
+TCO_FAILING_VERDICTS = env_list("TCO_FAILING_VERDICTS", ["fail", "failed", "failure", "error", "incorrect", "wrong",
+                                                         "unresolved"])
+TCO_SEAT_HEADROOM = env_float("TCO_SEAT_HEADROOM", 0.15)
+# The launch forecast widens its ranges by this factor when the history's inputs differ from the
+# campaign's (dashboards/launch/forecast.py, widen_for_misfit).
+TCO_FORECAST_MISFIT_FACTOR = env_float("TCO_FORECAST_MISFIT_FACTOR", 2.0)
+# A "campaign finished" notice is shown for this many minutes after the finish, on at most this many
+# pages, and no more once its campaign's page was opened (dashboards/launch/notices.py).
+TCO_NOTICE_MINUTES = env_float("TCO_NOTICE_MINUTES", 60.0)
+TCO_NOTICE_PAGES = env_int("TCO_NOTICE_PAGES", 3)
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False

@@ -121,8 +121,16 @@ def test_a_launcher_sees_start_and_finish_then_watches_the_campaign_live(ops_sta
     assert "10 finished runs of demo-agent v" in text(page, "#forecast-basis")  # what the forecast rests on
     shot(page, "launcher-forecast")
     page.click("#launch-submit")
-    page.wait_for_url("**/ops/campaigns/*/", timeout=15000)
+    # Launch lands on the live campaign page, which keeps the forecast beside the outcome.
+    page.wait_for_url("**/campaigns/*/", timeout=15000)
     campaign = Campaign.objects.get(name="watched")
+    assert page.url.endswith(f"/campaigns/{campaign.pk}/") and "/ops/" not in page.url
+    page.wait_for_selector("#forecast-outcome")
+    assert "UTC" in text(page, '#forecast-outcome tr[data-what="finish"]')
+    assert "$" in text(page, '#forecast-outcome tr[data-what="cost"]')
+    shot(page, "launcher-landed-on-campaign")
+    page.click("#campaign-control-link")
+    page.wait_for_url(f"**/ops/campaigns/{campaign.pk}/", timeout=15000)
     page.wait_for_selector("#progress-live:not([hidden])", timeout=15000)
     # Controls sit beside progress: pause while tasks wait, else the reason it is not offered.
     assert page.is_visible("#control") and page.is_visible("#progress-bar")

@@ -9,6 +9,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from dashboards.core.accounts import api_token_rotate
+from dashboards.core import rollups
 from dashboards.models import AccountingRecord, ApiToken, ModelRequest, Task, Team
 from schedulers.fake import FakeScheduler
 
@@ -61,6 +62,7 @@ def data(role_users):
             submitted_at=t.submitted_at, started_at=t.started_at, ended_at=t.ended_at, job_name="x", owner="tco",
             group="tco", project=t.campaign.team.project, queue="agent.q", hostname="vm", slots=1,
             wallclock_s=t.wallclock_s, cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
+    rollups.rebuild()  # the usage rollups of these records, as ingest keeps them
     task = alpha.tasks.get(task_number=1)
     ModelRequest.objects.create(task=task, seq=1, at=T0, provider="anthropic", method="POST", path="/v1/messages",
                                 status=200, model="claude-x", input_tokens=100, output_tokens=50,

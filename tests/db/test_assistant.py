@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import datetime as dt
+import re
 from decimal import Decimal
 
 import anyio
@@ -17,6 +18,7 @@ from assistant import facts
 from assistant.server import bearer_key, build_server, http_app, is_loopback
 from dashboards.core.accounts import api_token_revoke, api_token_rotate
 from dashboards.core.clusters import cluster_get_default
+from dashboards.core import rollups
 from dashboards.models import AccountingRecord, Task, Team
 from schedulers.fake import FakeScheduler
 
@@ -51,6 +53,7 @@ def world(role_users, monkeypatch):
             submitted_at=t.submitted_at, started_at=t.started_at, ended_at=t.ended_at, job_name="x", owner="tco",
             group="tco", project=t.campaign.team.project, queue="agent.q", hostname="vm", slots=1,
             wallclock_s=30.0, cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
+    rollups.rebuild()  # the usage rollups of these records, as ingest keeps them
     cluster = cluster_get_default()
     cluster.status = {
         "queues": [{"name": "agent.q", "used": 0, "total": 4}],
@@ -336,3 +339,45 @@ def test_marked_values_can_be_read_back(world):
 
     error, answer = call(world["keys"]["viewer"], "campaign", marked=True, campaign_id=world["mine"].pk)
     assert unwrap(answer["campaign"]["name"]) == "mine"
+
+
+def test_why_pending_takes_the_task_as_the_pages_write_it(world):
+    """job.task ("1101.2", as every page and qstat write it), a job number alone (its first waiting
+    task), or tco's own id as "#155"; another team's task gets the words of one that does not exist."""
+    key = world["keys"]["viewer"]
+    waiting = world["mine"].tasks.get(task_number=2)
+    by_id = call(key, "why_pending", task_id=waiting.pk)[1]
+    for text in ("1101.2", " 1101.2 ", "1101", f"#{waiting.pk}"):
+        error, answer = call(key, "why_pending", task=text)
+        assert not error and answer["task"]["id"] == waiting.pk, text
+        assert answer["reasons"] == by_id["reasons"]
+    error, answer = call(key, "task", task="1101.1")
+    assert not error and answer["task"]["task_number"] == 1
+    other = world["theirs"].tasks.get(task_number=2)
+    assert call(key, "why_pending", task="1102.2") == (True, "refused: no task 1102.2 that you may see")
+    assert call(key, "why_pending", task="9999.2") == (True, "refused: no task 9999.2 that you may see")
+    assert call(world["keys"]["eng-viewer"], "why_pending", task="1102.2")[1]["task"]["id"] == other.pk
+    error, answer = call(key, "why_pending", task="task seventeen")
+    assert error and "write it as the pages do, job.task (1128.17)" in answer
+    error, answer = call(key, "why_pending")
+    assert error and "name a task" in answer
+
+
+def test_the_why_pending_page_gives_the_assistants_answer_and_says_how_to_ask_it(world, client):
+    viewer = world["users"]["viewer"]
+    client.force_login(viewer)
+    waiting = world["mine"].tasks.get(task_number=2)
+    html = client.get(f"/tasks/{waiting.pk}/why-pending/", {"fragment": "1"}).content.decode()
+    assert "<html" not in html and "waiting for job 1100 to finish" in html
+    assert 'task="1101.2"' in html and 'href="/account/token/"' in html  # the MCP way to the same
+    assert "The scheduler facts behind it" in html and "consumables" in html
+    page = client.get("/why-pending/", {"task": "1101.2"})
+    assert page.status_code == 200 and "Why is task 1101.2 pending?" in page.content.decode()
+    other = world["theirs"].tasks.get(task_number=2)
+    assert client.get(f"/tasks/{other.pk}/why-pending/").status_code == 404
+    assert client.get("/why-pending/", {"task": "1102.2"}).status_code == 404
+    # The task page links it from its pending card; the answer loads in place.
+    html = client.get(f"/tasks/{waiting.pk}/").content.decode()
+    card = html.split('id="pending-card"', 1)[1].split("</section>", 1)[0]
+    assert f'href="/tasks/{waiting.pk}/why-pending/"' in card and 'data-target="why-pending-box"' in card
+    assert re.search(r"js/why_pending(\.[0-9a-f]{12})?\.js", html)

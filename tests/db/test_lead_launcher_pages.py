@@ -12,6 +12,7 @@ from dashboards.billing import bills
 from dashboards.billing import budgets
 from dashboards.billing import costs as billing_costs
 from dashboards.core import encoding
+from dashboards.core import rollups
 from dashboards.models import AgentDefinition, Budget, Campaign, Task, Team
 from tests.support.history import make_campaign, make_task, timing
 from tests.support.forms import launch_data
@@ -300,12 +301,16 @@ def test_the_launch_page_shows_start_finish_slot_hours_and_headroom(as_user, ops
     assert "$15.00" in budget_row and "$13.50" in budget_row
 
 
-def test_after_launch_the_launcher_lands_on_the_live_page_with_controls_beside_progress(as_user, ops_users):
+def test_after_launch_the_launcher_lands_on_the_live_campaign_page_with_its_forecast(as_user, ops_users):
     client = as_user("launcher")
     response = client.post("/ops/launch/", {**launch_data(), "launch": "1"}, follow=True)
     campaign = Campaign.objects.get(name="sweep-1")
-    assert response.redirect_chain[-1][0] == f"/ops/campaigns/{campaign.pk}/"
+    assert response.redirect_chain[-1][0] == f"/campaigns/{campaign.pk}/"
     html = response.content.decode()
+    assert 'id="live"' in html and 'id="forecast-outcome"' in html and 'id="campaign-control-link"' in html
+    assert "launched with 3 tasks" in html
+    # The control page keeps the controls beside the progress.
+    html = client.get(f"/ops/campaigns/{campaign.pk}/").content.decode()
     live = html.split('class="campaign-live"', 1)[1].split('<section class="card">', 1)[0]
     assert 'id="progress"' in live and 'id="control"' in live and 'id="progress-bar"' in live
     assert f'data-api="/api/campaigns/{campaign.pk}/"' in live and "0 of 3 tasks ended" in html.replace("<strong>", "").replace("</strong>", "")
@@ -323,7 +328,8 @@ def _bill_history(ops_users):
         t = make_task(big, task_number=n, started_at=day, wallclock_s=10, cost_usd=cost,
                       tokens={"output_tokens": 10 * n}, state="done" if n != 2 else "failed")
         if n in (1, 3):
-            Task.objects.filter(pk=t.pk).update(verdict="ok")
+            with rollups.tasks_rolled([t.pk]):  # as tco stores a verdict: bills count it
+                Task.objects.filter(pk=t.pk).update(verdict="ok")
     make_task(small, task_number=1, started_at=day + dt.timedelta(days=1), wallclock_s=5, cost_usd=None,
               tokens={"output_tokens": 99})  # tokens, no price: unpriced, never $0
     return research, big, small
@@ -382,3 +388,61 @@ def test_a_budgets_burn_down_projects_the_spend_to_the_period_end(ops_users):
     assert burn["days"][0] == "2026-11-01" and burn["days"][-1] == "2026-11-11"
     assert burn["cumulative_usd"][0] == 0 and burn["cumulative_usd"][1] == 10 and burn["cumulative_usd"][-1] == 30
     assert burn["projected_usd"] == Decimal("90") and not burn["over"]  # $30 in 10 days -> $90 in 30
+
+
+def test_the_costliest_tasks_come_a_page_at_a_time(as_user, ops_users):
+    """A campaign's costliest tasks, 20 a page, costliest first, unpriced ones with tokens last."""
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"], name="wide")
+    day = dt.datetime(2026, 11, 10, 9, tzinfo=dt.timezone.utc)
+    for n in range(1, 46):  # task n costs $n/100; task 45 has tokens and no price
+        make_task(campaign, task_number=n, started_at=day, wallclock_s=1, cost_usd=None if n == 45 else n / 100,
+                  tokens={"output_tokens": n})
+    client = as_user("lead")
+    query = {"period": "day", "first": "2026-11-10", "last": "2026-11-10", "group_by": "campaign",
+             "campaign": campaign.pk}
+
+    def page(number: int | None) -> tuple[list[int], str]:
+        html = client.get("/ops/bills/", {**query, **({"tasks_page": number} if number else {})}).content.decode()
+        section = html.split('id="costliest"', 1)[1].split("</section>", 1)[0]
+        return [int(p.split('"', 1)[0]) for p in section.split('data-task="')[1:]], section
+
+    first, html = page(None)
+    assert first == list(range(44, 24, -1)) and 'rel="next"' in html and 'rel="prev"' not in html
+    second, html = page(2)
+    assert second == list(range(24, 4, -1)) and 'rel="next"' in html and 'rel="prev"' in html
+    third, html = page(3)
+    assert third == [4, 3, 2, 1, 45] and 'rel="next"' not in html
+    assert page(4)[0] == [] and "No more tasks" in page(4)[1]
+
+
+def test_a_long_bill_shows_its_rows_a_page_at_a_time_with_the_total_of_all(as_user, ops_users, monkeypatch):
+    from dashboards.billing import bills
+
+    monkeypatch.setattr(bills, "ROWS_PER_PAGE", 2)
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"], name="daily")
+    for day in range(1, 6):  # one task a day, $1 each
+        make_task(campaign, task_number=day, started_at=dt.datetime(2026, 11, day, 9, tzinfo=dt.timezone.utc),
+                  wallclock_s=1, cost_usd="1")
+    client = as_user("lead")
+    query = {"period": "day", "first": "2026-11-01", "last": "2026-11-05"}
+
+    def page(number=None):
+        html = client.get("/ops/bills/", {**query, **({"rows_page": number} if number else {})}).content.decode()
+        return [r.split('"', 1)[0] for r in html.split("<tr data-period=\"")[1:]], html
+
+    first, html = page()
+    assert first == ["2026-11-01", "2026-11-02"] and 'rel="next"' in html.split('id="bill-pager"')[1]
+    assert "$5.00" in html.split('id="bill-total"', 1)[1].split("</tr>", 1)[0]  # the total of every row
+    assert page(3)[0] == ["2026-11-05"] and 'rel="prev"' in page(3)[1].split('id="bill-pager"')[1]
+
+
+def test_a_chart_of_many_campaigns_stacks_the_costliest_and_sums_the_rest():
+    from dashboards.billing import bills
+
+    rows = [{"period": dt.date(2026, 11, 1), "label": f"c{n}", "team": "t", "launched_by_tco": True,
+             "cost_usd": Decimal(n), "unpriced_tasks": 0} for n in range(1, 31)]
+    chart = bills.bill_chart({"rows": rows, "group_by": "campaign"}, top=5)
+    assert [s["label"] for s in chart["series"]] == ["c30", "c29", "c28", "c27", "c26", "(25 others)"]
+    assert chart["series"][-1]["cost_usd"] == [float(sum(range(1, 26)))]

@@ -142,7 +142,7 @@ def test_a_launcher_sees_a_forecast_then_launches(as_user, ops_users):
     assert not Campaign.objects.filter(name="sweep-1").exists()
     response = client.post("/ops/launch/", {**launch_data(), "launch": "1"})
     campaign = Campaign.objects.get(name="sweep-1")
-    assert response.status_code == 302 and response["Location"] == f"/ops/campaigns/{campaign.pk}/"
+    assert response.status_code == 302 and response["Location"] == f"/campaigns/{campaign.pk}/"
     assert campaign.task_count == 3 and campaign.launched_by == ops_users["launcher"]
 
 

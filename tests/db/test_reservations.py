@@ -290,6 +290,7 @@ def _days(n: float) -> dt.datetime:
 
 @pytest.fixture
 def caps(settings):
+    """The reservation caps of issue 23, finding 2, at test sizes."""
     settings.TCO_RESERVATION_MAX_S = 24 * 3600
     settings.TCO_RESERVATION_TEAM_MAX_SEATS = 32
     settings.TCO_RESERVATION_TEAM_MAX_SLOTS = 32

@@ -169,7 +169,8 @@ def test_a_campaign_name_in_the_bill_opens_its_breakdown_with_a_small_link_to_it
     links = [(html_lib.unescape(href), label) for href, label in re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', row)]
     name_href = next(href for href, label in links if label == f"sweep (#{campaign.pk})")
     assert name_href.startswith("?") and f"campaign={campaign.pk}" in name_href and "/ops/campaigns/" not in name_href
-    assert (f"/ops/campaigns/{campaign.pk}/", "page") in links
+    # Issue 24: the small link opens the campaign's tasks, the most expensive first (it was the control page).
+    assert (f"/campaigns/{campaign.pk}/?sort=cost&dir=desc", "tasks by cost") in links
 
 
 def test_the_forecast_says_what_history_it_is_based_on_and_when_the_inputs_differ(client, ops_users):

@@ -33,4 +33,7 @@ def make_campaign(*, team, user, name: str, tasks: list[dict] | None = None, job
         rows.append(Task(cluster=cluster, campaign=campaign, job_number=job_number, is_array=True,
                          name=f"tco-c{campaign.pk}-{name}", owner="tco", project=team.project, **values))
     Task.objects.bulk_create(rows)
+    from dashboards.core import rollups
+
+    rollups.tasks_added(t.id for t in rows)  # ended tasks are in the usage rollups, as ingest keeps them
     return campaign

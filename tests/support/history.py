@@ -6,6 +6,7 @@ import datetime as dt
 import itertools
 from decimal import Decimal
 
+from dashboards.core import rollups
 from dashboards.models import AccountingRecord, AgentDefinition, Campaign, Cluster, Task, Team
 
 #: The password ``ops_logins`` gives every user of ``ops_users`` but the admin.
@@ -47,12 +48,15 @@ def make_task(campaign: Campaign | None, *, task_number: int = 1, started_at: dt
         def us(value: dt.datetime) -> int:
             return int(value.timestamp()) * 1_000_000
 
-        AccountingRecord.objects.create(
+        record = AccountingRecord.objects.create(
             cluster=cluster, task=task, job_number=job, task_number=task_number, submission_us=us(submitted),
             start_us=us(started_at), end_us=us(ended), submitted_at=submitted, started_at=started_at,
             ended_at=ended, job_name="x", owner="tco", group="tco", project=project, queue="agent.q",
             hostname="vm", slots=slots, wallclock_s=wallclock_s, cpu_s=0.0, maxvmem_bytes=0.0, failed=0,
             exit_status=0)
+        rollups.records_added([record.id])
+    # As ingest does: an ended task and its record are in the usage rollups (dashboards.core.rollups).
+    rollups.tasks_added([task.id])
     return task
 
 
