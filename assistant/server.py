@@ -109,20 +109,24 @@ def build_server(*, stdio_key: str | None = None) -> MCPServer:
         return await call(ctx, views.campaign, campaign_id, page=page, state=state)
 
     @server.tool(annotations=READ_ONLY)
-    async def task(ctx: Context, task_id: int) -> dict[str, Any]:
-        """One agent (tco's task id, as in /tasks/<id>/): state, timeline and stages (seconds), sandbox
-        policy, model requests, tokens and cost (USD), the end of its stdout and stderr, accounting
-        records, the scheduler's qstat -j while it is in the queue, and pending reasons."""
-        return await call(ctx, views.task, task_id)
+    async def task(ctx: Context, task: str | None = None, task_id: int | None = None) -> dict[str, Any]:
+        """One agent: state, timeline and stages (seconds), sandbox policy, model requests, tokens and
+        cost (USD), the end of its stdout and stderr, accounting records, the scheduler's qstat -j while
+        it is in the queue, and pending reasons. ``task``: as tco's pages and qstat write it, job.task
+        ("1128.17") or a job number ("1128"); "#155" (or ``task_id`` 155) is tco's own id, as in
+        /tasks/155/."""
+        return await call(ctx, views.task, task if task is not None else task_id)
 
     @server.tool(annotations=READ_ONLY)
-    async def why_pending(ctx: Context, task_id: int) -> dict[str, Any]:
-        """Why a task (tco's task id) is not running yet: tco's reasons in plain words (each with what
-        Grid Engine said) and the scheduler facts behind them, present when they apply: dependencies
-        (predecessor jobs, holds), requests, consumables (model API seats: capacity, used, free),
-        resource quotas, the team's share-tree standing, queues, calendars, reservations, its position
-        in the priority order, and the scheduler's raw messages."""
-        return await call(ctx, views.why_pending, task_id)
+    async def why_pending(ctx: Context, task: str | None = None, task_id: int | None = None) -> dict[str, Any]:
+        """Why a task is not running yet: tco's reasons in plain words (each with what Grid Engine said)
+        and the scheduler facts behind them, present when they apply: dependencies (predecessor jobs,
+        holds), requests, consumables (model API seats: capacity, used, free), resource quotas, the
+        team's share-tree standing, queues, calendars, reservations, its position in the priority
+        order, and the scheduler's raw messages. ``task``: as tco's pages and qstat write it, job.task
+        ("1128.17") or a job number ("1128": its first waiting task); "#155" (or ``task_id`` 155) is
+        tco's own id, as in /tasks/155/."""
+        return await call(ctx, views.why_pending, task if task is not None else task_id)
 
     @server.tool(annotations=READ_ONLY)
     async def team_bill(ctx: Context, team: str, first: str | None = None, last: str | None = None,

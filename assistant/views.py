@@ -11,6 +11,7 @@ teams. Nothing here writes to the database or the scheduler.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from django.conf import settings
@@ -32,7 +33,7 @@ from dashboards.core.scheduler_cache import pending_position
 
 from .facts import FactContext, held_predecessor_reasons, pending_facts
 
-__all__ = ["Refused", "caller", "queue_summary", "campaign", "task", "why_pending", "team_bill",
+__all__ = ["Refused", "caller", "queue_summary", "campaign", "task", "why_pending", "team_bill", "find_task",
            "TASK_LOG_CHARS"]
 
 #: Characters of a task's stdout/stderr an answer carries (the last ones; the page shows the file).
@@ -88,19 +89,69 @@ def _tail(read: dict | None) -> dict | None:
     return {**read, "text": text[-TASK_LOG_CHARS:], "truncated": True}
 
 
-def task(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
+#: A task as people write it: job.task as every page and qstat do ("1128.17"), a job number alone
+#: ("1128"), or tco's own id after "#" ("#155", as in /tasks/155/).
+TASK_TEXT = re.compile(r"^\s*(?:#(\d{1,18})|(\d{1,18})(?:\.(\d{1,18}))?)\s*$")
+
+
+def find_task(user: AbstractBaseUser, task: int | str | None) -> Task:
+    """The task ``task`` names, among those ``user`` may see.
+
+    ``task`` is what the pages write: ``"1128.17"`` (job 1128, array task 17) or ``"1128"`` (job
+    1128: a job that is not an array, else its first task still waiting, else its first task);
+    ``"#155"`` or the integer 155 is tco's own id (``/tasks/155/``). Where a job number names
+    several tasks (job numbers wrap; several clusters), the one in the scheduler now wins, then
+    the newest. Raises :class:`Refused` for a task the user may not see, one that does not exist
+    (the same words) and text of another form.
+    """
+    if task is None or isinstance(task, bool):
+        raise Refused("name a task: job.task as the pages write it (1128.17), a job number (1128), or #155 "
+                      "for tco's own id")
+    if isinstance(task, int):
+        internal, job, number = task, None, None
+    else:
+        match = TASK_TEXT.match(str(task))
+        if match is None:
+            raise Refused(f"task {str(task)[:40]!r}: write it as the pages do, job.task (1128.17), a job number "
+                          "(1128), or #155 for tco's own id (/tasks/155/)")
+        internal = int(match.group(1)) if match.group(1) else None
+        job = int(match.group(2)) if match.group(2) else None
+        number = int(match.group(3)) if match.group(3) is not None else None
+    shown = str(task).strip()
+    visible = scope.tasks_visible_to(user)
+    if internal is not None:
+        found = visible.filter(pk=internal).first()
+    else:
+        tasks = visible.filter(job_number=job).order_by("-active", "-id")
+        if number is not None:
+            found = tasks.filter(task_number=number).first()
+        else:
+            found = (tasks.filter(is_array=False).first()
+                     or tasks.filter(active=True, state__in=WAITING_STATES).order_by("task_number", "-id").first()
+                     or tasks.order_by("-active", "task_number", "-id").first())
+    if found is None:
+        raise Refused(f"no task {shown} that you may see")
+    return found
+
+
+def task(user: AbstractBaseUser, task_id: int | str | None) -> dict[str, Any]:
     """One agent (task) as its page shows it (``selectors.task_detail``), stdout/stderr cut to their last
-    ``TASK_LOG_CHARS`` characters. Raises :class:`Refused` when the user may not see it or it does not exist."""
+    ``TASK_LOG_CHARS`` characters. ``task_id``: tco's id, or text :func:`find_task` reads (``"1128.17"``).
+    Raises :class:`Refused` when the user may not see it or it does not exist."""
+    row = find_task(user, task_id)
     try:
-        detail = live_task.task_detail(user, task_id)
+        detail = live_task.task_detail(user, row.pk)
     except Task.DoesNotExist:
         raise Refused(f"no task {task_id} that you may see") from None
     detail["stdout"], detail["stderr"] = _tail(detail.get("stdout")), _tail(detail.get("stderr"))
     return detail
 
 
-def why_pending(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
+def why_pending(user: AbstractBaseUser, task_id: int | str | None) -> dict[str, Any]:
     """Why a task is not running: tco's plain-words reasons and the scheduler facts behind them.
+
+    ``task_id``: the task as the pages write it (``"1128.17"``, ``"1128"``, ``"#155"``) or tco's
+    id (an integer), :func:`find_task`.
 
     Returns ``{"task": {id, task_id, job_number, task_number, state, project,
     queue, campaign}, "waiting": bool, "reasons": [{text, raw}] (explain_pending,
@@ -112,9 +163,10 @@ def why_pending(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
     | None, "status_at": ISO of the cluster poll}``. Raises :class:`Refused`
     when the user may not see the task.
     """
+    found = find_task(user, task_id)
     try:
-        row = scope.task_for(user, task_id)
-        detail = live_task.task_detail(user, task_id)
+        row = scope.task_for(user, found.pk)
+        detail = live_task.task_detail(user, found.pk)
     except Task.DoesNotExist:
         raise Refused(f"no task {task_id} that you may see") from None
     waiting = row.active and row.state in WAITING_STATES

@@ -31,6 +31,10 @@ class Cluster(models.Model):
     accounting_path = models.CharField(max_length=255)
     flavour = models.CharField(max_length=8, choices=FLAVOURS, default="sge8")
     time_zone = models.CharField(max_length=64, default="UTC")
+    # The cell's ports where they are not /etc/services' (a second cell on the same machines): its
+    # clients and libdrmaa get them as SGE_QMASTER_PORT / SGE_EXECD_PORT (docs/clusters.md).
+    qmaster_port = models.PositiveIntegerField(null=True, blank=True)
+    execd_port = models.PositiveIntegerField(null=True, blank=True)
     # Latest queue summary, hosts and quotas (JSON from the parsers), polled every few seconds.
     status = models.JSONField(default=dict, blank=True)
     status_at = models.DateTimeField(null=True, blank=True)
@@ -45,6 +49,9 @@ class Cluster(models.Model):
     # The last accounting ingest's failure (missing or unreadable file); "" once a pass reads the file.
     accounting_error = models.TextField(blank=True)
     accounting_error_at = models.DateTimeField(null=True, blank=True)
+    # Detail rows (tasks, requests, accounting records) of usage that ended before this were dropped
+    # (TCO_DETAIL_RETENTION_DAYS, dashboards.ingest.retention); the rollups hold what bills need of them.
+    detail_dropped_before = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name
@@ -223,6 +230,9 @@ class Campaign(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     job_number = models.PositiveIntegerField(null=True, blank=True, db_index=True)
+    # The launch forecast as it stood at launch (dashboards.launch.forecast_record), None for a
+    # campaign launched before forecasts were kept.
+    forecast = models.JSONField(null=True, blank=True, help_text="the launch forecast at launch (launch.forecast_record)")
 
     def __str__(self) -> str:
         return f"{self.name} (#{self.pk})"
@@ -316,6 +326,13 @@ class Task(TokenUsage):
             models.Index(fields=["campaign", "state"]),
             models.Index(fields=["cluster", "job_number", "task_number"]),
             models.Index(fields=["campaign", "task_number"]),
+            # Bills: the tasks that started in a range (the edges of hours the rollups do not cover, and
+            # the detail path), and the active ones among them (never in the rollups: few, the live queue).
+            models.Index(fields=["cluster", "started_at"], name="task_started"),
+            models.Index(fields=["cluster", "started_at"], condition=Q(active=True), name="task_active_started"),
+            # A campaign's costliest tasks, page by page (billing.bills.costliest_tasks).
+            models.Index(fields=["campaign", "-cost_usd", "task_number"], condition=Q(cost_usd__isnull=False),
+                         name="task_costliest"),
         ]
 
     def __str__(self) -> str:
@@ -399,7 +416,8 @@ class AccountingRecord(models.Model):
         ]
         # The identity constraint's index starts with (cluster, job_number, task_number):
         # it serves those lookups, so no other index repeats that prefix (each costs ingest speed).
-        indexes = [models.Index(fields=["ended_at"])]
+        indexes = [models.Index(fields=["ended_at"]),
+                   models.Index(fields=["cluster", "started_at"], name="accounting_started")]
 
 
 class QuarantinedLine(models.Model):
@@ -420,7 +438,8 @@ class QuarantinedLine(models.Model):
 class ModelRequest(TokenUsage):
     """One model API request as the metering proxy saw it (from the runner record)."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="requests")
+    # No index of its own: the (task, seq) constraint's index serves every lookup by task.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="requests", db_index=False)
     seq = models.PositiveIntegerField()
     at = models.DateTimeField()
     provider = models.CharField(max_length=32, blank=True)
@@ -640,3 +659,5 @@ class PolicyCeiling(models.Model):
 from dashboards.pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401  (price table, issue 5)
 from dashboards.token_models import ApiToken  # noqa: E402,F401  (API tokens, hashed; issue 11)
 from dashboards.reservation_models import Reservation  # noqa: E402,F401  (advance reservations booked from tco; issue 17)
+from dashboards.alert_models import AnomalyAlert  # noqa: E402,F401  (anomaly alerts; issue 25)
+from dashboards.rollup_models import UsageRollup  # noqa: E402,F401  (usage per hour kept at ingest; issue 26)

@@ -33,6 +33,7 @@ from schedulers.gridengine.native_spec import sanitize_name
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.management.commands.tco_bootstrap import demo_policy
 from dashboards.models import AgentDefinition, Campaign, ModelEndpoint, Task, Team
+from dashboards.core import rollups
 from dashboards.core.clusters import cluster_get_default, scheduler_for
 from dashboards.core.errors import LaunchError
 
@@ -152,7 +153,8 @@ def review_agreement(*, campaign: Campaign, runs_dir: str | Path | None = None) 
         agent = _agent_verdict(task)
         reference, reason = check_file(str(runs / f"run-{task.task_number}.txt"))
         if (task.verdict or None) != agent:
-            Task.objects.filter(pk=task.pk).update(verdict=agent or "")
+            with rollups.tasks_rolled([task.pk]):  # a verdict counts in bills
+                Task.objects.filter(pk=task.pk).update(verdict=agent or "")
         rows.append({"task": task.task_number, "agent": agent, "reference": reference, "reason": reason,
                      "agreed": agent == reference})
         pairs.append((agent, reference))

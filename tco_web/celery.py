@@ -38,6 +38,14 @@ def setup_periodic_tasks(sender: Celery, **kwargs) -> None:
                              name="budget alerts")
     sender.add_periodic_task(60.0, sender.signature("worker.tasks.reconcile_claims", expires=90.0),
                              name="settle submissions and control requests left by a dead worker")
+    alerts = settings.TCO_ALERT_INTERVAL_S
+    sender.add_periodic_task(alerts, sender.signature("worker.tasks.alert_anomalies", expires=alerts * 1.5),
+                             name="anomaly alerts")
+    if settings.TCO_DETAIL_RETENTION_DAYS > 0:
+        every = settings.TCO_RETENTION_INTERVAL_S
+        sender.add_periodic_task(every, sender.signature("worker.tasks.reconcile_detail_retention",
+                                                         expires=every * 1.5),
+                                 name="drop detail rows past their retention (the rollups keep the bills)")
     depth = settings.TCO_DEPTH_SAMPLE_S
     sender.add_periodic_task(depth, sender.signature("worker.tasks.sample_queue_depth", expires=depth * 1.5),
                              name="sample queue depth")
@@ -50,7 +58,18 @@ def open_drmaa_session(**kwargs) -> None:
     if os.environ.get("TCO_DRMAA_WORKER") == "1":
         from schedulers.gridengine.drmaa import open_session
 
-        open_session()
+        name = os.environ.get("TCO_WORKER_CLUSTER")
+        if name:
+            # The submit worker of one cluster (queue submit.<name>, docs/clusters.md): its cell.
+            from dashboards.core.clusters import scheduler_for
+            from dashboards.models import Cluster
+
+            cluster = Cluster.objects.get(name=name)
+            adapter = scheduler_for(cluster)
+            open_session(sge_root=adapter.sge_root, sge_cell=adapter.sge_cell, flavour=cluster.flavour,
+                         ports=adapter.ports)
+        else:
+            open_session()
 
 
 @worker_process_shutdown.connect

@@ -63,3 +63,20 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_number_in(name: str, default: float, *, low: float, high: float, integer: bool = False) -> float:
+    """``env_float`` (``env_int`` with ``integer``) that must also lie in ``[low, high]``; out of
+    range is an error naming the range (a threshold of 0 or -1 is a typo, never a silent "off")."""
+    value = env_int(name, int(default)) if integer else env_float(name, default)
+    if not low <= value <= high:
+        raise ImproperlyConfigured(f"{name}={value!r} is out of range: use {low:g} to {high:g}")
+    return value
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """The variable ``name`` (``default`` when unset or empty), one of ``choices``; anything else is an error."""
+    value = os.environ.get(name) or default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} is not one of {', '.join(choices)}")
+    return value

@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-from tco_web.env import env_bool, env_float, env_int, env_list, env_str  # noqa: E402
+from tco_web.env import env_bool, env_choice, env_float, env_int, env_list, env_number_in, env_str  # noqa: E402
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -34,7 +34,7 @@ TCO_PRODUCTION = env_bool("TCO_PRODUCTION", False)
 TCO_SECRET_PATHS = sorted({"/etc/tco", *(
     os.path.normpath(os.environ[name]) for name in (
         "SECRET_KEY_FILE", "DATABASE_URL_FILE", "TCO_REDIS_PASSWORD_FILE", "TCO_METRICS_TOKEN_FILE",
-        "TCO_DATABASE_URL_FILE")
+        "TCO_DATABASE_URL_FILE", "TCO_ALERT_WEBHOOK_TOKEN_FILE")
     if os.environ.get(name, "").startswith("/"))})
 
 # State that is not source: the SQLite file, the runner spool, logs. A real
@@ -174,7 +174,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # A launch form carries its inputs (up to dashboards.core.limits.INPUT_MAX_BYTES, 16 MiB) and policy
 # (64 KiB): Django's default 2.5 MB would answer a bare "400 Bad Request" before the form can say
-# what is wrong. tests/unit/test_launch_service.py keeps this above the form's own limits.
+# what is wrong. tests/db/test_launch_service.py keeps this above the form's own limits.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 17 * 1024 * 1024
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -279,6 +279,7 @@ CELERY_TASK_ROUTES = {
     "worker.tasks.sample_*": {"queue": "poll"},
     "worker.tasks.ingest_*": {"queue": "ingest"},
     "worker.tasks.reconcile_*": {"queue": "ingest"},
+    "worker.tasks.alert_*": {"queue": "ingest"},
     "worker.tasks.submit_*": {"queue": "submit"},
     "worker.tasks.control_*": {"queue": "submit"},
 }
@@ -310,10 +311,21 @@ TCO_RUNNER_FINISHED_GRACE_S = env_float("TCO_RUNNER_FINISHED_GRACE_S", 90.0)
 # A failed task with no runner record this long after its end had its runner killed outright (dashboards/orphans.py).
 TCO_RUNNER_RECORD_GRACE_S = env_float("TCO_RUNNER_RECORD_GRACE_S", 60.0)
 TCO_DELETED_GRACE_S = env_float("TCO_DELETED_GRACE_S", 10.0)
+# Detail rows (tasks, model requests, accounting records) of usage that ended more than this many days
+# ago are dropped; bills keep their figures in the hourly rollups (dashboards/ingest/retention.py).
+# 0: keep everything. The drop runs every TCO_RETENTION_INTERVAL_S, TCO_RETENTION_BATCH tasks a transaction.
+TCO_DETAIL_RETENTION_DAYS = env_float("TCO_DETAIL_RETENTION_DAYS", 0.0)
+TCO_RETENTION_INTERVAL_S = env_float("TCO_RETENTION_INTERVAL_S", 600.0)
+TCO_RETENTION_BATCH = env_int("TCO_RETENTION_BATCH", 2000)
 # Submit with -notify; needs execd_params NOTIFY_KILL=TERM,NOTIFY_SUSP=none on the cluster.
 TCO_NOTIFY = env_bool("TCO_NOTIFY", True)
 # The interpreter the scheduler starts the runner with (same venv as the workers).
 TCO_RUNNER_PYTHON = env_str("TCO_RUNNER_PYTHON", str(BASE_DIR / ".venv" / "bin" / "python"))
+# The site's sandbox limits, passed to every task's runner (docs/limits.md); unset ones keep the
+# runner's defaults (LIMIT_DEFAULTS in execution/runner/config.py). A runner checks each value.
+TCO_SANDBOX_LIMITS = {name: os.environ[name] for name in (
+    "TCO_SANDBOX_MEMORY_BYTES", "TCO_SANDBOX_FILE_BYTES", "TCO_SANDBOX_CPU_S", "TCO_SANDBOX_WORK_BYTES",
+    "TCO_SANDBOX_WORK_CHECK_S", "TCO_SANDBOX_MAX_PROCESSES", "TCO_SANDBOX_TMPFS_BYTES") if os.environ.get(name)}
 # A submission or control request claimed longer than this (seconds; more than the submit and
 # control tasks' time limits) by a worker that is gone is settled by worker.tasks.reconcile_claims.
 TCO_SUBMIT_CLAIM_GRACE_S = env_float("TCO_SUBMIT_CLAIM_GRACE_S", 900.0)
@@ -374,6 +386,19 @@ TCO_STAGE_CACHE_S = env_float("TCO_STAGE_CACHE_S", 3.0)
 TCO_DEPTH_SAMPLE_S = env_float("TCO_DEPTH_SAMPLE_S", 10.0)
 # Largest part of an agent's stdout, stderr or output file shown on its page (bytes).
 TCO_LOG_VIEW_CAP = env_int("TCO_LOG_VIEW_CAP", 65536)
+# The waste view (dashboards/billing/waste.py): verdicts that say the agent's own work failed (any case;
+# not a review agent's "bad", which is its finding), and the headroom over the most seats in model calls
+# at once in the suggested consumable size.
+TCO_FAILING_VERDICTS = env_list("TCO_FAILING_VERDICTS", ["fail", "failed", "failure", "error", "incorrect", "wrong",
+                                                         "unresolved"])
+TCO_SEAT_HEADROOM = env_float("TCO_SEAT_HEADROOM", 0.15)
+# The launch forecast widens its ranges by this factor when the history's inputs differ from the
+# campaign's (dashboards/launch/forecast.py, widen_for_misfit).
+TCO_FORECAST_MISFIT_FACTOR = env_float("TCO_FORECAST_MISFIT_FACTOR", 2.0)
+# A "campaign finished" notice is shown for this many minutes after the finish, on at most this many
+# pages, and no more once its campaign's page was opened (dashboards/launch/notices.py).
+TCO_NOTICE_MINUTES = env_float("TCO_NOTICE_MINUTES", 60.0)
+TCO_NOTICE_PAGES = env_int("TCO_NOTICE_PAGES", 3)
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
@@ -418,6 +443,49 @@ EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "tco@localhost")
+# --- FOCUS cost export (dashboards/billing/focus.py, docs/standards.md) -----------
+# Who the FOCUS rows name: ProviderName and InvoiceIssuerName (the site that runs tco), and the
+# billing account every team's sub-account (its project) belongs to.
+TCO_FOCUS_PROVIDER_NAME = env_str("TCO_FOCUS_PROVIDER_NAME", "tco") or "tco"
+TCO_FOCUS_BILLING_ACCOUNT_ID = env_str("TCO_FOCUS_BILLING_ACCOUNT_ID", "tco") or "tco"
+TCO_FOCUS_BILLING_ACCOUNT_NAME = env_str("TCO_FOCUS_BILLING_ACCOUNT_NAME", TCO_FOCUS_PROVIDER_NAME) or TCO_FOCUS_PROVIDER_NAME
+
+# --- anomaly alerts (dashboards/alerts, docs/standards.md "Alert thresholds") ----------------
+# A periodic check (worker.tasks.alert_anomalies, every TCO_ALERT_INTERVAL_S) records each anomaly
+# once, shows it to the team's leads and the admins, e-mails them and posts it to the webhook.
+TCO_ALERT_INTERVAL_S = env_number_in("TCO_ALERT_INTERVAL_S", 60.0, low=5, high=86400)
+# A campaign's tasks pending (running) longer than TCO_ALERT_SLOW_FACTOR x the TCO_ALERT_SLOW_PERCENTILE
+# percentile of the queue waits (run times) of the last TCO_ALERT_HISTORY_TASKS tasks of the same queue
+# and agent, and longer than TCO_ALERT_SLOW_MIN_S; no alert with fewer than TCO_ALERT_MIN_HISTORY such tasks.
+TCO_ALERT_SLOW_PERCENTILE = env_number_in("TCO_ALERT_SLOW_PERCENTILE", 95.0, low=50, high=100)
+TCO_ALERT_SLOW_FACTOR = env_number_in("TCO_ALERT_SLOW_FACTOR", 3.0, low=1, high=1000)
+TCO_ALERT_SLOW_MIN_S = env_number_in("TCO_ALERT_SLOW_MIN_S", 300.0, low=0, high=30 * 86400)
+TCO_ALERT_HISTORY_TASKS = env_number_in("TCO_ALERT_HISTORY_TASKS", 500, low=1, high=100_000, integer=True)
+TCO_ALERT_MIN_HISTORY = env_number_in("TCO_ALERT_MIN_HISTORY", 20, low=1, high=100_000, integer=True)
+# A burst: at least TCO_ALERT_FAILURE_BURST tasks of one campaign failed (or were lost) within
+# TCO_ALERT_FAILURE_WINDOW_S, and they are at least TCO_ALERT_FAILURE_FRACTION of the tasks that ended then.
+TCO_ALERT_FAILURE_BURST = env_number_in("TCO_ALERT_FAILURE_BURST", 5, low=1, high=1_000_000, integer=True)
+TCO_ALERT_FAILURE_WINDOW_S = env_number_in("TCO_ALERT_FAILURE_WINDOW_S", 600.0, low=10, high=7 * 86400)
+TCO_ALERT_FAILURE_FRACTION = env_number_in("TCO_ALERT_FAILURE_FRACTION", 0.5, low=0.01, high=1)
+# A budget burns when its spend rate since the period began would exhaust it before the period ends;
+# judged once TCO_ALERT_BURN_MIN_ELAPSED of the period (0..1) is gone (a period's first hour says little).
+TCO_ALERT_BURN_MIN_ELAPSED = env_number_in("TCO_ALERT_BURN_MIN_ELAPSED", 0.1, low=0, high=0.99)
+# How long an alert stays on the pages of the team's leads and the admins (hours).
+TCO_ALERT_NOTICE_HOURS = env_number_in("TCO_ALERT_NOTICE_HOURS", 24.0, low=0, high=24 * 90)
+TCO_ALERT_EMAIL = env_bool("TCO_ALERT_EMAIL", True)
+# Alerts are POSTed as JSON to this URL (empty: none): Alertmanager's webhook payload ("webhook", what an
+# Alertmanager receiver gets) or the list Alertmanager's own POST /api/v2/alerts takes ("alertmanager").
+TCO_ALERT_WEBHOOK_URL = env_str("TCO_ALERT_WEBHOOK_URL", "") or ""
+if TCO_ALERT_WEBHOOK_URL and not TCO_ALERT_WEBHOOK_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"TCO_ALERT_WEBHOOK_URL={TCO_ALERT_WEBHOOK_URL!r} is not an http(s) URL")
+TCO_ALERT_WEBHOOK_FORMAT = env_choice("TCO_ALERT_WEBHOOK_FORMAT", "webhook", ("webhook", "alertmanager"))
+# Sent as "Authorization: Bearer <token>" when set (or TCO_ALERT_WEBHOOK_TOKEN_FILE).
+TCO_ALERT_WEBHOOK_TOKEN = env_str("TCO_ALERT_WEBHOOK_TOKEN", "") or ""
+TCO_ALERT_WEBHOOK_TIMEOUT_S = env_number_in("TCO_ALERT_WEBHOOK_TIMEOUT_S", 5.0, low=0.1, high=60)
+# The address users reach tco at (https://tco.example.org), for links in alert e-mails and webhooks;
+# empty: the links are paths.
+TCO_SITE_URL = (env_str("TCO_SITE_URL", "") or "").rstrip("/")
+
 # Root of "files in a directory" campaign inputs; nothing outside it is read.
 TCO_INPUTS_ROOT = env_str("TCO_INPUTS_ROOT", str(STATE_DIR / "inputs"))
 

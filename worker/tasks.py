@@ -53,6 +53,43 @@ def on_default_cluster(kind: str, timeout: float, work: Callable[[Any], dict]) -
         return work(cluster) if mine else {"skipped": True}
 
 
+def on_each_cluster(kind: str, timeout: float, work: Callable[[Any], dict], *, only: str | None = None) -> dict:
+    """``work(cluster)`` on every cluster tco watches (or the one named ``only``), each under its own
+    single-flight lock ``<kind>:<cluster name>``. One cluster's failure is logged and the others go
+    on (docs/clusters.md). With one cluster, its result as :func:`on_default_cluster` gives it;
+    with several, ``{cluster name: result}``."""
+    from dashboards.core.clusters import clusters_watched
+
+    clusters = [c for c in clusters_watched() if only is None or c.name == only]
+    out = {}
+    for cluster in clusters:
+        with single_flight(f"{kind}:{cluster.name}", timeout=timeout) as mine:
+            if not mine:
+                out[cluster.name] = {"skipped": True}
+                continue
+            try:
+                out[cluster.name] = work(cluster)
+            except SchedulerError as exc:
+                log.warning("%s on cluster %s failed: %s", kind, cluster.name, exc)
+                out[cluster.name] = {"error": str(exc)}
+    if only is None and len(clusters) == 1:
+        return out[clusters[0].name]
+    return out
+
+
+def fan_out(task, kind: str, expires: float) -> dict | None:
+    """With several clusters, queue ``task`` once per cluster (each its own worker slot, so one that
+    stops answering holds up only its own polls) and return what was queued; None with one."""
+    from dashboards.core.clusters import clusters_watched
+
+    names = [c.name for c in clusters_watched()]
+    if len(names) < 2:
+        return None
+    for name in names:
+        task.apply_async(args=[name], expires=expires)
+    return {"queued": names, "kind": kind}
+
+
 #: A poll that changed the state of at least this many tasks (started, ended; not new submissions,
 #: not priorities) is a burst
 #: (96 agents starting at once): poll again after ``TCO_POLL_BURST_S`` instead of waiting for the next
@@ -89,26 +126,33 @@ def poll_burst(cluster, list_tasks: Callable[[], list], *, budget_s: float, ever
 
 
 @shared_task(time_limit=30, soft_time_limit=25)
-def poll_queue() -> dict:
+def poll_queue(cluster_name: str | None = None) -> dict:
     """Poll ``qstat -xml -u '*'`` and ``qstat -f`` once (whatever the number of hosts) and apply the
-    difference; again every ``TCO_POLL_BURST_S`` while a burst goes on (:func:`poll_burst`)."""
+    difference; again every ``TCO_POLL_BURST_S`` while a burst goes on (:func:`poll_burst`). With
+    several clusters, the periodic call queues one poll per cluster (:func:`fan_out`)."""
     from dashboards.core.clusters import scheduler_for
     from schedulers.hosts import tasks_with_host_states
+
+    if cluster_name is None and (queued := fan_out(poll_queue, "poll", settings.TCO_POLL_INTERVAL_S * 1.5)):
+        return queued
 
     def poll(cluster) -> dict:
         # Tasks on an unreachable host are "unknown", never running, done or failed on a guess.
         return poll_burst(cluster, lambda: tasks_with_host_states(scheduler_for(cluster)),
                           budget_s=settings.TCO_POLL_INTERVAL_S * 0.75, every_s=settings.TCO_POLL_BURST_S)
 
-    return on_default_cluster("poll", 30, poll)
+    return on_each_cluster("poll", 30, poll, only=cluster_name)
 
 
 @shared_task(time_limit=30, soft_time_limit=25)
-def poll_cluster_status() -> dict:
-    """Poll queue slots, hosts and consumables, and resource quotas."""
+def poll_cluster_status(cluster_name: str | None = None) -> dict:
+    """Poll queue slots, hosts and consumables, and resource quotas (one cluster a task, as the poll)."""
     from dashboards.ingest.cluster_status import cluster_status_refresh
 
-    return on_default_cluster("status", 30, lambda cluster: cluster_status_refresh(cluster=cluster))
+    if cluster_name is None and (queued := fan_out(poll_cluster_status, "status",
+                                                   settings.TCO_STATUS_INTERVAL_S * 1.5)):
+        return queued
+    return on_each_cluster("status", 30, lambda cluster: cluster_status_refresh(cluster=cluster), only=cluster_name)
 
 
 @shared_task(time_limit=300, soft_time_limit=290)
@@ -120,7 +164,7 @@ def ingest_accounting() -> dict:
         return {"accepted": result.accepted, "quarantined": result.quarantined, "finalized": result.finalized,
                 **({"error": result.error} if result.error else {})}
 
-    return on_default_cluster("accounting", 300, accounting)
+    return on_each_cluster("accounting", 300, accounting)
 
 
 @shared_task(time_limit=120, soft_time_limit=110)
@@ -128,19 +172,29 @@ def ingest_runner_records() -> dict:
     """Store the runners' records; the counts of dashboards.ingest.runner_records.RunnerIngestResult (quarantined, ...)."""
     from dashboards.ingest.runner_records import ingest_runner_records as ingest
 
+    # The spool is one for every cluster and a record names its campaign: one pass finds them all.
     return on_default_cluster("runner-records", 120, lambda cluster: ingest(cluster).as_dict())
 
 
 @shared_task(time_limit=60)
-def reconcile_gone_tasks() -> int:
-    from dashboards.core.clusters import cluster_get_default
+def reconcile_gone_tasks() -> dict:
     from dashboards.ingest.orphans import recover_killed_runners
     from dashboards.ingest.poll import reconcile_gone_tasks as reconcile
 
-    cluster = cluster_get_default()
-    decided = reconcile(cluster)
-    recover_killed_runners(cluster)  # runners killed outright: their metered usage, from the spool
-    return decided
+    def decide(cluster) -> dict:
+        decided = reconcile(cluster)
+        recover_killed_runners(cluster)  # runners killed outright: their metered usage, from the spool
+        return {"decided": decided}
+
+    return on_each_cluster("gone", 60, decide)
+
+
+@shared_task(time_limit=300, soft_time_limit=290)
+def reconcile_detail_retention() -> dict:
+    """Drop detail rows older than ``TCO_DETAIL_RETENTION_DAYS`` in bounded batches (off by default)."""
+    from dashboards.ingest.retention import drop_old_detail
+
+    return on_each_cluster("retention", 300, lambda cluster: drop_old_detail(cluster, time_budget_s=120.0).as_dict())
 
 
 @shared_task(time_limit=30, soft_time_limit=25)
@@ -209,6 +263,16 @@ def notify_campaign_finished(campaign_id: int) -> bool:
     from dashboards.launch.notices import campaign_finished_notify
 
     return campaign_finished_notify(campaign_id=campaign_id)
+
+
+@shared_task(time_limit=120, soft_time_limit=110)
+def alert_anomalies() -> int:
+    """Record, show, mail and post anomalies found since the last check (periodic): slow tasks, failure
+    bursts, budgets burning early (dashboards.alerts.anomalies). Returns how many alerts it recorded."""
+    from dashboards.alerts.anomalies import anomaly_check
+
+    with single_flight("anomalies", timeout=120) as mine:
+        return len(anomaly_check()) if mine else 0
 
 
 @shared_task(time_limit=120, soft_time_limit=110)

@@ -40,6 +40,7 @@ from dashboards.billing.periods import (
     next_period_start,
     period_start,
 )
+from dashboards.core.bulk import in_chunks
 from dashboards.core.errors import BillError
 from dashboards.models import AccountingRecord, Cluster, Task, Team
 from execution.spool.contract import TOKEN_BUCKETS
@@ -53,7 +54,7 @@ BUCKET_LABELS = {
     "cache_write_1h_tokens": "cache w. 1h",
     "output_tokens": "output",
 }
-GROUPS = ("team", "model", "campaign", "launcher")
+GROUPS = ("team", "model", "campaign", "launcher", "cluster")
 #: A "successful verdict": a task that ended done and declared a verdict (verdict.json), whatever it says.
 SUCCESSFUL_VERDICT = "a task that ended done and declared a verdict (its verdict.json), whatever the verdict says"
 #: Costs are summed as integers of 1e-8 USD (Task.cost_usd has 8 decimals):
@@ -97,13 +98,14 @@ def _empty_row(period: dt.date, project: str, key: Any) -> dict[str, Any]:
 
 def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, group_by: str = "team",
          clusters: Sequence[Cluster] | None = None, campaign: int | None = None, model: str = "",
-         launcher: str = "") -> dict[str, Any]:
+         launcher: str = "", from_detail: bool = False) -> dict[str, Any]:
     """A bill: usage per period and team (and model or campaign) for local days ``first``..``last``.
 
     ``period`` is ``day``, ``week`` or ``month``; ``first`` and ``last`` are
     widened to whole periods. ``group_by`` is ``team`` (one row per team and
     period), ``model`` (the campaign's model, else the agent definition's
-    default model), ``campaign`` or ``launcher`` (who launched the campaign).
+    default model), ``campaign``, ``launcher`` (who launched the campaign) or
+    ``cluster`` (where it ran; ``clusters`` narrows the bill to some).
     ``campaign`` (id), ``model`` and ``launcher`` (user name) narrow the bill
     to that campaign, model or launcher's campaigns (usage tco did not launch
     then has none of them and is left out).
@@ -121,6 +123,12 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
     its own, labelled ``NOT_TCO``, and is not in ``totals``: it is summed in
     ``not_tco_totals``. Raises ``BillError`` for a bad period,
     group or range.
+
+    The sums come from the hourly rollups kept at ingest (``UsageRollup``) and,
+    for tasks still active, from the detail rows; a cluster whose periods do
+    not start on whole UTC hours (a zone with a half-hour offset), or
+    ``from_detail``, is summed from the detail rows alone (the same figures:
+    ``tests/unit/test_rollups.py``).
     """
     if period not in PERIODS:
         raise BillError(f"period must be one of {', '.join(PERIODS)}")
@@ -145,10 +153,11 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
     tz_names = sorted({c.time_zone or "UTC" for c in clusters}) or [settings.TCO_CLUSTER_TZ]
     for cluster in clusters if team_of else ():
         tz = cluster_zone(cluster)
-        _accumulate(rows, cluster=cluster, begin=local_midnight(first, tz), end=local_midnight(end_day, tz),
-                    projects=list(team_of), group_by=group_by,
-                    trunc=Trunc("started_at", period, output_field=DateField(), tzinfo=tz),
-                    only={"campaign": campaign, "model": model, "launcher": launcher})
+        starts = [local_midnight(day, tz) for day in period_starts(first, end_day, period)]
+        _accumulate(rows, cluster=cluster, begin=starts[0], end=local_midnight(end_day, tz),
+                    projects=list(team_of), group_by=group_by, period=period, tz=tz,
+                    boundaries=starts, only={"campaign": campaign, "model": model, "launcher": launcher},
+                    detail=from_detail)
 
     labels: dict[Any, str] = {}
     if group_by == "campaign":
@@ -164,7 +173,7 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
             row["label"] = NOT_TCO
         elif group_by == "team":
             row["label"] = row["team"]
-        elif group_by in ("model", "launcher"):
+        elif group_by in ("model", "launcher", "cluster"):
             row["label"] = key if key is not None else "(not recorded)"
         else:
             row["label"] = labels.get(key, NOT_TCO) if key is not None else NOT_TCO
@@ -196,8 +205,26 @@ def _only(qs: QuerySet, only: dict[str, Any] | None, prefix: str) -> QuerySet:
     return qs
 
 
+def period_starts(first: dt.date, end_day: dt.date, period: str) -> list[dt.date]:
+    """The first local day of each period from ``first`` (a period's start) up to ``end_day``
+    (excluded), then ``end_day``: every boundary a bill cuts at."""
+    days, cursor = [], first
+    while cursor < end_day:
+        days.append(cursor)
+        cursor = next_period_start(cursor, period)
+    days.append(end_day)
+    return days
+
+
+def _whole_hour(moment: dt.datetime) -> bool:
+    return moment.minute == 0 and moment.second == 0 and moment.microsecond == 0 and (
+        moment.utcoffset() is None or moment.utcoffset().total_seconds() % 3600 == 0)
+
+
 def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
-                projects: list[str], group_by: str, trunc, only: dict[str, Any] | None = None) -> None:
+                projects: list[str], group_by: str, period: str | None = None, tz: dt.tzinfo | None = None,
+                boundaries: Sequence[dt.datetime] = (), only: dict[str, Any] | None = None,
+                detail: bool = False) -> None:
     """Add the usage started in ``[begin, end)`` on ``cluster`` to ``rows``, the one definition of a team's usage.
 
     ``rows`` is keyed ``(period date | None, project, launched_by_tco, group
@@ -207,16 +234,68 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
     with ``launched_by_tco`` False, never in the team's sums, and counted from
     its accounting records only: tasks = finished tasks = records (the task
     rows of such jobs come and go with qstat polls; a job tco only saw in
-    qstat has no record and is not usage until it ends). ``trunc`` (a ``Trunc`` of ``started_at``) cuts periods;
-    None gives one row per key with period None.
+    qstat has no record and is not usage until it ends). ``period`` (in
+    ``tz``) cuts periods at ``boundaries``; None gives one row per key with
+    period None.
+
+    The whole UTC hours inside ``[begin, end)`` are read from the rollups
+    (``UsageRollup``: every accounting record and every ended task) plus the
+    active tasks' detail rows; the part of an hour at either end from the
+    detail rows. When a period boundary falls inside an hour (a zone with a
+    half-hour offset), or with ``detail``, everything comes from the detail rows.
     """
-    # Wall clock and slot-seconds: every accounting record, as qacct sums them.
+    trunc = (lambda column: Trunc(column, period, output_field=DateField(), tzinfo=tz)) if period else None
+    if detail or not all(_whole_hour(b) for b in boundaries):
+        _records_detail(rows, cluster=cluster, begin=begin, end=end, projects=projects, group_by=group_by,
+                        trunc=trunc, only=only)
+        _tasks_detail(rows, cluster=cluster, begin=begin, end=end, projects=projects, group_by=group_by,
+                      trunc=trunc, only=only)
+        return
+    low = _hour_ceil(begin)
+    high = max(_hour_floor(end), low)
+    if low >= end:  # less than an hour, inside one hour
+        low = high = begin
+    for a, b in ((begin, min(low, end)), (max(high, begin), end)):
+        if a < b:
+            _check_retained(cluster, a)
+            _records_detail(rows, cluster=cluster, begin=a, end=b, projects=projects, group_by=group_by,
+                            trunc=trunc, only=only)
+            _tasks_detail(rows, cluster=cluster, begin=a, end=b, projects=projects, group_by=group_by,
+                          trunc=trunc, only=only)
+    if low < high:
+        _rollups(rows, cluster=cluster, begin=low, end=high, projects=projects, group_by=group_by, trunc=trunc,
+                 only=only)
+        _tasks_detail(rows, cluster=cluster, begin=low, end=high, projects=projects, group_by=group_by,
+                      trunc=trunc, only=only, active=True)
+
+
+def _hour_floor(moment: dt.datetime) -> dt.datetime:
+    return moment.astimezone(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def _hour_ceil(moment: dt.datetime) -> dt.datetime:
+    floor = _hour_floor(moment)
+    return floor if floor == moment else floor + dt.timedelta(hours=1)
+
+
+def _check_retained(cluster: Cluster, moment: dt.datetime) -> None:
+    """Refuse a part of an hour whose detail rows were dropped (``TCO_DETAIL_RETENTION_DAYS``)."""
+    dropped = cluster.detail_dropped_before
+    if dropped is not None and moment < dropped:
+        raise BillError(f"usage before {dropped:%Y-%m-%d %H:%M} UTC on cluster {cluster.name} is kept per hour only: "
+                        "start and end on whole hours")
+
+
+def _records_detail(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
+                    projects: list[str], group_by: str, trunc, only: dict[str, Any] | None) -> None:
+    """Wall clock and slot-seconds of every accounting record started in ``[begin, end)``, as qacct sums them."""
     records = (AccountingRecord.objects.filter(cluster=cluster, started_at__gte=begin, started_at__lt=end)
                .annotate(tp=Coalesce(F("task__campaign__team__project"), F("project")),
                          tco=_launched_by_tco("task__"))
                .filter(tp__in=projects))
     records = _only(records, only, "task__")
-    records, key_fields = _grouped(records, group_by=group_by, trunc=trunc, prefix="task__")
+    records, key_fields = _grouped(records, group_by=group_by, trunc=trunc and trunc("started_at"), prefix="task__",
+                                   cluster=cluster)
     slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
     for item in (records.values(*key_fields)
                  .annotate(n=Count("id"), wall=Sum("wallclock_s"), slot=Sum(slot_s)).order_by()):
@@ -230,13 +309,20 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
             row["tasks"] += item["n"]
             row["finished_tasks"] += item["n"]
 
-    # Tasks, tokens and cost of tco's campaigns: tasks, by the start of their (last) run, in
-    # their campaign's team. (Jobs tco did not launch were counted above, from their records.)
-    tasks = (Task.objects.filter(cluster=cluster, campaign__isnull=False, started_at__gte=begin, started_at__lt=end)
-             .annotate(tp=F("campaign__team__project"), tco=_launched_by_tco(""))
-             .filter(tp__in=projects))
+
+def _tasks_detail(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
+                  projects: list[str], group_by: str, trunc, only: dict[str, Any] | None,
+                  active: bool | None = None) -> None:
+    """Tasks, tokens and cost of tco's campaigns: tasks, by the start of their (last) run, in
+    their campaign's team (jobs tco did not launch are counted from their records). ``active``
+    True: only the tasks still active (those the rollups do not hold yet)."""
+    tasks = Task.objects.filter(cluster=cluster, campaign__isnull=False, started_at__gte=begin, started_at__lt=end)
+    if active is not None:
+        tasks = tasks.filter(active=active)
+    tasks = tasks.annotate(tp=F("campaign__team__project"), tco=_launched_by_tco("")).filter(tp__in=projects)
     tasks = _only(tasks, only, "")
-    tasks, task_fields = _grouped(tasks, group_by=group_by, trunc=trunc, prefix="")
+    tasks, task_fields = _grouped(tasks, group_by=group_by, trunc=trunc and trunc("started_at"), prefix="",
+                                  cluster=cluster)
     any_tokens = used_tokens_q()
     sums = {bucket: Sum(bucket) for bucket in (*BUCKETS, "reasoning_tokens")}
     cost_units = Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField())
@@ -257,7 +343,74 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
         row["total_tokens"] = sum(row[b] for b in BUCKETS)
 
 
-def _grouped(qs: QuerySet, *, group_by: str, trunc, prefix: str) -> tuple[QuerySet, list[str]]:
+def _rollups(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
+             projects: list[str], group_by: str, trunc, only: dict[str, Any] | None) -> None:
+    """Add the rollups of the whole hours ``[begin, end)``: every accounting record, and every task
+    of tco's campaigns that ended (``UsageRollup``). A campaign's team, model and launcher are
+    the campaign's own, read here as the detail rows' query joins them."""
+    from dashboards.models import Campaign, UsageRollup
+    from dashboards.rollup_models import SUMS
+
+    campaigns = Campaign.objects.filter(team__project__in=projects)
+    only = only or {}
+    if only.get("campaign"):
+        campaigns = campaigns.filter(pk=only["campaign"])
+    if only.get("launcher"):
+        campaigns = campaigns.filter(launched_by__username=only["launcher"])
+    if only.get("model"):
+        campaigns = campaigns.annotate(only_model=_campaign_model()).filter(only_model=only["model"])
+    hours = UsageRollup.objects.filter(cluster=cluster, hour__gte=begin, hour__lt=end)
+    # Two reads, each one an index serves: the campaigns' rows, and those of jobs tco did not launch.
+    parts = [hours.filter(campaign_id__in=campaigns.values("pk"))]
+    if not any(only.get(k) for k in ("campaign", "launcher", "model")):
+        parts.append(hours.filter(campaign_id=0, project__in=projects))
+    fields = ["campaign_id", "project"]
+    items = []
+    for found in parts:
+        if trunc is not None:
+            found = found.annotate(p=trunc("hour"))
+        items += found.values(*fields, *(["p"] if trunc is not None else [])).annotate(
+            **{f"s_{s}": Sum(s) for s in SUMS}).order_by()
+    info = {}
+    ids = sorted({item["campaign_id"] for item in items if item["campaign_id"]})
+    for chunk in in_chunks(ids):
+        for pk, project, model, launcher in (Campaign.objects.filter(pk__in=chunk)
+                                             .annotate(m=_campaign_model())
+                                             .values_list("pk", "team__project", "m", "launched_by__username")):
+            info[pk] = (project, {"model": model, "campaign": pk, "launcher": launcher,
+                                  "cluster": cluster.name}.get(group_by))
+    for item in items:
+        sums = {s: int(item[f"s_{s}"] or 0) for s in SUMS}
+        tco = bool(item["campaign_id"])
+        if tco and item["campaign_id"] not in info:
+            continue  # a campaign deleted since: its usage went with it, as its tasks did
+        project, key = info[item["campaign_id"]] if tco else (item["project"], None)
+        row = _row_for(rows, {"tp": project, "tco": tco, "k": key, "p": item.get("p")})
+        row["records"] += sums["records"]
+        row["wallclock_s"] += sums["wallclock_us"] / 1e6
+        row["slot_s"] += sums["slot_us"] / 1e6
+        if not tco:
+            row["tasks"] += sums["records"]
+            row["finished_tasks"] += sums["records"]
+            continue
+        row["tasks"] += sums["tasks"]
+        row["unpriced_tasks"] += sums["unpriced_tasks"]
+        row["finished_tasks"] += sums["finished_tasks"]
+        row["verdicts"] += sums["verdicts"]
+        row["cost_usd"] += Decimal(sums["cost_units"]) / COST_UNITS
+        for bucket in (*BUCKETS, "reasoning_tokens"):
+            row[bucket] += sums[bucket]
+        row["total_tokens"] = sum(row[b] for b in BUCKETS)
+
+
+def _campaign_model():
+    """A campaign's model as bills name it: its own, else its agent definition's default."""
+    return Coalesce(NullIf(F("model"), Value("")), NullIf(F("agent_definition__default_model"), Value("")),
+                    Value(UNSPECIFIED_MODEL))
+
+
+def _grouped(qs: QuerySet, *, group_by: str, trunc, prefix: str,
+             cluster: Cluster | None = None) -> tuple[QuerySet, list[str]]:
     """``qs`` annotated with the group key ``k`` (model or campaign) and the period ``p``, and the
     fields to group by: ``tp`` (team project), ``tco`` and those. ``prefix`` reaches the task."""
     fields = ["tp", "tco"]
@@ -269,6 +422,9 @@ def _grouped(qs: QuerySet, *, group_by: str, trunc, prefix: str) -> tuple[QueryS
         fields.append("k")
     elif group_by == "launcher":
         qs = qs.annotate(k=F(f"{prefix}campaign__launched_by__username"))
+        fields.append("k")
+    elif group_by == "cluster":
+        qs = qs.annotate(k=Value(cluster.name if cluster is not None else ""))
         fields.append("k")
     if trunc is not None:
         qs = qs.annotate(p=trunc)
@@ -306,7 +462,8 @@ def _sum_rows(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
-def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datetime) -> dict[str, list[dict[str, Any]]]:
+def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datetime,
+                  from_detail: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Usage started in ``[since, until)`` per team where ``user`` may read bills (``/api/usage/``).
 
     The same definition as the bill page (``_accumulate``): ``{"teams":
@@ -315,14 +472,16 @@ def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datet
     cache_write_5m_tokens, cache_write_1h_tokens, output_tokens,
     reasoning_tokens, tokens, cost_usd (Decimal USD), unpriced_tasks}``,
     sorted by team. Jobs run under a team's project that tco did not launch
-    are in ``not_launched_by_tco``, never in the team's row.
+    are in ``not_launched_by_tco``, never in the team's row. The whole hours
+    come from the rollups, the parts of an hour at either end from the detail
+    rows (``from_detail``: everything from them).
     """
     teams = list(teams_billable_by(user))
     team_of = {t.project: t for t in teams}
     rows: dict[tuple, dict[str, Any]] = {}
     for cluster in Cluster.objects.order_by("name") if team_of else ():
         _accumulate(rows, cluster=cluster, begin=since, end=until, projects=list(team_of), group_by="team",
-                    trunc=None)
+                    detail=from_detail)
     out: dict[str, list[dict[str, Any]]] = {"teams": [], "not_launched_by_tco": []}
     for (_p, project, launched, _k), row in sorted(rows.items(), key=lambda kv: team_of[kv[0][1]].name):
         out["teams" if launched else "not_launched_by_tco"].append({
@@ -330,6 +489,39 @@ def usage_by_team(user: AbstractBaseUser, *, since: dt.datetime, until: dt.datet
             "finished_tasks": row["finished_tasks"], "wallclock_s": row["wallclock_s"], "slot_s": row["slot_s"],
             **{f: row[f] for f in (*BUCKETS, "reasoning_tokens")}, "tokens": row["total_tokens"],
             "cost_usd": row["cost_usd"], "unpriced_tasks": row["unpriced_tasks"]})
+    return out
+
+
+def team_spend_between(team: Team, begin: dt.datetime, end: dt.datetime, *, days_tz: dt.tzinfo | None = None
+                       ) -> dict[str, Any]:
+    """What ``team``'s campaigns cost for tasks started in ``[begin, end)`` on every cluster (budgets):
+    ``{"spent_usd": Decimal, "unpriced_tasks": int, "daily": {local date: Decimal}}``; ``daily``
+    only with ``days_tz`` (``begin`` and ``end`` are then local midnights there). The bill's own
+    sums (``_accumulate``): the rollups, and the detail rows of the active tasks."""
+    return teams_spend_between([team], begin, end, days_tz=days_tz)[team.project]
+
+
+def teams_spend_between(teams: Sequence[Team], begin: dt.datetime, end: dt.datetime, *,
+                        days_tz: dt.tzinfo | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`team_spend_between` of several teams at once: ``{project: sums}``, one read for all."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    projects = sorted({t.project for t in teams})
+    boundaries: list[dt.datetime] = [begin, end]
+    if days_tz is not None:
+        first, last = begin.astimezone(days_tz).date(), end.astimezone(days_tz).date()
+        boundaries = [local_midnight(day, days_tz) for day in period_starts(first, last, "day")]
+    for cluster in Cluster.objects.order_by("name") if projects else ():
+        _accumulate(rows, cluster=cluster, begin=begin, end=end, projects=projects, group_by="team",
+                    period="day" if days_tz is not None else None, tz=days_tz, boundaries=boundaries)
+    out: dict[str, dict[str, Any]] = {p: {"spent_usd": ZERO, "unpriced_tasks": 0, "daily": {}} for p in projects}
+    for (day, project, launched, _key), row in rows.items():
+        if not launched:
+            continue
+        sums = out[project]
+        sums["spent_usd"] += row["cost_usd"]
+        sums["unpriced_tasks"] += row["unpriced_tasks"]
+        if day is not None:
+            sums["daily"][day] = sums["daily"].get(day, ZERO) + row["cost_usd"]
     return out
 
 
@@ -363,10 +555,15 @@ def unit_costs(row: dict[str, Any]) -> dict[str, Any]:
             "complete": not row["unpriced_tasks"]}
 
 
-def bill_chart(result: dict[str, Any]) -> dict[str, Any]:
+#: A chart stacks at most this many labels; the others are one series, "(N others)".
+CHART_SERIES = 20
+
+
+def bill_chart(result: dict[str, Any], *, top: int = CHART_SERIES) -> dict[str, Any]:
     """The bill as a stacked chart's data: ``{"periods": [ISO date], "series": [{"label",
     "cost_usd": [float per period], "unpriced_tasks": [int per period], "launched_by_tco"}],
-    "group_by"}``; one series per label, tco's first by total cost, usage tco did not launch last."""
+    "group_by"}``; one series per label, tco's first by total cost, usage tco did not launch last.
+    Beyond the ``top`` costliest of tco's labels, the rest are summed into one series."""
     periods = sorted({r["period"] for r in result["rows"]})
     index = {p: i for i, p in enumerate(periods)}
     series: dict[tuple, dict[str, Any]] = {}
@@ -378,12 +575,35 @@ def bill_chart(result: dict[str, Any]) -> dict[str, Any]:
         item["cost_usd"][index[row["period"]]] += float(row["cost_usd"])
         item["unpriced_tasks"][index[row["period"]]] += row["unpriced_tasks"]
     ordered = sorted(series.values(), key=lambda s: (not s["launched_by_tco"], -sum(s["cost_usd"]), s["label"]))
+    tco = [s for s in ordered if s["launched_by_tco"]]
+    if len(tco) > top + 1:
+        rest = tco[top:]
+        other = {"label": f"({len(rest)} others)", "launched_by_tco": True,
+                 "cost_usd": [sum(s["cost_usd"][i] for s in rest) for i in range(len(periods))],
+                 "unpriced_tasks": [sum(s["unpriced_tasks"][i] for s in rest) for i in range(len(periods))]}
+        ordered = tco[:top] + [other] + [s for s in ordered if not s["launched_by_tco"]]
     return {"periods": [p.isoformat() for p in periods], "series": ordered, "group_by": result["group_by"]}
 
 
-def costliest_tasks(campaign_id: int, *, teams: Iterable[Team], limit: int = 20) -> list[Task]:
+#: Rows a page of a bill shows (the totals and the CSV hold them all).
+ROWS_PER_PAGE = 200
+#: Tasks a page of the costliest tasks shows.
+COSTLIEST_PER_PAGE = 20
+
+
+def costliest_tasks(campaign_id: int, *, teams: Iterable[Team], limit: int = COSTLIEST_PER_PAGE,
+                    offset: int = 0) -> list[Task]:
     """The campaign's tasks by cost, the costliest first (unpriced ones with tokens after them),
-    at most ``limit``; only a campaign of one of ``teams``."""
-    return list(Task.objects.filter(campaign_id=campaign_id, campaign__team__in=list(teams))
-                .filter(Q(cost_usd__isnull=False) | used_tokens_q())
-                .order_by(F("cost_usd").desc(nulls_last=True), "task_number")[:limit])
+    at most ``limit`` from the ``offset``-th on; only a campaign of one of ``teams``.
+
+    Two reads, each in the order of an index: the priced tasks by cost (the partial index
+    ``task_costliest``: a page deep in a 10,000-task campaign reads no more than the tasks before
+    it, where one ``ORDER BY cost DESC NULLS LAST`` sorted them all), then, past their end, the
+    unpriced ones with tokens by task number."""
+    tasks = Task.objects.filter(campaign_id=campaign_id, campaign__team__in=list(teams))
+    priced = list(tasks.filter(cost_usd__isnull=False).order_by("-cost_usd", "task_number")[offset:offset + limit])
+    if len(priced) == limit:
+        return priced
+    skip = max(0, offset - tasks.filter(cost_usd__isnull=False).count()) if not priced else 0
+    unpriced = tasks.filter(cost_usd__isnull=True).filter(used_tokens_q()).order_by("task_number")
+    return priced + list(unpriced[skip:skip + limit - len(priced)])

@@ -13,18 +13,9 @@ from typing import Any, Iterable, Sequence
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import (
-    BigIntegerField,
-    Count,
-    DateField,
-    F,
-    Q,
-    Sum,
-)
-from django.db.models.functions import Round, Trunc
 from django.utils import timezone
 
-from dashboards.billing.bills import COST_UNITS, ZERO, used_tokens_q
+from dashboards.billing.bills import ZERO, team_spend_between, teams_spend_between
 from dashboards.billing.periods import (
     PERIOD_ADJECTIVES,
     PERIODS,
@@ -36,7 +27,7 @@ from dashboards.billing.periods import (
 from dashboards.core.audit import audit
 from dashboards.core.encoding import usd_places, usd_text
 from dashboards.core.errors import BillError
-from dashboards.models import Budget, BudgetAlert, Membership, Role, Task, Team
+from dashboards.models import Budget, BudgetAlert, Membership, Role, Team
 
 log = logging.getLogger(__name__)
 
@@ -46,29 +37,38 @@ def budget_burndown(budget: Budget, *, now: dt.datetime | None = None) -> dict[s
     [ISO date up to today], "cumulative_usd": [float], "amount_usd": float, "spent_usd": Decimal,
     "projected_usd": Decimal (spend so far / elapsed days x days in the period: the average daily
     rate carried to the period's end), "unpriced_tasks": int, "over": bool (projected > amount)}``."""
+    return budget_burndowns([budget], now=now)[0]
+
+
+def budget_burndowns(budgets: Sequence[Budget], *, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """:func:`budget_burndown` of each of ``budgets``, in their order, summed once for all the teams
+    whose budgets share a period (the bill page shows every budget a lead or admin may see)."""
     tz = cluster_zone(default_cluster())
     now = now or timezone.now()
-    first, begin, end = current_period(budget.period, now=now, tz=tz)
     today = now.astimezone(tz).date()
-    end_day = next_period_start(first, budget.period) - dt.timedelta(days=1)
-    daily = dict(Task.objects.filter(campaign__team=budget.team, started_at__gte=begin, started_at__lt=end)
-                 .annotate(d=Trunc("started_at", "day", output_field=DateField(), tzinfo=tz))
-                 .values("d").annotate(cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()))
-                 .order_by().values_list("d", "cost"))
-    spend = team_spend(budget.team, budget.period, now=now)
-    days, cumulative, running = [], [], ZERO
-    cursor = first
-    while cursor <= today:
-        running += Decimal(int(daily.get(cursor) or 0)) / COST_UNITS
-        days.append(cursor.isoformat())
-        cumulative.append(float(running))
-        cursor += dt.timedelta(days=1)
-    elapsed = max((now - begin).total_seconds(), 1.0)
-    projected = (spend["spent_usd"] * Decimal(str((end - begin).total_seconds() / elapsed))).quantize(
-        Decimal("0.000001"))
-    return {"budget": budget, "first": first, "end_day": end_day, "days": days, "cumulative_usd": cumulative,
-            "amount_usd": float(budget.amount_usd), "spent_usd": spend["spent_usd"], "projected_usd": projected,
-            "unpriced_tasks": spend["unpriced_tasks"], "over": projected > budget.amount_usd}
+    out: dict[int, dict[str, Any]] = {}
+    for period in sorted({b.period for b in budgets}):
+        of_period = [b for b in budgets if b.period == period]
+        first, begin, end = current_period(period, now=now, tz=tz)
+        end_day = next_period_start(first, period) - dt.timedelta(days=1)
+        spends = teams_spend_between([b.team for b in of_period], begin, end, days_tz=tz)
+        elapsed = max((now - begin).total_seconds(), 1.0)
+        for budget in of_period:
+            sums = spends[budget.team.project]
+            days, cumulative, running = [], [], ZERO
+            cursor = first
+            while cursor <= today:
+                running += sums["daily"].get(cursor, ZERO)
+                days.append(cursor.isoformat())
+                cumulative.append(float(running))
+                cursor += dt.timedelta(days=1)
+            projected = (sums["spent_usd"] * Decimal(str((end - begin).total_seconds() / elapsed))).quantize(
+                Decimal("0.000001"))
+            out[id(budget)] = {"budget": budget, "first": first, "end_day": end_day, "days": days,
+                               "cumulative_usd": cumulative, "amount_usd": float(budget.amount_usd),
+                               "spent_usd": sums["spent_usd"], "projected_usd": projected,
+                               "unpriced_tasks": sums["unpriced_tasks"], "over": projected > budget.amount_usd}
+    return [out[id(b)] for b in budgets]
 
 
 # --------------------------------------------------------------------------- budgets
@@ -78,12 +78,9 @@ def team_spend(team: Team, period: str, *, now: dt.datetime | None = None) -> di
     "spent_usd": Decimal, "unpriced_tasks": int}`` (tasks started in the period, cluster time zone)."""
     first, begin, end = current_period(period, now=now)
     # The team's usage as bills count it: the tasks of its campaigns (not another account's qsub -P).
-    tasks = Task.objects.filter(campaign__team=team, started_at__gte=begin, started_at__lt=end)
-    any_tokens = used_tokens_q()
-    agg = tasks.aggregate(cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()),
-                          unpriced=Count("id", filter=Q(cost_usd__isnull=True) & any_tokens))
+    sums = team_spend_between(team, begin, end)
     return {"first": first, "begin": begin, "end": end,
-            "spent_usd": Decimal(int(agg["cost"] or 0)) / COST_UNITS, "unpriced_tasks": agg["unpriced"]}
+            "spent_usd": sums["spent_usd"], "unpriced_tasks": sums["unpriced_tasks"]}
 
 
 def budget_status(team: Team, *, now: dt.datetime | None = None) -> list[dict[str, Any]]:
@@ -311,3 +308,31 @@ def mail_error(subject: str, body: str, recipients: list[str]) -> str:
 def mail_safely(subject: str, body: str, recipients: list[str]) -> bool:
     """Send one e-mail through Django's mail settings; True when sent (a failure is logged)."""
     return not mail_error(subject, body, recipients)
+
+
+def budget_burn_rates(*, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Every budget's current period and how fast it is spent, for /metrics and the anomaly alerts.
+
+    ``[{"budget": Budget, "team": Team, "project", "period", "amount_usd": Decimal, "spent_usd":
+    Decimal, "unpriced_tasks": n, "begin", "end" (UTC), "elapsed_ratio": float (0..1, the part of
+    the period gone), "rate_usd_per_s": Decimal (spend so far / seconds elapsed), "exhausted_at":
+    aware UTC datetime | None (when the budget runs out at that rate; None when nothing is spent
+    or it is already spent)}]``, by project and period. Spend is :func:`team_spend`'s (the bill's).
+    """
+    now = now or timezone.now()
+    out = []
+    for budget in Budget.objects.select_related("team").order_by("team__project", "period"):
+        spend = team_spend(budget.team, budget.period, now=now)
+        begin, end = spend["begin"], spend["end"]
+        elapsed = min(max((now - begin).total_seconds(), 1.0), (end - begin).total_seconds())
+        rate = spend["spent_usd"] / Decimal(str(elapsed))
+        exhausted_at = None
+        if rate > 0 and spend["spent_usd"] < budget.amount_usd:
+            left_s = min(float((budget.amount_usd - spend["spent_usd"]) / rate), 100 * 365 * 86400.0)
+            exhausted_at = now + dt.timedelta(seconds=left_s)
+        out.append({"budget": budget, "team": budget.team, "project": budget.team.project, "period": budget.period,
+                    "amount_usd": budget.amount_usd, "spent_usd": spend["spent_usd"],
+                    "unpriced_tasks": spend["unpriced_tasks"], "begin": begin, "end": end,
+                    "elapsed_ratio": elapsed / (end - begin).total_seconds(), "rate_usd_per_s": rate,
+                    "exhausted_at": exhausted_at})
+    return out

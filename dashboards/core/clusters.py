@@ -61,6 +61,19 @@ def cluster_get_default() -> Cluster:
     return cluster
 
 
+def clusters_watched() -> list[Cluster]:
+    """Every cluster tco polls, ingests and launches on: the default cluster (``TCO_CLUSTER_NAME``,
+    made on first use) first, then the others an admin added (``manage.py tco_cluster add``), by name."""
+    default = cluster_get_default()
+    return [default, *Cluster.objects.exclude(pk=default.pk).order_by("name")]
+
+
+def submit_queue(cluster: Cluster) -> str:
+    """The Celery queue of the submit worker that holds ``cluster``'s DRMAA session: ``submit`` for
+    the default cluster, ``submit.<name>`` for another (one DRMAA session per process, one cell each)."""
+    return "submit" if cluster.name == settings.TCO_CLUSTER_NAME else f"submit.{cluster.name}"
+
+
 def scheduler_for(cluster: Cluster, *, timeout: float | None = None,
                   accounting_path: str | None = None) -> SchedulerAdapter:
     """The adapter of ``cluster``'s flavour, with tco's allow-lists (queues,
@@ -79,6 +92,8 @@ def scheduler_for(cluster: Cluster, *, timeout: float | None = None,
         # -notify: a qdel first sends SIGTERM (execd_params NOTIFY_KILL=TERM,
         # scripts/dev-cluster), so the runner writes its record before SIGKILL.
         notify=settings.TCO_NOTIFY,
+        qmaster_port=cluster.qmaster_port,
+        execd_port=cluster.execd_port,
     )
     if timeout is not None:
         options["timeout"] = timeout

@@ -21,9 +21,24 @@ TASK_NAMES = (SUBMIT_CAMPAIGN, CONTROL_JOB, NOTIFY_CAMPAIGN_FINISHED)
 def send(name: str, *args: Any, queue: str | None = None) -> None:
     """Send task ``name`` (one of :data:`TASK_NAMES`) with positional ``args`` to the broker.
 
-    ``queue`` overrides the route from settings. Raises whatever the broker
+    ``queue`` overrides the route from settings; a submission or a control
+request goes to the submit worker of its cluster. Raises whatever the broker
     client raises when the broker cannot be reached (kombu's
     ``OperationalError``); callers decide whether that is fatal.
     """
+    if queue is None and name in (SUBMIT_CAMPAIGN, CONTROL_JOB) and args:
+        queue = _submit_queue_of(name, args[0])
     options = {"queue": queue} if queue else {}
     current_app.send_task(name, args=list(args), **options)
+
+
+def _submit_queue_of(name: str, pk: int) -> str | None:
+    """The submit worker's queue of the campaign's (or the control request's) cluster: each cluster's
+    DRMAA session lives in a worker of its own (``core.clusters.submit_queue``); None: the route."""
+    from dashboards.core.clusters import submit_queue
+    from dashboards.models import Campaign, Cluster, ControlRequest
+
+    owner = Campaign if name == SUBMIT_CAMPAIGN else ControlRequest
+    cluster_id = owner.objects.filter(pk=pk).values_list("cluster_id", flat=True).first()
+    cluster = Cluster.objects.filter(pk=cluster_id).first() if cluster_id else None
+    return submit_queue(cluster) if cluster is not None else None

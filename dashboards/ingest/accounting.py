@@ -16,7 +16,7 @@ from typing import Iterable
 from django.db import transaction
 from django.utils import timezone
 
-from dashboards.core import bulk, realtime
+from dashboards.core import bulk, realtime, rollups
 from dashboards.core import clusters as core_clusters
 from dashboards.core.bulk import in_chunks
 from dashboards.core.failures import HOST_LOST_CODE
@@ -321,6 +321,7 @@ def _attach_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[list
             for t in created:
                 t.id = Task.objects.filter(cluster=cluster, job_number=t.job_number, task_number=t.task_number,
                                            submitted_at=t.submitted_at, active=False).values_list("id", flat=True).last()
+        rollups.tasks_added(t.id for t in created)  # made ended: into the usage rollups
         finish_campaigns({t.campaign_id for t in created})
     for i, ident in links:
         task_of[i] = unseen[ident][0].id
@@ -430,12 +431,13 @@ def finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
             done.append(task)
             if task.campaign_id:
                 campaigns.add(task.campaign_id)
-        Task.objects.bulk_update(
-            done,
-            ["state", "active", "submitted_at", "started_at", "ended_at", "queue", "host", "wallclock_s", "cpu_s",
-             "maxvmem_bytes", "failed_code", "exit_status"],
-            batch_size=1000,
-        )
+        with rollups.tasks_rolled(t.id for t in done):  # ended tasks join the usage rollups
+            Task.objects.bulk_update(
+                done,
+                ["state", "active", "submitted_at", "started_at", "ended_at", "queue", "host", "wallclock_s", "cpu_s",
+                 "maxvmem_bytes", "failed_code", "exit_status"],
+                batch_size=1000,
+            )
         TaskEvent.objects.bulk_create(events)
         finalized += len(done)
     if finalized:

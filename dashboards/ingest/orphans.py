@@ -32,7 +32,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from dashboards.core import realtime
+from dashboards.core import realtime, rollups
 from dashboards.ingest import runner_records
 from dashboards.models import Cluster, ModelRequest, Task
 from execution.spool.layout import SpoolLayout
@@ -69,8 +69,9 @@ def recover_killed_runners(cluster: Cluster, *, now: dt.datetime | None = None, 
         totals = requests.totals()
         totals["usage_flags"] = sorted({*totals["usage_flags"], FLAG})
         with transaction.atomic():
-            updated = Task.objects.filter(pk=task.pk, runner_record__isnull=True).update(
-                task_started_at=task.task_started_at or task.started_at, **totals)
+            with rollups.tasks_rolled([task.pk]):  # its metered usage joins the rollups
+                updated = Task.objects.filter(pk=task.pk, runner_record__isnull=True).update(
+                    task_started_at=task.task_started_at or task.started_at, **totals)
             if not updated:
                 continue  # its record arrived meanwhile
             ModelRequest.objects.filter(task_id=task.pk).delete()

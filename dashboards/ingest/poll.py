@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboards.core import bulk, realtime
+from dashboards.core import bulk, realtime, rollups
 from dashboards.core.bulk import in_chunks
 from dashboards.ingest.accounting import RESCHEDULED, finalize_finishing, same_submission
 from dashboards.ingest.campaign_status import campaign_status_follow, campaigns_by_job, finish_campaigns
@@ -321,7 +321,8 @@ def reconcile_gone_tasks(cluster: Cluster, *, now: dt.datetime | None = None) ->
         if task.campaign_id:
             campaigns.add(task.campaign_id)
     with transaction.atomic():
-        Task.objects.bulk_update(stale, ["state", "active", "ended_at"], batch_size=1000)
+        with rollups.tasks_rolled(t.id for t in stale):  # lost tasks join the usage rollups
+            Task.objects.bulk_update(stale, ["state", "active", "ended_at"], batch_size=1000)
         TaskEvent.objects.bulk_create(events)
         finish_campaigns(campaigns)
         if stale:

@@ -18,9 +18,10 @@ from typing import Iterable
 from django.conf import settings
 from django.db import transaction
 
-from dashboards.core import realtime
+from dashboards.core import realtime, rollups
 from dashboards.ingest.accounting import check_accounting_tokens
 from dashboards.models import (
+    Campaign,
     Cluster,
     ModelRequest,
     Task,
@@ -128,7 +129,11 @@ def ingest_runner_records(cluster: Cluster, *, spool: Path | str | None = None,
         log.warning("runner records: %d quarantined (%d of an unknown version)", result.quarantined,
                     result.unknown_version)
     if campaigns:
-        realtime.queue_changed(cluster.name, campaigns)
+        by_cluster: dict[str, set[int]] = {}
+        for pk, name in Campaign.objects.filter(pk__in=campaigns).values_list("pk", "cluster__name"):
+            by_cluster.setdefault(name, set()).add(pk)
+        for name, ids in by_cluster.items():
+            realtime.queue_changed(name, ids)
     return result
 
 
@@ -148,7 +153,8 @@ def _ingest_claimed(cluster: Cluster, claim: str, layout: SpoolLayout, kept: int
     data = record.to_json()
     data["ingest"] = {"requests": requests.seen, "requests_kept": len(requests.rows),
                       "requests_skipped": requests.skipped}
-    tasks = Task.objects.filter(cluster=cluster, campaign_id=campaign_id, task_number=record.task_number)
+    # The campaign decides the cluster (one spool serves every cluster; campaign ids are tco's own).
+    tasks = Task.objects.filter(campaign_id=campaign_id, task_number=record.task_number)
     if record.job_number is not None:
         tasks = tasks.filter(job_number=record.job_number)
     with transaction.atomic():
@@ -157,7 +163,8 @@ def _ingest_claimed(cluster: Cluster, claim: str, layout: SpoolLayout, kept: int
         task_id = tasks.select_for_update().order_by("-id").values_list("id", flat=True).first()
         if task_id is None:
             return None
-        Task.objects.filter(pk=task_id).update(runner_record=data, **stages, **totals)
+        with rollups.tasks_rolled([task_id]):  # its tokens, cost and verdict, if it ended
+            Task.objects.filter(pk=task_id).update(runner_record=data, **stages, **totals)
         ModelRequest.objects.filter(task_id=task_id).delete()
         for row in requests.rows:
             row.task_id = task_id

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -182,7 +183,8 @@ def predecessor_forecast(cluster: Cluster, job_number: int, *, now: dt.datetime,
 
 
 def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dict[str, float] | None,
-                    user=None, now: dt.datetime | None = None, scheduler=None) -> dict[str, Any]:
+                    user=None, now: dt.datetime | None = None, scheduler=None,
+                    ask_scheduler: bool = True) -> dict[str, Any]:
     """Start, finish and slot-hours of the campaign ``request`` would launch (module doc for the model).
 
     From ``request`` (the launch service's :class:`~dashboards.launch.service.LaunchRequest`,
@@ -193,7 +195,8 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
     ``billing.forecast``: its finished runs on any queue), None without history;
     ``agent_definition`` names the queues that history comes from. The queue's slots free now
     are asked of the scheduler (:func:`fresh_queue_row`, ``scheduler`` for tests), the poll's
-    figures when it does not answer. Waiting ahead counts only ``queue``'s work: pending tasks of
+    figures when it does not answer or ``ask_scheduler`` is False (the launch itself: a launch never
+    waits for ``qstat``). Waiting ahead counts only ``queue``'s work: pending tasks of
     tco campaigns on it (and campaigns on it still being submitted); pending jobs not launched
     by tco, whose queue tco does not know, are counted apart. ``predecessor_job``
     (``-hold_jid_ad``): the start is no earlier than its first task's likely end and the finish
@@ -223,7 +226,11 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
     if concurrency_cap:
         limits.append({"what": f"concurrency cap -tc {concurrency_cap}", "tasks": concurrency_cap})
         free.append(concurrency_cap)
-    row, slots_source = fresh_queue_row(cluster, queue, scheduler)
+    if ask_scheduler:
+        row, slots_source = fresh_queue_row(cluster, queue, scheduler)
+    else:
+        row = next((q for q in status.get("queues") or [] if q.get("name") == queue), None)
+        slots_source = "the last cluster poll"
     queue_slots = None
     if row is not None and _number(row.get("total")):
         queue_slots = int(_number(row["total"]) or 0)
@@ -454,22 +461,80 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
     return basis
 
 
+#: How much wider the ranges grow when the history may not fit the inputs (``TCO_FORECAST_MISFIT_FACTOR``):
+#: the 10th percentiles are divided by it, the 90th multiplied.
+MISFIT_FACTOR = 2.0
+
+
+def misfit_factor() -> float:
+    return max(1.0, float(getattr(settings, "TCO_FORECAST_MISFIT_FACTOR", MISFIT_FACTOR)))
+
+
+def widen_for_misfit(forecast: dict[str, Any], basis: dict[str, Any]) -> tuple[dict[str, Any], dict | None]:
+    """The cost forecast (``billing.costs.forecast``) with its ranges widened when ``basis``
+    (:func:`history_basis`) finds inputs the history never had, and what was done: ``(forecast,
+    {"factor", "text"} | None)``. The medians stay; each 10th percentile (tokens, dollars, run time)
+    is divided by :func:`misfit_factor` and each 90th multiplied, so the finish and cost a campaign
+    is held to are honest about the history not fitting (a capped campaign finished 37 s past a
+    range that had said so and kept it). Unchanged, with None, when the history fits or is none."""
+    if not basis.get("differs") or forecast.get("no_history"):
+        return forecast, None
+    factor = misfit_factor()
+    if factor == 1.0:
+        return forecast, None
+    big = Decimal(str(factor))
+    cents = Decimal("0.000001")
+
+    def wide(q: dict | None, kind):
+        if not q:
+            return q
+        if kind is Decimal:
+            return {"p10": (q["p10"] / big).quantize(cents), "p50": q["p50"], "p90": (q["p90"] * big).quantize(cents)}
+        if kind is int:
+            return {"p10": int(round(q["p10"] / factor)), "p50": q["p50"], "p90": int(round(q["p90"] * factor))}
+        return {**q, "p10": q["p10"] / factor, "p90": q["p90"] * factor}
+
+    out = dict(forecast)
+    out["duration_s"] = wide(forecast.get("duration_s"), float)
+    for key in ("tokens", "tokens_per_task"):
+        out[key] = wide(forecast.get(key), int)
+    for key in ("cost_usd", "cost_per_task"):
+        out[key] = wide(forecast.get(key), Decimal)
+    names = ", ".join(d["name"] for d in basis["differs"])
+    widened = {"factor": factor, "inputs": [d["name"] for d in basis["differs"]],
+               "text": (f"10th percentiles divided by {factor:g} and 90th percentiles multiplied by {factor:g}, "
+                        f"since the history's inputs differ in {names}")}
+    return out, widened
+
+
 def launch_preview(*, user, request: LaunchRequest) -> dict[str, Any]:
     """Everything the launch page shows before Launch, for the campaign ``request`` would launch:
     the cost forecast and the budget verdict (``service.launch_preview``: ``forecast``,
-    ``expected_usd`` USD, ``verdict``), ``count`` (tasks), ``timing`` (:func:`timing_forecast` on
-    the default cluster, or the request's), ``headroom`` (:func:`budget_headroom`) and ``basis``
-    (:func:`history_basis`). Reads only; raises nothing a valid form can cause."""
-    from dashboards.core.clusters import cluster_get_default
+    ``expected_usd`` USD, ``verdict``), then :func:`complete_preview`'s figures. Reads only; raises
+    nothing a valid form can cause."""
     from dashboards.launch import service
 
     preview = service.launch_preview(user=user, team=request.team, agent_definition=request.agent_definition,
                                      count=len(request.inputs), model=request.model,
                                      cost_cap_usd=request.cost_cap_usd)
+    return complete_preview(user=user, request=request, preview=preview)
+
+
+def complete_preview(*, user, request: LaunchRequest, preview: dict[str, Any],
+                     ask_scheduler: bool = True) -> dict[str, Any]:
+    """``preview`` (``service.launch_preview``) with ``count`` (tasks), ``basis``
+    (:func:`history_basis`), the forecast widened when the history may not fit (``widened``,
+    :func:`widen_for_misfit`), ``timing`` (:func:`timing_forecast` on the request's cluster, else
+    the default, from the widened run times) and ``headroom`` (:func:`budget_headroom`). The launch
+    keeps what this gives (``forecast_record``), with ``ask_scheduler`` False."""
+    from dashboards.core.clusters import cluster_get_default
+
     preview["count"] = len(request.inputs)
-    preview["timing"] = timing_forecast(request, cluster=request.cluster or cluster_get_default(),
-                                        duration_s=preview["forecast"]["duration_s"], user=user)
-    preview["headroom"] = budget_headroom(preview["verdict"], preview["expected_usd"])
     preview["basis"] = history_basis(agent_definition=request.agent_definition, inputs=list(request.inputs),
                                      forecast=preview["forecast"], user=user)
+    preview["forecast"], preview["widened"] = widen_for_misfit(preview["forecast"], preview["basis"])
+    preview["timing"] = timing_forecast(request, cluster=request.cluster or cluster_get_default(),
+                                        duration_s=preview["forecast"]["duration_s"], user=user,
+                                        ask_scheduler=ask_scheduler)
+    preview["headroom"] = budget_headroom(preview["verdict"], preview["expected_usd"])
     return preview

@@ -5,6 +5,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count
 from django.utils import timezone
@@ -52,10 +53,50 @@ def campaign_summary(campaign: Campaign) -> dict[str, Any]:
             "failed": states.get("failed", 0) + states.get("lost", 0)}
 
 
-def finished_notices(user: AbstractBaseUser, *, hours: float = 6.0) -> list[Campaign]:
-    """Campaigns ``user`` launched that finished in the last ``hours`` (for the page notice)."""
+#: The session key counting the pages each "campaign finished" notice was shown on.
+SHOWN_KEY = "tco_notices_shown"
+
+
+def finished_notices(user: AbstractBaseUser, *, minutes: float | None = None) -> list[Campaign]:
+    """Campaigns ``user`` launched that finished in the last ``minutes`` (``TCO_NOTICE_MINUTES``)."""
     if not getattr(user, "is_authenticated", False):
         return []
-    since = timezone.now() - dt.timedelta(hours=hours)
+    minutes = settings.TCO_NOTICE_MINUTES if minutes is None else minutes
+    since = timezone.now() - dt.timedelta(minutes=minutes)
     return list(Campaign.objects.filter(launched_by=user, status=CampaignStatus.FINISHED, finished_at__gte=since)
                 .order_by("-finished_at")[:5])
+
+
+def _notice_key(campaign: Campaign) -> str:
+    return f"{campaign.pk}:{int(campaign.finished_at.timestamp())}" if campaign.finished_at else str(campaign.pk)
+
+
+def notices_to_show(user: AbstractBaseUser, session) -> list[Campaign]:
+    """The "campaign finished" notices for this page, counted as shown.
+
+    A notice expires: ``TCO_NOTICE_MINUTES`` after the finish, after ``TCO_NOTICE_PAGES`` pages,
+    or once the user opened the campaign's page (:func:`notice_seen`); a dismissed one stays
+    hidden in that browser (notices.js). ``session``: the request's (None counts nothing).
+    """
+    campaigns = finished_notices(user)
+    if session is None:
+        return campaigns
+    shown = dict(session.get(SHOWN_KEY) or {})
+    out = []
+    for campaign in campaigns:
+        key = _notice_key(campaign)
+        if shown.get(key, 0) >= settings.TCO_NOTICE_PAGES:
+            continue
+        shown[key] = shown.get(key, 0) + 1
+        out.append(campaign)
+    current = {_notice_key(c) for c in campaigns}
+    session[SHOWN_KEY] = {k: v for k, v in shown.items() if k in current}  # the expired ones are forgotten
+    return out
+
+
+def notice_seen(session, campaign: Campaign) -> None:
+    """The user opened ``campaign``'s page: its "finished" notice has done its work."""
+    if session is not None and campaign.status == CampaignStatus.FINISHED:
+        shown = dict(session.get(SHOWN_KEY) or {})
+        shown[_notice_key(campaign)] = settings.TCO_NOTICE_PAGES
+        session[SHOWN_KEY] = shown

@@ -38,9 +38,11 @@ from dashboards.core import enqueue, failures, limits, realtime
 from dashboards.core.audit import audit, refused
 from dashboards.core.errors import ActionRefused, LaunchError, Refused
 from dashboards.core.roles import teams_with, user_can
+from dashboards.launch import forecast as launch_forecast
 from dashboards.launch import inputs
 from dashboards.launch import reservations as launch_reservations
 from dashboards.launch import spool as launch_spool
+from dashboards.launch.forecast_record import forecast_record
 from dashboards.launch.policy import ceilings_for, check_policy
 from dashboards.launch.predecessor import check_predecessor
 from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
@@ -209,9 +211,11 @@ def launch(*, user: AbstractBaseUser, request: LaunchRequest) -> LaunchOutcome:
     except Refused as exc:  # audited once, whichever check refused
         raise refused(user, action, f"team:{req.team.project}", params, str(exc), error=type(exc)) from None
     verdict = preview["verdict"]
+    # The forecast the campaign keeps, from the poll's figures (a launch never waits for qstat).
+    preview = launch_forecast.complete_preview(user=user, request=req, preview=preview, ask_scheduler=False)
     with transaction.atomic():
         campaign = _record(user=user, req=req, model=model, policy=policy, endpoints=endpoints, chosen=chosen,
-                           hold=verdict["action"] == "hold")
+                           hold=verdict["action"] == "hold", forecast=forecast_record(preview))
         result = f"campaign {campaign.pk} accepted ({campaign.task_count} tasks)"
         if verdict["action"] == "hold":
             result += f"; submitted on hold: {verdict['message']}"
@@ -248,8 +252,10 @@ def _checked(user: AbstractBaseUser, req: LaunchRequest, params: dict[str, Any])
     return model, policy, endpoints, chosen, preview
 
 
-def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, chosen, hold: bool) -> Campaign:
-    """Create the campaign, write its inputs and runner spec, queue the submission after commit."""
+def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, chosen, hold: bool,
+            forecast: dict[str, Any] | None = None) -> Campaign:
+    """Create the campaign (keeping ``forecast``, ``forecast_record``'s), write its inputs and runner
+    spec, queue the submission after commit."""
     cluster = req.cluster or core_clusters.cluster_get_default()
     campaign = Campaign.objects.create(
         name=str(req.name).strip(), cluster=cluster, team=req.team, agent_definition=req.agent_definition,
@@ -257,7 +263,7 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
         concurrency_cap=req.concurrency_cap, priority=req.priority, urgent=req.urgent, model=model, policy=policy,
         predecessor_job=req.predecessor_job, advance_reservation=req.advance_reservation, token_cap=req.token_cap,
         cost_cap_usd=req.cost_cap_usd, submit_on_hold=hold, rerunnable=req.rerunnable, retry_of=req.retry_of,
-        launched_at=timezone.now())
+        launched_at=timezone.now(), forecast=forecast)
     encoded = [json.dumps(item, separators=(",", ":"), sort_keys=True) for item in req.inputs]
     try:
         registered = [spool_spec.ModelEndpoint.from_json(e.spec_entry()) for e in endpoints]
@@ -280,7 +286,8 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
 # --------------------------------------------------------------------------- callers' shapes
 
 def urgent_launch(*, user: AbstractBaseUser, team: Team, agent_definition: AgentDefinition, input: dict[str, Any],
-                  name: str = "", queue: str = "agent.q", seats_per_task: int = 1, model: str = "") -> LaunchOutcome:
+                  name: str = "", queue: str = "agent.q", seats_per_task: int = 1, model: str = "",
+                  cluster: Cluster | None = None) -> LaunchOutcome:
     """One urgent agent: submitted with ``-p limits.URGENT_PRIORITY`` by the operator account, so it
     starts at the next free slot the scheduler's policy gives. Urgent launchers only."""
     if not isinstance(input, dict):
@@ -289,7 +296,7 @@ def urgent_launch(*, user: AbstractBaseUser, team: Team, agent_definition: Agent
     return launch(user=user, request=LaunchRequest(
         team=team, agent_definition=agent_definition, inputs=[input], name=name, queue=queue,
         seats_per_task=seats_per_task, priority=limits.URGENT_PRIORITY, model=model, urgent=True,
-        action="urgent_launch"))
+        action="urgent_launch", cluster=cluster))
 
 
 def campaign_inputs(campaign: Campaign) -> list[dict[str, Any]]:

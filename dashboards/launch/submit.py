@@ -60,6 +60,8 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
             "TCO_SANDBOX_SHARED": ":".join(sandbox_shared_paths()),
             "PYTHONPATH": str(settings.BASE_DIR),
             "PYTHONDONTWRITEBYTECODE": "1",
+            # The site's sandbox limits (docs/limits.md); the runner's defaults otherwise.
+            **getattr(settings, "TCO_SANDBOX_LIMITS", {}),
         },
         working_directory=str(work),
         output_path=str(logs),

@@ -6,7 +6,7 @@ from decimal import Decimal
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from dashboards.launch.notices import finished_notices
+from dashboards.launch.notices import notices_to_show
 from dashboards.core.roles import is_admin, user_can
 
 register = template.Library()
@@ -46,16 +46,13 @@ def ops_nav(context) -> dict:
 
 @register.inclusion_tag("dashboards/launch_notices.html", takes_context=True)
 def campaign_notices(context) -> dict:
-    """One notice line naming the campaigns the user launched that finished in the last hours."""
+    """One notice line naming the campaigns the user launched that finished lately (``notices_to_show``:
+    each expires after a while, a few pages, or a visit to its campaign's page)."""
     request = context.get("request")
     user = getattr(request, "user", None)
     notices = []
-    for campaign in finished_notices(user) if user is not None else []:
-        try:
-            url = reverse("ops-campaign", args=[campaign.pk])
-        except NoReverseMatch:
-            url = ""
-        notices.append((campaign, url))
+    for campaign in notices_to_show(user, getattr(request, "session", None)) if user is not None else []:
+        notices.append((campaign, reverse("campaign", args=[campaign.pk])))
     return {"notices": notices}
 
 
@@ -92,3 +89,18 @@ def pct(value) -> str:
 @register.filter
 def get(mapping, key):
     return mapping.get(key) if mapping else None
+
+
+@register.filter
+def hours(seconds, unit: str = "") -> str:
+    """Seconds of ``unit`` time (slot, seat) in the unit that reads: ``2.50 slot-h`` from 0.1 h up,
+    ``40 slot-s`` below (a demo's tasks take seconds), ``0 slot-h`` for none; '' for None."""
+    if seconds is None or seconds == "":
+        return ""
+    value = float(seconds)
+    prefix = f"{unit}-" if unit else ""
+    if value == 0:
+        return f"0 {prefix}h"
+    if abs(value) >= 360:
+        return f"{value / 3600:,.2f} {prefix}h"
+    return f"{value:.0f} {prefix}s" if abs(value) >= 1 else f"< 1 {prefix}s"

@@ -20,12 +20,13 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dashboards.billing import bills
-from dashboards.core import accounts, encoding, scope
+from dashboards.billing import bills, focus
+from dashboards.core import accounts, csv_export, encoding, errors, scope
 from dashboards.core.roles import CAPABILITIES, is_admin, teams_with
 from dashboards.live import campaign as live_campaign
 from dashboards.live import queue as live_queue
@@ -318,12 +319,26 @@ def _parse_when(text: str | None, default: dt.datetime, name: str) -> dt.datetim
     return value
 
 
+PERIOD_PARAMETERS = [
+    OpenApiParameter("since", OpenApiTypes.DATETIME, description="start of the period, inclusive (default: 1st of "
+                                                                 "this month, UTC)"),
+    OpenApiParameter("until", OpenApiTypes.DATETIME, description="end of the period, exclusive (default: now)")]
+
+
+def _period(request: Request) -> tuple[dt.datetime, dt.datetime]:
+    """``since`` and ``until`` of a usage request (``PERIOD_PARAMETERS``); 400 unless until > since."""
+    now = timezone.now()
+    since = _parse_when(request.query_params.get("since"),
+                        now.replace(day=1, hour=0, minute=0, second=0, microsecond=0), "since")
+    until = _parse_when(request.query_params.get("until"), now, "until")
+    if until <= since:
+        raise ValidationError({"until": "must be after since"})
+    return since, until
+
+
 class UsageView(APIView):
     @extend_schema(summary="Tokens, cost and wall clock per team (teams where the caller may read bills)",
-                   parameters=[OpenApiParameter("since", OpenApiTypes.DATETIME,
-                                                description="start of the period, inclusive (default: 1st of this month, UTC)"),
-                               OpenApiParameter("until", OpenApiTypes.DATETIME,
-                                                description="end of the period, exclusive (default: now)")],
+                   parameters=PERIOD_PARAMETERS,
                    description="The bill page's definition (dashboards.billing.bills.USAGE_DEFINITION): "
                                + bills.USAGE_DEFINITION + " Here they are in not_launched_by_tco.",
                    responses=inline_serializer("Usage", {"since": serializers.DateTimeField(),
@@ -333,12 +348,7 @@ class UsageView(APIView):
     def get(self, request: Request) -> Response:
         if not teams_with(request.user, "bill").exists():
             raise PermissionDenied("usage needs the team lead role (or admin)")
-        now = timezone.now()
-        since = _parse_when(request.query_params.get("since"),
-                            now.replace(day=1, hour=0, minute=0, second=0, microsecond=0), "since")
-        until = _parse_when(request.query_params.get("until"), now, "until")
-        if until <= since:
-            raise ValidationError({"until": "must be after since"})
+        since, until = _period(request)
         usage = bills.usage_by_team(request.user, since=since, until=until)
         for rows in usage.values():
             for row in rows:
@@ -346,3 +356,41 @@ class UsageView(APIView):
         return Response({"since": encoding.jsonable(since), "until": encoding.jsonable(until),
                          "definition": bills.USAGE_DEFINITION, **usage},
                         status=status.HTTP_200_OK)
+
+
+class CSVRenderer(BaseRenderer):
+    """Lets a client ask for ``text/csv`` (``Accept``); an error is then its ``detail`` as text."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:
+        if isinstance(data, (bytes, str)):
+            return data.encode() if isinstance(data, str) else data
+        return (str(data.get("detail", data)) if isinstance(data, dict) else str(data)).encode() + b"\n"
+
+
+class FocusView(APIView):
+    """``GET /api/focus/?since=..&until=..``: the FOCUS 1.2 CSV of the caller's teams (``billing.focus``)."""
+
+    renderer_classes = [JSONRenderer, CSVRenderer]
+
+    @extend_schema(summary="FOCUS 1.2 cost and usage CSV per day, team, campaign (tokens) and queue (slot-hours)",
+                   parameters=PERIOD_PARAMETERS,
+                   description="Teams where the caller may read bills, as /api/usage/. Columns: FOCUS 1.2's "
+                               "Cost and Usage columns, then tco's x_ columns (dashboards.billing.focus.COLUMNS). "
+                               "Its BilledCost, x_WallclockSeconds and x_SlotSeconds sum to the bill's cost, wall "
+                               "clock and slot-seconds for the same window. " + bills.USAGE_DEFINITION,
+                   responses={(200, "text/csv"): OpenApiTypes.STR})
+    def get(self, request: Request):
+        if not teams_with(request.user, "bill").exists():
+            raise PermissionDenied("FOCUS exports need the team lead role (or admin)")
+        since, until = _period(request)
+        try:
+            span = focus.window(since=since, until=until)
+        except errors.BillError as exc:
+            raise ValidationError({"until": str(exc)}) from None
+        rows = focus.focus_rows(teams=bills.teams_billable_by(request.user), window=span)
+        header, *body = focus.focus_csv_rows(rows)
+        return csv_export.csv_response(focus.focus_filename(span), header, body)

@@ -23,11 +23,12 @@ from django.utils import timezone
 from dashboards.billing import bills, budgets, costs, periods
 from dashboards.control import actions
 from dashboards.core import errors, limits, ranges
+from dashboards.core.clusters import clusters_watched
 from dashboards.core.errors import LaunchError
 from dashboards.core.roles import teams_with
 from dashboards.launch import inputs, service
 from dashboards.launch import policy as launch_policy
-from dashboards.models import AgentDefinition, Budget
+from dashboards.models import AgentDefinition, Budget, Cluster
 
 MAX_JOB_NUMBER = limits.MAX_JOB_NUMBER
 
@@ -49,6 +50,8 @@ def _model_validator(value: str) -> None:
 
 class BillForm(forms.Form):
     team = forms.ModelChoiceField(queryset=None, required=False, empty_label="all my teams")
+    cluster = forms.ModelChoiceField(queryset=None, required=False, empty_label="all clusters",
+                                     to_field_name="name")
     period = forms.ChoiceField(choices=[(p, p) for p in periods.PERIODS], initial="day")
     first = forms.DateField(label="from", widget=forms.DateInput(attrs={"type": "date"}))
     last = forms.DateField(label="to", widget=forms.DateInput(attrs={"type": "date"}))
@@ -62,6 +65,9 @@ class BillForm(forms.Form):
     def __init__(self, *args, user: AbstractBaseUser, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = bills.teams_billable_by(user).order_by("name")
+        self.fields["cluster"].queryset = Cluster.objects.order_by("name")
+        if self.fields["cluster"].queryset.count() < 2:  # one cluster: nothing to choose
+            self.fields["cluster"].widget = forms.HiddenInput()
         today = _today()
         self.fields["first"].initial = today.replace(day=1)
         self.fields["last"].initial = today
@@ -77,6 +83,11 @@ class BillForm(forms.Form):
         team = self.cleaned_data.get("team")
         return [team] if team else list(self.fields["team"].queryset)
 
+    def clusters(self) -> list[Cluster] | None:
+        """The one cluster asked for, or None: every cluster."""
+        cluster = self.cleaned_data.get("cluster")
+        return [cluster] if cluster else None
+
     def filters(self) -> dict[str, Any]:
         """The breakdown asked for: ``{"campaign": id | None, "model": str, "launcher": str}``."""
         return {"campaign": self.cleaned_data.get("campaign"), "model": self.cleaned_data.get("model") or "",
@@ -88,7 +99,8 @@ class BillForm(forms.Form):
         (this-week, last-week, this-month, last-month) sets the dates and daily periods."""
         today = _today()
         data = {"period": "day", "first": today.replace(day=1).isoformat(), "last": today.isoformat(),
-                "group_by": "team", "team": "", "campaign": "", "model": "", "launcher": "", "preset": ""}
+                "group_by": "team", "team": "", "cluster": "", "campaign": "", "model": "", "launcher": "",
+                "preset": ""}
         data.update({k: v for k, v in query.items() if k in data})
         preset = next((p for p in periods.presets(today) if p["key"] == data["preset"]), None)
         if preset is not None:
@@ -140,6 +152,8 @@ class _LaunchBase(forms.Form):
     agent_definition = forms.ModelChoiceField(queryset=AgentDefinition.objects.order_by("name", "-version"),
                                               label="agent definition", empty_label=None)
     team = forms.ModelChoiceField(queryset=None, empty_label=None)
+    cluster = forms.ModelChoiceField(queryset=None, required=False, empty_label=None, to_field_name="name",
+                                     help_text="the Grid Engine cell it runs on")
     queue = forms.ChoiceField(choices=())
     seats_per_task = forms.IntegerField(label="model API seats per task", min_value=0,
                                         max_value=limits.SEATS_PER_TASK_MAX, initial=1)
@@ -152,6 +166,11 @@ class _LaunchBase(forms.Form):
         super().__init__(*args, **kwargs)
         self.user = user
         self.fields["team"].queryset = teams_with(user, self.capability).order_by("name")
+        watched = clusters_watched()  # the default cluster first: the form's initial choice
+        self.fields["cluster"].queryset = Cluster.objects.filter(pk__in=[c.pk for c in watched]).order_by("name")
+        self.fields["cluster"].initial = watched[0].name
+        if len(watched) < 2:  # one cluster: nothing to choose
+            self.fields["cluster"].widget = forms.HiddenInput()
         self.fields["queue"].choices = [(q, q) for q in settings.TCO_QUEUES]
         self.fields["model"].choices = model_choices()
 
@@ -283,7 +302,8 @@ class LaunchForm(_LaunchBase):
             queue=data["queue"], seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
             priority=data["priority"], model=data["model"], policy=data["policy"],
             predecessor_job=data["predecessor_job"], token_cap=data["token_cap"], cost_cap_usd=data["cost_cap_usd"],
-            rerunnable=data.get("rerunnable", False), advance_reservation=data.get("advance_reservation"))
+            rerunnable=data.get("rerunnable", False), advance_reservation=data.get("advance_reservation"),
+            cluster=data.get("cluster"))
 
 
 class UrgentForm(_LaunchBase):

@@ -23,6 +23,8 @@ Metrics (labels in braces; every value is read at scrape time):
 | ``tco_ingest_backlog_bytes{cluster, source}`` | accounting bytes not yet read (file size minus checkpoint) |
 | ``tco_tokens_total{project, bucket}`` | tokens metered, per bucket (input, cache_read, ...) |
 | ``tco_cost_usd_total{project}`` | dollars of the metered tokens |
+
+Stage histograms, pending age, hosts, reservations and budgets: ``web.metrics_fleet``.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ from dashboards.live import cluster as live_cluster
 from dashboards.live.counts import depth_counts
 from dashboards.models import Cluster
 from dashboards.web import metrics
+from dashboards.web.metrics_fleet import FleetCollector
 from execution.spool.contract import TOKEN_FIELDS
 
 
@@ -157,6 +160,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
                             content_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TcoCollector())
+    registry.register(FleetCollector())  # stage histograms, hosts, reservations, budgets (web.metrics_fleet)
     # The text format (0.0.4) unless the scraper asks for OpenMetrics.
     encoder, content_type = choose_encoder(request.META.get("HTTP_ACCEPT", ""))
     return HttpResponse(encoder(registry), content_type=content_type)

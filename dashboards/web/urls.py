@@ -10,6 +10,7 @@ urlpatterns = [
     path("", queue.queue_page, name="queue"),
     path("queue.json", queue.queue_json, name="queue-json"),
     path("campaigns/<int:campaign_id>/", campaign.campaign_page, name="campaign"),
+    path("campaigns/<int:campaign_id>/forecast", campaign.campaign_forecast_fragment, name="campaign-forecast"),
     path("tasks/<int:task_id>/", task.task_page, name="task"),
     path("tasks/<int:task_id>/outputs/<str:name>", task.task_output, name="task-output"),
     path("tasks/<int:task_id>/logs.json", task.task_logs, name="task-logs"),
@@ -26,5 +27,6 @@ urlpatterns = [
     path("api/campaigns/<int:campaign_id>/tasks/", api.CampaignTasksView.as_view(), name="api-campaign-tasks"),
     path("api/tasks/<int:task_id>/", api.TaskDetailView.as_view(), name="api-task"),
     path("api/usage/", api.UsageView.as_view(), name="api-usage"),
+    path("api/focus/", api.FocusView.as_view(), name="api-focus"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

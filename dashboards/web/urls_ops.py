@@ -5,13 +5,15 @@
 
 from django.urls import path
 
-from dashboards.web.views import agents, audit, bills, budgets, control, launch, triage
+from dashboards.web.views import agents, audit, bills, budgets, control, launch, triage, waste
 from dashboards.web.views import netpolicy as views_netpolicy
 from dashboards.web.views import reservations as views_reservations
 
 urlpatterns = [
     path("bills/", bills.bills_page, name="ops-bills"),
     path("bills.csv", bills.bills_csv, name="ops-bills-csv"),
+    path("bills.focus.csv", bills.bills_focus, name="ops-bills-focus"),
+    path("waste/", waste.waste_page, name="ops-waste"),
     path("budgets/", budgets.budgets_page, name="ops-budgets"),
     path("budgets/<int:budget_id>/delete", budgets.budget_delete, name="ops-budget-delete"),
     path("launch/", launch.launch_page, name="ops-launch"),

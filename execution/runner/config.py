@@ -40,7 +40,14 @@ EXIT_CONFIG = 78
 EXIT_INTERNAL = 70
 #: The sandbox's limits (environment variable -> default); see docs/runner.md, "Limits".
 LIMIT_DEFAULTS = {"TCO_SANDBOX_TMPFS_BYTES": 256 << 20, "TCO_SANDBOX_MAX_PROCESSES": 256,
-                  "TCO_SANDBOX_WORK_BYTES": 4 << 30, "TCO_SANDBOX_WORK_CHECK_S": 10}
+                  "TCO_SANDBOX_WORK_BYTES": 4 << 30, "TCO_SANDBOX_WORK_CHECK_S": 10,
+                  "TCO_SANDBOX_MEMORY_BYTES": 4 << 30, "TCO_SANDBOX_FILE_BYTES": 1 << 30,
+                  "TCO_SANDBOX_CPU_S": 24 * 3600}
+#: The limits a runner spec's ``limits`` may lower (spec key -> environment variable): the
+#: site's value (environment, else the default) is the ceiling; a spec never raises it.
+SPEC_LIMITS = {"memory_bytes": "TCO_SANDBOX_MEMORY_BYTES", "file_bytes": "TCO_SANDBOX_FILE_BYTES",
+               "cpu_s": "TCO_SANDBOX_CPU_S", "work_bytes": "TCO_SANDBOX_WORK_BYTES",
+               "max_processes": "TCO_SANDBOX_MAX_PROCESSES", "tmpfs_bytes": "TCO_SANDBOX_TMPFS_BYTES"}
 #: The metering proxy's limits: environment variable -> field of execution/metering/endpoints.py's
 #: ``Limits`` (whose defaults apply when the variable is unset).
 PROXY_LIMITS = {"TCO_PROXY_MAX_CONNECTIONS": "max_connections", "TCO_PROXY_MAX_HEADER_BYTES": "max_header_bytes",
@@ -87,6 +94,32 @@ def limit(environ: Mapping[str, str], name: str) -> int | None:
     if not text.isdigit() or int(text) < 1:
         raise RunnerError(f"{name}={text!r}: expected a positive integer")
     return int(text)
+
+
+def effective_limits(environ: Mapping[str, str], spec: Mapping | None) -> dict[str, int]:
+    """Each limit of :data:`SPEC_LIMITS` (by environment variable): the site's value
+    (:func:`limit`), lowered by the spec's ``limits`` mapping where it asks for less. Raises
+    RunnerError for a spec value that is not a positive integer or a key it does not know."""
+    values = {name: limit(environ, name) for name in SPEC_LIMITS.values()}
+    asked = (spec or {}).get("limits") or {}
+    if not isinstance(asked, Mapping):
+        raise RunnerError("the spec's limits must be a mapping")
+    for key, value in asked.items():
+        if key not in SPEC_LIMITS:
+            raise RunnerError(f"the spec's limits.{key}: not one of {', '.join(sorted(SPEC_LIMITS))}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RunnerError(f"the spec's limits.{key}={value!r}: expected a positive integer")
+        name = SPEC_LIMITS[key]
+        values[name] = min(values[name], value)
+    return values
+
+
+def size_text(n: int) -> str:
+    """``n`` bytes as people read it: "4 GiB", "256 MiB", "1.5 MiB", "100 bytes"."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n >> shift} {unit}" if n % (1 << shift) == 0 else f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
 
 
 def check_interval(environ: Mapping[str, str]) -> float:

@@ -11,15 +11,16 @@ import signal
 import sys
 
 from execution.runner.clock import StageClock
-from execution.runner.config import (EXIT_CONFIG, EXIT_INTERNAL, EXIT_TIMEOUT, EXIT_WORKDIR_QUOTA, INSIDE_WORKDIR,
+from execution.runner.config import (SPEC_LIMITS, EXIT_CONFIG, EXIT_INTERNAL, EXIT_TIMEOUT, EXIT_WORKDIR_QUOTA, INSIDE_WORKDIR,
                                      KILL_GRACE_S, OUTPUT_CAP_BYTES, OUTPUT_DRAIN_S,
                                      SIGNALLED_GRACE_S, RunnerError, TaskIdentity, check_interval,
-                                     check_limits, limit, read_task)
+                                     check_limits, effective_limits, read_task, size_text)
 from execution.runner.outputs import Capture, copy_outputs, write_usage_file
 from execution.runner.sandbox_start import agent_status
 from execution.runner.signals import Interrupted, Signals
 from execution.runner.task import (choose_runtime, load_spec_policy, make_private_dir, read_input, read_spec,
                                    registered_hosts, sandbox_paths, write_input)
+from execution.runner.teardown import file_too_large, out_of_memory
 from execution.runner.teardown import WorkdirWatch, remove_tree, terminate_group, tree_bytes
 from execution.spool.contract import STAGES
 from execution.spool.record import RunnerRecord
@@ -56,6 +57,7 @@ class Runner:
         self.proxy = None  # execution.runner.proxy_start.ProxyStarter (bubblewrap runtime)
         self.network = None  # execution.runner.network.LiveNetworkPolicy (bubblewrap runtime)
         self._workdir_watch: WorkdirWatch | None = None
+        self.limits: dict[str, int] = {}
 
     # ---- setup
     def _read_environment(self) -> None:
@@ -107,8 +109,10 @@ class Runner:
         if refused:
             raise RunnerError("the runner refuses this sandbox policy: " + "; ".join(refused))
         findings = policy.unenforceable() if runtime == "bubblewrap" else []
+        self.limits = effective_limits(self.environ, spec)
         self.sandbox_info = {"runtime": runtime, "policy_sha256": policy.sha256, "uid": policy.uid,
-                             "gid": policy.gid, "notes": [str(f) for f in findings], "log": ""}
+                             "gid": policy.gid, "notes": [str(f) for f in findings], "log": "",
+                             "limits": {key: self.limits[name] for key, name in SPEC_LIMITS.items()}}
 
         self.work_dir = task.layout.work_dir(task.campaign_id, task.task_number)
         os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
@@ -163,11 +167,11 @@ class Runner:
         self._setup_proxy(spec, start.policy)
         launch = prepare_bwrap(start, env=agent_env(self.environ, spec, self.task, RELAY_PORT),
                                paths=sandbox_paths(self.environ, self.task.spool, self.private_dir),
-                               limits=(limit(self.environ, "TCO_SANDBOX_TMPFS_BYTES"),
-                                       limit(self.environ, "TCO_SANDBOX_MAX_PROCESSES")),
+                               limits=self.limits,
                                on_proxy_wanted=self._start_proxy_soon)
         self.sandbox = launch.sandbox
         self.sandbox_info["notes"] += launch.notes
+        self.sandbox_info["seccomp"] = launch.seccomp_fd is not None
         self.signals.armed = False  # never interrupt between fork and bookkeeping
         launch.start()
         self.stages["sandbox_create_at"] = self.clock.iso_mono(self.sandbox.mono.get("create"))
@@ -196,7 +200,7 @@ class Runner:
         if timeout_s:
             signal.setitimer(signal.ITIMER_REAL, timeout_s)
         if self.work_dir is not None:
-            self._workdir_watch = WorkdirWatch(self.work_dir, limit(self.environ, "TCO_SANDBOX_WORK_BYTES"),
+            self._workdir_watch = WorkdirWatch(self.work_dir, self.limits["TCO_SANDBOX_WORK_BYTES"],
                                                check_interval(self.environ), self.signals.over_quota)
             self._workdir_watch.start()
         self.signals.arm()
@@ -278,12 +282,13 @@ class Runner:
                 work_bytes = tree_bytes(self.work_dir)
                 if self.sandbox_info is not None:
                     self.sandbox_info["work_bytes"] = work_bytes
-                if work_bytes > limit(self.environ, "TCO_SANDBOX_WORK_BYTES"):
+                if work_bytes > self.limits["TCO_SANDBOX_WORK_BYTES"]:
                     self.signals.workdir_over = True
             except RunnerError:
                 pass
         if self.signals.workdir_over:
             self._flag("workdir_over_quota")
+        self._note_limit_reached()
         for capture in self.captures:
             capture.join(OUTPUT_DRAIN_S)
             if capture.is_alive():
@@ -319,6 +324,29 @@ class Runner:
                 self.exit_code = EXIT_TIMEOUT
         if self.exit_code in (99, 100):  # Grid Engine: reschedule / error state
             self.exit_code = 101
+
+    def _note_limit_reached(self) -> None:
+        """Flag the limit the agent ran into and say so in ``error`` (docs/limits.md): the work
+        directory (the runner's walk), a file's size (SIGXFSZ, or EFBIG
+        reported on stderr), CPU time (SIGXCPU) or memory (the agent failed on an allocation)."""
+        if not self.limits or self.signals.runner_signal is not None:
+            return
+        reason = None
+        if self.signals.workdir_over:
+            reason = f"work directory limit {size_text(self.limits['TCO_SANDBOX_WORK_BYTES'])} reached"
+        elif self.agent_signal == signal.SIGXFSZ or (self.exit_status not in (None, 0) and len(self.captures) > 1
+                                                     and file_too_large(self.captures[1].path)):
+            self._flag("file_size_limit")
+            reason = f"file size limit {size_text(self.limits['TCO_SANDBOX_FILE_BYTES'])} reached"
+        elif self.agent_signal == signal.SIGXCPU:
+            self._flag("cpu_limit")
+            reason = f"CPU time limit {self.limits['TCO_SANDBOX_CPU_S']} s reached"
+        elif self.exit_status not in (None, 0) and len(self.captures) > 1 and \
+                out_of_memory(self.captures[1].path):
+            self._flag("memory_limit")
+            reason = f"memory limit {size_text(self.limits['TCO_SANDBOX_MEMORY_BYTES'])} reached"
+        if reason is not None:
+            self.error = self.error or reason
 
     def _stop_proxy(self) -> None:
         if self.proxy is None or not self.proxy.started:

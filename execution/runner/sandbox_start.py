@@ -40,6 +40,7 @@ class BwrapLaunch:
 
     def __init__(self, private_dir: str, policy) -> None:
         from execution.sandbox.bwrap import group_text, passwd_text
+        from execution.sandbox.seccomp import program_bytes as seccomp_program
 
         self.socket_dir = os.path.join(private_dir, "sock")
         os.mkdir(self.socket_dir, 0o700)
@@ -53,11 +54,21 @@ class BwrapLaunch:
             os.close(w)
             self.data_fds[inside] = r
         self.watch_fd = os.open(f"/proc/{os.getpid()}/stat", os.O_RDONLY)
-        self.sandbox = None
+        self.seccomp_fd: int | None = None
         self.notes: list[str] = []
+        filter_program = seccomp_program()
+        if filter_program is None:
+            self.notes.append(f"no seccomp filter for this host's architecture ({os.uname().machine})")
+        else:
+            r, w = os.pipe()  # a few hundred bytes: the pipe holds them all
+            os.write(w, filter_program)
+            os.close(w)
+            self.seccomp_fd = r
+        self.sandbox = None
 
     def _ours(self) -> list[int]:
-        return [self.status_w, self.json_w, self.watch_fd, *self.data_fds.values()]
+        return [self.status_w, self.json_w, self.watch_fd, *self.data_fds.values(),
+                *([self.seccomp_fd] if self.seccomp_fd is not None else [])]
 
     def _close(self, fds: list[int]) -> None:
         for fd in fds:
@@ -84,11 +95,11 @@ class BwrapLaunch:
 
 
 def prepare_bwrap(start: AgentStart, *, env: Mapping[str, str], paths: Mapping[str, list[str]],
-                  limits: tuple[int, int], on_proxy_wanted: Callable[[], None]) -> BwrapLaunch:
+                  limits: Mapping[str, int], on_proxy_wanted: Callable[[], None]) -> BwrapLaunch:
     """The bubblewrap sandbox of ``start`` with the agent's ``env``, not started yet: the proxy
     socket's directory made in the private directory, ``paths``
-    (:func:`~execution.runner.task.sandbox_paths`) hidden, ``limits`` ``(tmpfs bytes, max
-    processes)``; ``on_proxy_wanted`` is called when the agent first wants its model base URL.
+    (:func:`~execution.runner.task.sandbox_paths`) hidden, ``limits`` (environment variable
+    -> value, :func:`~execution.runner.config.effective_limits`); ``on_proxy_wanted`` is called when the agent first wants its model base URL.
     Raises RunnerError when the policy cannot be applied here (every descriptor it opened is
     closed then)."""
     from execution.sandbox.bwrap import BwrapSandbox, SandboxConfigError
@@ -100,10 +111,14 @@ def prepare_bwrap(start: AgentStart, *, env: Mapping[str, str], paths: Mapping[s
             policy=start.policy, workdir=start.work_dir, socket_dir=launch.socket_dir, agent_argv=start.argv,
             env=env, interpreter=sys.executable,
             fds=SandboxFds(status=launch.status_w, json_status=launch.json_w, stdout=start.out_w,
-                           stderr=start.err_w, data=launch.data_fds, watch=launch.watch_fd),
+                           stderr=start.err_w, data=launch.data_fds, watch=launch.watch_fd,
+                           seccomp=launch.seccomp_fd),
             hidden=HiddenPaths(masks=tuple(paths["masked"]), state=tuple(paths["state"]),
                                shared=tuple(paths["shared"])),
-            limits=SandboxLimits(tmpfs_bytes=limits[0], max_processes=limits[1]))
+            limits=SandboxLimits(tmpfs_bytes=limits["TCO_SANDBOX_TMPFS_BYTES"],
+                                 max_processes=limits["TCO_SANDBOX_MAX_PROCESSES"],
+                                 memory_bytes=limits["TCO_SANDBOX_MEMORY_BYTES"],
+                                 file_bytes=limits["TCO_SANDBOX_FILE_BYTES"], cpu_s=limits["TCO_SANDBOX_CPU_S"]))
         try:
             launch.sandbox = BwrapSandbox(plan, on_proxy_wanted=on_proxy_wanted)
         except SandboxConfigError as exc:
@@ -111,7 +126,7 @@ def prepare_bwrap(start: AgentStart, *, env: Mapping[str, str], paths: Mapping[s
     except BaseException:
         launch.fail()
         raise
-    launch.notes = plan.notes
+    launch.notes = launch.notes + plan.notes
     return launch
 
 

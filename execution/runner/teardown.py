@@ -108,3 +108,35 @@ def remove_tree(path: str) -> None:
         os.rmdir(path)
     except OSError:
         pass
+
+
+#: What a program that could not write past RLIMIT_FSIZE writes to its stderr (EFBIG; Python
+#: ignores SIGXFSZ, so it gets the error instead of the signal).
+FILE_TOO_LARGE_MARKERS = (b"File too large",)
+#: What a program that failed to allocate memory writes to its stderr (Python, C/glibc, C++,
+#: Node, Go, Rust).
+OUT_OF_MEMORY_MARKERS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc", b"out of memory",
+                         b"Out of memory", b"memory allocation of", b"JavaScript heap out of memory")
+
+
+def out_of_memory(stderr_path: str, tail_bytes: int = 8192) -> bool:
+    """Whether the end of the agent's captured stderr says an allocation failed (the sign of
+    RLIMIT_DATA: the kernel refuses the memory, the program reports it and exits)."""
+    return stderr_says(stderr_path, OUT_OF_MEMORY_MARKERS, tail_bytes)
+
+
+def file_too_large(stderr_path: str, tail_bytes: int = 8192) -> bool:
+    """Whether the end of the agent's captured stderr says a write failed with EFBIG."""
+    return stderr_says(stderr_path, FILE_TOO_LARGE_MARKERS, tail_bytes)
+
+
+def stderr_says(stderr_path: str, markers: tuple[bytes, ...], tail_bytes: int) -> bool:
+    """Whether one of ``markers`` is in the last ``tail_bytes`` of ``stderr_path``."""
+    try:
+        with open(stderr_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(fh.tell() - tail_bytes, 0))
+            tail = fh.read()
+    except OSError:
+        return False
+    return any(marker in tail for marker in markers)

@@ -31,11 +31,15 @@ environment) into a ``bwrap`` command line:
   tmpfs, or ``/dev/null`` for a file) at every place they appear inside;
 - the relay limits the sandbox's processes (RLIMIT_NPROC, counted in the
   sandbox's own user namespace, so other tasks of the same host account do not
-  count) to :attr:`~execution.sandbox.plan.SandboxLimits.max_processes`;
+  count) to :attr:`~execution.sandbox.plan.SandboxLimits.max_processes`, and each
+  process's memory (RLIMIT_DATA), file size (RLIMIT_FSIZE) and CPU time (RLIMIT_CPU)
+  to the other :class:`~execution.sandbox.plan.SandboxLimits`;
 - no name resolver: ``/etc/resolv.conf`` is ``/dev/null``, and the network
   namespace has nothing but loopback; ``/etc/passwd`` and ``/etc/group`` are
   generated (user ``sandbox``);
 - ``--clearenv`` and only the chosen variables (never a credential);
+- with :attr:`~execution.sandbox.plan.SandboxFds.seccomp`, the default seccomp filter
+  (execution/sandbox/seccomp.py: the dangerous system calls fail with EPERM);
 - the command is the relay (execution/sandbox/relay.py) as PID 1, which starts
   the agent; the proxy socket's directory is bound read-only at ``/run/tco``.
 
@@ -110,8 +114,10 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     policy = plan.policy
     if policy.uid == 0 or policy.gid == 0:  # validation already refuses it; never rely on one check
         raise SandboxConfigError("the agent may not run as root inside the sandbox")
-    if plan.limits.tmpfs_bytes < 1 or plan.limits.max_processes < 1:
-        raise SandboxConfigError("the sandbox's tmpfs size and process limit must be positive")
+    limits = plan.limits
+    if limits.tmpfs_bytes < 1 or limits.max_processes < 1 or any(
+            value is not None and value < 1 for value in (limits.memory_bytes, limits.file_bytes, limits.cpu_s)):
+        raise SandboxConfigError("the sandbox's limits must be positive")
     masks = resolve_masks(plan.hidden.masks, fs)
     state = resolve_masks(plan.hidden.state, fs)
     shared = resolve_masks(plan.hidden.shared, fs)
@@ -222,6 +228,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
             "--new-session", "--as-pid-1", "--cap-drop", "ALL",
             "--uid", str(policy.uid), "--gid", str(policy.gid), "--hostname", plan.options.hostname,
             "--json-status-fd", str(plan.fds.json_status)]
+    if plan.fds.seccomp is not None:
+        argv += ["--seccomp", str(plan.fds.seccomp)]
     # /proc and /dev come first among the depth-1 mounts' peers; "/" (if listed) before them.
     root_ops = [op for op in ops if op[0] == "/"]
     for _, _, args in root_ops:
@@ -239,6 +247,10 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
              "--stdout-fd", str(plan.fds.stdout), "--stderr-fd", str(plan.fds.stderr),
              "--port", str(plan.options.port), "--socket", INSIDE_SOCKET,
              "--proxy-wait-s", str(plan.options.proxy_wait_s), "--max-processes", str(plan.limits.max_processes)]
+    for option, value in (("--memory-bytes", limits.memory_bytes), ("--file-bytes", limits.file_bytes),
+                          ("--cpu-s", limits.cpu_s)):
+        if value is not None:
+            argv += [option, str(value)]
     if plan.fds.watch is not None:
         argv += ["--watch-fd", str(plan.fds.watch)]
     argv += ["--", *plan.agent_argv]

@@ -27,7 +27,8 @@ class SandboxFds:
     numbers): ``status`` (the relay's status lines), ``json_status`` (bwrap's
     ``--json-status-fd``), ``stdout``/``stderr`` (the agent's), ``data`` (inside path -> fd of
     its content, ``--ro-bind-data``), ``watch`` (open on the runner's /proc/PID/stat, for
-    suspension; or None)."""
+    suspension; or None), ``seccomp`` (the seccomp filter's program, ``--seccomp``; or None:
+    no filter)."""
 
     status: int
     json_status: int
@@ -35,11 +36,12 @@ class SandboxFds:
     stderr: int
     data: Mapping[str, int] = field(default_factory=dict)
     watch: int | None = None
+    seccomp: int | None = None
 
     def passed(self) -> list[int]:
         """Every descriptor to pass to bubblewrap."""
         fds = [self.status, self.json_status, self.stdout, self.stderr, *self.data.values()]
-        return fds + ([self.watch] if self.watch is not None else [])
+        return fds + [fd for fd in (self.watch, self.seccomp) if fd is not None]
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,17 @@ class HiddenPaths:
 @dataclass(frozen=True)
 class SandboxLimits:
     """``tmpfs_bytes``: size of each writable private tmpfs (bytes); ``max_processes``:
-    RLIMIT_NPROC of the sandbox's processes (threads count). Each must be positive."""
+    RLIMIT_NPROC of the sandbox's processes (threads count); ``memory_bytes``: RLIMIT_DATA of
+    each process (its heap and private writable mappings; None: unlimited); ``file_bytes``:
+    RLIMIT_FSIZE (the largest file a process may write; None: unlimited); ``cpu_s``:
+    RLIMIT_CPU of each process (seconds; SIGXCPU at it, SIGKILL 5 s later; None: unlimited).
+    Each must be positive."""
 
     tmpfs_bytes: int = TMPFS_BYTES
     max_processes: int = MAX_PROCESSES
+    memory_bytes: int | None = None
+    file_bytes: int | None = None
+    cpu_s: int | None = None
 
 
 @dataclass(frozen=True)

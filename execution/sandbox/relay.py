@@ -5,13 +5,17 @@ with ``python3 -I -S``::
 
     relay.py --status-fd N --stdout-fd O --stderr-fd E --port P
              --socket /run/tco/proxy.sock [--watch-fd M] [--proxy-wait-s S]
-             [--max-processes N] -- AGENT ARGV...
+             [--max-processes N] [--memory-bytes B] [--file-bytes F] [--cpu-s S]
+             -- AGENT ARGV...
 
 0. With ``--max-processes``, sets RLIMIT_NPROC (setrlimit(2)) to N before
    anything else starts: the kernel counts the processes and threads of the
    sandbox's uid in the sandbox's own user namespace (Linux >= 5.14
    ucounts), so a fork bomb stops at N while the relay's threads (started
-   before the agent) keep working.
+   before the agent) keep working. ``--memory-bytes`` sets RLIMIT_DATA (an
+   allocation past it fails with ENOMEM), ``--file-bytes`` RLIMIT_FSIZE (a
+   write past it: SIGXFSZ), ``--cpu-s`` RLIMIT_CPU (SIGXCPU at S seconds of
+   CPU, SIGKILL at S+5); every process of the sandbox inherits them.
 
 1. Listens on ``127.0.0.1:P``, the sandbox's own loopback (its network
    namespace has nothing else), so the agent sees an ordinary HTTP base URL.
@@ -166,12 +170,25 @@ def _watch(fd: int) -> None:
             stopped = runner_stopped
 
 
+def _set_limits(opts):
+    """RLIMIT_DATA, RLIMIT_FSIZE and RLIMIT_CPU from the options (module doc, step 0)."""
+    import resource
+
+    for option, which, extra in (("--memory-bytes", resource.RLIMIT_DATA, 0),
+                                 ("--file-bytes", resource.RLIMIT_FSIZE, 0),
+                                 ("--cpu-s", resource.RLIMIT_CPU, CPU_KILL_AFTER_S)):
+        if opts[option] is not None:
+            value = int(opts[option])
+            resource.setrlimit(which, (value, value + extra))
+
+
 def _parse(argv):
-    opts = {"--watch-fd": None, "--proxy-wait-s": "30", "--max-processes": None}
+    opts = {"--watch-fd": None, "--proxy-wait-s": "30", "--max-processes": None, "--memory-bytes": None,
+            "--file-bytes": None, "--cpu-s": None}
     i = 0
     while i < len(argv) and argv[i] != "--":
         if argv[i] not in ("--status-fd", "--stdout-fd", "--stderr-fd", "--port", "--socket", "--watch-fd",
-                           "--proxy-wait-s", "--max-processes") \
+                           "--proxy-wait-s", "--max-processes", "--memory-bytes", "--file-bytes", "--cpu-s") \
                 or i + 1 >= len(argv):
             raise SystemExit(f"relay: bad argument {argv[i]!r}")
         opts[argv[i]] = argv[i + 1]
@@ -182,6 +199,9 @@ def _parse(argv):
         raise SystemExit("usage: relay.py --status-fd N --stdout-fd O --stderr-fd E --port P --socket PATH "
                          "[--watch-fd M] [--proxy-wait-s S] [--max-processes N] -- ARGV...")
     return opts, agent
+
+
+CPU_KILL_AFTER_S = 5
 
 
 def _not_dumpable() -> None:
@@ -232,6 +252,7 @@ def main(argv) -> int:
 
         limit = int(opts["--max-processes"])
         resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+    _set_limits(opts)
     # The relay's own threads start before the agent can use up the process limit.
     threading.Thread(target=_accept, args=(listener, opts["--socket"], float(opts["--proxy-wait-s"])),
                      daemon=True).start()

@@ -77,7 +77,8 @@ class ModelEndpoint:
 
 
 _SPEC_KEYS = ("version", "campaign_id", "agent", "inputs_file", "timeout_s", "kill_grace_s", "model", "token_cap",
-              "cost_cap_usd", "policy", "model_endpoint", "model_endpoints", "credentials", "sandbox", "network_ceilings")
+              "cost_cap_usd", "policy", "model_endpoint", "model_endpoints", "credentials", "sandbox", "network_ceilings",
+              "limits")
 
 
 @dataclasses.dataclass
@@ -97,7 +98,11 @@ class RunnerSpec:
          "model_endpoints": [ModelEndpoint mapping...],
          "credentials": {"provider": "credential name"},
          "sandbox": {"runtime": "auto"|"bubblewrap"|"openshell"},
-         "network_ceilings": [{"label": str, "network_policies": {mapping}}]}
+         "network_ceilings": [{"label": str, "network_policies": {mapping}}],
+         "limits": {"memory_bytes"|"file_bytes"|"cpu_s"|"work_bytes"|"max_processes"|"tmpfs_bytes": int >= 1}}
+
+    ``limits``: the task's sandbox limits where the launch wants less than the site's (the
+    runner takes the smaller of each; docs/limits.md).
 
     ``network_ceilings``: the network part (``network_policies`` in OpenShell's schema) of
     each admin ceiling the campaign's policy had to fit at launch; a runner refuses a live
@@ -127,6 +132,7 @@ class RunnerSpec:
     credentials: dict[str, str] | None = None
     sandbox: dict[str, Any] | None = None
     network_ceilings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    limits: dict[str, int] | None = None
     version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
@@ -173,6 +179,9 @@ class RunnerSpec:
             value = getattr(self, name)
             if value is not None and not isinstance(value, dict):
                 raise SpecError(f"{name} must be a mapping")
+        if self.limits is not None and (not isinstance(self.limits, dict) or not all(
+                isinstance(k, str) and is_int(v) and v >= 1 for k, v in self.limits.items())):
+            raise SpecError("limits must map limit names to positive integers")
         if not isinstance(self.model_endpoints, list) or not all(isinstance(e, ModelEndpoint)
                                                                  for e in self.model_endpoints):
             raise SpecError("model_endpoints must be a list of endpoints")
@@ -215,6 +224,8 @@ class RunnerSpec:
             data["model_endpoints"] = [e.to_json() for e in self.model_endpoints]
         if self.network_ceilings:
             data["network_ceilings"] = [dict(c) for c in self.network_ceilings]
+        if self.limits:
+            data["limits"] = dict(self.limits)
         return data
 
     @classmethod
@@ -252,7 +263,7 @@ class RunnerSpec:
             model_endpoint=data.get("model_endpoint"),
             model_endpoints=[ModelEndpoint.from_json(e, f"model_endpoints[{i}]") for i, e in enumerate(endpoints)],
             credentials=data.get("credentials"), sandbox=data.get("sandbox"),
-            network_ceilings=data.get("network_ceilings") or [])
+            network_ceilings=data.get("network_ceilings") or [], limits=data.get("limits"))
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> "RunnerSpec":

@@ -9,6 +9,7 @@ with a native specification built only from validated fields
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
 
 from schedulers.accounting_cursor import fingerprint, plan_read
@@ -40,6 +41,9 @@ from .parsers.qstat import parse_qstat
 from .parsers.qstat_j import parse_job_detail
 from .parsers.queue_summary import parse_cluster_queue_summary
 from .parsers.sharetree import parse_share_mon
+
+#: The thread that reads the accounting file ahead of the ingest (GridEngine.accounting_since).
+_READ_AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tco-accounting-ahead")
 
 # (sge_root, sge_cell) -> {job_number: project or None}, filled from qstat -ext.
 _PROJECTS: dict[tuple[str, str], dict[int, str | None]] = {}
@@ -75,7 +79,8 @@ class GridEngine(SchedulerAdapter):
                  resources: Iterable[str] = (), sge_root: str | None = None,
                  sge_cell: str | None = None, timeout: float = 10.0,
                  max_tasks: int = DEFAULT_MAX_TASKS, notify: bool = False,
-                 accounting_path: str | None = None) -> None:
+                 accounting_path: str | None = None, qmaster_port: int | None = None,
+                 execd_port: int | None = None) -> None:
         self.queues = frozenset(queues)
         self.projects = frozenset(projects)
         self.resources = frozenset(resources)
@@ -86,6 +91,15 @@ class GridEngine(SchedulerAdapter):
         self.notify = notify
         self.defaults = defaults_for(self.flavour)
         self.accounting_path = accounting_path or self.defaults.accounting_path(self.sge_root, self.sge_cell)
+        # A cell on other ports than /etc/services says (a second cell on one machine): its clients
+        # and libdrmaa need them in the environment, as the cell's settings.sh sets them.
+        self.ports = {name: str(port) for name, port in (("SGE_QMASTER_PORT", qmaster_port),
+                                                          ("SGE_EXECD_PORT", execd_port)) if port}
+
+    @property
+    def cell_environment(self) -> dict[str, str]:
+        """The variables that select this adapter's cell for Grid Engine's clients."""
+        return {"SGE_ROOT": self.sge_root, "SGE_CELL": self.sge_cell, **self.ports}
 
     def json_outputs(self) -> bool:
         """Whether the status commands are asked for ``-fmt json`` (never on SGE 8)."""
@@ -103,8 +117,7 @@ class GridEngine(SchedulerAdapter):
 
     # ---- commands
     def _run(self, argv: list[str], timeout: float | None = None) -> bytes:
-        return run_command(argv, timeout=timeout or self.timeout,
-                           env_extra={"SGE_ROOT": self.sge_root, "SGE_CELL": self.sge_cell})
+        return run_command(argv, timeout=timeout or self.timeout, env_extra=self.cell_environment)
 
     def list_tasks(self) -> list[QstatTask]:
         """Every job's tasks, all users: ``qstat -xml -u '*'`` (qstat(1)).
@@ -211,6 +224,25 @@ class GridEngine(SchedulerAdapter):
         return parse_job_detail(data)
 
     def accounting_since(self, cursor: AccountingCursor | None, max_bytes: int) -> AccountingBatch:
+        """Records of :attr:`accounting_path` after ``cursor`` (:meth:`_accounting_since`).
+
+        While the caller stores a batch that was not the file's end, the next one is read and
+        parsed ahead in a thread (the parse, Python's work, overlaps the database's, which releases
+        the interpreter while it waits): a call for the cursor that batch ended at gets it at
+        once. A read ahead that no call asks for (the caller stopped, or read from elsewhere) is
+        dropped; it is the read that call would have made, only earlier.
+        """
+        ahead, self._ahead = getattr(self, "_ahead", None), None
+        if ahead is not None and ahead[0] == (cursor, max_bytes):
+            batch = ahead[1].result()
+        else:
+            batch = self._accounting_since(cursor, max_bytes)
+        if batch.records or batch.quarantined or batch.skipped:
+            self._ahead = ((batch.cursor, max_bytes), _READ_AHEAD.submit(self._accounting_since, batch.cursor,
+                                                                         max_bytes))
+        return batch
+
+    def _accounting_since(self, cursor: AccountingCursor | None, max_bytes: int) -> AccountingBatch:
         """Records of :attr:`accounting_path` after ``cursor`` (``parsers.accounting.read_accounting``).
 
         Where to read is planned by ``schedulers.accounting_cursor.plan_read``:
@@ -316,7 +348,8 @@ class GridEngine(SchedulerAdapter):
         SchedulerUnavailable (libdrmaa not loadable, qmaster unreachable).
         """
         native = self.native_specification(spec)
-        return drmaa.run_bulk(spec, native, sge_root=self.sge_root, sge_cell=self.sge_cell, flavour=self.flavour)
+        return drmaa.run_bulk(spec, native, sge_root=self.sge_root, sge_cell=self.sge_cell, flavour=self.flavour,
+                              ports=self.ports)
 
 
 # (sge_root, sge_cell) -> whether the installed clients take ``-fmt json``.

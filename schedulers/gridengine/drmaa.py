@@ -118,14 +118,17 @@ def _process_flavour() -> str:
         return "sge8"
 
 
-def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, flavour: str | None = None):
+def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, flavour: str | None = None,
+                 ports: dict[str, str] | None = None):
     """Open (or return) this process's DRMAA session.
 
     ``flavour`` (default: :func:`_process_flavour`) picks the default libdrmaa; ``SGE_JAPI_EDTIME`` defaults to
     :data:`JAPI_EDTIME_S`.
 
     ``sge_root``/``sge_cell`` default the process's ``SGE_ROOT``/``SGE_CELL``
-    (libdrmaa reads them from the process environment). Calling it again in
+    (libdrmaa reads them from the process environment), and ``ports``
+    (``SGE_QMASTER_PORT``, ``SGE_EXECD_PORT``) are set there too for a cell on
+    other ports than ``/etc/services`` names. Calling it again in
     the same process returns the same session; asking for a different cell
     than the open session's raises SchedulerUnavailable.
 
@@ -136,7 +139,7 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, fl
     with _lock:
         pid = os.getpid()
         if _session is not None and _session_pid == pid:
-            _check_cell(sge_root, sge_cell)
+            _check_cell(sge_root, sge_cell, ports)
             return _session
         if _session is not None and _session_pid != pid:
             # Forked after the parent opened a session: libdrmaa's state in
@@ -148,6 +151,7 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, fl
             os.environ["SGE_ROOT"] = sge_root
         if sge_cell:
             os.environ["SGE_CELL"] = sge_cell
+        os.environ.update(ports or {})
         os.environ.setdefault("SGE_ROOT", DEFAULT_SGE_ROOT)
         os.environ.setdefault("SGE_CELL", DEFAULT_SGE_CELL)
         if "SGE_JAPI_EDTIME" not in os.environ:
@@ -171,8 +175,8 @@ def open_session(*, sge_root: str | None = None, sge_cell: str | None = None, fl
         return session
 
 
-def _check_cell(sge_root: str | None, sge_cell: str | None) -> None:
-    for name, wanted in (("SGE_ROOT", sge_root), ("SGE_CELL", sge_cell)):
+def _check_cell(sge_root: str | None, sge_cell: str | None, ports: dict[str, str] | None = None) -> None:
+    for name, wanted in (("SGE_ROOT", sge_root), ("SGE_CELL", sge_cell), *(ports or {}).items()):
         if wanted and os.environ.get(name) != wanted:
             raise SchedulerUnavailable(
                 f"this process's DRMAA session is bound to {name}={os.environ.get(name)}, "
@@ -235,18 +239,19 @@ def template_attributes(spec: ArrayJobSpec, native_specification: str) -> dict[s
 
 
 def run_bulk(spec: ArrayJobSpec, native_specification: str, *, sge_root: str | None = None,
-             sge_cell: str | None = None, flavour: str | None = None) -> tuple[int, list[int]]:
+             sge_cell: str | None = None, flavour: str | None = None,
+             ports: dict[str, str] | None = None) -> tuple[int, list[int]]:
     """Submit ``spec`` as one array job of tasks 1..``spec.count`` (``runBulkJobs(jt, 1, count, 1)``),
     held when ``spec.hold``, with the job template of :func:`template_attributes`.
 
     ``spec`` and ``native_specification`` are already validated by the caller (the adapter);
-    ``sge_root``/``sge_cell``/``flavour`` choose the session (:func:`open_session`).
+    ``sge_root``/``sge_cell``/``flavour``/``ports`` choose the session (:func:`open_session`).
     Returns ``(job_number, task_numbers)`` read from ids like ``"123.1"``.
 
     Raises SchedulerUnavailable, SchedulerCommandError, SchedulerParseError.
     """
     with _lock:
-        session = open_session(sge_root=sge_root, sge_cell=sge_cell, flavour=flavour)
+        session = open_session(sge_root=sge_root, sge_cell=sge_cell, flavour=flavour, ports=ports)
         drmaa = load_drmaa(flavour or "sge8", sge_root)
         try:
             jt = session.createJobTemplate()

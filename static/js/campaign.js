@@ -26,6 +26,7 @@
       var n = d.states[s];
       row.appendChild(el("td", { "class": "num state-" + s + (n ? "" : " zero"), "data-state": s }, n));
     });
+    Array.prototype.forEach.call(document.querySelectorAll("#states th"), function (th, i) { th.classList.toggle("zero", !d.states[Object.keys(d.states)[i]]); });
     var filter = TCO.clear(document.getElementById("state-filter"));
     var all = el("a", { "href": "#", "class": d.state_filter ? "" : "on", "data-filter": "" }, "all");
     all.onclick = function (e) { e.preventDefault(); choose({ state: null, page: 1 }); };
@@ -139,7 +140,7 @@
     a.addEventListener("click", function (e) {
       e.preventDefault();
       var key = a.getAttribute("data-sort");
-      var dir = table.sort === key && table.dir === "asc" ? "desc" : "asc";
+      var dir = table.sort === key ? (table.dir === "asc" ? "desc" : "asc") : (a.getAttribute("data-first") || "asc");
       document.getElementById("tasks").classList.add("loading-table");
       choose({ sort: key, dir: dir, q: table.q, page: 1 });
     });

@@ -22,7 +22,7 @@
     return a >= 100 ? v.toFixed(0) : a >= 1 ? v.toFixed(2) : v.toFixed(3);
   };
   TCO.time = function (iso) {
-    return iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", "") : "";
+    return iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", " UTC") : "";
   };
   // A moment for people: this browser's local time ("20:01:05 CET"; with the date when not today).
   // TCO.setTime puts it in an element whose title (and <time datetime>) carries the exact ISO text.

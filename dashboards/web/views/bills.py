@@ -1,6 +1,7 @@
 """Bills for team leads: per period and grouping, as a page and as CSV."""
 from __future__ import annotations
 
+import datetime as dt
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -8,13 +9,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from dashboards.billing import bills, budgets, periods
+from dashboards.billing import bills, budgets, focus, periods, waste
 from dashboards.core import csv_export, errors
 from dashboards.core.roles import user_can
 from dashboards.models import Budget, Campaign
 from dashboards.web import forms as ops_forms
 from dashboards.web.forms import BillForm
 from dashboards.web.views.common import refused
+from dashboards.web.views.waste import waste_query
 
 # --------------------------------------------------------------------------- bills and budgets
 
@@ -24,16 +26,22 @@ def _bill_query(form: BillForm, **changes) -> str:
     data = form.cleaned_data
     query = {"period": data["period"], "first": data["first"].isoformat(), "last": data["last"].isoformat(),
              "group_by": data["group_by"], "team": data["team"].pk if data.get("team") else "",
+             "cluster": data["cluster"].name if data.get("cluster") else "",
              "campaign": data.get("campaign") or "", "model": data.get("model") or "",
              "launcher": data.get("launcher") or ""}
     query.update(changes)
     return urlencode({k: v for k, v in query.items() if v not in ("", None)})
 
 
+def tasks_by_cost(campaign_id: int) -> str:
+    """The campaign page's task table sorted by cost, the most expensive first."""
+    return reverse("campaign", args=[campaign_id]) + "?sort=cost&dir=desc"
+
+
 def _bill(form: BillForm) -> dict:
     data = form.cleaned_data
     return bills.bill(teams=form.teams(), period=data["period"], first=data["first"], last=data["last"],
-                        group_by=data["group_by"], **form.filters())
+                      group_by=data["group_by"], clusters=form.clusters(), **form.filters())
 
 
 def _row_links(form: BillForm, result: dict) -> None:
@@ -47,13 +55,28 @@ def _row_links(form: BillForm, result: dict) -> None:
             continue
         if group_by == "campaign" and row["key"] is not None:
             row["link"] = "?" + _bill_query(form, campaign=row["key"], group_by="campaign")
-            row["page"] = reverse("ops-campaign", args=[int(row["key"])])  # a small link beside the name
+            # A small link beside the name: the campaign's tasks, the costliest first.
+            row["page"] = tasks_by_cost(int(row["key"]))
         elif group_by == "model":
             row["link"] = "?" + _bill_query(form, model=row["key"], group_by="campaign")
         elif group_by == "launcher" and row["key"]:
             row["link"] = "?" + _bill_query(form, launcher=row["key"], group_by="campaign")
         elif group_by == "team":
             row["link"] = "?" + _bill_query(form, team=team_ids.get(row["team"], ""), group_by="campaign")
+
+
+def _page_number(request: HttpRequest, name: str) -> int:
+    """The page asked for in ``name`` (``tasks_page``, ``rows_page``: 1-based; anything else is page 1)."""
+    try:
+        return max(1, min(int(request.GET.get(name, "1")), 100_000))
+    except ValueError:
+        return 1
+
+
+def _pager(form: BillForm, name: str, page: int, more: bool) -> dict:
+    """``{"page", "prev", "next"}``: links to the pages beside ``page`` of ``name`` ("" where none)."""
+    return {"page": page, "prev": "?" + _bill_query(form, **{name: page - 1 if page > 2 else None}) if page > 1 else "",
+            "next": "?" + _bill_query(form, **{name: page + 1}) if more else ""}
 
 
 @login_required
@@ -75,25 +98,48 @@ def bills_page(request: HttpRequest) -> HttpResponse:
             campaign = None
             if filters["campaign"]:
                 campaign = Campaign.objects.filter(pk=filters["campaign"], team__in=form.teams()).first()
+            costliest, tasks_page, more = [], _page_number(request, "tasks_page"), False
+            if campaign:
+                per_page = bills.COSTLIEST_PER_PAGE
+                costliest = bills.costliest_tasks(campaign.pk, teams=form.teams(), limit=per_page + 1,
+                                                  offset=(tasks_page - 1) * per_page)
+                more, costliest = len(costliest) > per_page, costliest[:per_page]
+            rows_page, per_page = _page_number(request, "rows_page"), bills.ROWS_PER_PAGE
+            shown = result["rows"][(rows_page - 1) * per_page:rows_page * per_page]
             today = ops_forms._today()
             context.update(
                 bill=result, chart=bills.bill_chart(result), units=bills.unit_costs(result["totals"]),
                 csv_query=_bill_query(form), campaign=campaign, filters=filters,
-                costliest=bills.costliest_tasks(campaign.pk, teams=form.teams()) if campaign else [],
+                costliest=costliest, tasks_pager=_pager(form, "tasks_page", tasks_page, more),
+                rows=shown, rows_pager=_pager(form, "rows_page", rows_page, len(result["rows"]) > rows_page * per_page),
                 clear_query=_bill_query(form, campaign=None, model=None, launcher=None),
                 group_links={g: "?" + _bill_query(form, group_by=g) for g in bills.GROUPS},
                 presets=[{**p, "query": _bill_query(form, first=p["first"].isoformat(), last=p["last"].isoformat(),
                                                     period=p["period"]),
                           "on": (p["first"], p["last"]) == (form.cleaned_data["first"], form.cleaned_data["last"])}
                          for p in periods.presets(today)],
-                burndowns=[{**budgets.budget_burndown(b), "team": b.team}
-                           for b in Budget.objects.filter(team__in=form.teams()).select_related("team")
-                           .order_by("team__name", "period")])
+                burndowns=[{**b, "team": b["budget"].team} for b in budgets.budget_burndowns(
+                    list(Budget.objects.filter(team__in=form.teams()).select_related("team")
+                         .order_by("team__name", "period")))])
+            try:
+                wasted = waste.waste(teams=form.teams(), first=result["first"], last=result["last"],
+                                     campaign=filters["campaign"], seats=False)["totals"]
+            except errors.BillError:  # a range longer than the waste view's
+                wasted = None
+            context.update(wasted=wasted, waste_query=waste_query(
+                form, first=result["first"].isoformat(), last=result["last"].isoformat()),
+                campaign_tasks=tasks_by_cost(campaign.pk) if campaign else "")
             context["burn_chart"] = [{"team": b["team"].name, "period": b["budget"].period, "days": b["days"],
                                       "cumulative_usd": b["cumulative_usd"], "amount_usd": b["amount_usd"],
                                       "projected_usd": float(b["projected_usd"]),
                                       "end_day": b["end_day"].isoformat()} for b in context["burndowns"]]
     return render(request, "dashboards/bills.html", context)
+
+
+def _bad_request(form: BillForm) -> HttpResponse:
+    """400 with the form's errors as text (the CSV downloads have no page to show them on)."""
+    return HttpResponse("bad bill request: " + "; ".join(
+        f"{k}: {' '.join(v)}" for k, v in form.errors.items()), status=400, content_type="text/plain")
 
 
 @login_required
@@ -104,8 +150,7 @@ def bills_csv(request: HttpRequest) -> HttpResponse:
         return refused(request, "Bills are for team leads (and admins).")
     form = BillForm.from_query(request.GET, user=request.user)
     if not form.is_valid():
-        return HttpResponse("bad bill request: " + "; ".join(
-            f"{k}: {' '.join(v)}" for k, v in form.errors.items()), status=400, content_type="text/plain")
+        return _bad_request(form)
     try:
         result = _bill(form)
     except errors.BillError as exc:
@@ -125,3 +170,23 @@ def bills_csv(request: HttpRequest) -> HttpResponse:
                 f"-{result['last'].isoformat()}.csv")
     header, *rows = bills.bill_csv_rows(result)
     return csv_export.csv_response(filename, header, rows)
+
+
+@login_required
+def bills_focus(request: HttpRequest) -> HttpResponse:
+    """The FOCUS 1.2 CSV (``billing.focus``) of the page's teams and days, widened to whole periods
+    as the bill is: the same totals as the bill above it (its filters narrow the page, not the file)."""
+    if not user_can(request.user, "bill"):
+        return refused(request, "Bills are for team leads (and admins).")
+    form = BillForm.from_query(request.GET, user=request.user)
+    if not form.is_valid():
+        return _bad_request(form)
+    data = form.cleaned_data
+    first = periods.period_start(data["first"], data["period"])
+    last = periods.next_period_start(periods.period_start(data["last"], data["period"]), data["period"])
+    try:
+        span = focus.window(first=first, last=last - dt.timedelta(days=1))
+    except errors.BillError as exc:
+        return HttpResponse(f"bad bill request: {exc}", status=400, content_type="text/plain")
+    header, *rows = focus.focus_csv_rows(focus.focus_rows(teams=form.teams(), window=span))
+    return csv_export.csv_response(focus.focus_filename(span), header, rows)

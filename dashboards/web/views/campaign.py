@@ -5,6 +5,9 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from dashboards.core import scope
+from dashboards.launch.forecast_record import forecast_outcome
+from dashboards.launch.notices import notice_seen
 from dashboards.live import campaign, cluster
 from dashboards.models import Campaign
 from dashboards.web.views.common import int_param
@@ -24,7 +27,25 @@ def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
         raise Http404("no such campaign") from None
     from dashboards.core.roles import user_can
 
-    team = Campaign.objects.select_related("team").get(pk=detail["campaign"]["id"]).team
+    row = Campaign.objects.select_related("team").get(pk=detail["campaign"]["id"])
+    notice_seen(getattr(request, "session", None), row)
     # The columns are the API's state keys (held reads "waiting" while the tasks wait for the predecessor).
-    return render(request, "dashboards/campaign.html", {"detail": detail, "states": list(detail["states"]),
-                                                        "can_control": user_can(request.user, "control", team)})
+    return render(request, "dashboards/campaign.html", {
+        "detail": detail, "states": list(detail["states"]), "outcome": forecast_outcome(row),
+        "can_control": user_can(request.user, "control", row.team)})
+
+
+@login_required
+def campaign_forecast_fragment(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    """The campaign page's "Forecast and outcome" card alone, as the campaign is now: the page
+    fetches it when its live counts change (campaign_forecast.js). Empty for a campaign that kept
+    no forecast; 404 for one the user may not see."""
+    try:
+        row = scope.campaign_for(request.user, campaign_id)
+    except Campaign.DoesNotExist:
+        raise Http404("no such campaign") from None
+    outcome = forecast_outcome(row)
+    response = (render(request, "dashboards/campaign_forecast.html", {"outcome": outcome, "campaign_id": row.pk})
+                if outcome else HttpResponse(""))
+    response["Cache-Control"] = "no-store"
+    return response

@@ -38,7 +38,7 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                         note = f" It was submitted on hold: {outcome.verdict['message']}."
                     messages.success(request, f"Campaign {campaign.name} (#{campaign.pk}) launched with "
                                               f"{campaign.task_count} tasks.{note}")
-                    return redirect("ops-campaign", campaign_id=campaign.pk)
+                    return redirect("campaign", campaign_id=campaign.pk)  # the page to watch it on
             preview = launch_forecast.launch_preview(user=request.user, request=form.launch_request())
     else:
         form = LaunchForm(user=request.user)
@@ -59,7 +59,8 @@ def urgent_page(request: HttpRequest) -> HttpResponse:
                 outcome = service.urgent_launch(user=request.user, team=data["team"],
                                                   agent_definition=data["agent_definition"], input=data["input"],
                                                   name=data["name"], queue=data["queue"],
-                                                  seats_per_task=data["seats_per_task"], model=data["model"])
+                                                  seats_per_task=data["seats_per_task"], model=data["model"],
+                                                  cluster=data.get("cluster"))
             except Refused as exc:
                 form.add_error(None, str(exc))
             else:

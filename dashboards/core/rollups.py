@@ -1,0 +1,301 @@
+"""Usage rollups kept at ingest (``UsageRollup``, issue 26): written with the detail rows, in their transaction.
+
+Two kinds of detail feed a rollup row (``dashboards/rollup_models.py``):
+
+* accounting records, when they are stored: :func:`add_records_sql` is the
+  statement ``core.bulk.store_accounting_records`` runs over the records it
+  has just inserted (records are never changed afterwards);
+* tasks of tco's campaigns, once ended (``active`` False): every write that
+  ends a task or changes an ended task's usage runs inside
+  :func:`tasks_rolled` (or calls :func:`tasks_added` for tasks made ended),
+  which takes the tasks' share out of the rollups before and puts it back
+  after, so a task moved to another hour or queue, priced, or given its
+  verdict is counted once, where it now belongs.
+
+Tasks still active are not in the rollups; bills read them from the detail
+rows (few: the live queue). What a row holds is written once, in SQL
+(:data:`_TASK_SELECT`, :data:`_RECORD_SELECT`), for the ingest hooks and for
+:func:`rebuild` alike; the unit tests check the rollups against sums computed
+from the detail rows in Python.
+
+Hours are UTC hours of the usage's start (``started_at``), the instant bills
+cut periods on; a bill uses the rollups where its periods start on whole
+UTC hours (every zone with a whole-hour offset) and the detail rows elsewhere
+(``billing.bills``).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+from typing import Iterable, Iterator, Sequence
+
+from django.db import connection, transaction
+
+from dashboards.core.bulk import in_chunks
+from dashboards.models import AccountingRecord, Task, UsageRollup
+from dashboards.rollup_models import KEY, RECORD_SUMS, SUMS, TASK_SUMS
+
+log = logging.getLogger(__name__)
+
+UTC = dt.timezone.utc
+#: Costs are integers of 1e-8 USD (``Task.cost_usd`` has 8 decimals).
+COST_UNITS = 100_000_000
+#: The disjoint token buckets (DESIGN.md); a task with tokens in any of them and no cost is unpriced.
+BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens")
+
+
+def _q(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def _hour(column: str) -> str:
+    """SQL for the start of the UTC hour of a datetime column, as the column's own type stores it."""
+    if connection.vendor == "postgresql":
+        return f"date_trunc('hour', {column} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+    # SQLite: Django stores UTC datetimes as text 'YYYY-MM-DD HH:MM:SS[.ffffff]'.
+    # (``%%``: every statement here is run with parameters, where ``%`` is written twice.)
+    return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"
+
+
+def _bigint(expr: str) -> str:
+    return f"CAST({expr} AS BIGINT)" if connection.vendor == "postgresql" else f"CAST({expr} AS INTEGER)"
+
+
+def _task_select(where: str) -> str:
+    """One group per rollup key of the ended campaign tasks ``where`` selects (alias ``t``): the key
+    columns then :data:`TASK_SUMS`, each as a bill counts it (``billing.bills``)."""
+    any_tokens = " OR ".join(f"t.{_q(b)} > 0" for b in BUCKETS)
+    return (
+        f"SELECT t.cluster_id, {_hour('t.started_at')} AS h, t.campaign_id, '' AS p, t.{_q('queue')} AS qu, "
+        f"COUNT(*), "
+        f"SUM(CASE WHEN t.state IN ('done', 'failed') THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN t.state = 'done' AND t.verdict <> '' THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN t.cost_usd IS NULL AND ({any_tokens}) THEN 1 ELSE 0 END), "
+        f"COALESCE(SUM({_bigint(f'ROUND(t.cost_usd * {COST_UNITS})')}), 0), "
+        + ", ".join(f"SUM(t.{_q(b)})" for b in (*BUCKETS, "reasoning_tokens"))
+        + f" FROM {_q(Task._meta.db_table)} t"
+        f" WHERE t.active = {_false()} AND t.campaign_id IS NOT NULL AND t.started_at IS NOT NULL AND ({where})"
+        f" GROUP BY t.cluster_id, {_hour('t.started_at')}, t.campaign_id, t.{_q('queue')}"
+    )
+
+
+def _false() -> str:
+    return "false" if connection.vendor == "postgresql" else "0"
+
+
+def _record_select(source: str, where: str = "1 = 1") -> str:
+    """One group per rollup key of the accounting records in ``source`` (a table or a CTE with the
+    record's columns, alias ``a``) that ``where`` selects: the key columns then :data:`RECORD_SUMS`.
+    A record of a tco campaign's task is that campaign's; any other keeps its own project."""
+    wall = _bigint("ROUND(a.wallclock_s * 1000000)")
+    return (
+        f"SELECT a.cluster_id, {_hour('a.started_at')} AS h, COALESCE(t.campaign_id, 0), "
+        f"CASE WHEN t.campaign_id IS NULL THEN a.project ELSE '' END, a.{_q('queue')}, "
+        f"COUNT(*), SUM({wall}), SUM({wall} * a.slots)"
+        f" FROM {source} a LEFT JOIN {_q(Task._meta.db_table)} t ON t.id = a.task_id"
+        f" WHERE a.started_at IS NOT NULL AND ({where})"
+        f" GROUP BY a.cluster_id, {_hour('a.started_at')}, COALESCE(t.campaign_id, 0), "
+        f"CASE WHEN t.campaign_id IS NULL THEN a.project ELSE '' END, a.{_q('queue')}"
+    )
+
+
+def _upsert_sql(sums: Sequence[str], select: str | None = None) -> str:
+    """``INSERT`` of rollup rows (key, ``sums``) adding to a row of the same key: from ``select``, or
+    from one row of parameters."""
+    table = _q(UsageRollup._meta.db_table)
+    columns = [*KEY, *sums]
+    # The columns not written take 0 (a new row), as the model's defaults say.
+    others = [s for s in SUMS if s not in sums]
+    insert_cols = ", ".join(_q(c) for c in (*columns, *others))
+    zeros = ", 0" * len(others)
+    if select is None:
+        source = f"VALUES ({', '.join(['%s'] * len(columns))}{zeros})"
+    else:
+        source = f"SELECT *{zeros} FROM ({select}) AS g"
+        if connection.vendor == "sqlite":
+            source += " WHERE true"  # SQLite: an upsert's SELECT needs a WHERE clause to parse
+    add = ", ".join(f"{_q(s)} = {table}.{_q(s)} + excluded.{_q(s)}" for s in sums)
+    return (f"INSERT INTO {table} ({insert_cols}) {source} "
+            f"ON CONFLICT ({', '.join(_q(c) for c in KEY)}) DO UPDATE SET {add}")
+
+
+def add_records_sql(source: str, where: str = "1 = 1") -> str:
+    """The statement adding the accounting records of ``source`` (``where``) to the rollups; run by
+    ``core.bulk`` over the records it has just inserted, in the same transaction."""
+    return _upsert_sql(RECORD_SUMS, _record_select(source, where))
+
+
+def add_records_after(cluster_id: int, last_id: int) -> None:
+    """Add the records of ``cluster_id`` with an id above ``last_id`` to the rollups (the rows a single
+    writer has just inserted: SQLite's write lock, ids that only grow)."""
+    table = _q(AccountingRecord._meta.db_table)
+    with connection.cursor() as cur:
+        cur.execute(add_records_sql(table, "a.cluster_id = %s AND a.id > %s"), [cluster_id, last_id])
+
+
+def records_added(record_ids: Iterable[int]) -> None:
+    """Add accounting records stored by other means than ``core.bulk`` (tests, a repair) to the rollups."""
+    table = _q(AccountingRecord._meta.db_table)
+    with connection.cursor() as cur:
+        for chunk in in_chunks(sorted(set(record_ids))):
+            cur.execute(add_records_sql(table, f"a.id IN ({', '.join(['%s'] * len(chunk))})"), chunk)
+
+
+# --------------------------------------------------------------------------- tasks
+
+def _task_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
+    """The rollup share of the tasks ``task_ids``: {key: sums} (ended campaign tasks that started)."""
+    out: dict[tuple, list[int]] = {}
+    with connection.cursor() as cur:
+        for chunk in in_chunks(sorted(set(task_ids))):
+            cur.execute(_task_select(f"t.id IN ({', '.join(['%s'] * len(chunk))})"), chunk)
+            for row in cur.fetchall():
+                key = (row[0], _as_hour(row[1]), row[2], row[3], row[4])
+                sums = [int(v or 0) for v in row[5:]]
+                if key in out:
+                    out[key] = [a + b for a, b in zip(out[key], sums)]
+                else:
+                    out[key] = sums
+    return out
+
+
+def _as_hour(value) -> dt.datetime:
+    if isinstance(value, str):  # SQLite's text
+        value = dt.datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _add(groups: dict[tuple, list[int]], sums: Sequence[str]) -> None:
+    rows = []
+    for key, values in groups.items():
+        if not any(values):
+            continue
+        cluster_id, hour, campaign_id, project, queue = key
+        rows.append([cluster_id, connection.ops.adapt_datetimefield_value(hour), campaign_id, project, queue,
+                     *values])
+    if rows:
+        with connection.cursor() as cur:
+            cur.executemany(_upsert_sql(sums), rows)
+
+
+class TaskRoll:
+    """The tasks one write changes (:func:`tasks_rolled`); ``include`` adds tasks made inside it."""
+
+    def __init__(self, task_ids: Iterable[int]) -> None:
+        self.ids = set(task_ids)
+        self.before: dict[tuple, list[int]] = {}
+
+    def include(self, task_ids: Iterable[int]) -> None:
+        """Tasks created (or first touched) inside the block: their share before it was nothing."""
+        self.ids.update(i for i in task_ids if i is not None)
+
+
+@contextlib.contextmanager
+def tasks_rolled(task_ids: Iterable[int] = ()) -> Iterator[TaskRoll]:
+    """Run a write that changes the tasks ``task_ids`` and keep the rollups equal to them.
+
+    Opens a transaction (a savepoint inside the caller's), locks the tasks'
+    rows (PostgreSQL; SQLite holds its write lock), reads their share of the
+    rollups, runs the block, reads it again and writes the difference. A task
+    that ends, moves to another hour or queue, or gets tokens, a cost or a
+    verdict is thereby counted once, where it now belongs.
+    """
+    roll = TaskRoll(task_ids)
+    with transaction.atomic():
+        if roll.ids and connection.vendor == "postgresql":
+            with connection.cursor() as cur:
+                for chunk in in_chunks(sorted(roll.ids)):
+                    cur.execute(f"SELECT id FROM {_q(Task._meta.db_table)} WHERE id IN "
+                                f"({', '.join(['%s'] * len(chunk))}) ORDER BY id FOR UPDATE", chunk)
+        before = _task_groups(sorted(roll.ids)) if roll.ids else {}
+        yield roll
+        after = _task_groups(sorted(roll.ids)) if roll.ids else {}
+        delta = {}
+        for key in before.keys() | after.keys():
+            old, new = before.get(key), after.get(key)
+            if old is None:
+                delta[key] = new
+            elif new is None:
+                delta[key] = [-v for v in old]
+            else:
+                delta[key] = [b - a for a, b in zip(old, new)]
+        _add(delta, TASK_SUMS)
+
+
+def tasks_added(task_ids: Iterable[int]) -> None:
+    """Add tasks that were just made (ended ones, e.g. from an accounting record of a task no poll saw)."""
+    ids = [i for i in task_ids if i is not None]
+    if ids:
+        _add(_task_groups(ids), TASK_SUMS)
+
+
+# --------------------------------------------------------------------------- rebuild and check
+
+def rebuild(*, cluster_id: int | None = None, since: dt.datetime | None = None) -> int:
+    """Make the rollups again from the detail rows (a migration's backfill, ``tco_rollups --rebuild``).
+
+    With ``since`` (a whole UTC hour) only the hours from ``since`` on are
+    made again: the detail rows before a retention cut are gone, and the
+    rollups are then all that is left of them. Returns the rollup rows written.
+    """
+    table = _q(UsageRollup._meta.db_table)
+    (where, task_where, record_where), params = _where(cluster_id, since)
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"DELETE FROM {table} WHERE {where}", params)
+        cur.execute(_upsert_sql(TASK_SUMS, _task_select(task_where)), params)
+        cur.execute(add_records_sql(_q(AccountingRecord._meta.db_table), record_where), params)
+        return _stored(cluster_id, since).count()
+
+
+def _where(cluster_id: int | None, since: dt.datetime | None) -> tuple[tuple[str, str, str], list]:
+    """``WHERE`` clauses for the rollups, the tasks (``t``) and the records (``a``) of one cluster (or
+    all) from ``since`` on (or ever), and their one list of parameters."""
+    rollup, task, record, params = ["1 = 1"], ["1 = 1"], ["1 = 1"], []
+    if cluster_id is not None:
+        rollup.append("cluster_id = %s")
+        task.append("t.cluster_id = %s")
+        record.append("a.cluster_id = %s")
+        params.append(cluster_id)
+    if since is not None:
+        rollup.append("hour >= %s")
+        task.append("t.started_at >= %s")
+        record.append("a.started_at >= %s")
+        params.append(connection.ops.adapt_datetimefield_value(since))
+    return (" AND ".join(rollup), " AND ".join(task), " AND ".join(record)), params
+
+
+def _stored(cluster_id: int | None, since: dt.datetime | None):
+    rows = UsageRollup.objects.all()
+    if cluster_id is not None:
+        rows = rows.filter(cluster_id=cluster_id)
+    if since is not None:
+        rows = rows.filter(hour__gte=since)
+    return rows
+
+
+def differences(*, cluster_id: int | None = None, since: dt.datetime | None = None) -> list[dict]:
+    """Where the rollups differ from the detail rows (``tco_rollups --check``): ``[{"key", "rollup",
+    "detail"}]``, each a {sum: value}; [] when they agree."""
+    detail: dict[tuple, list[int]] = {}
+    (_rollup_where, task_where, record_where), params = _where(cluster_id, since)
+    zero = [0] * len(SUMS)
+    with connection.cursor() as cur:
+        cur.execute(_task_select(task_where), params)
+        for row in cur.fetchall():
+            key = (row[0], _as_hour(row[1]), row[2], row[3], row[4])
+            detail.setdefault(key, list(zero))[:len(TASK_SUMS)] = [int(v or 0) for v in row[5:]]
+        cur.execute(_record_select(_q(AccountingRecord._meta.db_table), record_where), params)
+        for row in cur.fetchall():
+            key = (row[0], _as_hour(row[1]), row[2], row[3], row[4])
+            detail.setdefault(key, list(zero))[len(TASK_SUMS):] = [int(v or 0) for v in row[5:]]
+    stored: dict[tuple, list[int]] = {}
+    for row in _stored(cluster_id, since).values_list(*KEY, *SUMS):
+        key = (row[0], row[1].astimezone(UTC), row[2], row[3], row[4])
+        stored[key] = [a + b for a, b in zip(stored.get(key, zero), row[5:])]
+    out = []
+    for key in sorted(detail.keys() | stored.keys(), key=lambda k: (k[0], k[1], k[2], k[3], k[4])):
+        a, b = stored.get(key, zero), detail.get(key, zero)
+        if a != b:
+            out.append({"key": dict(zip(KEY, key)), "rollup": dict(zip(SUMS, a)), "detail": dict(zip(SUMS, b))})
+    return out

@@ -1,0 +1,153 @@
+"""The launch forecast a campaign keeps (``Campaign.forecast``) and how the campaign turned out against it.
+
+At launch the service stores :func:`forecast_record` of the forecast it computed
+(``launch.forecast.complete_preview``): the likely start, the finish (median and
+90th percentile) and the cost range, with the history it came from and whether the
+ranges were widened because that history may not fit. The campaign page sets
+:func:`forecast_outcome` beside it: when the tasks really started and the
+campaign finished, and what it cost.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count, Max, Min, Q
+from django.utils import timezone
+
+from dashboards.core.encoding import jsonable
+from dashboards.models import Campaign, Task
+
+#: The shape of ``Campaign.forecast`` this module writes (a reader checks it).
+FORECAST_VERSION = 1
+#: Within this many seconds of a bound, an outcome counts as on it (scheduling runs are about 1 s apart).
+SLACK_S = 1.0
+#: A start is on time within this many seconds, or a tenth of the wait forecast if that is longer: "at once"
+#: means the next scheduling runs, and the submission itself takes a moment.
+START_SLACK_S = 5.0
+
+
+def forecast_record(preview: dict[str, Any], *, at: dt.datetime | None = None) -> dict[str, Any]:
+    """What a campaign keeps of its launch forecast (JSON-ready; times ISO UTC, USD as text):
+    ``{"version", "at", "tasks", "start_at", "start_note", "finish_at": {p50, p90} | None,
+    "run_s": {p50, p90} | None, "cost_usd": {p10, p50, p90} | None, "priced_by", "slot_hours",
+    "history_runs", "at_once", "limited_by", "widened": {factor, text} | None}``."""
+    fc, timing = preview["forecast"], preview.get("timing") or {}
+    limits = timing.get("limits") or []
+    return jsonable({
+        "version": FORECAST_VERSION,
+        "at": at or timezone.now(),
+        "tasks": preview.get("count"),
+        "start_at": timing.get("start_at"),
+        "start_note": timing.get("start_note") or "",
+        "finish_at": timing.get("finish_at"),
+        "run_s": timing.get("run_s"),
+        "cost_usd": fc.get("cost_usd"),
+        "priced_by": fc.get("priced_by"),
+        "slot_hours": timing.get("slot_hours"),
+        "history_runs": fc.get("history") or 0,
+        "at_once": timing.get("at_once"),
+        "limited_by": limits[0]["what"] if limits else "",
+        "widened": preview.get("widened"),
+    })
+
+
+def _time(text: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def _late(actual: dt.datetime, low: dt.datetime | None, high: dt.datetime | None, *,
+          bound: str = "the forecast's latest", slack: float = SLACK_S) -> str:
+    """``actual`` against ``[low, high]`` in words: within, N s after ``bound`` (high), N s before low."""
+    if high is not None and (actual - high).total_seconds() > slack:
+        return f"{_span((actual - high).total_seconds())} after {bound}"
+    if low is not None and (low - actual).total_seconds() > slack:
+        return f"{_span((low - actual).total_seconds())} before the forecast"
+    return "within the forecast"
+
+
+def _span(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def forecast_outcome(campaign: Campaign, *, now: dt.datetime | None = None) -> dict[str, Any] | None:
+    """The campaign's launch forecast beside what happened, or None when it kept none.
+
+    Returns ``{"forecast": Campaign.forecast with datetimes and Decimals, "rows": [{"what":
+    "start" | "finish" | "cost", "forecast": {...}, "actual": datetime | Decimal | None,
+    "verdict": words, "ok": True (within) | False (outside) | None (not yet known)}], "ended":
+    tasks ended, "tasks"}``. The start is the first task's start (the scheduler's); the finish
+    the campaign's; the cost the sum of its tasks' (a lower bound while tasks are unpriced or
+    still running). A finish is judged against the median and the 90th percentile; a cost
+    against the 10th to 90th percentile.
+    """
+    record = campaign.forecast
+    if not isinstance(record, dict) or record.get("version") != FORECAST_VERSION:
+        return None
+    now = now or timezone.now()
+    tasks = Task.objects.filter(campaign=campaign)
+    facts = tasks.aggregate(first=Min("started_at"), last=Max("ended_at"),
+                            ended=Count("id", filter=Q(state__in=("done", "failed", "deleted", "lost"))))
+    cost, unpriced = Decimal(0), 0
+    for value, has_output in tasks.values_list("cost_usd", "output_tokens"):
+        if value is not None:
+            cost += value
+        elif has_output:
+            unpriced += 1
+    finished = campaign.status == Campaign.Status.FINISHED
+    start_at = _time(record.get("start_at"))
+    finish = {k: _time(v) for k, v in (record.get("finish_at") or {}).items()}
+    cost_range = {k: Decimal(v) for k, v in (record.get("cost_usd") or {}).items()}
+    rows = []
+
+    started = facts["first"]
+    at = _time(record.get("at"))
+    start_slack = max(START_SLACK_S, 0.1 * (start_at - at).total_seconds()) if start_at and at else START_SLACK_S
+    if started is not None:
+        verdict = (_late(started, None, start_at, bound="the forecast", slack=start_slack) if start_at
+                   else "no forecast start")
+        rows.append({"what": "start", "forecast": start_at, "actual": started, "verdict": verdict,
+                     "ok": None if start_at is None else verdict == "within the forecast" or "before" in verdict})
+    else:
+        late = start_at is not None and (now - start_at).total_seconds() > start_slack
+        rows.append({"what": "start", "forecast": start_at, "actual": None,
+                     "verdict": (f"not started, {_span((now - start_at).total_seconds())} after the forecast"
+                                 if late else "not started yet"), "ok": False if late else None})
+
+    end = (campaign.finished_at or facts["last"]) if finished else None
+    if end is not None:
+        verdict = _late(end, None, finish.get("p90")) if finish else "no forecast finish"
+        ok = None if not finish else verdict == "within the forecast"
+        if finish.get("p50") and ok:
+            verdict = ("by the median" if (end - finish["p50"]).total_seconds() <= SLACK_S
+                       else "after the median, by the 90th percentile")
+        rows.append({"what": "finish", "forecast": finish or None, "actual": end, "verdict": verdict, "ok": ok})
+    else:
+        p90 = finish.get("p90")
+        late = p90 is not None and (now - p90).total_seconds() > SLACK_S
+        rows.append({"what": "finish", "forecast": finish or None, "actual": None,
+                     "verdict": (f"running, {_span((now - p90).total_seconds())} past the forecast's latest"
+                                 if late else "running"), "ok": False if late else None})
+
+    if cost_range:
+        if cost > cost_range["p90"]:
+            verdict, ok = f"${cost - cost_range['p90']:.4f} over the forecast's highest", False
+        elif finished and not unpriced and cost < cost_range["p10"]:
+            verdict, ok = "below the forecast's lowest", False
+        else:
+            verdict = "within the forecast" if finished and not unpriced else "so far within the forecast"
+            ok = True if finished and not unpriced else None
+    else:
+        verdict, ok = "no cost forecast (no history or no price)", None
+    if unpriced:
+        verdict += f"; {unpriced} task{'s' if unpriced != 1 else ''} unpriced: at least this much"
+    rows.append({"what": "cost", "forecast": cost_range or None, "actual": cost, "verdict": verdict, "ok": ok})
+    shown = {**record, "start_at": start_at, "finish_at": finish or None, "cost_usd": cost_range or None, "at": at}
+    return {"forecast": shown, "rows": rows, "ended": facts["ended"], "tasks": campaign.task_count,
+            "finished": finished}

@@ -1,0 +1,71 @@
+"""Usage rolled up per hour at ingest (issue 26): what bills sum, kept beside the detail rows.
+
+One ``UsageRollup`` row holds, for one cluster, one UTC hour (of the usage's
+start, as bills count it), one campaign and one queue, the sums a bill adds:
+
+* from accounting records (every record, as ``qacct`` counts them):
+  ``records``, ``wallclock_us`` and ``slot_us`` (wall clock and wall clock x
+  slots, in integer microseconds, so sums are exact);
+* from the tasks of tco's campaigns once they ended (``Task.active`` False):
+  ``tasks``, ``finished_tasks``, ``verdicts``, ``unpriced_tasks``, the token
+  buckets and ``cost_units`` (integer 1e-8 USD, ``Task.cost_usd``'s own
+  precision).
+
+``campaign_id`` 0 is usage tco did not launch; its ``project`` is the
+accounting record's. A tco campaign's team, model and launcher are read from
+the campaign itself when a bill groups by them (``project`` is ""), so a
+bill per team, campaign, model or launcher sums the same rows.
+
+The rows are written in the transaction that writes the detail rows
+(``dashboards.core.rollups``); the tasks still active are read from the
+detail rows when a bill is made, so a bill over the rollups equals one over
+the detail rows at every commit.
+
+Imported by dashboards/models.py, so the model belongs to the ``dashboards`` app.
+"""
+from __future__ import annotations
+
+from django.db import models
+
+#: The sums of a rollup row, in the order of ``dashboards.core.rollups``.
+TASK_SUMS = ("tasks", "finished_tasks", "verdicts", "unpriced_tasks", "cost_units", "input_tokens",
+             "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
+             "reasoning_tokens")
+RECORD_SUMS = ("records", "wallclock_us", "slot_us")
+SUMS = (*TASK_SUMS, *RECORD_SUMS)
+KEY = ("cluster_id", "hour", "campaign_id", "project", "queue")
+
+
+class UsageRollup(models.Model):
+    """The usage that started in one UTC hour on one cluster, of one campaign (0: not tco's) and queue."""
+
+    cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
+    hour = models.DateTimeField(help_text="start of the UTC hour the usage started in")
+    campaign_id = models.BigIntegerField(default=0, help_text="0: usage tco did not launch")
+    project = models.CharField(max_length=64, blank=True, help_text="the record's project where campaign_id is 0")
+    queue = models.CharField(max_length=64, blank=True)
+    tasks = models.BigIntegerField(default=0)
+    finished_tasks = models.BigIntegerField(default=0)
+    verdicts = models.BigIntegerField(default=0)
+    unpriced_tasks = models.BigIntegerField(default=0)
+    cost_units = models.BigIntegerField(default=0, help_text="USD x 1e8")
+    input_tokens = models.BigIntegerField(default=0)
+    cache_read_tokens = models.BigIntegerField(default=0)
+    cache_write_5m_tokens = models.BigIntegerField(default=0)
+    cache_write_1h_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    records = models.BigIntegerField(default=0)
+    wallclock_us = models.BigIntegerField(default=0)
+    slot_us = models.BigIntegerField(default=0)
+
+    class Meta:
+        app_label = "dashboards"
+        # The key's index starts with (cluster, hour): it serves every bill's range of hours.
+        constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "project", "queue"],
+                                               name="one_rollup_per_key")]
+        # One team's bill: its campaigns' hours, and the hours of its project's jobs tco did not launch.
+        indexes = [models.Index(fields=["campaign_id", "project", "hour"], name="rollup_campaign_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {self.project} {self.queue}"
