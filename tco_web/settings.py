@@ -358,6 +358,14 @@ TCO_JOB_DETAIL_CACHE_S = env_float("TCO_JOB_DETAIL_CACHE_S", 5.0)
 TCO_STAGE_CACHE_S = env_float("TCO_STAGE_CACHE_S", 3.0)
 # Queue-depth samples (per team and state) for the history chart.
 TCO_DEPTH_SAMPLE_S = env_float("TCO_DEPTH_SAMPLE_S", 10.0)
+# The live views (docs/live.md): where their snapshots live ("redis"; "memory" for one-process tests),
+# how many messages a socket may fall behind before it is resynchronised from the latest snapshot, and
+# how long one send may take before a client that stopped reading is closed to reconnect.
+TCO_LIVE_BUS = env_str("TCO_LIVE_BUS", "redis")
+if TCO_LIVE_BUS not in ("redis", "memory"):
+    raise ImproperlyConfigured(f"TCO_LIVE_BUS: {TCO_LIVE_BUS!r}: use redis or memory")
+TCO_LIVE_SOCKET_QUEUE = env_int("TCO_LIVE_SOCKET_QUEUE", 16)
+TCO_LIVE_SEND_TIMEOUT_S = env_float("TCO_LIVE_SEND_TIMEOUT_S", 10.0)
 # Largest part of an agent's stdout, stderr or output file shown on its page (bytes).
 TCO_LOG_VIEW_CAP = env_int("TCO_LOG_VIEW_CAP", 65536)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -256,10 +257,28 @@ async def ws_connect(user, path: str):
     return communicator, True, None, json.loads(first["text"])
 
 
-async def push(group: str, event: dict) -> None:
-    from channels.layers import get_channel_layer
+async def push(*sources: str, observed_at: float | None = None) -> None:
+    """What a commit that changed ``sources`` does after it (core.realtime.changed): mark them changed in
+    the live store; the in-memory store runs the producer then (tests/unit/conftest.py)."""
+    from channels.db import database_sync_to_async
 
-    await get_channel_layer().group_send(group, {"type": "tco.event", "event": event})
+    from dashboards.core import live_bus
+
+    await database_sync_to_async(live_bus.bus().mark_changed)(sorted(sources), observed_at)
+
+
+async def next_of(comm, kind: str) -> dict:
+    """The next message of ``kind`` on ``comm`` (a queue socket also gets its depth history)."""
+    while True:
+        message = await comm.receive_json_from(timeout=5)
+        if message.get("kind") == kind:
+            return message
+
+
+def campaign_source(campaign) -> str:
+    from dashboards.core import live_bus
+
+    return live_bus.campaign_source(campaign.pk)
 
 
 def test_the_campaign_socket_refuses_a_campaign_of_another_team(world):
@@ -313,8 +332,8 @@ def test_the_queue_socket_pushes_each_user_only_their_teams(world):
         assert [c["name"] for c in first2["data"]["campaigns"]] == ["beta"]
         await database_sync_to_async(
             lambda: Task.objects.filter(campaign=world["beta"]).update(state="running", state_code="r"))()
-        await push(realtime.QUEUE_GROUP, {"kind": "queue.changed", "cluster": "dev", "campaigns": [world["beta"].pk]})
-        again1, again2 = await c1.receive_json_from(timeout=5), await c2.receive_json_from(timeout=5)
+        await push("queue", campaign_source(world["beta"]))
+        again1, again2 = await next_of(c1, "queue.snapshot"), await next_of(c2, "queue.snapshot")
         assert [c["name"] for c in again1["data"]["campaigns"]] == ["alpha"]
         assert again2["data"]["campaigns"][0]["states"]["running"] == 2
         await c1.disconnect()
@@ -324,45 +343,63 @@ def test_the_queue_socket_pushes_each_user_only_their_teams(world):
 
 
 def test_the_queue_socket_forwards_new_depth_samples_scoped(world):
+    from channels.db import database_sync_to_async
+
     from dashboards.live import history
 
     history.depth_clear()
     history.depth_sample_record(counts={"dev": {"research": {"pending": 3}, "engineering": {"pending": 5},
-                                                "": {"pending": 1}}})
+                                                "": {"pending": 1}}}, now=time.time() - 5)
     viewer = world["users"]["viewer"]
 
     async def scenario():
-        comm, ok, _, _ = await ws_connect(viewer, "/ws/queue/")
-        await push(realtime.QUEUE_GROUP, {"kind": realtime.DEPTH_SAMPLED})
-        msg = await comm.receive_json_from(timeout=5)
+        comm, ok, _, first = await ws_connect(viewer, "/ws/queue/")
+        quiet = await comm.receive_nothing(timeout=0.3)           # the page has the depth history already
+        await database_sync_to_async(history.depth_sample_record)(
+            counts={"dev": {"research": {"pending": 4}, "engineering": {"pending": 9}}}, now=time.time())
+        await push("depth")                                       # realtime.depth_sampled, after it
+        pushed = await comm.receive_json_from(timeout=5)
         await comm.disconnect()
-        return msg
+        return first, quiet, pushed
 
     try:
-        msg = async_to_sync(scenario)()
+        first, quiet, pushed = async_to_sync(scenario)()
     finally:
         history.depth_clear()
-    assert msg["kind"] == "queue.depth"
-    assert msg["data"]["hour"]["queued"] == {"research": [3]}
+    assert first["kind"] == "queue.snapshot" and quiet
+    # the new sample, scoped: engineering's 5 and 9 and the job without a project never reach a research viewer
+    assert pushed["kind"] == "queue.depth" and pushed["data"]["hour"]["queued"] == {"research": [3, 4]}
 
 
-def test_a_campaign_socket_closes_when_the_user_loses_access(world):
+def test_a_campaign_socket_closes_when_the_user_loses_access_and_its_reconnect_is_refused(
+        world, django_capture_on_commit_callbacks):
     from channels.db import database_sync_to_async
 
     viewer = world["users"]["viewer"]
 
     def revoke():
-        viewer.memberships.all().delete()
-        viewer.groups.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            viewer.memberships.all().delete()
+            viewer.groups.clear()
 
     async def scenario():
         comm, connected, _, _ = await ws_connect(viewer, f"/ws/campaigns/{world['alpha'].pk}/")
         assert connected
         await database_sync_to_async(revoke)()
-        await push(realtime.campaign_group(world["alpha"].pk), {"kind": "campaign.changed"})
-        return await comm.receive_output(timeout=5)
+        closed = await comm.receive_output(timeout=5)        # no snapshot after the revocation: the close
+        await push(campaign_source(world["alpha"]))          # a change after it reaches nobody there
+        after = []
+        while not await comm.receive_nothing(timeout=0.3):
+            after.append(await comm.receive_output())
+        # the membership and the group each close it (twice RECHECK); never a snapshot after the revocation
+        assert all(m["type"] == "websocket.close" for m in after), after
+        _, reconnected, code, _ = await ws_connect(viewer, f"/ws/campaigns/{world['alpha'].pk}/")
+        return closed, reconnected, code
 
-    assert async_to_sync(scenario)() == {"type": "websocket.close", "code": 4403}
+    closed, reconnected, code = async_to_sync(scenario)()
+    # closed to reconnect (realtime.RECHECK), and the reconnect is authorized afresh: refused
+    assert closed == {"type": "websocket.close", "code": realtime.RECHECK}
+    assert not reconnected and code == 4403
 
 
 def test_the_campaign_socket_follows_the_chosen_page_and_state(world):
@@ -404,7 +441,7 @@ def test_users_who_see_the_same_teams_share_one_read_per_change_and_no_more(worl
     real = queue.queue_summary
 
     def counting(user, **kwargs):
-        calls.append(user.username)
+        calls.append(user.key)   # the audience scope it was built for (core.scope.Scope)
         return real(user, **kwargs)
 
     monkeypatch.setattr("dashboards.live.queue.queue_summary", counting)
@@ -417,14 +454,16 @@ def test_users_who_see_the_same_teams_share_one_read_per_change_and_no_more(worl
             assert ok
             comms.append(comm)
         calls.clear()
-        await push(realtime.QUEUE_GROUP, {"kind": "queue.changed", "cluster": "dev", "campaigns": [], "id": "e1"})
-        got = [await c.receive_json_from(timeout=5) for c in comms]
+        await push("queue")
+        got = [await next_of(c, "queue.snapshot") for c in comms]
         for c in comms:
             await c.disconnect()
         return got
 
     got = async_to_sync(scenario)()
-    assert len(calls) == 2  # one read for the three research users, one for engineering
+    # one read for the three research users, one for engineering, each for its audience
+    research, engineering = (Team.objects.get(project=p).pk for p in ("research", "engineering"))
+    assert sorted(calls) == sorted([f"teams:{research}", f"teams:{engineering}"])
     assert [[c["name"] for c in g["data"]["campaigns"]] for g in got] == [["alpha"], ["alpha"], ["alpha"], ["beta"]]
 
 
