@@ -93,7 +93,8 @@ class Stack:
         raise RuntimeError(f"web server did not answer on {self.url}; see {self.log_dir}/web.log")
 
     def start_services(self, beat_schedule: Path, worker_name: str) -> None:
-        """Purge the test broker, then start the web server (uvicorn), a Celery worker (poll, ingest, submit with DRMAA) and beat."""
+        """Purge the test broker, then start the web server (uvicorn), the live views' producer, a Celery worker
+        (poll, ingest, submit with DRMAA) and beat."""
         py = sys.executable
         # Tasks left in the test broker by an aborted run must not reach this database.
         subprocess.run([py, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO, env=self.env,
@@ -102,7 +103,9 @@ class Stack:
         self.start("web", [py, "-m", "uvicorn", "tco_web.asgi:application", "--host", "127.0.0.1",
                            "--port", str(self.port), "--workers", os.environ.get("TCO_WEB_WORKERS", "2"),
                            "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5",
-                           "--no-proxy-headers"])
+                           "--no-proxy-headers", "--ws-per-message-deflate", "false"])
+        # The live views' producer (docs/live.md), as scripts/services starts it.
+        self.start("live", [py, "manage.py", "tco_live_publish"])
         self.start("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
                               "-n", f"{worker_name}{self.port}@%h", "--loglevel=INFO"], TCO_DRMAA_WORKER="1")
         self.start("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=INFO",
@@ -131,7 +134,8 @@ class Stack:
 
 @pytest.fixture
 def live_stack(transactional_db, bootstrap, tmp_path):
-    """The web server (uvicorn) + a Celery worker (poll, ingest, submit with DRMAA) + beat, on the test database."""
+    """The web server (uvicorn) + the live producer + a Celery worker (poll, ingest, submit with DRMAA) + beat,
+    on the test database."""
     from django.db import connection
 
     db_path = connection.settings_dict["NAME"]
