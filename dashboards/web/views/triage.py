@@ -31,6 +31,8 @@ TRIAGE_FILTERS = ("team", "owner", "queue", "reason", "state", "q")
 def _triage_context(request: HttpRequest) -> dict:
     """The triage page's data for the filters, search and sort in the URL (``TRIAGE_FILTERS``,
     ``sort``, ``dir=asc|desc``)."""
+    from dashboards.live.publish import live_status
+
     overview = triage.triage_overview(max_jobs=TRIAGE_MAX_JOBS)
     chosen = {k: request.GET.get(k, "")[:100] for k in TRIAGE_FILTERS}
     sort = request.GET.get("sort", "wait")
@@ -61,7 +63,8 @@ def _triage_context(request: HttpRequest) -> dict:
                   .order_by("-at", "-id")[:10])
     return {"overview": overview, "jobs": jobs, "groups": triage.triage_groups(jobs), "facets": facets,
             "chosen": chosen, "sort": sort, "columns": columns, "filtered": bool(base),
-            "query": request.GET.urlencode(), "recent": recent, "actions": TriageActionForm.ACTIONS}
+            "query": request.GET.urlencode(), "recent": recent, "actions": TriageActionForm.ACTIONS,
+            "live": live_status()}
 
 
 def _back_to_triage(request: HttpRequest) -> HttpResponse:
@@ -139,6 +142,8 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
         if priority is None or not limits.PRIORITY_MIN <= priority <= limits.PRIORITY_MAX:
             messages.error(request, f"Priority: a whole number from {limits.PRIORITY_MIN} to {limits.PRIORITY_MAX}.")
             return _back_to_triage(request)
+    from dashboards.live.publish import live_status
+
     overview = triage.triage_overview(max_jobs=TRIAGE_MAX_JOBS)
     # The group as the page showed it: with the filters and search it was sent from.
     shown = QueryDict(request.POST.get("next", "").lstrip("?"))
