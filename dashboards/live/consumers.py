@@ -22,8 +22,10 @@ import abc
 import asyncio
 import json
 import logging
+from channels.auth import AuthMiddleware, get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.sessions import CookieMiddleware, SessionMiddleware
 from dashboards.core import realtime
 from dashboards.core import scope as core_scope
 from dashboards.live import campaign
@@ -32,7 +34,6 @@ from dashboards.live import hub as live_hub
 from dashboards.live import publish  # noqa: F401 - the in-memory store's producer (one-process tests)
 from dashboards.live import snapshots
 from schedulers import base
-from dashboards.models import Campaign, Task
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,28 @@ class Refused(Exception):
     """The user may not see what this socket would show."""
 
 
+class SignedOut(Exception):
+    """No signed-in user (or a session that no longer verifies)."""
+
+
+#: The scope key :class:`DeferredAuthMiddleware` sets: the consumer resolves the user itself.
+DEFERRED_USER = "tco.deferred_user"
+
+
+class DeferredAuthMiddleware(AuthMiddleware):
+    """Channels' ``AuthMiddleware`` whose user is resolved by the consumer, in the same database call as
+    its check (:meth:`LiveConsumer.check`), with Channels' own ``get_user``: a socket's handshake costs one
+    trip to the database thread, not two (500 browsers open 1,000 sockets at once at a run's start)."""
+
+    async def resolve_scope(self, scope) -> None:
+        scope[DEFERRED_USER] = True
+
+
+def DeferredAuthMiddlewareStack(inner):
+    """``AuthMiddlewareStack`` with :class:`DeferredAuthMiddleware` (tco_web/asgi.py)."""
+    return CookieMiddleware(SessionMiddleware(DeferredAuthMiddleware(inner)))
+
+
 def _page(value) -> int | None:
     try:
         page = int(value)
@@ -66,8 +89,9 @@ def _page(value) -> int | None:
 class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
     """Base: checks the user once, then forwards the latest snapshot of its views and every new one.
 
-    Subclasses define ``async authorize() -> list[View]`` (raise ``Refused`` to refuse with 4403) and
-    may define ``choose(content) -> list[View] | None`` (a browser's choice; None: no change).
+    Subclasses define ``authorize(user) -> list[View]`` (on the database thread; raise ``Refused`` to
+    refuse with 4403) and may define ``choose(content) -> list[View] | None`` (a browser's choice; None:
+    no change).
     """
 
     async def connect(self) -> None:
@@ -75,15 +99,15 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         self.shown: list[snapshots.View] = []
         self.groups_joined: list[str] = []
         self._recheck = None
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
+        try:
+            views = await db(self.check)
+        except SignedOut:
             await self.refuse(4401)
             return
-        try:
-            views = await self.authorize()
         except Refused:
             await self.refuse(4403)
             return
+        user = self.scope["user"]
         # The user's and the session's groups: a logout, deactivation or role change closes this socket
         # (realtime.connect_signals).
         own = [realtime.user_group(user.pk)]
@@ -174,9 +198,21 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         if views is not None and [v.key for v in views] != [v.key for v in self.shown]:
             await self.show(views)
 
+    def check(self) -> list[snapshots.View]:
+        """On the database thread, once per socket: who the user is (Channels' ``get_user``, unless a test
+        put the user in the scope) and what they may see (:meth:`authorize`)."""
+        if self.scope.get(DEFERRED_USER):
+            self.scope["user"]._wrapped = get_user.func(self.scope)
+            self.scope[DEFERRED_USER] = False
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            raise SignedOut
+        return self.authorize(user)
+
     @abc.abstractmethod
-    async def authorize(self) -> list[snapshots.View]:
-        """The views this socket shows (raise ``Refused`` when the user may not see them)."""
+    def authorize(self, user) -> list[snapshots.View]:
+        """The views this socket shows (raise ``Refused`` when the user may not see them); on the
+        database thread."""
 
     def choose(self, content: dict) -> list[snapshots.View] | None:
         """The views after a browser's choice (page, filter); None when nothing changes."""
@@ -191,8 +227,8 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
 class QueueConsumer(LiveConsumer):
     """``/ws/queue/``: the live queue page of the user's audience scope, and its depth history."""
 
-    async def authorize(self) -> list[snapshots.View]:
-        self.audience = await db(core_scope.scope_of, self.scope["user"])
+    def authorize(self, user) -> list[snapshots.View]:
+        self.audience = core_scope.scope_of(user)
         return [snapshots.queue_view(self.audience, 1), snapshots.depth_view(self.audience)]
 
     def choose(self, content: dict) -> list[snapshots.View] | None:
@@ -210,16 +246,10 @@ class QueueConsumer(LiveConsumer):
 class CampaignConsumer(LiveConsumer):
     """``/ws/campaigns/<id>/``: one campaign's page, for users who may view the campaign."""
 
-    async def authorize(self) -> list[snapshots.View]:
+    def authorize(self, user) -> list[snapshots.View]:
         campaign_id = self.scope["url_route"]["kwargs"]["campaign_id"]
-
-        def check() -> None:
-            try:
-                core_scope.campaign_for(self.scope["user"], campaign_id)
-            except Campaign.DoesNotExist:
-                raise Refused from None
-
-        await db(check)
+        if not core_scope.campaigns_visible_to(user).filter(pk=campaign_id).exists():
+            raise Refused
         return [snapshots.campaign_view(campaign_id)]
 
     def choose(self, content: dict) -> list[snapshots.View] | None:
@@ -252,14 +282,9 @@ class CampaignConsumer(LiveConsumer):
 class TaskConsumer(LiveConsumer):
     """``/ws/tasks/<id>/``: one agent's page (follows its campaign; a job tco did not launch: the queue)."""
 
-    async def authorize(self) -> list[snapshots.View]:
+    def authorize(self, user) -> list[snapshots.View]:
         task_id = self.scope["url_route"]["kwargs"]["task_id"]
-
-        def check() -> Task:
-            try:
-                return core_scope.task_for(self.scope["user"], task_id)
-            except Task.DoesNotExist:
-                raise Refused from None
-
-        task = await db(check)
-        return [snapshots.task_view(task.pk, task.campaign_id)]
+        found = core_scope.tasks_visible_to(user).filter(pk=task_id).values_list("pk", "campaign_id").first()
+        if found is None:
+            raise Refused
+        return [snapshots.task_view(*found)]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
 import urllib.parse
 from typing import Any
 
@@ -180,36 +179,24 @@ def body(view: View, data: dict, *, seq: int, epoch: str, as_of: dict) -> bytes:
 
 # --------------------------------------------------------------------------- page GETs
 
-#: How long a page GET waits for the producer to build a view nobody watched (seconds).
-PAGE_WAIT_S = 2.0
-
-
-def current(view: View, *, wait_s: float | None = None) -> dict[str, Any] | None:
+def current(view: View) -> dict[str, Any] | None:
     """The latest snapshot of ``view`` for a page GET, as the JSON message (``kind``, ``view``, ``seq``,
-    ``epoch``, ``as_of``, ``data``), or None when the live store cannot give one (Redis down, the
-    producer stopped): the caller then reads the database itself.
+    ``epoch``, ``as_of``, ``data``), or None: the caller then reads the database itself.
 
-    Registers the view (the page's socket follows). A view someone already watches is served as
-    stored: the producer keeps it, and a change committed a moment ago reaches the page through its
-    socket as it reaches every other. A view nobody watched may be older than the latest change: the
-    producer is woken and waited for (``wait_s``, default :data:`PAGE_WAIT_S`)."""
+    Registers the view (the page's socket follows) and, when it was not watched, wakes the producer to
+    build it. A view someone already watches is served as stored: the producer keeps it, and a
+    change committed a moment ago reaches the page through its socket as it reaches every other. A
+    view nobody watched may be older than its source's latest change, or have no snapshot: None, and
+    the page reads the database (sync views share one thread per web process: nothing here waits).
+    None too when the live store does not answer (Redis down)."""
     store = live_bus.bus()
-    deadline = time.monotonic() + (PAGE_WAIT_S if wait_s is None else wait_s)
     try:
         record, gen, watched = store.snapshot(view.key, view.source)
-        if record is None or (not watched and record.gen < gen):
+        if not watched:
             store.wake()
-            while time.monotonic() < deadline:
-                time.sleep(0.02)
-                newer, gen, _ = store.snapshot(view.key, view.source, register=False)
-                if newer is not None and newer.gen >= gen and newer.newer_than(record):
-                    record = newer
-                    break
     except Exception:  # noqa: BLE001 - the page reads the database instead
         log.warning("live store unavailable for %s; the page reads the database", view.key, exc_info=True)
         return None
-    if record is None:
-        log.warning("no snapshot of %s within %.1f s (is tco_live_publish running?); the page reads the database",
-                    view.key, PAGE_WAIT_S if wait_s is None else wait_s)
+    if record is None or (not watched and record.gen < gen):
         return None
     return json.loads(record.body)
