@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from execution.metering.prices import PriceTable  # noqa: E402
+from execution.metering.endpoints import RegisteredEndpoint  # noqa: E402
 from execution.metering.proxy import Endpoint, Rule, start_proxy  # noqa: E402
 
 KEY = "sk-bench-stand-in"
@@ -53,7 +54,10 @@ def run_proxy(socket_path: str, port: int, key_file: str, conn) -> None:
                                                           "cache_write_5m": "3.75", "cache_write_1h": "6"}})
     handle = start_proxy(socket_path, [Endpoint("model_api", "127.0.0.1", port, (Rule("POST", "/v1/messages"),),
                                                 credential="anthropic")],
-                         {"anthropic": f"file:{key_file}"}, prices=prices)
+                         {"anthropic": f"file:{key_file}"}, prices=prices,
+                         # Only a registered endpoint ever gets the credential (as the runner's proxy).
+                         registered=[RegisteredEndpoint("stand-in", "anthropic", "http", "127.0.0.1", port,
+                                                        ("/v1/messages",), "anthropic")])
     conn.send("ready")
     conn.recv()
     conn.send(handle.stop())

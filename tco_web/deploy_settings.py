@@ -1,4 +1,4 @@
-"""Settings of a production site behind TLS (deploy/, README "Running tco at a site").
+"""Settings of a production site behind TLS (deploy/, docs/deployment.md).
 
 ``DJANGO_SETTINGS_MODULE=tco_web.deploy_settings``: everything of
 ``tco_web.settings`` (read from the environment as there), plus what serving

@@ -311,7 +311,7 @@ TCO_CONTROL_CLAIM_GRACE_S = env_float("TCO_CONTROL_CLAIM_GRACE_S", 300.0)
 # The port of the demo's stand-in model, registered by tco_bootstrap as model endpoint
 # "demo-stand-in" (the demo starts the stand-in there). Privileged (< 1024): scripts/demo binds
 # it as root (scripts/listen-as) so that no other local account can listen there, also after
-# `make stop` (SECURITY.md, F4); it was 8793.
+# `make stop` (docs/security.md, F4); it was 8793.
 TCO_DEMO_MODEL_PORT = env_int("TCO_DEMO_MODEL_PORT", 793)
 
 LOGGING = {

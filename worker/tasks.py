@@ -5,7 +5,6 @@ periodic schedule is declared in ``tco_web/celery.py``.
 """
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -15,17 +14,15 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from dashboards.core.redis_client import shared_redis_client
 from schedulers.base import SchedulerError, SchedulerUnavailable
 
 log = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=1)
 def _redis():
     """One Redis client (and connection pool) per worker process, not one per task run."""
-    import redis
-
-    return redis.Redis.from_url(settings.REDIS_URL)
+    return shared_redis_client()
 
 
 @contextmanager
@@ -136,8 +133,8 @@ def ingest_runner_records() -> dict:
 @shared_task(time_limit=60)
 def reconcile_gone_tasks() -> int:
     from dashboards.core.clusters import cluster_get_default
-    from dashboards.ingest.poll import reconcile_gone_tasks as reconcile
     from dashboards.ingest.orphans import recover_killed_runners
+    from dashboards.ingest.poll import reconcile_gone_tasks as reconcile
 
     cluster = cluster_get_default()
     decided = reconcile(cluster)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 from typing import Any, Iterable, Iterator, Sequence
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import (
@@ -30,10 +31,18 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Coalesce, NullIf, Round, Trunc
-from execution.spool import TOKEN_BUCKETS
-from dashboards.models import AccountingRecord, Cluster, Task, Team
-from dashboards.billing.periods import MAX_PERIODS, PERIODS, cluster_zone, local_midnight, next_period_start, period_start
+
+from dashboards.billing.periods import (
+    MAX_PERIODS,
+    PERIODS,
+    cluster_zone,
+    local_midnight,
+    next_period_start,
+    period_start,
+)
 from dashboards.core.errors import BillError
+from dashboards.models import AccountingRecord, Cluster, Task, Team
+from execution.spool import TOKEN_BUCKETS
 
 #: Disjoint token buckets (DESIGN.md, "Token metering and cost"); reasoning is part of output.
 BUCKETS = TOKEN_BUCKETS

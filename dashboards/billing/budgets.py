@@ -9,6 +9,7 @@ import datetime as dt
 import logging
 from decimal import Decimal
 from typing import Any, Iterable, Sequence
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
@@ -22,12 +23,20 @@ from django.db.models import (
 )
 from django.db.models.functions import Round, Trunc
 from django.utils import timezone
-from dashboards.core.audit import audit
-from dashboards.models import Budget, BudgetAlert, Membership, Role, Task, Team
+
 from dashboards.billing.bills import COST_UNITS, ZERO, used_tokens_q
-from dashboards.billing.periods import PERIODS, PERIOD_ADJECTIVES, default_cluster, cluster_zone, current_period, next_period_start
+from dashboards.billing.periods import (
+    PERIOD_ADJECTIVES,
+    PERIODS,
+    cluster_zone,
+    current_period,
+    default_cluster,
+    next_period_start,
+)
+from dashboards.core.audit import audit
 from dashboards.core.encoding import usd_places, usd_text
 from dashboards.core.errors import BillError
+from dashboards.models import Budget, BudgetAlert, Membership, Role, Task, Team
 
 log = logging.getLogger(__name__)
 

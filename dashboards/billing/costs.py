@@ -5,12 +5,14 @@ import logging
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
+
 from django.conf import settings
 from django.db import DatabaseError, transaction
+
 from dashboards import pricing_models
-from dashboards.models import Task
-from dashboards.core.stages import quantile
 from dashboards.billing.bills import BUCKETS, ZERO
+from dashboards.core.stages import quantile
+from dashboards.models import Task
 
 log = logging.getLogger(__name__)
 #: Finished tasks of an agent definition read for a forecast (the newest first).

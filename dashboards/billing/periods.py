@@ -11,10 +11,12 @@ import datetime as dt
 import logging
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
 from django.conf import settings
 from django.utils import timezone
-from dashboards.models import Cluster
+
 from dashboards.core.errors import BillError
+from dashboards.models import Cluster
 
 log = logging.getLogger(__name__)
 PERIODS = ("day", "week", "month")

@@ -2,17 +2,15 @@
 from __future__ import annotations
 
 from typing import Any
+
 from django.core.cache import cache
 from django.db.models import Sum
-from dashboards.models import Campaign, Task
-from dashboards.core.stages import iso as _iso
+
 from dashboards.core.bulk import in_chunks
+from dashboards.core.stages import iso as _iso
 from dashboards.core.states import TOKEN_FIELDS, UNFINISHED_CAMPAIGN
+from dashboards.models import Campaign, Task
 
-
-# --------------------------------------------------------------------------- usage
-
-# --------------------------------------------------------------------------- metrics
 
 USAGE_FIELDS = (*TOKEN_FIELDS, "reasoning_tokens", "cost_usd")
 

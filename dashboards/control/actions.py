@@ -14,17 +14,21 @@ repeat), and given up after ``MAX_ATTEMPTS``.
 from __future__ import annotations
 
 import datetime as dt
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
-from schedulers.base import SchedulerCommandError, SchedulerUnavailable
-from dashboards.core import enqueue
-from dashboards.core import limits
+
 from dashboards.core import clusters as core_clusters
-from dashboards.launch import submit
+from dashboards.core import enqueue, limits
 from dashboards.core.audit import audit, refused
+from dashboards.core.errors import LaunchError
+from dashboards.core.holds import WAITING, campaign_states, predecessor_campaign, waits_for_predecessor
+from dashboards.core.ranges import numbers_in_ranges, ranges_text, task_ranges
+from dashboards.core.roles import user_can
+from dashboards.launch import submit
 from dashboards.models import (
     CAMPAIGN_LIVE,
     CONTROL_TRANSITIONS,
@@ -36,10 +40,7 @@ from dashboards.models import (
     Task,
     transition,
 )
-from dashboards.core.roles import user_can
-from dashboards.core.errors import LaunchError
-from dashboards.core.holds import WAITING, campaign_states, predecessor_campaign, waits_for_predecessor
-from dashboards.core.ranges import task_ranges, numbers_in_ranges, ranges_text
+from schedulers.base import SchedulerCommandError, SchedulerUnavailable
 
 CAMPAIGN_ACTIONS = {"cancel": "delete", "pause": "hold", "resume": "release"}
 _ACTIVE_NOT_FINISHING = ("pending", "held", "starting", "running", "suspended", "error", "unknown")

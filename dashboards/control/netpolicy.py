@@ -25,18 +25,19 @@ import fcntl
 import json
 import os
 from typing import Any
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
+
+from dashboards.core import limits
+from dashboards.core.audit import audit, refused
+from dashboards.core.errors import LaunchError
+from dashboards.core.roles import user_can
+from dashboards.launch import policy, spool
+from dashboards.models import Campaign, CampaignStatus
 from execution.sandbox.live_network import with_network
 from execution.sandbox.policy import PolicyError, parse_yaml
 from execution.spool import NetworkPolicyFile, NetworkPolicyFileError, parse_stage_time
-from dashboards.core import limits
-from dashboards.launch import policy
-from dashboards.launch import spool
-from dashboards.core.audit import audit, refused
-from dashboards.models import Campaign, CampaignStatus
-from dashboards.core.roles import user_can
-from dashboards.core.errors import LaunchError
 
 ACTION = "network_policy"
 #: Campaign states whose network policy may change (tasks may be running or still to start).

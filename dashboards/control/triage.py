@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
+
 from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
-from schedulers.pending import reason_kind
-from dashboards.core import scheduler_cache
+
 from dashboards.core import clusters as core_clusters
-from dashboards.launch.reservations import reservation_context
-from dashboards.core.ranges import task_ranges, ranges_text
+from dashboards.core import scheduler_cache
 from dashboards.core.holds import job_priorities, tco_holds
+from dashboards.core.ranges import ranges_text, task_ranges
+from dashboards.launch.reservations import reservation_context
 from dashboards.models import Campaign, Cluster, Task, Team
+from schedulers.pending import reason_kind
 
 TRIAGE_STATES = ("error", "pending", "held")
 

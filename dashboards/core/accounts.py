@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
-from dashboards.models import Role, Team
-from dashboards.token_models import ApiToken, token_digest
-from dashboards.core.roles import membership_set
-from django.contrib.auth.models import Group
+
 from dashboards.core import limits
 from dashboards.core.errors import LaunchError
+from dashboards.core.roles import membership_set
+from dashboards.models import Role, Team
+from dashboards.token_models import ApiToken, token_digest
 
 # user name -> (team project, role); every demo user is also in the team's group.
 DEMO_USERS: dict[str, tuple[str, str]] = {

@@ -7,16 +7,14 @@ raise, so a refusal is never left unrecorded.
 """
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
-from dashboards.models import AuditEntry
-from dashboards.core.roles import user_can
 import datetime as dt
+
+from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
-from dashboards.core.roles import is_admin
 
-
-class ActionRefused(PermissionError):
-    """The user may not do this; ``str(err)`` is shown to them."""
+from dashboards.core.errors import ActionRefused
+from dashboards.core.roles import is_admin, user_can
+from dashboards.models import AuditEntry
 
 
 def audit(*, user: AbstractBaseUser | None, action: str, target: str = "", params: dict | None = None,
@@ -66,7 +64,7 @@ def audit_search(user: AbstractBaseUser, *, action: str = "", who: str = "", ok:
     """Audit entries an admin asked for: exact ``action``, ``who`` (user name), ``ok`` ("yes"/"no"),
     ``q`` (text in the target or result), days ``since``..``until`` (UTC, inclusive), ordered by
     ``sort`` (a key of :data:`AUDIT_SORTS`). Raises ``audit.ActionRefused`` for non-admins."""
-    from dashboards.core.audit import ActionRefused
+    from dashboards.core.errors import ActionRefused
     from dashboards.models import AuditEntry
 
     if not is_admin(user):

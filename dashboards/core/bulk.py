@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Sequence
+from typing import Iterable, Sequence
+
 from django.db import connection, models
+
 from dashboards.models import AccountingRecord, Cluster
 from schedulers.base import AccountingRecord as ParsedRecord
-from typing import Iterable
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 STAGE_TABLE = "tco_accounting_stage"

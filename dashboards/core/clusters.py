@@ -7,11 +7,13 @@ side names an adapter class.
 from __future__ import annotations
 
 import functools
+
 from django.conf import settings
+
+from dashboards.models import Cluster, Team
 from schedulers import registry
 from schedulers.base import SchedulerAdapter, SchedulerError
 from schedulers.gridengine import flavours
-from dashboards.models import Cluster, Team
 
 
 def cluster_flavour(sge_root: str, sge_cell: str, configured: str = "") -> tuple[str, str]:

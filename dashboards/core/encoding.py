@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 from typing import Any, Iterable
+
 from dashboards.core.stages import iso as _iso
 
 

@@ -8,6 +8,7 @@ them under these names, and a unit test checks every name here is registered.
 from __future__ import annotations
 
 from typing import Any
+
 from celery import current_app
 
 SUBMIT_CAMPAIGN = "worker.tasks.submit_campaign"

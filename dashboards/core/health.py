@@ -27,9 +27,12 @@ import datetime as dt
 import logging
 import time
 from typing import Any
+
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
+
+from dashboards.core.redis_client import redis_client
 from dashboards.models import Cluster, Task
 
 log = logging.getLogger(__name__)
@@ -83,7 +86,7 @@ def live_updates_paused() -> tuple[bool, str]:
         if hasattr(cache, "ping"):  # dashboards.core.resilient_cache: the cache's own address and credentials
             cache.ping()
         else:
-            client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
+            client = redis_client(timeout_s=1)
             try:
                 client.ping()
             finally:

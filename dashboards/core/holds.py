@@ -7,6 +7,7 @@ control actions. Source: ``ControlRequest`` rows (done), newest per job.
 from __future__ import annotations
 
 from typing import Sequence
+
 from dashboards.models import (
     Campaign,
     Cluster,

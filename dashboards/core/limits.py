@@ -10,9 +10,11 @@ read these; nothing else defines a limit.
 from __future__ import annotations
 
 import re
+
 from django.contrib.auth.models import AbstractBaseUser
-from schedulers.base import PRIORITY_MAX, PRIORITY_MIN
+
 from dashboards.core.roles import user_can
+from schedulers.base import PRIORITY_MAX, PRIORITY_MIN
 
 #: Campaign and project names: what Grid Engine accepts in a job name and a project (sge_types(1)).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

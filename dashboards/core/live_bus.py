@@ -49,6 +49,8 @@ from typing import Any, Callable, Iterable
 
 from django.conf import settings
 
+from dashboards.core.redis_client import shared_redis_client
+
 log = logging.getLogger(__name__)
 
 PREFIX = "tco:live:"
@@ -210,13 +212,6 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
 """
 
 
-@functools.lru_cache(maxsize=4)
-def _client(url: str):
-    import redis
-
-    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5, health_check_interval=30)
-
-
 def _s(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -229,7 +224,7 @@ class RedisBus:
 
     @property
     def r(self):
-        return _client(self.url)
+        return shared_redis_client(timeout_s=5.0)   # BLPOP waits at most idle_s (1 s) of these 5
 
     # -- writers of changes (after their commit)
     def mark_changed(self, sources: Iterable[str], observed_at: float | None = None) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 from typing import Sequence
+
 from dashboards.core import limits
 from dashboards.core.errors import LaunchError
 

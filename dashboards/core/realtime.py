@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import logging
 import threading
+
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+
 import redis
 from django.core.cache.backends.redis import RedisCache
 

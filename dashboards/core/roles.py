@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
+
 from dashboards.models import Membership, Role, Team
 
 CAPABILITIES: dict[str, frozenset[str]] = {

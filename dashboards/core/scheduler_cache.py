@@ -11,16 +11,18 @@ from __future__ import annotations
 import datetime as dt
 import time
 from typing import Any
+
 from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Max, Min
 from django.utils import timezone
+
+from dashboards.core import clusters as core_clusters
+from dashboards.core.encoding import jsonable
+from dashboards.core.stages import iso as _iso
+from dashboards.models import Cluster, Task
 from schedulers.base import SchedulerAdapter, SchedulerError, UnknownJob
 from schedulers.pending import policy_position
-from dashboards.core import clusters as core_clusters
-from dashboards.models import Cluster, Task
-from dashboards.core.stages import iso as _iso
-from dashboards.core.encoding import jsonable
 
 #: Seconds one ``qstat -j`` may take inside a web request.
 WEB_QSTAT_TIMEOUT_S = 3.0

@@ -11,9 +11,9 @@ import dataclasses
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
-from dashboards.models import Campaign, Task, Team
-from dashboards.core.roles import is_admin, teams_with
 
+from dashboards.core.roles import is_admin, teams_with
+from dashboards.models import Campaign, Task, Team
 
 # --------------------------------------------------------------------------- scope
 

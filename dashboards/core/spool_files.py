@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import stat
 from typing import Any
+
 from django.conf import settings
-from execution.spool import SpoolLayout
+
 from dashboards.models import Task
+from execution.spool import SpoolLayout
 
 OUTPUT_FILES_SHOWN = 50
 

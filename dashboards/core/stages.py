@@ -15,11 +15,13 @@ import math
 import statistics
 from decimal import Decimal
 from typing import Any, Sequence
+
 from django.conf import settings
 from django.core.cache import cache
 from django.db.models import FloatField, Func
-from execution.spool import DURATIONS
+
 from dashboards.models import Campaign, Task
+from execution.spool import DURATIONS
 
 
 def iso(value: dt.datetime | None) -> str | None:

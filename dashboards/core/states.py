@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from execution.spool import TOKEN_BUCKETS
+
 FAILURE_STATES = ("error", "failed", "lost")
 QUEUED_STATES = ("pending", "held")
 UNFINISHED_CAMPAIGN = ("submitting", "submitted", "running", "paused", "waiting")

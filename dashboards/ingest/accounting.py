@@ -12,21 +12,26 @@ import datetime as dt
 import logging
 import time
 from typing import Iterable
+
 from django.db import transaction
 from django.utils import timezone
-from dashboards.core import bulk
-from dashboards.core import realtime
+
+from dashboards.core import bulk, realtime
 from dashboards.core import clusters as core_clusters
+from dashboards.core.bulk import in_chunks
+from dashboards.ingest.campaign_status import campaigns_by_job, finish_campaigns
 from dashboards.models import (
-    AccountingRecord, Cluster, IngestCheckpoint,
-    QuarantinedLine, Task, TaskEvent,
+    AccountingRecord,
+    Cluster,
+    IngestCheckpoint,
+    QuarantinedLine,
+    Task,
+    TaskEvent,
 )
-from execution.spool import (TOKEN_FIELDS)
+from execution.spool import TOKEN_FIELDS
 from schedulers.base import AccountingCursor, AccountingMissing, SchedulerAdapter
 from schedulers.base import AccountingRecord as ParsedRecord
 from schedulers.gridengine.parsers.accounting import usage_group_values
-from dashboards.core.bulk import in_chunks
-from dashboards.ingest.campaign_status import campaigns_by_job, finish_campaigns
 
 log = logging.getLogger(__name__)
 

@@ -3,13 +3,21 @@ from __future__ import annotations
 
 import logging
 from typing import Iterable
+
 from django.db import transaction
 from django.utils import timezone
+
 from dashboards.core import enqueue
-from dashboards.models import (
-    CAMPAIGN_LIVE, CAMPAIGN_TRANSITIONS, Campaign, CampaignStatus, Cluster, Task, transition,
-)
 from dashboards.core.bulk import in_chunks
+from dashboards.models import (
+    CAMPAIGN_LIVE,
+    CAMPAIGN_TRANSITIONS,
+    Campaign,
+    CampaignStatus,
+    Cluster,
+    Task,
+    transition,
+)
 
 log = logging.getLogger(__name__)
 

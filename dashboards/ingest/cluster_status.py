@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from django.utils import timezone
+
+from dashboards.core import realtime
+from dashboards.core.clusters import scheduler_for
+from dashboards.models import Cluster
 from schedulers.base import SchedulerAdapter, SchedulerError
 from schedulers.calendars import annotate_queues
-from dashboards.core import realtime
-from dashboards.models import Cluster
-from dashboards.core.clusters import scheduler_for
 
 
 def cluster_status_refresh(*, cluster: Cluster, scheduler: SchedulerAdapter | None = None) -> dict:

@@ -27,9 +27,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+
 from dashboards.core import realtime
 from dashboards.ingest import runner_records
 from dashboards.models import Cluster, ModelRequest, Task

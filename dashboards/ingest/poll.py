@@ -8,19 +8,22 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
-from dashboards.core import bulk
-from dashboards.core import realtime
-from dashboards.models import (
-    Cluster, Task, TaskEvent,
-)
-from schedulers.base import QstatTask, diff_tasks
+
+from dashboards.core import bulk, realtime
 from dashboards.core.bulk import in_chunks
 from dashboards.ingest.accounting import finalize_finishing
-from dashboards.ingest.campaign_status import campaigns_by_job, finish_campaigns, campaign_status_follow
+from dashboards.ingest.campaign_status import campaign_status_follow, campaigns_by_job, finish_campaigns
+from dashboards.models import (
+    Cluster,
+    Task,
+    TaskEvent,
+)
+from schedulers.base import QstatTask, diff_tasks
 
 log = logging.getLogger(__name__)
 POLL_FIELDS = ("state", "state_code", "restarted", "queue", "host", "slots", "priority", "started_at")

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import datetime as dt
+
 from django.db.models import Count
-from schedulers.base import SchedulerError
+
 from dashboards.core import realtime
 from dashboards.models import Cluster, Reservation, Task
+from schedulers.base import SchedulerError
+
 #: At most this many pending ``-R y`` candidates are asked about (``qstat -j``) per poll.
 MAX_RESERVING_PROBES = 10
 

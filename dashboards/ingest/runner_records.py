@@ -14,15 +14,29 @@ import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Iterable
+
 from django.conf import settings
 from django.db import transaction
+
 from dashboards.core import realtime
-from dashboards.models import (
-    Cluster, ModelRequest, Task,
-)
-from execution.spool import (TOKEN_FIELDS, JsonLinesStats, RecordError, RecordVersionError, RunnerRecord,
-                             SpoolError, SpoolLayout, iter_json_lines, make_private_dirs, parse_stage_time)
 from dashboards.ingest.accounting import check_accounting_tokens
+from dashboards.models import (
+    Cluster,
+    ModelRequest,
+    Task,
+)
+from execution.spool import (
+    TOKEN_FIELDS,
+    JsonLinesStats,
+    RecordError,
+    RecordVersionError,
+    RunnerRecord,
+    SpoolError,
+    SpoolLayout,
+    iter_json_lines,
+    make_private_dirs,
+    parse_stage_time,
+)
 
 log = logging.getLogger(__name__)
 

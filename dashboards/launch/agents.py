@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
+
 from dashboards.core.audit import audit, refused
-from dashboards.models import AgentDefinition
 from dashboards.core.roles import is_admin
+from dashboards.models import AgentDefinition
 
 
 def agent_definition_save(*, user: AbstractBaseUser, definition: AgentDefinition) -> AgentDefinition:

@@ -38,11 +38,16 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
 from django.conf import settings
 from django.utils import timezone
-from dashboards.models import Cluster, Task, Team
+
 from dashboards.core.stages import quantile
+from dashboards.models import Cluster, Task, Team
+
+if TYPE_CHECKING:
+    from dashboards.launch.service import LaunchRequest
 
 #: Finished tasks read for the queue's typical wall clock (the newest first).
 QUEUE_HISTORY = 2000
@@ -176,11 +181,13 @@ def predecessor_forecast(cluster: Cluster, job_number: int, *, now: dt.datetime,
     return out
 
 
-def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, seats_per_task: int,
-                    concurrency_cap: int | None, priority: int, duration_s: dict[str, float] | None,
-                    now: dt.datetime | None = None, agent_definition=None, predecessor_job: int | None = None,
-                    scheduler=None, user=None) -> dict[str, Any]:
-    """Start, finish and slot-hours of a campaign of ``count`` tasks on ``queue`` (module doc for the model).
+def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dict[str, float] | None,
+                    user=None, now: dt.datetime | None = None, scheduler=None) -> dict[str, Any]:
+    """Start, finish and slot-hours of the campaign ``request`` would launch (module doc for the model).
+
+    From ``request`` (the launch service's :class:`~dashboards.launch.service.LaunchRequest`,
+    passed whole): its team, task count (``len(inputs)``), queue, seats per task,
+    concurrency cap (``-tc``), priority, agent definition and predecessor job.
 
     ``duration_s``: the agent's wall clock per task ``{p10, p50, p90}`` in seconds (from
     ``billing.forecast``: its finished runs on any queue), None without history;
@@ -203,6 +210,9 @@ def timing_forecast(*, cluster: Cluster, team: Team, count: int, queue: str, sea
     """
     from dashboards.models import Campaign, CampaignStatus
 
+    team, count, queue = request.team, len(request.inputs), request.queue
+    seats_per_task, concurrency_cap, priority = request.seats_per_task, request.concurrency_cap, request.priority
+    agent_definition, predecessor_job = request.agent_definition, request.predecessor_job
     now = now or timezone.now()
     status = cluster.status or {}
     submit_user = settings.TCO_SUBMIT_USER
@@ -406,10 +416,10 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
     ``differs`` listing (at most 3, values as JSON text, at most 3 each) the inputs whose
     values here are not among the history's (``history`` empty when it never had that input).
     """
+    from dashboards.core.errors import LaunchError
+    from dashboards.core.roles import teams_with
     from dashboards.launch.service import campaign_inputs
     from dashboards.models import Campaign
-    from dashboards.core.roles import teams_with
-    from dashboards.core.errors import LaunchError
 
     duration = forecast.get("duration_s") or {}
     basis: dict[str, Any] = {"runs": forecast.get("history") or 0, "median_s": duration.get("p50"),
@@ -442,3 +452,24 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
                                      "history": sorted(old.get(name, set()))[:_BASIS_SHOWN]})
     basis["differs"] = basis["differs"][:_BASIS_SHOWN]
     return basis
+
+
+def launch_preview(*, user, request: LaunchRequest) -> dict[str, Any]:
+    """Everything the launch page shows before Launch, for the campaign ``request`` would launch:
+    the cost forecast and the budget verdict (``service.launch_preview``: ``forecast``,
+    ``expected_usd`` USD, ``verdict``), ``count`` (tasks), ``timing`` (:func:`timing_forecast` on
+    the default cluster, or the request's), ``headroom`` (:func:`budget_headroom`) and ``basis``
+    (:func:`history_basis`). Reads only; raises nothing a valid form can cause."""
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.launch import service
+
+    preview = service.launch_preview(user=user, team=request.team, agent_definition=request.agent_definition,
+                                     count=len(request.inputs), model=request.model,
+                                     cost_cap_usd=request.cost_cap_usd)
+    preview["count"] = len(request.inputs)
+    preview["timing"] = timing_forecast(request, cluster=request.cluster or cluster_get_default(),
+                                        duration_s=preview["forecast"]["duration_s"], user=user)
+    preview["headroom"] = budget_headroom(preview["verdict"], preview["expected_usd"])
+    preview["basis"] = history_basis(agent_definition=request.agent_definition, inputs=list(request.inputs),
+                                     forecast=preview["forecast"], user=user)
+    return preview

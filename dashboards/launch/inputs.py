@@ -12,7 +12,9 @@ import logging
 import re
 from pathlib import Path
 from typing import Any
+
 from django.conf import settings
+
 from dashboards.core import limits
 from dashboards.core.errors import LaunchError
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 from typing import Any
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count
 from django.utils import timezone
+
 from dashboards.billing import budgets
 from dashboards.core import encoding
 from dashboards.models import Campaign, CampaignStatus, Task

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db.models import Q
-from execution.sandbox.ceiling import narrowing_problems
-from execution.sandbox.policy import Policy, PolicyError, load_policy
+
 from dashboards.core import limits
+from dashboards.core.errors import LaunchError
 from dashboards.launch import spool as launch_spool
 from dashboards.models import AgentDefinition, ModelEndpoint, PolicyCeiling, Team
-from dashboards.core.errors import LaunchError
+from execution.sandbox.ceiling import narrowing_problems
+from execution.sandbox.policy import Policy, PolicyError, load_policy
 
 
 def validate_policy(text: str) -> str:

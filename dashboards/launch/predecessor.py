@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from typing import Any
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q
-from dashboards.models import Campaign, Cluster, Task
-from dashboards.core.roles import teams_with
+
 from dashboards.core.errors import LaunchError
+from dashboards.core.roles import teams_with
+from dashboards.models import Campaign, Cluster, Task
 
 
 def visible_predecessor(user: AbstractBaseUser, job_number: int, cluster: Cluster) -> tuple[Campaign | None, Any]:

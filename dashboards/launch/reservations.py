@@ -16,18 +16,20 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
-from schedulers.base import InvalidSubmission, ReservationSpec, SchedulerError
+
 from dashboards.core import clusters as core_clusters
 from dashboards.core.audit import audit, refused
-from dashboards.models import Cluster, Reservation, Task, Team
-from dashboards.core.roles import teams_with, user_can
 from dashboards.core.errors import LaunchError
+from dashboards.core.roles import teams_with, user_can
 from dashboards.ingest.reservations import parse_reservation_rows, refresh_status
+from dashboards.models import Cluster, Reservation, Task, Team
+from schedulers.base import InvalidSubmission, ReservationSpec, SchedulerError
 
 #: The parallel environment multi-slot reservations use (scripts/dev-cluster makes it).
 RESERVATION_PE = getattr(settings, "TCO_RESERVATION_PE", "smp")

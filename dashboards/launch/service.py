@@ -26,26 +26,25 @@ import posixpath
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Sequence
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
-from execution import spool
-from dashboards.core import enqueue
-from dashboards.launch import inputs
-from dashboards.core import limits
-from dashboards.core import realtime
-from dashboards.billing import budgets
-from dashboards.billing import costs
+
+from dashboards.billing import budgets, costs
 from dashboards.core import clusters as core_clusters
+from dashboards.core import enqueue, limits, realtime
+from dashboards.core.audit import audit, refused
+from dashboards.core.errors import ActionRefused, LaunchError, Refused
+from dashboards.core.roles import teams_with, user_can
+from dashboards.launch import inputs
 from dashboards.launch import reservations as launch_reservations
 from dashboards.launch import spool as launch_spool
-from dashboards.core.audit import audit, refused
-from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
-from dashboards.core.roles import teams_with, user_can
-from dashboards.core.errors import LaunchError
 from dashboards.launch.policy import ceilings_for, check_policy
 from dashboards.launch.predecessor import check_predecessor
+from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
+from execution import spool
 
 #: The runner spec version this launch writes (execution/runner.py reads it).
 MAX_OUTPUTS = 32
@@ -203,34 +202,12 @@ def launch(*, user: AbstractBaseUser, request: LaunchRequest) -> LaunchOutcome:
     """
     req = request
     action = req.action
-    target = f"team:{req.team.project}"
     params = req.audit_params()
-    if not user_can(user, "launch", req.team):
-        raise refused(user, action, target, params, f"you may not launch campaigns for team {req.team.name}")
-    if req.urgent and not user_can(user, "urgent", req.team):
-        raise refused(user, action, target, params,
-                      f"only urgent launchers of {req.team.name} may launch urgent agents")
-    limit = limits.priority_limit(user, req.team)
-    if not _is_int(req.priority) or not limits.PRIORITY_MIN <= req.priority <= limit:
-        raise refused(user, action, target, params, f"priority must be from {limits.PRIORITY_MIN} to {limit} "
-                                                    "for your role")
     try:
-        check_limits(req)
-        inputs.check_inputs(req.agent_definition.name, list(req.inputs))
-        check_predecessor(user, req.predecessor_job, len(req.inputs),
-                           req.cluster or core_clusters.cluster_get_default())
-        launch_reservations.check_launch_into(user=user, team=req.team, ar_id=req.advance_reservation, cluster=req.cluster)
-        model = req.model or req.agent_definition.default_model
-        policy, endpoints, chosen = check_policy(req.policy or req.agent_definition.default_policy, req.team,
-                                                 req.agent_definition, model_endpoint=req.model_endpoint)
-        preview = launch_preview(user=user, team=req.team, agent_definition=req.agent_definition,
-                                 count=len(req.inputs), model=model, cost_cap_usd=req.cost_cap_usd)
-    except LaunchError as exc:
-        raise refused(user, action, target, params, str(exc), error=LaunchError) from None
+        model, policy, endpoints, chosen, preview = _checked(user, req, params)
+    except Refused as exc:  # audited once, whichever check refused
+        raise refused(user, action, f"team:{req.team.project}", params, str(exc), error=type(exc)) from None
     verdict = preview["verdict"]
-    params["expected_usd"] = str(preview["expected_usd"]) if preview["expected_usd"] is not None else None
-    if verdict["action"] == "refuse":
-        raise refused(user, action, target, params, f"over budget: {verdict['message']}")
     with transaction.atomic():
         campaign = _record(user=user, req=req, model=model, policy=policy, endpoints=endpoints, chosen=chosen,
                            hold=verdict["action"] == "hold")
@@ -241,6 +218,33 @@ def launch(*, user: AbstractBaseUser, request: LaunchRequest) -> LaunchOutcome:
               ok=True, result=result)
     realtime.queue_changed(campaign.cluster.name, {campaign.pk})
     return LaunchOutcome(campaign=campaign, forecast=preview["forecast"], verdict=verdict)
+
+
+def _checked(user: AbstractBaseUser, req: LaunchRequest, params: dict[str, Any]):
+    """Every check of a launch, in the module doc's order, without side effects but ``params``
+    (the audit entry's, given the expected cost): ``(model, policy, endpoints, chosen endpoint,
+    preview)``. Raises ``ActionRefused`` (role, the role's priority limit, budget) or
+    ``LaunchError`` (limits, inputs, predecessor, reservation, policy); the caller audits it."""
+    if not user_can(user, "launch", req.team):
+        raise ActionRefused(f"you may not launch campaigns for team {req.team.name}")
+    if req.urgent and not user_can(user, "urgent", req.team):
+        raise ActionRefused(f"only urgent launchers of {req.team.name} may launch urgent agents")
+    limit = limits.priority_limit(user, req.team)
+    if not _is_int(req.priority) or not limits.PRIORITY_MIN <= req.priority <= limit:
+        raise ActionRefused(f"priority must be from {limits.PRIORITY_MIN} to {limit} for your role")
+    check_limits(req)
+    inputs.check_inputs(req.agent_definition.name, list(req.inputs))
+    check_predecessor(user, req.predecessor_job, len(req.inputs), req.cluster or core_clusters.cluster_get_default())
+    launch_reservations.check_launch_into(user=user, team=req.team, ar_id=req.advance_reservation, cluster=req.cluster)
+    model = req.model or req.agent_definition.default_model
+    policy, endpoints, chosen = check_policy(req.policy or req.agent_definition.default_policy, req.team,
+                                             req.agent_definition, model_endpoint=req.model_endpoint)
+    preview = launch_preview(user=user, team=req.team, agent_definition=req.agent_definition,
+                             count=len(req.inputs), model=model, cost_cap_usd=req.cost_cap_usd)
+    params["expected_usd"] = str(preview["expected_usd"]) if preview["expected_usd"] is not None else None
+    if preview["verdict"]["action"] == "refuse":
+        raise ActionRefused(f"over budget: {preview['verdict']['message']}")
+    return model, policy, endpoints, chosen, preview
 
 
 def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, chosen, hold: bool) -> Campaign:

@@ -5,10 +5,12 @@ import json
 import os
 from pathlib import Path
 from typing import Sequence
+
 from django.conf import settings
-from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, write_atomic
-from dashboards.models import Campaign
+
 from dashboards.core.errors import LaunchError
+from dashboards.models import Campaign
+from execution.spool import ModelEndpoint, RunnerSpec, SpecError, SpoolLayout, write_atomic
 
 
 def spool_dir() -> Path:
@@ -58,16 +60,21 @@ def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
 
 
 def prices_write() -> Path | None:
-    """Write the price table (admin: Model prices, aliases) to ``<spool>/prices.json`` for the runners.
+    """Write today's price table to ``<spool>/prices.json`` for the runners.
 
-    The runners' metering proxies price each request from this file, in
+    The table is the one the launch forecast prices with (``billing.costs.price_table``:
+    the admin's Model prices and aliases, and ``TCO_PRICES`` for models they
+    lack), so a forecast and the metered cost of the same run use the same
+    prices. The runners' metering proxies price each request from this file, in
     execution/metering/prices.py's format; it is rewritten at every launch so a
     campaign is priced as the table stood when it was launched. Returns the
     path, or None when no model has a price (costs are then unknown, never 0).
     """
-    from dashboards.pricing_models import price_table
+    from dashboards.billing.costs import price_table
 
     table = price_table()
+    if table is None:
+        return None
     mapping = table.to_mapping()
     if not mapping or not any(k != "aliases" for k in mapping):
         return None

@@ -13,19 +13,20 @@ import os
 import re
 import socket
 from pathlib import Path
+
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
+
+from dashboards.core import clusters as core_clusters
+from dashboards.core import enqueue, realtime
+from dashboards.core.bulk import insert_like
+from dashboards.launch.spool import sandbox_shared_paths, sandbox_state_paths, spool_dir, spool_layout
+from dashboards.models import CAMPAIGN_TRANSITIONS, Campaign, CampaignStatus, Cluster, Task, transition
 from execution.spool import make_private_dirs
 from schedulers.base import ArrayJobSpec, SchedulerCommandError, SchedulerUnavailable
 from schedulers.gridengine.native_spec import sanitize_name
-from dashboards.core import enqueue
-from dashboards.core import realtime
-from dashboards.core import clusters as core_clusters
-from dashboards.core.bulk import insert_like
-from dashboards.models import CAMPAIGN_TRANSITIONS, Campaign, CampaignStatus, Cluster, Task, transition
-from dashboards.launch.spool import sandbox_shared_paths, sandbox_state_paths, spool_dir, spool_layout
 
 log = logging.getLogger(__name__)
 

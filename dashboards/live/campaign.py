@@ -2,18 +2,21 @@
 from __future__ import annotations
 
 from typing import Any
+
 from django.db.models import Count, F, Q, Value
 from django.db.models.functions import NullIf
 from django.utils import timezone
-from schedulers.base import LIFECYCLE_STATES, TERMINAL_STATES
+
+from dashboards.core.encoding import money_text
 from dashboards.core.health import task_note
-from dashboards.models import ModelRequest, Task
+from dashboards.core.scope import Who, campaign_for
 from dashboards.core.stages import campaign_stages, submit_seconds, task_stages
 from dashboards.core.stages import iso as _iso
-from dashboards.core.encoding import money_text
-from dashboards.core.scope import Who, campaign_for
 from dashboards.core.states import FAILURE_STATES, TOKEN_FIELDS
 from dashboards.live.counts import state_counts
+from dashboards.models import ModelRequest, Task
+from schedulers.base import LIFECYCLE_STATES, TERMINAL_STATES
+
 TASKS_PER_PAGE = 100
 
 

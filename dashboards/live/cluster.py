@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
 from django.db.models import Count
 from django.utils import timezone
+
+from dashboards.core.scope import Who, tasks_visible_to
+from dashboards.core.stages import iso as _iso
+from dashboards.models import Cluster
 from schedulers.calendars import annotate_queues
 from schedulers.hosts import QINSTANCE_LETTERS
-from dashboards.models import Cluster
-from dashboards.core.stages import iso as _iso
-from dashboards.core.scope import Who, tasks_visible_to
-
 
 # --------------------------------------------------------------------------- cluster resources
 

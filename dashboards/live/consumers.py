@@ -22,17 +22,17 @@ import abc
 import asyncio
 import json
 import logging
+
 from channels.auth import AuthMiddleware, get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.sessions import CookieMiddleware, SessionMiddleware
+
 from dashboards.core import realtime
 from dashboards.core import scope as core_scope
-from dashboards.live import campaign
-from dashboards.live import cluster
+# publish: also the in-memory store's producer (one-process tests)
+from dashboards.live import campaign, cluster, publish, snapshots  # noqa: F401
 from dashboards.live import hub as live_hub
-from dashboards.live import publish  # noqa: F401 - the in-memory store's producer (one-process tests)
-from dashboards.live import snapshots
 from schedulers import base
 
 log = logging.getLogger(__name__)

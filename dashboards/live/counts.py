@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Iterable
+
 from django.core.cache import cache
 from django.db.models import Count, F
-from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES
-from dashboards.models import Campaign, Cluster, Task
-from dashboards.core.stages import iso as _iso
+
 from dashboards.core.bulk import in_chunks
+from dashboards.core.stages import iso as _iso
 from dashboards.core.states import UNFINISHED_CAMPAIGN
+from dashboards.models import Campaign, Cluster, Task
+from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES
 
 
 def state_counts(rows: Iterable[tuple[str, int]] = ()) -> dict[str, int]:

@@ -20,7 +20,10 @@ import hashlib
 import json
 import time
 from typing import Any
+
 from django.conf import settings
+
+from dashboards.core.redis_client import redis_client
 
 
 def _keys() -> tuple[str, str]:
@@ -36,9 +39,7 @@ COARSE_STEP_S = 60
 
 
 def _redis():
-    import redis
-
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    return redis_client(timeout_s=2)
 
 
 def depth_sample_record(*, counts: dict[str, dict[str, dict[str, int]]], now: float | None = None,

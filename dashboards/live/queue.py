@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
+
 from django.db.models import Case, Count, IntegerField, Value, When
 from django.utils import timezone
-from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, TERMINAL_STATES
-from dashboards.live import history
-from dashboards.models import Campaign, Cluster, Task, Team
-from dashboards.core.stages import iso as _iso
-from dashboards.core.stages import seconds_between as _seconds
+
 from dashboards.core.bulk import in_chunks
 from dashboards.core.scope import Who, campaigns_visible_to, tasks_visible_to, teams_visible_to, visible_team_ids
+from dashboards.core.stages import iso as _iso
+from dashboards.core.stages import seconds_between as _seconds
 from dashboards.core.states import QUEUED_STATES, UNFINISHED_CAMPAIGN
+from dashboards.live import history
 from dashboards.live.cluster import cluster_hosts, cluster_resources
-from dashboards.live.counts import LiveCounts, add_counts, finished_campaign_states, state_counts, live_counts
+from dashboards.live.counts import LiveCounts, add_counts, finished_campaign_states, live_counts, state_counts
+from dashboards.models import Campaign, Cluster, Task, Team
+from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, TERMINAL_STATES
 
 RECENT_FINISHED = 20
 CAMPAIGNS_PER_PAGE = 25

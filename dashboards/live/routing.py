@@ -1,6 +1,7 @@
 """WebSocket URL routes."""
 
 from django.urls import path
+
 from dashboards.live import consumers
 
 websocket_urlpatterns = [

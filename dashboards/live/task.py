@@ -3,18 +3,21 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
+
 from django.db.models import Count, Sum
 from django.utils import timezone
-from schedulers.base import SCHEDULER_STATES
+
+from dashboards.core.encoding import jsonable, money_text
 from dashboards.core.health import task_note
-from dashboards.models import AccountingRecord, ModelRequest, Task
-from dashboards.core.spool_files import read_spool_file, task_output_path, task_outputs
-from dashboards.core.stages import task_stages, timeline
-from dashboards.core.stages import iso as _iso
-from dashboards.core.encoding import money_text, jsonable
 from dashboards.core.scope import Who, task_for, tasks_visible_to
+from dashboards.core.spool_files import read_spool_file, task_output_path, task_outputs
+from dashboards.core.stages import iso as _iso
+from dashboards.core.stages import task_stages, timeline
 from dashboards.core.states import TOKEN_FIELDS
-from dashboards.live.campaign import tokens_of, shown_state_code
+from dashboards.live.campaign import shown_state_code, tokens_of
+from dashboards.models import AccountingRecord, ModelRequest, Task
+from schedulers.base import SCHEDULER_STATES
+
 REQUESTS_SHOWN = 200
 
 
@@ -79,9 +82,8 @@ def task_detail(user: Who, task_id: int, *, with_scheduler: bool = True) -> dict
          "scheduler": job_detail_cached | None   # while the task is in qstat
          "pending_reasons": [{text, raw}] | None}  # while pending, held or in error
     """
-    from schedulers.pending import explain_pending
-
     from dashboards.core.scheduler_cache import job_detail_cached, pending_position
+    from schedulers.pending import explain_pending
 
     task = task_for(user, task_id)
     record = task.runner_record or None

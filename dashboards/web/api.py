@@ -11,27 +11,27 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+
 from django.conf import settings
+from django.contrib.auth import authenticate
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from django.contrib.auth import authenticate
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
-from dashboards.core import accounts
+
 from dashboards.billing import bills
-from dashboards.core import encoding
-from dashboards.core import scope
+from dashboards.core import accounts, encoding, scope
+from dashboards.core.roles import CAPABILITIES, is_admin, teams_with
 from dashboards.live import campaign as live_campaign
 from dashboards.live import queue as live_queue
 from dashboards.live import task
-from schedulers import base
 from dashboards.models import Campaign, Role, Task
-from dashboards.core.roles import CAPABILITIES, is_admin, teams_with
+from schedulers import base
 
 PAGE = OpenApiParameter("page", OpenApiTypes.INT, description="1-based page number")
 STATE = OpenApiParameter("state", OpenApiTypes.STR, enum=list(base.LIFECYCLE_STATES),

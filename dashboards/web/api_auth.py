@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
+
 from dashboards.core import accounts
 
 

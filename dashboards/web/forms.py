@@ -12,26 +12,22 @@ import datetime as dt
 import json
 from decimal import Decimal
 from typing import Any
+
 from django import forms
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.utils import timezone
-from dashboards.launch import inputs
-from dashboards.core import limits
-from dashboards.billing import bills
-from dashboards.billing import budgets
-from dashboards.billing import costs
-from dashboards.billing import periods
+
+from dashboards.billing import bills, budgets, costs, periods
 from dashboards.control import actions
-from dashboards.core import errors
-from dashboards.core import ranges
-from dashboards.launch import policy as launch_policy
-from dashboards.launch import service
-from dashboards.models import AgentDefinition, Budget
-from dashboards.core.roles import teams_with
+from dashboards.core import errors, limits, ranges
 from dashboards.core.errors import LaunchError
+from dashboards.core.roles import teams_with
+from dashboards.launch import inputs, service
+from dashboards.launch import policy as launch_policy
+from dashboards.models import AgentDefinition, Budget
 
 MAX_JOB_NUMBER = limits.MAX_JOB_NUMBER
 

@@ -31,19 +31,21 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+from typing import Any
+
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from execution.spool import TOKEN_FIELDS
-from dashboards.live import cluster as live_cluster
-from dashboards.web import metrics
-from typing import Any
-from dashboards.models import Cluster
+from prometheus_client.exposition import choose_encoder
+
 from dashboards.billing.usage import usage_by_project
+from dashboards.live import cluster as live_cluster
 from dashboards.live.counts import depth_counts
+from dashboards.models import Cluster
+from dashboards.web import metrics
+from execution.spool import TOKEN_FIELDS
 
 
 def _allowed_networks() -> list:

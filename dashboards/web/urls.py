@@ -2,12 +2,9 @@
 
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
-from dashboards.web import api
-from dashboards.web import metrics
-from dashboards.web.views import account
-from dashboards.web.views import campaign
-from dashboards.web.views import queue
-from dashboards.web.views import task
+
+from dashboards.web import api, metrics
+from dashboards.web.views import account, campaign, queue, task
 
 urlpatterns = [
     path("", queue.queue_page, name="queue"),

@@ -4,15 +4,10 @@
 """
 
 from django.urls import path
+
+from dashboards.web.views import agents, audit, bills, budgets, control, launch, triage
 from dashboards.web.views import netpolicy as views_netpolicy
 from dashboards.web.views import reservations as views_reservations
-from dashboards.web.views import agents
-from dashboards.web.views import audit
-from dashboards.web.views import bills
-from dashboards.web.views import budgets
-from dashboards.web.views import control
-from dashboards.web.views import launch
-from dashboards.web.views import triage
 
 urlpatterns = [
     path("bills/", bills.bills_page, name="ops-bills"),

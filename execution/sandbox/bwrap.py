@@ -57,8 +57,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 from execution.sandbox import SandboxStartError
-from execution.sandbox.checks import (INSIDE_RELAY, INSIDE_SOCKET_DIR, INSIDE_WORKDIR, PRIVATE_DIRS, HostFS,
-                                      _under, path_refusal, private_dir_target, resolve_masks)
+from execution.sandbox.checks import (CODE_ROOT, INSIDE_RELAY, INSIDE_SOCKET_DIR, INSIDE_WORKDIR, PRIVATE_DIRS,
+                                      HostFS, _under, path_refusal, private_dir_target, resolve_masks)
 from execution.sandbox.policy import Policy
 
 __all__ = ["SandboxStartError", "SandboxConfigError", "SandboxPlan", "HostFS", "BwrapSandbox", "build_argv"]
@@ -95,7 +95,9 @@ class SandboxPlan:
     ``data_fds``: inside path -> fd of its content (``--ro-bind-data``); ``watch_fd``: fd
     open on the runner's /proc/PID/stat (suspension); ``tmpfs_bytes``: size of each
     writable private tmpfs (bytes); ``max_processes``: RLIMIT_NPROC of the sandbox's
-    processes (threads count). ``notes`` is filled by :func:`build_argv`.
+    processes (threads count); ``code_root``: tco's code directory, whose paths may be listed
+    read-only even inside a scratch directory (a clone in /tmp;
+    :data:`execution.sandbox.checks.CODE_ROOT` when None). ``notes`` is filled by :func:`build_argv`.
     """
 
     def __init__(self, *, policy: Policy, workdir: str, socket_dir: str, agent_argv: list[str],
@@ -104,7 +106,8 @@ class SandboxPlan:
                  watch_fd: int | None = None, state: list[str] | None = None, shared: list[str] | None = None,
                  relay_script: str = RELAY_SCRIPT, relay_port: int = RELAY_PORT,
                  proxy_wait_s: float = 30.0, hostname: str = "sandbox", bwrap: str = "bwrap",
-                 tmpfs_bytes: int = TMPFS_BYTES, max_processes: int = MAX_PROCESSES) -> None:
+                 tmpfs_bytes: int = TMPFS_BYTES, max_processes: int = MAX_PROCESSES,
+                 code_root: str | None = None) -> None:
         self.policy = policy
         self.workdir = workdir
         self.socket_dir = socket_dir
@@ -127,6 +130,7 @@ class SandboxPlan:
         self.bwrap = bwrap
         self.tmpfs_bytes = int(tmpfs_bytes)
         self.max_processes = int(max_processes)
+        self.code_root = CODE_ROOT if code_root is None else code_root
         self.notes: list[str] = []
 
 
@@ -185,7 +189,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     for path, writable in listed:
         if path == INSIDE_WORKDIR:
             continue
-        reason = path_refusal(path, masks=masks, state=state, shared=shared, fs=fs)
+        reason = path_refusal(path, masks=masks, state=state, shared=shared, fs=fs,
+                              code=() if writable else (plan.code_root,))
         if reason is not None:
             raise SandboxConfigError(reason)
         if private_dir_target(path, fs) is not None:

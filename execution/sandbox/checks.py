@@ -19,7 +19,15 @@ compared as written AND after resolving links (``realpath``) and bind mounts
   ``/dev/shm``, ``/run``, ``/run/lock``, ``/var/lock``): the host's hold other
   tasks' scratch space and sockets; those directories themselves are always
   the sandbox's own fresh tmpfs, whatever the policy lists (also when a
-  listed path resolves to one, like ``/run/shm`` -> ``/dev/shm``);
+  listed path resolves to one, like ``/run/shm`` -> ``/dev/shm``). One
+  exception, read-only only: a path inside tco's own code directory
+  (:data:`CODE_ROOT`, the repository the runner and the launch side run
+  from), as written and resolved, e.g. ``/tmp/x/demo`` and ``/tmp/x/.venv``
+  of a clone in ``/tmp/x``: the bundled agents run from there, the setup makes
+  it readable to the submit account, and it holds no other task's files (the
+  state directory inside it stays masked below; a masked directory *above*
+  it, like the ``/tmp`` that holds Grid Engine's per-job TMPDIRs, does not
+  hide it);
 - where tco puts its relay (``/run/tco``, ``/run/tco-relay.py``);
 - one of the masked paths or inside one: the spool (every task's work
   directory, records and specs), the credentials and price files, tco's state
@@ -46,8 +54,12 @@ INSIDE_RELAY = "/run/tco-relay.py"
 #: Always the sandbox's own fresh tmpfs; nothing inside the host's may be listed.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/run/lock", "/var/lock")
 KERNEL_DIRS = ("/proc", "/dev")
+#: tco's own code directory (the repository; this file is execution/sandbox/checks.py in it),
+#: resolved. Its paths may be listed read-only even where it lies inside a scratch directory of
+#: :data:`PRIVATE_DIRS` (a clone in /tmp): the demo agents' code and venv are there.
+CODE_ROOT = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-__all__ = ["HostFS", "PRIVATE_DIRS", "refusals", "path_refusal", "resolve_masks", "runner_masked_paths",
+__all__ = ["CODE_ROOT", "HostFS", "PRIVATE_DIRS", "refusals", "path_refusal", "resolve_masks", "runner_masked_paths",
            "private_dir_target"]
 
 
@@ -180,12 +192,16 @@ def private_dir_target(path: str, fs: HostFS | None = None) -> str | None:
 
 
 def path_refusal(path: str, *, masks: Iterable[str], state: Iterable[str] = (), shared: Iterable[str] = (),
-                 fs: HostFS | None = None, where: str = "filesystem_policy") -> str | None:
+                 code: Iterable[str] = (), fs: HostFS | None = None, where: str = "filesystem_policy") -> str | None:
     """Why the runner refuses to show the listed ``path`` (normalised, absolute) in the
     sandbox, or None. ``masks``, ``state``, ``shared``: canonical paths
     (:func:`resolve_masks`); a path inside ``state`` may be listed only inside one of
-    ``shared`` (itself inside ``state`` and in no mask); one inside ``masks`` never."""
+    ``shared`` (itself inside ``state`` and in no mask); one inside ``masks`` never.
+    ``code``: tco's code directory (:data:`CODE_ROOT`) when ``path`` is listed read-only, else
+    empty: a path inside it, as written and resolved, is not refused for lying in a scratch
+    directory (a clone in /tmp); every other check still applies."""
     fs = fs or HostFS()
+    code = [c for c in code if c and c != "/" and c not in PRIVATE_DIRS]
     if path == INSIDE_WORKDIR:
         return None
     if path == "/":
@@ -204,13 +220,18 @@ def path_refusal(path: str, *, masks: Iterable[str], state: Iterable[str] = (), 
             return f"{where}: {path}{resolved} is where tco puts its relay; it cannot be listed"
     if real in PRIVATE_DIRS or path in PRIVATE_DIRS:
         return None  # the sandbox's own fresh tmpfs, never the host's
+    in_code = any(_under(path, c) for c in code) and any(_under(real, c) for c in code)
     for shown in dict.fromkeys((path, real)):
         resolved = "" if shown == path else f" (it resolves to {shown})"
         inside = [d for d in PRIVATE_DIRS if _under(shown, d) and shown != d]
-        if inside:
+        if inside and not in_code:
             return (f"{where}: {path}{resolved} is inside {inside[0]}, which holds other tasks' scratch space; "
                     f"the sandbox always has its own {inside[0]} (list {inside[0]} itself for a private one)")
     masks, state = list(masks), list(state)
+    if in_code:
+        # A scratch directory masked for its other contents (Grid Engine's per-job TMPDIRs are
+        # /tmp/<job>.<task>.<queue>, so the runner masks /tmp) does not hide tco's code inside it.
+        masks = [m for m in masks if not any(_under(c, m) and c != m for c in code)]
     shared = [s for s in shared if any(_under(s, m) and s != m for m in state)
               and not any(_under(s, m) for m in masks)]
     resolved = f" (it resolves to {real})" if real != path else ""
@@ -228,7 +249,7 @@ def path_refusal(path: str, *, masks: Iterable[str], state: Iterable[str] = (), 
 def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[str] = (),
              shared_paths: Iterable[str] = (), runtime: str = "bubblewrap",
              registered: Iterable[Mapping[str, Any]] = (), interpreter: str | None = None,
-             fs: HostFS | None = None) -> list[str]:
+             fs: HostFS | None = None, code_root: str | None = None) -> list[str]:
     """Every reason the runner refuses ``policy`` at run time; empty if it runs it.
 
     ``policy``: a :class:`~execution.sandbox.policy.Policy`, its YAML text or a mapping
@@ -247,7 +268,9 @@ def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[
     ``TCO_RUNNER_PYTHON``): when given and no path is refused, the policy must show it
     at its own path, else "the relay runs <python> inside the sandbox: list its
     directory ..." (the argv builder's own check, :func:`execution.sandbox.bwrap.build_argv`,
-    run on a stand-in plan). Pure apart from reading the host's links and mounts through ``fs``."""
+    run on a stand-in plan); ``code_root``: tco's code directory, :data:`CODE_ROOT` when None
+    (read-only paths inside it are not refused for lying in a scratch directory, see
+    :func:`path_refusal`). Pure apart from reading the host's links and mounts through ``fs``."""
     from execution.sandbox.policy import Policy, PolicyError, load_policy
 
     if not isinstance(policy, Policy):
@@ -273,20 +296,21 @@ def refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[
                                        "registered model endpoint; OpenShell would give it the credential")
     masks, state = resolve_masks(masked_paths, fs), resolve_masks(state_paths, fs)
     shared = resolve_masks(shared_paths, fs)
+    code = [CODE_ROOT if code_root is None else code_root]
     for field, paths in (("read_only", policy.read_only), ("read_write", policy.read_write)):
         for path in paths:
             reason = path_refusal(path, masks=masks, state=state, shared=shared, fs=fs,
-                                  where=f"filesystem_policy.{field}")
+                                  code=code if field == "read_only" else (), where=f"filesystem_policy.{field}")
             if reason is not None:
                 reasons.append(reason)
     if interpreter and runtime == "bubblewrap" and not reasons:
         reasons += _relay_refusals(policy, masked_paths=masked_paths, state_paths=state_paths,
-                                   shared_paths=shared_paths, interpreter=interpreter, fs=fs)
+                                   shared_paths=shared_paths, interpreter=interpreter, fs=fs, code=code[0])
     return reasons
 
 
 def _relay_refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Iterable[str],
-                    shared_paths: Iterable[str], interpreter: str, fs: HostFS) -> list[str]:
+                    shared_paths: Iterable[str], interpreter: str, fs: HostFS, code: str) -> list[str]:
     """What the bubblewrap argv builder refuses for ``policy`` once its paths pass (the relay's
     ``interpreter`` not shown inside), asked of the builder itself with a stand-in plan
     (no file descriptors or directories are used: it only computes the argv)."""
@@ -295,7 +319,7 @@ def _relay_refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: It
     plan = SandboxPlan(policy=policy, workdir="/nonexistent/work", socket_dir="/nonexistent/socket",
                        agent_argv=[], env={}, masks=list(masked_paths), interpreter=interpreter, status_fd=3,
                        json_status_fd=4, stdout_fd=5, stderr_fd=6, state=list(state_paths),
-                       shared=list(shared_paths))
+                       shared=list(shared_paths), code_root=code)
     try:
         build_argv(plan, fs)
     except SandboxConfigError as exc:

@@ -189,7 +189,7 @@ def check_schedd_job_info(cell: Cell, run: Callable[..., bytes]) -> Check:
 def check_spool(cell: Cell) -> Check:
     """The spool directory: writable here (made 0700 when missing), and the submit account's
     alone: mode 0700 (no group or other bits), owned by ``cell.submit_user`` where that account
-    exists here. Runner records, logs and request records are in it (README, "Deploying")."""
+    exists here. Runner records, logs and request records are in it (docs/deployment.md)."""
     try:
         os.makedirs(cell.spool_dir, mode=0o700, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=cell.spool_dir, prefix=".tco-doctor-"):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.core.audit import ActionRefused
+from dashboards.core.errors import ActionRefused
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, Campaign, Task, Team
 from tests.ops.fixtures import (  # noqa: F401

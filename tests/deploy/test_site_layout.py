@@ -251,7 +251,7 @@ def site(transactional_db, bootstrap, tmp_path):
     log_dir = TEST_OUTPUT / "site-logs"
     shutil.rmtree(log_dir, ignore_errors=True)
     log_dir.mkdir(parents=True)
-    # What a site runs on install and upgrade (README): collectstatic with the deploy settings.
+    # What a site runs on install and upgrade (docs/deployment.md): collectstatic with the deploy settings.
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=REPO, env=env,
                    check=True, timeout=300)
     stack = Stack(connection.settings_dict["NAME"], tmp_path / "spool", log_dir)
@@ -373,7 +373,7 @@ def test_the_deploy_settings_pass_check_deploy_without_a_warning(tmp_path):
 
 
 def test_the_web_server_has_no_tcp_port_and_a_forged_forwarded_address_moves_no_lockout(site):
-    """The attack (SECURITY.md, login lockout): a local user of the web host connected to uvicorn's
+    """The attack (docs/security.md, login lockout): a local user of the web host connected to uvicorn's
     loopback port and set ``X-Forwarded-For``, which uvicorn trusted from 127.0.0.1, to fail logins
     under made-up addresses (never locked out) or under a victim's (locking it out). Now uvicorn
     listens on the socket tco-web.socket hands it (0660 tco:www-data) and on no TCP port, and nginx

@@ -24,7 +24,7 @@ from django.conf import settings
 
 from dashboards.control import netpolicy
 from dashboards.launch import spool
-from dashboards.core.audit import ActionRefused
+from dashboards.core.errors import ActionRefused
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, ModelEndpoint, PolicyCeiling, Role, Team
 from dashboards.core.roles import membership_set

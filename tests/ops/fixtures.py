@@ -154,3 +154,15 @@ def qdel_quietly(*job_numbers: int | None) -> None:
         subprocess.run(["qdel", *ids], capture_output=True, env=SGE_ENV)
 
 
+
+
+def timing(*, cluster, team, count, queue="agent.q", seats_per_task=1, concurrency_cap=None, priority=0,
+           duration_s=None, now=None, agent_definition=None, predecessor_job=None, user=None, scheduler=None):
+    """``launch.forecast.timing_forecast`` for a campaign of ``count`` tasks with these launch fields."""
+    from dashboards.launch.forecast import timing_forecast
+    from dashboards.launch.service import LaunchRequest
+
+    request = LaunchRequest(team=team, agent_definition=agent_definition, inputs=[{}] * count, name="forecast",
+                            queue=queue, seats_per_task=seats_per_task, concurrency_cap=concurrency_cap,
+                            priority=priority, predecessor_job=predecessor_job)
+    return timing_forecast(request, cluster=cluster, duration_s=duration_s, user=user, now=now, scheduler=scheduler)

@@ -21,7 +21,7 @@ from dashboards.core.clusters import cluster_get_default
 from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
 from dashboards.core.errors import LaunchError
 from schedulers.fake import FakeScheduler
-from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
+from tests.ops.fixtures import timing, make_campaign, make_task, ops_users  # noqa: F401
 from tests.unit.test_ops_views import launch_data
 
 pytestmark = pytest.mark.django_db
@@ -133,8 +133,8 @@ def test_the_forecast_tells_nothing_of_another_teams_predecessor_job(ops_users):
     args = dict(cluster=cluster_get_default(), team=research, count=3, queue="agent.q", seats_per_task=0,
                 concurrency_cap=None, priority=0, duration_s={"p10": 2.0, "p50": 2.0, "p90": 3.0},
                 now=timezone.now())
-    seen = launch_forecast.timing_forecast(**args, predecessor_job=job, user=ops_users["launcher"])
-    unknown = launch_forecast.timing_forecast(**args, predecessor_job=job + 1, user=ops_users["launcher"])
+    seen = timing(**args, predecessor_job=job, user=ops_users["launcher"])
+    unknown = timing(**args, predecessor_job=job + 1, user=ops_users["launcher"])
     before = seen["predecessor"]
     assert before["text"] == f"predecessor job {job}: not a job of a team you can see; no wait for it is counted"
     assert before["campaign"] == "" and before["running"] == before["waiting"] == 0 and before["task_s"] is None
@@ -143,7 +143,7 @@ def test_the_forecast_tells_nothing_of_another_teams_predecessor_job(ops_users):
     assert unknown["predecessor"]["text"].replace(str(job + 1), str(job)) == before["text"]
     assert seen["start_at"] == unknown["start_at"]
     # Its own team's launcher still gets the forecast of it.
-    own = launch_forecast.timing_forecast(**{**args, "team": Team.objects.get(project="engineering")},
+    own = timing(**{**args, "team": Team.objects.get(project="engineering")},
                                           predecessor_job=job, user=ops_users["other"])["predecessor"]
     assert own["campaign"] == "eng-secret-campaign" and own["running"] == 1 and own["waiting"] == 2
     assert own["task_s"] == 77

@@ -13,7 +13,7 @@ from dashboards.billing import budgets
 from dashboards.billing import costs as billing_costs
 from dashboards.core import encoding
 from dashboards.models import AgentDefinition, Budget, Campaign, Task, Team
-from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
+from tests.ops.fixtures import timing, make_campaign, make_task, ops_users  # noqa: F401
 from tests.unit.test_ops_views import as_user, launch_data  # noqa: F401
 
 pytestmark = [pytest.mark.django_db]
@@ -233,7 +233,6 @@ def _cluster_status(cluster, **overrides):
 
 
 def test_the_launch_forecast_says_when_from_the_schedulers_figures_and_history(ops_users):
-    from dashboards.launch import forecast as launch_forecast
     from dashboards.core.clusters import cluster_get_default
 
     research = Team.objects.get(project="research")
@@ -249,7 +248,7 @@ def test_the_launch_forecast_says_when_from_the_schedulers_figures_and_history(o
     now = timezone.now()
     agent = AgentDefinition.objects.get(name="demo-agent")
     durations = billing_costs.forecast(agent_definition=agent, count=12)["duration_s"]
-    t = launch_forecast.timing_forecast(cluster=cluster, team=research, count=12, queue="agent.q", seats_per_task=1,
+    t = timing(cluster=cluster, team=research, count=12, queue="agent.q", seats_per_task=1,
                                         concurrency_cap=None, priority=0, duration_s=durations, now=now)
     # Limits: 12 tasks, 10 slots, 8 seats, research's quota 6 (batch's does not apply); while
     # engineering waits, research's share is 1 of 4 shares of min(10 slots, 8 seats) = 2 at once.
@@ -264,7 +263,6 @@ def test_the_launch_forecast_says_when_from_the_schedulers_figures_and_history(o
 
 
 def test_an_idle_cluster_starts_at_once_and_the_cap_limits(ops_users):
-    from dashboards.launch import forecast as launch_forecast
     from dashboards.core.clusters import cluster_get_default
 
     research = Team.objects.get(project="research")
@@ -272,7 +270,7 @@ def test_an_idle_cluster_starts_at_once_and_the_cap_limits(ops_users):
                               queues=[{"name": "agent.q", "used": 0, "resv": 0, "available": 10, "total": 10}],
                               hosts=[{"name": "global", "resources": {"anthropic_api": "8.000000"}}], quotas=[])
     now = timezone.now()
-    t = launch_forecast.timing_forecast(cluster=cluster, team=research, count=9, queue="agent.q", seats_per_task=2,
+    t = timing(cluster=cluster, team=research, count=9, queue="agent.q", seats_per_task=2,
                                         concurrency_cap=3, priority=0,
                                         duration_s={"p10": 10.0, "p50": 20.0, "p90": 40.0}, now=now)
     # 8 seats / 2 per task = 4, the cap 3: three at once, 3 waves of 20 s (40 s at the 90th percentile).

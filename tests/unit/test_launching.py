@@ -19,7 +19,7 @@ from dashboards.core import ranges
 from dashboards.launch import policy
 from dashboards.launch import service
 from dashboards.launch import spool
-from dashboards.core.audit import ActionRefused
+from dashboards.core.errors import ActionRefused
 from dashboards.models import AgentDefinition, AuditEntry, Budget, Campaign, Task, Team
 from dashboards.core.errors import LaunchError
 from dashboards.launch.submit import campaign_job_spec, campaign_submit

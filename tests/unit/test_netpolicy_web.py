@@ -12,7 +12,7 @@ import yaml
 from dashboards.core import enqueue
 from dashboards.control import netpolicy
 from dashboards.launch import spool
-from dashboards.core.audit import ActionRefused
+from dashboards.core.errors import ActionRefused
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AuditEntry, Campaign, ModelEndpoint, PolicyCeiling
 from dashboards.core.errors import LaunchError

@@ -386,7 +386,7 @@ def conf(name: str) -> dict[str, str]:
 
 
 def test_the_cell_configuration_as_qconf_printed_it():
-    """config/: the settings tco_doctor and the README rely on, read as tco reads them."""
+    """config/: the settings tco_doctor and docs/gridengine.md rely on, read as tco reads them."""
     assert conf("config/qconf_ssconf.txt")["schedd_job_info"] == "true"
     assert conf("config/qconf_ssconf.txt")["schedule_interval"] == "0:0:1"
     global_conf = conf("config/qconf_sconf_global.txt")

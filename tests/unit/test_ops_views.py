@@ -285,7 +285,7 @@ def test_triage_actions_are_confirmed_and_refused_to_everyone_but_admins(as_user
 
 def test_the_audit_page_shows_who_did_what_when_and_the_result(as_user, ops_users):
     research = Team.objects.get(project="research")
-    from dashboards.core.audit import ActionRefused
+    from dashboards.core.errors import ActionRefused
     from dashboards.launch.service import LaunchRequest, launch
 
     with pytest.raises(ActionRefused):

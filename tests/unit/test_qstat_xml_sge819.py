@@ -106,7 +106,7 @@ def test_no_jobs_gives_no_tasks():
 def test_cluster_queue_summary():
     queues = {q["name"]: q for q in parse_cluster_queue_summary(load("qstat_g_c.xml"))}
     assert set(queues) == {"agent.q", "classic.q"}
-    assert queues["agent.q"]["total"] == 96 and queues["classic.q"]["total"] == 2  # README: 96 and 2 slots
+    assert queues["agent.q"]["total"] == 96 and queues["classic.q"]["total"] == 2  # docs/dev-cluster.md: 96 and 2 slots
     assert queues["classic.q"]["used"] == 2 and queues["classic.q"]["available"] == 0  # full
     for queue in queues.values():
         assert queue["used"] + queue["resv"] + queue["available"] <= queue["total"]

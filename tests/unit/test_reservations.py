@@ -258,7 +258,7 @@ def test_a_launcher_books_for_their_team_and_the_status_and_queue_rows_show_it(b
 @pytest.mark.django_db
 @pytest.mark.parametrize("who", ["viewer", "lead", "other", "nobody"])
 def test_only_launchers_of_the_team_book_and_a_refusal_is_audited(booking_env, ops_users, who):
-    from dashboards.core.audit import ActionRefused
+    from dashboards.core.errors import ActionRefused
     from dashboards.models import AuditEntry, Reservation, Team
 
     with pytest.raises(ActionRefused):
@@ -333,7 +333,7 @@ def test_the_launch_form_offers_only_the_users_teams_reservations(booking_env, o
 
 @pytest.mark.django_db
 def test_deleting_a_reservation_needs_its_teams_launch_role(booking_env, ops_users):
-    from dashboards.core.audit import ActionRefused
+    from dashboards.core.errors import ActionRefused
     from dashboards.core.clusters import cluster_get_default
     from dashboards.models import Team
     from dashboards.launch.reservations import delete

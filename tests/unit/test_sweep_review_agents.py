@@ -269,7 +269,7 @@ def test_a_sites_bootstrap_makes_no_demo_teams_agent_endpoint_or_ceilings(db, tm
 
 @pytest.mark.django_db
 def test_bootstrap_moves_the_untouched_demo_endpoint_off_the_old_unprivileged_port(bootstrap):
-    """SECURITY.md F4: an install made with the stand-in on 8793 (bindable by any account once the
+    """docs/security.md F4: an install made with the stand-in on 8793 (bindable by any account once the
     stand-in stopped) gets the privileged port on the next bootstrap; an admin's own entries stay."""
     from django.core.management import call_command
 

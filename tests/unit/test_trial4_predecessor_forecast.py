@@ -19,7 +19,7 @@ from schedulers.fake import FakeScheduler
 from schedulers.gridengine.parsers.qstat import parse_qstat
 from schedulers.gridengine.parsers.qstat_j import parse_job_detail
 from schedulers.pending import explain_pending
-from tests.ops.fixtures import make_campaign, make_task, ops_users  # noqa: F401
+from tests.ops.fixtures import timing, make_campaign, make_task, ops_users  # noqa: F401
 from tests.unit.test_ops_views import as_user, launch_data  # noqa: F401
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sge819"
@@ -263,12 +263,11 @@ def test_a_group_bulk_action_other_than_its_own_is_refused(client, ops_users, _f
 # --------------------------------------------------------------------------- forecast
 
 def _forecast(team, **kw):
-    from dashboards.launch import forecast as launch_forecast
 
     args = dict(cluster=cluster_get_default(), team=team, count=2, queue="agent.q", seats_per_task=0,
                 concurrency_cap=None, priority=0, duration_s={"p10": 2.0, "p50": 2.0, "p90": 3.0})
     args.update(kw)
-    return launch_forecast.timing_forecast(**args)
+    return timing(**args)
 
 
 def test_the_forecast_starts_no_earlier_than_the_predecessors_tasks_likely_end(ops_users, _fake_scheduler):

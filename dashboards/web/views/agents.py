@@ -7,12 +7,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
-from dashboards.launch import agents
-from dashboards.web.forms import AgentDefinitionForm
-from dashboards.models import AgentDefinition
-from dashboards.core.roles import is_admin, user_can
-from dashboards.web.views.common import refused
 
+from dashboards.core.roles import is_admin, user_can
+from dashboards.launch import agents
+from dashboards.models import AgentDefinition
+from dashboards.web.forms import AgentDefinitionForm
+from dashboards.web.views.common import refused
 
 # --------------------------------------------------------------------------- agent registry
 

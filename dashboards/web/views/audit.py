@@ -4,14 +4,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 from urllib.parse import urlencode
-from django.core.paginator import Paginator
+
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+
 from dashboards.core import audit as core_audit
 from dashboards.core import csv_export
-from dashboards.core.audit import ActionRefused
+from dashboards.core.errors import ActionRefused
 from dashboards.models import AuditEntry
 from dashboards.web.views.common import refused
 
@@ -69,18 +71,8 @@ def audit_csv(request: HttpRequest) -> HttpResponse:
     except ActionRefused as exc:
         return refused(request, str(exc))
 
-    class _Echo:
-        def write(self, value):
-            return value
-
-    writer = csv_export.writer(_Echo())
-
-    def rows():
-        yield writer.writerow(["at_utc", "user", "action", "target", "ok", "result", "params_json"])
-        for e in entries.iterator(chunk_size=2000):
-            yield writer.writerow([e.at.isoformat(), e.user.get_username() if e.user else "", e.action, e.target,
-                                   "yes" if e.ok else "no", e.result, json.dumps(e.params, sort_keys=True)])
-
-    response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="tco-audit-{timezone.now():%Y%m%d-%H%M%S}.csv"'
-    return response
+    header = ["at_utc", "user", "action", "target", "ok", "result", "params_json"]
+    rows = ([e.at.isoformat(), e.user.get_username() if e.user else "", e.action, e.target,
+             "yes" if e.ok else "no", e.result, json.dumps(e.params, sort_keys=True)]
+            for e in entries.iterator(chunk_size=2000))
+    return csv_export.csv_response(f"tco-audit-{timezone.now():%Y%m%d-%H%M%S}.csv", header, rows, stream=True)

@@ -2,21 +2,19 @@
 from __future__ import annotations
 
 from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
-from dashboards.billing import bills
-from dashboards.billing import budgets
-from dashboards.billing import periods
-from dashboards.core import errors
-from dashboards.core import csv_export
+
+from dashboards.billing import bills, budgets, periods
+from dashboards.core import csv_export, errors
+from dashboards.core.roles import user_can
+from dashboards.models import Budget, Campaign
 from dashboards.web import forms as ops_forms
 from dashboards.web.forms import BillForm
-from dashboards.models import Budget, Campaign
-from dashboards.core.roles import user_can
 from dashboards.web.views.common import refused
-
 
 # --------------------------------------------------------------------------- bills and budgets
 
@@ -112,21 +110,18 @@ def bills_csv(request: HttpRequest) -> HttpResponse:
         result = _bill(form)
     except errors.BillError as exc:
         return HttpResponse(f"bad bill request: {exc}", status=400, content_type="text/plain")
-    response = HttpResponse(content_type="text/csv; charset=utf-8")
-    writer = csv_export.writer(response)
     campaign_id = form.filters()["campaign"]
     if request.GET.get("view") == "tasks" and campaign_id:
-        response["Content-Disposition"] = f'attachment; filename="tco-campaign-{campaign_id}-tasks-by-cost.csv"'
-        writer.writerow(["campaign", "task_number", "state", "verdict", "total_tokens", "cost_usd", "wallclock_s"])
-        for t in bills.costliest_tasks(campaign_id, teams=form.teams(), limit=100_000):
-            tokens = sum(getattr(t, b) or 0 for b in bills.BUCKETS)
-            writer.writerow([campaign_id, t.task_number, t.state, t.verdict, tokens,
-                             format(t.cost_usd.normalize(), "f") if t.cost_usd is not None else "unpriced",
-                             f"{t.wallclock_s or 0:.3f}"])
-        return response
+        def task_rows():
+            for t in bills.costliest_tasks(campaign_id, teams=form.teams(), limit=100_000):
+                tokens = sum(getattr(t, b) or 0 for b in bills.BUCKETS)
+                yield [campaign_id, t.task_number, t.state, t.verdict, tokens,
+                       format(t.cost_usd.normalize(), "f") if t.cost_usd is not None else "unpriced",
+                       f"{t.wallclock_s or 0:.3f}"]
+        return csv_export.csv_response(
+            f"tco-campaign-{campaign_id}-tasks-by-cost.csv",
+            ["campaign", "task_number", "state", "verdict", "total_tokens", "cost_usd", "wallclock_s"], task_rows())
     filename = (f"tco-bill-{result['period']}-{result['group_by']}-{result['first'].isoformat()}"
                 f"-{result['last'].isoformat()}.csv")
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    for row in bills.bill_csv_rows(result):
-        writer.writerow(row)
-    return response
+    header, *rows = bills.bill_csv_rows(result)
+    return csv_export.csv_response(filename, header, rows)

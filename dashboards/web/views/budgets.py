@@ -6,12 +6,11 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
-from dashboards.billing import bills
-from dashboards.billing import budgets
-from dashboards.billing import periods
+
+from dashboards.billing import bills, budgets, periods
 from dashboards.core import errors
-from dashboards.web.forms import BudgetForm
 from dashboards.models import Budget
+from dashboards.web.forms import BudgetForm
 from dashboards.web.views.common import refused
 
 

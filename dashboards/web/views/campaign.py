@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+
 from dashboards.core.scope import campaign_for
 from dashboards.live import campaign
 from dashboards.live import snapshots

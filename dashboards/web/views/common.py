@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+
 from dashboards.core import audit
 
 

@@ -7,17 +7,15 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
-from dashboards.launch import notices
+
 from dashboards.control import actions
 from dashboards.core import holds
-from dashboards.launch import service
-from dashboards.web.forms import CampaignControlForm
-from dashboards.core.audit import ActionRefused
-from dashboards.models import Campaign
+from dashboards.core.errors import ActionRefused, LaunchError
 from dashboards.core.roles import teams_with, user_can
-from dashboards.core.errors import LaunchError
+from dashboards.launch import notices, service
+from dashboards.models import Campaign
+from dashboards.web.forms import CampaignControlForm
 from dashboards.web.views.common import refused
-
 
 # --------------------------------------------------------------------------- campaign control
 

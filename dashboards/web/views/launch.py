@@ -6,17 +6,15 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
-from dashboards.launch import inputs
-from dashboards.launch import forecast as launch_forecast
-from dashboards.core import limits
-from dashboards.launch import service
-from dashboards.core.clusters import cluster_get_default
-from dashboards.web.forms import LaunchForm, UrgentForm
-from dashboards.core.audit import ActionRefused
-from dashboards.core.roles import user_can
-from dashboards.core.errors import LaunchError
-from dashboards.web.views.common import refused
 
+from dashboards.core import limits
+from dashboards.core.clusters import cluster_get_default
+from dashboards.core.errors import Refused
+from dashboards.core.roles import user_can
+from dashboards.launch import forecast as launch_forecast
+from dashboards.launch import inputs, service
+from dashboards.web.forms import LaunchForm, UrgentForm
+from dashboards.web.views.common import refused
 
 # --------------------------------------------------------------------------- launching
 
@@ -29,11 +27,10 @@ def launch_page(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = LaunchForm(request.POST, request.FILES, user=request.user)
         if form.is_valid():
-            data = form.cleaned_data
             if "launch" in request.POST:
                 try:
                     outcome = service.launch(user=request.user, request=form.launch_request())
-                except (ActionRefused, LaunchError) as exc:
+                except Refused as exc:
                     form.add_error(None, str(exc))
                 else:
                     campaign = outcome.campaign
@@ -43,20 +40,7 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                     messages.success(request, f"Campaign {campaign.name} (#{campaign.pk}) launched with "
                                               f"{campaign.task_count} tasks.{note}")
                     return redirect("ops-campaign", campaign_id=campaign.pk)
-            preview = service.launch_preview(user=request.user, team=data["team"],
-                                               agent_definition=data["agent_definition"], count=len(data["inputs"]),
-                                               model=data["model"], cost_cap_usd=data["cost_cap_usd"])
-            preview["count"] = len(data["inputs"])
-            preview["timing"] = launch_forecast.timing_forecast(
-                cluster=cluster_get_default(), team=data["team"], count=len(data["inputs"]), queue=data["queue"],
-                seats_per_task=data["seats_per_task"], concurrency_cap=data["concurrency_cap"],
-                priority=data["priority"], duration_s=preview["forecast"]["duration_s"],
-                agent_definition=data["agent_definition"], predecessor_job=data["predecessor_job"],
-                user=request.user)
-            preview["headroom"] = launch_forecast.budget_headroom(preview["verdict"], preview["expected_usd"])
-            preview["basis"] = launch_forecast.history_basis(agent_definition=data["agent_definition"],
-                                                             inputs=data["inputs"], forecast=preview["forecast"],
-                                                             user=request.user)
+            preview = launch_forecast.launch_preview(user=request.user, request=form.launch_request())
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,
@@ -78,7 +62,7 @@ def urgent_page(request: HttpRequest) -> HttpResponse:
                                                   agent_definition=data["agent_definition"], input=data["input"],
                                                   name=data["name"], queue=data["queue"],
                                                   seats_per_task=data["seats_per_task"], model=data["model"])
-            except (ActionRefused, LaunchError) as exc:
+            except Refused as exc:
                 form.add_error(None, str(exc))
             else:
                 messages.success(request, f"Urgent agent {outcome.campaign.name} (#{outcome.campaign.pk}) submitted "

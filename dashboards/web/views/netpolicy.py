@@ -7,11 +7,11 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
+
 from dashboards.control import netpolicy
-from dashboards.core.audit import ActionRefused
-from dashboards.models import Campaign
+from dashboards.core.errors import ActionRefused, LaunchError
 from dashboards.core.roles import teams_with
-from dashboards.core.errors import LaunchError
+from dashboards.models import Campaign
 
 
 @login_required

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+
 from dashboards.core.scope import scope_of
 from dashboards.live import queue
 from dashboards.live import snapshots

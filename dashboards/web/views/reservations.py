@@ -5,6 +5,7 @@ a team), audited by :mod:`dashboards.reservations`.
 from __future__ import annotations
 
 import datetime as dt
+
 from django import forms
 from django.conf import settings
 from django.contrib import messages
@@ -13,11 +14,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
-from dashboards.launch import reservations as launch_reservations
-from dashboards.core.audit import ActionRefused
+
 from dashboards.core.clusters import cluster_get_default
+from dashboards.core.errors import ActionRefused, LaunchError, Refused
 from dashboards.core.roles import teams_with, user_can
-from dashboards.core.errors import LaunchError
+from dashboards.launch import reservations as launch_reservations
 from dashboards.web.views.common import refused
 
 #: Longest booking from the page (seconds): one week, as the adapter allows.
@@ -81,7 +82,7 @@ def reservations_page(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             try:
                 booked = launch_reservations.book(user=request.user, request=form.book_request(), cluster=cluster)
-            except (ActionRefused, LaunchError) as exc:
+            except Refused as exc:
                 form.add_error(None, str(exc))
             else:
                 messages.success(request, f"Advance reservation {booked.ar_id} ({booked.name}) booked for team "

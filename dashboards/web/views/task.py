@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from dashboards.core import spool_files
-from dashboards.core import scope
+
+from dashboards.core import scope, spool_files
 from dashboards.live import task
 from dashboards.models import Task
 

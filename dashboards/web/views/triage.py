@@ -2,39 +2,29 @@
 from __future__ import annotations
 
 from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
-from dashboards.core import limits
-from dashboards.control import triage
-from dashboards.control import actions
+
+from dashboards.control import actions, group_actions, triage
 from dashboards.core import ranges
-from dashboards.web.forms import TriageActionForm
-from dashboards.core.audit import ActionRefused
-from dashboards.models import AuditEntry
+from dashboards.core.errors import ActionRefused, LaunchError
 from dashboards.core.roles import user_can
-from dashboards.core.errors import LaunchError
+from dashboards.models import AuditEntry
+from dashboards.web.forms import TriageActionForm
 from dashboards.web.views.common import refused
 
-
-# --------------------------------------------------------------------------- triage and audit
-
-#: Waiting jobs the triage page reads reasons for (one cached ``qstat -j`` each).
-TRIAGE_MAX_JOBS = 200
-
-TRIAGE_FILTERS = ("team", "owner", "queue", "reason", "state", "q")
-
-
 def _triage_context(request: HttpRequest) -> dict:
-    """The triage page's data for the filters, search and sort in the URL (``TRIAGE_FILTERS``,
+    """The triage page's data for the filters, search and sort in the URL (``group_actions.TRIAGE_FILTERS``,
     ``sort``, ``dir=asc|desc``)."""
     from dashboards.live.publish import live_status
 
-    overview = triage.triage_overview(max_jobs=TRIAGE_MAX_JOBS)
-    chosen = {k: request.GET.get(k, "")[:100] for k in TRIAGE_FILTERS}
+    overview = triage.triage_overview(max_jobs=group_actions.TRIAGE_MAX_JOBS)
+    chosen = {k: request.GET.get(k, "")[:100] for k in group_actions.TRIAGE_FILTERS}
     sort = request.GET.get("sort", "wait")
     if sort not in triage.SORTS:
         sort = "wait"
@@ -128,71 +118,33 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
     """
     if not user_can(request.user, "triage"):
         return refused(request, "Triage is for cluster admins.", action="triage")
-    key = request.POST.get("group", "")
     action = request.POST.get("action", "")
-    if action not in actions.TRIAGE_ACTIONS:
-        messages.error(request, f"Unknown action {action[:32]!r}.")
-        return _back_to_triage(request)
-    priority = None
-    if action == "priority":
-        try:
-            priority = int(request.POST.get("priority", ""))
-        except ValueError:
-            priority = None
-        if priority is None or not limits.PRIORITY_MIN <= priority <= limits.PRIORITY_MAX:
-            messages.error(request, f"Priority: a whole number from {limits.PRIORITY_MIN} to {limits.PRIORITY_MAX}.")
-            return _back_to_triage(request)
-    from dashboards.live.publish import live_status
-
-    overview = triage.triage_overview(max_jobs=TRIAGE_MAX_JOBS)
-    # The group as the page showed it: with the filters and search it was sent from.
-    shown = QueryDict(request.POST.get("next", "").lstrip("?"))
-    jobs = triage.triage_filter(overview["jobs"], **{k: shown.get(k, "")[:100] for k in TRIAGE_FILTERS})
-    group = next((g for g in triage.triage_groups(jobs) if g["key"] == key), None)
-    if group is None:
-        messages.error(request, "That group has no waiting jobs any more (they may have started); nothing was done.")
-        return _back_to_triage(request)
-    if action != group["action"]["action"]:  # a group's bulk action is its own, on its jobs only
-        messages.error(request, f"{group['title']}: " + (f"the bulk action on this group is {group['action']['label']}"
-                                                          if group["action"]["action"] else
-                                                          f"no action in tco moves these ({group['action']['why']})")
-                       + "; nothing was done.")
-        return _back_to_triage(request)
-    label = dict(TriageActionForm.ACTIONS)[action]
-    if request.POST.get("confirm") != "yes":
-        jobs = [j for j in jobs if j["job_number"] in group["jobs"]]
-        return render(request, "dashboards/triage_confirm.html", {
-            "group": group, "group_jobs": jobs, "action": action, "action_label": label, "priority": priority,
-            "next": request.POST.get("next", "")})
     try:
-        chosen = triage.confirmed_in_group(group["jobs"], request.POST.getlist("jobs"))
-    except ValueError:
-        chosen = None
-    if not chosen or not chosen["act"]:
-        messages.error(request, f"{group['title']}: " + (
-            "the confirmation listed no job of this group now (they may have started, or the group changed)"
-            if chosen is not None else "the confirmation's job numbers are not valid")
-            + "; nothing was done. Look at the group again and confirm.")
+        priority = group_actions.priority_argument(action, request.POST.get("priority", ""))
+        group, group_jobs = group_actions.shown_group(
+            key=request.POST.get("group", ""), action=action,
+            filters=QueryDict(request.POST.get("next", "").lstrip("?")))  # the filters the page was sent from
+        label = dict(TriageActionForm.ACTIONS)[action]
+        if request.POST.get("confirm") != "yes":
+            return render(request, "dashboards/triage_confirm.html", {
+                "group": group, "group_jobs": group_jobs, "action": action, "action_label": label,
+                "priority": priority, "next": request.POST.get("next", "")})
+        done = group_actions.group_action(user=request.user, group=group, action=action, priority=priority,
+                                          confirmed=request.POST.getlist("jobs"))
+    except ActionRefused as exc:
+        messages.error(request, str(exc))
         return _back_to_triage(request)
-    queued, failed = [], []
-    for job_number in chosen["act"]:
-        try:
-            actions.triage_action(user=request.user, action=action, job_number=job_number, priority=priority)
-        except (ActionRefused, LaunchError) as exc:
-            failed.append(f"job {job_number}: {exc}")
-        else:
-            queued.append(job_number)
-    if queued:
-        messages.success(request, f"{label.capitalize()} of {len(queued)} job{'s' if len(queued) != 1 else ''} "
-                                  f"(that {group['label']}) requested: {', '.join(map(str, queued))}.")
-    if chosen["joined"]:
-        messages.warning(request, f"Skipped job{'s' if len(chosen['joined']) != 1 else ''} "
-                                  f"{', '.join(map(str, chosen['joined']))}: joined the group after the confirmation page was shown "
-                                  f"(not on the confirmation page); look at the group again to act on them.")
-    if chosen["left"]:
-        messages.warning(request, f"Skipped job{'s' if len(chosen['left']) != 1 else ''} "
-                                  f"{', '.join(map(str, chosen['left']))}: no longer in the group "
+    if done.queued:
+        messages.success(request, f"{label.capitalize()} of {len(done.queued)} job{'s' if len(done.queued) != 1 else ''} "
+                                  f"(that {group['label']}) requested: {', '.join(map(str, done.queued))}.")
+    if done.joined:
+        messages.warning(request, f"Skipped job{'s' if len(done.joined) != 1 else ''} "
+                                  f"{', '.join(map(str, done.joined))}: joined the group after the confirmation page was "
+                                  f"shown (not on the confirmation page); look at the group again to act on them.")
+    if done.left:
+        messages.warning(request, f"Skipped job{'s' if len(done.left) != 1 else ''} "
+                                  f"{', '.join(map(str, done.left))}: no longer in the group "
                                   f"(started, ended or waiting for something else now).")
-    for text in failed:
-        messages.error(request, text)
+    for job_number, why in done.failed:
+        messages.error(request, f"job {job_number}: {why}")
     return _back_to_triage(request)

@@ -6,11 +6,10 @@ import random
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboards.core.audit import ActionRefused
+from dashboards.core.errors import Refused
 from dashboards.launch.service import LaunchRequest, launch
-from dashboards.models import AgentDefinition, Team
-from dashboards.core.errors import LaunchError
 from dashboards.launch.submit import campaign_submit
+from dashboards.models import AgentDefinition, Team
 
 
 class Command(BaseCommand):
@@ -43,7 +42,7 @@ class Command(BaseCommand):
         try:
             campaign = launch(user=user, request=LaunchRequest(team=team, agent_definition=agent, inputs=inputs,
                                                                name=options["name"])).campaign
-        except (ActionRefused, LaunchError) as exc:
+        except Refused as exc:
             raise CommandError(str(exc)) from exc
         if options["submit_here"]:
             campaign = campaign_submit(campaign_id=campaign.pk)

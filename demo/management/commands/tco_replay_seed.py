@@ -20,8 +20,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboards.core.audit import ActionRefused
-from dashboards.core.errors import LaunchError
+from dashboards.core.errors import ActionRefused, LaunchError
 from demo.replay import ReplayError, ReplayOptions, replay
 from schedulers.base import SchedulerError
 

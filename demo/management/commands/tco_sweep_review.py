@@ -28,13 +28,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboards.core.audit import ActionRefused
-from dashboards.models import Campaign, ModelEndpoint, Task, Team
-from dashboards.core.errors import LaunchError
-from dashboards.launch.submit import campaign_submit
+from dashboards.core.errors import Refused
 from dashboards.launch.spool import team_sweeps_dir
-from demo.sweep import (review_agreement, review_runs_dir, sweep_review_launch, sweep_submit,
-                              write_demo_credential)
+from dashboards.launch.submit import campaign_submit
+from dashboards.models import Campaign, ModelEndpoint, Task, Team
+from demo.sweep import review_agreement, review_runs_dir, sweep_review_launch, sweep_submit, write_demo_credential
 from schedulers.base import SchedulerError
 
 
@@ -99,7 +97,7 @@ class Command(BaseCommand):
         try:
             campaign = sweep_review_launch(user=user, team=team, sweep_job=sweep_job, runs_dir=out_dir, count=count,
                                            endpoint=endpoint.name, name=name, model=options["model"])
-        except (ActionRefused, LaunchError) as exc:
+        except Refused as exc:
             raise CommandError(str(exc)) from exc
         if options["submit_here"]:
             campaign = campaign_submit(campaign_id=campaign.pk)
@@ -119,7 +117,7 @@ class Command(BaseCommand):
         port = endpoint.port
         if port >= 1024:
             # Any local account may bind an unprivileged port once the stand-in is gone (after
-            # `make stop`) and receive the agents' requests with their credential (SECURITY.md, F4).
+            # `make stop`) and receive the agents' requests with their credential (docs/security.md, F4).
             self.stderr.write(f"warning: {endpoint} is on unprivileged port {port}: after the stand-in stops, "
                               "any local account can listen there; scripts/demo uses a privileged port")
         credential_name = endpoint.credential_name
