@@ -574,3 +574,55 @@ def test_no_published_payload_of_one_team_reaches_another_teams_socket(world, li
             assert foreign_in(message, **foreign) == [], view
     # and the admin's queue view does show them all (the check above would see them if they leaked)
     assert foreign_in(stored["queue/admin/1"], **foreign)
+
+
+def page_json(response, script_id: str):
+    html = response.content.decode()
+    start = html.index(f'<script id="{script_id}" type="application/json">') + len(
+        f'<script id="{script_id}" type="application/json">')
+    return json.loads(html[start:html.index("</script>", start)])
+
+
+def test_a_page_get_renders_the_snapshot_its_sockets_get_without_reading_it_again(world, client, monkeypatch):
+    """The queue and campaign pages' live parts come from the views' latest snapshots when someone of
+    the same audience watches: no build in the GET, the same data and seq as on the socket."""
+    from .test_roles_scoping import login
+
+    viewer = world["users"]["viewer"]
+    alpha = world["alpha"].pk
+
+    async def watch():
+        socks = [await ws_connect(viewer, "/ws/queue/"), await ws_connect(viewer, f"/ws/campaigns/{alpha}/")]
+        for comm, _, _, _ in socks:
+            await comm.disconnect()
+        return [first for _, _, _, first in socks]
+
+    on_socket = async_to_sync(watch)()           # the views are registered (for a minute) and built
+    builds = []
+    monkeypatch.setattr("dashboards.live.queue.queue_summary", lambda *a, **k: builds.append("queue"))
+    monkeypatch.setattr("dashboards.live.campaign.campaign_detail", lambda *a, **k: builds.append("campaign"))
+    login(client, "lead")                          # another user of the same audience (research)
+    queue_page, campaign_page = client.get("/"), client.get(f"/campaigns/{alpha}/")
+    assert (queue_page.status_code, campaign_page.status_code) == (200, 200)
+    assert builds == []
+    assert page_json(queue_page, "initial-summary") == on_socket[0]["data"]
+    assert page_json(campaign_page, "initial-campaign") == on_socket[1]["data"]
+    assert page_json(queue_page, "initial-live") == {k: on_socket[0][k] for k in ("view", "epoch", "seq")}
+    assert page_json(campaign_page, "initial-live") == {k: on_socket[1][k] for k in ("view", "epoch", "seq")}
+
+
+def test_a_page_get_of_a_view_nobody_watches_reads_the_database_and_has_it_built(world, client, live_store_in_memory):
+    from .test_roles_scoping import login
+
+    store = live_store_in_memory
+    store.eager = False
+    login(client, "eng-viewer")
+    page = client.get(f"/campaigns/{world['beta'].pk}/")
+    assert page.status_code == 200
+    assert page_json(page, "initial-campaign")["campaign"]["name"] == "beta"
+    assert page_json(page, "initial-live") is None                       # read here, not a snapshot
+    view = snapshots.campaign_view(world["beta"].pk)
+    assert view.key in store.views and store.wakes == 1                   # registered, the producer woken
+    assert publish.Producer(store).publish_pass().built >= 1 and view.key in store.snaps
+    # and a campaign of another team stays a 404, snapshot or not
+    assert client.get(f"/campaigns/{world['alpha'].pk}/").status_code == 404
