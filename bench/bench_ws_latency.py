@@ -470,6 +470,9 @@ def burst(args) -> int:
     def qstat() -> list:
         with lock:
             items = list(state.items())
+        return qstat_of(items)
+
+    def qstat_of(items) -> list:
         at = dt.datetime.now(dt.timezone.utc)
         return [QstatTask(job_number=j, task_number=t, name="burst", owner="tco", project=script[(j, t)], state=s,
                           state_code="r" if s == "running" else "qw", restarted=False,
@@ -480,20 +483,38 @@ def burst(args) -> int:
     stop = threading.Event()
     poll_s = float(os.environ.get("TCO_POLL_INTERVAL_S", "1.0"))
 
-    polls: list[tuple[float, float, int]] = []   # (began, took s, tasks changed) of each poll task
     from django.conf import settings as django_settings
 
     from worker.tasks import poll_burst
 
+    # The poll runs in a process of its own, as in the poll worker: in this one it would share the GIL
+    # with hundreds of clients' sockets and the measured poll would be theirs. It reads the script's
+    # state from a manager's dict, written here at each change.
+    import multiprocessing
+
+    mp = multiprocessing.get_context("fork")
+    manager = mp.Manager()
+    shared, polls_out, stop_polls = manager.dict(), manager.list(), mp.Event()
+
+    def share_state() -> None:   # with lock held
+        shared["state"] = json.dumps([[j, t, s] for (j, t), s in state.items()])
+
     def poller() -> None:
         # As the beat and worker.tasks.poll_queue: one poll task every TCO_POLL_INTERVAL_S, polling
         # again every TCO_POLL_BURST_S while a burst goes on.
-        while not stop.is_set():
+        import django.db
+
+        django.db.connections.close_all()   # the parent's, copied by the fork: never used here
+        scripted = (lambda: qstat_of([((j, t), s) for j, t, s in json.loads(shared["state"])]))
+        while not stop_polls.is_set():
             began, began_at = time.monotonic(), time.time()
-            out = poll_burst(cluster, qstat, budget_s=poll_s * 0.75, every_s=django_settings.TCO_POLL_BURST_S)
-            polls.append((began_at, time.monotonic() - began, out["changed"] + out["gone"] + out["added"]))
-            stop.wait(max(0.0, poll_s - (time.monotonic() - began)))
-        connection.close()
+            out = poll_burst(cluster, scripted, budget_s=poll_s * 0.75, every_s=django_settings.TCO_POLL_BURST_S)
+            polls_out.append((began_at, time.monotonic() - began, out["changed"] + out["gone"] + out["added"]))
+            stop_polls.wait(max(0.0, poll_s - (time.monotonic() - began)))
+        django.db.connections.close_all()
+
+    with lock:
+        share_state()
 
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.nice(args.hog_nice))
             for _ in range(args.cpu_hogs)]
@@ -513,7 +534,11 @@ def burst(args) -> int:
                           pids={"web": web.pid, "live": live.pid})
         watch.start()
         watch.follow(campaigns)
-        threading.Thread(target=poller, daemon=True).start()
+        import django.db
+
+        django.db.connections.close_all()
+        poll_process = mp.Process(target=poller, name="tco-bench-poll", daemon=True)
+        poll_process.start()
         time.sleep(3)   # every socket connected, the poll in its stride
         order = sorted(state)
         order = [k for pair in zip(order[:half], order[half:]) for k in pair]   # the two teams in turn
@@ -522,6 +547,7 @@ def burst(args) -> int:
         with lock:
             for k in running:
                 state[k] = "running"
+            share_state()
         burst_at = time.time()
         print(f"{len(running)} tasks started at once; {len(queue)} queued")
         end = time.monotonic() + args.seconds
@@ -534,11 +560,13 @@ def burst(args) -> int:
                         k = queue.pop(0)
                         state[k] = "running"
                         running.append(k)
+                share_state()
         time.sleep(3)
         stop.set()
+        stop_polls.set()
+        poll_process.join(timeout=30)
+        polls = list(polls_out)   # (began, took s, tasks changed) of each poll task
         watch.stop()
-        import django.db
-
         django.db.connections.close_all()
         results = watch.results()
         print("\n".join(render_live(results)))
@@ -562,8 +590,10 @@ def burst(args) -> int:
         print_summary(summary, hogs=len(hogs), nice=args.hog_nice, clients=args.watchers)
     finally:
         stop.set()
+        stop_polls.set()
         for hog in hogs:
             hog.kill()
+        manager.shutdown()
         for proc in (web, live):
             proc.terminate()
         for proc in (web, live):
