@@ -174,7 +174,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # A launch form carries its inputs (up to dashboards.core.limits.INPUT_MAX_BYTES, 16 MiB) and policy
 # (64 KiB): Django's default 2.5 MB would answer a bare "400 Bad Request" before the form can say
-# what is wrong. tests/unit/test_launch_service.py keeps this above the form's own limits.
+# what is wrong. tests/db/test_launch_service.py keeps this above the form's own limits.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 17 * 1024 * 1024
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -1,22 +1,94 @@
-"""Shared fixtures: bootstrap data, and the real stack (web server and workers) as subprocesses."""
+"""The kinds of test, and the fixtures more than one kind shares.
+
+A test's kind is the folder it lives in (pytest.ini lists the markers; the marker is set here from
+the folder, so ``-m db`` or ``-m "not browser"`` select by kind):
+
+    tests/unit         no database, no service: plain functions on captured output and files
+    tests/db           the Django database (SQLite or PostgreSQL), nothing else: no cluster, no Redis
+    tests/integration  the real dev cluster (Grid Engine, Redis), as the submit account tco
+    tests/browser      Debian's Chromium on the live stack (web server + workers) and the cluster
+    tests/host         this host's own facilities: real bubblewrap sandboxes (host/sandbox, as tco),
+                       other local accounts (host/accounts, as root)
+    tests/faults       the cluster's services stopped and started (scripts/faults, as root)
+    tests/deploy       the site layout (nginx, systemd units) on this machine
+
+``make check`` runs unit and db (no cluster, about a minute); ``make test`` runs every kind.
+Helpers shared as plain code (factories, the live stack, the browser's sign-in) are in tests/support/.
+"""
 from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
 
-REPO = Path(__file__).resolve().parent.parent
-TEST_OUTPUT = Path(settings.STATE_DIR) / "test-output"
+from tests.support.campaigns import DEMO_PASSWORD, make_campaign
+from tests.support.history import PASSWORD
+from tests.support.stack import TEST_OUTPUT, Stack
+
+TESTS = Path(__file__).resolve().parent
+KINDS = ("unit", "db", "integration", "browser", "host", "faults", "deploy")
+#: The fixtures that open the database: a unit test asking for one belongs in tests/db.
+DB_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
+               "bootstrap", "live_server"}
+#: Where a database or unit test finds "Redis": nothing listens on the discard port, so a connection is refused at once.
+NO_REDIS_URL = "redis://127.0.0.1:9/0"
+
+
+def pytest_configure(config):
+    from tests.support import static_scan
+
+    static_scan.install()
+
+
+def kind_of(item) -> str | None:
+    parts = Path(item.path).resolve().relative_to(TESTS).parts
+    return parts[0] if len(parts) > 1 and parts[0] in KINDS else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    misplaced = []
+    for item in items:
+        kind = kind_of(item)
+        if kind is None:
+            continue
+        item.add_marker(getattr(pytest.mark, kind))
+        if kind == "unit" and (item.get_closest_marker("django_db") or DB_FIXTURES & set(item.fixturenames)):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError("unit tests use no database; move these to tests/db: " + ", ".join(misplaced))
+
+
+@pytest.fixture(autouse=True)
+def _no_services_for_unit_and_db(request):
+    """Unit and database tests reach no service: a private cache (tco's JSON contract kept), an
+    in-memory channel layer, "Redis" on a port where nothing listens (the health probe and the queue
+    depth history find it down), and worker tasks recorded instead of sent to the broker (the name
+    must be one ``worker.tasks`` registers, the arguments JSON). A test that sets its own (a dead
+    Redis cache, ``enqueue.send`` patched) overrides these. Passwords hash through
+    tests/support/hashers.py (PBKDF2, memoized)."""
+    if kind_of(request.node) not in ("unit", "db"):
+        return
+    import json
+
+    from dashboards.core import enqueue
+
+    settings = request.getfixturevalue("settings")
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    settings.CACHES = {"default": {"BACKEND": "tests.support.cache.JSONLocMemCache",
+                                   "LOCATION": f"tco-test-{os.getpid()}-{request.node.nodeid}"}}
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.REDIS_URL = NO_REDIS_URL
+    settings.PASSWORD_HASHERS = ["tests.support.hashers.MemoizedPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
+
+    def send(name, *args, queue=None):
+        assert name in enqueue.TASK_NAMES, f"{name} is not a task worker.tasks registers"
+        json.dumps(list(args))
+
+    monkeypatch.setattr(enqueue, "send", send)
 
 
 @pytest.fixture
@@ -27,126 +99,6 @@ def bootstrap(db, tmp_path, settings):
     os.environ["TCO_ADMIN_PASSWORD"] = "test-admin-pw-1"
     call_command("tco_bootstrap", stdout=open(os.devnull, "w"))
     return settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_database_url(name: str) -> str:
-    """A ``DATABASE_URL`` (dj-database-url's format) for database ``name`` on the server under test.
-
-    SQLite: ``name`` is the file. PostgreSQL: ``name`` is the database (the
-    pytest-django test database), on the same server with the same role.
-    """
-    from urllib.parse import quote
-
-    from django.db import connection
-
-    conf = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{name}"
-    if connection.vendor == "postgresql":
-        auth = quote(conf["USER"] or "", safe="")
-        if conf["PASSWORD"]:
-            auth += ":" + quote(conf["PASSWORD"], safe="")
-        return f"postgres://{auth}@{conf['HOST'] or ''}:{conf['PORT'] or 5432}/{quote(name, safe='')}"
-    raise RuntimeError(f"no DATABASE_URL form for the {connection.vendor} backend")
-
-
-class Stack:
-    """tco's web server and workers, started against the test database (SQLite file or PostgreSQL database)."""
-
-    def __init__(self, db_path: str, spool: Path, log_dir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": test_database_url(db_path),
-            "TCO_SPOOL_DIR": str(spool),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "DJANGO_SETTINGS_MODULE": "tco_web.settings",
-        }
-        self.env.pop("DATABASE_URL_FILE", None)  # it would win over DATABASE_URL (settings.env_str)
-        self.log_dir = log_dir
-
-    def start(self, name: str, argv: list[str], *, pass_fds: tuple[int, ...] = (), **extra_env: str) -> None:
-        log = open(self.log_dir / f"{name}.log", "wb")
-        proc = subprocess.Popen(argv, cwd=REPO, env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
-                                pass_fds=pass_fds)
-        self.procs.append((name, proc))
-
-    def wait_http(self, timeout: float = 30.0) -> None:
-        import urllib.request
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"web server did not answer on {self.url}; see {self.log_dir}/web.log")
-
-    def start_services(self, beat_schedule: Path, worker_name: str) -> None:
-        """Purge the test broker, then start the web server (uvicorn), a Celery worker (poll, ingest, submit with DRMAA) and beat."""
-        py = sys.executable
-        # Tasks left in the test broker by an aborted run must not reach this database.
-        subprocess.run([py, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO, env=self.env,
-                       check=True, capture_output=True, timeout=60)
-        # As scripts/services and the site's tco-web.service: uvicorn, TCO_WEB_WORKERS processes (default 2).
-        self.start("web", [py, "-m", "uvicorn", "tco_web.asgi:application", "--host", "127.0.0.1",
-                           "--port", str(self.port), "--workers", os.environ.get("TCO_WEB_WORKERS", "2"),
-                           "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5",
-                           "--no-proxy-headers"])
-        self.start("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
-                              "-n", f"{worker_name}{self.port}@%h", "--loglevel=INFO"], TCO_DRMAA_WORKER="1")
-        self.start("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=INFO",
-                            "--schedule", str(beat_schedule)])
-
-    @contextmanager
-    def serving(self, beat_schedule: Path, worker_name: str) -> Iterator["Stack"]:
-        """:meth:`start_services`, wait for the web server (RuntimeError after 30 s), yield the stack,
-        and :meth:`stop` it however the block ends."""
-        self.start_services(beat_schedule, worker_name)
-        try:
-            self.wait_http()
-            yield self
-        finally:
-            self.stop()
-
-    def stop(self) -> None:
-        for _, proc in reversed(self.procs):
-            proc.terminate()
-        for _, proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-@pytest.fixture
-def live_stack(transactional_db, bootstrap, tmp_path):
-    """The web server (uvicorn) + a Celery worker (poll, ingest, submit with DRMAA) + beat, on the test database."""
-    from django.db import connection
-
-    db_path = connection.settings_dict["NAME"]
-    log_dir = TEST_OUTPUT / "stack-logs"
-    if log_dir.exists():
-        shutil.rmtree(log_dir)
-    log_dir.mkdir(parents=True)
-    stack = Stack(db_path, Path(bootstrap.TCO_SPOOL_DIR), log_dir)
-    with stack.serving(tmp_path / "beat-schedule", "test"):
-        yield stack
-
-
-# --- roles and scoped data (issue 6) ----------------------------------------------------
-
-DEMO_PASSWORD = "test-demo-pw-1"
 
 
 @pytest.fixture
@@ -171,6 +123,8 @@ def fast_passwords(settings):
                                  "django.contrib.auth.hashers.PBKDF2PasswordHasher"]
 
 
+# --- users, teams and campaigns -----------------------------------------------------------------
+
 @pytest.fixture
 def role_users(bootstrap):
     """The admin plus one demo user per role (dashboards.core.accounts.DEMO_USERS), password DEMO_PASSWORD."""
@@ -188,35 +142,147 @@ def role_users(bootstrap):
     return users
 
 
-def make_campaign(*, team, user, name: str, tasks: list[dict] | None = None, job_number: int = 1000,
-                  status: str = "submitted", launched_at=None, **fields):
-    """A campaign and its tasks written straight to the database (no scheduler).
+OPS_ROLES = ("viewer", "lead", "launcher", "urgent")
 
-    ``tasks``: one dict of Task field values per task (task_number defaults to
-    its position, 1-based; state to pending).
-    """
-    import datetime as dt
 
+@pytest.fixture
+def ops_users(bootstrap, django_user_model):
+    """One user per role on research (``<role>``), one launcher of engineering (``other``),
+    one signed-in user on no team (``nobody``) and the bootstrap ``admin``.
+
+    Their passwords are unusable (hashing is slow); browser tests use ``ops_logins``."""
+    from dashboards.models import Role, Team
+    from dashboards.core.roles import membership_set
+
+    research = Team.objects.get(project="research")
+    engineering = Team.objects.get(project="engineering")
+    users = {}
+    for role in OPS_ROLES:
+        user = django_user_model.objects.create_user(role, email=f"{role}@example.org", password=None)
+        membership_set(user=user, team=research, role=role)
+        users[role] = user
+    other = django_user_model.objects.create_user("other", email="other@example.org", password=None)
+    membership_set(user=other, team=engineering, role=Role.LAUNCHER)
+    users["other"] = other
+    users["nobody"] = django_user_model.objects.create_user("nobody", password=None)
+    users["admin"] = django_user_model.objects.get(username="admin")
+    return users
+
+
+@pytest.fixture
+def ops_logins(ops_users):
+    """``ops_users`` with the password ``PASSWORD`` (the admin keeps the bootstrap one)."""
+    for name, user in ops_users.items():
+        if name != "admin":
+            user.set_password(PASSWORD)
+            user.save(update_fields=["password"])
+    return ops_users
+
+
+def _now():
     from django.utils import timezone
 
-    from dashboards.models import AgentDefinition, Campaign, Task
+    return timezone.now()
+
+
+WORLD_NOW = _now()
+
+
+@pytest.fixture
+def world(role_users, settings, monkeypatch):
+    """Campaign "alpha" of research (4 tasks), "beta" of engineering (2), and a job tco did not launch."""
     from dashboards.core.clusters import cluster_get_default
+    from dashboards.models import Task, Team
 
-    cluster = cluster_get_default()
-    launched_at = launched_at or timezone.now() - dt.timedelta(minutes=5)
-    tasks = tasks if tasks is not None else [{}]
-    campaign = Campaign.objects.create(
-        name=name, cluster=cluster, team=team, agent_definition=AgentDefinition.objects.get(name="demo-agent"),
-        launched_by=user, queue="agent.q", task_count=len(tasks), status=status, launched_at=launched_at,
-        submitted_at=launched_at + dt.timedelta(seconds=0.25), job_number=job_number, **fields)
-    rows = []
-    for n, values in enumerate(tasks, 1):
-        values = {"task_number": n, "state": "pending", "state_code": "qw", "submitted_at": launched_at, **values}
-        values.setdefault("active", values["state"] not in ("done", "failed", "deleted", "lost"))
-        rows.append(Task(cluster=cluster, campaign=campaign, job_number=job_number, is_array=True,
-                         name=f"tco-c{campaign.pk}-{name}", owner="tco", project=team.project, **values))
-    Task.objects.bulk_create(rows)
-    from dashboards.core import rollups
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # Consumers close "old" connections around each ORM call, which would close the
+    # test's own connection mid-transaction (CONN_MAX_AGE is 0 for SQLite).
+    monkeypatch.setattr("channels.db.close_old_connections", lambda: None)
+    research = Team.objects.get(project="research")
+    engineering = Team.objects.get(project="engineering")
+    admin = role_users["admin"]
+    alpha = make_campaign(team=research, user=admin, name="alpha", job_number=1001, tasks=[
+        {"state": "running", "state_code": "r", "host": "vm", "started_at": WORLD_NOW},
+        {"state": "pending"},
+        {"state": "failed", "exit_status": 3, "failed_code": 0, "ended_at": WORLD_NOW},
+        {"state": "done", "exit_status": 0, "failed_code": 0, "ended_at": WORLD_NOW},
+    ])
+    beta = make_campaign(team=engineering, user=admin, name="beta", job_number=1002,
+                         tasks=[{"state": "pending"}, {"state": "pending"}])
+    other = Task.objects.create(cluster=cluster_get_default(), job_number=2000, name="someone-elses-job",
+                                owner="alice", project="research", state="pending", state_code="qw")
+    return {"users": role_users, "alpha": alpha, "beta": beta, "other": other,
+            "alpha_task": alpha.tasks.get(task_number=1), "beta_task": beta.tasks.get(task_number=1)}
 
-    rollups.tasks_added(t.id for t in rows)  # ended tasks are in the usage rollups, as ingest keeps them
-    return campaign
+
+@pytest.fixture(scope="module")
+def runs() -> Path:
+    """The demo sweep's eight runs (demo/demo_sweep.py), written once per module under var/."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.support.paths import REPO
+
+    # Outside the host's /tmp: a sandbox policy may list nothing inside it (other tasks' scratch).
+    (REPO / "var").mkdir(exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix="test-sweep-runs-", dir=REPO / "var"))
+    for task in range(1, 9):
+        subprocess.run([sys.executable, "-m", "demo.demo_sweep", "--out", str(out), "--task", str(task)],
+                       cwd=REPO, capture_output=True, timeout=60)
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
+# --- the live stack: tco's web server (uvicorn) + a Celery worker (poll, ingest, submit with DRMAA) + beat --
+# One stack per test module, started on the test database before the module's first test; each test
+# still gets a fresh database (transactional_db empties it after the test) and tco_bootstrap's data,
+# with the stack's spool as its spool. A module whose tests could not share one would say so here.
+
+def _serve(name: str, tmp_path_factory, settings_module: str | None = None):
+    from django.db import connection
+
+    log_dir = TEST_OUTPUT / f"{name}-logs"
+    if log_dir.exists():
+        shutil.rmtree(log_dir)
+    log_dir.mkdir(parents=True)
+    root = tmp_path_factory.mktemp(name)
+    stack = Stack(connection.settings_dict["NAME"], root / "spool", log_dir)
+    stack.spool = root / "spool"
+    if settings_module:
+        stack.env["DJANGO_SETTINGS_MODULE"] = settings_module
+    return stack, root
+
+
+@pytest.fixture(scope="module")
+def live_stack_server(django_db_setup, tmp_path_factory, request):
+    """This module's live stack on the test database, with the project's settings."""
+    stack, root = _serve(f"stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory)
+    with stack.serving(root / "beat-schedule", "test"):
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def ops_stack_server(django_db_setup, tmp_path_factory, request):
+    """This module's live stack with mail written to files under ``var/test-output/mail``
+    (tests/support/mail_settings.py) instead of sent."""
+    stack, root = _serve(f"ops-stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory,
+                         "tests.support.mail_settings")
+    stack.mail_dir = TEST_OUTPUT / "mail"
+    stack.mail_dir.mkdir(parents=True, exist_ok=True)
+    with stack.serving(root / "beat-schedule", "ops"):
+        yield stack
+
+
+@pytest.fixture
+def live_stack(live_stack_server, transactional_db, bootstrap):
+    """The module's live stack, for a test on a fresh database with the bootstrap data."""
+    bootstrap.TCO_SPOOL_DIR = live_stack_server.spool
+    return live_stack_server
+
+
+@pytest.fixture
+def ops_stack(ops_stack_server, transactional_db, bootstrap):
+    """The module's live stack with mail to files, for a test on a fresh database with the bootstrap data."""
+    bootstrap.TCO_SPOOL_DIR = ops_stack_server.spool
+    return ops_stack_server

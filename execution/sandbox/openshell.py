@@ -3,7 +3,7 @@
 Used by the runner where ``openshell`` is on PATH and the policy names no
 loopback endpoint (OpenShell refuses those). OpenShell cannot run on tco's
 dev machine, so this driver is tested against a stand-in ``openshell`` that
-records its arguments (tests/unit/test_openshell_driver.py); the commands
+records its arguments (tests/host/sandbox/test_openshell_driver.py); the commands
 and flags are those of OpenShell's CLI reference:
 
 1. ``openshell sandbox create --name N --policy FILE --detach --no-tty

@@ -8,28 +8,18 @@ from __future__ import annotations
 
 import os
 import subprocess
-from contextlib import contextmanager
 
 import pytest
 from django.utils import timezone
 
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, ControlRequest, Task, Team
-from tests.ops.fixtures import (  # noqa: F401
-    PASSWORD,
-    SGE_ENV,
-    make_campaign,
-    ops_logins,
-    ops_stack,
-    ops_users,
-    qdel_quietly,
-    qstat_jobs,
-    wait_until,
-)
+from tests.helpers import wait_until
+from tests.support.cluster import qdel_quietly, qstat_jobs, SGE_ENV
+from tests.support.history import make_campaign
 
-from ..conftest import TEST_OUTPUT
-from .test_ops_pages import login
-from .test_pages_roles import browser  # noqa: F401  (a fixture)
+from tests.support.stack import TEST_OUTPUT
+from tests.support.browser import shot, signed_in, text
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -37,26 +27,6 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 SHOTS = TEST_OUTPUT / "uxb"
 PHONE = {"width": 390, "height": 844}
-
-
-@contextmanager
-def signed_in(browser, stack, username: str, password: str = PASSWORD, **context_options):
-    context = browser.new_context(**{"viewport": {"width": 1400, "height": 1000}, **context_options})
-    page = context.new_page()
-    login(page, stack, username, password)
-    try:
-        yield page
-    finally:
-        context.close()
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def text(page, selector: str) -> str:
-    return (page.text_content(selector) or "").strip()
 
 
 def fits_the_viewport(page) -> None:

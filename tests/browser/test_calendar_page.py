@@ -1,7 +1,7 @@
 """A queue calendar on the queue page, in Debian's Chromium, against the real dev cluster.
 
 The test queue cal.q is closed by its calendar for about a minute
-(tests/integration/calendar_window.py: scripts/cluster-faults ->
+(tests/support/calendar_window.py: scripts/cluster-faults ->
 dev-cluster --calendar-window; agent.q is never touched). The page says the
 queue's calendar, that it is closed and until when, and, without a reload,
 that it is open once the window has passed. Screenshot in the test output.
@@ -12,10 +12,10 @@ import os
 
 import pytest
 
-from ..conftest import TEST_OUTPUT
-from ..integration.calendar_window import CALENDAR, QUEUE, closed_window
-from .test_ops_pages import login
-from .test_queue_page import browser_page, wait_for  # noqa: F401 (a fixture)
+from tests.support.stack import TEST_OUTPUT
+from tests.support.calendar_window import CALENDAR, closed_window, QUEUE
+from tests.support.browser import login
+from tests.support.browser import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")

@@ -15,9 +15,9 @@ import pytest
 from dashboards.models import AgentDefinition, Team
 from dashboards.launch.service import LaunchRequest, launch
 
-from ..conftest import TEST_OUTPUT
-from ..integration.test_hosts import agent_hosts, fault, qstat_tasks
-from .test_queue_page import browser_page, wait_for  # noqa: F401 (a fixture)
+from tests.support.stack import TEST_OUTPUT
+from tests.support.hosts import agent_hosts, fault, qstat_tasks
+from tests.support.browser import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")

@@ -12,11 +12,10 @@ import yaml
 from dashboards.management.commands.tco_bootstrap import demo_ceiling
 from dashboards.models import AuditEntry, Team
 from execution.spool.network import NetworkPolicyFile
-from tests.ops.fixtures import make_campaign, ops_logins, ops_stack, ops_users  # noqa: F401
+from tests.support.history import make_campaign
 
-from ..conftest import TEST_OUTPUT
-from .test_ops_pages import login
-from .test_queue_page import browser_page  # noqa: F401
+from tests.support.stack import TEST_OUTPUT
+from tests.support.browser import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 

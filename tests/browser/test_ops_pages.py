@@ -18,22 +18,12 @@ import pytest
 from dashboards.core.errors import ActionRefused
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, AuditEntry, Campaign, Task, Team
-from tests.ops.fixtures import (  # noqa: F401
-    PASSWORD,
-    SGE_ENV,
-    job_gone_or_deleting,
-    make_campaign,
-    make_task,
-    ops_logins,
-    ops_stack,
-    ops_users,
-    qdel_quietly,
-    qstat_jobs,
-    wait_until,
-)
+from tests.helpers import wait_until
+from tests.support.cluster import job_gone_or_deleting, qdel_quietly, qstat_jobs, SGE_ENV
+from tests.support.history import make_campaign, make_task
 
-from ..conftest import TEST_OUTPUT
-from .test_queue_page import browser_page  # noqa: F401
+from tests.support.stack import TEST_OUTPUT
+from tests.support.browser import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -42,14 +32,6 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 def shot(page, name: str) -> None:
     page.screenshot(path=str(TEST_OUTPUT / f"ops-{name}.png"), full_page=True)
-
-
-def login(page, stack, username: str, password: str = PASSWORD) -> None:
-    page.goto(stack.url + "/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", password)
-    page.click("#login-submit")
-    page.wait_for_url(lambda url: "/login/" not in url, timeout=15000)
 
 
 def cell(page, selector: str) -> str:
@@ -119,7 +101,7 @@ def test_a_lead_reads_and_exports_a_bill_that_changes_when_a_campaign_finishes(o
     def mailed() -> bool:
         for message in Path(ops_stack.mail_dir).glob("*.log"):
             text = message.read_text(errors="replace")
-            if f"campaign billed finished" in text and "launcher@example.org" in text:
+            if "campaign billed finished" in text and "launcher@example.org" in text:
                 return True
         return False
 

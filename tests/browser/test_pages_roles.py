@@ -13,28 +13,21 @@ from django.utils import timezone
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Task, Team
 
-from ..conftest import DEMO_PASSWORD, TEST_OUTPUT, make_campaign
-from .test_queue_page import CHROMIUM_ARGS, cell, wait_for
+from tests.support.campaigns import DEMO_PASSWORD, make_campaign
+from tests.support.stack import TEST_OUTPUT
+from tests.support.browser import cell, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 SHOTS = TEST_OUTPUT / "roles"
-ROLES = ("viewer", "lead", "launcher", "urgent", "eng-viewer", "admin")
 
 
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
+@pytest.fixture(autouse=True)
+def _shots_dir():
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+ROLES = ("viewer", "lead", "launcher", "urgent", "eng-viewer", "admin")
 
 
 def login(browser, url: str, username: str):

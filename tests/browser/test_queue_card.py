@@ -22,13 +22,12 @@ from django.test import Client
 from schedulers.gridengine.parsers.qquota import parse_qquota
 from schedulers.hosts import parse_queue_instances
 
-from ..conftest import TEST_OUTPUT
+from tests.support.stack import TEST_OUTPUT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db]
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 END = dt.datetime(2026, 12, 1, 16, 30, tzinfo=dt.timezone.utc)
 
 
@@ -61,9 +60,8 @@ def served_page(tmp_path: Path, html: str) -> tuple[str, http.server.ThreadingHT
 
 @pytest.mark.parametrize("samples", [[0.0], [1.0, 0.0], [3600.0 - 30 * i for i in range(121)]],
                          ids=["one-sample", "two-samples-1s-apart", "an-hour"])
-def test_the_card_splits_the_slots_and_the_depth_chart_keeps_its_labels(bootstrap, monkeypatch, tmp_path, samples):
-    from playwright.sync_api import sync_playwright
-
+def test_the_card_splits_the_slots_and_the_depth_chart_keeps_its_labels(browser, bootstrap, monkeypatch, tmp_path,
+                                                                       samples):
     
     from dashboards.core.clusters import cluster_get_default
     from dashboards.models import Cluster
@@ -84,38 +82,33 @@ def test_the_card_splits_the_slots_and_the_depth_chart_keeps_its_labels(bootstra
     assert client.login(username="admin", password="test-admin-pw-1")
     url, server = served_page(tmp_path, client.get("/").content.decode())
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-            try:
-                for width in (390, 1400):
-                    page = browser.new_page(viewport={"width": width, "height": 1000})
-                    page.goto(url)
-                    page.wait_for_selector("#depth-chart .xtick text")
-                    line = page.text_content('p.slots-line[data-queue="agent.q"]')
-                    # 2 in use; 48 - 2 on the unknown instance and 48 on the disabled one cannot take work.
-                    assert line == ("agent.q: 96 slots: 2 in use by tasks placed there, 94 unavailable "
-                                    "(agent.q@mh-exec1 unknown (u); agent.q@mh-exec2 disabled (d)), 0 free."), line
-                    quota = page.text_content('p.quota[data-rule="agent_cap/1"]')
-                    assert "slots 5 of 96 in use" in quota and "in queues agent.q" in quota, quota
-                    owner = page.locator('#other-owners tr[data-owner="alice"] td')
-                    assert [owner.nth(i).text_content() for i in range(3)] == ["alice", "2", "2"]
-                    found = page.evaluate("""() => {
-                      const out = {labels: [], outside: []};
-                      document.querySelectorAll('#depth-chart .xtick text').forEach(t => out.labels.push(t.textContent));
-                      document.querySelectorAll('#depth-chart text').forEach(t => {
-                        const r = t.getBoundingClientRect(), svg = t.closest('svg').getBoundingClientRect();
-                        if (!t.textContent.trim() || !r.width) return;
-                        if (r.bottom > svg.bottom + 0.5 || r.top < svg.top - 0.5 || r.left < svg.left - 0.5 ||
-                            r.right > svg.right + 0.5) out.outside.push(t.textContent);
-                      });
-                      return out;
-                    }""")
-                    shown = [label for label in found["labels"] if label]
-                    assert len(shown) >= 2 and len(set(shown)) == len(shown), shown  # no label repeated
-                    assert found["outside"] == [], found  # no clipped letter under or beside the chart
-                    page.screenshot(path=str(TEST_OUTPUT / f"queue-card-{len(samples)}-{width}.png"), full_page=True)
-                    page.close()
-            finally:
-                browser.close()
+        for width in (390, 1400):
+            page = browser.new_page(viewport={"width": width, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector("#depth-chart .xtick text")
+            line = page.text_content('p.slots-line[data-queue="agent.q"]')
+            # 2 in use; 48 - 2 on the unknown instance and 48 on the disabled one cannot take work.
+            assert line == ("agent.q: 96 slots: 2 in use by tasks placed there, 94 unavailable "
+                            "(agent.q@mh-exec1 unknown (u); agent.q@mh-exec2 disabled (d)), 0 free."), line
+            quota = page.text_content('p.quota[data-rule="agent_cap/1"]')
+            assert "slots 5 of 96 in use" in quota and "in queues agent.q" in quota, quota
+            owner = page.locator('#other-owners tr[data-owner="alice"] td')
+            assert [owner.nth(i).text_content() for i in range(3)] == ["alice", "2", "2"]
+            found = page.evaluate("""() => {
+              const out = {labels: [], outside: []};
+              document.querySelectorAll('#depth-chart .xtick text').forEach(t => out.labels.push(t.textContent));
+              document.querySelectorAll('#depth-chart text').forEach(t => {
+                const r = t.getBoundingClientRect(), svg = t.closest('svg').getBoundingClientRect();
+                if (!t.textContent.trim() || !r.width) return;
+                if (r.bottom > svg.bottom + 0.5 || r.top < svg.top - 0.5 || r.left < svg.left - 0.5 ||
+                    r.right > svg.right + 0.5) out.outside.push(t.textContent);
+              });
+              return out;
+            }""")
+            shown = [label for label in found["labels"] if label]
+            assert len(shown) >= 2 and len(set(shown)) == len(shown), shown  # no label repeated
+            assert found["outside"] == [], found  # no clipped letter under or beside the chart
+            page.screenshot(path=str(TEST_OUTPUT / f"queue-card-{len(samples)}-{width}.png"), full_page=True)
+            page.close()
     finally:
         server.shutdown()

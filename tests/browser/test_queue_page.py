@@ -3,14 +3,14 @@ changes state on the page without a reload."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Cluster, Team
 
-from ..conftest import TEST_OUTPUT
+from tests.support.stack import TEST_OUTPUT
+from tests.support.browser import cell, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -18,35 +18,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration]
 # are still plain synchronous calls between page actions.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-@pytest.fixture
-def browser_page():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            yield page
-        finally:
-            browser.close()
-
-
-def cell(page, campaign_id: int, state: str) -> int:
-    text = page.text_content(f'tr[data-campaign="{campaign_id}"] td[data-state="{state}"]')
-    return int(text) if text and text.strip().isdigit() else 0
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_queue_page_shows_a_campaign_go_from_pending_to_done_without_reload(live_stack, browser_page,

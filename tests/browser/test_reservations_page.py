@@ -10,11 +10,10 @@ import uuid
 import pytest
 
 from dashboards.models import Reservation, Team
-from tests.ops.fixtures import SGE_ENV, ops_logins, ops_stack, ops_users  # noqa: F401
+from tests.support.cluster import SGE_ENV
 
-from ..conftest import TEST_OUTPUT
-from .test_ops_pages import login
-from .test_queue_page import browser_page  # noqa: F401
+from tests.support.stack import TEST_OUTPUT
+from tests.support.browser import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 

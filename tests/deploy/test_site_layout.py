@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TEST_OUTPUT, Stack, free_port
+from tests.support.paths import REPO
+from tests.support.stack import free_port, Stack, TEST_OUTPUT
 
 pytestmark = pytest.mark.integration
 DEPLOY = REPO / "deploy"
@@ -240,7 +241,7 @@ def site(transactional_db, bootstrap, tmp_path):
     """nginx + tco-web (uvicorn, 2 workers) + tco-worker-poll on loopback, on the test database."""
     from django.db import connection
 
-    from tests.conftest import test_database_url
+    from tests.support.stack import database_url_for as test_database_url
 
     if not shutil.which("nginx"):
         pytest.fail("nginx is not installed: run scripts/setup (it installs Debian's nginx)")

@@ -6,7 +6,7 @@ rest of the rotated file (found by its inode) and the new file: both jobs'
 records are in the database once. The file is put back together in
 ``finally`` (rotated + new, under its name again) so the cluster is left as
 it was. The file-level cases (truncated and regrown, half-written line,
-crash mid-rotation) are in tests/unit/test_accounting_cursor.py.
+crash mid-rotation) are in tests/db/test_accounting_cursor.py.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dashboards.ingest.accounting import ingest_accounting
 from dashboards.models import AccountingRecord, IngestCheckpoint
 from dashboards.core.clusters import cluster_get_default
 
-from .conftest import submit_as_tco, wait_for
+from .services import submit_as_tco, wait_for
 from .ledger import compare, file_identities, report
 
 pytestmark = [pytest.mark.integration]

@@ -20,7 +20,7 @@ import pytest
 from dashboards.models import IngestCheckpoint
 from dashboards.core.clusters import cluster_get_default
 
-from .conftest import run_child
+from .services import run_child
 from .ledger import compare, report
 
 pytestmark = [pytest.mark.integration]

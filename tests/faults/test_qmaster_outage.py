@@ -31,9 +31,9 @@ from dashboards.models import Campaign, Task, TaskEvent, Team
 from dashboards.core.clusters import cluster_get_default
 from execution.spool.layout import SpoolLayout
 from execution.spool.record import RunnerRecord
-from tests.conftest import make_campaign
+from tests.support.campaigns import make_campaign
 
-from .conftest import poll_cycle, qmaster_start, qmaster_stop, submit_as_tco, wait_for
+from .services import poll_cycle, qmaster_start, qmaster_stop, submit_as_tco, wait_for
 from .ledger import compare, report
 
 pytestmark = [pytest.mark.integration]

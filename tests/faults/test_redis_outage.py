@@ -24,9 +24,9 @@ from django.utils import timezone
 from dashboards.core import realtime
 from dashboards.models import Cluster, IngestCheckpoint, Team
 from dashboards.core.clusters import cluster_get_default
-from tests.conftest import make_campaign
+from tests.support.campaigns import make_campaign
 
-from .conftest import RedisServer, wait_for
+from .services import RedisServer, wait_for
 from .ledger import compare, report
 
 pytestmark = [pytest.mark.integration]

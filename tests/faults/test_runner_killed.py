@@ -22,7 +22,7 @@ from dashboards.core.clusters import cluster_get_default, scheduler_for
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.launch.submit import campaign_submit
 
-from .conftest import poll_cycle, wait_for
+from .services import poll_cycle, wait_for
 from .ledger import compare, report
 
 pytestmark = [pytest.mark.integration]

@@ -28,7 +28,8 @@ from dashboards.ingest.poll import apply_qstat_poll
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Budget, Campaign, Task, Team
 from dashboards.launch.submit import campaign_submit
-from tests.ops.fixtures import SGE_ENV, qstat_jobs, wait_until
+from tests.helpers import wait_until
+from tests.support.cluster import qstat_jobs, SGE_ENV
 
 
 @dataclass
@@ -197,7 +198,7 @@ def closed_calendar(ctx: CauseContext) -> Made:
     dev-cluster --calendar-window; agent.q is never touched); a campaign launched into cal.q waits."""
     from django.test import override_settings
 
-    from .calendar_window import (CALENDAR, QUEUE, close_queue_until, open_window_end, opening_reason,
+    from tests.support.calendar_window import (CALENDAR, QUEUE, close_queue_until, open_window_end, opening_reason,
                                   remove_window)
 
     opens = open_window_end(90)

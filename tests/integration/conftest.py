@@ -13,14 +13,12 @@ the DRMAA environment set before Python starts::
 from __future__ import annotations
 
 import os
+import shutil
+import time
 
 import pytest
 
 from schedulers.base import SchedulerError
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "integration: needs the real dev cluster (TCO_SKIP_INTEGRATION=1 skips)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -57,3 +55,42 @@ def sge_cluster() -> dict:
         pytest.fail(str(exc))
     return {"sge_root": sge_root, "sge_cell": sge_cell,
             "accounting_path": os.path.join(sge_root, sge_cell, "common", "accounting")}
+
+
+@pytest.fixture
+def stand_in_model(tmp_path):
+    """The demo's scripted stand-in model (key ``tests.support.stand_in.KEY``) on a free port of the
+    master's address (where the execution hosts reach it); its URL."""
+    from django.conf import settings as django_settings
+
+    from demo.demo_model import spawn
+    from schedulers.hosts import master_address
+    from tests.support.paths import REPO
+    from tests.support.stack import free_port
+    from tests.support.stand_in import KEY
+
+    port = free_port()
+    key_file = tmp_path / "model.key"
+    key_file.write_text(KEY + "\n")
+    # On the master's address the execution hosts reach (127.0.0.1 on a single-host cluster).
+    host = master_address(django_settings.SGE_ROOT, django_settings.SGE_CELL)
+    proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(REPO), host=host)
+    yield f"http://{host}:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def runs_dir():
+    """A sweep's run directory outside the host's /tmp (nothing in it can be listed in a sandbox policy:
+    other tasks' scratch space) and outside the test's state directory (tco's own files): under the
+    real state dir's test output."""
+    from tests.support.stack import TEST_OUTPUT
+
+    # The real state directory's test output, as it was when the tests started: ``bootstrap`` points
+    # STATE_DIR at the test's own tmp_path (inside /tmp) before this fixture runs.
+    path = TEST_OUTPUT / f"sweep-runs-{time.time_ns()}"
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -28,10 +28,12 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from assistant.untrusted import unwrap
 from dashboards.core.accounts import api_token_rotate
 from dashboards.models import Team
-from tests.conftest import REPO, free_port, make_campaign
-from tests.conftest import test_database_url as database_url_for  # aliased: pytest would collect test_*
-from tests.ops.fixtures import SGE_ENV, ops_users, qdel_quietly  # noqa: F401
-from tests.ops.fixtures import make_task
+from tests.support.campaigns import make_campaign
+from tests.support.paths import REPO
+from tests.support.stack import free_port
+from tests.support.stack import database_url_for
+from tests.support.cluster import qdel_quietly, SGE_ENV
+from tests.support.history import make_task
 
 from .assistant_causes import CAUSES, CauseContext
 

@@ -1,5 +1,5 @@
 """Queue calendars on the real dev cluster: a short closed window on the test queue cal.q
-(tests/integration/calendar_window.py), a job that waits for it, tco's reason naming the calendar and
+(tests/support/calendar_window.py), a job that waits for it, tco's reason naming the calendar and
 its opening time, the status poll's calendar state, and the job starting when the calendar opens.
 
 Expected texts and times come from the window the test asks for (its end, computed here from the
@@ -15,9 +15,10 @@ from dashboards.core.clusters import cluster_get_default, scheduler_for
 from dashboards.ingest.cluster_status import cluster_status_refresh
 from schedulers.pending import explain_pending
 from tests.integration.assistant_causes import qsub_sleep, scheduler_said
-from tests.integration.calendar_window import CALENDAR, QUEUE, closed_window, opening_reason
-from tests.integration.test_hosts import queue_instances
-from tests.ops.fixtures import qdel_quietly, qstat_jobs, wait_until
+from tests.support.calendar_window import CALENDAR, closed_window, opening_reason, QUEUE
+from tests.support.hosts import queue_instances
+from tests.helpers import wait_until
+from tests.support.cluster import qdel_quietly, qstat_jobs
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

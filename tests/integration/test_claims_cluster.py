@@ -8,7 +8,7 @@ from dashboards.core import enqueue
 from dashboards.launch import submit
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Campaign, CampaignStatus, Task, Team
-from tests.ops.fixtures import ops_users, qdel_quietly, qstat_jobs  # noqa: F401
+from tests.support.cluster import qdel_quietly, qstat_jobs
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -19,7 +19,7 @@ from http.cookiejar import CookieJar
 import pytest
 from django.conf import settings
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def options_between(text: str, start: str, end: str) -> set[str]:
 
 def test_the_test_stack_starts_uvicorn_as_the_demo_does():
     demo = options_between((REPO / "scripts" / "services").read_text(), "start_one web", "start_one worker")
-    stack = options_between((REPO / "tests" / "conftest.py").read_text(), 'self.start("web"', 'self.start("worker"')
+    stack = options_between((REPO / "tests" / "support" / "stack.py").read_text(), 'self.start("web"', 'self.start("worker"')
     assert "--no-proxy-headers" in demo
     assert demo - {"--host", "--port"} == stack - {"--host", "--port"}
 

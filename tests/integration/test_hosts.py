@@ -11,11 +11,8 @@ read here with regexes and ``split(":")``, not with tco's parsers.
 """
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -35,39 +32,11 @@ from dashboards.launch.service import launch as launch_request
 from dashboards.launch.submit import campaign_job_spec, campaign_submit
 from schedulers.hosts import tasks_with_host_states
 from tests.sge_env import sge_env
+from tests.support.hosts import agent_hosts, fault, qstat_tasks, queue_instances
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 TERMINAL = ("done", "failed", "deleted", "lost")
-FAULTS_DIR = Path("/run/tco-dev-cluster")
-
-
-def sge(*argv: str) -> str:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=True, timeout=30,
-                          env=sge_env(settings.SGE_ROOT, settings.SGE_CELL, TZ="UTC", LC_ALL="C")).stdout
-
-
-def queue_instances() -> dict[str, tuple[str, int]]:
-    """``queue@host`` -> (state letters, slots_total), from ``qstat -f -xml`` read with regexes."""
-    found = {}
-    for block in re.findall(r"<Queue-List>(.*?)</Queue-List>", sge("qstat", "-f", "-xml"), re.S):
-        block = re.sub(r"<job_list.*?</job_list>", "", block, flags=re.S)
-        state = re.search(r"<state>([^<]*)</state>", block)
-        found[re.search(r"<name>([^<]+)</name>", block).group(1)] = (
-            state.group(1) if state else "", int(re.search(r"<slots_total>(\d+)</slots_total>", block).group(1)))
-    return found
-
-
-def qstat_tasks(job: int) -> dict[int, tuple[str, str]]:
-    """task number -> (state letters, host or "") of ``job`` in ``qstat -u '*'`` (plain text; ranges expanded)."""
-    tasks: dict[int, tuple[str, str]] = {}
-    for line in sge("qstat", "-u", "*", "-g", "d").splitlines()[2:]:
-        f = line.split()
-        if not f or f[0] != str(job):
-            continue
-        host = f[7].split("@", 1)[1] if len(f) >= 10 and "@" in f[7] else ""
-        tasks[int(f[-1])] = (f[4], host)
-    return tasks
 
 
 def accounting_lines(job: int) -> list[list[str]]:
@@ -85,13 +54,6 @@ def qacct_count(job: int) -> int:
     out = subprocess.run(["qacct", "-j", str(job)], capture_output=True, text=True, timeout=60,
                          env=sge_env(settings.SGE_ROOT, settings.SGE_CELL, LC_ALL="C")).stdout
     return sum(1 for line in out.splitlines() if line.startswith("====="))
-
-
-def agent_hosts() -> tuple[list[str], int]:
-    """The hosts agent.q spans and its slots per host (the smallest)."""
-    agent = {name.split("@", 1)[1]: total for name, (_, total) in queue_instances().items()
-             if name.startswith("agent.q@")}
-    return sorted(agent), min(agent.values())
 
 
 @pytest.fixture
@@ -133,29 +95,6 @@ def campaign_over(campaign: Campaign, job: int):
 def host_unknown(host: str):
     """A condition for :func:`drive_until`: every queue instance on ``host`` is in state u."""
     return lambda: all("u" in s for q, (s, _) in queue_instances().items() if q.endswith("@" + host))
-
-
-def fault(action: str, host: str, timeout: float = 60) -> None:
-    """Ask scripts/cluster-faults (root) to take ``host``'s execd down (kill -9) or up; wait until done."""
-    fifo = FAULTS_DIR / f"faults-{settings.SGE_CELL}.fifo"
-    done = FAULTS_DIR / f"faults-{settings.SGE_CELL}.log"
-    if not fifo.exists():
-        pytest.fail(f"{fifo} is missing: run the tests through scripts/test, which starts scripts/cluster-faults")
-    request = uuid.uuid4().hex
-    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-    try:
-        os.write(fd, f"{request} {action} {host}\n".encode())
-    finally:
-        os.close(fd)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in done.read_text().splitlines():
-            f = line.split()
-            if f and f[0] == request:
-                assert f[3] == "0", f"scripts/cluster-faults: {action} {host} failed (exit {f[3]})"
-                return
-        time.sleep(0.2)
-    pytest.fail(f"scripts/cluster-faults did not do '{action} {host}' within {timeout:g} s")
 
 
 def launch(name: str, inputs: list[dict], **options) -> Campaign:
@@ -321,3 +260,81 @@ def test_without_rerun_the_lost_hosts_tasks_stay_unknown_until_it_comes_back_the
         expected = "done" if (f[11], f[12]) == ("0", "0") else "failed"
         assert (task.state, task.host, task.failed_code, task.exit_status) == (expected, f[1], int(f[11]), int(f[12]))
     assert Task.objects.filter(job_number=job).count() == 2
+
+
+def test_a_crashed_hosts_tasks_end_failed_with_the_host_and_the_reason_and_retry_in_one_action(bootstrap, hosts):
+    """Issue 23, finding 12: every process of a host killed (execd, shepherds, runners, agents) while its
+    tasks run, then the host back. Grid Engine writes a record per task it ran (failed 19, "before writing
+    exit_status"); tco ends those tasks failed, says which host was lost and why, counts them as
+    infrastructure failures, retries them in one action, and bills the records' wall clock."""
+    from django.db.models import Count
+
+    from dashboards.billing import bills
+    from dashboards.billing.periods import cluster_zone
+    from dashboards.control.actions import campaign_controls
+    from dashboards.launch.service import campaign_retry
+    from dashboards.live.campaign import campaign_detail
+    from dashboards.live.task import task_detail
+    from dashboards.models import CampaignStatus
+
+    cluster = cluster_get_default()
+    scheduler = scheduler_for(cluster)
+    admin = get_user_model().objects.get(username="admin")
+    campaign = launch("crashed-host", [{"task": n, "duration_s": 90.0} for n in (1, 2, 3, 4)])
+    job = campaign.job_number
+    placed = wait_all_running(cluster, scheduler, job, 4)
+    lost_host = max(set(placed.values()), key=list(placed.values()).count)
+    on_lost = sorted(n for n, h in placed.items() if h == lost_host)
+    elsewhere = sorted(set(placed) - set(on_lost))
+    fault("crash", lost_host)
+    try:
+        drive_until(cluster, scheduler, host_unknown(lost_host), 180,
+                    lambda: f"{lost_host} never became unknown: {queue_instances()}")
+        drive(cluster, scheduler)
+        states = dict(Task.objects.filter(campaign=campaign, task_number__in=on_lost).values_list(
+            "task_number", "state"))
+        assert not set(states.values()) & set(TERMINAL), states  # unknown, not ended on a guess
+    finally:
+        fault("up", lost_host)
+    drive_until(cluster, scheduler, campaign_over(campaign, job), 300, lambda: (
+        f"no convergence: {list(Task.objects.filter(campaign=campaign).values_list('task_number', 'state'))}"
+        f" qstat {qstat_tasks(job)}"))
+    time.sleep(2)
+    drive(cluster, scheduler)
+
+    lines = {int(f[35]): f for f in accounting_lines(job)}
+    assert sorted(lines) == [1, 2, 3, 4] and len(accounting_lines(job)) == 4  # one record each, none doubled
+    assert Task.objects.filter(job_number=job).count() == 4
+    for n in on_lost:
+        f = lines[n]
+        assert (f[1], f[11]) == (lost_host, "19"), f[:14]  # the host's record: failed 19
+        task = Task.objects.get(campaign=campaign, task_number=n)
+        assert (task.state, task.host, task.failed_code) == ("failed", lost_host, 19)
+        failure = task_detail(admin, task.pk)["task"]["failure"]
+        assert failure["kind"] == "infrastructure"
+        assert failure["text"].startswith(f"execution host {lost_host} was lost: the job's shepherd died before "
+                                          "it wrote the exit status")
+        assert AccountingRecord.objects.get(task=task).wallclock_s == float(f[13])
+    for n in elsewhere:
+        assert Task.objects.get(campaign=campaign, task_number=n).state == "done"
+    detail = campaign_detail(admin, campaign.pk)
+    assert detail["infrastructure_failures"] == len(on_lost)
+    states = dict(Task.objects.filter(campaign=campaign).values_list("state").annotate(n=Count("id")).order_by())
+    assert campaign_controls(campaign, states)["retry_infrastructure"] == {"count": len(on_lost), "why": ""}
+    # Billed from the accounting records: the campaign's wall clock is the records' sum.
+    first_start = Task.objects.filter(campaign=campaign).order_by("started_at").first().started_at
+    day = first_start.astimezone(cluster_zone(cluster)).date()
+    result = bills.bill(teams=[campaign.team], period="day", first=day, last=day, group_by="campaign",
+                        campaign=campaign.pk)
+    billed = sum(r["wallclock_s"] for r in result["rows"] if r["launched_by_tco"])
+    assert billed == sum(float(f[13]) for f in lines.values())
+    # One action retries the tasks the lost host failed, and only those.
+    retry = campaign_retry(user=admin, campaign=campaign, infrastructure_only=True).campaign
+    try:
+        assert retry.task_count == len(on_lost) and retry.retry_of_id == campaign.pk
+        assert retry.status in (CampaignStatus.SUBMITTING, CampaignStatus.SUBMITTED)
+    finally:
+        retry = campaign_submit(campaign_id=retry.pk)
+        if retry.job_number:
+            subprocess.run(["qdel", str(retry.job_number)], capture_output=True, timeout=30,
+                           env=sge_env(settings.SGE_ROOT, settings.SGE_CELL))

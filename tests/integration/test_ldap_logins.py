@@ -19,7 +19,7 @@ import time
 import pytest
 from django.test import Client
 
-from tests.conftest import free_port
+from tests.support.stack import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -2,7 +2,7 @@
 runs under Grid Engine in the real bubblewrap sandbox (issue 17, item 4).
 
 The campaign is launched and submitted through tco's services (DRMAA, the dev
-cluster); the agent (tests/unit/test_runner_live_network.py's) asks a plain HTTP
+cluster); the agent (tests/host/sandbox/test_runner_live_network.py's) asks a plain HTTP
 server this test starts on loopback, through the metering proxy, and waits for
 the test's go-ahead files in its work directory. The changes go through
 ``dashboards.control.netpolicy`` (checks, audit, the spool file); a launcher of another
@@ -30,7 +30,7 @@ from dashboards.models import AgentDefinition, AuditEntry, ModelEndpoint, Policy
 from dashboards.core.roles import membership_set
 from dashboards.launch.submit import campaign_submit
 from schedulers.hosts import master_address
-from tests.unit.test_runner_live_network import AGENT, Upstream
+from tests.support.runner import AGENT, Upstream
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

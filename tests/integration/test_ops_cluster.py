@@ -21,9 +21,8 @@ from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Budget, Campaign, Cluster, Task, Team
 from dashboards.launch.submit import campaign_submit
 from dashboards.core.clusters import cluster_get_default, scheduler_for
-from tests.ops.fixtures import (  # noqa: F401
-    SGE_ENV, job_gone_or_deleting, ops_users, qdel_quietly, qstat_jobs, wait_until,
-)
+from tests.helpers import wait_until
+from tests.support.cluster import job_gone_or_deleting, qdel_quietly, qstat_jobs, SGE_ENV
 from dashboards.ingest.poll import apply_qstat_poll
 from dashboards.ingest.accounting import ingest_accounting
 
@@ -259,7 +258,7 @@ MARKER = "hostile" + uuid.uuid4().hex[:6]
 
 
 def test_hostile_input_on_every_form_leaves_the_scheduler_untouched(bootstrap, ops_users):
-    from tests.unit.test_ops_views import HOSTILE, launch_data
+    from tests.support.forms import HOSTILE, launch_data
 
     before = qstat_jobs()
     client = Client()

@@ -23,7 +23,8 @@ from django.utils import timezone
 
 from dashboards.core.clusters import cluster_get_default
 from dashboards.models import Budget, IngestCheckpoint, Team
-from tests.conftest import free_port, make_campaign
+from tests.support.campaigns import make_campaign
+from tests.support.stack import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fast_passwords", "locmem_cache")]
 

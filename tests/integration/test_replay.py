@@ -23,12 +23,9 @@ from dashboards.core.clusters import cluster_get_default
 from dashboards.management.commands.tco_bootstrap import demo_ceiling
 from dashboards.models import Campaign, ModelEndpoint, PolicyCeiling, Task
 from demo.sweep import write_demo_credential
+from tests.support.stand_in import KEY
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-# The sweep-and-review test's stand-in model (on a free port, key KEY) and its run directory
-# outside the host's /tmp (the review agents' policy may name it).
-from tests.integration.test_sweep_review import KEY, runs_dir, stand_in_model  # noqa: E402,F401
 
 
 def stage(record: dict, name: str) -> dt.datetime:

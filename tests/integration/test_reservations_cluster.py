@@ -26,7 +26,8 @@ from dashboards.ingest.poll import apply_qstat_poll
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import AgentDefinition, Campaign, Task, Team
 from dashboards.launch.submit import campaign_submit
-from tests.ops.fixtures import SGE_ENV, ops_users, qdel_quietly, qstat_jobs, wait_until  # noqa: F401
+from tests.helpers import wait_until
+from tests.support.cluster import qdel_quietly, qstat_jobs, SGE_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -9,14 +9,12 @@ the plumbing's, not a model's quality.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 
 from django.utils import timezone
 
@@ -30,14 +28,12 @@ from dashboards.ingest.poll import apply_qstat_poll
 from dashboards.ingest.accounting import ingest_accounting
 from dashboards.ingest.runner_records import ingest_runner_records
 from demo.reference_checker import SCRIPTED_CAVEAT, check_file
-from demo.demo_model import spawn
-from schedulers.hosts import master_address
+from tests.support.stand_in import KEY
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 REPO = Path(__file__).resolve().parents[2]
 N = 8
-KEY = "sk-tco-sweep-review-test-4b1d"
 # demo/demo_sweep.py's eight parameter sets: ok ok diverged ok crashed diverged ok aborted.
 REFERENCE = ["ok", "ok", "bad", "ok", "bad", "bad", "ok", "bad"]
 # The scripted model answers "bad" only when the run's log says diverged or crashed; the
@@ -61,19 +57,6 @@ def accounting(job_number: int) -> dict[int, list[str]]:
     return found
 
 
-@pytest.fixture
-def stand_in_model(tmp_path):
-    port = free_port()
-    key_file = tmp_path / "model.key"
-    key_file.write_text(KEY + "\n")
-    # On the master's address the execution hosts reach (127.0.0.1 on a single-host cluster).
-    host = master_address(django_settings.SGE_ROOT, django_settings.SGE_CELL)
-    proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(REPO), host=host)
-    yield f"http://{host}:{port}"
-    proc.terminate()
-    proc.wait(10)
-
-
 def served(model_url: str) -> dict:
     import urllib.request
 
@@ -81,18 +64,6 @@ def served(model_url: str) -> dict:
         return json.loads(resp.read())
 
 
-# Outside the host's /tmp (nothing in it can be listed in a sandbox policy: other tasks' scratch
-# space) and outside the test's state directory (tco's own files): the real state dir's test output.
-RUNS_ROOT = Path(django_settings.STATE_DIR) / "test-output"
-
-
-@pytest.fixture
-def runs_dir():
-    path = RUNS_ROOT / f"sweep-runs-{time.time_ns()}"
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_a_sweep_and_its_chained_review_campaign(bootstrap, django_user_model, stand_in_model, runs_dir, settings):

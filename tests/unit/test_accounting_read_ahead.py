@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from schedulers.gridengine.adapter import GridEngine
 from schedulers.gridengine.parsers.accounting import read_accounting
-from tests.unit.test_ingest_accounting import HEADER, colon_line
+from tests.support.accounting import HEADER, colon_line
 
 
 def test_batches_read_ahead_equal_batches_read_when_asked(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .test_prometheus_names import _promtool
+from tests.support.prometheus import _promtool
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "tco-rules.yml"

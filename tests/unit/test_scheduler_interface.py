@@ -50,25 +50,3 @@ def test_the_registry_picks_the_adapter_by_flavour():
     assert engine.accounting_path == "/x/c/common/accounting"
     with pytest.raises(registry.UnknownFlavour, match="pbs"):
         registry.create("pbs")
-
-
-@pytest.mark.django_db
-def test_scheduler_for_reads_the_cluster_flavour(monkeypatch):
-    from dashboards.core.clusters import cluster_get_default, scheduler_for
-
-    cluster = cluster_get_default()
-    assert type(scheduler_for(cluster)) is GridEngine
-    built = []
-
-    def factory(**options):
-        built.append(options)
-        return FakeScheduler()
-
-    monkeypatch.setattr(registry, "_ADAPTERS", dict(registry._ADAPTERS))
-    registry.register("testfl", factory)
-    cluster.flavour = "testfl"
-    assert isinstance(scheduler_for(cluster, timeout=2.5), FakeScheduler)
-    assert built[0]["timeout"] == 2.5 and built[0]["sge_root"] == cluster.sge_root
-    cluster.flavour = "nonesuch"
-    with pytest.raises(registry.UnknownFlavour):
-        scheduler_for(cluster)

@@ -1,0 +1,188 @@
+"""A campaign keeps its launch forecast and the campaign page sets it beside the outcome; the forecast
+widens its ranges when the history does not fit the inputs (dashboards.launch.forecast_record)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from dashboards.core import enqueue
+from dashboards.launch import forecast as launch_forecast
+from dashboards.launch import spool
+from dashboards.launch.forecast_record import forecast_outcome, forecast_record
+from dashboards.launch.service import LaunchRequest, launch
+from dashboards.models import AgentDefinition, Campaign, Task, Team
+from tests.support.history import make_campaign, make_task
+
+pytestmark = pytest.mark.django_db
+UTC = dt.timezone.utc
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    calls = []
+    monkeypatch.setattr(enqueue, "send", lambda name, *args, **kw: calls.append((name, args)))
+    return calls
+
+
+@pytest.fixture
+def history(ops_users):
+    """Five finished runs of demo-agent: $1 to $5 and 10 to 50 s, inputs task=1..5 duration_s=1."""
+    research = Team.objects.get(project="research")
+    done = make_campaign(team=research, user=ops_users["launcher"], name="before", count=5)
+    for n in range(1, 6):
+        make_task(done, task_number=n, started_at=timezone.now() - dt.timedelta(hours=1), wallclock_s=10 * n,
+                  cost_usd=str(n), tokens={"output_tokens": 100})
+    path = Path(spool.spool_layout().inputs_path(done.pk))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"task": n, "duration_s": 1}) + "\n" for n in range(1, 6)))
+    return research
+
+
+def _launch(user, team, inputs, name="kept") -> Campaign:
+    agent = AgentDefinition.objects.get(name="demo-agent")
+    return launch(user=user, request=LaunchRequest(team=team, agent_definition=agent, inputs=inputs, name=name)).campaign
+
+
+def test_a_launch_keeps_its_forecast_start_finish_and_cost_range(history, ops_users, sent):
+    before = timezone.now()
+    campaign = _launch(ops_users["launcher"], history, [{"task": n, "duration_s": 1} for n in (1, 2, 3)])
+    kept = Campaign.objects.get(pk=campaign.pk).forecast
+    # Per task $1..$5: 10th percentile 1.4, median 3, 90th 4.6 (linear between ranks); x 3 tasks.
+    assert kept["cost_usd"] == {"p10": "4.200000", "p50": "9.000000", "p90": "13.800000"}
+    assert kept["tasks"] == 3 and kept["history_runs"] == 5 and kept["widened"] is None
+    # Nothing else waits and nothing limits it below 3 at once: it starts at once and runs one wave
+    # of the agent's run time, 30 s median and 46 s at the 90th percentile (10..50 s).
+    start = dt.datetime.fromisoformat(kept["start_at"].replace("Z", "+00:00"))
+    assert before <= start <= timezone.now()
+    finish = {k: dt.datetime.fromisoformat(v.replace("Z", "+00:00")) for k, v in kept["finish_at"].items()}
+    assert (finish["p50"] - start).total_seconds() == pytest.approx(30)
+    assert (finish["p90"] - start).total_seconds() == pytest.approx(46)
+    assert kept["run_s"] == {"p50": 30.0, "p90": 46.0}
+
+
+def test_the_forecast_widens_when_the_history_does_not_fit_the_inputs(history, ops_users, sent):
+    campaign = _launch(ops_users["launcher"], history, [{"task": n, "duration_s": 60} for n in (1, 2, 3)])
+    kept = Campaign.objects.get(pk=campaign.pk).forecast
+    # The history's inputs never had duration_s 60: 10th percentiles / 2, 90th x 2, medians kept.
+    assert kept["cost_usd"] == {"p10": "2.100000", "p50": "9.000000", "p90": "27.600000"}
+    assert kept["run_s"] == {"p50": 30.0, "p90": 92.0}
+    assert kept["widened"]["factor"] == 2.0 and kept["widened"]["inputs"] == ["duration_s"]
+    assert "duration_s" in kept["widened"]["text"]
+
+
+def test_widening_keeps_medians_and_leaves_a_fitting_history_alone(settings):
+    forecast = {"no_history": False, "duration_s": {"p10": 10.0, "p50": 20.0, "p90": 40.0},
+                "tokens": {"p10": 100, "p50": 200, "p90": 300}, "tokens_per_task": {"p10": 10, "p50": 20, "p90": 30},
+                "cost_usd": {"p10": Decimal("1.000000"), "p50": Decimal("2.000000"), "p90": Decimal("3.000000")},
+                "cost_per_task": None}
+    same, none = launch_forecast.widen_for_misfit(forecast, {"differs": []})
+    assert same is forecast and none is None
+    settings.TCO_FORECAST_MISFIT_FACTOR = 3
+    wide, note = launch_forecast.widen_for_misfit(forecast, {"differs": [{"name": "size"}]})
+    assert wide["duration_s"] == {"p10": 10 / 3, "p50": 20.0, "p90": 120.0}
+    assert wide["tokens"] == {"p10": 33, "p50": 200, "p90": 900}
+    assert wide["cost_usd"] == {"p10": Decimal("0.333333"), "p50": Decimal("2.000000"), "p90": Decimal("9.000000")}
+    assert wide["cost_per_task"] is None and note["factor"] == 3.0
+    assert forecast["duration_s"]["p90"] == 40.0  # the original is not changed
+
+
+def _kept(campaign: Campaign, start: dt.datetime, *, p50: float, p90: float, cost=("1", "2", "3")) -> None:
+    preview = {"count": campaign.task_count, "forecast": {"history": 4, "priced_by": "recorded cost",
+                                                          "cost_usd": dict(zip(("p10", "p50", "p90"),
+                                                                               map(Decimal, cost)))},
+               "timing": {"start_at": start, "finish_at": {"p50": start + dt.timedelta(seconds=p50),
+                                                          "p90": start + dt.timedelta(seconds=p90)},
+                          "run_s": {"p50": p50, "p90": p90}, "at_once": 2, "limits": [{"what": "2 tasks", "tasks": 2}]},
+               "widened": None}
+    Campaign.objects.filter(pk=campaign.pk).update(forecast=forecast_record(preview, at=start))
+    campaign.refresh_from_db()
+
+
+def test_the_outcome_says_a_finish_past_the_worst_case_and_a_cost_inside_the_range(ops_users):
+    t0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], count=2)
+    _kept(campaign, t0 + dt.timedelta(seconds=2), p50=60, p90=100)
+    make_task(campaign, task_number=1, started_at=t0 + dt.timedelta(seconds=10), wallclock_s=50, cost_usd="1.25")
+    make_task(campaign, task_number=2, started_at=t0 + dt.timedelta(seconds=6), wallclock_s=100, cost_usd="0.5")
+    Campaign.objects.filter(pk=campaign.pk).update(finished_at=t0 + dt.timedelta(seconds=110))
+    campaign.refresh_from_db()
+    rows = {r["what"]: r for r in forecast_outcome(campaign)["rows"]}
+    # The first task started 4 s after the forecast's start: within the 5 s a start "at once" takes.
+    assert rows["start"]["actual"] == t0 + dt.timedelta(seconds=6)
+    assert rows["start"]["verdict"] == "within the forecast" and rows["start"]["ok"] is True
+    Task.objects.filter(campaign=campaign, task_number=2).update(started_at=t0 + dt.timedelta(seconds=12))
+    rows = {r["what"]: r for r in forecast_outcome(campaign)["rows"]}
+    # Now the first started at +10 s: 8 s after the forecast's start.
+    assert rows["start"]["verdict"] == "8 s after the forecast" and rows["start"]["ok"] is False
+    # Finished at +110 s; the worst case was +2 + 100 = +102 s: 8 s past it.
+    assert rows["finish"]["verdict"] == "8 s after the forecast's latest" and rows["finish"]["ok"] is False
+    # $1.75 is inside $1..$3.
+    assert rows["cost"]["actual"] == Decimal("1.75") and rows["cost"]["ok"] is True
+    assert rows["cost"]["verdict"] == "within the forecast"
+
+
+def test_the_outcome_of_a_campaign_still_running_is_not_judged_early(ops_users):
+    t0 = timezone.now() - dt.timedelta(seconds=30)
+    campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], count=2,
+                             status="running")
+    _kept(campaign, t0, p50=60, p90=100, cost=("1", "2", "3"))
+    make_task(campaign, task_number=1, started_at=t0, wallclock_s=10, cost_usd="4")
+    make_task(campaign, task_number=2, started_at=t0, state="running", account=False)
+    rows = {r["what"]: r for r in forecast_outcome(campaign)["rows"]}
+    assert rows["start"]["verdict"] == "within the forecast"
+    assert rows["finish"]["verdict"] == "running" and rows["finish"]["ok"] is None
+    # Already over the highest: $4 - $3.
+    assert rows["cost"]["verdict"] == "$1.0000 over the forecast's highest" and rows["cost"]["ok"] is False
+    assert forecast_outcome(make_campaign(team=campaign.team, user=ops_users["launcher"], name="old")) is None
+
+
+def test_the_campaign_page_shows_the_forecast_beside_the_outcome(client, ops_users):
+    t0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], count=1)
+    _kept(campaign, t0, p50=60, p90=100)
+    make_task(campaign, task_number=1, started_at=t0, wallclock_s=50, cost_usd="2")
+    Campaign.objects.filter(pk=campaign.pk).update(finished_at=t0 + dt.timedelta(seconds=50))
+    client.force_login(ops_users["viewer"])
+    html = client.get(f"/campaigns/{campaign.pk}/").content.decode()
+    card = html.split('id="forecast-outcome"', 1)[1].split("</section>", 1)[0]
+    finish = card.split('data-what="finish"', 1)[1].split("</tr>", 1)[0]
+    assert "2026-06-01 12:01:00 UTC (median), by 12:01:40 UTC" in finish and "12:00:50 UTC" in finish
+    assert "by the median" in finish
+    assert "$1.00 to $3.00" in card.split('data-what="cost"', 1)[1].split("</tr>", 1)[0]
+    assert Task.objects.filter(campaign=campaign).count() == 1
+
+
+def test_the_card_alone_follows_the_campaign_for_those_who_may_see_it(client, ops_users):
+    t0 = timezone.now() - dt.timedelta(seconds=30)
+    campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], count=1,
+                             status="running")
+    _kept(campaign, t0, p50=60, p90=100)
+    client.force_login(ops_users["viewer"])
+    url = f"/campaigns/{campaign.pk}/forecast"
+    assert re.search(r"not started, 3\d s after the forecast", client.get(url).content.decode())  # 30 s, slowly
+    make_task(campaign, task_number=1, started_at=t0 + dt.timedelta(seconds=1), state="running", account=False)
+    card = client.get(url).content.decode()
+    assert 'id="forecast-outcome"' in card and "<html" not in card and "within the forecast" in card
+    html = client.get(f"/campaigns/{campaign.pk}/").content.decode()
+    assert f'data-url="{url}"' in html and "js/campaign_forecast" in html
+    client.force_login(ops_users["other"])  # engineering
+    assert client.get(url).status_code == 404
+
+
+def test_the_launch_page_says_its_ranges_are_widened(history, ops_users, client):
+    from tests.support.forms import launch_data
+
+    client.force_login(ops_users["launcher"])
+    html = client.post("/ops/launch/", {**launch_data(input_params="task=1..3 duration_s=60"),
+                                        "preview": "1"}).content.decode()
+    note = html.split('id="forecast-misfit"', 1)[1].split("</p>", 1)[0]
+    assert "duration_s" in note and "2 times wider" in note
+    # Per task $1..$5 x 3 tasks: 10th percentile $4.20 / 2, 90th $13.80 x 2.
+    cost = html.split('id="forecast-cost"', 1)[1].split("</tr>", 1)[0]
+    assert "$2.10" in cost and "$27.60" in cost

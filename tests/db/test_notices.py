@@ -1,0 +1,53 @@
+"""Page notices expire: a "campaign finished" notice shows on a few pages, for a while, and not after
+its campaign's page was opened (dashboards.launch.notices)."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from dashboards.models import Campaign, Team
+from tests.support.history import make_campaign
+
+pytestmark = pytest.mark.django_db
+
+
+def _finished(ops_users, name: str, minutes_ago: float) -> Campaign:
+    campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], name=name)
+    Campaign.objects.filter(pk=campaign.pk).update(finished_at=timezone.now() - dt.timedelta(minutes=minutes_ago))
+    return Campaign.objects.get(pk=campaign.pk)
+
+
+def _notice(client, url: str = "/ops/agents/") -> str:
+    html = client.get(url).content.decode()
+    return html.split('id="campaign-notices"', 1)[1].split("</ul>", 1)[0] if 'id="campaign-notices"' in html else ""
+
+
+def test_a_finished_notice_shows_on_a_few_pages_then_expires(client, ops_users, settings):
+    settings.TCO_NOTICE_PAGES = 3
+    campaign = _finished(ops_users, "expiring", 2)
+    client.force_login(ops_users["launcher"])
+    shown = [_notice(client) for _ in range(4)]
+    assert all(f"expiring (#{campaign.pk})" in n for n in shown[:3]) and shown[3] == ""
+    # It links the campaign's live page, with the finish time and its zone.
+    assert f'href="/campaigns/{campaign.pk}/"' in shown[0] and " UTC" in shown[0]
+
+
+def test_opening_the_campaigns_page_retires_its_notice_but_not_the_others(client, ops_users):
+    first = _finished(ops_users, "first", 5)
+    second = _finished(ops_users, "second", 3)
+    client.force_login(ops_users["launcher"])
+    assert f"second (#{second.pk})" in _notice(client)
+    client.get(f"/campaigns/{second.pk}/")
+    notice = _notice(client)
+    assert f"second (#{second.pk})" not in notice and f"first (#{first.pk})" in notice
+
+
+def test_a_notice_is_not_shown_once_its_finish_is_older_than_the_window(client, ops_users, settings):
+    settings.TCO_NOTICE_MINUTES = 10
+    _finished(ops_users, "old", 11)
+    recent = _finished(ops_users, "recent", 9)
+    client.force_login(ops_users["launcher"])
+    notice = _notice(client)
+    assert "old (#" not in notice and f"recent (#{recent.pk})" in notice
