@@ -40,7 +40,7 @@ from dashboards.billing.periods import (
     next_period_start,
     period_start,
 )
-from dashboards.core.bulk import in_chunks
+from dashboards.core.chunks import in_chunks
 from dashboards.core.errors import BillError
 from dashboards.models import AccountingRecord, Cluster, Task, Team
 from execution.spool.contract import TOKEN_BUCKETS

@@ -29,7 +29,7 @@ jobs run under a team's project that tco did not launch are not in a team's
 bill and not in this file. So for the same teams and days, the sum of
 ``BilledCost`` is the bill's ``cost_usd``, the sums of ``x_WallclockSeconds``
 and ``x_SlotSeconds`` its ``wallclock_s`` and ``slot_s``, and the token
-columns its tokens (tests/unit/test_focus.py checks both against each other).
+columns its tokens (tests/db/test_focus.py checks both against each other).
 
 Campaign, queue, model and cluster are both ``Tags`` (a JSON object, keys
 ``tco/campaign``, ``tco/campaign-id``, ``tco/queue``, ``tco/model``,

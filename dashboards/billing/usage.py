@@ -6,7 +6,7 @@ from typing import Any
 from django.core.cache import cache
 from django.db.models import Sum
 
-from dashboards.core.bulk import in_chunks
+from dashboards.core.chunks import in_chunks
 from dashboards.core.stages import iso as _iso
 from dashboards.core.states import TOKEN_FIELDS, UNFINISHED_CAMPAIGN
 from dashboards.models import Campaign, Task

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from django.db import connection, models, transaction
 
@@ -322,9 +322,3 @@ def _insert_copied(table: str, names: str, rows: list[list]) -> int:
         cur.execute(f"DROP TABLE {INSERT_STAGE}")
     return inserted
 
-CHUNK = 900  # stays under SQLite's 999 bound parameters per IN (...)
-
-
-def in_chunks(items: list, size: int = CHUNK) -> Iterable[list]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]

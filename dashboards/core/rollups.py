@@ -32,7 +32,7 @@ from typing import Iterable, Iterator, Sequence
 
 from django.db import connection, transaction
 
-from dashboards.core.bulk import in_chunks
+from dashboards.core.chunks import in_chunks
 from dashboards.models import AccountingRecord, Task, UsageRollup
 from dashboards.rollup_models import KEY, RECORD_SUMS, SUMS, TASK_SUMS
 

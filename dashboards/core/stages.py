@@ -350,7 +350,7 @@ def stage_histograms(buckets: dict[str, tuple[float, ...]] | None = None) -> dic
 
     from django.db.models import Q
 
-    from dashboards.core.bulk import in_chunks
+    from dashboards.core.chunks import in_chunks
     from dashboards.core.states import UNFINISHED_CAMPAIGN
 
     buckets = buckets or STAGE_BUCKETS

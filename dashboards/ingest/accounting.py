@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from dashboards.core import bulk, realtime, rollups
 from dashboards.core import clusters as core_clusters
-from dashboards.core.bulk import in_chunks
+from dashboards.core.chunks import in_chunks
 from dashboards.core.failures import HOST_LOST_CODE
 from dashboards.ingest.campaign_status import campaigns_by_job, finish_campaigns
 from dashboards.models import (

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from dashboards.core import enqueue
-from dashboards.core.bulk import in_chunks
+from dashboards.core.chunks import in_chunks
 from dashboards.models import (
     CAMPAIGN_LIVE,
     CAMPAIGN_TRANSITIONS,

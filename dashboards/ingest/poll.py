@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from dashboards.core import bulk, realtime, rollups
-from dashboards.core.bulk import in_chunks
+from dashboards.core.chunks import in_chunks
 from dashboards.ingest.accounting import RESCHEDULED, finalize_finishing, same_submission
 from dashboards.ingest.campaign_status import campaign_status_follow, campaigns_by_job, finish_campaigns
 from dashboards.models import (

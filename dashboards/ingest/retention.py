@@ -35,7 +35,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboards.core.bulk import in_chunks
+from dashboards.core.chunks import in_chunks
 from dashboards.models import AccountingRecord, Cluster, ModelRequest, Task, TaskEvent
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ from dashboards.core.stages import quantile
 from dashboards.models import Cluster, Task
 
 if TYPE_CHECKING:
-    from dashboards.launch.service import LaunchRequest
+    from dashboards.launch.request import LaunchRequest
 
 #: Finished tasks read for the queue's typical wall clock (the newest first).
 QUEUE_HISTORY = 2000
@@ -425,7 +425,7 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
     """
     from dashboards.core.errors import LaunchError
     from dashboards.core.roles import teams_with
-    from dashboards.launch.service import campaign_inputs
+    from dashboards.launch.spool import campaign_inputs
     from dashboards.models import Campaign
 
     duration = forecast.get("duration_s") or {}
@@ -506,18 +506,6 @@ def widen_for_misfit(forecast: dict[str, Any], basis: dict[str, Any]) -> tuple[d
                         f"since the history's inputs differ in {names}")}
     return out, widened
 
-
-def launch_preview(*, user, request: LaunchRequest) -> dict[str, Any]:
-    """Everything the launch page shows before Launch, for the campaign ``request`` would launch:
-    the cost forecast and the budget verdict (``service.launch_preview``: ``forecast``,
-    ``expected_usd`` USD, ``verdict``), then :func:`complete_preview`'s figures. Reads only; raises
-    nothing a valid form can cause."""
-    from dashboards.launch import service
-
-    preview = service.launch_preview(user=user, team=request.team, agent_definition=request.agent_definition,
-                                     count=len(request.inputs), model=request.model,
-                                     cost_cap_usd=request.cost_cap_usd)
-    return complete_preview(user=user, request=request, preview=preview)
 
 
 def complete_preview(*, user, request: LaunchRequest, preview: dict[str, Any],

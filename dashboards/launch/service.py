@@ -25,7 +25,7 @@ import json
 import posixpath
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -45,68 +45,15 @@ from dashboards.launch import spool as launch_spool
 from dashboards.launch.forecast_record import forecast_record
 from dashboards.launch.policy import ceilings_for, check_policy
 from dashboards.launch.predecessor import check_predecessor
+from dashboards.launch.request import MAX_OUTPUTS, LaunchRequest
+from dashboards.launch.spool import campaign_inputs
 from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
 from execution.spool import spec as spool_spec
 from execution.spool.contract import SpecError
 
 #: The runner spec version this launch writes (execution/runner/ reads it).
-MAX_OUTPUTS = 32
 
 
-@dataclasses.dataclass
-class LaunchRequest:
-    """Everything a launch may ask for. Only ``team``, ``agent_definition``, ``inputs`` and
-    ``name`` are required; the rest default as a plain campaign.
-
-    ``inputs``: one JSON object per task (task N gets ``inputs[N-1]``).
-    ``priority``: qsub ``-p`` (``limits.PRIORITY_MIN`` up to the role's limit).
-    ``predecessor_job``: ``-hold_jid_ad`` (a campaign of a team the user sees, same task count).
-    ``advance_reservation``: ``-ar`` (a reservation number; refused when tco booked it for another
-    team, ``reservations.check_launch_into``). ``concurrency_cap``: ``-tc``.
-    ``model``, ``policy`` (YAML): blank takes the agent definition's defaults (the runner's default
-    policy when that is blank too). ``model_endpoint``: the *name* of a registered ``ModelEndpoint``
-    the metering proxy sends the agent's requests to (it must be an endpoint of the policy).
-    ``token_cap`` (tokens per task), ``cost_cap_usd`` (USD per task, Decimal).
-    ``outputs``: files of the work directory (relative paths or globs) the runner keeps for the
-    pages. ``urgent``: an urgent agent (urgent launchers only). ``retry_of``: the campaign this
-    retries. ``rerunnable``: qsub ``-r y`` (a task whose host is lost is rerun on another host after
-    the cluster's ``reschedule_unknown``; each attempt keeps its accounting record).
-    ``action``: the audit entry's action name.
-    """
-
-    team: Team
-    agent_definition: AgentDefinition
-    inputs: Sequence[dict[str, Any]]
-    name: str
-    queue: str = "agent.q"
-    seats_per_task: int = 1
-    concurrency_cap: int | None = None
-    priority: int = 0
-    urgent: bool = False
-    model: str = ""
-    policy: str = ""
-    model_endpoint: str = ""
-    predecessor_job: int | None = None
-    advance_reservation: int | None = None
-    token_cap: int | None = None
-    cost_cap_usd: Decimal | None = None
-    outputs: Sequence[str] = ()
-    retry_of: Campaign | None = None
-    cluster: Cluster | None = None
-    rerunnable: bool = False
-    action: str = "launch"
-
-    def audit_params(self) -> dict[str, Any]:
-        """The request as the audit entry records it (JSON-ready, long text cut)."""
-        return {"name": str(self.name)[:100], "team": self.team.project,
-                "agent": f"{self.agent_definition.name} v{self.agent_definition.version}",
-                "tasks": len(self.inputs), "queue": str(self.queue)[:64], "seats_per_task": self.seats_per_task,
-                "concurrency_cap": self.concurrency_cap, "priority": self.priority, "model": str(self.model)[:128],
-                "model_endpoint": str(self.model_endpoint)[:64], "predecessor_job": self.predecessor_job,
-                "advance_reservation": self.advance_reservation, "token_cap": self.token_cap,
-                "cost_cap_usd": str(self.cost_cap_usd) if self.cost_cap_usd is not None else None,
-                "outputs": [str(o)[:255] for o in list(self.outputs)[:MAX_OUTPUTS]], "urgent": self.urgent,
-                "retry_of": self.retry_of.pk if self.retry_of else None, "rerunnable": self.rerunnable}
 
 
 @dataclasses.dataclass
@@ -299,14 +246,6 @@ def urgent_launch(*, user: AbstractBaseUser, team: Team, agent_definition: Agent
         action="urgent_launch", cluster=cluster))
 
 
-def campaign_inputs(campaign: Campaign) -> list[dict[str, Any]]:
-    """The campaign's inputs as written at launch (task N is item N-1). Raises LaunchError if unreadable."""
-    path = Path(launch_spool.spool_layout().inputs_path(campaign.pk))
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise LaunchError(f"the inputs of campaign {campaign.pk} cannot be read: {exc.strerror}") from None
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 def _campaign_spec(campaign: Campaign) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from django.conf import settings
 
@@ -111,3 +111,13 @@ def team_sweeps_dir(project: str) -> Path:
     if not project or "/" in project or project in (".", ".."):
         raise ValueError(f"project {project!r}: not a directory name")
     return Path(settings.STATE_DIR) / "sweeps" / project
+
+
+def campaign_inputs(campaign: Campaign) -> list[dict[str, Any]]:
+    """The campaign's inputs as written at launch (task N is item N-1). Raises LaunchError if unreadable."""
+    path = Path(spool_layout().inputs_path(campaign.pk))
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise LaunchError(f"the inputs of campaign {campaign.pk} cannot be read: {exc.strerror}") from None
+    return [json.loads(line) for line in lines if line.strip()]

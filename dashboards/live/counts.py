@@ -7,7 +7,7 @@ from typing import Iterable
 from django.core.cache import cache
 from django.db.models import Count, F
 
-from dashboards.core.bulk import in_chunks
+from dashboards.core.chunks import in_chunks
 from dashboards.core.stages import iso as _iso
 from dashboards.core.states import UNFINISHED_CAMPAIGN
 from dashboards.models import Campaign, Cluster, Task

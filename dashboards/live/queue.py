@@ -12,7 +12,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Case, Count, IntegerField, Value, When
 from django.utils import timezone
 
-from dashboards.core.bulk import in_chunks
+from dashboards.core.chunks import in_chunks
 from dashboards.core.roles import is_admin
 from dashboards.core.scope import campaigns_visible_to, tasks_visible_to, teams_visible_to, visible_team_ids
 from dashboards.core.stages import iso as _iso

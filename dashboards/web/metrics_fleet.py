@@ -4,7 +4,7 @@ Names follow Prometheus' "Metric and label naming" (prometheus.io/docs/practices
 ``tco_`` prefix, base units in the name (``_seconds``, ``_usd`` for money), ``_total`` only on
 counters, ``_ratio`` for 0..1; labels are bounded sets (cluster, cluster queue, project, state,
 budget period), never a job, task or campaign id (a label value per job would make a series per
-job; OCS 9.1's own exporter warns of the same). ``tests/unit/test_prometheus_names.py`` runs
+job; OCS 9.1's own exporter warns of the same). ``tests/db/test_prometheus_names.py`` runs
 ``promtool check metrics`` on the output.
 
 | metric | type | labels | meaning |

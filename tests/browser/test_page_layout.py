@@ -17,6 +17,7 @@ from tests.helpers import wait_until
 from tests.support.history import make_campaign, make_task
 
 from tests.support.browser import shot, signed_in
+from tests.support.browser import inside
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -24,14 +25,6 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
-
-
-def inside(page, selector: str, width: int) -> dict:
-    """The element's box, asserted to lie within the viewport's width (no sideways scroll to see it)."""
-    box = page.locator(selector).first.bounding_box()
-    assert box is not None, f"{selector} is not drawn"
-    assert box["x"] >= 0 and box["x"] + box["width"] <= width, f"{selector} at x={box['x']:.0f}..{box['x'] + box['width']:.0f}, viewport {width}"
-    return box
 
 
 def test_the_bills_usd_column_is_on_screen_at_1280_and_390_px(ops_stack, browser, ops_logins):

@@ -19,7 +19,7 @@ from tests.helpers import wait_until
 from tests.support.history import make_campaign, make_task
 
 from tests.support.browser import shot, signed_in
-from .test_page_layout import inside
+from tests.support.browser import inside
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 

@@ -260,3 +260,81 @@ def test_without_rerun_the_lost_hosts_tasks_stay_unknown_until_it_comes_back_the
         expected = "done" if (f[11], f[12]) == ("0", "0") else "failed"
         assert (task.state, task.host, task.failed_code, task.exit_status) == (expected, f[1], int(f[11]), int(f[12]))
     assert Task.objects.filter(job_number=job).count() == 2
+
+
+def test_a_crashed_hosts_tasks_end_failed_with_the_host_and_the_reason_and_retry_in_one_action(bootstrap, hosts):
+    """Issue 23, finding 12: every process of a host killed (execd, shepherds, runners, agents) while its
+    tasks run, then the host back. Grid Engine writes a record per task it ran (failed 19, "before writing
+    exit_status"); tco ends those tasks failed, says which host was lost and why, counts them as
+    infrastructure failures, retries them in one action, and bills the records' wall clock."""
+    from django.db.models import Count
+
+    from dashboards.billing import bills
+    from dashboards.billing.periods import cluster_zone
+    from dashboards.control.actions import campaign_controls
+    from dashboards.launch.service import campaign_retry
+    from dashboards.live.campaign import campaign_detail
+    from dashboards.live.task import task_detail
+    from dashboards.models import CampaignStatus
+
+    cluster = cluster_get_default()
+    scheduler = scheduler_for(cluster)
+    admin = get_user_model().objects.get(username="admin")
+    campaign = launch("crashed-host", [{"task": n, "duration_s": 90.0} for n in (1, 2, 3, 4)])
+    job = campaign.job_number
+    placed = wait_all_running(cluster, scheduler, job, 4)
+    lost_host = max(set(placed.values()), key=list(placed.values()).count)
+    on_lost = sorted(n for n, h in placed.items() if h == lost_host)
+    elsewhere = sorted(set(placed) - set(on_lost))
+    fault("crash", lost_host)
+    try:
+        drive_until(cluster, scheduler, host_unknown(lost_host), 180,
+                    lambda: f"{lost_host} never became unknown: {queue_instances()}")
+        drive(cluster, scheduler)
+        states = dict(Task.objects.filter(campaign=campaign, task_number__in=on_lost).values_list(
+            "task_number", "state"))
+        assert not set(states.values()) & set(TERMINAL), states  # unknown, not ended on a guess
+    finally:
+        fault("up", lost_host)
+    drive_until(cluster, scheduler, campaign_over(campaign, job), 300, lambda: (
+        f"no convergence: {list(Task.objects.filter(campaign=campaign).values_list('task_number', 'state'))}"
+        f" qstat {qstat_tasks(job)}"))
+    time.sleep(2)
+    drive(cluster, scheduler)
+
+    lines = {int(f[35]): f for f in accounting_lines(job)}
+    assert sorted(lines) == [1, 2, 3, 4] and len(accounting_lines(job)) == 4  # one record each, none doubled
+    assert Task.objects.filter(job_number=job).count() == 4
+    for n in on_lost:
+        f = lines[n]
+        assert (f[1], f[11]) == (lost_host, "19"), f[:14]  # the host's record: failed 19
+        task = Task.objects.get(campaign=campaign, task_number=n)
+        assert (task.state, task.host, task.failed_code) == ("failed", lost_host, 19)
+        failure = task_detail(admin, task.pk)["task"]["failure"]
+        assert failure["kind"] == "infrastructure"
+        assert failure["text"].startswith(f"execution host {lost_host} was lost: the job's shepherd died before "
+                                          "it wrote the exit status")
+        assert AccountingRecord.objects.get(task=task).wallclock_s == float(f[13])
+    for n in elsewhere:
+        assert Task.objects.get(campaign=campaign, task_number=n).state == "done"
+    detail = campaign_detail(admin, campaign.pk)
+    assert detail["infrastructure_failures"] == len(on_lost)
+    states = dict(Task.objects.filter(campaign=campaign).values_list("state").annotate(n=Count("id")).order_by())
+    assert campaign_controls(campaign, states)["retry_infrastructure"] == {"count": len(on_lost), "why": ""}
+    # Billed from the accounting records: the campaign's wall clock is the records' sum.
+    first_start = Task.objects.filter(campaign=campaign).order_by("started_at").first().started_at
+    day = first_start.astimezone(cluster_zone(cluster)).date()
+    result = bills.bill(teams=[campaign.team], period="day", first=day, last=day, group_by="campaign",
+                        campaign=campaign.pk)
+    billed = sum(r["wallclock_s"] for r in result["rows"] if r["launched_by_tco"])
+    assert billed == sum(float(f[13]) for f in lines.values())
+    # One action retries the tasks the lost host failed, and only those.
+    retry = campaign_retry(user=admin, campaign=campaign, infrastructure_only=True).campaign
+    try:
+        assert retry.task_count == len(on_lost) and retry.retry_of_id == campaign.pk
+        assert retry.status in (CampaignStatus.SUBMITTING, CampaignStatus.SUBMITTED)
+    finally:
+        retry = campaign_submit(campaign_id=retry.pk)
+        if retry.job_number:
+            subprocess.run(["qdel", str(retry.job_number)], capture_output=True, timeout=30,
+                           env=sge_env(settings.SGE_ROOT, settings.SGE_CELL))

@@ -36,8 +36,8 @@ from dashboards.core.scope import tasks_visible_to
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.launch.submit import campaign_submit
 from dashboards.models import AgentDefinition, Campaign, Cluster, Task, Team
-from tests.conftest import REPO
-from tests.conftest import test_database_url as database_url
+from tests.support.paths import REPO
+from tests.support.stack import database_url_for as database_url
 from tests.sge_env import sge_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -52,3 +52,11 @@ def shot(page, name: str) -> None:
 
 def text(page, selector: str) -> str:
     return (page.text_content(selector) or "").strip()
+
+
+def inside(page, selector: str, width: int) -> dict:
+    """The element's box, asserted to lie within the viewport's width (no sideways scroll to see it)."""
+    box = page.locator(selector).first.bounding_box()
+    assert box is not None, f"{selector} is not drawn"
+    assert box["x"] >= 0 and box["x"] + box["width"] <= width, f"{selector} at x={box['x']:.0f}..{box['x'] + box['width']:.0f}, viewport {width}"
+    return box

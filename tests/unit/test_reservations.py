@@ -235,12 +235,3 @@ def test_triage_groups_jobs_waiting_on_a_reservation():
 
 
 # --------------------------------------------------------------------------- a team's caps (issue 23, finding 2)
-
-@pytest.fixture
-def caps(settings):
-    settings.TCO_RESERVATION_MAX_S = 24 * 3600
-    settings.TCO_RESERVATION_TEAM_MAX_SEATS = 32
-    settings.TCO_RESERVATION_TEAM_MAX_SLOTS = 32
-    settings.TCO_RESERVATION_TEAM_MAX_TOTAL_S = 48 * 3600
-    settings.TCO_RESERVATION_MAX_LEAD_S = 7 * 24 * 3600
-    return settings

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_http_methods
 from dashboards.core import limits
 from dashboards.core.errors import Refused
 from dashboards.core.roles import user_can
-from dashboards.launch import forecast as launch_forecast
+from dashboards.launch import preview as preview_mod
 from dashboards.launch import service
 from dashboards.web.forms import LaunchForm, UrgentForm
 from dashboards.web.views.common import refused
@@ -39,7 +39,7 @@ def launch_page(request: HttpRequest) -> HttpResponse:
                     messages.success(request, f"Campaign {campaign.name} (#{campaign.pk}) launched with "
                                               f"{campaign.task_count} tasks.{note}")
                     return redirect("campaign", campaign_id=campaign.pk)  # the page to watch it on
-            preview = launch_forecast.launch_preview(user=request.user, request=form.launch_request())
+            preview = preview_mod.launch_preview(user=request.user, request=form.launch_request())
     else:
         form = LaunchForm(user=request.user)
     return render(request, "dashboards/launch.html", {"form": form, "preview": preview,

@@ -7,7 +7,6 @@ while this process (the host's stand-in) keeps its memory and the spool its disk
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -85,16 +84,31 @@ def test_many_files_written_without_end_stop_at_the_work_directory_limit(spool):
     assert 32 * MIB < work_bytes(spool) < 2048 * MIB
 
 
-def test_memory_allocated_without_end_stops_at_the_memory_limit(spool):
-    proc, record = run_agent(spool, ALLOCATE, TCO_SANDBOX_MEMORY_BYTES=str(256 * MIB))
+#: Runs argv[2:] and writes the peak resident size (KiB) of it and the processes it reaped to argv[1].
+#: A fresh interpreter in between: a process forked from pytest starts its ru_maxrss at pytest's own
+#: peak (Linux keeps the old image's high-water mark across exec), some 300 MiB after the whole
+#: unit suite, and getrusage(RUSAGE_CHILDREN) in pytest counts every child it ever had.
+PEAK_OF = ("import resource, subprocess, sys\n"
+           "code = subprocess.run(sys.argv[2:]).returncode\n"
+           "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+           "sys.exit(code)\n")
+
+
+def test_memory_allocated_without_end_stops_at_the_memory_limit(spool, tmp_path):
+    spool.write([{"task": 1}], command=[sys.executable, "-c", ALLOCATE])
+    peak = tmp_path / "peak"
+    proc = subprocess.run([sys.executable, "-c", PEAK_OF, str(peak), sys.executable, "-m", "execution.runner"],
+                          env={**spool.env(1), "TCO_SANDBOX_MEMORY_BYTES": str(256 * MIB)}, cwd=str(spool.root),
+                          capture_output=True, timeout=60, start_new_session=True)
+    record = spool.record(1)
     assert record["exit_status"] == 1 and proc.returncode == 1
     assert "memory_limit" in record["flags"]
     assert record["error"] == "memory limit 256 MiB reached"
     assert record["sandbox"]["limits"]["memory_bytes"] == 256 * MIB
     assert "MemoryError" in (spool.root / "records" / "c-1" / "1.stderr").read_text()
     # No process of the task (the runner, bubblewrap, the relay, the agent: all reaped, so all
-    # counted in this process's children) ever held more than the limit (ru_maxrss is in KiB).
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < (256 + 16) * 1024
+    # counted in the launcher's children) ever held more than the limit (ru_maxrss is in KiB).
+    assert int(peak.read_text()) < (256 + 16) * 1024
 
 
 def test_cpu_burnt_without_end_stops_at_the_cpu_limit(spool):
