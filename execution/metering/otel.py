@@ -32,12 +32,18 @@ open proposal, not yet a convention) only when ``TCO_OTEL_COST`` is ``1``.
 What was lost is counted, never waited for: :meth:`TaskTracer.finish` waits
 at most ``TCO_OTEL_FLUSH_S`` seconds (2) for the last export and returns
 ``{"spans", "spans_exported", "spans_dropped", "error"}`` for the runner record
-(``telemetry``); ``spans_dropped`` = spans ended minus spans the receiver
-accepted (a full queue, a failed export, or not sent in time), summed on
-/metrics as ``tco_otel_spans_dropped_total``.
+(``telemetry``); ``spans_dropped`` = spans made (or meant to be) minus spans
+the receiver accepted (a full queue, a failed export, or not sent in time),
+summed on /metrics as ``tco_otel_spans_dropped_total``.
+
+The proxy's event loop only queues each finished request record (bounded by the
+same queue size); a thread of the task's makes the span (the SDK's span with its
+attributes costs a few hundred microseconds of Python), so a request never
+waits for its span.
 """
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import re
 import secrets
@@ -67,6 +73,7 @@ DEFAULT_QUEUE = 2048
 COST_CURRENCY = "USD"
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_STOP: dict = {}  # ends the span thread (compared by identity)
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 _TRUE = ("1", "true", "yes", "on")
 
@@ -371,16 +378,22 @@ class TaskTracer:
         self._provider = None
         self._tracer = None
         self._agent_span = None
-        self._agent_context = None
+        self._sampled = False
         self._counter = None
         self._finished = False
         self.ended = 0
+        self.lost = 0  # records not turned into spans: the record queue was full
+        # Records waiting for the span thread: the proxy's loop only appends (a span with its
+        # attributes costs the SDK a few hundred microseconds of Python: not on the request's path).
+        self._records: collections.deque = collections.deque()
+        self._wake = threading.Event()
+        self._span_thread: threading.Thread | None = None
         self.error: str | None = None
 
     @property
     def active(self) -> bool:
         """Whether spans are being made (set up, not failed, not finished)."""
-        return self._agent_span is not None and not self._finished
+        return self._agent_span is not None and self._sampled and not self._finished
 
     def start(self, started_at: str | None) -> bool:
         """Set up the exporter and open the ``invoke_agent`` span at the submission (or ``started_at``,
@@ -402,6 +415,7 @@ class TaskTracer:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         class Counting(SpanExporter):
             """Counts the spans the receiver accepted."""
@@ -434,11 +448,14 @@ class TaskTracer:
         self._counter = Counting(exporter)
         resource = Resource.create({"service.name": self.environ.get("OTEL_SERVICE_NAME") or "tco"})
         provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        provider.add_span_processor(BatchSpanProcessor(self._counter, max_queue_size=self.max_queue_size,
-                                                       schedule_delay_millis=self.schedule_delay_s * 1000,
-                                                       max_export_batch_size=min(512, self.max_queue_size)))
+        self._processor = BatchSpanProcessor(self._counter, max_queue_size=self.max_queue_size,
+                                             schedule_delay_millis=self.schedule_delay_s * 1000,
+                                             max_export_batch_size=min(512, self.max_queue_size))
+        provider.add_span_processor(self._processor)
         self._provider = provider
+        self._resource = resource
         self._tracer = provider.get_tracer("tco.metering")
+        self._scope = InstrumentationScope("tco.metering")
         parent_ctx = None
         if self.parent is not None:
             parent = trace.SpanContext(self.parent.trace_id, self.parent.span_id, is_remote=True,
@@ -450,30 +467,72 @@ class TaskTracer:
         self._agent_span = self._tracer.start_span(f"invoke_agent {attrs['gen_ai.agent.name']}", context=parent_ctx,
                                                    kind=trace.SpanKind.INTERNAL, attributes=attrs,
                                                    start_time=min(begin) if begin else None)
-        self._agent_context = trace.set_span_in_context(self._agent_span)
+        self._sampled = self._agent_span.is_recording()  # a TRACEPARENT that says "not sampled": no spans
+        self._span_thread = threading.Thread(target=self._make_spans, name="tco-otel-spans", daemon=True)
+        self._span_thread.start()
 
     def emit(self, span: SpanFields) -> None:
-        """Make and end one child span of the ``invoke_agent`` span (nothing when tracing is off)."""
+        """Hand one finished child span of the ``invoke_agent`` span to the batch processor (nothing
+        when tracing is off). Made as the SDK's ``ReadableSpan`` at once, start and end known: the
+        SDK's live span would check each attribute again (``SpanFields`` holds valid values only),
+        which costs most of a span's time."""
         if not self.active:
             return
         from opentelemetry import trace
+        from opentelemetry.sdk.trace import ReadableSpan
         from opentelemetry.trace import Status, StatusCode
 
-        kind = trace.SpanKind.CLIENT if span.kind == "client" else trace.SpanKind.INTERNAL
-        made = self._tracer.start_span(span.name, context=self._agent_context, kind=kind, attributes=span.attributes,
-                                       start_time=span.start_ns)
-        if span.error_type is not None:
-            made.set_status(Status(StatusCode.ERROR))
-        made.end(end_time=span.end_ns)
+        parent = self._agent_span.get_span_context()
+        context = trace.SpanContext(parent.trace_id, self._provider.id_generator.generate_span_id(), is_remote=False,
+                                    trace_flags=parent.trace_flags, trace_state=parent.trace_state)
+        self._processor.on_end(ReadableSpan(
+            span.name, context=context, parent=parent, resource=self._resource, attributes=span.attributes,
+            kind=trace.SpanKind.CLIENT if span.kind == "client" else trace.SpanKind.INTERNAL,
+            status=Status(StatusCode.ERROR if span.error_type is not None else StatusCode.UNSET),
+            start_time=span.start_ns, end_time=span.end_ns, instrumentation_scope=self._scope))
         self.ended += 1
 
     def record_sink(self, record: Mapping[str, Any]) -> None:
         """The proxy's record sink (execution/metering/proxy_thread.py): one CLIENT span per request
-        record. Quick (the export is batched in another thread); never raises."""
+        record, made by the span thread (this only queues the record: about a microsecond in the
+        proxy's loop). At most ``max_queue_size`` records wait; more are counted as lost. Never raises."""
+        if not self.active:
+            return
+        if len(self._records) >= self.max_queue_size:
+            self.lost += 1
+            return
+        self._records.append(record)
+        self._wake.set()
+
+    def _make_spans(self) -> None:
+        """The span thread: one span per queued record, until :data:`_STOP` comes."""
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self._records:
+                record = self._records.popleft()
+                if record is _STOP:
+                    return
+                self._span_of(record)
+
+    def _span_of(self, record: Mapping[str, Any]) -> None:
         try:
             self.emit(chat_span(record, with_cost=self.with_cost))
         except Exception as exc:  # noqa: BLE001 - a record the span cannot be built from is skipped
             self.error = self.error or f"span not made: {type(exc).__name__}: {exc}"[:500]
+
+    def _stop_span_thread(self, timeout_s: float) -> None:
+        """Let the span thread make the spans of the records queued so far (within ``timeout_s``
+        seconds; what is left is counted as lost) and end."""
+        thread = self._span_thread
+        if thread is None:
+            return
+        self._records.append(_STOP)
+        self._wake.set()
+        thread.join(timeout_s)
+        if thread.is_alive():
+            self.lost += sum(1 for r in self._records if r is not _STOP)
+            self._records.clear()
 
     def finish(self, stages: Mapping[str, str | None], *, model: str | None = None, exit_code: int | None = None,
                flags: list[str] = (), flush_s: float | None = None) -> dict[str, Any]:
@@ -485,6 +544,7 @@ class TaskTracer:
         self.start(stages.get("task_started_at"))
         try:
             if self.active:
+                self._stop_span_thread(self.flush_s if flush_s is None else flush_s)
                 for span in stage_spans(stages, self.submitted_at):
                     self.emit(span)
                 agent = self._agent_span
@@ -508,7 +568,8 @@ class TaskTracer:
         except Exception as exc:  # noqa: BLE001
             self.error = self.error or f"trace not finished: {type(exc).__name__}: {exc}"[:500]
         exported = self._counter.exported if self._counter is not None else 0
-        return {"spans": self.ended, "spans_exported": exported, "spans_dropped": max(0, self.ended - exported),
+        made = self.ended + self.lost
+        return {"spans": made, "spans_exported": exported, "spans_dropped": max(0, made - exported),
                 "error": self.error}
 
     def flush(self, timeout_s: float) -> bool:
