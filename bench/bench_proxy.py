@@ -262,9 +262,10 @@ def main() -> int:
           f"{' + '.join(str(t['cost_usd']) for t in totals)} USD; the stand-in served {len(through_proxy)} requests "
           f"through them with {sum(model_side.values())} tokens: {'equal' if same else 'MISMATCH'}")
     telemetry = totals[1]["telemetry"]
+    whole = spans == telemetry["spans"] == totals[1]["forwarded"] + 1
     print(f"export on: {totals[1]['forwarded']} requests, {telemetry['spans']} spans made, "
           f"{telemetry['spans_exported']} exported, {telemetry['spans_dropped']} dropped; the receiver decoded "
-          f"{spans} spans: {'one per request and the agent span' if spans == telemetry['spans'] == totals[1]['forwarded'] + 1 else 'MISMATCH'}")
+          f"{spans} spans: {'one per request and the agent span' if whole else 'MISMATCH'}")
     return 0
 
 

@@ -330,8 +330,10 @@ TCO_SANDBOX_LIMITS = {name: os.environ[name] for name in (
 # environment, the OTEL_* variables (and TCO_OTEL_COST, TCO_OTEL_FLUSH_S) go to every task's runner; the
 # headers (a receiver's key) through a private file in the spool, never the job's environment.
 TCO_OTEL_ENV = {name: value for name, value in os.environ.items()
-                if (name.startswith("OTEL_") and "HEADERS" not in name) or name in ("TCO_OTEL_COST", "TCO_OTEL_FLUSH_S")}
-TCO_OTEL_HEADERS = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", "")
+                if (name.startswith("OTEL_") and "HEADERS" not in name)
+                or name in ("TCO_OTEL_COST", "TCO_OTEL_FLUSH_S")}
+TCO_OTEL_HEADERS = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+                    or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", ""))
 # A submission or control request claimed longer than this (seconds; more than the submit and
 # control tasks' time limits) by a worker that is gone is settled by worker.tasks.reconcile_claims.
 TCO_SUBMIT_CLAIM_GRACE_S = env_float("TCO_SUBMIT_CLAIM_GRACE_S", 900.0)

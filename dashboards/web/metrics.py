@@ -23,7 +23,8 @@ Metrics (labels in braces; every value is read at scrape time):
 | ``tco_ingest_backlog_bytes{cluster, source}`` | accounting bytes not yet read (file size minus checkpoint) |
 | ``tco_tokens_total{project, bucket}`` | tokens metered, per bucket (input, cache_read, ...) |
 | ``tco_cost_usd_total{project}`` | dollars of the metered tokens |
-| ``tco_otel_spans_exported_total{project}``, ``tco_otel_spans_dropped_total`` | trace spans the runners sent to the OTLP receiver, and lost (queue full, export failed or late; docs/otel.md) |
+| ``tco_otel_spans_exported_total{project}`` | trace spans the runners sent to the OTLP receiver (docs/otel.md) |
+| ``tco_otel_spans_dropped_total{project}`` | trace spans lost: queue full, export failed or too late |
 
 Stage histograms, pending age, hosts, reservations and budgets: ``web.metrics_fleet``.
 """
