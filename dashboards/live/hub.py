@@ -231,52 +231,86 @@ class Hub:
         await asyncio.wait_for(asyncio.shield(confirmed), timeout=10)
 
     async def _read(self, port) -> None:
-        try:
-            while True:
+        """Read the subscription's messages until cancelled. When its connection is lost (Redis restarted,
+        the connection killed), subscribe again on a new one and read each view again: records published
+        meanwhile are not lost, and no socket is closed (a thousand browsers reconnecting at once would
+        be a storm of their own). Until Redis answers again, the sockets stay open and wait."""
+        delay = 0.5
+        while True:
+            try:
                 message = await port.get(timeout=1.0)
+                delay = 0.5
                 if port.reconnected:
-                    # Records published while the subscription was away are lost: read each view again.
+                    # redis-py reconnected it by itself: records published while it was away are lost.
                     port.reconnected = False
                     log.warning("live subscription reconnected; reading %d views again", len(self.views))
-                    for key, view in list(self.views.items()):
-                        record, _ = await self.bus.fetch(key, view.source)
-                        self._deliver(key, record)
-                if message is None:
-                    continue
-                kind = message.get("type")
-                name = message["channel"].decode() if isinstance(message["channel"], bytes) else message["channel"]
-                if kind == "message":
-                    try:
-                        self._deliver(live_bus.view_of_channel(name), live_bus.Record.decode(message["data"]))
-                    except ValueError:
-                        log.warning("not a live record on %s", name)
-                elif kind == "subscribe":
-                    future = self._confirm.pop(name, None)
-                    if future is not None and not future.done():
-                        future.set_result(None)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - the sockets reconnect, and their joins subscribe again
-            log.warning("live subscription failed; closing this process's live sockets (they reconnect)",
-                        exc_info=True)
-            self._reset(port)
+                    await self._read_again()
+                if message is not None:
+                    self._handle(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - Redis away: subscribe again (below), with backoff
+                log.warning("live subscription lost; subscribing again to %d views", len(self.views), exc_info=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                try:
+                    port = await self._resubscribe(port)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - tried again after the next delay
+                    log.warning("live subscription: Redis does not answer yet", exc_info=True)
 
-    def _reset(self, port) -> None:
-        if self.port is not port:
-            return
-        views, self.views, self.port = self.views, {}, None
-        for task in self._tasks:
-            if task is not asyncio.current_task():
-                task.cancel()
-        for future in self._confirm.values():
-            if not future.done():
-                future.set_exception(ConnectionError("live subscription lost"))
-        self._confirm = {}
-        asyncio.ensure_future(port.close())
-        for view in views.values():
-            for box in list(view.members):
-                box.stop()
-                asyncio.ensure_future(box.close(realtime.RECHECK))
+    def _handle(self, message: dict) -> None:
+        kind = message.get("type")
+        name = message["channel"].decode() if isinstance(message["channel"], bytes) else message["channel"]
+        if kind == "message":
+            try:
+                self._deliver(live_bus.view_of_channel(name), live_bus.Record.decode(message["data"]))
+            except ValueError:
+                log.warning("not a live record on %s", name)
+        elif kind == "subscribe":
+            future = self._confirm.pop(name, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    async def _resubscribe(self, old):
+        """A new subscription to every view of this process, confirmed, then each view read again; returns
+        the new port. Raises when Redis does not answer (the old port is then kept, to be replaced later)."""
+        async with self._lock:
+            port = self.bus.pubsub()
+            try:
+                names = {live_bus.channel(key) for key in self.views}
+                for name in names:
+                    await port.subscribe(name)
+                # Confirmed before the reads: a record published from now on comes through the new port.
+                deadline = time.monotonic() + 10.0
+                while names and time.monotonic() < deadline:
+                    message = await port.get(timeout=1.0)
+                    if message is None:
+                        continue
+                    if message.get("type") == "subscribe":
+                        channel = message["channel"]
+                        names.discard(channel.decode() if isinstance(channel, bytes) else channel)
+                    self._handle(message)
+                if names:
+                    raise ConnectionError(f"{len(names)} live subscriptions not confirmed")
+            except BaseException:
+                asyncio.ensure_future(port.close())
+                raise
+            self.port = port
+            asyncio.ensure_future(old.close())
+            # Joins that waited for a confirmation on the old port: they are subscribed on this one.
+            for name, future in list(self._confirm.items()):
+                if not future.done():
+                    await port.subscribe(name)
+        await self._read_again()
+        log.warning("live subscription restored: %d views read again", len(self.views))
+        return port
+
+    async def _read_again(self) -> None:
+        for key, view in list(self.views.items()):
+            record, _ = await self.bus.fetch(key, view.source)
+            self._deliver(key, record)
 
     def _deliver(self, key: str, record: "live_bus.Record | None") -> None:
         view = self.views.get(key)
