@@ -1,6 +1,7 @@
 """Admin triage: waiting jobs grouped by the reason they wait; an action on one job or a group."""
 from __future__ import annotations
 
+import time
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -54,7 +55,7 @@ def _triage_context(request: HttpRequest) -> dict:
     return {"overview": overview, "jobs": jobs, "groups": triage.triage_groups(jobs), "facets": facets,
             "chosen": chosen, "sort": sort, "columns": columns, "filtered": bool(base),
             "query": request.GET.urlencode(), "recent": recent, "actions": TriageActionForm.ACTIONS,
-            "live": live_status()}
+            "live": live_status(), "rendered_at": time.time()}
 
 
 def _back_to_triage(request: HttpRequest) -> HttpResponse:
