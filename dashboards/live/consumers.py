@@ -107,6 +107,11 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         except Refused:
             await self.refuse(4403)
             return
+        except Exception:  # noqa: BLE001 - never a 500 on the handshake: the browser reconnects (with backoff)
+            log.warning("live socket %s: the check failed; closed to reconnect", self.scope.get("path", ""),
+                        exc_info=True)
+            await self.refuse(realtime.RECHECK)
+            return
         user = self.scope["user"]
         # The user's and the session's groups: a logout, deactivation or role change closes this socket
         # (realtime.connect_signals).
@@ -114,9 +119,15 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         session = self.scope.get("session")
         if session is not None and session.session_key:
             own.append(realtime.session_group(session.session_key))
-        for group in own:
-            await self.channel_layer.group_add(group, self.channel_name)
-        self.groups_joined = own
+        try:
+            for group in own:
+                await self.channel_layer.group_add(group, self.channel_name)
+                self.groups_joined.append(group)
+        except Exception:  # noqa: BLE001 - the channel layer (Redis) away: as above, never a 500
+            log.warning("live socket %s: could not join its user's groups; closed to reconnect",
+                        self.scope.get("path", ""), exc_info=True)
+            await self.refuse(realtime.RECHECK)
+            return
         await self.accept()
         # The groups above are joined once, and the channel layer drops a member group_expiry seconds
         # after its group_add (a day by default): a socket open longer would no longer be closed by a

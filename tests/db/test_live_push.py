@@ -626,3 +626,35 @@ def test_a_page_get_of_a_view_nobody_watches_reads_the_database_and_has_it_built
     assert publish.Producer(store).publish_pass().built >= 1 and view.key in store.snaps
     # and a campaign of another team stays a 404, snapshot or not
     assert client.get(f"/campaigns/{world['alpha'].pk}/").status_code == 404
+
+
+@pytest.mark.parametrize("failing", ["check", "channel layer"])
+def test_a_handshake_whose_check_or_group_join_fails_is_closed_to_reconnect_never_answered_500(
+        world, monkeypatch, failing, caplog):
+    """Under load the database (locked) or Redis (timeout) may fail a socket's handshake: the socket is
+    accepted and closed with RECHECK (the browser reconnects with backoff), and the log says so; an
+    exception out of ``connect`` would be answered HTTP 500 by the server."""
+    from django.db import OperationalError
+
+    from dashboards.live.consumers import QueueConsumer
+
+    if failing == "check":
+        def authorize(self, user):
+            raise OperationalError("database is locked")
+        monkeypatch.setattr(QueueConsumer, "authorize", authorize)
+    else:
+        from channels.layers import InMemoryChannelLayer
+
+        async def group_add(self, group, channel):
+            raise ConnectionError("Redis timed out")
+        monkeypatch.setattr(InMemoryChannelLayer, "group_add", group_add)
+
+    async def scenario():
+        comm, connected, code, _ = await ws_connect(world["users"]["viewer"], "/ws/queue/")
+        await comm.disconnect()
+        return connected, code
+
+    with caplog.at_level(logging.WARNING, logger="dashboards.live.consumers"):
+        connected, code = async_to_sync(scenario)()
+    assert (connected, code) == (False, realtime.RECHECK)
+    assert any("closed to reconnect" in r.getMessage() for r in caplog.records)
