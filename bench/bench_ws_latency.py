@@ -142,18 +142,9 @@ def wait_web(base: str, log_dir: Path) -> None:
             time.sleep(0.2)
 
 
-def raise_open_files() -> int:
-    """Raise this process's open-file limit to its hard limit (its children inherit it): 500 clients hold
-    1,000 sockets here, and the web server as many. Returns the limit."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
 def main() -> int:
+    from demo.watch.browsers import raise_open_files
+
     raise_open_files()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=30)

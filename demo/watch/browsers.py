@@ -16,7 +16,18 @@ from typing import Sequence
 
 from demo.watch.lags import ENDED, NOT_STARTED, Key, Sightings
 
-__all__ = ["Client", "Browsers", "wait_all"]
+__all__ = ["Client", "Browsers", "wait_all", "raise_open_files"]
+
+
+def raise_open_files() -> int:
+    """Raise this process's open-file limit (``RLIMIT_NOFILE``) to its hard limit (its children inherit it):
+    500 clients hold 1,000 sockets and more, past the usual soft limit of 1,024. Returns the limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 @dataclasses.dataclass
@@ -111,7 +122,9 @@ class Browsers:
         return found
 
     def start(self) -> None:
-        """Start the event loop's thread and open the HTTP session (waits up to 30 s)."""
+        """Start the event loop's thread and open the HTTP session (waits up to 30 s); the open-file limit is
+        raised first (:func:`raise_open_files`)."""
+        raise_open_files()
         self.thread.start()
         asyncio.run_coroutine_threadsafe(self._open_session(), self.loop).result(timeout=30)
 
