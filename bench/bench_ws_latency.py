@@ -27,10 +27,24 @@ the database; a scripted qstat (all pending; ``--slots`` start at once; every
 few seconds a handful end and as many start) is applied by this process's
 poll loop (``worker.tasks.poll_burst``, every ``TCO_POLL_INTERVAL_S``) while the
 seed replay's watchers (demo/watch/: the admin and ``--watchers`` users of
-both teams on the queue and campaign pages, through daphne) timestamp each
-task's change. The lag is from the scripted qstat's change to the browser,
-so it is the poll period's phase plus the database write plus the push.
-Needs Redis only (``REDIS_URL``).
+both teams on the queue and campaign pages) timestamp each task's change,
+through tco's web server (uvicorn, as scripts/services starts it) and its live
+views' producer (``manage.py tco_live_publish``). The lag is from the scripted
+qstat's change to the browser, so it is the poll period's phase plus the
+database write plus the push. Needs Redis only (``REDIS_URL``).
+
+Issue 22's figures (docs/benchmarks.md, docs/live.md)::
+
+    .venv/bin/python bench/bench_ws_latency.py --burst --watchers 500 --storm-sockets 2
+    .venv/bin/python bench/bench_ws_latency.py --burst --watchers 500 --storm-sockets 2 --cpu-hogs 8
+
+500 clients of both teams, each on the queue page and page 1 of a campaign of
+its team: the connect storm opens all 1,000 sockets at once (beside one socket
+on the idle server), then the burst; ``--cpu-hogs`` run at ``--hog-nice`` (19,
+what scripts/dev-cluster gives the jobs). The summary at the end prints each
+goal's figure beside its baseline from the same run: delivery beside the poll's
+own commit (what any page could show at best), the storm beside the idle
+socket, the web server's resident memory beside its start.
 """
 from __future__ import annotations
 
@@ -105,7 +119,12 @@ def web_argv(port: int, server: str = "uvicorn", workers: int = 2) -> list[str]:
         return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "tco_web.asgi:application"]
     return [sys.executable, "-m", "uvicorn", "tco_web.asgi:application", "--host", "127.0.0.1", "--port", str(port),
             "--workers", str(workers), "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5",
-            "--no-proxy-headers"]
+            "--no-proxy-headers", "--ws-per-message-deflate", "false"]
+
+
+def live_argv() -> list[str]:
+    """The live views' producer, as scripts/services starts it."""
+    return [sys.executable, "manage.py", "tco_live_publish"]
 
 
 def wait_web(base: str, log_dir: Path) -> None:
@@ -124,6 +143,9 @@ def wait_web(base: str, log_dir: Path) -> None:
 
 
 def main() -> int:
+    from demo.watch.browsers import raise_open_files
+
+    raise_open_files()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--db", default=str(REPO / "var" / "bench-ws.sqlite3"))
@@ -135,6 +157,9 @@ def main() -> int:
     parser.add_argument("--cpu-hogs", type=int, default=0,
                         help="--burst: this many busy processes run meanwhile (a host loaded as during the replay: "
                              "96 agents on 2 cores)")
+    parser.add_argument("--hog-nice", type=int, default=19,
+                        help="--burst: the hogs' nice value (19: the jobs' CPU priority on the dev cluster, "
+                             "scripts/dev-cluster)")
     parser.add_argument("--web", choices=("uvicorn", "daphne"), default="uvicorn",
                         help="the web server: uvicorn with --web-workers processes (as scripts/services) or daphne")
     parser.add_argument("--web-workers", type=int, default=int(os.environ.get("TCO_WEB_WORKERS", "2")))
@@ -170,6 +195,7 @@ def main() -> int:
     procs = []
     for name, argv in (
         ("web", web_argv(port, args.web, args.web_workers)),
+        ("live", live_argv()),
         ("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
                     "-n", f"wsbench{port}@%h", "--loglevel=WARNING"]),
         ("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=WARNING",
@@ -346,11 +372,11 @@ def storm_row(label: str, results: list) -> str:
             f"{cell(max(ok) if ok else None):>7} {len(failed):>6}" + (f"  e.g. {failed[0]}" if failed else ""))
 
 
-def connect_storm(base: str, campaigns: list, watchers: int, sockets: list[int], server: str) -> list[str]:
+def connect_storm(base: str, campaigns: list, watchers: int, sockets: list[int], server: str) -> tuple[list[str], list]:
     """The connect storm (``--storm-sockets``): one socket at a time on the idle server (5 times), then
     for each ``k`` of ``sockets``, ``watchers`` clients (users of both teams) opening ``k`` sockets
     each at once: the queue page and pages 1..k-1 of their team's campaign. ``server``: the web server,
-    for the title. Returns the table's lines."""
+    for the title. Returns the table's lines and the summary's rows (:func:`print_summary`)."""
     from demo.watch.users import session_for, watcher_users
 
     users = watcher_users(watchers)
@@ -358,19 +384,30 @@ def connect_storm(base: str, campaigns: list, watchers: int, sockets: list[int],
     campaign_of = {c.team.project: c.pk for c in campaigns}
     lines = [f"connect storm (web server: {server}; connect = socket opened -> first snapshot of its page, seconds)",
              f"{'what':<44} {'sockets':>7} {'p50':>7} {'p95':>7} {'max':>7} {'failed':>6}"]
+    from demo.watch.lags import percentile
+
     idle = []
     for _ in range(5):
         idle += asyncio.run(open_sockets(base, [(keys[0], "/ws/queue/", 1)]))
     lines.append(storm_row("one socket on the idle server, 5 in turn", idle))
+    idle_ok = [r for r in idle if isinstance(r, float)]
+    rows = []
     for k in sockets:
         plan = []
         for user, key in zip(users, keys):
             project = user.username[len("replay-watch-"):].rsplit("-", 1)[0]
             plan.append((key, "/ws/queue/", 1))
             plan += [(key, f"/ws/campaigns/{campaign_of[project]}/", page) for page in range(1, k)]
-        lines.append(storm_row(f"{watchers} clients x {k} sockets at once", asyncio.run(open_sockets(base, plan))))
+        results = asyncio.run(open_sockets(base, plan))
+        lines.append(storm_row(f"{watchers} clients x {k} sockets at once", results))
+        ok = [r for r in results if isinstance(r, float)]
+        rows.append((f"connect storm, {len(plan)} sockets at once: first snapshot p95",
+                     "n/a" if not ok else f"{percentile(ok, 0.95):.3f} s"
+                     + (f" ({len(results) - len(ok)} failed)" if len(ok) < len(results) else ""),
+                     f"one socket on the idle server p95 {percentile(idle_ok, 0.95):.3f} s" if idle_ok else "",
+                     "<= 2 s"))
         time.sleep(2)   # the server closes the storm's sockets
-    return lines
+    return lines, rows
 
 
 def burst(args) -> int:
@@ -409,15 +446,25 @@ def burst(args) -> int:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log_dir = fresh_log_dir()
-    web = subprocess.Popen(web_argv(port, args.web, args.web_workers), cwd=REPO,
-                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    from dashboards.core import live_bus
+
+    store = live_bus.bus()
+    for key in store.r.scan_iter(match=live_bus.PREFIX + "*"):   # a fresh live store (an earlier run's views)
+        store.r.delete(key)
+    web = subprocess.Popen(web_argv(port, args.web, args.web_workers), cwd=REPO, env=env,
                            stdout=open(log_dir / "web.log", "wb"), stderr=subprocess.STDOUT)
+    live = subprocess.Popen(live_argv(), cwd=REPO, env=env, stdout=open(log_dir / "live.log", "wb"),
+                            stderr=subprocess.STDOUT)
     lock = threading.Lock()
     state: dict[tuple[int, int], str] = {k: "pending" for k in script}
 
     def qstat() -> list:
         with lock:
             items = list(state.items())
+        return qstat_of(items)
+
+    def qstat_of(items) -> list:
         at = dt.datetime.now(dt.timezone.utc)
         return [QstatTask(job_number=j, task_number=t, name="burst", owner="tco", project=script[(j, t)], state=s,
                           state_code="r" if s == "running" else "qw", restarted=False,
@@ -428,36 +475,62 @@ def burst(args) -> int:
     stop = threading.Event()
     poll_s = float(os.environ.get("TCO_POLL_INTERVAL_S", "1.0"))
 
-    polls: list[tuple[float, float, int]] = []   # (began, took s, tasks changed) of each poll task
     from django.conf import settings as django_settings
 
     from worker.tasks import poll_burst
 
+    # The poll runs in a process of its own, as in the poll worker: in this one it would share the GIL
+    # with hundreds of clients' sockets and the measured poll would be theirs. It reads the script's
+    # state from a manager's dict, written here at each change.
+    import multiprocessing
+
+    mp = multiprocessing.get_context("fork")
+    manager = mp.Manager()
+    shared, polls_out, stop_polls = manager.dict(), manager.list(), mp.Event()
+
+    def share_state() -> None:   # with lock held
+        shared["state"] = json.dumps([[j, t, s] for (j, t), s in state.items()])
+
     def poller() -> None:
         # As the beat and worker.tasks.poll_queue: one poll task every TCO_POLL_INTERVAL_S, polling
         # again every TCO_POLL_BURST_S while a burst goes on.
-        while not stop.is_set():
-            began, began_at = time.monotonic(), time.time()
-            out = poll_burst(cluster, qstat, budget_s=poll_s * 0.75, every_s=django_settings.TCO_POLL_BURST_S)
-            polls.append((began_at, time.monotonic() - began, out["changed"] + out["gone"] + out["added"]))
-            stop.wait(max(0.0, poll_s - (time.monotonic() - began)))
-        connection.close()
+        import django.db
 
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.cpu_hogs)]
+        django.db.connections.close_all()   # the parent's, copied by the fork: never used here
+        scripted = (lambda: qstat_of([((j, t), s) for j, t, s in json.loads(shared["state"])]))
+        while not stop_polls.is_set():
+            began, began_at = time.monotonic(), time.time()
+            out = poll_burst(cluster, scripted, budget_s=poll_s * 0.75, every_s=django_settings.TCO_POLL_BURST_S)
+            polls_out.append((began_at, time.monotonic() - began, out["changed"] + out["gone"] + out["added"]))
+            stop_polls.wait(max(0.0, poll_s - (time.monotonic() - began)))
+        django.db.connections.close_all()
+
+    with lock:
+        share_state()
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.nice(args.hog_nice))
+            for _ in range(args.cpu_hogs)]
     if hogs:
-        print(f"{len(hogs)} busy processes run meanwhile (--cpu-hogs)")
+        print(f"{len(hogs)} busy processes run meanwhile at nice {args.hog_nice} (--cpu-hogs, --hog-nice)")
+    summary: list[tuple[str, str, str, str]] = []
     try:
         wait_web(base, log_dir)
         storm = [int(k) for k in args.storm_sockets.split(",") if k.strip()] if args.watchers else []
         if storm:
             server = (f"{args.web}, {args.web_workers} processes" if args.web == "uvicorn" else "daphne, 1 process")
-            print("\n".join(connect_storm(base, campaigns, args.watchers, storm, server)))
+            lines, storms = connect_storm(base, campaigns, args.watchers, storm, server)
+            print("\n".join(lines))
+            summary += storms
             connection.close()
         watch = LiveWatch(base_url=base, watchers=args.watchers, list_tasks=qstat, admin=admin,
-                          pids={"web": web.pid})
+                          pids={"web": web.pid, "live": live.pid})
         watch.start()
         watch.follow(campaigns)
-        threading.Thread(target=poller, daemon=True).start()
+        import django.db
+
+        django.db.connections.close_all()
+        poll_process = mp.Process(target=poller, name="tco-bench-poll", daemon=True)
+        poll_process.start()
         time.sleep(3)   # every socket connected, the poll in its stride
         order = sorted(state)
         order = [k for pair in zip(order[:half], order[half:]) for k in pair]   # the two teams in turn
@@ -466,6 +539,7 @@ def burst(args) -> int:
         with lock:
             for k in running:
                 state[k] = "running"
+            share_state()
         burst_at = time.time()
         print(f"{len(running)} tasks started at once; {len(queue)} queued")
         end = time.monotonic() + args.seconds
@@ -478,11 +552,13 @@ def burst(args) -> int:
                         k = queue.pop(0)
                         state[k] = "running"
                         running.append(k)
+                share_state()
         time.sleep(3)
         stop.set()
+        stop_polls.set()
+        poll_process.join(timeout=30)
+        polls = list(polls_out)   # (began, took s, tasks changed) of each poll task
         watch.stop()
-        import django.db
-
         django.db.connections.close_all()
         results = watch.results()
         print("\n".join(render_live(results)))
@@ -502,13 +578,61 @@ def burst(args) -> int:
             print(f"poll loop (burst re-poll every {django_settings.TCO_POLL_BURST_S} s): {len(polls)} poll tasks, "
                   f"{len(busy)} with changes; p50 "
                   f"{statistics.median(t for t, _ in busy):.3f} s, slowest {worst[0]:.3f} s ({worst[1]} tasks)")
+        summary += burst_summary(results, polls)
+        print_summary(summary, hogs=len(hogs), nice=args.hog_nice, clients=args.watchers)
     finally:
         stop.set()
+        stop_polls.set()
         for hog in hogs:
             hog.kill()
-        web.terminate()
-        web.wait(timeout=15)
+        manager.shutdown()
+        for proc in (web, live):
+            proc.terminate()
+        for proc in (web, live):
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     return 0
+
+
+def burst_summary(results: dict, polls: list) -> list[tuple[str, str, str, str]]:
+    """The burst's goal figures, each beside its baseline from the same run: ``(figure, measured,
+    baseline, goal)``."""
+    from demo.watch.lags import LAG_PARTS, percentile
+    from demo.watch.report import live_figures
+
+    f = live_figures(results)
+    parts = f["load_breakdown"]["parts"]
+    to_commit = [a + b for a, b in zip(parts[LAG_PARTS[0][0]], parts[LAG_PARTS[1][0]])]
+    cell = (lambda v: "n/a" if v is None else f"{v:.3f} s")
+    rows = []
+    load = f["load"]
+    rows.append((f"delivery p95, {f['clients']} clients (campaign pages)", cell(load["p95"]),
+                 f"committed to the database (poll) p95 {cell(percentile(to_commit, 0.95))}", "<= 2 s"))
+    rows.append(("delivery p99, clients (campaign pages)",
+                 cell(percentile([x for c in results["clients"] if not c["admin"] for x in c["lag"]["lags"]], 0.99)),
+                 "", "<= 3 s"))
+    rows.append(("delivery p95, clients (queue page counts)", cell(f["load_queue"]["p95"]), "", "<= 2 s"))
+    if "lag" in f:
+        rows.append(("delivery p95, admin (every campaign page)", cell(f["lag"]["p95"]), "", "<= 2 s"))
+    rows.append(("changes delivered / expected, clients",
+                 f"{load['received']} / {load['expected']} (missed {load['missed']})", "", "all"))
+    rows.append(("clients that saw another team's data", str(len(f["violations"])), "", "0"))
+    rss = results["rss"].get("web")
+    if rss:
+        rows.append(("web RSS growth (children included)", f"{(rss['peak'] - rss['start']) / 2**20:.0f} MiB",
+                     f"at start {rss['start'] / 2**20:.0f} MiB", "<= 150 MiB"))
+    for kind, s in results["pages"].items():
+        rows.append((f"{kind} GET p95", cell(s["p95"]), "", "<= 0.3 s"))
+    return rows
+
+
+def print_summary(rows: list[tuple[str, str, str, str]], *, hogs: int, nice: int, clients: int) -> None:
+    print(f"\nSummary ({clients} clients; " + (f"{hogs} CPU hogs at nice {nice})" if hogs else "no CPU hogs)"))
+    print(f"{'figure':<48} {'measured':>22}  {'baseline (same run)':<46} goal")
+    for figure, measured, baseline, goal in rows:
+        print(f"{figure:<48} {measured:>22}  {baseline:<46} {goal}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from django.core.management import call_command
 
 from tests.support.campaigns import DEMO_PASSWORD, make_campaign
 from tests.support.history import PASSWORD
-from tests.support.stack import TEST_OUTPUT, Stack
+from tests.support.stack import TEST_OUTPUT, Stack, live_store_clear
 
 TESTS = Path(__file__).resolve().parent
 KINDS = ("unit", "db", "integration", "browser", "host", "faults", "deploy")
@@ -82,6 +82,13 @@ def _no_services_for_unit_and_db(request):
                                    "LOCATION": f"tco-test-{os.getpid()}-{request.node.nodeid}"}}
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     settings.REDIS_URL = NO_REDIS_URL
+    # The live store in this process's memory, the producer run at each wake-up (core.live_bus.MemoryBus).
+    from dashboards.core import live_bus
+
+    settings.TCO_LIVE_BUS = "memory"
+    live_bus.MEMORY.reset()
+    live_bus.MEMORY.eager = True
+    request.addfinalizer(live_bus.MEMORY.reset)
     settings.PASSWORD_HASHERS = ["tests.support.hashers.MemoizedPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
 
     def send(name, *args, queue=None):
@@ -276,7 +283,8 @@ def ops_stack_server(django_db_setup, tmp_path_factory, request):
 
 @pytest.fixture
 def live_stack(live_stack_server, transactional_db, bootstrap):
-    """The module's live stack, for a test on a fresh database with the bootstrap data."""
+    """The module's live stack, for a test on a fresh database with the bootstrap data (and an empty live store)."""
+    live_store_clear()
     bootstrap.TCO_SPOOL_DIR = live_stack_server.spool
     return live_stack_server
 
@@ -284,5 +292,6 @@ def live_stack(live_stack_server, transactional_db, bootstrap):
 @pytest.fixture
 def ops_stack(ops_stack_server, transactional_db, bootstrap):
     """The module's live stack with mail to files, for a test on a fresh database with the bootstrap data."""
+    live_store_clear()
     bootstrap.TCO_SPOOL_DIR = ops_stack_server.spool
     return ops_stack_server

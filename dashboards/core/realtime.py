@@ -1,8 +1,13 @@
-"""The one place that pushes events to browsers, after the transaction commits.
+"""The one place that tells the live views of a change, after the transaction commits.
 
-Events say *what changed* (a cluster's queue, a campaign); each consumer then
-re-reads what its own user may see, so scoping is decided by the selectors,
-never by what a broadcast happened to contain.
+A change says *what changed* (the queue, a campaign, the queue-depth history): it increments
+the generation of those sources in the live store (``core.live_bus``) and wakes the producer
+(``dashboards.live.publish``), which rebuilds each watched view of them once, per audience, and
+publishes the finished bytes. Nothing here knows who watches; scoping is decided by the views'
+keys (one per scope) and by the sockets' checks when they open.
+
+Sockets also close when their user's rights change (:func:`connect_signals`, through the channel
+layer's user and session groups).
 """
 from __future__ import annotations
 
@@ -10,22 +15,14 @@ import asyncio
 import hashlib
 import logging
 import threading
-import time
-import uuid
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from dashboards.core import live_bus
+
 log = logging.getLogger(__name__)
-
-QUEUE_GROUP = "queue"
-DEPTH_SAMPLED = "depth.sampled"
-
-
-def campaign_group(campaign_id: int) -> str:
-    """The Channels group of one campaign's page."""
-    return f"campaign.{campaign_id}"
 
 
 def user_group(user_id: int) -> str:
@@ -50,18 +47,12 @@ RECHECK = 4000
 
 
 def _send_after_commit(group: str, message: dict, what: str) -> None:
-    """Send ``message`` to ``group`` once the current transaction commits; failures are logged.
-
-    A ``tco.event`` message's event gets ``published_at`` (epoch seconds) when it is handed to the
-    channel layer: the lag breakdown's "published" instant (demo/watch/).
-    """
+    """Send ``message`` to ``group`` once the current transaction commits; failures are logged."""
 
     def push() -> None:
         layer = get_channel_layer()
         if layer is None:
             return
-        if "event" in message:
-            message["event"]["published_at"] = time.time()
         try:
             async_to_sync(layer.group_send)(group, message)
         except Exception:  # noqa: BLE001 - the push is best effort; pages also refresh on reconnect
@@ -87,37 +78,36 @@ def sockets_close(group: str, code: int) -> None:
     _send_after_commit(group, {"type": "tco.close", "code": code}, f"close {code}")
 
 
-def broadcast(group: str, event: dict) -> None:
-    """Send ``event`` (JSON-serialisable dict) to ``group`` once the current transaction commits.
+def changed(sources: set[str] | frozenset[str], *, observed_at: float | None = None) -> None:
+    """Tell the live store that ``sources`` changed, once the current transaction commits.
 
-    A failure to reach the channel layer (Redis down) is logged, never raised:
-    the database is the truth and the next change pushes again. Each event
-    gets an ``id``: consumers of users who see the same thing share one read
-    per event (``dashboards.live.consumers.Coalescer``), and ``published_at`` (epoch
-    seconds, when it went to the channel layer after the commit).
+    A failure to reach it (Redis down) is logged, never raised: the database is the truth, and the
+    producer rebuilds every view whose generation moved once it can.
     """
-    event = {**event, "id": uuid.uuid4().hex}
-    _send_after_commit(group, {"type": "tco.event", "event": event}, str(event.get("kind")))
+
+    def mark() -> None:
+        try:
+            live_bus.bus().mark_changed(sorted(sources), observed_at)
+        except Exception:  # noqa: BLE001 - best effort, as above
+            log.warning("could not mark %s changed", ", ".join(sorted(sources)), exc_info=True)
+
+    transaction.on_commit(mark)
 
 
 def queue_changed(cluster_name: str, campaign_ids: set[int] | frozenset[int] = frozenset(), *,
                   observed_at: float | None = None) -> None:
-    """Tell queue pages (and the pages of the named campaigns) that something changed.
+    """Tell queue pages (and the pages of the named campaigns and their tasks) that something changed.
 
     ``observed_at``: for a change a qstat poll found, when that poll's qstat call began (epoch
-    seconds); the events carry it so a page's snapshot can say how old its news is (the lag
-    breakdown of demo/watch/: poll cadence, poll processing, push, network).
+    seconds); the snapshots answering it carry it (``as_of``), and the lag metrics count from it.
+    ``cluster_name`` names the cluster in the log only: every queue page shows every cluster.
     """
-    stamp = {"observed_at": observed_at} if observed_at is not None else {}
-    event = {"kind": "queue.changed", "cluster": cluster_name, "campaigns": sorted(campaign_ids), **stamp}
-    broadcast(QUEUE_GROUP, event)
-    for campaign_id in campaign_ids:
-        broadcast(campaign_group(campaign_id), {"kind": "campaign.changed", "campaign": campaign_id, **stamp})
+    changed({live_bus.QUEUE, *(live_bus.campaign_source(c) for c in campaign_ids)}, observed_at=observed_at)
 
 
 def depth_sampled() -> None:
     """Tell queue pages that a new queue-depth sample is stored (they redraw the history chart)."""
-    broadcast(QUEUE_GROUP, {"kind": DEPTH_SAMPLED})
+    changed({live_bus.DEPTH})
 
 
 # --- sockets end with the rights that opened them (issue 11, finding 8) -------------

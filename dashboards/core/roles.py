@@ -15,6 +15,7 @@ Capabilities by role (an admin, ``is_staff``, has every capability on every team
 """
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
 
@@ -42,10 +43,12 @@ def teams_with(user: AbstractBaseUser, capability: str) -> QuerySet[Team]:
         return Team.objects.none()
     if is_admin(user):
         return Team.objects.all()
-    by_role = Q(memberships__user=user, memberships__role__in=roles)
+    # Two indexed subqueries (IN), not joins: the join of memberships OR the group's users with DISTINCT
+    # took 36-56 ms on SQLite with 500 users (every scoped read and every socket's check starts here).
+    by_role = Q(pk__in=Membership.objects.filter(user=user, role__in=roles).values("team_id"))
     if capability == "view":
-        by_role |= Q(group__user=user)
-    return Team.objects.filter(by_role).distinct()
+        by_role |= Q(group_id__in=get_user_model().groups.through.objects.filter(user=user).values("group_id"))
+    return Team.objects.filter(by_role)
 
 
 def user_can(user: AbstractBaseUser, capability: str, team: Team | None = None) -> bool:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, F, Q, Value
 from django.db.models.functions import NullIf
 from django.utils import timezone
@@ -11,7 +10,7 @@ from django.utils import timezone
 from dashboards.core.encoding import money_text
 from dashboards.core.failures import failure_of, infrastructure_filter
 from dashboards.core.health import task_note
-from dashboards.core.scope import campaign_for
+from dashboards.core.scope import Who, campaign_for
 from dashboards.core.stages import campaign_stages, submit_seconds, task_stages
 from dashboards.core.stages import iso as _iso
 from dashboards.core.states import FAILURE_STATES, TOKEN_FIELDS
@@ -89,7 +88,7 @@ def task_table_choice(sort: str | None, direction: str | None, q: str | None) ->
             "q": (q or "").strip()[:100]}
 
 
-def campaign_detail(user: AbstractBaseUser, campaign_id: int, *, page: int = 1, per_page: int = TASKS_PER_PAGE,
+def campaign_detail(user: Who, campaign_id: int, *, page: int = 1, per_page: int = TASKS_PER_PAGE,
                     state: str | None = None, sort: str | None = None, descending: bool = False,
                     q: str = "", host: str | None = None) -> dict[str, Any]:
     """One campaign's progress, a page of its tasks (failures and errors first) and its stage table.

@@ -4,11 +4,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count
 from django.utils import timezone
 
-from dashboards.core.scope import tasks_visible_to
+from dashboards.core.scope import Who, tasks_visible_to
 from dashboards.core.stages import iso as _iso
 from dashboards.models import Cluster
 from schedulers.calendars import annotate_queues
@@ -138,7 +137,7 @@ def host_filter(value: object) -> str | None:
 HOST_TASKS_SHOWN = 12  # task links per host on the queue page (the count is always whole)
 
 
-def cluster_hosts(cluster: Cluster, user: AbstractBaseUser) -> dict[str, Any]:
+def cluster_hosts(cluster: Cluster, user: Who) -> dict[str, Any]:
     """The cluster's execution hosts from the last status poll, with the active tasks ``user`` may see on each.
 
     Returns ``{"hosts": [...], "problems": [...]}``: ``hosts`` as

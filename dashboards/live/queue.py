@@ -8,13 +8,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Case, Count, IntegerField, Value, When
 from django.utils import timezone
 
 from dashboards.core.chunks import in_chunks
-from dashboards.core.roles import is_admin
-from dashboards.core.scope import campaigns_visible_to, tasks_visible_to, teams_visible_to, visible_team_ids
+from dashboards.core.scope import Who, campaigns_visible_to, tasks_visible_to, teams_visible_to, visible_team_ids
 from dashboards.core.stages import iso as _iso
 from dashboards.core.stages import seconds_between as _seconds
 from dashboards.core.states import QUEUED_STATES, UNFINISHED_CAMPAIGN
@@ -52,9 +50,10 @@ def _campaign_row(c: Campaign, states: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api", page: int = 1,
-                  per_page: int = CAMPAIGNS_PER_PAGE) -> dict[str, Any]:
-    """Everything the live queue page shows, scoped to ``user``, as a JSON-ready dict.
+def queue_summary(user: Who, *, seat_resource: str = "anthropic_api", page: int = 1,
+                  per_page: int = CAMPAIGNS_PER_PAGE, counts: LiveCounts | None = None) -> dict[str, Any]:
+    """Everything the live queue page shows, scoped to ``user`` (a user or a ``core.scope.Scope``), as a
+    JSON-ready dict. ``counts``: the live counts when the caller read them already (they are unscoped).
 
     Shape::
 
@@ -80,12 +79,12 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
     Counts are aggregated in the database; no task row is loaded except the
     newest finished ones and the first jobs tco did not launch.
     """
-    admin = is_admin(user)
     team_ids = visible_team_ids(user)
+    admin = team_ids is None
     teams = {t.pk: t for t in (Team.objects.all() if admin else Team.objects.filter(pk__in=team_ids or []))}
     projects = {t.project: t for t in teams.values()}
     clusters = {c.pk: c for c in Cluster.objects.order_by("name")}
-    counts = live_counts()
+    counts = counts if counts is not None else live_counts()
 
     active_states = [s for s in LIFECYCLE_STATES if s in ACTIVE_STATES]
     totals = state_counts()
@@ -177,7 +176,7 @@ def queue_summary(user: AbstractBaseUser, *, seat_resource: str = "anthropic_api
     }
 
 
-def campaign_list(user: AbstractBaseUser, *, page: int = 1, per_page: int = CAMPAIGNS_PER_PAGE,
+def campaign_list(user: Who, *, page: int = 1, per_page: int = CAMPAIGNS_PER_PAGE,
                   counts: LiveCounts | None = None, status: str | None = None) -> tuple[list[dict], dict]:
     """One page of the campaigns ``user`` may see, unfinished first, then newest first, with state counts.
 
@@ -250,7 +249,7 @@ def _other_owner_rows(clusters: dict[int, Cluster]) -> list[dict]:
     return sorted(rows.values(), key=lambda r: (-r["tasks"], r["cluster"], r["owner"]))
 
 
-def queue_depth_history(user: AbstractBaseUser, window: str = "hour") -> dict[str, Any]:
+def queue_depth_history(user: Who, window: str = "hour") -> dict[str, Any]:
     """Queued (pending + held) and running tasks over the last hour or day, per team the user may see.
 
     Shape ``{"window": "hour"|"day", "t": [ISO, ...], "queued": {team: [n,
@@ -258,7 +257,7 @@ def queue_depth_history(user: AbstractBaseUser, window: str = "hour") -> dict[st
     ``TCO_DEPTH_SAMPLE_S`` for an hour, every minute for a day). Admins also
     see jobs tco did not launch (under their project, or "no project").
     """
-    admin = is_admin(user)
+    admin = visible_team_ids(user) is None
     teams = Team.objects.all() if admin else teams_visible_to(user)
     names = {t.project: t.name for t in teams}
     samples = history.depth_samples(window)

@@ -4,13 +4,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Sum
 from django.utils import timezone
 
 from dashboards.core.encoding import jsonable, money_text
 from dashboards.core.health import task_note
-from dashboards.core.scope import task_for, tasks_visible_to
+from dashboards.core.scope import Who, task_for, tasks_visible_to
 from dashboards.core.spool_files import read_spool_file, task_output_path, task_outputs
 from dashboards.core.stages import iso as _iso
 from dashboards.core.stages import task_stages, timeline
@@ -61,7 +60,7 @@ def _task_requests(task: Task) -> dict[str, Any]:
     }
 
 
-def task_detail(user: AbstractBaseUser, task_id: int, *, with_scheduler: bool = True) -> dict[str, Any]:
+def task_detail(user: Who, task_id: int, *, with_scheduler: bool = True) -> dict[str, Any]:
     """Everything the agent page shows about one task, JSON-ready. Raises ``Task.DoesNotExist``.
 
     Shape::
@@ -223,7 +222,7 @@ def task_progress(task: Task, *, now: dt.datetime | None = None) -> dict[str, An
             "expected_from": source, "timeout_s": timeout, "pct": pct}
 
 
-def task_neighbours(user: AbstractBaseUser, task: Task) -> dict[str, Any]:
+def task_neighbours(user: Who, task: Task) -> dict[str, Any]:
     """The previous and next task of the same campaign by task number, that ``user`` may see:
     ``{"previous": {id, task_id} | None, "next": {id, task_id} | None}`` (both None outside a campaign)."""
     out: dict[str, Any] = {"previous": None, "next": None}
@@ -238,7 +237,7 @@ def task_neighbours(user: AbstractBaseUser, task: Task) -> dict[str, Any]:
     return out
 
 
-def task_logs(user: AbstractBaseUser, task_id: int) -> dict[str, Any]:
+def task_logs(user: Who, task_id: int) -> dict[str, Any]:
     """The live tail of a task's stdout and stderr: ``{"stdout": read_spool_file, "stderr": ...,
     "active": bool, "generated_at"}``. Raises ``Task.DoesNotExist``."""
     task = task_for(user, task_id)

@@ -25,6 +25,8 @@ Metrics (labels in braces; every value is read at scrape time):
 | ``tco_cost_usd_total{project}`` | dollars of the metered tokens |
 | ``tco_otel_spans_exported_total{project}`` | trace spans the runners sent to the OTLP receiver (docs/otel.md) |
 | ``tco_otel_spans_dropped_total{project}`` | trace spans lost: queue full, export failed or too late |
+| ``tco_live_lag_seconds{stage}`` | histogram: seconds from a change's qstat start to its live snapshot being ``published`` (the producer) and ``sent`` to each socket (the web processes), docs/live.md |
+| ``tco_live_producer_age_seconds`` | seconds since the live views' producer (``tco_live_publish``) last reported |
 
 Stage histograms, pending age, hosts, reservations and budgets: ``web.metrics_fleet``.
 """
@@ -39,7 +41,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from dashboards.billing.usage import usage_by_project
@@ -161,6 +163,33 @@ class TcoCollector:
             for kind, family in spans.items():
                 family.add_metric([row["project"]], row.get(f"otel_spans_{kind}") or 0)
         yield from spans.values()
+        yield from live_metrics()
+
+
+def live_metrics():
+    """``tco_live_lag_seconds`` (from the live store's shared histogram) and the producer's age; nothing
+    when the store cannot be read (Redis down: the page notices say so)."""
+    import logging
+    import time
+
+    from dashboards.core import live_bus
+
+    try:
+        store = live_bus.bus()
+        histograms, status = store.histograms(), store.status()
+    except Exception:  # noqa: BLE001 - the other metrics are still worth a scrape
+        logging.getLogger(__name__).warning("live metrics unavailable", exc_info=True)
+        return
+    lag = HistogramMetricFamily("tco_live_lag_seconds",
+                                "Seconds from a change's qstat start to its live snapshot (published, sent)",
+                                labels=["stage"])
+    for stage, h in sorted(histograms.items()):
+        lag.add_metric([stage], buckets=h["buckets"], sum_value=h["sum"])
+    yield lag
+    if status:
+        age = GaugeMetricFamily("tco_live_producer_age_seconds", "Seconds since the live producer's last report")
+        age.add_metric([], max(0.0, time.time() - float(status.get("at") or 0)))
+        yield age
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

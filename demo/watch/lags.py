@@ -114,14 +114,14 @@ def task_lags(sighted: Mapping[Key, float], arrived: Mapping[Key, float], *, job
 
 
 #: Where a change's lag goes: (label, from, to), instants of the change's qstat sighting, of the
-#: ``as_of`` of the first snapshot showing it (dashboards.live.consumers.as_of_text), and of its arrival.
+#: ``as_of`` of the first snapshot showing it (dashboards.live.publish: when the poll's qstat began,
+#: when its change was committed, when the producer's read began, when it published), and of its arrival.
 LAG_PARTS = (
     ("qstat sighting -> poll's qstat start (cadence)", "sighted", "observed_at"),
-    ("poll's qstat start -> published (qstat, diff, write)", "observed_at", "published_at"),
-    ("published -> received by the socket (channel layer)", "published_at", "received_at"),
-    ("received -> its read began (waiting for the read)", "received_at", "read_at"),
-    ("read began -> sent (the read, JSON)", "read_at", "sent_at"),
-    ("sent -> arrival (network, client)", "sent_at", "arrived"),
+    ("poll's qstat start -> committed (qstat, diff, write)", "observed_at", "committed_at"),
+    ("committed -> read began (waiting for the producer)", "committed_at", "read_at"),
+    ("read began -> published (the read, JSON, once)", "read_at", "published_at"),
+    ("published -> arrival (Redis, web process, network)", "published_at", "arrived"),
 )
 
 
@@ -130,7 +130,7 @@ def lag_breakdown(sighted: Mapping[Key, float], arrived: Mapping[Key, float], ne
     """Split each change's lag (arrival - sighting, as :func:`task_lags`) into :data:`LAG_PARTS`.
 
     ``news``: ``{change: as_of}`` of the first snapshot that showed it (``observed_at``,
-    ``published_at``, ``received_at``, ``read_at``, ``sent_at``: epoch seconds, or None); ``keys``: the changes to split. A change
+    ``committed_at``, ``read_at``, ``published_at``: epoch seconds, or None); ``keys``: the changes to split. A change
     whose snapshot answered no poll's event (a connect snapshot, a change no poll found) is
     ``unsplit``. The parts of a split change add up to its lag; a part is negative when, e.g., the
     poll's qstat began before the sampler's (the change was then seen by the poll first).

@@ -70,7 +70,7 @@ def service_pids(state_dir: Path) -> dict[str, int]:
     """``{name: pid}`` of the running web server and workers from scripts/services' pid files
     (``<state dir>/run/<name>.pid``)."""
     out = {}
-    for name in ("web", "worker", "ingest", "submit", "beat"):
+    for name in ("web", "live", "worker", "ingest", "submit", "beat"):
         try:
             pid = int((Path(state_dir) / "run" / f"{name}.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError):

@@ -160,7 +160,7 @@
   render(initial);
   live = TCO.connect("/ws/campaigns/" + initial.campaign.id + "/", function (msg) {
     if (msg.kind === "campaign.snapshot") { render(msg.data); }
-  });
+  }, TCO.json("initial-live"));
   if (initial.page > 1 || initial.state_filter || initial.sort || initial.q || initial.host_filter) {
     live.send({ page: initial.page, state: initial.state_filter, sort: initial.sort,
                 dir: initial.descending ? "desc" : "asc", q: initial.q || "", host: initial.host_filter });

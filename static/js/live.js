@@ -53,9 +53,24 @@
     b.className = "badge " + (on ? "on" : "off");
   }
 
-  // connect(path, onMessage) -> {send(obj)}; resends the last "choice" after a reconnect.
-  TCO.connect = function (path, onMessage) {
-    var delay = 500, ws = null, choice = null, closedForGood = false;
+  // connect(path, onMessage[, mark]) -> {send(obj)}; resends the last "choice" after a reconnect.
+  // Each message is a whole snapshot of one view ({kind, view, seq, epoch, data}): seq counts that
+  // view's snapshots. One older than, or the same as, what is shown (a page rendered from a newer one,
+  // a duplicate after a resync) is skipped; a gap (seq jumped) asks the server for its latest snapshot,
+  // which it sends unless this socket has it already. "mark" ({view, epoch, seq}): the page's own.
+  TCO.connect = function (path, onMessage, mark) {
+    var delay = 500, ws = null, choice = null, closedForGood = false, shown = {};
+    if (mark && mark.view) { shown[mark.view] = { epoch: mark.epoch, seq: mark.seq }; }
+    function fresh(msg) {
+      if (!msg.view || msg.seq === undefined) { return true; }
+      var last = shown[msg.view];
+      if (last && last.epoch === msg.epoch && msg.seq <= last.seq) { return false; }
+      if (last && last.epoch === msg.epoch && msg.seq > last.seq + 1 && ws && ws.readyState === 1) {
+        ws.send(JSON.stringify({ snapshot: true }));
+      }
+      shown[msg.view] = { epoch: msg.epoch, seq: msg.seq };
+      return true;
+    }
     function open() {
       var proto = location.protocol === "https:" ? "wss://" : "ws://";
       ws = new WebSocket(proto + location.host + path);
@@ -63,7 +78,10 @@
         delay = 500; setLive(true);
         if (choice) { ws.send(JSON.stringify(choice)); }
       };
-      ws.onmessage = function (ev) { onMessage(JSON.parse(ev.data)); };
+      ws.onmessage = function (ev) {
+        var msg = JSON.parse(ev.data);
+        if (fresh(msg)) { onMessage(msg); }
+      };
       ws.onclose = function (ev) {
         setLive(false);
         if (ev.code === 4401 || ev.code === 4403) {
@@ -79,6 +97,8 @@
     open();
     return {
       send: function (obj) {
+        // Another page or filter is another view: its snapshots count from their own seq.
+        shown = {};
         choice = Object.assign({}, choice || {}, obj);
         if (ws && ws.readyState === 1 && !closedForGood) { ws.send(JSON.stringify(obj)); }
       }

@@ -231,7 +231,7 @@
   live = TCO.connect("/ws/queue/", function (msg) {
     if (msg.kind === "queue.snapshot") { render(msg.data); }
     else if (msg.kind === "queue.depth") { depth = msg.data; drawDepth(); }
-  });
+  }, TCO.json("initial-live"));
   var initialPage = TCO.json("initial-summary").campaigns_page;
   if (initialPage && initialPage.page > 1) { live.send({ page: initialPage.page }); }
 })();

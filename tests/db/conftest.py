@@ -33,3 +33,14 @@ def as_user(client, ops_users):
         client.force_login(ops_users[name])
         return client
     return login
+
+
+@pytest.fixture
+def live_store_in_memory(settings):
+    """The live views' store of this process (``core.live_bus.MEMORY``: tests/conftest.py sets it, empty,
+    for every unit and database test), for a test that drives it: ``eager`` runs the producer at each
+    wake-up."""
+    from dashboards.core import live_bus
+
+    assert settings.TCO_LIVE_BUS == "memory"
+    return live_bus.MEMORY

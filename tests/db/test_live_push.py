@@ -1,75 +1,239 @@
-"""The live push under a burst (issue 15 item 4): one read per change for many sockets, and the poll
-that polls again while a burst goes on."""
+"""The live path (docs/live.md): one build per change and audience for any number of sockets, the finished
+bytes forwarded, sequence numbers and resyncs, a bounded queue per socket; and the poll that polls again
+while a burst goes on."""
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import json
+import logging
 import time
 
 import pytest
 from asgiref.sync import async_to_sync
 
+from dashboards.core import live_bus
 from dashboards.core import realtime
 from dashboards.core import scope
 from dashboards.live import campaign
+from dashboards.live import hub as live_hub
+from dashboards.live import publish, snapshots
 from dashboards.models import Task
 
-from tests.support.sockets import push, ws_connect
+from tests.support.sockets import campaign_source, push, ws_connect
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_passwords", "locmem_cache")]
 
 
-def test_sockets_answering_one_change_share_one_read_and_the_check_stays_per_scope(world, monkeypatch):
+def test_sockets_on_one_view_share_one_build_per_change_and_each_is_checked_once(
+        world, monkeypatch, django_capture_on_commit_callbacks):
+    from channels.db import database_sync_to_async
+
     viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
     alpha = world["alpha"].pk
-    reads, checks = [], []
+    builds, checks = [], []
     real_read, real_check = campaign.campaign_detail, scope.campaigns_visible_to
 
     def counted(user, *args, **kwargs):
-        reads.append(user.username)
+        builds.append(user)
         return real_read(user, *args, **kwargs)
 
     def checked(user):
-        checks.append(user.username)
+        if not isinstance(user, scope.Scope):      # a user's check (the producer builds for a scope)
+            checks.append(user.username)
         return real_check(user)
 
     monkeypatch.setattr("dashboards.live.campaign.campaign_detail", counted)
     monkeypatch.setattr("dashboards.core.scope.campaigns_visible_to", checked)
 
     def revoke(user):
-        user.memberships.all().delete()
-        user.groups.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            user.memberships.all().delete()
+            user.groups.clear()
 
     async def scenario():
-        from channels.db import database_sync_to_async
-
         sockets = [await ws_connect(user, f"/ws/campaigns/{alpha}/") for user in (viewer, lead, launcher)]
         assert all(connected for _, connected, _, _ in sockets)
-        reads.clear()
+        connect = (list(builds), list(checks))
+        builds.clear()
         checks.clear()
-        await push(realtime.campaign_group(alpha), {"kind": "campaign.changed", "id": "e1"})
-        first = [json.loads((await comm.receive_output(timeout=5))["text"]) for comm, _, _, _ in sockets]
-        one_read = (list(reads), list(checks))
-        # The launcher loses the team; the next change reaches the others and closes the launcher's socket.
+        await push(campaign_source(world["alpha"]))
+        first = [(await comm.receive_output(timeout=5))["text"] for comm, _, _, _ in sockets]
+        one_build = (list(builds), list(checks))
+        # The launcher loses the team: its socket closes at once (to reconnect, refused); the next change
+        # reaches the others only.
         await database_sync_to_async(revoke)(launcher)
-        await push(realtime.campaign_group(alpha), {"kind": "campaign.changed", "id": "e2"})
-        second = [await comm.receive_output(timeout=5) for comm, _, _, _ in sockets]
+        closed = await sockets[2][0].receive_output(timeout=5)
+        await push(campaign_source(world["alpha"]))
+        second = [await comm.receive_output(timeout=5) for comm, _, _, _ in sockets[:2]]
+        assert await sockets[2][0].receive_nothing(timeout=0.3) or \
+            (await sockets[2][0].receive_output())["type"] == "websocket.close"
         for comm, _, _, _ in sockets:
             await comm.disconnect()
-        return first, one_read, second
+        return connect, first, one_build, closed, second
 
-    first, one_read, second = async_to_sync(scenario)()
-    # three sockets of one scope, one change: one read, and one visibility check for the scope beside the
-    # read's own (it was one per socket: 4)
-    assert (len(one_read[0]), len(one_read[1])) == (1, 2)
-    # the same snapshot; only "as_of" differs (each socket's own sent_at)
-    same = [{k: v for k, v in m.items() if k != "as_of"} for m in first]
-    assert same[0] == same[1] == same[2] and first[0]["data"]["campaign"]["name"] == "alpha"
-    assert {m["as_of"]["event"] for m in first} == {"e1"}
-    assert [m.get("type") for m in second] == ["websocket.send", "websocket.send", "websocket.close"]
-    assert second[2]["code"] == 4403
-    assert json.loads(second[0]["text"])["data"]["campaign"]["id"] == alpha
+    connect, first, one_build, closed, second = async_to_sync(scenario)()
+    # opening: each socket checked once (its user), one build for the three
+    assert connect[1] == ["viewer", "lead", "launcher"] and connect[0] == [scope.EVERYTHING]
+    # one change: one build, no check at all, and the very same bytes on each socket
+    assert one_build == ([scope.EVERYTHING], [])
+    assert first[0] == first[1] == first[2] and json.loads(first[0])["data"]["campaign"]["name"] == "alpha"
+    assert closed == {"type": "websocket.close", "code": realtime.RECHECK}
+    assert [m["type"] for m in second] == ["websocket.send", "websocket.send"]
+    assert json.loads(second[0]["text"])["seq"] == json.loads(first[0])["seq"] + 1
+
+
+def test_a_snapshot_says_when_the_poll_saw_its_change_and_when_it_was_committed_read_and_published(world):
+    viewer, alpha = world["users"]["viewer"], world["alpha"].pk
+
+    async def scenario():
+        comm, connected, _, first = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
+        before = time.time()
+        await push(campaign_source(world["alpha"]), observed_at=1000.25)
+        answer = json.loads((await comm.receive_output(timeout=5))["text"])
+        after = time.time()
+        await comm.disconnect()
+        return connected, first, answer, before, after
+
+    connected, first, answer, before, after = async_to_sync(scenario)()
+    # the connect snapshot answered no poll
+    assert connected and first["as_of"]["observed_at"] is None and first["kind"] == "campaign.snapshot"
+    as_of = answer["as_of"]
+    assert as_of["observed_at"] == 1000.25
+    # committed (marked), then read, then published: all while the test waited for the answer
+    assert before <= as_of["committed_at"] <= as_of["read_at"] <= as_of["published_at"] <= after
+    assert answer["data"]["campaign"]["id"] == alpha
+    assert answer["view"] == f"campaign/{alpha}/1" and answer["seq"] == first["seq"] + 1
+
+
+def test_a_polls_change_marks_the_queue_and_its_campaigns_with_when_its_qstat_began(
+        world, django_capture_on_commit_callbacks, live_store_in_memory):
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.ingest.poll import apply_qstat_poll
+    from schedulers.base import QstatTask
+
+    store = live_store_in_memory
+    alpha = world["alpha"]
+    observed = dt.datetime(2026, 1, 1, 12, 0, 0, 250000, tzinfo=dt.timezone.utc)
+    rows = [QstatTask(job_number=1001, task_number=n, name="alpha", owner="tco", project="research",
+                      state="running", state_code="r", restarted=False, queue="agent.q", host="vm", slots=1,
+                      submitted_at=observed, started_at=observed, priority=0.5) for n in (1, 2)]
+    before = time.time()
+    with django_capture_on_commit_callbacks(execute=True):
+        apply_qstat_poll(cluster_get_default(), rows, observed_at=observed)
+    # alpha's tasks started; beta's left qstat (finishing): one change of the queue and of each campaign,
+    # marked, not yet built (nothing watched them)
+    sources = ("queue", live_bus.campaign_source(alpha.pk), live_bus.campaign_source(world["beta"].pk))
+    assert store.gen == {source: 1 for source in sources}
+    assert store.oldest_obs == {source: 1767268800.25 for source in sources}   # 2026-01-01T12:00:00.25Z
+    assert all(before <= store.oldest_commit[s] <= time.time() for s in sources)
+
+
+def test_a_change_committed_while_a_view_is_built_gets_a_build_of_its_own(world, monkeypatch, live_store_in_memory):
+    store = live_store_in_memory
+    store.eager = False
+    alpha = world["alpha"]
+    view = snapshots.campaign_view(alpha.pk)
+    real_read = campaign.campaign_detail
+    reads = []
+
+    def read(user, *args, **kwargs):
+        data = real_read(user, *args, **kwargs)
+        reads.append(data["states"]["running"])
+        if len(reads) == 1:
+            # committed after this read began: not in it
+            Task.objects.filter(campaign=alpha, task_number=2).update(state="running")
+            store.mark_changed([view.source])
+        return data
+
+    monkeypatch.setattr("dashboards.live.campaign.campaign_detail", read)
+    producer = publish.Producer(store)
+    store._register([view.key])
+    store.mark_changed([view.source])
+    first = producer.publish_pass()
+    record, gen, _ = store.snapshot(view.key, view.source, register=False)
+    assert (first.built, record.gen, gen) == (1, 1, 2)          # built from generation 1; 2 came meanwhile
+    second = producer.publish_pass()
+    record, gen, _ = store.snapshot(view.key, view.source, register=False)
+    assert (second.built, record.gen, gen) == (1, 2, 2)
+    assert reads == [1, 2] and json.loads(record.body)["data"]["states"]["running"] == 2
+    assert producer.publish_pass().built == 0                   # nothing moved since
+
+
+def test_only_watched_views_are_built_and_one_nobody_watched_is_rebuilt_before_it_is_shown(
+        world, live_store_in_memory):
+    store = live_store_in_memory
+    store.eager = False
+    alpha = world["alpha"]
+    producer = publish.Producer(store)
+    view = snapshots.campaign_view(alpha.pk)
+    store._register([view.key])
+    assert producer.publish_pass().built == 1
+    store.views[view.key] = time.time() - 1          # its registration ended (nobody watched it for a minute)
+    Task.objects.filter(campaign=alpha, task_number=2).update(state="running")
+    store.mark_changed([view.source])
+    assert producer.publish_pass().built == 0 and view.key not in store.snaps   # forgotten, not built
+    # a page that opens it finds no snapshot: the producer builds it, with the change
+    record, gen, watched = store.snapshot(view.key, view.source)
+    assert record is None and not watched
+    assert producer.publish_pass().built == 1
+    record, gen, _ = store.snapshot(view.key, view.source)
+    data = json.loads(record.body)
+    assert record.gen == gen == 1 and data["data"]["states"]["running"] == 2
+    assert data["seq"] == 2       # its sequence went on: a browser that showed seq 1 takes it
+
+
+def test_a_record_round_trips_and_orders_by_its_views_sequence_within_an_epoch():
+    record = live_bus.Record(7, 3, "e1", 1000.5, b'{"kind":"x"}')
+    again = live_bus.Record.decode(record.encode())
+    assert again == record and again.text == '{"kind":"x"}'
+    assert live_bus.Record(8, 3, "e1", None, b"{}").newer_than(record)
+    assert not live_bus.Record(7, 4, "e1", None, b"{}").newer_than(record)
+    assert live_bus.Record(1, 1, "e2", None, b"{}").newer_than(record)      # the store lost its data: a new epoch
+    with pytest.raises(ValueError):
+        live_bus.Record.decode(b"not a record")
+
+
+def test_views_are_named_by_their_audience_and_choices_and_parse_back():
+    research = scope.Scope(frozenset({4, 1}))
+    views = [snapshots.queue_view(research, 2), snapshots.depth_view(scope.EVERYTHING),
+             snapshots.campaign_view(12), snapshots.campaign_view(12, page=3, state="waiting", sort="host",
+                                                                  direction="desc", q="a&b", host="node-1"),
+             snapshots.task_view(55, 12), snapshots.task_view(56, None)]
+    assert [v.key for v in views] == ["queue/teams:1,4/2", "depth/admin", "campaign/12/1",
+                                      "campaign/12/3?state=held&sort=host&dir=desc&q=a%26b&host=node-1",
+                                      "task/55/12", "task/56/0"]
+    assert [v.source for v in views] == ["queue", "depth", "campaign:12", "campaign:12", "campaign:12", "queue"]
+    assert [snapshots.View.parse(v.key) for v in views] == views
+    for bad in ("queue/everyone/1", "campaign/x/1", "secret", "queue/admin/0"):
+        with pytest.raises(ValueError):
+            snapshots.View.parse(bad)
+
+
+def test_sockets_opening_at_once_share_their_first_snapshot(world, monkeypatch):
+    viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
+    alpha = world["alpha"].pk
+    reads = []
+    real_read = campaign.campaign_detail
+
+    def counted(user, *args, **kwargs):
+        reads.append(user)
+        return real_read(user, *args, **kwargs)
+
+    monkeypatch.setattr("dashboards.live.campaign.campaign_detail", counted)
+
+    async def scenario():
+        sockets = await asyncio.gather(*(ws_connect(user, f"/ws/campaigns/{alpha}/")
+                                         for user in (viewer, lead, launcher, viewer, lead, launcher)))
+        for comm, _, _, _ in sockets:
+            await comm.disconnect()
+        return sockets
+
+    sockets = async_to_sync(scenario)()
+    assert all(connected for _, connected, _, _ in sockets)
+    assert {first["data"]["campaign"]["name"] for _, _, _, first in sockets} == {"alpha"}
+    assert len({first["seq"] for _, _, _, first in sockets}) == 1
+    assert len(reads) == 1   # one build for six sockets opening at once
 
 
 def qstat_rows(states: dict[int, str]) -> list:
@@ -134,135 +298,6 @@ def test_a_poll_writes_priority_only_changes_per_priority_and_counts_no_state_ch
     assert list(Task.objects.filter(job_number=5151, state="running").values_list("task_number", "host")) == [(6, "h1")]
 
 
-def test_a_snapshot_says_which_change_it_answers_and_when_the_poll_saw_it(world):
-    viewer, alpha = world["users"]["viewer"], world["alpha"].pk
-
-    async def scenario():
-        comm, connected, _, first = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
-        before = time.time()
-        await push(realtime.campaign_group(alpha), {"kind": "campaign.changed", "id": "e7",
-                                                    "observed_at": 1000.25, "published_at": 1001.5})
-        answer = json.loads((await comm.receive_output(timeout=5))["text"])
-        after = time.time()
-        await comm.disconnect()
-        return connected, first, answer, before, after
-
-    connected, first, answer, before, after = async_to_sync(scenario)()
-    assert connected and first["as_of"]["event"] is None and first["kind"] == "campaign.snapshot"
-    as_of = answer["as_of"]
-    assert (as_of["event"], as_of["observed_at"], as_of["published_at"]) == ("e7", 1000.25, 1001.5)
-    # received, then read, then sent: all while the test waited for the answer
-    assert before <= as_of["received_at"] <= as_of["read_at"] <= as_of["sent_at"] <= after
-    assert answer["data"]["campaign"]["id"] == alpha
-
-
-def test_a_polls_change_event_carries_when_its_qstat_began_and_when_it_was_published(
-        bootstrap, settings, django_capture_on_commit_callbacks):
-    from channels.layers import get_channel_layer
-
-    from dashboards.core.clusters import cluster_get_default
-    from dashboards.ingest.poll import apply_qstat_poll
-
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(realtime.QUEUE_GROUP, channel)
-    observed = dt.datetime(2026, 1, 1, 12, 0, 0, 250000, tzinfo=dt.timezone.utc)
-    before = time.time()
-    with django_capture_on_commit_callbacks(execute=True):
-        apply_qstat_poll(cluster_get_default(), qstat_rows({1: "running"}), observed_at=observed)
-    event = async_to_sync(layer.receive)(channel)["event"]
-    assert event["kind"] == "queue.changed"
-    assert event["observed_at"] == 1767268800.25     # 2026-01-01T12:00:00.25Z in epoch seconds
-    assert before <= event["published_at"] <= time.time()
-
-
-def test_a_read_that_began_before_a_socket_joined_is_never_reused_for_it(monkeypatch):
-    from dashboards.live import consumers
-
-    ticks = iter(range(1, 1000))
-    monkeypatch.setattr(consumers, "clock", lambda: next(ticks))   # every instant a distinct, later tick
-    reads = consumers.Coalescer()
-    began: list[int] = []
-    gate = asyncio.Event()
-
-    async def read():
-        began.append(len(began) + 1)
-        await gate.wait()
-        return len(began)   # which read this is: 1, 2, ...
-
-    async def scenario():
-        early = consumers.clock()                                   # tick 1: a socket joined
-        first = asyncio.ensure_future(reads.read("campaign:1:1", read, early))
-        await asyncio.sleep(0)                                      # read 1 begins (its start: tick 2)
-        joined = consumers.clock()                                  # tick 3: more sockets join, read 1 in flight
-        late = [asyncio.ensure_future(reads.read("campaign:1:1", read, joined)) for _ in range(5)]
-        also_early = asyncio.ensure_future(reads.read("campaign:1:1", read, early))
-        await asyncio.sleep(0)
-        gate.set()
-        return await first, [await t for t in late], await also_early
-
-    first, late, also_early = async_to_sync(scenario)()
-    # read 1 began before the late sockets joined: a change committed between its start and their join
-    # would be in neither it nor their events; they share read 2, which began after they joined
-    assert (first, also_early) == (1, 1)
-    assert late == [2, 2, 2, 2, 2]
-    assert began == [1, 2]
-
-
-def test_a_shared_read_that_fails_is_read_again_by_each_other_caller(monkeypatch):
-    from dashboards.live import consumers
-
-    reads = consumers.Coalescer()
-    calls = []
-
-    async def failing():
-        calls.append("shared")
-        await asyncio.sleep(0)
-        raise RuntimeError("database locked")
-
-    async def own():
-        calls.append("own")
-        return "mine"
-
-    async def scenario():
-        a = asyncio.ensure_future(reads.read("k", failing, 0.0))
-        await asyncio.sleep(0)
-        b = asyncio.ensure_future(reads.read("k", own, 0.0))
-        with pytest.raises(RuntimeError):
-            await a
-        return await b
-
-    # b shared a's read (it began after b's since), which failed: b reads for itself
-    assert async_to_sync(scenario)() == "mine" and calls == ["shared", "own"]
-
-
-def test_sockets_opening_at_once_share_their_first_snapshot(world, monkeypatch):
-    viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
-    alpha = world["alpha"].pk
-    reads = []
-    real_read = campaign.campaign_detail
-
-    def counted(user, *args, **kwargs):
-        reads.append(user.username)
-        return real_read(user, *args, **kwargs)
-
-    monkeypatch.setattr("dashboards.live.campaign.campaign_detail", counted)
-
-    async def scenario():
-        sockets = await asyncio.gather(*(ws_connect(user, f"/ws/campaigns/{alpha}/")
-                                         for user in (viewer, lead, launcher, viewer, lead, launcher)))
-        for comm, _, _, _ in sockets:
-            await comm.disconnect()
-        return sockets
-
-    sockets = async_to_sync(scenario)()
-    assert all(connected for _, connected, _, _ in sockets)
-    assert {first["data"]["campaign"]["name"] for _, _, _, first in sockets} == {"alpha"}
-    # six sockets joined while the first read was queued or in flight: at most that read and one after
-    assert len(reads) <= 2
-
-
 def test_an_idle_sockets_wait_on_the_channel_layer_outlasts_its_redis_read_timeout():
     # channels_redis waits for a socket's next message with BZPOPMIN for brpop_timeout seconds; redis-py
     # 8 reads with a 5 s socket timeout unless told otherwise: with both at 5 s, every socket that got no
@@ -277,143 +312,349 @@ def test_an_idle_sockets_wait_on_the_channel_layer_outlasts_its_redis_read_timeo
         assert read_timeout is None or read_timeout >= RedisChannelLayer.brpop_timeout + 5
 
 
-def test_a_change_that_arrives_while_a_snapshot_is_being_read_gets_a_snapshot_of_its_own(world, monkeypatch):
-    from dashboards.live import consumers
-
-    viewer, alpha = world["users"]["viewer"], world["alpha"].pk
-    reads, got, gate = [], [], {}
-    real_db, real_event = consumers.db, consumers.SnapshotConsumer.tco_event
-
-    def gated_db(fn, *args):
-        async def run():
-            if fn.__name__ == "read":     # the campaign page's read (not the visibility check)
-                reads.append(fn)
-                if len(reads) == 2:       # the read answering e1 (the first: the connect snapshot) waits
-                    await gate["open"].wait()
-            return await real_db(fn, *args)
-        return run()
-
-    async def recording(self, message):
-        got.append(message["event"]["id"])
-        await real_event(self, message)
-
-    monkeypatch.setattr(consumers, "db", gated_db)
-    monkeypatch.setattr(consumers.CampaignConsumer, "tco_event", recording)
-
-    async def until(condition):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-    async def scenario():
-        gate["open"] = asyncio.Event()
-        comm, connected, _, _ = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
-        await push(realtime.campaign_group(alpha), {"kind": "campaign.changed", "id": "e1"})
-        await until(lambda: len(reads) == 2)          # the read answering e1 has begun
-        await push(realtime.campaign_group(alpha), {"kind": "campaign.changed", "id": "e2"})
-        await until(lambda: "e2" in got)              # e2 reached the socket while that read was on its way
-        gate["open"].set()
-        answers = [json.loads((await comm.receive_output(timeout=5))["text"]) for _ in range(2)]
-        await comm.disconnect()
-        return connected, answers
-
-    connected, answers = async_to_sync(scenario)()
-    # the read that answered e1 began before e2 arrived: e2 gets a read of its own
-    assert connected and [a["as_of"]["event"] for a in answers] == ["e1", "e2"]
-    assert len(reads) == 3
 
 
-def test_a_process_joins_a_pages_group_once_and_hands_each_event_to_all_its_sockets(world):
-    from channels.layers import get_channel_layer
-
+def test_a_process_subscribes_to_a_view_once_for_all_its_sockets_and_drops_it_after_the_last(
+        world, live_store_in_memory, monkeypatch):
     viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
     alpha = world["alpha"].pk
-    group = realtime.campaign_group(alpha)
+    store = live_store_in_memory
+    monkeypatch.setattr(live_hub.Hub, "LINGER_S", 0.0)
+    name = live_bus.channel(f"campaign/{alpha}/1")
 
     async def scenario():
-        layer = get_channel_layer()
         sockets = [await ws_connect(user, f"/ws/campaigns/{alpha}/") for user in (viewer, lead, launcher)]
-        members = set(layer.groups.get(group, {}))
-        await push(group, {"kind": "campaign.changed", "id": "e1"})
+        ports = [p for p in store.ports if name in p.channels]
+        await push(campaign_source(world["alpha"]))
         answers = [json.loads((await comm.receive_output(timeout=5))["text"]) for comm, _, _, _ in sockets]
         for comm, _, _, _ in sockets[:2]:
             await comm.disconnect()
-        still = set(layer.groups.get(group, {}))
+        await asyncio.sleep(1.5)                 # the hub's upkeep runs every second
+        still = [p for p in store.ports if name in p.channels]
         await sockets[2][0].disconnect()
-        return members, answers, still, set(layer.groups.get(group, {}))
+        await asyncio.sleep(1.5)
+        return ports, answers, still, [p for p in store.ports if name in p.channels]
 
-    members, answers, still, after = async_to_sync(scenario)()
-    # one channel in the group for the three sockets (it was one per socket), each socket answered
-    assert len(members) == 1
-    assert [a["as_of"]["event"] for a in answers] == ["e1", "e1", "e1"]
-    # the process stays in the group while a socket of it is there, and leaves with the last
-    assert still == members and after == set()
+    ports, answers, still, after = async_to_sync(scenario)()
+    # one subscription for the three sockets, each socket answered with the same record
+    assert len(ports) == 1
+    assert len({(a["seq"], a["epoch"]) for a in answers}) == 1
+    # the process stays subscribed while a socket of it is there, and leaves with the last
+    assert still == ports and after == []
 
 
-def test_when_the_relays_receive_fails_its_sockets_are_closed_to_reconnect_and_a_new_join_relays_again(world):
-    from channels.layers import get_channel_layer
-
+def test_when_the_subscription_is_lost_the_process_subscribes_again_and_its_sockets_miss_nothing(
+        world, live_store_in_memory, caplog):
+    """Redis away (the subscription's reads fail, what it would have carried is lost): the web process
+    subscribes again on a new connection and reads its views again; its sockets stay open and get the
+    change published while it was away, then the later ones."""
     viewer, alpha = world["users"]["viewer"], world["alpha"].pk
-    group = realtime.campaign_group(alpha)
+    store = live_store_in_memory
 
     async def scenario():
-        layer = get_channel_layer()
-        comm, connected, _, _ = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
-        relay_channel = next(iter(layer.groups[group]))
-        real_receive = layer.receive
+        comm, connected, _, first = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
+        (port,) = store.ports
 
-        async def receive(channel):
-            if channel == relay_channel:
-                raise ConnectionError("Redis went away")
-            return await real_receive(channel)
+        async def broken(timeout):
+            raise ConnectionError("Redis went away")
 
-        layer.receive = receive
-        await push(group, {"kind": "campaign.changed", "id": "e1"})   # delivered; the next receive fails
-        closed = await comm.receive_output(timeout=5)
-        while closed["type"] != "websocket.close":   # e1's snapshot may come first
-            closed = await comm.receive_output(timeout=5)
-        layer.receive = real_receive
-        # the browser reconnects: its join makes a new relay, which gets the next change
-        again, reconnected, _, _ = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
-        await push(group, {"kind": "campaign.changed", "id": "e2"})
-        later = json.loads((await again.receive_output(timeout=5))["text"])
-        await again.disconnect()
-        return closed, reconnected, later
+        port.get = broken
+        port.deliver = lambda name, raw: None          # what it would carry now is lost
+        await push(campaign_source(world["alpha"]))   # published while the subscription is away
+        missed = json.loads((await comm.receive_output(timeout=10))["text"])
+        await push(campaign_source(world["alpha"]))   # through the new subscription
+        later = json.loads((await comm.receive_output(timeout=5))["text"])
+        quiet = await comm.receive_nothing(timeout=0.3)
+        ports = set(store.ports)
+        await comm.disconnect()
+        return connected, first, missed, later, quiet, port, ports
 
-    closed, reconnected, later = async_to_sync(scenario)()
-    assert closed["code"] == realtime.RECHECK
-    assert reconnected and later["as_of"]["event"] == "e2"
+    with caplog.at_level(logging.WARNING, logger="dashboards.live.hub"):
+        connected, first, missed, later, quiet, old, ports = async_to_sync(scenario)()
+    assert connected and quiet                          # never closed, nothing more than the two
+    assert (missed["seq"], later["seq"]) == (first["seq"] + 1, first["seq"] + 2)
+    assert old not in ports and len(ports) == 1         # the lost connection closed, one new one
+    assert any("subscription restored" in r.getMessage() for r in caplog.records)
 
 
-def test_a_relay_renews_its_group_membership_before_the_layers_group_expiry_drops_it():
-    # channels drops a group member group_expiry seconds after its group_add (the in-memory layer as
-    # channels_redis, at the next group_send); a page open for longer (a wall display) must keep
-    # getting its events, and so must a socket opened after that. 1 s stands for the default day.
-    from channels.layers import InMemoryChannelLayer
-
-    from dashboards.live import consumers
-
-    class Sock:
-        def __init__(self):
-            self.got = []
-
-        async def dispatch(self, message):
-            self.got.append(message["event"]["id"])
+def test_a_process_renews_the_registration_of_the_views_its_sockets_show(world, live_store_in_memory, monkeypatch):
+    # A view is built only while registered (REGISTRATION_S, a minute); a page open for longer keeps
+    # getting its changes. 1.5 s stands for the minute.
+    viewer, alpha = world["users"]["viewer"], world["alpha"].pk
+    store = live_store_in_memory
+    monkeypatch.setattr(live_bus, "REGISTRATION_S", 1.5)
+    key = f"campaign/{alpha}/1"
 
     async def scenario():
-        layer = InMemoryChannelLayer(group_expiry=1)
-        relay, old, new = consumers.Relay(), Sock(), Sock()
-        await relay.join(layer, "queue", old)
-        await layer.group_send("queue", {"type": "tco.event", "event": {"id": "e1"}})
-        await asyncio.sleep(0.2)
-        await asyncio.sleep(2.5)   # past group_expiry (the layer compares whole seconds); old stays open
-        await relay.join(layer, "queue", new)
-        await layer.group_send("queue", {"type": "tco.event", "event": {"id": "e2"}})
-        await asyncio.sleep(0.2)
-        members = set(layer.groups.get("queue", {}))
-        await relay.leave(layer, "queue", old)
-        await relay.leave(layer, "queue", new)
-        return old.got, new.got, members, set(layer.groups.get("queue", {}))
+        comm, connected, _, first = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
+        await asyncio.sleep(4.0)
+        registered = store.views.get(key, 0) > time.time()
+        await push(campaign_source(world["alpha"]))
+        later = json.loads((await comm.receive_output(timeout=5))["text"])
+        await comm.disconnect()
+        return first, registered, later
 
-    old, new, members, after = asyncio.run(scenario())
-    assert old == ["e1", "e2"] and new == ["e2"]
-    assert len(members) == 1 and after == set()
+    first, registered, later = async_to_sync(scenario)()
+    assert registered and later["seq"] == first["seq"] + 1
+
+
+class FakeSocket:
+    """What an Outbox sends through: ``send`` waits while ``gate`` is closed (a client not reading)."""
+
+    def __init__(self, gated: bool = False) -> None:
+        self.sent: list[str] = []
+        self.closed: list[int] = []
+        self.gate = asyncio.Event()
+        if not gated:
+            self.gate.set()
+
+    async def send(self, text: str) -> None:
+        await self.gate.wait()
+        self.sent.append(text)
+
+    async def close(self, code: int) -> None:
+        self.closed.append(code)
+
+
+def records(n: int, view: str = "v") -> list:
+    return [live_bus.Record(seq, seq, "e", time.time(), json.dumps({"view": view, "seq": seq}).encode())
+            for seq in range(1, n + 1)]
+
+
+def test_a_slow_socket_is_dropped_to_a_resync_and_never_holds_up_the_others(caplog):
+    async def scenario():
+        latest = {}
+        slow, fast = FakeSocket(gated=True), FakeSocket()
+        boxes = [live_hub.Outbox(s.send, s.close, label, latest.get, maxsize=4)
+                 for s, label in ((slow, "slow"), (fast, "fast"))]
+        for box in boxes:
+            box.show(["v"])
+        for record in records(20):
+            latest["v"] = record                  # the hub keeps the latest, then offers it
+            for box in boxes:
+                box.offer("v", record)
+            await asyncio.sleep(0)
+        fast_done = list(fast.sent)
+        slow.gate.set()                           # the slow client reads again
+        for _ in range(20):
+            await asyncio.sleep(0)
+        for box in boxes:
+            box.stop()
+        return fast_done, slow.sent, boxes[0]
+
+    with caplog.at_level(logging.WARNING, logger="dashboards.live.hub"):
+        fast_done, slow_sent, box = async_to_sync(scenario)()
+    # the fast socket got all 20 in order while the slow one was stuck
+    assert [json.loads(t)["seq"] for t in fast_done] == list(range(1, 21))
+    # the slow one: the one it was sending when it stalled, then straight to the latest (a resync)
+    assert [json.loads(t)["seq"] for t in slow_sent] == [1, 20]
+    assert box.resyncs >= 1 and box.dropped >= 4
+    assert "slow fell 4 messages behind" in caplog.text and "resync" in caplog.text
+
+
+def test_a_socket_whose_client_stopped_reading_is_closed_to_reconnect(world, settings, caplog):
+    settings.TCO_LIVE_SEND_TIMEOUT_S = 0.5
+
+    async def scenario():
+        hub = live_hub.hub()
+        stuck = FakeSocket(gated=True)
+        box = hub.outbox(stuck.send, stuck.close, "stuck")
+        box.show(["v"])
+        hub._tasks.append(asyncio.ensure_future(hub._upkeep()))
+        box.offer("v", records(1)[0])
+        for _ in range(30):
+            await asyncio.sleep(0.1)
+            if stuck.closed:
+                break
+        for task in hub._tasks:
+            task.cancel()
+        return stuck.closed
+
+    with caplog.at_level(logging.WARNING, logger="dashboards.live.hub"):
+        assert async_to_sync(scenario)() == [realtime.RECHECK]
+    assert "did not finish in 0 s" in caplog.text or "did not finish in 1 s" in caplog.text
+
+
+def test_a_socket_that_asks_for_a_snapshot_gets_the_latest_unless_it_has_it(world):
+    viewer, alpha = world["users"]["viewer"], world["alpha"].pk
+
+    async def scenario():
+        comm, connected, _, first = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
+        await comm.send_json_to({"snapshot": True})        # it has the latest: nothing is sent
+        nothing = await comm.receive_nothing(timeout=0.3)
+        box = next(iter(live_hub.hub().outboxes))
+        box.last.clear()                                    # as if it had missed it
+        await comm.send_json_to({"snapshot": True})
+        again = json.loads((await comm.receive_output(timeout=5))["text"])
+        await comm.disconnect()
+        return first, nothing, again
+
+    first, nothing, again = async_to_sync(scenario)()
+    assert nothing and again == first
+
+
+def foreign_in(message: dict, *, campaigns: set[int], projects: set[str], jobs: set[int]) -> list[str]:
+    """What of another team's (``campaigns``, ``projects``, job numbers ``jobs``) ``message`` names."""
+    found = []
+
+    def walk(value, key=""):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, key)
+        elif key in ("campaign_id",) and value in campaigns:
+            found.append(f"{key} {value}")
+        elif key == "project" and value in projects:
+            found.append(f"project {value}")
+        elif key == "job_number" and value in jobs:
+            found.append(f"job {value}")
+
+    walk(message)
+    data = message.get("data") or {}
+    for row in data.get("campaigns") or []:
+        if row["id"] in campaigns:
+            found.append(f"campaign {row['id']}")
+    if (data.get("campaign") or {}).get("id") in campaigns:
+        found.append(f"campaign page {data['campaign']['id']}")
+    for team in (data.get("hour") or {}).get("queued") or {}:
+        if team not in ("research",):
+            found.append(f"depth of {team}")
+    return found
+
+
+def test_no_published_payload_of_one_team_reaches_another_teams_socket(world, live_store_in_memory):
+    """Every payload the producer published while both teams watched, on every socket of a research
+    user: nothing of engineering's (campaign, project, job) or of the job tco did not launch; and every
+    stored payload of a research audience likewise (what a page GET or a later socket would get). The
+    depth history's samples live in Redis, which database tests do not reach: its scoping with samples of
+    both teams is tests/integration/test_queue_depth_history.py's."""
+    from channels.db import database_sync_to_async
+
+    users = world["users"]
+    alpha, beta = world["alpha"], world["beta"]
+    foreign = {"campaigns": {beta.pk}, "projects": {"engineering"}, "jobs": {beta.job_number, 2000}}
+
+    def change_everything() -> None:
+        Task.objects.filter(campaign=beta).update(state="running", state_code="r", host="vm")
+        Task.objects.filter(campaign=alpha, task_number=2).update(state="running", state_code="r", host="vm")
+        Task.objects.filter(pk=world["other"].pk).update(state="running", host="vm")
+
+    async def scenario():
+        research = [await ws_connect(users[name], path) for name in ("viewer", "lead")
+                    for path in ("/ws/queue/", f"/ws/campaigns/{alpha.pk}/", f"/ws/tasks/{world['alpha_task'].pk}/")]
+        others = [await ws_connect(users[name], path) for name, path in (
+            ("eng-viewer", "/ws/queue/"), ("eng-viewer", f"/ws/campaigns/{beta.pk}/"), ("admin", "/ws/queue/"),
+            ("admin", f"/ws/tasks/{world['other'].pk}/"))]
+        assert all(ok for _, ok, _, _ in research + others)
+        got = [[first] for _, _, _, first in research]
+        await database_sync_to_async(change_everything)()
+        for sources in (("queue", campaign_source(beta)), ("queue", campaign_source(alpha)), ("depth",)):
+            await push(*sources, observed_at=time.time())
+        for i, (comm, _, _, _) in enumerate(research):
+            while not await comm.receive_nothing(timeout=0.3):
+                got[i].append(json.loads((await comm.receive_output())["text"]))
+        for comm, _, _, _ in research + others:
+            await comm.disconnect()
+        return got
+
+    got = async_to_sync(scenario)()
+    assert all(len(messages) >= 2 for messages in got)          # each got its changes
+    for messages in got:
+        for message in messages:
+            assert foreign_in(message, **foreign) == [], message.get("view")
+    research_key = scope.scope_of(users["viewer"]).key
+    stored = {view: json.loads(live_bus.Record.decode(raw).body) for view, raw in live_store_in_memory.snaps.items()}
+    assert {v for v in stored if v.startswith(("queue/", "depth/"))} == {
+        f"queue/{research_key}/1", f"depth/{research_key}", f"queue/{scope.scope_of(users['eng-viewer']).key}/1",
+        f"depth/{scope.scope_of(users['eng-viewer']).key}", "queue/admin/1", "depth/admin"}
+    for view, message in stored.items():
+        if research_key in view or view.startswith((f"campaign/{alpha.pk}/", f"task/{world['alpha_task'].pk}/")):
+            assert foreign_in(message, **foreign) == [], view
+    # and the admin's queue view does show them all (the check above would see them if they leaked)
+    assert foreign_in(stored["queue/admin/1"], **foreign)
+
+
+def page_json(response, script_id: str):
+    html = response.content.decode()
+    start = html.index(f'<script id="{script_id}" type="application/json">') + len(
+        f'<script id="{script_id}" type="application/json">')
+    return json.loads(html[start:html.index("</script>", start)])
+
+
+def test_a_page_get_renders_the_snapshot_its_sockets_get_without_reading_it_again(world, client, monkeypatch):
+    """The queue and campaign pages' live parts come from the views' latest snapshots when someone of
+    the same audience watches: no build in the GET, the same data and seq as on the socket."""
+    from .test_roles_scoping import login
+
+    viewer = world["users"]["viewer"]
+    alpha = world["alpha"].pk
+
+    async def watch():
+        socks = [await ws_connect(viewer, "/ws/queue/"), await ws_connect(viewer, f"/ws/campaigns/{alpha}/")]
+        for comm, _, _, _ in socks:
+            await comm.disconnect()
+        return [first for _, _, _, first in socks]
+
+    on_socket = async_to_sync(watch)()           # the views are registered (for a minute) and built
+    builds = []
+    monkeypatch.setattr("dashboards.live.queue.queue_summary", lambda *a, **k: builds.append("queue"))
+    monkeypatch.setattr("dashboards.live.campaign.campaign_detail", lambda *a, **k: builds.append("campaign"))
+    login(client, "lead")                          # another user of the same audience (research)
+    queue_page, campaign_page = client.get("/"), client.get(f"/campaigns/{alpha}/")
+    assert (queue_page.status_code, campaign_page.status_code) == (200, 200)
+    assert builds == []
+    assert page_json(queue_page, "initial-summary") == on_socket[0]["data"]
+    assert page_json(campaign_page, "initial-campaign") == on_socket[1]["data"]
+    assert page_json(queue_page, "initial-live") == {k: on_socket[0][k] for k in ("view", "epoch", "seq")}
+    assert page_json(campaign_page, "initial-live") == {k: on_socket[1][k] for k in ("view", "epoch", "seq")}
+
+
+def test_a_page_get_of_a_view_nobody_watches_reads_the_database_and_has_it_built(world, client, live_store_in_memory):
+    from .test_roles_scoping import login
+
+    store = live_store_in_memory
+    store.eager = False
+    login(client, "eng-viewer")
+    page = client.get(f"/campaigns/{world['beta'].pk}/")
+    assert page.status_code == 200
+    assert page_json(page, "initial-campaign")["campaign"]["name"] == "beta"
+    assert page_json(page, "initial-live") is None                       # read here, not a snapshot
+    view = snapshots.campaign_view(world["beta"].pk)
+    assert view.key in store.views and store.wakes == 1                   # registered, the producer woken
+    assert publish.Producer(store).publish_pass().built >= 1 and view.key in store.snaps
+    # and a campaign of another team stays a 404, snapshot or not
+    assert client.get(f"/campaigns/{world['alpha'].pk}/").status_code == 404
+
+
+@pytest.mark.parametrize("failing", ["check", "channel layer"])
+def test_a_handshake_whose_check_or_group_join_fails_is_closed_to_reconnect_never_answered_500(
+        world, monkeypatch, failing, caplog):
+    """Under load the database (locked) or Redis (timeout) may fail a socket's handshake: the socket is
+    accepted and closed with RECHECK (the browser reconnects with backoff), and the log says so; an
+    exception out of ``connect`` would be answered HTTP 500 by the server."""
+    from django.db import OperationalError
+
+    from dashboards.live.consumers import QueueConsumer
+
+    if failing == "check":
+        def authorize(self, user):
+            raise OperationalError("database is locked")
+        monkeypatch.setattr(QueueConsumer, "authorize", authorize)
+    else:
+        from channels.layers import InMemoryChannelLayer
+
+        async def group_add(self, group, channel):
+            raise ConnectionError("Redis timed out")
+        monkeypatch.setattr(InMemoryChannelLayer, "group_add", group_add)
+
+    async def scenario():
+        comm, connected, code, _ = await ws_connect(world["users"]["viewer"], "/ws/queue/")
+        await comm.disconnect()
+        return connected, code
+
+    with caplog.at_level(logging.WARNING, logger="dashboards.live.consumers"):
+        connected, code = async_to_sync(scenario)()
+    assert (connected, code) == (False, realtime.RECHECK)
+    assert any("closed to reconnect" in r.getMessage() for r in caplog.records)

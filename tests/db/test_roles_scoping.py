@@ -18,7 +18,7 @@ from dashboards.models import Task, Team
 from dashboards.core.roles import membership_set
 
 from tests.support.campaigns import DEMO_PASSWORD
-from tests.support.sockets import push, ws_connect
+from tests.support.sockets import campaign_source, next_of, push, ws_connect
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fast_passwords", "locmem_cache")]
 
@@ -264,8 +264,8 @@ def test_the_queue_socket_pushes_each_user_only_their_teams(world):
         assert [c["name"] for c in first2["data"]["campaigns"]] == ["beta"]
         await database_sync_to_async(
             lambda: Task.objects.filter(campaign=world["beta"]).update(state="running", state_code="r"))()
-        await push(realtime.QUEUE_GROUP, {"kind": "queue.changed", "cluster": "dev", "campaigns": [world["beta"].pk]})
-        again1, again2 = await c1.receive_json_from(timeout=5), await c2.receive_json_from(timeout=5)
+        await push("queue", campaign_source(world["beta"]))
+        again1, again2 = await next_of(c1, "queue.snapshot"), await next_of(c2, "queue.snapshot")
         assert [c["name"] for c in again1["data"]["campaigns"]] == ["alpha"]
         assert again2["data"]["campaigns"][0]["states"]["running"] == 2
         await c1.disconnect()
@@ -274,23 +274,35 @@ def test_the_queue_socket_pushes_each_user_only_their_teams(world):
     async_to_sync(scenario)()
 
 
-def test_a_campaign_socket_closes_when_the_user_loses_access(world):
+def test_a_campaign_socket_closes_when_the_user_loses_access_and_its_reconnect_is_refused(
+        world, django_capture_on_commit_callbacks):
     from channels.db import database_sync_to_async
 
     viewer = world["users"]["viewer"]
 
     def revoke():
-        viewer.memberships.all().delete()
-        viewer.groups.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            viewer.memberships.all().delete()
+            viewer.groups.clear()
 
     async def scenario():
         comm, connected, _, _ = await ws_connect(viewer, f"/ws/campaigns/{world['alpha'].pk}/")
         assert connected
         await database_sync_to_async(revoke)()
-        await push(realtime.campaign_group(world["alpha"].pk), {"kind": "campaign.changed"})
-        return await comm.receive_output(timeout=5)
+        closed = await comm.receive_output(timeout=5)        # no snapshot after the revocation: the close
+        await push(campaign_source(world["alpha"]))          # a change after it reaches nobody there
+        after = []
+        while not await comm.receive_nothing(timeout=0.3):
+            after.append(await comm.receive_output())
+        # the membership and the group each close it (twice RECHECK); never a snapshot after the revocation
+        assert all(m["type"] == "websocket.close" for m in after), after
+        _, reconnected, code, _ = await ws_connect(viewer, f"/ws/campaigns/{world['alpha'].pk}/")
+        return closed, reconnected, code
 
-    assert async_to_sync(scenario)() == {"type": "websocket.close", "code": 4403}
+    closed, reconnected, code = async_to_sync(scenario)()
+    # closed to reconnect (realtime.RECHECK), and the reconnect is authorized afresh: refused
+    assert closed == {"type": "websocket.close", "code": realtime.RECHECK}
+    assert not reconnected and code == 4403
 
 
 def test_the_campaign_socket_follows_the_chosen_page_and_state(world):
@@ -332,7 +344,7 @@ def test_users_who_see_the_same_teams_share_one_read_per_change_and_no_more(worl
     real = queue.queue_summary
 
     def counting(user, **kwargs):
-        calls.append(user.username)
+        calls.append(user.key)   # the audience scope it was built for (core.scope.Scope)
         return real(user, **kwargs)
 
     monkeypatch.setattr("dashboards.live.queue.queue_summary", counting)
@@ -345,14 +357,16 @@ def test_users_who_see_the_same_teams_share_one_read_per_change_and_no_more(worl
             assert ok
             comms.append(comm)
         calls.clear()
-        await push(realtime.QUEUE_GROUP, {"kind": "queue.changed", "cluster": "dev", "campaigns": [], "id": "e1"})
-        got = [await c.receive_json_from(timeout=5) for c in comms]
+        await push("queue")
+        got = [await next_of(c, "queue.snapshot") for c in comms]
         for c in comms:
             await c.disconnect()
         return got
 
     got = async_to_sync(scenario)()
-    assert len(calls) == 2  # one read for the three research users, one for engineering
+    # one read for the three research users, one for engineering, each for its audience
+    research, engineering = (Team.objects.get(project=p).pk for p in ("research", "engineering"))
+    assert sorted(calls) == sorted([f"teams:{research}", f"teams:{engineering}"])
     assert [[c["name"] for c in g["data"]["campaigns"]] for g in got] == [["alpha"], ["alpha"], ["alpha"], ["beta"]]
 
 

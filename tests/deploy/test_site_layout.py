@@ -238,7 +238,7 @@ def wait_https(url: str, ctx: ssl.SSLContext, timeout: float = 60.0) -> None:
 
 @pytest.fixture
 def site(transactional_db, bootstrap, tmp_path):
-    """nginx + tco-web (uvicorn, 2 workers) + tco-worker-poll on loopback, on the test database."""
+    """nginx + tco-web (uvicorn, 2 workers) + tco-live + tco-worker-poll on loopback, on the test database."""
     from django.db import connection
 
     from tests.support.stack import database_url_for as test_database_url
@@ -264,7 +264,8 @@ def site(transactional_db, bootstrap, tmp_path):
     main_conf = nginx_config(tmp_path / "nginx", https_port=https_port, http_port=http_port,
                              web_socket=tmp_path / "web.sock", tls=tmp_path / "tls", static=tmp_path / "static")
     try:
-        for unit, name in (("tco-web.service", "web"), ("tco-worker-poll.service", "worker")):
+        for unit, name in (("tco-web.service", "web"), ("tco-live.service", "live"),
+                           ("tco-worker-poll.service", "worker")):
             argv, own_env, workdir = unit_command(unit, env)
             assert workdir == str(REPO)
             fds: tuple[int, ...] = ()

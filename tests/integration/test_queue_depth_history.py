@@ -11,7 +11,6 @@ from dashboards.models import Team
 
 from tests.support.campaigns import make_campaign
 from asgiref.sync import async_to_sync
-from dashboards.core import realtime
 from tests.support.sockets import push, ws_connect
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -60,24 +59,37 @@ def test_a_depth_sample_counts_active_tasks_per_project(role_users, settings):
     assert history.depth_samples("hour")[-1]["c"] == sample["c"]
 
 
-def test_the_queue_socket_forwards_new_depth_samples_scoped(world):
-    from dashboards.live import history
+def test_the_queue_socket_forwards_new_depth_samples_scoped(world, settings):
+    """The depth history in Redis; the live store in this process's memory, its producer run at each
+    change mark, so the socket's messages come from this test's database."""
+    import time
 
+    from channels.db import database_sync_to_async
+
+    from dashboards.core import live_bus
+
+    settings.TCO_LIVE_BUS = "memory"
+    live_bus.MEMORY.reset()
     history.depth_clear()
     history.depth_sample_record(counts={"dev": {"research": {"pending": 3}, "engineering": {"pending": 5},
-                                                "": {"pending": 1}}})
+                                                "": {"pending": 1}}}, now=time.time() - 5)
     viewer = world["users"]["viewer"]
 
     async def scenario():
-        comm, ok, _, _ = await ws_connect(viewer, "/ws/queue/")
-        await push(realtime.QUEUE_GROUP, {"kind": realtime.DEPTH_SAMPLED})
-        msg = await comm.receive_json_from(timeout=5)
+        comm, ok, _, first = await ws_connect(viewer, "/ws/queue/")
+        quiet = await comm.receive_nothing(timeout=0.3)           # the page has the depth history already
+        await database_sync_to_async(history.depth_sample_record)(
+            counts={"dev": {"research": {"pending": 4}, "engineering": {"pending": 9}}}, now=time.time())
+        await push("depth")                                       # realtime.depth_sampled, after it
+        pushed = await comm.receive_json_from(timeout=5)
         await comm.disconnect()
-        return msg
+        return first, quiet, pushed
 
     try:
-        msg = async_to_sync(scenario)()
+        first, quiet, pushed = async_to_sync(scenario)()
     finally:
         history.depth_clear()
-    assert msg["kind"] == "queue.depth"
-    assert msg["data"]["hour"]["queued"] == {"research": [3]}
+        live_bus.MEMORY.reset()
+    assert first["kind"] == "queue.snapshot" and quiet
+    # the new sample, scoped: engineering's 5 and 9 and the job without a project never reach a research viewer
+    assert pushed["kind"] == "queue.depth" and pushed["data"]["hour"]["queued"] == {"research": [3, 4]}

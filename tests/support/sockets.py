@@ -1,4 +1,4 @@
-"""WebSockets of the live pages driven in-process (channels' communicator), and events pushed to their groups."""
+"""WebSockets of the live pages driven in-process (channels' communicator), and changes marked in the live store."""
 from __future__ import annotations
 
 import json
@@ -21,7 +21,27 @@ async def ws_connect(user, path: str):
     return communicator, True, None, json.loads(first["text"])
 
 
-async def push(group: str, event: dict) -> None:
-    from channels.layers import get_channel_layer
+async def push(*sources: str, observed_at: float | None = None) -> None:
+    """What a commit that changed ``sources`` does after it (core.realtime.changed): mark them changed in
+    the live store; the in-memory store runs the producer then (tests/conftest.py sets it for unit and
+    database tests)."""
+    from channels.db import database_sync_to_async
 
-    await get_channel_layer().group_send(group, {"type": "tco.event", "event": event})
+    from dashboards.core import live_bus
+
+    await database_sync_to_async(live_bus.bus().mark_changed)(sorted(sources), observed_at)
+
+
+async def next_of(comm, kind: str) -> dict:
+    """The next message of ``kind`` on ``comm`` (a queue socket also gets its depth history)."""
+    while True:
+        message = await comm.receive_json_from(timeout=5)
+        if message.get("kind") == kind:
+            return message
+
+
+def campaign_source(campaign) -> str:
+    """The live store's source of ``campaign``'s views (``core.live_bus.campaign_source``)."""
+    from dashboards.core import live_bus
+
+    return live_bus.campaign_source(campaign.pk)

@@ -45,6 +45,19 @@ def database_url_for(name: str) -> str:
     raise RuntimeError(f"no DATABASE_URL form for the {connection.vendor} backend")
 
 
+def live_store_clear() -> None:
+    """Forget the live views' store (``core.live_bus``: every ``tco:live:`` key of the test Redis): a test on a
+    fresh database must not be served snapshots of a former test's rows under the same ids. The producer
+    then starts a new epoch and the web processes take its records as newer than what they hold."""
+    from dashboards.core import live_bus
+    from dashboards.core.redis_client import shared_redis_client
+
+    r = shared_redis_client(timeout_s=5.0)
+    keys = list(r.scan_iter(match=live_bus.PREFIX + "*", count=1000))
+    if keys:
+        r.delete(*keys)
+
+
 class Stack:
     """tco's web server and workers, started against the test database (SQLite file or PostgreSQL database)."""
 
@@ -82,7 +95,8 @@ class Stack:
         raise RuntimeError(f"web server did not answer on {self.url}; see {self.log_dir}/web.log")
 
     def start_services(self, beat_schedule: Path, worker_name: str) -> None:
-        """Purge the test broker, then start the web server (uvicorn), a Celery worker (poll, ingest, submit with DRMAA) and beat."""
+        """Purge the test broker, then start the web server (uvicorn), the live views' producer, a Celery worker
+        (poll, ingest, submit with DRMAA) and beat."""
         py = sys.executable
         # Tasks left in the test broker by an aborted run must not reach this database.
         subprocess.run([py, "-m", "celery", "-A", "tco_web", "purge", "-f"], cwd=REPO, env=self.env,
@@ -91,7 +105,9 @@ class Stack:
         self.start("web", [py, "-m", "uvicorn", "tco_web.asgi:application", "--host", "127.0.0.1",
                            "--port", str(self.port), "--workers", os.environ.get("TCO_WEB_WORKERS", "2"),
                            "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5",
-                           "--no-proxy-headers"])
+                           "--no-proxy-headers", "--ws-per-message-deflate", "false"])
+        # The live views' producer (docs/live.md), as scripts/services starts it.
+        self.start("live", [py, "manage.py", "tco_live_publish"])
         self.start("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
                               "-n", f"{worker_name}{self.port}@%h", "--loglevel=INFO"], TCO_DRMAA_WORKER="1")
         self.start("beat", [py, "-m", "celery", "-A", "tco_web", "beat", "--loglevel=INFO",

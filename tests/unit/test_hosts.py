@@ -167,6 +167,48 @@ def test_a_poll_through_the_fake_marks_the_lost_host_tasks_unknown():
     assert states == {1: ("unknown", "h1"), 2: ("unknown", "h1"), 3: ("running", "h2")}
 
 
+def test_a_polls_two_qstat_calls_run_at_the_same_time_and_a_failed_one_fails_the_poll():
+    import threading
+    import time as _time
+
+    from schedulers.base import SchedulerUnavailable
+
+    running, both = set(), threading.Event()
+
+    class Slow(FakeScheduler):
+        def _call(self, name, fail=False):
+            running.add(name)
+            if len(running) == 2:
+                both.set()
+            both.wait(2.0)                     # each waits for the other: only at the same time do they end
+            _time.sleep(0.2)
+            if fail:
+                raise SchedulerUnavailable("qmaster gone")
+
+        def list_tasks(self):
+            self._call("qstat")
+            return super().list_tasks()
+
+        def queue_instances(self):
+            self._call("qstat -f", fail=self.fail_f)
+            return super().queue_instances()
+
+    fake = Slow()
+    fake.fail_f = False
+    job, _ = fake.submit_array(_spec(2))
+    fake.start(job, [1], host="h1")
+    fake.host_states = {"h1": "u"}
+    began = _time.monotonic()
+    states = {t.task_number: t.state for t in tasks_with_host_states(fake)}
+    assert both.is_set() and _time.monotonic() - began < 1.0
+    assert states == {1: "unknown", 2: "pending"}
+    running.clear()
+    both.clear()
+    fake.fail_f = True
+    with pytest.raises(SchedulerUnavailable):
+        tasks_with_host_states(fake)
+
+
 def _spec(count: int):
     from schedulers.base import ArrayJobSpec
 

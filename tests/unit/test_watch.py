@@ -118,45 +118,43 @@ def test_queue_counts_per_campaign(states, started, ended):
 
 
 def test_the_lag_is_split_at_the_instants_the_snapshot_names_and_the_parts_add_up():
-    # Task 1 started: the sampler saw it at 100.0, the poll's qstat began at 100.4, its event was
-    # published at 101.1, the socket received it at 101.15, the read began at 101.2, the socket sent
-    # at 101.3 and the client had it at 101.35 (lag 1.35 s). Task 2 ended: sighted 200.0, the poll's
-    # qstat began at 199.9 (before the sampler's), published 200.6, received 201.6, read 203.0, sent
-    # 203.6, arrived 203.7 (lag 3.7 s). Task 3: its first snapshot was a connect snapshot.
+    # Task 1 started: the sampler saw it at 100.0, the poll's qstat began at 100.4, its change was
+    # committed at 101.1, the producer's read began at 101.15 and it published at 101.3; the client had
+    # it at 101.35 (lag 1.35 s). Task 2 ended: sighted 200.0, the poll's qstat began at 199.9 (before the
+    # sampler's), committed 200.6, read 201.6, published 203.0, arrived 203.7 (lag 3.7 s). Task 3: its
+    # first snapshot answered no poll (a connect snapshot).
     one, two, three = (7, 1, STARTED), (7, 2, GONE), (7, 3, STARTED)
     sighted = {one: 100.0, two: 200.0, three: 300.0}
     arrived = {one: 101.35, two: 203.7, three: 300.5}
-    news = {one: {"event": "a", "observed_at": 100.4, "published_at": 101.1, "received_at": 101.15,
-                  "read_at": 101.2, "sent_at": 101.3},
-            two: {"event": "b", "observed_at": 199.9, "published_at": 200.6, "received_at": 201.6,
-                  "read_at": 203.0, "sent_at": 203.6},
-            three: {"event": None, "read_at": 300.3, "sent_at": 300.4}}
+    news = {one: {"observed_at": 100.4, "committed_at": 101.1, "read_at": 101.15, "published_at": 101.3},
+            two: {"observed_at": 199.9, "committed_at": 200.6, "read_at": 201.6, "published_at": 203.0},
+            three: {"observed_at": None, "committed_at": None, "read_at": 300.3, "published_at": 300.4}}
     out = lag_breakdown(sighted, arrived, news, [one, two, three])
     assert (out["n"], out["unsplit"]) == (2, 1)
-    cadence, poll, layer, wait, read, network = (out["parts"][label] for label, _, _ in LAG_PARTS)
+    cadence, poll, wait, build, fanout = (out["parts"][label] for label, _, _ in LAG_PARTS)
     assert cadence == pytest.approx([0.4, -0.1])
     assert poll == pytest.approx([0.7, 0.7])
-    assert layer == pytest.approx([0.05, 1.0])
-    assert wait == pytest.approx([0.05, 1.4])
-    assert read == pytest.approx([0.1, 0.6])
-    assert network == pytest.approx([0.05, 0.1])
+    assert wait == pytest.approx([0.05, 1.0])
+    assert build == pytest.approx([0.15, 1.4])
+    assert fanout == pytest.approx([0.05, 0.7])
     for i, lag in enumerate([1.35, 3.7]):
-        assert cadence[i] + poll[i] + layer[i] + wait[i] + read[i] + network[i] == pytest.approx(lag)
+        assert cadence[i] + poll[i] + wait[i] + build[i] + fanout[i] == pytest.approx(lag)
     # only the keys asked for; a change without news at all is unsplit
     assert lag_breakdown(sighted, arrived, {}, [one])["unsplit"] == 1
     pooled = pooled_breakdown([out, lag_breakdown(sighted, arrived, news, [one])])
-    assert (pooled["n"], pooled["unsplit"], pooled["parts"][LAG_PARTS[4][0]]) == (3, 1, pytest.approx([0.1, 0.6, 0.1]))
+    assert (pooled["n"], pooled["unsplit"], pooled["parts"][LAG_PARTS[3][0]]) == (3, 1,
+                                                                                pytest.approx([0.15, 1.4, 0.15]))
 
 
 def test_a_client_keeps_the_as_of_of_the_first_snapshot_showing_each_change():
     client = Client(username="x", session_key="k")
     page = {"campaign": {"id": 1, "project": "research", "job_number": 71}, "page": 1,
             "tasks": [{"task_number": 1, "state": "running"}, {"task_number": 2, "state": "pending"}]}
-    client.on_campaign(6.0, page, {"event": "e1", "observed_at": 5.0, "published_at": 5.5, "sent_at": 5.9})
+    client.on_campaign(6.0, page, {"observed_at": 5.0, "committed_at": 5.5, "published_at": 5.9})
     page["tasks"][1]["state"] = "running"
-    client.on_campaign(8.0, page, {"event": "e2", "observed_at": 7.0, "published_at": 7.5, "sent_at": 7.9})
-    assert client.news == {(71, 1, STARTED): {"event": "e1", "observed_at": 5.0, "published_at": 5.5, "sent_at": 5.9},
-                           (71, 2, STARTED): {"event": "e2", "observed_at": 7.0, "published_at": 7.5, "sent_at": 7.9}}
+    client.on_campaign(8.0, page, {"observed_at": 7.0, "committed_at": 7.5, "published_at": 7.9})
+    assert client.news == {(71, 1, STARTED): {"observed_at": 5.0, "committed_at": 5.5, "published_at": 5.9},
+                           (71, 2, STARTED): {"observed_at": 7.0, "committed_at": 7.5, "published_at": 7.9}}
     assert task_lags({(71, 1, STARTED): 4.0}, client.arrivals.first, jobs={71})["keys"] == [(71, 1, STARTED)]
 
 

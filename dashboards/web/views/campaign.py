@@ -1,4 +1,9 @@
-"""The campaign page: live counts, stages and its task table (a campaign the user may not see is a 404)."""
+"""The campaign page: live counts, stages and its task table (a campaign the user may not see is a 404).
+
+Who may see the campaign is checked here; what the page shows comes from the campaign view's latest
+snapshot (``live.snapshots.current``), the same for every user who may see it, or from the database
+when the live store cannot answer.
+"""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
@@ -8,31 +13,37 @@ from django.shortcuts import render
 from dashboards.core import scope
 from dashboards.launch.forecast_record import forecast_outcome
 from dashboards.launch.notices import notice_seen
-from dashboards.live import campaign, cluster
+from dashboards.live import campaign, snapshots
 from dashboards.models import Campaign
 from dashboards.web.views.common import int_param
-from schedulers import base
+from dashboards.web.views.queue import live_mark
 
 
 @login_required
 def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
-    state = request.GET.get("state") or None
-    if state not in (None, *base.LIFECYCLE_STATES, "waiting"):
-        state = None
     try:
-        choice = campaign.task_table_choice(request.GET.get("sort"), request.GET.get("dir"), request.GET.get("q"))
-        detail = campaign.campaign_detail(request.user, campaign_id, page=int_param(request, "page"), state=state,
-                                           host=cluster.host_filter(request.GET.get("host")), **choice)
+        row = scope.campaign_for(request.user, campaign_id)
     except Campaign.DoesNotExist:
         raise Http404("no such campaign") from None
+    view = snapshots.campaign_view(campaign_id, page=int_param(request, "page"), state=request.GET.get("state"),
+                                   sort=request.GET.get("sort"), direction=request.GET.get("dir"),
+                                   q=request.GET.get("q"), host=request.GET.get("host"))
+    live = snapshots.current(view)
+    if live is not None:
+        detail = live["data"]
+    else:
+        try:
+            detail = campaign.campaign_detail(request.user, campaign_id, page=view.page, state=view.state,
+                                              sort=view.sort, descending=view.descending, q=view.q, host=view.host)
+        except Campaign.DoesNotExist:
+            raise Http404("no such campaign") from None
     from dashboards.core.roles import user_can
 
-    row = Campaign.objects.select_related("team").get(pk=detail["campaign"]["id"])
     notice_seen(getattr(request, "session", None), row)
     # The columns are the API's state keys (held reads "waiting" while the tasks wait for the predecessor).
     return render(request, "dashboards/campaign.html", {
         "detail": detail, "states": list(detail["states"]), "outcome": forecast_outcome(row),
-        "can_control": user_can(request.user, "control", row.team)})
+        "can_control": user_can(request.user, "control", row.team), "live_mark": live_mark(live)})
 
 
 @login_required

@@ -1,6 +1,7 @@
 """Admin triage: waiting jobs grouped by the reason they wait; an action on one job or a group."""
 from __future__ import annotations
 
+import time
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -21,6 +22,8 @@ from dashboards.web.views.common import refused
 def _triage_context(request: HttpRequest) -> dict:
     """The triage page's data for the filters, search and sort in the URL (``group_actions.TRIAGE_FILTERS``,
     ``sort``, ``dir=asc|desc``)."""
+    from dashboards.live.publish import live_status
+
     overview = triage.triage_overview(max_jobs=group_actions.TRIAGE_MAX_JOBS)
     chosen = {k: request.GET.get(k, "")[:100] for k in group_actions.TRIAGE_FILTERS}
     sort = request.GET.get("sort", "wait")
@@ -51,7 +54,8 @@ def _triage_context(request: HttpRequest) -> dict:
                   .order_by("-at", "-id")[:10])
     return {"overview": overview, "jobs": jobs, "groups": triage.triage_groups(jobs), "facets": facets,
             "chosen": chosen, "sort": sort, "columns": columns, "filtered": bool(base),
-            "query": request.GET.urlencode(), "recent": recent, "actions": TriageActionForm.ACTIONS}
+            "query": request.GET.urlencode(), "recent": recent, "actions": TriageActionForm.ACTIONS,
+            "live": live_status(), "rendered_at": time.time()}
 
 
 def _back_to_triage(request: HttpRequest) -> HttpResponse:
