@@ -114,3 +114,14 @@ def test_the_landing_page_shows_the_tiles_first_and_the_cluster_details_below(cl
     assert "warning" in tile and "20 min" in tile
     assert re.search(r'data-scope="mine" aria-current="true"', html)
     assert 'id="other-jobs-none"' in html
+
+
+def test_the_fragment_the_page_refreshes_has_the_same_tiles_and_rows(client, ops_users):
+    landing_scene(ops_users)
+    client.force_login(ops_users["viewer"])
+    html = client.get("/landing?scope=teams&sort=cost").content.decode()
+    assert html.count('class="tile ') == len(re.findall(r'data-tile="', client.get("/").content.decode()))
+    assert re.findall(r'<tr data-campaign="(\d+)"', html) == [
+        str(Campaign.objects.get(name=n).pk) for n in ("land-mine", "land-lead")]
+    client.logout()
+    assert client.get("/landing").status_code == 302
