@@ -108,9 +108,12 @@ GROUP_ACTIONS = {
     "queue_full": ("", "", "they start as the tasks running there end; a higher priority only changes which "
                            "waiting job takes the next free slot (each row's action can move one job), not when "
                            "one frees; more slots need the queue's configuration (qconf -mq)"),
+    "resource": ("priority", "Raise the priority", "they start first when a host or queue has the resource free"),
     "queue": ("", "", "the queue instances they may use are disabled, suspended, in alarm or unreachable: an "
                       "admin on the cluster fixes those (qmod -e, or the host); a higher priority does not"),
     "scheduling": ("priority", "Raise the priority", "they are next in the scheduler's order"),
+    "next": ("", "", "first in the scheduler's order, nothing else named: it starts when the scheduler next finds "
+                     "room; a higher priority cannot move it further up"),
     "reservation": ("hold", "Hold", "they wait for a reservation (an advance reservation's start, or slots the "
                                     "scheduler keeps for a -R y job); hold them to keep them aside"),
     "unknown": ("hold", "Hold", "the scheduler gives no reason yet"),
@@ -240,7 +243,7 @@ def _group_of(job: dict, hold: dict | None) -> dict[str, str]:
             return {"key": f"quota:{rqs}", "kind": "quota", "label": f"wait for the quota {rqs}"}
     # The binding constraint first: a full or closed queue instance holds a job back whatever its
     # place; the share tree only orders the jobs that wait, so it binds only a job behind others.
-    closed = [t for t in texts if t.startswith(_QUEUE_REASONS) and not t.endswith(" is full")]
+    closed = [t for t in texts if t.startswith("queue instance ") and not t.endswith(" is full")]
     full = [t for t in texts if t.startswith("queue instance ") and t.endswith(" is full")]
     if full and not closed:
         instances = sorted({t[len("queue instance "):-len(" is full")] for t in full})
@@ -250,12 +253,19 @@ def _group_of(job: dict, hold: dict | None) -> dict[str, str]:
                 "label": f"wait for a free slot in {where}, full"}
     if closed:
         return {"key": "queue", "kind": "queue", "label": "wait for a disabled or unavailable queue instance"}
+    short = [t for t in texts if t.startswith(("host ", "queue ")) and " has only " in t]
+    if short:  # "host node01 has only 2.000G h_vmem free, 4G requested"
+        resource = short[0].split(" has only ", 1)[1].split(" free", 1)[0].split(" ")[-1]
+        return {"key": f"resource:{resource}", "kind": "resource",
+                "label": f"wait for {resource} on a host or queue"}
     rank = next((r for r in map(position_rank, texts) if r is not None), None)
     if rank != 1 and any(k["kind"] == "share_tree" for k in kinds):
         return {"key": "share_tree", "kind": "share_tree", "label": "wait for the share tree"}
     others = [t for t, k in zip(texts, kinds) if k["kind"] not in ("priority_order", "note", "share_tree")]
     if others:  # a reason not grouped above: its own group, never "their turn"
         return {"key": f"other:{others[0][:80]}", "kind": "other", "label": f"wait: {others[0]}"}
+    if texts and rank == 1:
+        return {"key": "next", "kind": "next", "label": "are first in the priority order"}
     if texts:
         return {"key": "scheduling", "kind": "scheduling", "label": "wait their turn in the priority order"}
     return {"key": "unknown", "kind": "unknown", "label": "wait without a reason from the scheduler"}

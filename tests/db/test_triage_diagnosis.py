@@ -103,3 +103,23 @@ def test_the_task_page_and_the_assistant_say_the_same_share_tree_line(ops_users,
     assert page[0] == answer[0] == "queue instance classic.q@vm is full"
     assert SHARE_LINE in page and SHARE_LINE in answer
     assert not any("target of 0%" in t for t in page + answer)
+
+
+def test_a_closed_instance_and_a_host_resource_shortage_are_their_own_groups():
+    from dashboards.control.triage import GROUP_ACTIONS, _group_of
+
+    def group(*texts):
+        return _group_of({"errors": 0, "held": 0, "reasons": [{"text": t} for t in texts]}, None)
+
+    closed = group("queue instance agent.q@node02 is unavailable (exec host down or not reporting)",
+                   "number 1 of 4 waiting jobs in the cluster's priority order")
+    assert closed["kind"] == "queue" and GROUP_ACTIONS["queue"][0] == ""
+    short = group("host node01 has only 2.000G h_vmem free, 4G requested")
+    assert short == {"key": "resource:h_vmem", "kind": "resource", "label": "wait for h_vmem on a host or queue"}
+    # Behind others with its team above its share: the share tree, whose raise can help.
+    behind = group("number 3 of 4 waiting jobs in the cluster's priority order", SHARE_LINE)
+    assert behind["kind"] == "share_tree" and GROUP_ACTIONS["share_tree"][0] == "priority"
+    # First in line, nothing else named: its share is not what holds it back.
+    first = group("number 1 of 4 waiting jobs in the cluster's priority order", SHARE_LINE)
+    assert first == {"key": "next", "kind": "next", "label": "are first in the priority order"}
+    assert GROUP_ACTIONS["next"][0] == ""
