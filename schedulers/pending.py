@@ -18,7 +18,8 @@ from typing import Iterable
 
 from schedulers.calendars import queue_opening_reason
 
-__all__ = ["explain_pending", "reservation_reasons", "reason_kind", "RESOURCE_LABELS"]
+__all__ = ["explain_pending", "reservation_reasons", "reason_kind", "share_tree_standing", "position_rank",
+           "RESOURCE_LABELS"]
 
 #: The texts of the reasons that :func:`reason_kind` sorts out (kept here beside the code that writes them).
 START_TIME_TEXT = "waiting for its requested start time (-a)"
@@ -360,10 +361,9 @@ def policy_position(*, rank: int, of: int, priority: float | None, project: str 
     ``rank`` is the job's place (1 = next) among ``of`` waiting jobs ordered by
     the scheduler's priority (``JAT_prio`` of ``qstat -xml``: sge_priority(5)
     weighs ``-p``, urgency and tickets, share-tree tickets among them).
-    ``share_tree`` is ``parse_share_mon`` output; the job's project node gives
-    its long-term target and its actual share of recent usage
-    (sge_share_mon(1)): a team above its target gets fewer tickets, so its
-    jobs go after the others'. Nothing is said about a node that is absent.
+    ``share_tree`` is ``parse_share_mon`` output: the job's project node adds
+    its team's standing (:func:`share_tree_standing`). Nothing is said about
+    a node that is absent.
     ``among_visible``: ``rank`` and ``of`` count only the jobs of the teams the
     reader sees (a team member must not learn how busy other teams are), and
     the text says so.
@@ -375,18 +375,57 @@ def policy_position(*, rank: int, of: int, priority: float | None, project: str 
         text = f"number {rank} of {of} waiting jobs in the cluster's priority order"
     reasons = [{"text": text, "raw": f"JAT_prio {priority if priority is not None else '?'}: rank {rank} of {of}"
                                      + (" visible jobs" if among_visible else "")}]
-    node = next((n for n in share_tree or [] if project and n.get("project") == project and not n.get("user")), None)
-    if node and node.get("long_target_share") is not None and node.get("actual_share") is not None:
-        target, actual = node["long_target_share"], node["actual_share"]
-        if actual > target:
-            text = (f"team {project} has used {actual:.0%} of the cluster lately against a share-tree target of "
-                    f"{target:.0%}, so its jobs get fewer tickets than other teams'")
-        else:
-            text = (f"team {project} has used {actual:.0%} of the cluster lately, within its share-tree target of "
-                    f"{target:.0%}")
-        reasons.append({"text": text, "raw": f"sge_share_mon {node.get('node')}: actual_share={actual} "
-                                             f"long_target_share={target}"})
+    line = share_tree_standing(project, share_tree)
+    if line is not None:
+        reasons.append(line)
     return reasons
+
+
+def share_tree_standing(project: str | None, share_tree: list[dict] | None) -> dict | None:
+    """The team's standing in the share tree: ``{"text", "raw"}``, or None without a node for ``project``.
+
+    ``share_tree``: ``parse_share_mon`` output. The team's part is its configured ``shares`` against
+    the shares of every project node (what the launch forecast counts: "50 of 100 shares"), not
+    sge_share_mon's ``long_target_share``, which is 0 while Grid Engine counts no jobs in the node
+    (an idle node, or one whose jobs have not been counted yet) and so read "a target of 0%" for a
+    team with work waiting. Its standing is ``actual_share`` (its part of the decayed usage,
+    0..1) against that part: above it, its jobs get fewer share-tree tickets than other teams' that
+    wait. Examples: "team research has used 86% of the cluster lately, above the 50% its 50 of 100
+    share-tree shares give it, so its jobs get fewer tickets than other teams' waiting jobs";
+    "team engineering has used 1% of the cluster lately, within the 50% its 50 of 100 share-tree
+    shares give it".
+    """
+    nodes = [n for n in share_tree or () if n.get("project") and not n.get("user")]
+    node = next((n for n in nodes if project and n.get("project") == project), None)
+    if node is None or node.get("actual_share") is None:
+        return None
+    total = sum(n.get("shares") or 0 for n in nodes)
+    shares = node.get("shares")
+    if shares is not None and total > 0:
+        part, whose = shares / total, f"its {_fmt(shares)} of {_fmt(total)} share-tree shares give it"
+    elif node.get("total_share") is not None:
+        part, whose = node["total_share"], "the share tree gives it"
+    else:
+        return None
+    actual = node["actual_share"]
+    raw = (f"sge_share_mon {node.get('node')}: shares={shares} of {total}, actual_share={actual}, "
+           f"long_target_share={node.get('long_target_share')}, job_count={node.get('job_count')}")
+    if actual > part:
+        return {"text": f"team {project} has used {actual:.0%} of the cluster lately, above the {part:.0%} "
+                        f"{whose}, {SHARE_TREE_BEHIND}", "raw": raw}
+    return {"text": f"team {project} has used {actual:.0%} of the cluster lately, within the {part:.0%} {whose}",
+            "raw": raw}
+
+
+#: How a share-tree line ends when the team is above its part (:func:`reason_kind` finds it by this).
+SHARE_TREE_BEHIND = "so its jobs get fewer tickets than other teams' waiting jobs"
+
+
+def position_rank(text: str) -> int | None:
+    """The job's place (1 = next) in a :func:`policy_position` line ("number 3 of 40 waiting jobs ..."),
+    None for any other text."""
+    match = _RANK.match(text)
+    return int(match.group(1)) if match else None
 
 
 def _explain_message(message: str, job_detail: dict, quota, hosts, capacities,
@@ -486,7 +525,8 @@ def reason_kind(text: str) -> dict:
     ``{"kind", "value"}``, kind one of ``start_time`` (value: the start, e.g. "18:00 UTC", or ""),
     ``task_limit`` (value: the -tc cap as a string, or "" when the cap is unknown),
     ``priority_order`` (the job's place in the priority order, or its team within its
-    share-tree target: nothing but its turn), ``note`` (the queues it asked for with -q: said, but
+    share-tree part: nothing but its turn), ``share_tree`` (its team above its share-tree part:
+    its jobs get fewer tickets, :func:`share_tree_standing`), ``note`` (the queues it asked for with -q: said, but
     no reason to wait by itself), or ``other`` (value "").
     """
     if text.startswith(START_TIME_TEXT):
@@ -499,8 +539,12 @@ def reason_kind(text: str) -> dict:
         return {"kind": "note", "value": ""}
     if _POSITION.match(text) or _WITHIN_TARGET.match(text):
         return {"kind": "priority_order", "value": ""}
+    if text.startswith("team ") and text.endswith(SHARE_TREE_BEHIND):
+        return {"kind": "share_tree", "value": ""}
     return {"kind": "other", "value": ""}
 
 
 _POSITION = re.compile(r"number \d+ of \d+ waiting jobs in the cluster's priority order$")
-_WITHIN_TARGET = re.compile(r"team .* has used \S+ of the cluster lately, within its share-tree target of \S+$")
+_WITHIN_TARGET = re.compile(r"team .* has used \S+ of the cluster lately, within the \S+ (its .* share-tree shares|the "
+                            r"share tree) gives? it$")
+_RANK = re.compile(r"number (\d+) of \d+ waiting jobs")

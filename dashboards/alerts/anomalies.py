@@ -34,6 +34,7 @@ from django.utils import timezone
 from dashboards.billing.budgets import budget_burn_rates
 from dashboards.billing.periods import PERIOD_ADJECTIVES, cluster_zone, default_cluster
 from dashboards.core.audit import audit
+from dashboards.core.clock import duration_text
 from dashboards.core.encoding import usd_text
 from dashboards.core.stages import EpochSeconds, quantile
 from dashboards.models import AnomalyAlert, Campaign, Task
@@ -78,21 +79,6 @@ def _record(key: str, **fields: Any) -> AnomalyAlert | None:
 
     transaction.on_commit(lambda: alert_deliver(alert.pk))
     return alert
-
-
-def duration_text(seconds: float) -> str:
-    """``42 s``, ``12 min 5 s``, ``3 h 04 min``, ``2 d 5 h``: a duration as people say it."""
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, s = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {s} s" if s else f"{minutes} min"
-    hours, m = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {m:02d} min"
-    days, h = divmod(hours, 24)
-    return f"{days} d {h} h"
 
 
 # --------------------------------------------------------------------------- slow tasks

@@ -17,7 +17,7 @@ from dashboards.core.holds import job_priorities, tco_holds
 from dashboards.core.ranges import ranges_text, task_ranges
 from dashboards.launch.reservations import reservation_context
 from dashboards.models import Campaign, Cluster, Task, Team
-from schedulers.pending import reason_kind
+from schedulers.pending import position_rank, reason_kind
 
 TRIAGE_STATES = ("error", "pending", "held")
 
@@ -103,8 +103,17 @@ GROUP_ACTIONS = {
     "consumable": ("priority", "Raise the priority", "they start first when a seat frees up"),
     "quota": ("priority", "Raise the priority", "they start first when the quota has room again"),
     "share_tree": ("priority", "Raise the priority", "a -p above the other teams' jobs outweighs the share tree"),
-    "queue": ("priority", "Raise the priority", "queue instances are full, disabled or in alarm (qmod -e fixes those)"),
+    # A full queue instance: every job of the group waits for the same slots, so one raise for all of
+    # them changes nothing; the row's own action can still move one job ahead of the others.
+    "queue_full": ("", "", "they start as the tasks running there end; a higher priority only changes which "
+                           "waiting job takes the next free slot (each row's action can move one job), not when "
+                           "one frees; more slots need the queue's configuration (qconf -mq)"),
+    "resource": ("priority", "Raise the priority", "they start first when a host or queue has the resource free"),
+    "queue": ("", "", "the queue instances they may use are disabled, suspended, in alarm or unreachable: an "
+                      "admin on the cluster fixes those (qmod -e, or the host); a higher priority does not"),
     "scheduling": ("priority", "Raise the priority", "they are next in the scheduler's order"),
+    "next": ("", "", "first in the scheduler's order, nothing else named: it starts when the scheduler next finds "
+                     "room; a higher priority cannot move it further up"),
     "reservation": ("hold", "Hold", "they wait for a reservation (an advance reservation's start, or slots the "
                                     "scheduler keeps for a -R y job); hold them to keep them aside"),
     "unknown": ("hold", "Hold", "the scheduler gives no reason yet"),
@@ -115,7 +124,6 @@ GROUP_ACTIONS = {
                            "launched campaign"),
     "other": ("", "", "see each job's reasons below"),
 }
-_WEEKDAY = "%A"
 
 
 def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
@@ -174,10 +182,12 @@ def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
 _QUEUE_REASONS = ("queue instance", "queue ", "host ")
 
 
-def _held_words(hold: dict) -> str:
-    """``paused by launcher in tco on Tuesday`` (:func:`control.tco_holds` entry): a group's and its rows' words."""
-    day = timezone.localtime(hold["at"]).strftime(_WEEKDAY)
-    return f"{hold['verb']} by {hold['who']} in tco on {day}"
+def _held_words(hold: dict, now: dt.datetime | None = None) -> str:
+    """``paused by launcher in tco 36 s ago (06:41:02 UTC)`` (:func:`control.tco_holds` entry; ``now``
+    defaults to the clock): a group's and its rows' words, :func:`dashboards.core.ranges.ago`."""
+    from dashboards.core.clock import ago
+
+    return f"{hold['verb']} by {hold['who']} in tco {ago(hold['at'], now)}"
 
 
 def _predecessor_group(job_number: int, campaign_name: str) -> dict[str, str]:
@@ -195,7 +205,7 @@ def _group_of(job: dict, hold: dict | None) -> dict[str, str]:
     if job["held"]:
         if hold is not None:
             words = _held_words(hold)
-            return {"key": f"held_tco:{hold['who']}:{words.rsplit(' ', 1)[-1]}", "kind": "held_tco",
+            return {"key": f"held_tco:{hold['who']}:{hold['verb']}", "kind": "held_tco",
                     "label": f"are {words}"}
         if not any(t.startswith("held by ") for t in texts) and any(_is_dependency(t) for t in texts):
             return {"key": "dependency", "kind": "dependency", "label": "wait for other jobs to finish"}
@@ -231,15 +241,31 @@ def _group_of(job: dict, hold: dict | None) -> dict[str, str]:
         if text.startswith("agent quota reached"):
             rqs = text.rsplit("(RQS ", 1)[-1].rstrip(")") if "(RQS " in text else "a quota"
             return {"key": f"quota:{rqs}", "kind": "quota", "label": f"wait for the quota {rqs}"}
-    for text in texts:
-        if "share-tree target" in text and "fewer tickets" in text:
-            return {"key": "share_tree", "kind": "share_tree", "label": "wait for the share tree"}
-    for text in texts:
-        if text.startswith("queue instance") or text.startswith("queue ") or text.startswith("host "):
-            return {"key": "queue", "kind": "queue", "label": "wait for a free or enabled queue instance"}
-    others = [t for t, k in zip(texts, kinds) if k["kind"] not in ("priority_order", "note")]
+    # The binding constraint first: a full or closed queue instance holds a job back whatever its
+    # place; the share tree only orders the jobs that wait, so it binds only a job behind others.
+    closed = [t for t in texts if t.startswith("queue instance ") and not t.endswith(" is full")]
+    full = [t for t in texts if t.startswith("queue instance ") and t.endswith(" is full")]
+    if full and not closed:
+        instances = sorted({t[len("queue instance "):-len(" is full")] for t in full})
+        queues = sorted({i.split("@")[0] for i in instances})
+        where = instances[0] if len(instances) == 1 else f"{', '.join(queues)} ({len(instances)} instances)"
+        return {"key": f"queue_full:{','.join(queues)}", "kind": "queue_full",
+                "label": f"wait for a free slot in {where}, full"}
+    if closed:
+        return {"key": "queue", "kind": "queue", "label": "wait for a disabled or unavailable queue instance"}
+    short = [t for t in texts if t.startswith(("host ", "queue ")) and " has only " in t]
+    if short:  # "host node01 has only 2.000G h_vmem free, 4G requested"
+        resource = short[0].split(" has only ", 1)[1].split(" free", 1)[0].split(" ")[-1]
+        return {"key": f"resource:{resource}", "kind": "resource",
+                "label": f"wait for {resource} on a host or queue"}
+    rank = next((r for r in map(position_rank, texts) if r is not None), None)
+    if rank != 1 and any(k["kind"] == "share_tree" for k in kinds):
+        return {"key": "share_tree", "kind": "share_tree", "label": "wait for the share tree"}
+    others = [t for t, k in zip(texts, kinds) if k["kind"] not in ("priority_order", "note", "share_tree")]
     if others:  # a reason not grouped above: its own group, never "their turn"
         return {"key": f"other:{others[0][:80]}", "kind": "other", "label": f"wait: {others[0]}"}
+    if texts and rank == 1:
+        return {"key": "next", "kind": "next", "label": "are first in the priority order"}
     if texts:
         return {"key": "scheduling", "kind": "scheduling", "label": "wait their turn in the priority order"}
     return {"key": "unknown", "kind": "unknown", "label": "wait without a reason from the scheduler"}

@@ -4,11 +4,12 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from dashboards.web import api, metrics
-from dashboards.web.views import account, campaign, queue, task
+from dashboards.web.views import account, campaign, landing, queue, task
 
 urlpatterns = [
     path("", queue.queue_page, name="queue"),
     path("queue.json", queue.queue_json, name="queue-json"),
+    path("landing", landing.landing_fragment, name="landing-fragment"),
     path("campaigns/<int:campaign_id>/", campaign.campaign_page, name="campaign"),
     path("campaigns/<int:campaign_id>/forecast", campaign.campaign_forecast_fragment, name="campaign-forecast"),
     path("tasks/<int:task_id>/", task.task_page, name="task"),

@@ -22,7 +22,8 @@
     return a >= 100 ? v.toFixed(0) : a >= 1 ? v.toFixed(2) : v.toFixed(3);
   };
   TCO.time = function (iso) {
-    return iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", " UTC") : "";
+    // "2026-12-01T23:23:17.5+00:00" and "...Z" alike read "2026-12-01 23:23:17 UTC" (the zone was lost for +00:00).
+    return iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace(/(Z|\+00:00)$/, " UTC") : "";
   };
   // A moment for people: this browser's local time ("20:01:05 CET"; with the date when not today).
   // TCO.setTime puts it in an element whose title (and <time datetime>) carries the exact ISO text.

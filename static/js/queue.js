@@ -84,7 +84,7 @@
       if (nodes.length) {
         var st = el("table", { "class": "grid share-tree", "id": "share-tree-" + c.name });
         var sh = el("tr");
-        ["Share tree: project", "Shares", "Share of the tree", "Target now", "Actual share", "Usage", "Jobs"].forEach(function (x) { sh.appendChild(el("th", null, x)); });
+        ["Share tree: project", "Shares", "Share of the tree", "Target now", "Actual share", "Usage (decayed, weighted cpu-s)", "Jobs"].forEach(function (x) { sh.appendChild(el("th", null, x)); });
         var sthead = el("thead"); sthead.appendChild(sh); st.appendChild(sthead);
         var stb = el("tbody");
         nodes.forEach(function (n) {
@@ -153,6 +153,10 @@
     var otherCard = document.getElementById("other-jobs-card");
     if (data.other_jobs) {
       otherCard.hidden = false;
+      // None: one word, not header rows over greyed zeros and an empty table.
+      var anyOther = Object.keys(data.other_jobs).some(function (s) { return data.other_jobs[s] > 0; });
+      ["other-jobs", "other-owners", "other-jobs-each"].forEach(function (id) { document.getElementById(id).hidden = !anyOther; });
+      document.getElementById("other-jobs-none").hidden = anyOther;
       var tr = el("tr"); stateCells(tr, data.other_jobs);
       TCO.fill(document.querySelector("#other-jobs tbody"), [tr]);
       // One line per owner; each job under "Each job".

@@ -281,9 +281,13 @@ def test_triage_groups_pending_work_by_reason_with_count_oldest_wait_and_action(
     assert seats["tasks"] == 4 and sorted(seats["jobs"]) == [40, 41]
     assert seats["label"] == "wait for anthropic_api seats" and seats["action"]["action"] == "priority"
     assert 899 <= seats["oldest_wait_s"] <= 960
-    weekday = timezone.localtime(timezone.now()).strftime("%A")
-    held = groups[f"held_tco:launcher:{weekday}"]
-    assert held["title"] == f"1 task is paused by launcher in tco on {weekday}"
+    # The pause is said relative to now, with its clock time and zone (the fixture's request finished "now").
+    held = groups["held_tco:launcher:paused"]
+    assert re.fullmatch(r"1 task is paused by launcher in tco \d+ s ago \(\d\d:\d\d:\d\d UTC\)", held["title"])
+    from dashboards.models import ControlRequest
+
+    paused_at = ControlRequest.objects.get(job_number=42).finished_at.astimezone(dt.timezone.utc)
+    assert held["title"].endswith(f"({paused_at:%H:%M:%S} UTC)")
     assert held["action"]["action"] == "release"
     assert seats["title"] == "4 tasks wait for anthropic_api seats"
     assert groups["error"]["title"] == "1 task is in the error state"

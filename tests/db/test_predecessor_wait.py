@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -196,8 +197,7 @@ def test_triage_groups_a_predecessor_wait_apart_with_no_release(ops_users, _fake
     wait = groups[f"predecessor:{PRED}"]
     assert wait["jobs"] == [SUCC] and wait["title"] == f"2 tasks wait for predecessor job {PRED} (campaign pred)"
     assert wait["action"]["action"] == "" and "not a hold" in wait["action"]["why"]
-    weekday = timezone.localtime(timezone.now()).strftime("%A")
-    paused = groups[f"held_tco:launcher:{weekday}"]
+    paused = groups["held_tco:launcher:paused"]
     assert paused["jobs"] == [SUCC_HELD] and paused["action"]["action"] == "release"
     outside = groups["held"]
     assert outside["jobs"] == [977]  # never the jobs of another reason
@@ -210,7 +210,8 @@ def test_triage_groups_a_predecessor_wait_apart_with_no_release(ops_users, _fake
     assert not any(r.startswith("held by") for r in succ_reasons)
     # The launcher's pause is said in the row in its group's words, not as a hold by user/operator/system.
     paused_reasons = [r["text"] for r in by_job[SUCC_HELD]["reasons"]]
-    assert paused_reasons[0] == f"paused by launcher in tco on {weekday}"
+    assert paused_reasons[0] == paused["label"][len("are "):]
+    assert re.fullmatch(r"paused by launcher in tco \d+ s ago \(\d\d:\d\d:\d\d UTC\)", paused_reasons[0])
     assert not any("user/operator/system" in r for r in paused_reasons)
     # A held job's full queue instance is secondary (it holds nothing back while the job is held).
     full = [r for r in by_job[977]["reasons"] if "classic.q@sge-exec3" in r["text"]]
@@ -233,7 +234,7 @@ def test_a_group_bulk_action_other_than_its_own_is_refused(client, ops_users, _f
     waiting_row = html.split(f'<tr data-job="{SUCC}"', 1)[1].split("</tr>", 1)[0]
     assert 'value="release"' not in waiting_row and "held:" not in waiting_row and "waiting:" in waiting_row
     row = html.split(f'<tr data-job="{SUCC_HELD}"', 1)[1].split("</tr>", 1)[0]
-    assert "paused by launcher in tco on" in row and "user/operator/system" not in row
+    assert "paused by launcher in tco " in row and " s ago (" in row and "user/operator/system" not in row
     held = html.split('<tr data-job="977"', 1)[1].split("</tr>", 1)[0]
     assert 'class="muted secondary">once released: queue instance' in held
 

@@ -50,7 +50,8 @@ def test_triage_gives_a_start_time_and_a_task_cap_their_own_groups_not_the_prior
     capped = explain_pending(_detail(8, ["not all array task may be started due to 'max_aj_instances'"],
                                      task_concurrency=2), now=NOW)
     position = policy_position(rank=1, of=3, priority=0.5, project="research")
-    jobs = [_job(7, waits_for_a + position), _job(8, capped + position, tasks=5), _job(9, list(position), tasks=2)]
+    behind = policy_position(rank=2, of=3, priority=0.4, project="research")
+    jobs = [_job(7, waits_for_a + position), _job(8, capped + position, tasks=5), _job(9, list(behind), tasks=2)]
     for job in jobs:
         job["group"] = _group_of(job, None)
     groups = {g["kind"]: g for g in triage_groups(jobs)}
@@ -62,6 +63,8 @@ def test_triage_gives_a_start_time_and_a_task_cap_their_own_groups_not_the_prior
                                              "concurrency cap (-tc)")
     assert groups["task_limit"]["action"]["action"] == ""
     assert groups["scheduling"]["jobs"] == [9]  # only its place in the order: that one is its turn
+    # First in that order with nothing else named: no raise can move it further up.
+    assert _group_of(_job(12, list(position)), None)["kind"] == "next"
     # A reason the groups do not know is never "their turn" either.
     odd = _job(10, [{"text": "something new the scheduler says", "raw": ""}] + position)
     assert _group_of(odd, None)["kind"] == "other"
@@ -69,7 +72,7 @@ def test_triage_gives_a_start_time_and_a_task_cap_their_own_groups_not_the_prior
     only_q = explain_pending(_detail(11, ['cannot run in queue "classic.q" because it is not contained in its hard '
                                           'queue list (-q)'], hard_queues=["agent.q"]), now=NOW)
     assert only_q and only_q[0]["text"].startswith("only runs in the queues it requested (-q)")
-    assert _group_of(_job(11, only_q + position), None)["kind"] == "scheduling"
+    assert _group_of(_job(11, only_q + behind), None)["kind"] == "scheduling"
 
 
 def test_the_triage_page_offers_no_button_for_a_group_no_tco_control_moves(client, ops_users, monkeypatch):

@@ -1,6 +1,8 @@
 """Pending reasons in plain words, from qstat -j details (and qquota/qhost numbers)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from schedulers.pending import explain_pending
 
 
@@ -108,18 +110,74 @@ def test_a_job_with_nothing_to_say_has_no_reasons():
     assert explain_pending(detail(tasks=[{"task_number": 1, "state": "running"}])) == []
 
 
-def test_policy_position_names_the_rank_and_a_team_above_its_share_tree_target():
+def test_policy_position_names_the_rank_and_a_team_above_its_configured_share():
     from schedulers.pending import policy_position
 
-    tree = [{"node": "/", "user": None, "project": None, "long_target_share": 1.0, "actual_share": 1.0},
-            {"node": "/research", "user": None, "project": "research", "long_target_share": 0.5,
+    tree = [{"node": "/", "user": None, "project": None, "shares": 1, "long_target_share": 1.0, "actual_share": 1.0},
+            {"node": "/research", "user": None, "project": "research", "shares": 50, "long_target_share": 0.5,
              "actual_share": 0.976},
-            {"node": "/engineering", "user": None, "project": "engineering", "long_target_share": 0.5,
-             "actual_share": 0.024}]
+            {"node": "/engineering", "user": None, "project": "engineering", "shares": 50,
+             "long_target_share": 0.5, "actual_share": 0.024}]
     research = policy_position(rank=3, of=40, priority=0.5, project="research", share_tree=tree)
     assert research[0]["text"] == "number 3 of 40 waiting jobs in the cluster's priority order"
-    assert research[1]["text"] == ("team research has used 98% of the cluster lately against a share-tree target "
-                                   "of 50%, so its jobs get fewer tickets than other teams'")
+    assert research[1]["text"] == ("team research has used 98% of the cluster lately, above the 50% its 50 of 100 "
+                                   "share-tree shares give it, so its jobs get fewer tickets than other teams' "
+                                   "waiting jobs")
     engineering = policy_position(rank=1, of=40, priority=0.9, project="engineering", share_tree=tree)
-    assert "within its share-tree target of 50%" in engineering[1]["text"]
+    assert engineering[1]["text"] == ("team engineering has used 2% of the cluster lately, within the 50% its 50 of "
+                                      "100 share-tree shares give it")
     assert len(policy_position(rank=1, of=1, priority=None, project="other", share_tree=tree)) == 1
+
+
+
+
+# --------------------------------------------------------------------------- the share tree, from sge_share_mon
+
+SGE819 = Path(__file__).resolve().parents[1] / "fixtures" / "sge819"
+
+
+def _captured_tree(**research) -> list[dict]:
+    """sge_share_mon -c 1 -n as captured on SGE 8.1.9 (research 50 shares, engineering 50 shares with
+    job_count=0, so long_target_share=0), research's node changed by ``research``."""
+    from schedulers.gridengine.parsers.sharetree import parse_share_mon
+
+    tree = parse_share_mon((SGE819 / "sge_share_mon_n.txt").read_bytes())
+    for node in tree:
+        if node["project"] == "research":
+            node.update(research)
+    return tree
+
+
+def test_the_share_tree_line_gives_the_configured_shares_not_an_idle_nodes_zero_target():
+    from schedulers.pending import reason_kind, share_tree_standing
+
+    tree = _captured_tree()
+    engineering = next(n for n in tree if n["project"] == "engineering")
+    assert engineering["long_target_share"] == 0.0 and engineering["job_count"] == 0  # what the old line quoted
+    line = share_tree_standing("engineering", tree)
+    assert line["text"] == ("team engineering has used 1% of the cluster lately, within the 50% its 50 of 100 "
+                            "share-tree shares give it")
+    assert " 0%" not in line["text"] and "job_count=0" in line["raw"]
+    assert reason_kind(line["text"])["kind"] == "priority_order"
+    # The demo's case: research's node counted no jobs (long_target_share 0) while it used 86%.
+    research = share_tree_standing("research", _captured_tree(long_target_share=0.0, job_count=0,
+                                                              actual_share=0.86))
+    assert research["text"] == ("team research has used 86% of the cluster lately, above the 50% its 50 of 100 "
+                                "share-tree shares give it, so its jobs get fewer tickets than other teams' "
+                                "waiting jobs")
+    assert reason_kind(research["text"])["kind"] == "share_tree"
+    assert share_tree_standing("nobody", tree) is None
+
+
+def test_a_job_first_in_line_behind_a_full_queue_instance_reads_the_queue_first():
+    """qstat -j of a job pending behind the full classic.q (SGE 8.1.9 capture), first in line, its team
+    above its part of the share tree: the full queue instance comes before the share-tree line."""
+    from schedulers.gridengine.parsers.qstat_j import parse_job_detail
+    from schedulers.pending import policy_position, position_rank
+
+    job = parse_job_detail((SGE819 / "qstat_j_pending_classic.xml").read_bytes())
+    reasons = explain_pending(job) + policy_position(rank=1, of=3, priority=0.5, project="research",
+                                                     share_tree=_captured_tree(actual_share=0.86))
+    assert texts(reasons)[0] == "queue instance classic.q@vm is full"
+    assert texts(reasons)[-1].endswith("so its jobs get fewer tickets than other teams' waiting jobs")
+    assert [position_rank(t) for t in texts(reasons)].count(1) == 1

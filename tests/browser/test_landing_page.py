@@ -1,0 +1,109 @@
+"""The landing page in Debian's Chromium at 1400x900 and 390x844: the tiles come first, each figure
+equal to what the database counts for the user, with the user's campaigns in the first screen and no
+sideways scroll. Screenshots: var/test-output/uxb/landing-*.png."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+from decimal import Decimal
+
+import pytest
+from django.db.models import Sum
+from django.utils import timezone
+
+from dashboards.models import Campaign, Task
+from tests.support.browser import inside, shot, signed_in, wait_for
+from tests.support.landing import landing_scene
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+DESKTOP = {"width": 1400, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+def _counted(projects: list[str]) -> dict[str, object]:
+    """The tiles' figures as plain queries over the tasks of ``projects``' campaigns count them now (a
+    team member sees its campaigns' tasks, not other jobs under its project)."""
+    now = timezone.now()
+    tasks = Task.objects.filter(campaign__team__project__in=projects)
+    active = tasks.filter(active=True)
+    hour = tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1))
+    midnight = now.astimezone(dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    spent = (Task.objects.filter(campaign__team__project__in=projects, started_at__gte=midnight)
+             .aggregate(s=Sum("cost_usd"))["s"] or Decimal(0))
+    oldest = active.filter(state="pending").order_by("submitted_at").first()
+    wait = (now - oldest.submitted_at).total_seconds() if oldest else 0
+    return {"running": str(active.filter(state="running").count()),
+            # The amber line is 10 min, red 1 h (dashboards.web.landing); a second either side of a line is
+            # not asserted (the page was read a moment before this count).
+            "longest": "red" if wait >= 3600 else "amber" if wait >= 600 else "ok",
+            "waiting": str(active.filter(state__in=("pending", "held")).count()),
+            "failed": str(hour.filter(state__in=("failed", "lost")).count()),
+            "spend": spent.normalize()}
+
+
+def _shown(page) -> dict[str, object]:
+    numbers = {key: page.get_attribute(f'#tiles [data-tile="{key}"] .tile-value', "data-number")
+               for key in ("running", "waiting", "failed")}
+    numbers["longest"] = page.get_attribute('#tiles [data-tile="longest"]', "data-level")
+    if page.locator('#tiles [data-tile="spend"]').count():
+        numbers["spend"] = Decimal(page.get_attribute('#tiles [data-tile="spend"] .tile-value', "data-number")).normalize()
+    return numbers
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1400x900", "390x844"])
+def test_the_landing_page_answers_at_a_glance(ops_stack, browser, ops_logins, viewport):
+    landing_scene(ops_logins)
+    mine = Campaign.objects.get(name="land-mine")
+    for user in ("lead", "launcher"):
+        with signed_in(browser, ops_stack, user, viewport=viewport) as page:
+            page.goto(ops_stack.url + "/")
+            page.wait_for_selector("#tiles .tile")
+
+            # The poll of the real dev cluster runs beside the test: read the page and the database
+            # again until both are of the same moment.
+            seen = []
+
+            def same() -> bool:
+                expected = _counted(["research"])
+                shown = _shown(page)
+                seen[:] = [shown, expected]
+                if shown == {k: v for k, v in expected.items() if k in shown}:
+                    return True
+                page.reload()
+                page.wait_for_selector("#tiles .tile")
+                return False
+            try:
+                wait_for(same, 60, f"{user}'s tiles to equal the database's counts")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: shown {seen[0]}, counted {seen[1]}") from None
+            shot(page, f"landing-{user}-{viewport['width']}")
+            assert ("spend" in _shown(page)) == (user == "lead")  # spend is the bill readers'
+            # Each tile is a link with its figure and unit; a level past "ok" is said in words too.
+            longest = page.locator('#tiles [data-tile="longest"]')
+            level = longest.get_attribute("data-level")
+            words = longest.inner_text().lower()
+            assert ("warning" in words) == (level == "amber") and ("alert" in words) == (level == "red")
+            if level != "ok":
+                assert longest.get_attribute("href").startswith("/tasks/")
+            assert page.text_content('#tiles [data-tile="running"] .tile-value').strip().endswith(("agent", "agents"))
+            # At a glance: the tiles and the campaigns within the first screen, nothing wider than it.
+            for key in ("running", "waiting", "longest", "failed"):
+                inside(page, f'#tiles [data-tile="{key}"]', viewport["width"])
+            assert page.locator("#tiles").bounding_box()["y"] < viewport["height"] / 3
+            heading = page.locator("#my-campaigns h2").bounding_box()
+            assert heading["y"] < viewport["height"], f"the campaigns start at {heading['y']:.0f} px"
+            width = page.evaluate("document.scrollingElement.scrollWidth")
+            assert width <= viewport["width"], f"the page scrolls sideways: {width} px"
+            if user == "launcher":
+                row = page.locator(f'#my-campaigns-table tr[data-campaign="{mine.pk}"]')
+                assert row.count() == 1 and "land-mine" in row.inner_text()
+                inside(page, f'#my-campaigns-table tr[data-campaign="{mine.pk}"] td:last-child', viewport["width"])
+            # The toggle: my teams' campaigns, the lead's own among them.
+            page.click('.scope-toggle a[data-scope="teams"]')
+            page.wait_for_selector('#my-campaigns-table tr[data-campaign]')
+            shown = set(page.eval_on_selector_all("#my-campaigns-table tr[data-campaign]",
+                                                  "rows => rows.map(r => r.dataset.campaign)"))
+            assert shown == {str(c.pk) for c in Campaign.objects.filter(team__project="research")}
