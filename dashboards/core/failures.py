@@ -56,10 +56,14 @@ class Failure:
         return self.kind == INFRASTRUCTURE
 
 
-def failure_of(*, state: str, failed_code: int | None, exit_status: int | None, host: str = "") -> Failure | None:
+def failure_of(*, state: str, failed_code: int | None, exit_status: int | None, host: str = "",
+               runner: dict | None = None) -> Failure | None:
     """Why a task in ``state`` ended badly, from its accounting record's ``failed_code`` and
-    ``exit_status`` and its execution ``host``; None for a task that did not fail (or has not ended).
-    A ``lost`` task (no accounting record came) is an infrastructure failure too."""
+    ``exit_status``, its execution ``host`` and its ``runner`` record (a sandbox limit that stopped
+    the agent: ``core.sandbox_limits.limit_reached``); None for a task that did not fail (or has not
+    ended). A ``lost`` task (no accounting record came) is an infrastructure failure too."""
+    from dashboards.core.sandbox_limits import limit_reached
+
     where = f" on {host}" if host else ""
     if state == "lost":
         return Failure(INFRASTRUCTURE, f"lost{where}: it left the queue and no accounting record came")
@@ -72,6 +76,9 @@ def failure_of(*, state: str, failed_code: int | None, exit_status: int | None, 
     if failed_code in INFRASTRUCTURE_CODES:
         return Failure(INFRASTRUCTURE, f"the scheduler failed the task{where} {FAILED_CODES.get(failed_code, '')} "
                                        f"(accounting: failed {failed_code})")
+    reached = limit_reached(runner)
+    if reached is not None:
+        return Failure(LIMIT, f"{reached}{where} (the sandbox stopped the agent; exit status {exit_status})")
     if failed_code == 37:
         return Failure(LIMIT, f"{FAILED_CODES[37]}{where} (accounting: failed 37)")
     if failed_code:
