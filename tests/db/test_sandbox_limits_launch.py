@@ -3,7 +3,6 @@ written to the runner spec, kept by a retry, and shown on the task page with the
 stopped a task (issue 23, finding 1; docs/limits.md)."""
 from __future__ import annotations
 
-import json
 
 import pytest
 
