@@ -175,16 +175,27 @@ def launch(*, user: AbstractBaseUser, request: LaunchRequest) -> LaunchOutcome:
     verdict = preview["verdict"]
     # The forecast the campaign keeps, from the poll's figures (a launch never waits for qstat).
     preview = launch_forecast.complete_preview(user=user, request=req, preview=preview, ask_scheduler=False)
-    with transaction.atomic():
-        campaign = _record(user=user, req=req, model=model, policy=policy, endpoints=endpoints, chosen=chosen,
-                           hold=verdict["action"] == "hold", forecast=forecast_record(preview))
-        result = f"campaign {campaign.pk} accepted ({campaign.task_count} tasks)"
-        if verdict["action"] == "hold":
-            result += f"; submitted on hold: {verdict['message']}"
-        audit(user=user, action=action, target=f"campaign:{campaign.pk}", params={**params, "status": "done"},
-              ok=True, result=result)
+    try:
+        with transaction.atomic():
+            campaign = _record(user=user, req=req, model=model, policy=policy, endpoints=endpoints, chosen=chosen,
+                               hold=verdict["action"] == "hold", forecast=forecast_record(preview))
+            _accepted(user, action, campaign, params, verdict)
+    except OSError as exc:  # the spool (full, unwritable): nothing recorded, nothing submitted
+        raise refused(user, action, f"team:{req.team.project}", params,
+                      f"the campaign's files could not be written to the spool: {exc.strerror or exc}; nothing "
+                      "was recorded or submitted (ask an admin to free space in the spool)", error=LaunchError) from None
     realtime.queue_changed(campaign.cluster.name, {campaign.pk})
     return LaunchOutcome(campaign=campaign, forecast=preview["forecast"], verdict=verdict)
+
+
+def _accepted(user: AbstractBaseUser, action: str, campaign: Campaign, params: dict[str, Any],
+              verdict: dict[str, Any]) -> None:
+    """The audit entry of an accepted launch (inside its transaction)."""
+    result = f"campaign {campaign.pk} accepted ({campaign.task_count} tasks)"
+    if verdict["action"] == "hold":
+        result += f"; submitted on hold: {verdict['message']}"
+    audit(user=user, action=action, target=f"campaign:{campaign.pk}", params={**params, "status": "done"},
+          ok=True, result=result)
 
 
 def _checked(user: AbstractBaseUser, req: LaunchRequest, params: dict[str, Any]):
