@@ -44,8 +44,12 @@ def jobs_named(name: str, *, suffix: bool = False) -> set[int]:
 
 
 def killed_launch(db: str, point: str, name: str, sent: Path) -> subprocess.CompletedProcess:
+    """Launch ``name`` in a web process killed at ``point`` (web_child.py), on this test's database and spool."""
+    from django.conf import settings
+
+    env = {**child_env(db), "TCO_SPOOL_DIR": str(settings.TCO_SPOOL_DIR)}
     proc = subprocess.run([sys.executable, "-m", "tests.faults.web_child", "--point", point, "--sent", str(sent),
-                           "--name", name], cwd=REPO, env=child_env(db), capture_output=True, text=True, timeout=120)
+                           "--name", name], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (point, proc.returncode, proc.stdout, proc.stderr[-2000:])
     return proc
 
