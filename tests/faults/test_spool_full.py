@@ -31,21 +31,19 @@ from .services import poll_cycle, wait_for
 
 pytestmark = [pytest.mark.integration]
 
-MIB = 1 << 20
-# Fills /sandbox/fill until the file system refuses (ENOSPC), then holds the space until the file
-# is removed (by the test), and exits 0.
+# Fills /sandbox/fill until the file system refuses even one byte (ENOSPC), then holds the space until
+# the file is removed (by the test), and exits 0.
 FILLER = """
 import errno, os, time
-block = b'x' * (1 << 20)
-try:
-    with open('/sandbox/fill', 'wb') as f:
+f = open('/sandbox/fill', 'wb', buffering=0)
+for size in (1 << 20, 1 << 12, 1):  # to the last block
+    try:
         while True:
-            f.write(block)
-            f.flush()
+            f.write(b'x' * size)
             os.fsync(f.fileno())
-except OSError as exc:
-    assert exc.errno == errno.ENOSPC, exc
-print('full', flush=True)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+f.close()
 deadline = time.monotonic() + 300
 while os.path.exists('/sandbox/fill') and time.monotonic() < deadline:
     time.sleep(0.5)
@@ -92,7 +90,7 @@ def test_the_spools_disk_full_mid_campaign_fails_tasks_with_the_reason_and_a_ret
                                                                 name="spool-filler", inputs=[{"task": 1}])).campaign)
     fill = Path(spool) / "work" / str(filler.pk) / "1" / "fill"
     wait_for("the filler to fill the spool", lambda: (poll_cycle(cluster), fill.exists()
-                                                      and free_bytes(spool) < MIB)[1], 180, step=1)
+                                                      and free_bytes(spool) < 4096)[1], 180, step=1)
 
     # Full: a launch is refused with the reason, nothing recorded.
     with pytest.raises(LaunchError, match="could not be written to the spool: No space left on device"):
@@ -104,7 +102,7 @@ def test_the_spools_disk_full_mid_campaign_fails_tasks_with_the_reason_and_a_ret
     scheduler_for(cluster).control("release", victims.job_number, None)
     wait_for("the victims to end", lambda: poll_cycle(cluster) and Task.objects.filter(campaign=victims).count() == 3
              and not Task.objects.filter(campaign=victims, active=True).exists(), 300, step=1)
-    assert free_bytes(spool) < MIB  # still full: the filler holds it
+    assert free_bytes(spool) < 4096  # still full: the filler holds it
     for task in Task.objects.filter(campaign=victims):
         assert task.state == "failed", (task.task_number, task.state, task.exit_status, task.failed_code)
         failure = task_detail(admin, task.pk)["task"]["failure"]

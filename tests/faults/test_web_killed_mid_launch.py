@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -63,26 +64,28 @@ def test_a_web_process_killed_mid_launch_submits_the_campaign_once_or_not_at_all
     monkeypatch.setattr(enqueue, "send", lambda name, *a, **kw: delivered.append(a[0]))
     viewer = Client()
     viewer.force_login(ops_users["launcher"])
+    run = uuid.uuid4().hex[:8]  # job names stay unique across runs (the accounting file keeps them all)
+    before_commit, after_commit, after_send = (f"killed-{point}-{run}" for point in ("in-tx", "committed", "sent"))
 
     # 1. Killed inside the transaction: nothing recorded, nothing to submit, no page to show.
     sent = tmp_path / "sent.jsonl"
-    killed_launch(fault_db, "before-commit", "killed-before-commit", sent)
-    assert not Campaign.objects.filter(name="killed-before-commit").exists() and not sent.exists()
+    killed_launch(fault_db, "before-commit", before_commit, sent)
+    assert not Campaign.objects.filter(name=before_commit).exists() and not sent.exists()
     assert not AuditEntry.objects.filter(action="launch", ok=True).exists()
     assert reconcile_submissions(grace_s=0) == {"adopted": [], "released": [], "requeued": []} and delivered == []
 
     # 2. Killed after the commit, before the message: the campaign waits as "submitting" (its page
     # says it is not yet submitted) until the reconciler queues it again; delivered twice, one job.
-    killed_launch(fault_db, "after-commit", "killed-after-commit", sent)
-    lost_message = Campaign.objects.get(name="killed-after-commit")
+    killed_launch(fault_db, "after-commit", after_commit, sent)
+    lost_message = Campaign.objects.get(name=after_commit)
     assert (lost_message.status, lost_message.job_number) == ("submitting", None) and not sent.exists()
     page = viewer.get(f"/ops/campaigns/{lost_message.pk}/").content.decode()
     assert "not yet submitted" in page and "submitting" in page.lower()
     assert reconcile_submissions(grace_s=0)["requeued"] == [lost_message.pk]
 
     # 3. Killed after the message was sent: the message is there (the broker's), delivered twice.
-    killed_launch(fault_db, "after-send", "killed-after-send", sent)
-    kept_message = Campaign.objects.get(name="killed-after-send")
+    killed_launch(fault_db, "after-send", after_send, sent)
+    kept_message = Campaign.objects.get(name=after_send)
     messages = [json.loads(line) for line in sent.read_text().splitlines()]
     assert messages == [{"task": enqueue.SUBMIT_CAMPAIGN, "args": [kept_message.pk]}]
 
@@ -104,7 +107,7 @@ def test_a_web_process_killed_mid_launch_submits_the_campaign_once_or_not_at_all
         assert sorted(Task.objects.filter(campaign=campaign).values_list("task_number", "state")) == [
             (1, "done"), (2, "done")]
         jobs.add(campaign.job_number)
-    assert not jobs_named("-killed-before-commit", suffix=True)
+    assert not jobs_named(f"-{before_commit}", suffix=True)
     result = compare(cluster, [cluster.accounting_path], jobs=jobs)
     report(result, "web process killed mid-launch (in the transaction, after the commit, after the message)")
     assert (result["lost"], result["doubled"], result["extra"], result["records"]) == (0, 0, 0, 4), result
