@@ -26,6 +26,16 @@ from execution.spool.contract import STAGES
 from execution.spool.record import RunnerRecord
 
 
+def say(text: str) -> None:
+    """One line on the runner's stderr (Grid Engine's error file of the job, in the spool): never
+    raises, so a full or unwritable spool cannot change the runner's exit status."""
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 class Runner:
     """One task's run. ``environ`` is the process environment (a mapping); ``clock`` the stage
     clock (default: anchored when execution/runner/clock.py was imported); ``kill_grace_s``
@@ -403,14 +413,14 @@ class Runner:
             write_usage_file(path, self.usage)
         except (OSError, ValueError) as exc:
             self._flag("usage_file_error")
-            print(f"tco runner: usage file not written: {exc}", file=sys.stderr)
+            say(f"tco runner: usage file not written: {exc}")
             return None
         return path
 
     def _write_record(self) -> int:
         """Write the runner record (docs/runner.md); the runner's exit status."""
         if self.task is None:
-            print(f"tco runner: {self.error}; no record written", file=sys.stderr)
+            say(f"tco runner: {self.error}; no record written")
             return self.exit_code
         task = self.task
         usage_file = self._write_usage_file()
@@ -439,10 +449,10 @@ class Runner:
         try:
             record.write(task.layout.record_path(task.campaign_id, task.task_number))
         except OSError as exc:
-            print(f"tco runner: cannot write record: {exc}", file=sys.stderr)
+            say(f"tco runner: cannot write record: {exc}")
             return EXIT_INTERNAL
         if self.error:
-            print(f"tco runner: {self.error}", file=sys.stderr)
+            say(f"tco runner: {self.error}")
         return self.exit_code
 
 
