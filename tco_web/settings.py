@@ -326,6 +326,14 @@ TCO_RUNNER_PYTHON = env_str("TCO_RUNNER_PYTHON", str(BASE_DIR / ".venv" / "bin" 
 TCO_SANDBOX_LIMITS = {name: os.environ[name] for name in (
     "TCO_SANDBOX_MEMORY_BYTES", "TCO_SANDBOX_FILE_BYTES", "TCO_SANDBOX_CPU_S", "TCO_SANDBOX_WORK_BYTES",
     "TCO_SANDBOX_WORK_CHECK_S", "TCO_SANDBOX_MAX_PROCESSES", "TCO_SANDBOX_TMPFS_BYTES") if os.environ.get(name)}
+# OpenTelemetry GenAI traces (docs/otel.md): with OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT in the workers'
+# environment, the OTEL_* variables (and TCO_OTEL_COST, TCO_OTEL_FLUSH_S) go to every task's runner; the
+# headers (a receiver's key) through a private file in the spool, never the job's environment.
+TCO_OTEL_ENV = {name: value for name, value in os.environ.items()
+                if (name.startswith("OTEL_") and "HEADERS" not in name)
+                or name in ("TCO_OTEL_COST", "TCO_OTEL_FLUSH_S")}
+TCO_OTEL_HEADERS = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+                    or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", ""))
 # A submission or control request claimed longer than this (seconds; more than the submit and
 # control tasks' time limits) by a worker that is gone is settled by worker.tasks.reconcile_claims.
 TCO_SUBMIT_CLAIM_GRACE_S = env_float("TCO_SUBMIT_CLAIM_GRACE_S", 900.0)

@@ -22,6 +22,7 @@ from django.utils import timezone
 from dashboards.core import clusters as core_clusters
 from dashboards.core import enqueue, realtime
 from dashboards.core.bulk import insert_like
+from dashboards.launch.tracing import export_launch, trace_environment
 from dashboards.launch.spool import sandbox_shared_paths, sandbox_state_paths, spool_dir, spool_layout
 from dashboards.models import CAMPAIGN_TRANSITIONS, Campaign, CampaignStatus, Cluster, Task, transition
 from execution.spool.files import make_private_dirs
@@ -62,6 +63,8 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
             "PYTHONDONTWRITEBYTECODE": "1",
             # The site's sandbox limits (docs/limits.md); the runner's defaults otherwise.
             **getattr(settings, "TCO_SANDBOX_LIMITS", {}),
+            # OpenTelemetry traces, when the site points tco at a receiver (docs/otel.md).
+            **trace_environment(campaign),
         },
         working_directory=str(work),
         output_path=str(logs),
@@ -209,6 +212,7 @@ def campaign_submit(*, campaign_id: int, scheduler=None, after_submit=None) -> C
             job_number, task_numbers = existing
         else:
             job_number, task_numbers = scheduler.submit_array(spec)
+            export_launch(campaign, spec.environment, job_number)
             if after_submit is not None:
                 after_submit(job_number)
     except SchedulerUnavailable:

@@ -23,6 +23,8 @@ Metrics (labels in braces; every value is read at scrape time):
 | ``tco_ingest_backlog_bytes{cluster, source}`` | accounting bytes not yet read (file size minus checkpoint) |
 | ``tco_tokens_total{project, bucket}`` | tokens metered, per bucket (input, cache_read, ...) |
 | ``tco_cost_usd_total{project}`` | dollars of the metered tokens |
+| ``tco_otel_spans_exported_total{project}`` | trace spans the runners sent to the OTLP receiver (docs/otel.md) |
+| ``tco_otel_spans_dropped_total{project}`` | trace spans lost: queue full, export failed or too late |
 
 Stage histograms, pending age, hosts, reservations and budgets: ``web.metrics_fleet``.
 """
@@ -152,6 +154,13 @@ class TcoCollector:
             cost.add_metric([row["project"]], float(row["cost_usd"] or 0))
         yield tokens
         yield cost
+        # The runners' OpenTelemetry export (docs/otel.md): spans sent, and lost (never waited for).
+        spans = {kind: CounterMetricFamily(f"tco_otel_spans_{kind}", f"Trace spans the runners {kind} (docs/otel.md)",
+                                           labels=["project"]) for kind in ("exported", "dropped")}
+        for row in snap["usage"]:
+            for kind, family in spans.items():
+                family.add_metric([row["project"]], row.get(f"otel_spans_{kind}") or 0)
+        yield from spans.values()
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

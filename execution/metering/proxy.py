@@ -135,7 +135,9 @@ class MeteringProxy:
     ``client_disconnected``, ``include_usage_added``, ``flags``, ``credential``
     (the name of the :class:`RegisteredEndpoint` whose credential was added, or None),
     ``policy_version`` (the network policy version the request was routed by: 0 the launch
-    policy, then each :meth:`replace_endpoints`).
+    policy, then each :meth:`replace_endpoints`), ``response_id`` (the answer's ``id``, or None)
+    ``finish_reasons`` (list of text: ``stop_reason``/``finish_reason``, empty if none came) and
+    ``upstream`` (the base URL the endpoint forwards to, None when refused before routing).
     Only the newest :attr:`Limits.records_in_memory` records stay in :attr:`records`.
     """
 
@@ -254,6 +256,7 @@ class MeteringProxy:
             "model_requested": None, "model_returned": None, "stream": False, "usage": None, "cost_usd": None,
             "priced_as": None, "ttfb_ms": None, "latency_ms": None, "complete": None, "client_disconnected": False,
             "include_usage_added": False, "flags": [], "credential": None,
+            "response_id": None, "finish_reasons": [], "upstream": None,
         }
         endpoints, record["policy_version"] = self._rules
         self.counts["requests"] += 1
@@ -261,7 +264,7 @@ class MeteringProxy:
         if isinstance(decision, Refusal):
             return self._refuse(record, decision, started, request)
         endpoint, target = decision
-        record["endpoint"], record["path"] = endpoint.name, target[:2000]
+        record["endpoint"], record["path"], record["upstream"] = endpoint.name, target[:2000], endpoint.upstream
         try:
             body = await self._read_body(request)
         except _TooLarge:
@@ -394,6 +397,7 @@ class MeteringProxy:
         usage: Usage | None = None
         if reader is not None:
             usage = reader.finish(transport_complete=upstream_done and not client_gone)
+            record["response_id"], record["finish_reasons"] = reader.response_id, reader.finish_reasons
         elif unanswered:
             # Sent but never answered (the agent left, or the upstream failed, before the headers):
             # the model may still bill the input, so it is estimated and flagged rather than dropped.

@@ -29,6 +29,24 @@ class _State:
         self.usage_final = False           # the final usage has arrived
         self.terminal = False              # the terminal event has arrived
         self.content_bytes = 0             # generated content received (for estimates)
+        self.response_id: str | None = None  # the answer's id (OpenTelemetry's gen_ai.response.id)
+        self.finish_reasons: list[str] = []  # why generation stopped, per choice (gen_ai.response.finish_reasons)
+
+    def answer(self, obj: Mapping[str, Any]) -> None:
+        """Note the answer's ``id`` from a response object or stream chunk (the first one wins)."""
+        if self.response_id is None and isinstance(obj.get("id"), str):
+            self.response_id = obj["id"][:256]
+
+    def finished_because(self, reason: Any) -> None:
+        """Note one finish reason (text; others ignored), each once."""
+        if isinstance(reason, str) and reason and reason not in self.finish_reasons and len(self.finish_reasons) < 16:
+            self.finish_reasons.append(reason[:64])
+
+
+def _choice_reasons(state: _State, obj: Mapping[str, Any]) -> None:
+    for choice in obj.get("choices") or []:
+        if isinstance(choice, Mapping):
+            state.finished_because(choice.get("finish_reason"))
 
 
 def _anthropic_event(state: _State, obj: Mapping[str, Any]) -> None:
@@ -36,14 +54,17 @@ def _anthropic_event(state: _State, obj: Mapping[str, Any]) -> None:
     if kind == "message_start":
         message = obj.get("message")
         if isinstance(message, Mapping):
+            state.answer(message)
             if isinstance(message.get("model"), str):
                 state.model = message["model"]
             _merge_usage(state, message.get("usage"))
     elif kind == "message_delta":
         _merge_usage(state, obj.get("usage"))
         delta = obj.get("delta")
-        if isinstance(delta, Mapping) and delta.get("stop_reason") is not None and state.saw_usage:
-            state.usage_final = True
+        if isinstance(delta, Mapping) and delta.get("stop_reason") is not None:
+            state.finished_because(delta["stop_reason"])
+            if state.saw_usage:
+                state.usage_final = True
     elif kind == "content_block_delta":
         delta = obj.get("delta")
         if isinstance(delta, Mapping):
@@ -69,6 +90,8 @@ def _merge_usage(state: _State, usage: Any) -> None:
 
 
 def _chat_chunk(state: _State, obj: Mapping[str, Any]) -> None:
+    state.answer(obj)
+    _choice_reasons(state, obj)
     if isinstance(obj.get("model"), str):
         state.model = obj["model"]
     choices = obj.get("choices")
@@ -96,6 +119,7 @@ def _responses_event(state: _State, obj: Mapping[str, Any]) -> None:
     kind = obj.get("type", "")
     response = obj.get("response")
     if isinstance(response, Mapping):
+        state.answer(response)
         if isinstance(response.get("model"), str):
             state.model = response["model"]
         if isinstance(response.get("usage"), Mapping):
@@ -104,8 +128,19 @@ def _responses_event(state: _State, obj: Mapping[str, Any]) -> None:
     if kind.endswith(".delta"):
         state.content_bytes += utf8_len(obj.get("delta"))
     if kind in ("response.completed", "response.incomplete", "response.failed"):
+        state.finished_because(_responses_reason(response))
         state.terminal = True
         state.usage_final = state.saw_usage
+
+
+def _responses_reason(response: Any) -> str | None:
+    """A Responses API answer's finish reason: ``incomplete_details.reason`` if given, else its ``status``."""
+    if not isinstance(response, Mapping):
+        return None
+    details = response.get("incomplete_details")
+    if isinstance(details, Mapping) and isinstance(details.get("reason"), str):
+        return details["reason"]
+    return response.get("status") if isinstance(response.get("status"), str) else None
 
 
 def _content_bytes_of_body(obj: Mapping[str, Any], api: str | None) -> int:
@@ -178,6 +213,17 @@ class StreamUsageReader:
         self.events = 0
 
     @property
+    def response_id(self) -> str | None:
+        """The answer's id (``id`` of the message, chunk or response), once seen; else None."""
+        return self.state.response_id
+
+    @property
+    def finish_reasons(self) -> list[str]:
+        """Why generation stopped (``stop_reason``, ``finish_reason`` per choice, a response's
+        status), as seen so far."""
+        return list(self.state.finish_reasons)
+
+    @property
     def bytes_received(self) -> int:
         """Raw bytes fed so far."""
         return self.decoder.bytes_received
@@ -229,6 +275,8 @@ class JsonUsageReader:
         self.bytes_received = 0
         self._parts: list[bytes] = []
         self._overflow = False
+        self.response_id: str | None = None  # set by finish(), as StreamUsageReader's
+        self.finish_reasons: list[str] = []
 
     def feed(self, chunk: bytes) -> None:
         """Take one network read (bytes)."""
@@ -251,12 +299,19 @@ class JsonUsageReader:
         if isinstance(obj, Mapping):
             state.api = detect_api(obj) or self.api_hint
             state.terminal = True
+            state.answer(obj)
+            if state.api == API_RESPONSES:
+                state.finished_because(_responses_reason(obj))
+            else:
+                state.finished_because(obj.get("stop_reason"))
+                _choice_reasons(state, obj)
             if isinstance(obj.get("model"), str):
                 state.model = obj["model"]
             if isinstance(obj.get("usage"), Mapping):
                 state.fields = dict(obj["usage"])
                 state.saw_usage = state.usage_final = True
             state.content_bytes = _content_bytes_of_body(obj, state.api)
+        self.response_id, self.finish_reasons = state.response_id, list(state.finish_reasons)
         return _finish(state, self.api_hint, transport_complete, self.bytes_received, self.request)
 
 
@@ -282,6 +337,16 @@ class ResponseUsageReader:
     def finish(self, transport_complete: bool = True) -> Usage:
         """End of the response; see :meth:`StreamUsageReader.finish`."""
         return self.reader.finish(transport_complete)
+
+    @property
+    def response_id(self) -> str | None:
+        """The answer's id (:attr:`StreamUsageReader.response_id`; a JSON body's after :meth:`finish`)."""
+        return self.reader.response_id
+
+    @property
+    def finish_reasons(self) -> list[str]:
+        """Why generation stopped (:attr:`StreamUsageReader.finish_reasons`)."""
+        return list(self.reader.finish_reasons)
 
 
 def usage_from_json(body: bytes | str, api: str | None = None) -> Usage:

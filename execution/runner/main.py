@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
 from execution.runner.clock import StageClock
 from execution.runner.config import (SPEC_LIMITS, EXIT_CONFIG, EXIT_INTERNAL, EXIT_TIMEOUT, EXIT_WORKDIR_QUOTA, INSIDE_WORKDIR,
@@ -69,6 +70,8 @@ class Runner:
         self._workdir_watch: WorkdirWatch | None = None
         self.limits: dict[str, int] = {}
         self.memory_group = None  # execution.runner.memory_cgroup.TaskMemoryGroup (bubblewrap runtime)
+        self.tracer = None  # execution.metering.otel.TaskTracer when OTEL_EXPORTER_OTLP_* asks for traces
+        self.telemetry: dict | None = None
 
     # ---- setup
     def _read_environment(self) -> None:
@@ -77,6 +80,29 @@ class Runner:
             self.flags.append("task_number_defaulted")
         os.makedirs(self.task.record_dir, mode=0o700, exist_ok=True)
         check_limits(self.environ)
+        self._start_tracing()
+
+    def _start_tracing(self) -> None:
+        """With an OTLP endpoint set (docs/otel.md), set up the task's traces in a thread of their own,
+        beside the sandbox's start (importing OpenTelemetry takes tens of milliseconds)."""
+        from execution.metering.otel import TaskTracer, tracing_configured
+
+        if not tracing_configured(self.environ):
+            return
+        task = self.task
+        self.tracer = TaskTracer(self.environ, campaign_id=task.campaign_id, task_number=task.task_number,
+                                 job_number=task.job_number)
+        threading.Thread(target=self.tracer.start, args=(self.stages["task_started_at"],), name="tco-otel-start",
+                         daemon=True).start()
+
+    def _finish_tracing(self, spec: dict | None) -> None:
+        """End the task's trace after the teardown (bounded wait, shorter after a signal: the record
+        must be out within Grid Engine's notify time) and keep its counts for the record."""
+        if self.tracer is None:
+            return
+        flush_s = self.tracer.flush_s if self.signals.runner_signal is None else min(self.tracer.flush_s, 0.5)
+        self.telemetry = self.tracer.finish(self.stages, model=(spec or {}).get("model"), exit_code=self.exit_code,
+                                            flags=self.flags, flush_s=flush_s)
 
     def _read_spec(self) -> dict:
         spec, kill_grace_s = read_spec(self.task)
@@ -92,7 +118,8 @@ class Runner:
 
         plan = plan_proxy(spec, policy, self.environ, self.task, self.sandbox_info["notes"])
         self.proxy = ProxyStarter(plan, socket_path=os.path.join(self.private_dir, "sock", "proxy.sock"),
-                                  requests_path=self.task.task_file("requests.jsonl"))
+                                  requests_path=self.task.task_file("requests.jsonl"), tracer=self.tracer,
+                                  started_at=self.stages["task_started_at"])
         ceilings = network_ceilings(spec, policy)
         self.sandbox_info["network_policy"] = {"version": 0, "changes": []}
         self.network = LiveNetworkPolicy(base=policy, ceilings=ceilings, proxy=self.proxy, clock=self.clock,
@@ -273,6 +300,7 @@ class Runner:
             self.signals.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
         self._teardown(spec)
+        self._finish_tracing(spec)
         return self._write_record()
 
     def _teardown(self, spec: dict | None) -> None:
@@ -445,6 +473,7 @@ class Runner:
             flags=self.flags,
             runner_signal=self.signals.runner_signal,
             error=self.error,
+            extra={"telemetry": self.telemetry} if self.telemetry is not None else {},
         )
         try:
             record.write(task.layout.record_path(task.campaign_id, task.task_number))

@@ -158,10 +158,15 @@ class ProxyStarter:
     """The task's proxy, started at most once in a thread (:meth:`start_soon`), listening on
     ``socket_path`` and recording requests to ``requests_path``. :attr:`lock` orders rule
     changes (:meth:`replace_rules`) against the start: the proxy starts with the rules in force.
+    ``tracer``: the task's :class:`~execution.metering.otel.TaskTracer` (or None): each request
+    record becomes a span too; ``started_at``: the runner's ``task_started_at`` (ISO).
     """
 
-    def __init__(self, plan: ProxyPlan, *, socket_path: str, requests_path: str) -> None:
+    def __init__(self, plan: ProxyPlan, *, socket_path: str, requests_path: str, tracer=None,
+                 started_at: str | None = None) -> None:
         self.plan = plan
+        self.tracer = tracer
+        self.started_at = started_at
         self.socket_path = socket_path
         self.requests_path = requests_path
         self.lock = threading.Lock()
@@ -198,12 +203,14 @@ class ProxyStarter:
             caps = None
             if plan.token_cap is not None or plan.cost_cap is not None:
                 caps = Caps(task_tokens=plan.token_cap, task_cost_usd=plan.cost_cap)
+            # Tracing is set up by the runner in a thread of its own; this waits for it if need be.
+            sink = self.tracer.record_sink if self.tracer is not None and self.tracer.start(self.started_at) else None
             with self.lock:  # a network policy change waits: the proxy starts with the rules in force
                 plan = self.plan
                 spec = ProxySpec(endpoints_from_policy(plan.policy, plan.upstreams),
                                  NamedCredentials(plan.credentials_file), caps, prices=prices,
                                  registered=plan.registered, limits=plan.limits, policy_version=plan.policy_version)
-                self.handle = start_proxy(self.socket_path, spec, record_path=self.requests_path)
+                self.handle = start_proxy(self.socket_path, spec, record_sink=sink, record_path=self.requests_path)
         except Exception as exc:  # noqa: BLE001 - recorded; the agent sees its connection refused
             self.error = f"metering proxy did not start: {type(exc).__name__}: {exc}"
 

@@ -18,17 +18,15 @@ import pytest
 
 from django.utils import timezone
 
-from dashboards.core.clusters import cluster_get_default, scheduler_for
-from dashboards.management.commands.tco_bootstrap import demo_ceiling
-from dashboards.models import ModelEndpoint, PolicyCeiling, Task, Team
+from dashboards.core.clusters import cluster_get_default
+from dashboards.models import Task
 from dashboards.launch.submit import campaign_submit
-from dashboards.launch.spool import team_sweeps_dir
-from demo.sweep import review_agreement, sweep_review_launch, sweep_submit, write_demo_credential
+from demo.sweep import review_agreement, sweep_review_launch, sweep_submit
 from dashboards.ingest.poll import apply_qstat_poll
 from dashboards.ingest.accounting import ingest_accounting
 from dashboards.ingest.runner_records import ingest_runner_records
 from demo.reference_checker import SCRIPTED_CAVEAT, check_file
-from tests.support.stand_in import KEY
+from tests.support.sweep_review import prepare_sweep_review
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -67,20 +65,9 @@ def served(model_url: str) -> dict:
 
 
 def test_a_sweep_and_its_chained_review_campaign(bootstrap, django_user_model, stand_in_model, runs_dir, settings):
-    cluster = cluster_get_default()
-    team = Team.objects.get(project="research")
-    admin = django_user_model.objects.get(username="admin")
-    # tco's state dir for this test lies outside the host's /tmp; its sweeps/ is where the demo
-    # ceiling lets review agents read (TCO_SANDBOX_SHARED), everything else in it stays masked.
-    settings.STATE_DIR = runs_dir
-    runs = team_sweeps_dir(team.project) / "runs"
-    # The stand-in listens on a free port: register it there, and the demo ceiling with it.
-    port = int(stand_in_model.rsplit(":", 1)[1])
-    settings.TCO_DEMO_MODEL_PORT = port
-    ModelEndpoint.objects.filter(name="demo-stand-in").update(port=port)
-    PolicyCeiling.objects.filter(team=team).update(policy=demo_ceiling(project=team.project))
-    write_demo_credential(name="demo-stand-in", secret=KEY)
-    scheduler = scheduler_for(cluster)
+    setting = prepare_sweep_review(settings, django_user_model, stand_in_model, runs_dir)
+    cluster, team, admin, runs, scheduler = setting.cluster, setting.team, setting.admin, setting.runs, \
+        setting.scheduler
 
     sweep_job, tasks = sweep_submit(team=team, count=N, out_dir=runs, name="itsweep", scheduler=scheduler)
     assert tasks == list(range(1, N + 1))
