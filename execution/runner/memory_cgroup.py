@@ -111,6 +111,7 @@ def make_group(environ: Mapping[str, str], name: str, limit_bytes: int) -> tuple
     if not os.path.isfile(os.path.join(root, "memory.limit_in_bytes")):
         return None, (f"no memory cgroup for the whole task ({root} is not a cgroup v1 memory directory on this "
                       "host): the memory limit holds per process only (RLIMIT_DATA)")
+    remove_orphans(root)
     path = os.path.join(root, name)
     group = TaskMemoryGroup(path, limit_bytes)
     try:
@@ -126,3 +127,28 @@ def make_group(environ: Mapping[str, str], name: str, limit_bytes: int) -> tuple
         return None, (f"no memory cgroup for the whole task (cannot make {path}: {exc.strerror or exc}): "
                       "the memory limit holds per process only (RLIMIT_DATA)")
     return group, None
+
+
+def remove_orphans(root: str) -> list[str]:
+    """Remove the groups under ``root`` left by runners that died without removing theirs (a crashed
+    host kills them all): a group whose name's last part is a runner pid that no longer exists on
+    this host and that holds no process. A live runner's group is never touched (its pid exists).
+    Returns the names removed; never raises."""
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        pid = name.rpartition(".")[2]
+        path = os.path.join(root, name)
+        if not pid.isdigit() or not os.path.isdir(path) or os.path.exists(f"/proc/{pid}"):
+            continue
+        if TaskMemoryGroup(path, 0).pids():
+            continue
+        try:
+            os.rmdir(path)
+            removed.append(name)
+        except OSError:
+            pass
+    return removed

@@ -196,3 +196,24 @@ def test_the_demo_agent_runs_under_the_default_limits(spool):
 def test_sizes_read_as_people_write_them():
     assert [size_text(n) for n in (4 << 30, 256 << 20, 1536 << 10, 100, (3 << 29))] == \
         ["4 GiB", "256 MiB", "1.5 MiB", "100 bytes", "1.5 GiB"]
+
+
+def test_groups_left_by_dead_runners_are_removed_by_the_next_task_and_live_ones_kept(memory_cgroup_root):
+    """A crashed host kills its runners before they remove their groups: the next runner on the host
+    removes those (dead pid, no process), never a live runner's."""
+    from execution.runner.memory_cgroup import make_group
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = os.path.join(memory_cgroup_root, f"c-test.1.0.{dead.pid}")
+    live = os.path.join(memory_cgroup_root, f"c-test.2.0.{os.getpid()}")
+    os.mkdir(orphan)
+    os.mkdir(live)
+    try:
+        group, note = make_group({"TCO_MEMORY_CGROUP_ROOT": memory_cgroup_root}, f"c-test.3.0.{os.getpid()}x", MIB << 6)
+        assert note is None and not os.path.exists(orphan) and os.path.isdir(live)
+        group.remove()
+    finally:
+        for path in (orphan, live):
+            if os.path.isdir(path):
+                os.rmdir(path)
