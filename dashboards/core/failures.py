@@ -36,6 +36,9 @@ FAILED_CODES: dict[int, str] = {
 INFRASTRUCTURE_CODES = frozenset(set(range(1, 17)) | set(range(18, 30)) | set(range(31, 37)) | {38})
 #: ``failed`` 19: the shepherd never wrote the job's exit status (it died with its host).
 HOST_LOST_CODE = 19
+#: The runner's own exit status for an internal error (execution/runner/config.py ``EXIT_INTERNAL``): with
+#: no runner record, it could not write one (a full or unwritable spool, a runner bug).
+RUNNER_INTERNAL_EXIT = 70
 
 INFRASTRUCTURE = "infrastructure"
 AGENT = "agent"
@@ -56,10 +59,14 @@ class Failure:
         return self.kind == INFRASTRUCTURE
 
 
-def failure_of(*, state: str, failed_code: int | None, exit_status: int | None, host: str = "") -> Failure | None:
+def failure_of(*, state: str, failed_code: int | None, exit_status: int | None, host: str = "",
+               runner: dict | None = None) -> Failure | None:
     """Why a task in ``state`` ended badly, from its accounting record's ``failed_code`` and
-    ``exit_status`` and its execution ``host``; None for a task that did not fail (or has not ended).
-    A ``lost`` task (no accounting record came) is an infrastructure failure too."""
+    ``exit_status``, its execution ``host`` and its ``runner`` record (a sandbox limit that stopped
+    the agent: ``core.sandbox_limits.limit_reached``); None for a task that did not fail (or has not
+    ended). A ``lost`` task (no accounting record came) is an infrastructure failure too."""
+    from dashboards.core.sandbox_limits import limit_reached
+
     where = f" on {host}" if host else ""
     if state == "lost":
         return Failure(INFRASTRUCTURE, f"lost{where}: it left the queue and no accounting record came")
@@ -72,6 +79,13 @@ def failure_of(*, state: str, failed_code: int | None, exit_status: int | None, 
     if failed_code in INFRASTRUCTURE_CODES:
         return Failure(INFRASTRUCTURE, f"the scheduler failed the task{where} {FAILED_CODES.get(failed_code, '')} "
                                        f"(accounting: failed {failed_code})")
+    if runner is None and failed_code == 0 and exit_status == RUNNER_INTERNAL_EXIT:
+        return Failure(INFRASTRUCTURE, f"tco's runner failed{where} before it could write its record (exit status "
+                                       f"{exit_status}: an internal error, such as a full or unwritable spool; the "
+                                       "job's stderr says which)")
+    reached = limit_reached(runner)
+    if reached is not None:
+        return Failure(LIMIT, f"{reached}{where} (the sandbox stopped the agent; exit status {exit_status})")
     if failed_code == 37:
         return Failure(LIMIT, f"{FAILED_CODES[37]}{where} (accounting: failed 37)")
     if failed_code:
@@ -88,8 +102,10 @@ def infrastructure_failed(campaign) -> int:
 
 
 def infrastructure_filter():
-    """A ``Task`` filter (Q) for the tasks whose failure is the infrastructure's: lost, or failed with an
-    infrastructure code (what :func:`failure_of` calls ``infrastructure``)."""
+    """A ``Task`` filter (Q) for the tasks whose failure is the infrastructure's: lost, failed with an
+    infrastructure code, or failed by tco's runner without a record (what :func:`failure_of` calls
+    ``infrastructure``)."""
     from django.db.models import Q
 
-    return Q(state="lost") | Q(state="failed", failed_code__in=sorted(INFRASTRUCTURE_CODES))
+    return (Q(state="lost") | Q(state="failed", failed_code__in=sorted(INFRASTRUCTURE_CODES))
+            | Q(state="failed", failed_code=0, exit_status=RUNNER_INTERNAL_EXIT, runner_record__isnull=True))

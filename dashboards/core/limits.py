@@ -40,12 +40,42 @@ INPUT_MAX_DEPTH = 64
 #: Beyond this many task ranges a control action addresses the whole job (argv stays short).
 MAX_RANGES = 200
 
+#: The sandbox limits a launch may set per campaign (the runner spec's ``limits`` key -> the site's
+#: setting in ``TCO_SANDBOX_LIMITS``, whose value is the site's maximum; docs/limits.md).
+LAUNCH_SANDBOX_LIMITS = {"memory_bytes": "TCO_SANDBOX_MEMORY_BYTES", "work_bytes": "TCO_SANDBOX_WORK_BYTES"}
+#: The least a launch may ask for, bytes: below these the relay's and agents' interpreters do not start.
+LAUNCH_SANDBOX_MINIMA = {"memory_bytes": 64 << 20, "work_bytes": 1 << 20}
+
 __all__ = ["NAME_RE", "MODEL_RE", "MAX_TASKS_PER_CAMPAIGN", "SEATS_PER_TASK_MAX", "PRIORITY_MIN", "PRIORITY_MAX",
            "URGENT_PRIORITY", "NORMAL_PRIORITY_MAX", "MAX_JOB_NUMBER", "INPUT_MAX_BYTES", "POLICY_MAX_BYTES",
-           "INPUT_MAX_DEPTH", "MAX_RANGES", "priority_limit"]
+           "INPUT_MAX_DEPTH", "MAX_RANGES", "LAUNCH_SANDBOX_LIMITS", "LAUNCH_SANDBOX_MINIMA", "priority_limit",
+           "sandbox_maxima", "sandbox_limits_of"]
 
 
 def priority_limit(user: AbstractBaseUser, team) -> int:
     """The highest ``-p`` ``user`` may ask for on ``team``: ``URGENT_PRIORITY`` (1024) for urgent
     launchers, else ``NORMAL_PRIORITY_MAX`` (0). The lowest is always ``PRIORITY_MIN``."""
     return URGENT_PRIORITY if user_can(user, "urgent", team) else NORMAL_PRIORITY_MAX
+
+
+def sandbox_maxima() -> dict[str, int]:
+    """The site's sandbox limits per task, bytes, keyed as the runner spec's ``limits``: each of
+    :data:`LAUNCH_SANDBOX_LIMITS` from ``settings.TCO_SANDBOX_LIMITS`` (the values the submit worker
+    passes to every runner), else the runner's default (``execution.runner.config.LIMIT_DEFAULTS``).
+    A launch may ask for less, never more."""
+    from django.conf import settings
+
+    from execution.runner.config import LIMIT_DEFAULTS
+
+    site = getattr(settings, "TCO_SANDBOX_LIMITS", {}) or {}
+    return {key: int(site.get(name) or LIMIT_DEFAULTS[name]) for key, name in LAUNCH_SANDBOX_LIMITS.items()}
+
+
+def sandbox_limits_of(asked: dict | None) -> dict[str, int]:
+    """The limits a task of a campaign runs with, bytes: the site's maxima (:func:`sandbox_maxima`)
+    lowered by what the campaign asked for (``asked``: the runner spec's ``limits``, may be None)."""
+    values = sandbox_maxima()
+    for key, value in (asked or {}).items():
+        if key in values and isinstance(value, int) and value >= 1:
+            values[key] = min(values[key], value)
+    return values

@@ -29,6 +29,8 @@ class LaunchRequest:
     pages. ``urgent``: an urgent agent (urgent launchers only). ``retry_of``: the campaign this
     retries. ``rerunnable``: qsub ``-r y`` (a task whose host is lost is rerun on another host after
     the cluster's ``reschedule_unknown``; each attempt keeps its accounting record).
+    ``memory_bytes``, ``work_bytes``: the sandbox's memory and work-directory limits per task
+    (bytes; None: the site's, ``limits.sandbox_maxima``, which also bounds them; docs/limits.md).
     ``action``: the audit entry's action name.
     """
 
@@ -52,6 +54,8 @@ class LaunchRequest:
     retry_of: Campaign | None = None
     cluster: Cluster | None = None
     rerunnable: bool = False
+    memory_bytes: int | None = None
+    work_bytes: int | None = None
     action: str = "launch"
 
     def audit_params(self) -> dict[str, Any]:
@@ -64,4 +68,10 @@ class LaunchRequest:
                 "advance_reservation": self.advance_reservation, "token_cap": self.token_cap,
                 "cost_cap_usd": str(self.cost_cap_usd) if self.cost_cap_usd is not None else None,
                 "outputs": [str(o)[:255] for o in list(self.outputs)[:MAX_OUTPUTS]], "urgent": self.urgent,
-                "retry_of": self.retry_of.pk if self.retry_of else None, "rerunnable": self.rerunnable}
+                "retry_of": self.retry_of.pk if self.retry_of else None, "rerunnable": self.rerunnable,
+                "memory_bytes": self.memory_bytes, "work_bytes": self.work_bytes}
+
+    def sandbox_limits(self) -> dict[str, int]:
+        """The runner spec's ``limits`` this request asks for (only those set), bytes."""
+        return {key: value for key, value in (("memory_bytes", self.memory_bytes), ("work_bytes", self.work_bytes))
+                if value is not None}

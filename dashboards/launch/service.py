@@ -24,7 +24,6 @@ import dataclasses
 import json
 import posixpath
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -113,6 +112,7 @@ def check_limits(req: LaunchRequest) -> None:
         raise LaunchError("model: 1-128 letters, digits and '.', '_', '-', '/', ':', '@'")
     if not isinstance(req.rerunnable, bool):
         raise LaunchError("rerunnable: true or false")
+    check_sandbox_limits(req)
     outputs = list(req.outputs or ())
     if len(outputs) > MAX_OUTPUTS:
         raise LaunchError(f"outputs: at most {MAX_OUTPUTS}")
@@ -120,6 +120,21 @@ def check_limits(req: LaunchRequest) -> None:
         if (not isinstance(item, str) or not item or len(item) > 255 or item.startswith("/")
                 or any(c in item for c in "\0\n\r") or ".." in posixpath.normpath(item).split("/")):
             raise LaunchError(f"outputs: {str(item)[:60]!r} is not a relative path in the work directory")
+
+
+def check_sandbox_limits(req: LaunchRequest) -> None:
+    """The request's sandbox limits (``memory_bytes``, ``work_bytes``) against the site's maxima
+    (``limits.sandbox_maxima``) and ``limits.LAUNCH_SANDBOX_MINIMA``. Raises LaunchError naming the
+    limit and its range in MiB."""
+    maxima = limits.sandbox_maxima()
+    for key, label in (("memory_bytes", "memory limit per task"), ("work_bytes", "disk limit per task")):
+        value = getattr(req, key)
+        if value is None:
+            continue
+        low, high = limits.LAUNCH_SANDBOX_MINIMA[key], maxima[key]
+        if not _is_int(value) or not low <= value <= high:
+            raise LaunchError(f"{label}: {low >> 20} to {high >> 20} MiB (the site's maximum), "
+                              f"not {value!r} bytes")
 
 
 def expected_cost(forecast: dict[str, Any], count: int, cost_cap_usd: Decimal | None) -> Decimal | None:
@@ -160,16 +175,27 @@ def launch(*, user: AbstractBaseUser, request: LaunchRequest) -> LaunchOutcome:
     verdict = preview["verdict"]
     # The forecast the campaign keeps, from the poll's figures (a launch never waits for qstat).
     preview = launch_forecast.complete_preview(user=user, request=req, preview=preview, ask_scheduler=False)
-    with transaction.atomic():
-        campaign = _record(user=user, req=req, model=model, policy=policy, endpoints=endpoints, chosen=chosen,
-                           hold=verdict["action"] == "hold", forecast=forecast_record(preview))
-        result = f"campaign {campaign.pk} accepted ({campaign.task_count} tasks)"
-        if verdict["action"] == "hold":
-            result += f"; submitted on hold: {verdict['message']}"
-        audit(user=user, action=action, target=f"campaign:{campaign.pk}", params={**params, "status": "done"},
-              ok=True, result=result)
+    try:
+        with transaction.atomic():
+            campaign = _record(user=user, req=req, model=model, policy=policy, endpoints=endpoints, chosen=chosen,
+                               hold=verdict["action"] == "hold", forecast=forecast_record(preview))
+            _accepted(user, action, campaign, params, verdict)
+    except OSError as exc:  # the spool (full, unwritable): nothing recorded, nothing submitted
+        raise refused(user, action, f"team:{req.team.project}", params,
+                      f"the campaign's files could not be written to the spool: {exc.strerror or exc}; nothing "
+                      "was recorded or submitted (ask an admin to free space in the spool)", error=LaunchError) from None
     realtime.queue_changed(campaign.cluster.name, {campaign.pk})
     return LaunchOutcome(campaign=campaign, forecast=preview["forecast"], verdict=verdict)
+
+
+def _accepted(user: AbstractBaseUser, action: str, campaign: Campaign, params: dict[str, Any],
+              verdict: dict[str, Any]) -> None:
+    """The audit entry of an accepted launch (inside its transaction)."""
+    result = f"campaign {campaign.pk} accepted ({campaign.task_count} tasks)"
+    if verdict["action"] == "hold":
+        result += f"; submitted on hold: {verdict['message']}"
+    audit(user=user, action=action, target=f"campaign:{campaign.pk}", params={**params, "status": "done"},
+          ok=True, result=result)
 
 
 def _checked(user: AbstractBaseUser, req: LaunchRequest, params: dict[str, Any]):
@@ -222,7 +248,7 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
         for label, ceiling in ceilings_for(req.team, req.agent_definition)]
     launch_spool.campaign_spool_write(
         campaign, encoded, outputs=list(req.outputs or ()), model_endpoints=registered,
-        network_ceilings=network_ceilings,
+        network_ceilings=network_ceilings, limits=req.sandbox_limits(),
         model_endpoint=({"base_url": chosen.base_url, "credential_name": chosen.credential_name}
                         if chosen is not None else None))
     launch_spool.prices_write()
@@ -246,14 +272,6 @@ def urgent_launch(*, user: AbstractBaseUser, team: Team, agent_definition: Agent
         action="urgent_launch", cluster=cluster))
 
 
-
-
-def _campaign_spec(campaign: Campaign) -> dict[str, Any]:
-    path = Path(launch_spool.spool_layout().spec_path(campaign.pk))
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
 
 
 def campaign_retry(*, user: AbstractBaseUser, campaign: Campaign,
@@ -284,7 +302,7 @@ def campaign_retry(*, user: AbstractBaseUser, campaign: Campaign,
     if len(retry_inputs) != len(failed):
         raise refused(user, "campaign_retry", target, {}, "some failed tasks have no input line; cannot retry them",
                       error=LaunchError)
-    spec = _campaign_spec(campaign)
+    spec = launch_spool.campaign_spec(campaign)
     chosen = spec.get("model_endpoint") or {}
     endpoint_name = next((e["name"] for e in spec.get("model_endpoints") or []
                           if chosen and f"{e['scheme']}://{e['host']}:{e['port']}" == chosen.get("base_url")), "")
@@ -297,7 +315,17 @@ def campaign_retry(*, user: AbstractBaseUser, campaign: Campaign,
         model_endpoint=endpoint_name, advance_reservation=campaign.advance_reservation,
         token_cap=campaign.token_cap, cost_cap_usd=campaign.cost_cap_usd,
         outputs=(spec.get("agent") or {}).get("outputs") or (), urgent=campaign.urgent and priority > 0,
-        retry_of=campaign, cluster=campaign.cluster, rerunnable=campaign.rerunnable, action="campaign_retry"))
+        retry_of=campaign, cluster=campaign.cluster, rerunnable=campaign.rerunnable, action="campaign_retry",
+        **_retry_limits(spec)))
+
+
+def _retry_limits(spec: dict[str, Any]) -> dict[str, int]:
+    """The sandbox limits a campaign's spec asked for, as ``LaunchRequest`` fields, each lowered to
+    today's site maximum (a retry is never refused because the site lowered a limit)."""
+    maxima = limits.sandbox_maxima()
+    asked = spec.get("limits") or {}
+    return {key: min(asked[key], maxima[key]) for key in limits.LAUNCH_SANDBOX_LIMITS
+            if _is_int(asked.get(key)) and asked[key] >= 1}
 
 
 def urgent_agents(user: AbstractBaseUser, *, limit: int = 50) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ def spool_layout() -> SpoolLayout:
 def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
                          model_endpoint: dict[str, str] | None = None, outputs: Sequence[str] = (),
                          model_endpoints: Sequence[ModelEndpoint] = (),
-                         network_ceilings: Sequence[dict] = ()) -> RunnerSpec:
+                         network_ceilings: Sequence[dict] = (), limits: dict[str, int] | None = None) -> RunnerSpec:
     """Write a launched campaign's inputs (one JSON text per task) and runner spec into the spool.
 
     The spec (execution/spool/spec.py ``RunnerSpec``) takes the agent definition,
@@ -37,7 +37,8 @@ def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
     the admin-registered endpoints the campaign may use (the only ones the
     runner's proxy gives a credential to); ``model_endpoint`` the chosen one; ``network_ceilings``
     the network part of each admin ceiling (``{"label", "network_policies"}``: the runner refuses
-    a live network policy change wider than one, dashboards/netpolicy.py). Raises LaunchError
+    a live network policy change wider than one, dashboards/netpolicy.py); ``limits`` the sandbox limits the
+    launch asked for (the spec's ``limits``, bytes; the runner takes the smaller of each and the site's). Raises LaunchError
     when the spec would break the contract (nothing is written then), OSError.
     """
     layout = spool_layout()
@@ -50,7 +51,7 @@ def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
             cost_cap_usd=campaign.cost_cap_usd,
             model_endpoint={k: str(v) for k, v in (model_endpoint or {}).items()
                             if k in ("base_url", "credential_name") and v} or None,
-            model_endpoints=list(model_endpoints), network_ceilings=list(network_ceilings))
+            model_endpoints=list(model_endpoints), network_ceilings=list(network_ceilings), limits=dict(limits or {}) or None)
     except SpecError as exc:
         raise LaunchError(f"runner spec: {exc}") from None
     write_atomic(layout.inputs_path(campaign.pk), ("\n".join(encoded_inputs) + "\n").encode())
@@ -60,6 +61,17 @@ def campaign_spool_write(campaign: Campaign, encoded_inputs: Sequence[str], *,
         pass
     spec.write(layout.spec_path(campaign.pk))
     return spec
+
+
+def campaign_spec(campaign: Campaign) -> dict[str, Any]:
+    """The runner spec a campaign was launched with (execution/spool/spec.py's JSON), ``{}`` when
+    the spool does not have it (or it cannot be read)."""
+    path = Path(spool_layout().spec_path(campaign.pk))
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return spec if isinstance(spec, dict) else {}
 
 
 def prices_write() -> Path | None:

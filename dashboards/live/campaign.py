@@ -47,7 +47,8 @@ def _shown_as(row: dict[str, Any], held_as: str | None) -> dict[str, Any]:
 def failure_dict(task: Task) -> dict[str, str] | None:
     """Why ``task`` failed, in words, and whose failure it was (``core.failures``):
     ``{"kind": "infrastructure" | "agent" | "limit" | "ended", "text"}``, None when it did not fail."""
-    found = failure_of(state=task.state, failed_code=task.failed_code, exit_status=task.exit_status, host=task.host)
+    found = failure_of(state=task.state, failed_code=task.failed_code, exit_status=task.exit_status, host=task.host,
+                       runner=task.runner_record)
     return {"kind": found.kind, "text": found.text} if found is not None else None
 
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from dashboards.core.encoding import jsonable, money_text
 from dashboards.core.health import task_note
+from dashboards.core.sandbox_limits import limits_shown
 from dashboards.core.scope import Who, task_for, tasks_visible_to
 from dashboards.core.spool_files import read_spool_file, task_output_path, task_outputs
 from dashboards.core.stages import iso as _iso
@@ -36,6 +37,16 @@ def _policy(task: Task) -> dict[str, Any]:
         return {"text": campaign.agent_definition.default_policy,
                 "source": f"agent definition {campaign.agent_definition}"}
     return {"text": "", "source": None}
+
+
+def _limits(task: Task, record: dict | None) -> dict[str, Any]:
+    """The sandbox limits the task ran with (its runner record), else those its campaign asked for
+    within the site's (``core.sandbox_limits.limits_shown``)."""
+    from dashboards.core.limits import sandbox_limits_of
+    from dashboards.launch.spool import campaign_spec
+
+    planned = sandbox_limits_of(campaign_spec(task.campaign).get("limits")) if task.campaign is not None else None
+    return limits_shown(record, planned)
 
 
 def _task_requests(task: Task) -> dict[str, Any]:
@@ -75,6 +86,7 @@ def task_detail(user: Who, task_id: int, *, with_scheduler: bool = True) -> dict
          "timeline": [{stage, label, start, end, seconds, overhead}],
          "stages": {queue_wait, sandbox_start, agent_work, integration_overhead} (s),
          "policy": {text, source}, "requests": {rows, count, shown, totals},
+         "limits": {source, rows: [{what, value}], stopped_by} (core.sandbox_limits.limits_shown),
          "stdout": read_spool_file, "stderr": read_spool_file,
          "outputs": {dir, files, more, error},
          "runner": {exit_status, signal, flags, error, hostname} | None,
@@ -127,6 +139,7 @@ def task_detail(user: Who, task_id: int, *, with_scheduler: bool = True) -> dict
         "timeline": timeline(task),
         "stages": task_stages(task),
         "policy": _policy(task),
+        "limits": _limits(task, record),
         "requests": _task_requests(task),
         "stdout": read_spool_file(task_output_path(task, "stdout")),
         "stderr": read_spool_file(task_output_path(task, "stderr")),

@@ -17,7 +17,7 @@ from django import forms
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
+from django.core.validators import MaxValueValidator, MinValueValidator, validate_email
 from django.utils import timezone
 
 from dashboards.billing import bills, budgets, costs, periods
@@ -221,9 +221,24 @@ class LaunchForm(_LaunchBase):
     advance_reservation = forms.TypedChoiceField(required=False, coerce=int, empty_value=None,
                                                  label="advance reservation (-ar)",
                                                  help_text="run in capacity your team booked (Reservations page)")
+    # Bounded in __init__ by the site's maxima (limits.sandbox_maxima); MiB on the form, bytes beyond it.
+    memory_mib = forms.IntegerField(required=False, label="memory limit per task (MiB)")
+    work_mib = forms.IntegerField(required=False, label="disk limit per task (MiB)")
+
+    #: Form field -> (the runner spec's limit, what the help text says it bounds).
+    SANDBOX_FIELDS = {"memory_mib": ("memory_bytes", "the memory of the agent's processes together"),
+                      "work_mib": ("work_bytes", "what the agent keeps in its work directory")}
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        maxima = limits.sandbox_maxima()
+        for name, (key, what) in self.SANDBOX_FIELDS.items():
+            field = self.fields[name]
+            low, high = -(-limits.LAUNCH_SANDBOX_MINIMA[key] // (1 << 20)), maxima[key] // (1 << 20)
+            field.min_value, field.max_value = low, high
+            field.validators += [MinValueValidator(low), MaxValueValidator(high)]
+            field.widget.attrs.update({"min": low, "max": high})
+            field.help_text = f"{what}: {low} to {high} MiB; blank: the site's limit, {high} MiB"
         from dashboards.launch.reservations import team_choices
         self.fields["advance_reservation"].choices = [("", "none")] + team_choices(self.user)
         folders = ", ".join(str(inputs.team_inputs_folder(t)) for t in self.fields["team"].queryset)
@@ -303,7 +318,8 @@ class LaunchForm(_LaunchBase):
             priority=data["priority"], model=data["model"], policy=data["policy"],
             predecessor_job=data["predecessor_job"], token_cap=data["token_cap"], cost_cap_usd=data["cost_cap_usd"],
             rerunnable=data.get("rerunnable", False), advance_reservation=data.get("advance_reservation"),
-            cluster=data.get("cluster"))
+            cluster=data.get("cluster"),
+            **{key: data[name] << 20 for name, (key, _) in self.SANDBOX_FIELDS.items() if data.get(name) is not None})
 
 
 class UrgentForm(_LaunchBase):

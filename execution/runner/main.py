@@ -27,6 +27,16 @@ from execution.spool.contract import STAGES
 from execution.spool.record import RunnerRecord
 
 
+def say(text: str) -> None:
+    """One line on the runner's stderr (Grid Engine's error file of the job, in the spool): never
+    raises, so a full or unwritable spool cannot change the runner's exit status."""
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 class Runner:
     """One task's run. ``environ`` is the process environment (a mapping); ``clock`` the stage
     clock (default: anchored when execution/runner/clock.py was imported); ``kill_grace_s``
@@ -59,6 +69,7 @@ class Runner:
         self.network = None  # execution.runner.network.LiveNetworkPolicy (bubblewrap runtime)
         self._workdir_watch: WorkdirWatch | None = None
         self.limits: dict[str, int] = {}
+        self.memory_group = None  # execution.runner.memory_cgroup.TaskMemoryGroup (bubblewrap runtime)
         self.tracer = None  # execution.metering.otel.TaskTracer when OTEL_EXPORTER_OTLP_* asks for traces
         self.telemetry: dict | None = None
 
@@ -198,10 +209,25 @@ class Runner:
                                on_proxy_wanted=self._start_proxy_soon)
         self.sandbox = launch.sandbox
         self.sandbox_info["notes"] += launch.notes
+        self._enter_memory_group(launch.sandbox)
         self.sandbox_info["seccomp"] = launch.seccomp_fd is not None
         self.signals.armed = False  # never interrupt between fork and bookkeeping
         launch.start()
         self.stages["sandbox_create_at"] = self.clock.iso_mono(self.sandbox.mono.get("create"))
+
+    def _enter_memory_group(self, sandbox) -> None:
+        """Start ``sandbox`` inside the task's memory cgroup (execution/runner/memory_cgroup.py), or
+        note why there is none."""
+        from execution.runner.memory_cgroup import make_group
+
+        task = self.task
+        name = f"{task.campaign_id}.{task.task_number}.{task.job_number or 0}.{os.getpid()}"
+        group, note = make_group(self.environ, name, self.limits["TCO_SANDBOX_MEMORY_BYTES"])
+        if group is None:
+            self.sandbox_info["notes"].append(note)
+            return
+        self.memory_group = group
+        sandbox.launch_prefix = group.prefix(sys.executable)
 
     def _start_openshell(self, spec: dict, start) -> None:
         from execution.runner.sandbox_start import openshell_sandbox
@@ -296,6 +322,7 @@ class Runner:
                 self._note_stages()
             if self.sandbox_info is not None:
                 self.sandbox_info["log"] = self.sandbox.log()
+        self._leave_memory_group()
         try:
             terminate_group(self.kill_grace_s)
         except Exception as exc:  # noqa: BLE001
@@ -353,15 +380,35 @@ class Runner:
         if self.exit_code in (99, 100):  # Grid Engine: reschedule / error state
             self.exit_code = 101
 
+    def _leave_memory_group(self) -> None:
+        """Note the task's memory cgroup in the record (``sandbox.memory_cgroup``: limit, peak, OOM
+        kills) and remove it, killing anything of the sandbox still in it."""
+        group, self.memory_group = self.memory_group, None
+        if group is None:
+            return
+        try:
+            if self.sandbox_info is not None:
+                self.sandbox_info["memory_cgroup"] = group.report()
+        except (OSError, ValueError) as exc:
+            if self.sandbox_info is not None:
+                self.sandbox_info["notes"].append(f"the task's memory cgroup could not be read: {exc}")
+        group.remove()
+
     def _note_limit_reached(self) -> None:
         """Flag the limit the agent ran into and say so in ``error`` (docs/limits.md): the work
-        directory (the runner's walk), a file's size (SIGXFSZ, or EFBIG
-        reported on stderr), CPU time (SIGXCPU) or memory (the agent failed on an allocation)."""
+        directory (the runner's walk), the task's memory cgroup (the kernel's OOM killer killed one of
+        its processes), a file's size (SIGXFSZ, or EFBIG reported on stderr), CPU time (SIGXCPU) or
+        memory (the agent failed on an allocation)."""
         if not self.limits or self.signals.runner_signal is not None:
             return
         reason = None
+        group = (self.sandbox_info or {}).get("memory_cgroup") or {}
         if self.signals.workdir_over:
             reason = f"work directory limit {size_text(self.limits['TCO_SANDBOX_WORK_BYTES'])} reached"
+        elif group.get("oom_kills"):
+            self._flag("memory_limit")
+            reason = (f"memory limit {size_text(self.limits['TCO_SANDBOX_MEMORY_BYTES'])} reached (the task's "
+                      f"processes together; the kernel killed {group['oom_kills']} of them)")
         elif self.agent_signal == signal.SIGXFSZ or (self.exit_status not in (None, 0) and len(self.captures) > 1
                                                      and file_too_large(self.captures[1].path)):
             self._flag("file_size_limit")
@@ -394,14 +441,14 @@ class Runner:
             write_usage_file(path, self.usage)
         except (OSError, ValueError) as exc:
             self._flag("usage_file_error")
-            print(f"tco runner: usage file not written: {exc}", file=sys.stderr)
+            say(f"tco runner: usage file not written: {exc}")
             return None
         return path
 
     def _write_record(self) -> int:
         """Write the runner record (docs/runner.md); the runner's exit status."""
         if self.task is None:
-            print(f"tco runner: {self.error}; no record written", file=sys.stderr)
+            say(f"tco runner: {self.error}; no record written")
             return self.exit_code
         task = self.task
         usage_file = self._write_usage_file()
@@ -431,10 +478,10 @@ class Runner:
         try:
             record.write(task.layout.record_path(task.campaign_id, task.task_number))
         except OSError as exc:
-            print(f"tco runner: cannot write record: {exc}", file=sys.stderr)
+            say(f"tco runner: cannot write record: {exc}")
             return EXIT_INTERNAL
         if self.error:
-            print(f"tco runner: {self.error}", file=sys.stderr)
+            say(f"tco runner: {self.error}")
         return self.exit_code
 
 

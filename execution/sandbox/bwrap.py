@@ -274,6 +274,9 @@ class BwrapSandbox:
                  fs: HostFS | None = None) -> None:
         self.plan = plan
         self.argv = build_argv(plan, fs)
+        #: Put before bubblewrap's argv when starting it (the runner's memory cgroup entry,
+        #: execution/runner/memory_cgroup.py); empty: bubblewrap is started directly.
+        self.launch_prefix: list[str] = []
         self.on_proxy_wanted = on_proxy_wanted
         self.proc: subprocess.Popen | None = None
         self.mono: dict[str, int] = {}
@@ -304,7 +307,7 @@ class BwrapSandbox:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS_KEPT_FROM_BWRAP)
         try:
             self.mono["create"] = time.monotonic_ns()
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            self.proc = subprocess.Popen([*self.launch_prefix, *self.argv], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, pass_fds=pass_fds, env={}, close_fds=True)
         except OSError as exc:
             raise SandboxStartError(f"cannot start bubblewrap: {exc.strerror or exc}") from exc

@@ -8,7 +8,7 @@ database in ``DATABASE_URL`` until the file is caught up, batch by batch
 transaction, it prints ``stored <n>`` and sleeps ``--pause`` seconds: a
 SIGKILL then lands mid-transaction. ``--db-timeout`` overrides SQLite's busy
 timeout (seconds). Exit 0 when caught up (prints ``done <offset>``), 3 when
-the database refused (locked or unavailable: prints ``db-error ...``).
+the database refused (locked, unavailable, or the connection ended: prints ``db-error ...``).
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
-    from django.db import OperationalError, connections
+    from django.db import Error as DatabaseError
+    from django.db import connections
 
     from dashboards.ingest import accounting
     from dashboards.models import IngestCheckpoint
@@ -55,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             if not (result.accepted or result.duplicates or result.quarantined):
                 break
         checkpoint = IngestCheckpoint.objects.get(cluster=cluster, source="accounting")
-    except OperationalError as exc:
-        print(f"db-error {exc}", flush=True)
+    except DatabaseError as exc:  # locked, unavailable, or its connection ended (a server restarted)
+        print(f"db-error {type(exc).__name__}: {exc}", flush=True)
         return 3
     print(f"done {checkpoint.offset}", flush=True)
     return 0

@@ -88,3 +88,18 @@ def report(result: dict, name: str) -> str:
         with open(out, "a") as fh:
             fh.write(line + "\n")
     return line
+
+
+def caught_up(cluster, path: str, size: int, name: str) -> dict:
+    """After an ingest that caught up with the accounting file ``path`` (``size`` bytes when the test
+    began): its checkpoint is past ``size`` with nothing quarantined, and every record up to it is in
+    the database once and nothing else is (reported as ``name``). Returns :func:`compare`'s result."""
+    from dashboards.models import IngestCheckpoint
+
+    checkpoint = IngestCheckpoint.objects.get(cluster=cluster, source="accounting")
+    assert checkpoint.offset >= size and checkpoint.quarantined == 0, (checkpoint.offset, size)
+    result = compare(cluster, [path], upto={path: checkpoint.offset})
+    report(result, name)
+    assert (result["lost"], result["doubled"], result["extra"]) == (0, 0, 0), result
+    assert result["records"] > 0
+    return result

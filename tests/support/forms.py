@@ -43,4 +43,10 @@ HOSTILE = [
     ({"input_kind": "directory", "input_directory": "../../etc"}, "input_directory"),
     ({"policy": "version: 1\nexec: 'rm -rf /'"}, "policy"),
     ({"team": "engineering"}, "team"),
+    ({"memory_mib": "4097"}, "memory_mib"),  # the site's maximum is the runner's default, 4 GiB
+    ({"memory_mib": "99999999999999999999"}, "memory_mib"),
+    ({"memory_mib": "-1"}, "memory_mib"),
+    ({"memory_mib": "1 GiB"}, "memory_mib"),
+    ({"work_mib": "0"}, "work_mib"),
+    ({"work_mib": "4097"}, "work_mib"),
 ]

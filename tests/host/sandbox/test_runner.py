@@ -483,3 +483,22 @@ def test_what_the_runner_writes_is_for_the_submit_account_alone(tmp_path):
     for directory in (spool.root / "records", spool.record_path(1).parent, Path(record["outputs"][0]["path"]).parent,
                       spool.root / "work", work.parent, work):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+
+
+@pytest.mark.parametrize("case", ["config error", "record unwritable"])
+def test_an_unwritable_error_file_does_not_change_the_runners_exit_status(spool, case):
+    """Grid Engine's error file of the job is in the spool: when the spool is full the runner's last
+    words cannot be written, and its status must still say what happened (78: configuration, 70:
+    internal error) rather than Python's 120 for output it could not flush."""
+    spool.write([{"task": 1, "duration_s": 0}])
+    env = spool.env(1)
+    if case == "config error":
+        env["TCO_SANDBOX_CPU_S"] = "abc"
+    else:
+        record_dir = spool.record_path(1).parent
+        record_dir.mkdir(parents=True, exist_ok=True)
+        spool.record_path(1).mkdir()  # the record's path taken by a directory: the write fails
+    with open("/dev/full", "w") as full:  # every write: ENOSPC
+        proc = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, cwd=str(spool.root),
+                              stdout=subprocess.DEVNULL, stderr=full, timeout=60, start_new_session=True)
+    assert proc.returncode == (config.EXIT_CONFIG if case == "config error" else config.EXIT_INTERNAL)

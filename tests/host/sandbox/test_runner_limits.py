@@ -95,12 +95,16 @@ PEAK_OF = ("import resource, subprocess, sys\n"
 
 
 def test_memory_allocated_without_end_stops_at_the_memory_limit(spool, tmp_path):
+    """On a host without tco's memory cgroup: the per-process limit (RLIMIT_DATA) alone."""
     spool.write([{"task": 1}], command=[sys.executable, "-c", ALLOCATE])
     peak = tmp_path / "peak"
     proc = subprocess.run([sys.executable, "-c", PEAK_OF, str(peak), sys.executable, "-m", "execution.runner"],
-                          env={**spool.env(1), "TCO_SANDBOX_MEMORY_BYTES": str(256 * MIB)}, cwd=str(spool.root),
+                          env={**spool.env(1), "TCO_SANDBOX_MEMORY_BYTES": str(256 * MIB),
+                               "TCO_MEMORY_CGROUP_ROOT": str(tmp_path / "no-cgroup")}, cwd=str(spool.root),
                           capture_output=True, timeout=60, start_new_session=True)
     record = spool.record(1)
+    assert any(n.startswith("no memory cgroup for the whole task") for n in record["sandbox"]["notes"])
+    assert "memory_cgroup" not in record["sandbox"]
     assert record["exit_status"] == 1 and proc.returncode == 1
     assert "memory_limit" in record["flags"]
     assert record["error"] == "memory limit 256 MiB reached"
@@ -109,6 +113,50 @@ def test_memory_allocated_without_end_stops_at_the_memory_limit(spool, tmp_path)
     # No process of the task (the runner, bubblewrap, the relay, the agent: all reaped, so all
     # counted in the launcher's children) ever held more than the limit (ru_maxrss is in KiB).
     assert int(peak.read_text()) < (256 + 16) * 1024
+
+
+# Four processes, each touching 96 MiB (under a 256 MiB per-process limit), 384 MiB together.
+FORKED_HOGS = ("import os, time\nkids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+               "        keep = [b'\\x01' * (16 << 20) for _ in range(6)]\n        time.sleep(3)\n        os._exit(0)\n"
+               "    kids.append(pid)\n"
+               "codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids]\n"
+               "print('children', codes)\nraise SystemExit(0 if codes == [0, 0, 0, 0] else 3)\n")
+
+
+@pytest.fixture
+def memory_cgroup_root() -> str:
+    """The host's delegated cgroup v1 memory directory (scripts/dev-cluster makes it)."""
+    from execution.runner.memory_cgroup import DEFAULT_ROOT
+
+    if not os.path.isfile(os.path.join(os.path.dirname(DEFAULT_ROOT), "memory.limit_in_bytes")):
+        pytest.skip("this host has no cgroup v1 memory controller")
+    if not os.access(DEFAULT_ROOT, os.W_OK):
+        pytest.fail(f"{DEFAULT_ROOT} is missing or not writable: run scripts/dev-cluster (as root)")
+    return DEFAULT_ROOT
+
+
+def test_processes_that_together_pass_the_memory_limit_are_stopped_by_the_tasks_memory_cgroup(spool,
+                                                                                               memory_cgroup_root):
+    """Each process stays under its own limit; the task's memory cgroup holds them together: the
+    kernel kills one, the agent fails, and the record says which limit and what the group held."""
+    proc, record = run_agent(spool, FORKED_HOGS, TCO_SANDBOX_MEMORY_BYTES=str(256 * MIB),
+                             TCO_MEMORY_CGROUP_ROOT=memory_cgroup_root)
+    group = record["sandbox"]["memory_cgroup"]
+    assert group["limit_bytes"] == 256 * MIB and group["oom_kills"] >= 1
+    assert 200 * MIB < group["peak_bytes"] <= 256 * MIB
+    assert record["exit_status"] == 3 and proc.returncode == 3
+    assert "memory_limit" in record["flags"]
+    assert record["error"] == (f"memory limit 256 MiB reached (the task's processes together; the kernel killed "
+                               f"{group['oom_kills']} of them)")
+    assert "children" in (spool.root / "records" / "c-1" / "1.stdout").read_text()
+    assert not os.path.exists(group["path"])  # removed with the task
+    # The same agent under 512 MiB: nothing is killed, and the group is gone after it too.
+    spool2 = Spool(spool.root.parent / "spool2")
+    proc, record = run_agent(spool2, FORKED_HOGS, TCO_SANDBOX_MEMORY_BYTES=str(512 * MIB),
+                             TCO_MEMORY_CGROUP_ROOT=memory_cgroup_root)
+    assert proc.returncode == 0 and record["flags"] == [] and record["sandbox"]["memory_cgroup"]["oom_kills"] == 0
+    assert record["sandbox"]["memory_cgroup"]["peak_bytes"] > 384 * MIB
+    assert not os.path.exists(record["sandbox"]["memory_cgroup"]["path"])
 
 
 def test_cpu_burnt_without_end_stops_at_the_cpu_limit(spool):
@@ -148,3 +196,24 @@ def test_the_demo_agent_runs_under_the_default_limits(spool):
 def test_sizes_read_as_people_write_them():
     assert [size_text(n) for n in (4 << 30, 256 << 20, 1536 << 10, 100, (3 << 29))] == \
         ["4 GiB", "256 MiB", "1.5 MiB", "100 bytes", "1.5 GiB"]
+
+
+def test_groups_left_by_dead_runners_are_removed_by_the_next_task_and_live_ones_kept(memory_cgroup_root):
+    """A crashed host kills its runners before they remove their groups: the next runner on the host
+    removes those (dead pid, no process), never a live runner's."""
+    from execution.runner.memory_cgroup import make_group
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = os.path.join(memory_cgroup_root, f"c-test.1.0.{dead.pid}")
+    live = os.path.join(memory_cgroup_root, f"c-test.2.0.{os.getpid()}")
+    os.mkdir(orphan)
+    os.mkdir(live)
+    try:
+        group, note = make_group({"TCO_MEMORY_CGROUP_ROOT": memory_cgroup_root}, f"c-test.3.0.{os.getpid()}x", MIB << 6)
+        assert note is None and not os.path.exists(orphan) and os.path.isdir(live)
+        group.remove()
+    finally:
+        for path in (orphan, live):
+            if os.path.isdir(path):
+                os.rmdir(path)
