@@ -24,7 +24,9 @@ rollups):
   team and per campaign; as an admin (all 50 teams) and as one team's lead;
 * the costliest tasks of the probe campaign: page 1 and page 250;
 * the probe campaign's stage histograms (cache off) and its campaign page;
-* ``/api/usage/``: last month, and this month to now (not whole hours).
+* ``/api/usage/``: last month, and this month to now (not whole hours);
+* the waste view: a month and a week (admin, lead) and one campaign;
+* the FOCUS export of last month (``/ops/bills.focus.csv``; goal <= 10 s).
 
 For every query of one run of each page, ``EXPLAIN`` says which indexes and
 tables it read; a sequential scan of a table with more than 10,000 rows is
@@ -516,6 +518,59 @@ def measure(info: dict, runs: int) -> dict:
                     (f"campaign page of a {PROBE_TASKS:,}-task campaign", campaign_page)):
         results["pages"][key] = {**timed(fn, runs), "explain": explain(captured(fn), rows)}
         print(f"  {key}: p95 {results['pages'][key]['p95_ms']} ms", flush=True)
+    from dashboards.billing import waste
+
+    for label, (first, last) in (("month", (month, month_end)), ("week", (week, week + dt.timedelta(days=6)))):
+        for who in ("admin", "lead"):
+            query = {"first": first.isoformat(), "last": last.isoformat()}
+            if who == "lead":
+                query["team"] = team0.pk
+
+            def waste_page(who=who, query=query):
+                response = clients[who].get("/ops/waste/", query)
+                assert response.status_code == 200 and b"wasted" in response.content.lower(), response.status_code
+
+            teams = list(Team.objects.all()) if who == "admin" else [team0]
+
+            def waste_alone(teams=teams, first=first, last=last):
+                waste.waste(teams=teams, first=first, last=last)
+
+            key = f"waste view, a {label} ({who})"
+            results["pages"][key] = {**timed(waste_page, runs), "explain": explain(captured(waste_page), rows),
+                                     "waste_alone": timed(waste_alone, max(2, runs // 4))}
+            print(f"  {key}: page p95 {results['pages'][key]['p95_ms']} ms "
+                  f"(the waste function alone {results['pages'][key]['waste_alone']['p95_ms']} ms)", flush=True)
+    query = {"first": probe.launched_at.date().isoformat(),
+             "last": (probe.launched_at.date() + dt.timedelta(days=2)).isoformat(), "team": team0.pk,
+             "campaign": probe.pk}
+
+    def waste_campaign():
+        response = clients["lead"].get("/ops/waste/", query)
+        assert response.status_code == 200
+
+    key = f"waste view of a {PROBE_TASKS:,}-task campaign (lead)"
+    results["pages"][key] = {**timed(waste_campaign, runs), "explain": explain(captured(waste_campaign), rows)}
+    print(f"  {key}: p95 {results['pages'][key]['p95_ms']} ms", flush=True)
+    # The FOCUS export of last month (goal <= 10 s), as the bills page links it: every team (admin), one (lead).
+    for who in ("admin", "lead"):
+        query = {"period": "day", "first": month.isoformat(), "last": month_end.isoformat()}
+        if who == "lead":
+            query["team"] = team0.pk
+
+        def export(who=who, query=query):
+            response = clients[who].get("/ops/bills.focus.csv", query)
+            body = b"".join(response.streaming_content) if response.streaming else response.content
+            assert response.status_code == 200, response.status_code
+            return body
+
+        body = export()
+        key = f"FOCUS export of a month ({who})"
+        results["exports"] = results.get("exports", {})
+        results["exports"][key] = {**timed(export, max(2, runs // 5)), "rows": body.count(b"\n") - 1,
+                                   "bytes": len(body), "explain": explain(captured(export), rows)}
+        found = results["exports"][key]
+        print(f"  {key}: p95 {found['p95_ms'] / 1000:.2f} s, {found['rows']:,} rows, {found['bytes']:,} bytes "
+              f"(goal <= 10 s)", flush=True)
     for who, user in (("admin", admin), ("lead", lead)):
         api = APIClient()
         api.credentials(HTTP_AUTHORIZATION=f"Token {api_token_rotate(user=user).key}")
@@ -590,7 +645,9 @@ def main() -> None:
     print(f"floor (SELECT 1): p95 {results['floor_select_1']['p95_ms']} ms")
     worst = max(results["pages"].items(), key=lambda kv: kv[1]["p95_ms"])
     print(f"slowest page: {worst[0]} p95 {worst[1]['p95_ms']} ms (goal <= 300 ms)")
-    for name, page in results["pages"].items():
+    for name, page in results.get("exports", {}).items():
+        print(f"{name}: p95 {page['p95_ms'] / 1000:.2f} s (goal <= 10 s)")
+    for name, page in {**results["pages"], **results.get("exports", {})}.items():
         if page["explain"]["full_scans"]:
             print(f"  reads all rows: {name}: {', '.join(page['explain']['full_scans'])}")
     mr = size["dashboards_modelrequest"]

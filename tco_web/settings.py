@@ -392,6 +392,8 @@ TCO_LOG_VIEW_CAP = env_int("TCO_LOG_VIEW_CAP", 65536)
 TCO_FAILING_VERDICTS = env_list("TCO_FAILING_VERDICTS", ["fail", "failed", "failure", "error", "incorrect", "wrong",
                                                          "unresolved"])
 TCO_SEAT_HEADROOM = env_float("TCO_SEAT_HEADROOM", 0.15)
+# The waste view's seat figures read every model request of its range: at most this many tasks (0: no limit).
+TCO_WASTE_SEAT_TASKS = env_int("TCO_WASTE_SEAT_TASKS", 5000)
 # The launch forecast widens its ranges by this factor when the history's inputs differ from the
 # campaign's (dashboards/launch/forecast.py, widen_for_misfit).
 TCO_FORECAST_MISFIT_FACTOR = env_float("TCO_FORECAST_MISFIT_FACTOR", 2.0)

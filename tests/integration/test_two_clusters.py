@@ -73,9 +73,12 @@ def submit_elsewhere(campaign_id: int) -> None:
 
 
 def qacct_wallclock(cluster: Cluster, job: int) -> float:
+    """The sum of ``ru_wallclock`` over the job's records in ``qacct -j`` (SGE 8.1.9 prints it "2s")."""
     out = subprocess.run(["qacct", "-j", str(job), "-f", cluster.accounting_path], capture_output=True, text=True,
                          env=sge_env(cluster.sge_root, cluster.sge_cell, TZ="UTC", LC_ALL="C")).stdout
-    return sum(float(line.split()[1]) for line in out.splitlines() if line.startswith("ru_wallclock"))
+    walls = [line.split()[1].removesuffix("s") for line in out.splitlines() if line.startswith("ru_wallclock")]
+    assert walls, out
+    return sum(float(w) for w in walls)
 
 
 def fault(cell: str, request: str) -> None:
