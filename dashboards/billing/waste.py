@@ -83,6 +83,19 @@ def seat_headroom() -> float:
 SEAT_TASKS = 5000
 
 
+#: The most tasks (and records of jobs tco did not launch) a bill may count for the bills page to
+#: show its waste figures beside it (``TCO_BILL_WASTE_TASKS``; 0: no limit).
+BILL_TASKS = 20000
+
+
+def bill_task_limit() -> int:
+    """The most tasks a bill counts for the bills page to add its waste figures; 0 is no limit.
+
+    The waste figures are summed from the detail rows (a month of 178,000 tasks: 2.4 s on the
+    loaded bench host, ``bench/bench_history.py``), where the bill reads the hourly rollups."""
+    return int(getattr(settings, "TCO_BILL_WASTE_TASKS", BILL_TASKS))
+
+
 def seat_task_limit() -> int:
     """The most tasks a waste view reads the model requests of (the seat figures); 0 is no limit.
 

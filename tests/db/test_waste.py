@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from dashboards.billing import waste
+from dashboards.billing import bills, waste
 from dashboards.models import AccountingRecord, Campaign, ModelRequest, Team
 from tests.support.history import make_campaign, make_task
 
@@ -232,6 +232,21 @@ def test_the_bill_says_what_was_wasted_and_links_the_waste_view_and_tasks_by_cos
     a = campaigns["a"].pk
     assert f'href="/campaigns/{a}/?sort=cost&amp;dir=desc" class="campaign-page"' in html
     assert f"/ops/campaigns/{a}/" not in html
+
+
+def test_a_bill_of_more_tasks_than_the_limit_links_the_waste_view_without_adding_it_up(campaigns, as_user,
+                                                                                       settings):
+    query = {"period": "day", "first": "2026-05-04", "last": "2026-05-04", "group_by": "campaign"}
+    bill = bills.bill(teams=[campaigns["research"]], period="day", first=DAY, last=DAY)
+    counted = bill["totals"]["tasks"] + bill["not_tco_totals"]["tasks"]
+    settings.TCO_BILL_WASTE_TASKS = counted
+    kpi = as_user("lead").get("/ops/bills/", query).content.decode().split('id="kpi-wasted"', 1)[1]
+    assert "$0.85" in kpi.split("</div>", 1)[0]
+    settings.TCO_BILL_WASTE_TASKS = counted - 1
+    kpi = as_user("lead").get("/ops/bills/", query).content.decode().split('id="kpi-wasted"', 1)[1]
+    kpi = kpi.split("</div>", 1)[0]
+    assert "$" not in kpi and "Too many tasks" in kpi
+    assert 'href="/ops/waste/?first=2026-05-04&amp;last=2026-05-04"' in kpi
 
 
 def test_the_waste_view_exports_its_campaign_rows_as_csv(campaigns, as_user):
