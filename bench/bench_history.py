@@ -290,9 +290,38 @@ class Filler:
                 batch = []
         self.counts["not_tco_records"] += count
 
-    def fill(self) -> dict:
+    def resumed(self) -> set[str]:
+        """The campaigns a stopped fill committed (one a transaction): their names, and the counts
+        and next job number from the rows."""
+        from django.db.models import Max
+
+        from dashboards.models import AccountingRecord, Campaign, ModelRequest, Task
+
+        names = set(Campaign.objects.values_list("name", flat=True))
+        self.job = (Campaign.objects.aggregate(m=Max("job_number"))["m"] or self.job) + 1
+        self.counts.update(tasks=Task.objects.count(), requests=ModelRequest.objects.count(),
+                           records=AccountingRecord.objects.count(), campaigns=len(names))
+        print(f"resuming: {len(names):,} campaigns, {self.counts['tasks']:,} tasks already stored", flush=True)
+        return names
+
+    def retried(self, *args, **kwargs) -> int:
+        """:meth:`campaign`, again after the server went away (a restart by another suite on a shared
+        host): each campaign is one transaction, so a failed one left nothing."""
+        from django.db import InterfaceError, OperationalError, connection
+
+        for attempt in range(30):
+            try:
+                return self.campaign(*args, **kwargs)
+            except (OperationalError, InterfaceError) as exc:
+                print(f"  server gone ({str(exc).splitlines()[0][:100]}); again in 10 s", flush=True)
+                connection.close()
+                time.sleep(10)
+        raise SystemExit("the database server did not come back")
+
+    def fill(self, *, resume: bool = False) -> dict:
         t0 = time.perf_counter()
         self.base()
+        done = self.resumed() if resume else set()
         rng = self.rng
         per_team = int(TASKS * self.scale / TEAMS)
         plans = []
@@ -308,18 +337,23 @@ class Filler:
         probe_at = (self.now - dt.timedelta(days=40)).replace(hour=9, minute=0, second=0)
         last_report = time.perf_counter()
         probe = None
+        if "probe" in done:
+            from dashboards.models import Campaign
+
+            probe = Campaign.objects.get(name="probe").pk
         for i, (launched, team, launcher, size) in enumerate(plans):
             if probe is None and launched >= probe_at:
-                probe = self.campaign(team0, launcher0, PROBE_TASKS, probe_at, name="probe")
-            self.campaign(team, launcher, size, launched, name=f"c{i}")
+                probe = self.retried(team0, launcher0, PROBE_TASKS, probe_at, name="probe")
+            if f"c{i}" not in done:
+                self.retried(team, launcher, size, launched, name=f"c{i}")
             if time.perf_counter() - last_report > 30:
                 last_report = time.perf_counter()
                 print(f"  ... {self.counts['tasks']:,} tasks, {self.counts['requests']:,} requests "
                       f"({last_report - t0:.0f} s)", flush=True)
         if probe is None:
-            probe = self.campaign(team0, launcher0, PROBE_TASKS, probe_at, name="probe")
+            probe = self.retried(team0, launcher0, PROBE_TASKS, probe_at, name="probe")
         for team, _lead, launcher in self.teams[:10]:  # the live queue: running, finishing and pending tasks
-            self.campaign(team, launcher, 800, self.now - dt.timedelta(hours=1, minutes=20), name="live", live=True)
+            self.retried(team, launcher, 800, self.now - dt.timedelta(hours=1, minutes=20), name="live", live=True)
         self.not_tco(int(self.counts["records"] * NOT_TCO_SHARE))
         fill_s = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -595,13 +629,15 @@ def main() -> None:
     parser.add_argument("--db", default="tco_bench_history")
     parser.add_argument("--keep", action="store_true", help="leave the database (for --reuse)")
     parser.add_argument("--reuse", action="store_true", help="measure the database a --keep run left")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on filling the database a stopped run left (its committed campaigns kept)")
     args = parser.parse_args()
 
     import psycopg
 
     base = server_url()
     url = bench_database(base, args.db)
-    if not args.reuse:
+    if not args.reuse and not args.resume:
         with psycopg.connect(base, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{args.db}"')
             admin.execute(f'CREATE DATABASE "{args.db}"')
@@ -618,7 +654,7 @@ def main() -> None:
         else:
             print(f"filling {args.db}: scale {args.scale} ({int(TASKS * args.scale):,} tasks + a probe campaign of "
                   f"{PROBE_TASKS:,}, {REQUESTS_PER_TASK} requests a task, {TEAMS} teams, {DAYS} days)", flush=True)
-            info = Filler(scale=args.scale).fill()
+            info = Filler(scale=args.scale).fill(resume=args.resume)
             (REPO / "var").mkdir(exist_ok=True)
             (REPO / "var" / f"{args.db}.json").write_text(json.dumps(info))
         with connection.cursor() as cur:

@@ -352,10 +352,10 @@ def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
             row["retries"].slot_s += slot
             row["retries"].attempts += n if earlier else 0
         row["seat"].held_s += float(item["wall"] or 0.0) * row["seats_per_task"]
-    for campaign_id, n in (in_period.values("task__campaign_id").annotate(n=Count("task_id", distinct=True))
-                           .values_list("task__campaign_id", "n").order_by()):
-        row_of(campaign_id)["seat"].tasks += n
     if seats:
+        for campaign_id, n in (in_period.values("task__campaign_id").annotate(n=Count("task_id", distinct=True))
+                               .values_list("task__campaign_id", "n").order_by()):
+            row_of(campaign_id)["seat"].tasks += n
         # The held intervals, for the peaks: one per record that started and ended.
         for campaign_id, started, ended in (in_period.filter(ended_at__isnull=False)
                                             .annotate(s=_epoch("started_at"), e=_epoch("ended_at"))
