@@ -400,7 +400,7 @@ TCO_FAILING_VERDICTS = env_list("TCO_FAILING_VERDICTS", ["fail", "failed", "fail
                                                          "unresolved"])
 TCO_SEAT_HEADROOM = env_float("TCO_SEAT_HEADROOM", 0.15)
 # The waste view's seat figures read every model request of its range: at most this many tasks (0: no limit).
-TCO_WASTE_SEAT_TASKS = env_int("TCO_WASTE_SEAT_TASKS", 5000)
+TCO_WASTE_SEAT_TASKS = env_int("TCO_WASTE_SEAT_TASKS", 1000)
 # The bills page adds the waste figures of its range (summed from the detail rows) up to this many tasks.
 TCO_BILL_WASTE_TASKS = env_int("TCO_BILL_WASTE_TASKS", 20000)
 # The launch forecast widens its ranges by this factor when the history's inputs differ from the

@@ -80,7 +80,7 @@ def seat_headroom() -> float:
 
 
 #: The most tasks whose model seat figures one waste view computes (``TCO_WASTE_SEAT_TASKS``; 0: no limit).
-SEAT_TASKS = 5000
+SEAT_TASKS = 1000
 
 
 #: The most tasks (and records of jobs tco did not launch) a bill may count for the bills page to
@@ -100,8 +100,9 @@ def seat_task_limit() -> int:
     """The most tasks a waste view reads the model requests of (the seat figures); 0 is no limit.
 
     The in-call figures and the peaks come from every model request and accounting record of the
-    range, in Python: about 10 requests a task, so 5,000 tasks keep the page near 0.3 s, where a busy
-    site's month (150,000 tasks, 1.5 million requests) took minutes (``bench/bench_history.py``)."""
+    range, in Python: about 10 requests a task. On the bench host, loaded, a team's week (800 tasks)
+    took 0.4 s with them, its month (4,000 tasks) 2.4 s, and a busy site's month (170,000 tasks, 1.7
+    million requests) 16 s (``bench/bench_history.py``, 2026-12-02)."""
     return int(getattr(settings, "TCO_WASTE_SEAT_TASKS", SEAT_TASKS))
 
 
