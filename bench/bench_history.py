@@ -24,7 +24,9 @@ rollups):
   team and per campaign; as an admin (all 50 teams) and as one team's lead;
 * the costliest tasks of the probe campaign: page 1 and page 250;
 * the probe campaign's stage histograms (cache off) and its campaign page;
-* ``/api/usage/``: last month, and this month to now (not whole hours).
+* ``/api/usage/``: last month, and this month to now (not whole hours);
+* the waste view: a month and a week (admin, lead) and one campaign;
+* the FOCUS export of last month (``/ops/bills.focus.csv``; goal <= 10 s).
 
 For every query of one run of each page, ``EXPLAIN`` says which indexes and
 tables it read; a sequential scan of a table with more than 10,000 rows is
@@ -288,9 +290,38 @@ class Filler:
                 batch = []
         self.counts["not_tco_records"] += count
 
-    def fill(self) -> dict:
+    def resumed(self) -> set[str]:
+        """The campaigns a stopped fill committed (one a transaction): their names, and the counts
+        and next job number from the rows."""
+        from django.db.models import Max
+
+        from dashboards.models import AccountingRecord, Campaign, ModelRequest, Task
+
+        names = set(Campaign.objects.values_list("name", flat=True))
+        self.job = (Campaign.objects.aggregate(m=Max("job_number"))["m"] or self.job) + 1
+        self.counts.update(tasks=Task.objects.count(), requests=ModelRequest.objects.count(),
+                           records=AccountingRecord.objects.count(), campaigns=len(names))
+        print(f"resuming: {len(names):,} campaigns, {self.counts['tasks']:,} tasks already stored", flush=True)
+        return names
+
+    def retried(self, *args, **kwargs) -> int:
+        """:meth:`campaign`, again after the server went away (a restart by another suite on a shared
+        host): each campaign is one transaction, so a failed one left nothing."""
+        from django.db import InterfaceError, OperationalError, connection
+
+        for attempt in range(30):
+            try:
+                return self.campaign(*args, **kwargs)
+            except (OperationalError, InterfaceError) as exc:
+                print(f"  server gone ({str(exc).splitlines()[0][:100]}); again in 10 s", flush=True)
+                connection.close()
+                time.sleep(10)
+        raise SystemExit("the database server did not come back")
+
+    def fill(self, *, resume: bool = False) -> dict:
         t0 = time.perf_counter()
         self.base()
+        done = self.resumed() if resume else set()
         rng = self.rng
         per_team = int(TASKS * self.scale / TEAMS)
         plans = []
@@ -306,18 +337,23 @@ class Filler:
         probe_at = (self.now - dt.timedelta(days=40)).replace(hour=9, minute=0, second=0)
         last_report = time.perf_counter()
         probe = None
+        if "probe" in done:
+            from dashboards.models import Campaign
+
+            probe = Campaign.objects.get(name="probe").pk
         for i, (launched, team, launcher, size) in enumerate(plans):
             if probe is None and launched >= probe_at:
-                probe = self.campaign(team0, launcher0, PROBE_TASKS, probe_at, name="probe")
-            self.campaign(team, launcher, size, launched, name=f"c{i}")
+                probe = self.retried(team0, launcher0, PROBE_TASKS, probe_at, name="probe")
+            if f"c{i}" not in done:
+                self.retried(team, launcher, size, launched, name=f"c{i}")
             if time.perf_counter() - last_report > 30:
                 last_report = time.perf_counter()
                 print(f"  ... {self.counts['tasks']:,} tasks, {self.counts['requests']:,} requests "
                       f"({last_report - t0:.0f} s)", flush=True)
         if probe is None:
-            probe = self.campaign(team0, launcher0, PROBE_TASKS, probe_at, name="probe")
+            probe = self.retried(team0, launcher0, PROBE_TASKS, probe_at, name="probe")
         for team, _lead, launcher in self.teams[:10]:  # the live queue: running, finishing and pending tasks
-            self.campaign(team, launcher, 800, self.now - dt.timedelta(hours=1, minutes=20), name="live", live=True)
+            self.retried(team, launcher, 800, self.now - dt.timedelta(hours=1, minutes=20), name="live", live=True)
         self.not_tco(int(self.counts["records"] * NOT_TCO_SHARE))
         fill_s = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -516,6 +552,59 @@ def measure(info: dict, runs: int) -> dict:
                     (f"campaign page of a {PROBE_TASKS:,}-task campaign", campaign_page)):
         results["pages"][key] = {**timed(fn, runs), "explain": explain(captured(fn), rows)}
         print(f"  {key}: p95 {results['pages'][key]['p95_ms']} ms", flush=True)
+    from dashboards.billing import waste
+
+    for label, (first, last) in (("month", (month, month_end)), ("week", (week, week + dt.timedelta(days=6)))):
+        for who in ("admin", "lead"):
+            query = {"first": first.isoformat(), "last": last.isoformat()}
+            if who == "lead":
+                query["team"] = team0.pk
+
+            def waste_page(who=who, query=query):
+                response = clients[who].get("/ops/waste/", query)
+                assert response.status_code == 200 and b"wasted" in response.content.lower(), response.status_code
+
+            teams = list(Team.objects.all()) if who == "admin" else [team0]
+
+            def waste_alone(teams=teams, first=first, last=last):
+                waste.waste(teams=teams, first=first, last=last)
+
+            key = f"waste view, a {label} ({who})"
+            results["pages"][key] = {**timed(waste_page, runs), "explain": explain(captured(waste_page), rows),
+                                     "waste_alone": timed(waste_alone, max(2, runs // 4))}
+            print(f"  {key}: page p95 {results['pages'][key]['p95_ms']} ms "
+                  f"(the waste function alone {results['pages'][key]['waste_alone']['p95_ms']} ms)", flush=True)
+    query = {"first": probe.launched_at.date().isoformat(),
+             "last": (probe.launched_at.date() + dt.timedelta(days=2)).isoformat(), "team": team0.pk,
+             "campaign": probe.pk}
+
+    def waste_campaign():
+        response = clients["lead"].get("/ops/waste/", query)
+        assert response.status_code == 200
+
+    key = f"waste view of a {PROBE_TASKS:,}-task campaign (lead)"
+    results["pages"][key] = {**timed(waste_campaign, runs), "explain": explain(captured(waste_campaign), rows)}
+    print(f"  {key}: p95 {results['pages'][key]['p95_ms']} ms", flush=True)
+    # The FOCUS export of last month (goal <= 10 s), as the bills page links it: every team (admin), one (lead).
+    for who in ("admin", "lead"):
+        query = {"period": "day", "first": month.isoformat(), "last": month_end.isoformat()}
+        if who == "lead":
+            query["team"] = team0.pk
+
+        def export(who=who, query=query):
+            response = clients[who].get("/ops/bills.focus.csv", query)
+            body = b"".join(response.streaming_content) if response.streaming else response.content
+            assert response.status_code == 200, response.status_code
+            return body
+
+        body = export()
+        key = f"FOCUS export of a month ({who})"
+        results["exports"] = results.get("exports", {})
+        results["exports"][key] = {**timed(export, max(2, runs // 5)), "rows": body.count(b"\n") - 1,
+                                   "bytes": len(body), "explain": explain(captured(export), rows)}
+        found = results["exports"][key]
+        print(f"  {key}: p95 {found['p95_ms'] / 1000:.2f} s, {found['rows']:,} rows, {found['bytes']:,} bytes "
+              f"(goal <= 10 s)", flush=True)
     for who, user in (("admin", admin), ("lead", lead)):
         api = APIClient()
         api.credentials(HTTP_AUTHORIZATION=f"Token {api_token_rotate(user=user).key}")
@@ -540,13 +629,15 @@ def main() -> None:
     parser.add_argument("--db", default="tco_bench_history")
     parser.add_argument("--keep", action="store_true", help="leave the database (for --reuse)")
     parser.add_argument("--reuse", action="store_true", help="measure the database a --keep run left")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on filling the database a stopped run left (its committed campaigns kept)")
     args = parser.parse_args()
 
     import psycopg
 
     base = server_url()
     url = bench_database(base, args.db)
-    if not args.reuse:
+    if not args.reuse and not args.resume:
         with psycopg.connect(base, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{args.db}"')
             admin.execute(f'CREATE DATABASE "{args.db}"')
@@ -563,7 +654,7 @@ def main() -> None:
         else:
             print(f"filling {args.db}: scale {args.scale} ({int(TASKS * args.scale):,} tasks + a probe campaign of "
                   f"{PROBE_TASKS:,}, {REQUESTS_PER_TASK} requests a task, {TEAMS} teams, {DAYS} days)", flush=True)
-            info = Filler(scale=args.scale).fill()
+            info = Filler(scale=args.scale).fill(resume=args.resume)
             (REPO / "var").mkdir(exist_ok=True)
             (REPO / "var" / f"{args.db}.json").write_text(json.dumps(info))
         with connection.cursor() as cur:
@@ -590,7 +681,9 @@ def main() -> None:
     print(f"floor (SELECT 1): p95 {results['floor_select_1']['p95_ms']} ms")
     worst = max(results["pages"].items(), key=lambda kv: kv[1]["p95_ms"])
     print(f"slowest page: {worst[0]} p95 {worst[1]['p95_ms']} ms (goal <= 300 ms)")
-    for name, page in results["pages"].items():
+    for name, page in results.get("exports", {}).items():
+        print(f"{name}: p95 {page['p95_ms'] / 1000:.2f} s (goal <= 10 s)")
+    for name, page in {**results["pages"], **results.get("exports", {})}.items():
         if page["explain"]["full_scans"]:
             print(f"  reads all rows: {name}: {', '.join(page['explain']['full_scans'])}")
     mr = size["dashboards_modelrequest"]

@@ -9,8 +9,9 @@ in one run, on the same server:
 * tco parse: ``read_accounting`` over the file in the ingest's batches, alone;
 * tco store: ``dashboards.core.bulk.store_accounting_records`` alone, on records
   parsed beforehand (the part that is PostgreSQL's, with the usage rollups);
-* baseline: the plain loop, ``line.split(b':')`` and a parameterised
-  ``INSERT`` per record (psycopg ``executemany``) into a bare table;
+* baselines: the plain loop, ``line.split(b':')`` and a parameterised
+  ``INSERT`` per record (psycopg ``executemany``) into a bare table; the same
+  split lines through ``COPY`` (``write_row``) into a bare table of text columns;
 * SQLite: ``bench/bench_accounting_ingest.py`` run with the same record count.
 
 Needs the server of ``scripts/postgres`` (or ``DATABASE_URL`` naming a role
@@ -155,6 +156,15 @@ def main() -> None:
                     cur.executemany(sql, rows)
             con.commit()
             base = time.perf_counter() - t0
+            # The other plain floor: the same split lines through COPY (no parse into types, no identity).
+            con.execute("CREATE TABLE acct_copy (" + ", ".join(f"f{i} text" for i in range(45)) + ")")
+            t0 = time.perf_counter()
+            with open(acct, "rb") as fh, con.cursor() as cur, cur.copy("COPY acct_copy FROM STDIN") as copy:
+                for line in fh:
+                    if not line.startswith(b"#"):
+                        copy.write_row(line.rstrip(b"\n").decode().split(":"))
+            con.commit()
+            base_copy = time.perf_counter() - t0
     finally:
         from django.db import connections
 
@@ -179,6 +189,8 @@ def main() -> None:
     print(f"PostgreSQL's own share of the store (rows already on the server): {server:7.2f} s  "
           f"{n / server:10,.0f} records/s  (the ceiling of any store through this table and its indexes)")
     print(f"PostgreSQL plain insert loop:       {base:7.2f} s  {n / base:10,.0f} records/s")
+    print(f"PostgreSQL plain COPY loop:         {base_copy:7.2f} s  {n / base_copy:10,.0f} records/s  "
+          "(split lines, text columns, no types)")
     print(f"SQLite tco ingest (end to end):     {sqlite_line}")
     print(f"peak RSS: {rss1 / 1024:.0f} MiB (before ingest {rss0 / 1024:.0f} MiB)")
     assert stored == n and stored_again == n, "not every record was stored"

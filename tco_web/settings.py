@@ -173,6 +173,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # A file, not memory: the browser tests' web server and workers are other processes.
     DATABASES["default"]["TEST"] = {"NAME": env_str("TCO_TEST_DB", str(STATE_DIR / "test-tco.sqlite3"))}
+elif "postgresql" in DATABASES["default"]["ENGINE"]:
+    # No JIT: PostgreSQL compiles a plan's expressions when its cost estimate is high, and over a
+    # year of a busy site's history it spent 3.0 s compiling a waste aggregate that ran in 0.2 s
+    # (bench/bench_history.py, issue 26). tco's queries are index ranges and short aggregates.
+    _pg_options = DATABASES["default"].setdefault("OPTIONS", {})
+    if "jit" not in _pg_options.get("options", ""):
+        _pg_options["options"] = (_pg_options.get("options", "") + " -c jit=off").strip()
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -412,6 +419,10 @@ TCO_LOG_VIEW_CAP = env_int("TCO_LOG_VIEW_CAP", 65536)
 TCO_FAILING_VERDICTS = env_list("TCO_FAILING_VERDICTS", ["fail", "failed", "failure", "error", "incorrect", "wrong",
                                                          "unresolved"])
 TCO_SEAT_HEADROOM = env_float("TCO_SEAT_HEADROOM", 0.15)
+# The waste view's seat figures read every model request of its range: at most this many tasks (0: no limit).
+TCO_WASTE_SEAT_TASKS = env_int("TCO_WASTE_SEAT_TASKS", 1000)
+# The bills page adds the waste figures of its range (summed from the detail rows) up to this many tasks.
+TCO_BILL_WASTE_TASKS = env_int("TCO_BILL_WASTE_TASKS", 20000)
 # The launch forecast widens its ranges by this factor when the history's inputs differ from the
 # campaign's (dashboards/launch/forecast.py, widen_for_misfit).
 TCO_FORECAST_MISFIT_FACTOR = env_float("TCO_FORECAST_MISFIT_FACTOR", 2.0)

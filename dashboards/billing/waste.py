@@ -37,9 +37,12 @@ from decimal import Decimal
 from typing import Any, Iterable, Sequence
 
 from django.conf import settings
-from django.db.models import Max
+from django.db import connection
+from django.db.models import (BigIntegerField, Count, Exists, ExpressionWrapper, F, FloatField, Func, OuterRef,
+                              Q, Sum)
+from django.db.models.functions import Round
 
-from dashboards.billing.bills import BUCKETS
+from dashboards.billing.bills import COST_UNITS, used_tokens_q
 from dashboards.billing.periods import cluster_zone, local_midnight
 from dashboards.core.errors import BillError
 from dashboards.models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team
@@ -74,6 +77,33 @@ def failing_verdicts() -> tuple[str, ...]:
 
 def seat_headroom() -> float:
     return float(getattr(settings, "TCO_SEAT_HEADROOM", SEAT_HEADROOM))
+
+
+#: The most tasks whose model seat figures one waste view computes (``TCO_WASTE_SEAT_TASKS``; 0: no limit).
+SEAT_TASKS = 1000
+
+
+#: The most tasks (and records of jobs tco did not launch) a bill may count for the bills page to
+#: show its waste figures beside it (``TCO_BILL_WASTE_TASKS``; 0: no limit).
+BILL_TASKS = 20000
+
+
+def bill_task_limit() -> int:
+    """The most tasks a bill counts for the bills page to add its waste figures; 0 is no limit.
+
+    The waste figures are summed from the detail rows (a month of 178,000 tasks: 2.4 s on the
+    loaded bench host, ``bench/bench_history.py``), where the bill reads the hourly rollups."""
+    return int(getattr(settings, "TCO_BILL_WASTE_TASKS", BILL_TASKS))
+
+
+def seat_task_limit() -> int:
+    """The most tasks a waste view reads the model requests of (the seat figures); 0 is no limit.
+
+    The in-call figures and the peaks come from every model request and accounting record of the
+    range, in Python: about 10 requests a task. On the bench host, loaded, a team's week (800 tasks)
+    took 0.4 s with them, its month (4,000 tasks) 2.4 s, and a busy site's month (170,000 tasks, 1.7
+    million requests) 16 s (``bench/bench_history.py``, 2026-12-02)."""
+    return int(getattr(settings, "TCO_WASTE_SEAT_TASKS", SEAT_TASKS))
 
 
 @dataclasses.dataclass
@@ -183,11 +213,13 @@ def _campaign_row(campaign: dict[str, Any]) -> dict[str, Any]:
 
 
 def waste(*, teams: Iterable[Team], first: dt.date, last: dt.date, clusters: Sequence[Cluster] | None = None,
-          campaign: int | None = None, seats: bool = True) -> dict[str, Any]:
+          campaign: int | None = None, seats: bool = True, seat_limit: int = 0) -> dict[str, Any]:
     """Waste of ``teams``' campaigns whose tasks started on local days ``first``..``last`` (module doc).
 
     ``campaign`` narrows it to one campaign (id); ``seats`` False leaves the model-seat figures out
-    (they read every model request). Returns ``{"first", "last", "time_zone", "failing_verdicts",
+    (they read every model request); ``seat_limit`` > 0 leaves them out too when more tasks than that
+    started in the range (``"seats_skipped"`` then says how many did, else 0). Returns ``{"first", "last",
+    "time_zone", "failing_verdicts", "seats_skipped",
     "headroom", "definitions", "rows": [row], "teams": [team row], "totals": row}``: a row is
     ``{"campaign_id", "campaign", "team", "project", "retry_of", "seats_per_task", "spent",
     "failed", "verdict_failed", "retries", "wasted"`` (each ``{"tasks", "cost_usd" (Decimal USD),
@@ -208,6 +240,11 @@ def waste(*, teams: Iterable[Team], first: dt.date, last: dt.date, clusters: Seq
     verdicts = failing_verdicts()
     rows: dict[int, dict[str, Any]] = {}
     zones = sorted({c.time_zone or "UTC" for c in clusters}) or [settings.TCO_CLUSTER_TZ]
+    skipped = 0
+    if seats and seat_limit > 0 and teams:
+        started = sum(_tasks_started(c, first, last, teams, campaign) for c in clusters)
+        if started > seat_limit:
+            seats, skipped = False, started
     for cluster in clusters if teams else ():
         tz = cluster_zone(cluster)
         begin, end = local_midnight(first, tz), local_midnight(last + dt.timedelta(days=1), tz)
@@ -224,10 +261,21 @@ def waste(*, teams: Iterable[Team], first: dt.date, last: dt.date, clusters: Seq
                 target[name].add(row[name])
             target["seat"].add(row["seat"])
     return {"first": first, "last": last, "time_zone": ", ".join(zones), "failing_verdicts": verdicts,
+            "seats_skipped": skipped,
             "headroom": seat_headroom(), "definitions": {k: v.format(verdicts=", ".join(verdicts))
                                                           for k, v in DEFINITIONS.items()},
             "rows": [_finished(r, seats) for r in out], "teams": [_finished(t, seats) for t in team_rows.values()],
             "totals": _finished(totals, seats)}
+
+
+def _tasks_started(cluster: Cluster, first: dt.date, last: dt.date, teams: list[Team], campaign: int | None) -> int:
+    """How many tasks of ``teams``' campaigns (or of ``campaign``) started on ``cluster`` on local days
+    ``first``..``last`` (an index range on the start; no row read)."""
+    tz = cluster_zone(cluster)
+    tasks = Task.objects.filter(cluster=cluster, campaign__team__in=teams,
+                                started_at__gte=local_midnight(first, tz),
+                                started_at__lt=local_midnight(last + dt.timedelta(days=1), tz))
+    return (tasks.filter(campaign_id=campaign) if campaign else tasks).count()
 
 
 def _sum_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -262,56 +310,75 @@ def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
             row = rows[campaign_id] = _campaign_row(info[campaign_id])
         return row
 
-    # Dollars: each task in the period of its start (the bill's rule).
-    kinds: dict[int, str] = {}  # task id -> its category: failed, verdict_failed or "" (neither)
+    # Dollars: each task in the period of its start (the bill's rule). Summed by the database per
+    # campaign, state and verdict (a few groups a campaign), each group's category decided here.
     ids = campaigns.values("id")  # a subquery: no list of ids that could pass SQLite's variable limit
-    tasks = (Task.objects.filter(cluster=cluster, campaign_id__in=ids, started_at__gte=begin,
-                                 started_at__lt=end)
-             .values_list("id", "campaign_id", "state", "verdict", "cost_usd", *BUCKETS))
-    for task_id, campaign_id, state, verdict, cost, *buckets in tasks.iterator(chunk_size=5000):
-        row = row_of(campaign_id)
-        has_tokens = any(buckets)
-        row["spent"].add_task(cost, has_tokens)
-        kind = _kind(state, verdict, verdicts)
-        kinds[task_id] = kind
+    tasks = Task.objects.filter(cluster=cluster, campaign_id__in=ids, started_at__gte=begin, started_at__lt=end)
+    unpriced = Q(cost_usd__isnull=True) & used_tokens_q()
+    for item in (tasks.values("campaign_id", "state", "verdict")
+                 .annotate(n=Count("id"), unpriced=Count("id", filter=unpriced),
+                           cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()))
+                 .order_by()):
+        row = row_of(item["campaign_id"])
+        spend = Spend(tasks=item["n"], cost_usd=Decimal(int(item["cost"] or 0)) / COST_UNITS,
+                      unpriced=item["unpriced"])
+        row["spent"].add(spend)
+        kind = _kind(item["state"], item["verdict"], verdicts)
         if kind:
-            row[kind].add_task(cost, has_tokens)
-            row["wasted"].add_task(cost, has_tokens)
+            row[kind].add(spend)
+            row["wasted"].add(spend)
         if row["retry_of"]:
-            row["retries"].add_task(cost, has_tokens)
+            row["retries"].add(spend)
 
-    # Slot-seconds and held seats: every accounting record, in the period of its own start.
+    # Slot-seconds and held seats: every accounting record, in the period of its own start, summed per
+    # campaign, its task's state and verdict, and whether it is an earlier attempt (a later record of
+    # the same task exists, wherever that one started).
     in_period = AccountingRecord.objects.filter(cluster=cluster, task__campaign_id__in=ids, started_at__gte=begin,
                                                 started_at__lt=end)
-    records = list(in_period.values_list("task_id", "task__campaign_id", "task__state", "task__verdict", "start_us",
-                                "started_at", "ended_at", "wallclock_s", "slots"))
-    # Each task's last attempt, wherever it started (after the period too: the ones in it are then earlier).
-    latest = dict(AccountingRecord.objects.filter(task_id__in=in_period.values("task_id")).values("task_id")
-                  .annotate(last=Max("start_us")).values_list("task_id", "last").order_by())
-    timed: dict[int, set[int]] = {}
-    for task_id, campaign_id, state, verdict, start_us, started, ended, wall, slots in records:
-        row = row_of(campaign_id)
-        slot_s = float(wall or 0.0) * (slots or 1)
-        row["spent"].slot_s += slot_s
-        kind = kinds.get(task_id, _kind(state, verdict, verdicts))
-        earlier = start_us < latest[task_id]
+    later = AccountingRecord.objects.filter(task_id=OuterRef("task_id"), start_us__gt=OuterRef("start_us"))
+    slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
+    for item in (in_period.annotate(earlier=Exists(later))
+                 .values("task__campaign_id", "task__state", "task__verdict", "earlier")
+                 .annotate(n=Count("id"), wall=Sum("wallclock_s"), slot=Sum(slot_s)).order_by()):
+        row = row_of(item["task__campaign_id"])
+        slot, earlier, n = float(item["slot"] or 0.0), bool(item["earlier"]), item["n"]
+        row["spent"].slot_s += slot
+        kind = _kind(item["task__state"], item["task__verdict"], verdicts)
         if kind:
-            row[kind].slot_s += slot_s
+            row[kind].slot_s += slot
         if kind or earlier:
-            row["wasted"].slot_s += slot_s
-            row["wasted"].attempts += int(earlier and not kind)
+            row["wasted"].slot_s += slot
+            row["wasted"].attempts += n if earlier and not kind else 0
         if row["retry_of"] or earlier:
-            row["retries"].slot_s += slot_s
-            row["retries"].attempts += int(earlier)
-        seat = row["seat"]
-        seat.held_s += float(wall or 0.0) * row["seats_per_task"]
-        timed.setdefault(campaign_id, set()).add(task_id)
-        if started is not None and ended is not None:
-            seat.held.append((started.timestamp(), ended.timestamp(), row["seats_per_task"]))
-    for campaign_id, task_ids in timed.items():
-        rows[campaign_id]["seat"].tasks += len(task_ids)
+            row["retries"].slot_s += slot
+            row["retries"].attempts += n if earlier else 0
+        row["seat"].held_s += float(item["wall"] or 0.0) * row["seats_per_task"]
+    if seats:
+        for campaign_id, n in (in_period.values("task__campaign_id").annotate(n=Count("task_id", distinct=True))
+                               .values_list("task__campaign_id", "n").order_by()):
+            row_of(campaign_id)["seat"].tasks += n
+        # The held intervals, for the peaks: one per record that started and ended.
+        for campaign_id, started, ended in (in_period.filter(ended_at__isnull=False)
+                                            .annotate(s=_epoch("started_at"), e=_epoch("ended_at"))
+                                            .values_list("task__campaign_id", "s", "e")
+                                            .iterator(chunk_size=5000)):
+            row = row_of(campaign_id)
+            row["seat"].held.append((_seconds(started), _seconds(ended), row["seats_per_task"]))
     if seats:
         _seat_calls(rows, cluster=cluster, begin=begin, end=end, campaigns=ids)
+
+
+def _epoch(field: str):
+    """``field`` (a datetime) as POSIX seconds, a float the database computes (PostgreSQL: reading
+    a million datetimes into Python objects took most of the seat figures' time); elsewhere the
+    datetime itself (:func:`_seconds` makes it seconds)."""
+    if connection.vendor == "postgresql":
+        return Func(F(field), template="date_part('epoch', %(expressions)s)", output_field=FloatField())
+    return F(field)
+
+
+def _seconds(value: float | dt.datetime) -> float:
+    return value if isinstance(value, float) else value.timestamp()
 
 
 def _kind(state: str, verdict: str, verdicts: tuple[str, ...]) -> str:
@@ -330,8 +397,8 @@ def _seat_calls(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
     for campaign_id, flags in tasks.exclude(usage_flags=[]).values_list("campaign_id", "usage_flags"):
         if campaign_id in rows and "requests_not_kept" in (flags or ()):
             rows[campaign_id]["seat"].partial = True
-    requests = (ModelRequest.objects.filter(task__in=tasks)
-                .order_by("task_id", "seq").values_list("task_id", "task__campaign_id", "at", "latency_ms"))
+    requests = (ModelRequest.objects.filter(task__in=tasks).annotate(at_s=_epoch("at"))
+                .order_by("task_id", "seq").values_list("task_id", "task__campaign_id", "at_s", "latency_ms"))
 
     def close(campaign_id: int | None, spans: list[tuple[float, float]]) -> None:
         if campaign_id is None or campaign_id not in rows:
@@ -348,7 +415,7 @@ def _seat_calls(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
             current, current_campaign, spans = task_id, campaign_id, []
         if campaign_id in rows:
             rows[campaign_id]["seat"].requests += 1
-        start = at.timestamp()
+        start = _seconds(at)
         spans.append((start, start + max(0.0, float(latency_ms or 0.0)) / 1000.0))
     close(current_campaign, spans)
 

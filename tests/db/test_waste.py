@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from dashboards.billing import waste
+from dashboards.billing import bills, waste
 from dashboards.models import AccountingRecord, Campaign, ModelRequest, Team
 from tests.support.history import make_campaign, make_task
 
@@ -165,6 +165,20 @@ def test_without_seats_no_request_is_read_and_a_bad_range_is_refused(campaigns):
         waste.waste(teams=[campaigns["research"]], first=DAY, last=DAY - dt.timedelta(days=1))
 
 
+def test_a_range_with_more_tasks_than_the_seat_limit_leaves_out_the_seat_figures_only(campaigns):
+    research = [campaigns["research"]]
+    full = waste.waste(teams=research, first=DAY, last=DAY)
+    started = full["totals"]["spent"]["tasks"]
+    assert started >= 4 and full["seats_skipped"] == 0 and full["totals"]["seat"]["held_s"] > 0
+    limited = waste.waste(teams=research, first=DAY, last=DAY, seat_limit=started - 1)
+    assert limited["seats_skipped"] == started
+    assert all(r["seat"] is None for r in limited["rows"]) and limited["totals"]["seat"] is None
+    assert [(r["campaign_id"], r["wasted"], r["failed"], r["retries"]) for r in limited["rows"]] == [
+        (r["campaign_id"], r["wasted"], r["failed"], r["retries"]) for r in full["rows"]]
+    at_limit = waste.waste(teams=research, first=DAY, last=DAY, seat_limit=started)
+    assert at_limit["seats_skipped"] == 0 and at_limit["totals"]["seat"] == full["totals"]["seat"]
+
+
 # --------------------------------------------------------------------------- the page
 
 @pytest.fixture
@@ -197,6 +211,16 @@ def test_the_waste_page_shows_each_campaigns_figures_to_leads_only(campaigns, as
     assert "4 seats held, at most 2 in calls at once: 3 would have done" in _cell(seats, a, "sizing")
     assert "other-team" not in html  # engineering's campaign
     assert f'href="/campaigns/{a}/?sort=cost&amp;dir=desc"' in html
+    assert 'id="seats-skipped"' not in html
+
+
+def test_the_waste_page_says_when_it_leaves_the_seat_figures_out(campaigns, as_user, settings):
+    settings.TCO_WASTE_SEAT_TASKS = 2
+    html = as_user("lead").get("/ops/waste/", {"first": "2026-05-04", "last": "2026-05-04"}).content.decode()
+    note = html.split('id="seats-skipped"', 1)[1].split("</p>", 1)[0]
+    started = waste.waste(teams=[campaigns["research"]], first=DAY, last=DAY)["totals"]["spent"]["tasks"]
+    assert f"{started} started (more than 2)" in note and 'id="seat-table"' not in html
+    assert "$0.75" in _cell(html, campaigns["a"].pk, "wasted")  # the rest of the page as before
 
 
 def test_the_bill_says_what_was_wasted_and_links_the_waste_view_and_tasks_by_cost(campaigns, as_user):
@@ -208,6 +232,21 @@ def test_the_bill_says_what_was_wasted_and_links_the_waste_view_and_tasks_by_cos
     a = campaigns["a"].pk
     assert f'href="/campaigns/{a}/?sort=cost&amp;dir=desc" class="campaign-page"' in html
     assert f"/ops/campaigns/{a}/" not in html
+
+
+def test_a_bill_of_more_tasks_than_the_limit_links_the_waste_view_without_adding_it_up(campaigns, as_user,
+                                                                                       settings):
+    query = {"period": "day", "first": "2026-05-04", "last": "2026-05-04", "group_by": "campaign"}
+    bill = bills.bill(teams=[campaigns["research"]], period="day", first=DAY, last=DAY)
+    counted = bill["totals"]["tasks"] + bill["not_tco_totals"]["tasks"]
+    settings.TCO_BILL_WASTE_TASKS = counted
+    kpi = as_user("lead").get("/ops/bills/", query).content.decode().split('id="kpi-wasted"', 1)[1]
+    assert "$0.85" in kpi.split("</div>", 1)[0]
+    settings.TCO_BILL_WASTE_TASKS = counted - 1
+    kpi = as_user("lead").get("/ops/bills/", query).content.decode().split('id="kpi-wasted"', 1)[1]
+    kpi = kpi.split("</div>", 1)[0]
+    assert "$" not in kpi and "Too many tasks" in kpi
+    assert 'href="/ops/waste/?first=2026-05-04&amp;last=2026-05-04"' in kpi
 
 
 def test_the_waste_view_exports_its_campaign_rows_as_csv(campaigns, as_user):

@@ -121,12 +121,17 @@ def bills_page(request: HttpRequest) -> HttpResponse:
                 burndowns=[{**b, "team": b["budget"].team} for b in budgets.budget_burndowns(
                     list(Budget.objects.filter(team__in=form.teams()).select_related("team")
                          .order_by("team__name", "period")))])
-            try:
-                wasted = waste.waste(teams=form.teams(), first=result["first"], last=result["last"],
-                                     campaign=filters["campaign"], seats=False)["totals"]
-            except errors.BillError:  # a range longer than the waste view's
-                wasted = None
-            context.update(wasted=wasted, waste_query=waste_query(
+            wasted, limit = None, waste.bill_task_limit()
+            # The waste figures read every task and record of the bill's range; a bill of more tasks
+            # than TCO_BILL_WASTE_TASKS links the waste view instead (a busy site's quarter: 500,000).
+            skipped = bool(limit) and result["totals"]["tasks"] + result["not_tco_totals"]["tasks"] > limit
+            if not skipped:
+                try:
+                    wasted = waste.waste(teams=form.teams(), first=result["first"], last=result["last"],
+                                         campaign=filters["campaign"], seats=False)["totals"]
+                except errors.BillError:  # a range longer than the waste view's
+                    wasted = None
+            context.update(wasted=wasted, waste_skipped=skipped, waste_query=waste_query(
                 form, first=result["first"].isoformat(), last=result["last"].isoformat()),
                 campaign_tasks=tasks_by_cost(campaign.pk) if campaign else "")
             context["burn_chart"] = [{"team": b["team"].name, "period": b["budget"].period, "days": b["days"],

@@ -29,12 +29,13 @@ def waste_page(request: HttpRequest) -> HttpResponse:
     if not user_can(request.user, "bill"):
         return refused(request, "Bills are for team leads (and admins).")
     form = BillForm.from_query(request.GET, user=request.user)
-    context = {"form": form, "result": None, "seat_resource": settings.TCO_SEAT_RESOURCE}
+    context = {"form": form, "result": None, "seat_resource": settings.TCO_SEAT_RESOURCE,
+               "seat_limit": waste.seat_task_limit()}
     if form.is_valid():
         data = form.cleaned_data
         try:
             result = waste.waste(teams=form.teams(), first=data["first"], last=data["last"],
-                                 campaign=data.get("campaign"))
+                                 campaign=data.get("campaign"), seat_limit=waste.seat_task_limit())
         except errors.BillError as exc:
             form.add_error(None, str(exc))
         else:
