@@ -1,6 +1,6 @@
 """A queue calendar on the queue page, in Debian's Chromium, against the real dev cluster.
 
-The test queue cal.q is closed by its calendar for about a minute
+The test queue cal.q is closed by its calendar for 40 s
 (tests/support/calendar_window.py: scripts/cluster-faults ->
 dev-cluster --calendar-window; agent.q is never touched). The page says the
 queue's calendar, that it is closed and until when, and, without a reload,
@@ -32,7 +32,7 @@ def test_the_queue_page_shows_the_calendar_closed_then_open(live_stack, browser_
     page.goto(live_stack.url + "/")
     page.wait_for_selector("#live.on", timeout=15000)
     page.evaluate("window.__tcoNoReload = 'still here'")
-    with closed_window(60) as opens:
+    with closed_window(40) as opens:  # the page shows it within a status poll or two (TCO_STATUS_INTERVAL_S 5 s)
         closed = f"{QUEUE}: calendar {CALENDAR}, closed until {opens:%H:%M:%S} UTC"
         wait_for(lambda: calendar_line(page) == closed, 45, f"'{closed}' on the page")
         page.screenshot(path=str(TEST_OUTPUT / "queue-calendar-closed.png"), full_page=True)

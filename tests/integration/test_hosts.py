@@ -151,7 +151,7 @@ def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(boo
     cluster = cluster_get_default()
     scheduler = scheduler_for(cluster)
     admin = get_user_model().objects.get(username="admin")
-    campaign = launch("lost-host", [{"task": n, "duration_s": 40.0} for n in (1, 2, 3, 4)], rerunnable=True)
+    campaign = launch("lost-host", [{"task": n, "duration_s": 20.0} for n in (1, 2, 3, 4)], rerunnable=True)
     job = campaign.job_number
     assert "-r y" in scheduler.native_specification(campaign_job_spec(campaign))
 
@@ -172,7 +172,7 @@ def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(boo
                     lambda: f"{lost_host} never became unknown: {queue_instances()}", each=never_ended_while_queued)
         drive(cluster, scheduler)  # one poll after qstat -f says u
         still = {n: s for n, (s, h) in qstat_tasks(job).items() if h == lost_host}
-        # Not yet rescheduled (reschedule_unknown waits 30 s): qstat still says r on the lost host; tco says
+        # Not yet rescheduled (reschedule_unknown waits 15 s): qstat still says r on the lost host; tco says
         # unknown, never done or failed.
         assert still, f"rescheduled before a poll saw {lost_host} unknown: {qstat_tasks(job)}"
         states = dict(Task.objects.filter(campaign=campaign, task_number__in=still).values_list(
@@ -233,7 +233,8 @@ def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(boo
 def test_without_rerun_the_lost_hosts_tasks_stay_unknown_until_it_comes_back_then_finish(bootstrap, hosts):
     cluster = cluster_get_default()
     scheduler = scheduler_for(cluster)
-    campaign = launch("back-again", [{"task": n, "duration_s": 50.0} for n in (1, 2)])
+    # Long enough that no task ends before the checks while the host is unknown (max_unheard 10 s).
+    campaign = launch("back-again", [{"task": n, "duration_s": 35.0} for n in (1, 2)])
     job = campaign.job_number
     placed = wait_all_running(cluster, scheduler, job, 2)
     lost_host = placed[1]
@@ -280,7 +281,7 @@ def test_a_crashed_hosts_tasks_end_failed_with_the_host_and_the_reason_and_retry
     cluster = cluster_get_default()
     scheduler = scheduler_for(cluster)
     admin = get_user_model().objects.get(username="admin")
-    campaign = launch("crashed-host", [{"task": n, "duration_s": 90.0} for n in (1, 2, 3, 4)])
+    campaign = launch("crashed-host", [{"task": n, "duration_s": 30.0} for n in (1, 2, 3, 4)])
     job = campaign.job_number
     placed = wait_all_running(cluster, scheduler, job, 4)
     lost_host = max(set(placed.values()), key=list(placed.values()).count)
