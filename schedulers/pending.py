@@ -327,7 +327,8 @@ def reservation_reasons(job_detail: dict, reservations: list | None = None, rese
                             f"as they free up until it has the {slots} slot{'s' if slots != 1 else ''} it needs",
                     "raw": "JB_reserve true"})
         return out
-    others = [j for j in reserving_jobs or [] if j.get("job_number") != job_detail.get("job_number")]
+    others = [j for j in reserving_jobs or []
+              if j.get("job_number") is None or j.get("job_number") != job_detail.get("job_number")]
     wanted = set(job_detail.get("hard_queues") or [])
     if reserved_hosts and not others:
         out.append({"text": f"slots on {', '.join(reserved_hosts)} are reserved for a job that asked for a "
@@ -347,9 +348,11 @@ def reservation_reasons(job_detail: dict, reservations: list | None = None, rese
         where = f"slots on {', '.join(hosts)}" if hosts else (
             f"slots in {', '.join(sorted(theirs))}" if theirs else "free slots")
         slots = job.get("slots") or 1
-        out.append({"text": f"{where} are reserved for job {job['job_number']} (-R y), "
+        # A job the reader may not see has no number here (another team's: reservation_context).
+        who = f"job {job['job_number']}" if job.get("job_number") is not None else "another team's job"
+        out.append({"text": f"{where} are reserved for {who} (-R y), "
                             f"which needs {slots} slot{'s' if slots != 1 else ''}",
-                    "raw": f"job {job['job_number']}: JB_reserve true, {slots} slots, queues "
+                    "raw": f"{who}: JB_reserve true, {slots} slots, queues "
                            f"{','.join(sorted(theirs)) or 'any'}; max_reservation > 0"})
     return out
 

@@ -38,6 +38,7 @@ from dashboards.core import clusters as core_clusters
 from dashboards.core.audit import audit, refused
 from dashboards.core.errors import LaunchError
 from dashboards.core.roles import is_admin, teams_with, user_can
+from dashboards.core.scope import tasks_visible_to, visible_team_ids
 from dashboards.ingest.reservations import parse_reservation_rows, refresh_status
 from dashboards.models import Cluster, Reservation, Task, Team
 from schedulers.base import InvalidSubmission, ReservationSpec, SchedulerError
@@ -280,10 +281,23 @@ def _duration_text(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
-def reservation_context(status: dict) -> dict:
+def reservation_context(status: dict, *, cluster: Cluster | None = None, user=None) -> dict:
     """``explain_pending``'s reservation arguments from a stored cluster status:
-    ``{"reservations", "reserving_jobs", "queue_instances"}`` (None where the poll has none)."""
-    return {"reservations": status.get("reservations"), "reserving_jobs": status.get("reserving_jobs"),
+    ``{"reservations", "reserving_jobs", "queue_instances"}`` (None where the poll has none).
+
+    With ``user`` (and the status's ``cluster``), a reserving ``-R y`` job the user may not see keeps
+    its slots and queues but loses its number, owner and name (``job_number`` None): a team member
+    reads "reserved for another team's job", never another team's job number. Without ``user`` (the
+    admins' triage) the numbers stay.
+    """
+    jobs = status.get("reserving_jobs")
+    if jobs and user is not None and cluster is not None and visible_team_ids(user) is not None:
+        numbers = {j.get("job_number") for j in jobs}
+        seen = set(tasks_visible_to(user).filter(cluster=cluster, job_number__in=numbers)
+                   .values_list("job_number", flat=True).distinct())
+        jobs = [j if j.get("job_number") in seen else
+                {**j, "job_number": None, "owner": "", "name": ""} for j in jobs]
+    return {"reservations": status.get("reservations"), "reserving_jobs": jobs,
             "queue_instances": status.get("queue_instances")}
 
 

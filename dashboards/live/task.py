@@ -113,7 +113,7 @@ def task_detail(user: Who, task_id: int, *, with_scheduler: bool = True) -> dict
             from dashboards.launch.reservations import reservation_context
             reasons = explain_pending(scheduler["detail"], status.get("quotas"), status.get("hosts"),
                                       status.get("global_capacity"), queues=status.get("queues"),
-                                      **reservation_context(status))
+                                      **reservation_context(status, cluster=task.cluster, user=user))
             reasons += pending_position(task.cluster, task.job_number, task.project, user=user)
     tokens = {f: getattr(task, f) for f in (*TOKEN_FIELDS, "reasoning_tokens")}
     tokens["total"] = tokens_of(task)
