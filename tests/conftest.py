@@ -62,6 +62,21 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError("unit tests use no database; move these to tests/db: " + ", ".join(misplaced))
 
 
+@pytest.fixture
+def memory_live_store(settings, request):
+    """The live store in this process's memory, empty, the producer run at each wake-up
+    (core.live_bus.MemoryBus): for tests that render pages from a status or rows they write
+    themselves, with no poll to mark the change (the shared Redis store may hold another test's
+    snapshot of the same view). Unit and database tests always get it."""
+    from dashboards.core import live_bus
+
+    settings.TCO_LIVE_BUS = "memory"
+    live_bus.MEMORY.reset()
+    live_bus.MEMORY.eager = True
+    request.addfinalizer(live_bus.MEMORY.reset)
+    return live_bus.MEMORY
+
+
 @pytest.fixture(autouse=True)
 def _no_services_for_unit_and_db(request):
     """Unit and database tests reach no service: a private cache (tco's JSON contract kept), an
@@ -82,13 +97,7 @@ def _no_services_for_unit_and_db(request):
                                    "LOCATION": f"tco-test-{os.getpid()}-{request.node.nodeid}"}}
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     settings.REDIS_URL = NO_REDIS_URL
-    # The live store in this process's memory, the producer run at each wake-up (core.live_bus.MemoryBus).
-    from dashboards.core import live_bus
-
-    settings.TCO_LIVE_BUS = "memory"
-    live_bus.MEMORY.reset()
-    live_bus.MEMORY.eager = True
-    request.addfinalizer(live_bus.MEMORY.reset)
+    request.getfixturevalue("memory_live_store")
     settings.PASSWORD_HASHERS = ["tests.support.hashers.MemoizedPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
 
     def send(name, *args, queue=None):

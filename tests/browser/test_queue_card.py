@@ -61,8 +61,8 @@ def served_page(tmp_path: Path, html: str) -> tuple[str, http.server.ThreadingHT
 @pytest.mark.parametrize("samples", [[0.0], [1.0, 0.0], [3600.0 - 30 * i for i in range(121)]],
                          ids=["one-sample", "two-samples-1s-apart", "an-hour"])
 def test_the_card_splits_the_slots_and_the_depth_chart_keeps_its_labels(browser, bootstrap, monkeypatch, tmp_path,
-                                                                       samples):
-    
+                                                                       samples, memory_live_store):
+    # memory_live_store: the page is built from the status written below, not a snapshot another test left in Redis.
     from dashboards.core.clusters import cluster_get_default
     from dashboards.models import Cluster
 
