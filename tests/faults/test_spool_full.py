@@ -25,6 +25,7 @@ from dashboards.launch.service import LaunchRequest, campaign_retry, launch
 from dashboards.launch.submit import campaign_submit
 from dashboards.live.task import task_detail
 from dashboards.models import AgentDefinition, AuditEntry, Campaign, Task, Team
+from tests.support.cluster import qdel_quietly
 
 from .ledger import compare, report
 from .services import poll_cycle, wait_for
@@ -85,44 +86,48 @@ def test_the_spools_disk_full_mid_campaign_fails_tasks_with_the_reason_and_a_ret
                                                         inputs=[{"task": n, "duration_s": 1.0}
                                                                 for n in range(1, count + 1)])).campaign
 
-    victims = submitted(launch_demo("spool-victims", 3), hold=True)
-    filler = submitted(launch(user=admin, request=LaunchRequest(team=research, agent_definition=filler_agent,
-                                                                name="spool-filler", inputs=[{"task": 1}])).campaign)
-    fill = Path(spool) / "work" / str(filler.pk) / "1" / "fill"
-    wait_for("the filler to fill the spool", lambda: (poll_cycle(cluster), fill.exists()
-                                                      and free_bytes(spool) < 4096)[1], 180, step=1)
+    before = set(Campaign.objects.values_list("pk", flat=True))
+    try:
+        victims = submitted(launch_demo("spool-victims", 3), hold=True)
+        filler = submitted(launch(user=admin, request=LaunchRequest(team=research, agent_definition=filler_agent,
+                                                                    name="spool-filler", inputs=[{"task": 1}])).campaign)
+        fill = Path(spool) / "work" / str(filler.pk) / "1" / "fill"
+        wait_for("the filler to fill the spool", lambda: (poll_cycle(cluster), fill.exists()
+                                                          and free_bytes(spool) < 4096)[1], 180, step=1)
 
-    # Full: a launch is refused with the reason, nothing recorded.
-    with pytest.raises(LaunchError, match="could not be written to the spool: No space left on device"):
-        launch_demo("spool-refused", 1)
-    assert not Campaign.objects.filter(name="spool-refused").exists()
-    assert AuditEntry.objects.filter(ok=False, result__contains="No space left on device").count() == 1
+        # Full: a launch is refused with the reason, nothing recorded.
+        with pytest.raises(LaunchError, match="could not be written to the spool: No space left on device"):
+            launch_demo("spool-refused", 1)
+        assert not Campaign.objects.filter(name="spool-refused").exists()
+        assert AuditEntry.objects.filter(ok=False, result__contains="No space left on device").count() == 1
 
-    # Full: the held campaign's tasks start and fail, with the runner's reason in words.
-    scheduler_for(cluster).control("release", victims.job_number, None)
-    wait_for("the victims to end", lambda: poll_cycle(cluster) and Task.objects.filter(campaign=victims).count() == 3
-             and not Task.objects.filter(campaign=victims, active=True).exists(), 300, step=1)
-    assert free_bytes(spool) < 4096  # still full: the filler holds it
-    for task in Task.objects.filter(campaign=victims):
-        assert task.state == "failed", (task.task_number, task.state, task.exit_status, task.failed_code)
-        failure = task_detail(admin, task.pk)["task"]["failure"]
-        assert failure["kind"] == "infrastructure", failure
-        if task.runner_record is None and task.failed_code == 0:
-            assert failure["text"].startswith(f"tco's runner failed on {task.host} before it could write its record")
+        # Full: the held campaign's tasks start and fail, with the runner's reason in words.
+        scheduler_for(cluster).control("release", victims.job_number, None)
+        wait_for("the victims to end", lambda: poll_cycle(cluster) and Task.objects.filter(campaign=victims).count() == 3
+                 and not Task.objects.filter(campaign=victims, active=True).exists(), 300, step=1)
+        assert free_bytes(spool) < 4096  # still full: the filler holds it
+        for task in Task.objects.filter(campaign=victims):
+            assert task.state == "failed", (task.task_number, task.state, task.exit_status, task.failed_code)
+            failure = task_detail(admin, task.pk)["task"]["failure"]
+            assert failure["kind"] == "infrastructure", failure
+            if task.runner_record is None and task.failed_code == 0:
+                assert failure["text"].startswith(f"tco's runner failed on {task.host} before it could write its record")
 
-    # Room again: the filler ends done; the failed tasks run again in one action and finish.
-    fill.unlink()
-    wait_for("the filler to end", lambda: poll_cycle(cluster) and Task.objects.filter(
-        campaign=filler, state="done").exists(), 120, step=1)
-    assert failures.infrastructure_failed(victims) == 3
-    retry = submitted(campaign_retry(user=admin, campaign=victims, infrastructure_only=True).campaign)
-    wait_for("the retry to end", lambda: poll_cycle(cluster) and Task.objects.filter(campaign=retry).count() == 3
-             and not Task.objects.filter(campaign=retry, active=True).exists(), 300, step=1)
-    assert sorted(Task.objects.filter(campaign=retry).values_list("task_number", "state")) == [
-        (1, "done"), (2, "done"), (3, "done")]
+        # Room again: the filler ends done; the failed tasks run again in one action and finish.
+        fill.unlink()
+        wait_for("the filler to end", lambda: poll_cycle(cluster) and Task.objects.filter(
+            campaign=filler, state="done").exists(), 120, step=1)
+        assert failures.infrastructure_failed(victims) == 3
+        retry = submitted(campaign_retry(user=admin, campaign=victims, infrastructure_only=True).campaign)
+        wait_for("the retry to end", lambda: poll_cycle(cluster) and Task.objects.filter(campaign=retry).count() == 3
+                 and not Task.objects.filter(campaign=retry, active=True).exists(), 300, step=1)
+        assert sorted(Task.objects.filter(campaign=retry).values_list("task_number", "state")) == [
+            (1, "done"), (2, "done"), (3, "done")]
 
-    jobs = {victims.job_number, filler.job_number, Campaign.objects.get(pk=retry.pk).job_number}
-    result = compare(cluster, [cluster.accounting_path], jobs=jobs)
-    report(result, "the spool's disk full mid-campaign (3 tasks failed while full, retried once free)")
-    assert (result["lost"], result["doubled"], result["extra"], result["records"]) == (0, 0, 0, 7), result
-    assert Task.objects.filter(campaign__in=[victims, filler, retry]).count() == 7
+        jobs = {victims.job_number, filler.job_number, Campaign.objects.get(pk=retry.pk).job_number}
+        result = compare(cluster, [cluster.accounting_path], jobs=jobs)
+        report(result, "the spool's disk full mid-campaign (3 tasks failed while full, retried once free)")
+        assert (result["lost"], result["doubled"], result["extra"], result["records"]) == (0, 0, 0, 7), result
+        assert Task.objects.filter(campaign__in=[victims, filler, retry]).count() == 7
+    finally:  # a failure leaves no held or running job of this test on the cluster other suites share
+        qdel_quietly(*Campaign.objects.exclude(pk__in=before).values_list("job_number", flat=True))

@@ -304,7 +304,8 @@ def test_local_admin_stays_local_and_cannot_be_taken_over(ldap_site):
     assert admin_after.email == admin_before.email  # the directory's attributes were not copied in
 
 
-def test_locked_account_is_refused_at_its_next_websocket_connect(ldap_site, directory):
+def test_locked_account_is_refused_at_its_next_websocket_connect(ldap_site, directory, memory_live_store):
+    # memory_live_store: the socket's first snapshot is built in this process (no live producer runs here).
     from asgiref.sync import async_to_sync
     from channels.testing import WebsocketCommunicator
 
