@@ -1,10 +1,12 @@
-// Landing page: the tiles and the campaign rows are read again every REFRESH_MS while the page is
-// shown (/landing, the same {% landing %} fragment for the same URL query), so the figures stay
-// current without a reload; the filter form is left alone so typing is never interrupted.
+// Landing page: the tiles and the campaign rows are read again (/landing, the same {% landing %}
+// fragment for the same URL query) when the page's live socket delivers a new queue snapshot
+// (live.js's "tco:live" event: pushed, at most once every MIN_GAP_MS), and every FALLBACK_MS
+// besides (the longest wait grows with no event); the filter form is left alone so typing is never
+// interrupted.
 (function () {
   "use strict";
-  var REFRESH_MS = 10000;
-  var busy = false;
+  var FALLBACK_MS = 30000, MIN_GAP_MS = 2000;
+  var busy = false, timer = null, last = 0;
 
   function refresh() {
     if (busy || document.hidden) { return; }
@@ -25,6 +27,15 @@
       .then(function () { busy = false; });
   }
 
-  setInterval(refresh, REFRESH_MS);
+  function soon() {
+    if (timer) { return; }
+    timer = setTimeout(function () { timer = null; last = Date.now(); refresh(); },
+                       Math.max(250, MIN_GAP_MS - (Date.now() - last)));
+  }
+
+  document.addEventListener("tco:live", function (ev) {
+    if (ev.detail && ev.detail.kind === "queue.snapshot") { soon(); }
+  });
+  setInterval(refresh, FALLBACK_MS);
   document.addEventListener("visibilitychange", function () { if (!document.hidden) { refresh(); } });
 })();

@@ -81,7 +81,11 @@
       };
       ws.onmessage = function (ev) {
         var msg = JSON.parse(ev.data);
-        if (fresh(msg)) { onMessage(msg); }
+        if (fresh(msg)) {
+          onMessage(msg);
+          // Other parts of the page follow the same push (landing.js: the tiles).
+          document.dispatchEvent(new CustomEvent("tco:live", { detail: { view: msg.view, kind: msg.kind } }));
+        }
       };
       ws.onclose = function (ev) {
         setLive(false);

@@ -107,3 +107,36 @@ def test_the_landing_page_answers_at_a_glance(ops_stack, browser, ops_logins, vi
             shown = set(page.eval_on_selector_all("#my-campaigns-table tr[data-campaign]",
                                                   "rows => rows.map(r => r.dataset.campaign)"))
             assert shown == {str(c.pk) for c in Campaign.objects.filter(team__project="research")}
+
+
+def test_the_tiles_follow_the_live_queue_without_a_reload(ops_stack, browser, ops_logins):
+    """Done-means "live": a campaign that starts while the page is open changes the running tile
+    through the page's socket (live.js's "tco:live" event fetches the tiles again), well before the
+    30 s fallback read, and the page is never reloaded."""
+    from dashboards.launch.service import LaunchRequest, launch
+    from dashboards.models import AgentDefinition, Team
+    from tests.support.cluster import qdel_quietly
+
+    with signed_in(browser, ops_stack, "launcher", viewport=DESKTOP) as page:
+        page.goto(ops_stack.url + "/")
+        page.wait_for_selector("#tiles .tile")
+        page.wait_for_function("document.getElementById('live').classList.contains('on')", timeout=15000)
+        page.evaluate("window.tcoNotReloaded = true")
+        before = int(_shown(page)["running"])
+        events = page.evaluate_handle("""() => { const seen = []; document.addEventListener('tco:live',
+            ev => seen.push(ev.detail.kind)); return seen; }""")
+        campaign = launch(user=ops_logins["launcher"], request=LaunchRequest(
+            team=Team.objects.get(project="research"), agent_definition=AgentDefinition.objects.get(name="demo-agent"),
+            name="tiles-live", inputs=[{"task": n, "duration_s": 40.0} for n in range(1, 4)])).campaign
+        try:
+            row = f'#my-campaigns-table tr[data-campaign="{campaign.pk}"]'
+            wait_for(lambda: page.locator(row).count() == 1, 25,
+                     "the new campaign in the launcher's campaigns without a reload")
+            wait_for(lambda: int(_shown(page)["running"]) > before or
+                     Task.objects.filter(campaign=campaign, state="running").count() == 0, 25,
+                     "the running tile to count the new campaign's agents")
+            assert page.evaluate("window.tcoNotReloaded === true")
+            assert "queue.snapshot" in events.json_value()
+            shot(page, "landing-live")
+        finally:
+            qdel_quietly(Campaign.objects.get(pk=campaign.pk).job_number)
