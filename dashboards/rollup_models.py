@@ -26,6 +26,10 @@ hour, campaign, the task's end state and verdict: kept per verdict, so the
 failing verdicts (a setting, ``TCO_FAILING_VERDICTS``) are applied when the
 view is made, over retained hours too.
 
+``RequestRollup`` counts the metered model requests of ended tasks per
+hour (of the task's start), campaign, provider and model: the FOCUS export
+names each campaign's providers from it, not from every request row.
+
 Imported by dashboards/models.py, so the model belongs to the ``dashboards`` app.
 """
 from __future__ import annotations
@@ -44,6 +48,9 @@ WASTE_TASK_SUMS = ("tasks", "unpriced_tasks", "cost_units")
 WASTE_RECORD_SUMS = ("records", "wallclock_us", "slot_us")
 WASTE_SUMS = (*WASTE_TASK_SUMS, *WASTE_RECORD_SUMS)
 WASTE_KEY = ("cluster_id", "hour", "campaign_id", "state", "verdict", "earlier")
+#: The key and sums of a model-request rollup row (``RequestRollup``).
+REQUEST_KEY = ("cluster_id", "hour", "campaign_id", "provider", "model")
+REQUEST_SUMS = ("requests",)
 
 
 class UsageRollup(models.Model):
@@ -116,3 +123,25 @@ class WasteRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {self.state} {self.verdict}"
+
+
+class RequestRollup(models.Model):
+    """The metered model requests (``ModelRequest``) of the ended tasks of one campaign that started in
+    one UTC hour on one cluster, per provider and model (the model the provider returned): ``requests``.
+    Kept with the detail rows as :class:`WasteRollup` is (``dashboards.core.rollups``)."""
+
+    cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
+    hour = models.DateTimeField(help_text="start of the UTC hour the task started in")
+    campaign_id = models.BigIntegerField()
+    provider = models.CharField(max_length=32, blank=True)
+    model = models.CharField(max_length=128, blank=True)
+    requests = models.BigIntegerField(default=0)
+
+    class Meta:
+        app_label = "dashboards"
+        constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "provider", "model"],
+                                               name="one_request_rollup_per_key")]
+        indexes = [models.Index(fields=["campaign_id", "hour"], name="request_rollup_campaign_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {self.provider} {self.model}"

@@ -42,7 +42,7 @@ from django.db.models import (BigIntegerField, Count, Exists, ExpressionWrapper,
                               Q, Sum)
 from django.db.models.functions import Round
 
-from dashboards.billing.bills import COST_UNITS, used_tokens_q
+from dashboards.billing.bills import COST_UNITS, used_tokens_q, whole_hour
 from dashboards.billing.periods import cluster_zone, local_midnight
 from dashboards.core.errors import BillError
 from dashboards.core.chunks import in_chunks
@@ -304,11 +304,6 @@ def _campaigns(cluster: Cluster, teams: list[Team], campaign: int | None):
     return campaigns.filter(pk=campaign) if campaign else campaigns
 
 
-def _whole_hour(moment: dt.datetime) -> bool:
-    return moment.minute == 0 and moment.second == 0 and moment.microsecond == 0 and (
-        moment.utcoffset() is None or moment.utcoffset().total_seconds() % 3600 == 0)
-
-
 def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
                 teams: list[Team], campaign: int | None, verdicts: tuple[str, ...], detail: bool = False) -> None:
     """Add the tasks and accounting records of ``cluster`` that started in ``[begin, end)`` to ``rows``:
@@ -327,7 +322,7 @@ def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
         return row
 
     ids = campaigns.values("id")  # a subquery: no list of ids that could pass SQLite's variable limit
-    if detail or not (_whole_hour(begin) and _whole_hour(end)):
+    if detail or not (whole_hour(begin) and whole_hour(end)):
         task_groups = _task_groups(cluster, ids, begin, end)
         record_groups = _record_groups(cluster, ids, begin, end)
     else:

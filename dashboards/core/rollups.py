@@ -33,9 +33,9 @@ from typing import Iterable, Iterator, Sequence
 from django.db import connection, transaction
 
 from dashboards.core.chunks import in_chunks
-from dashboards.models import AccountingRecord, Task, UsageRollup, WasteRollup
-from dashboards.rollup_models import (KEY, RECORD_SUMS, SUMS, TASK_SUMS, WASTE_KEY, WASTE_RECORD_SUMS, WASTE_SUMS,
-                                     WASTE_TASK_SUMS)
+from dashboards.models import AccountingRecord, ModelRequest, RequestRollup, Task, UsageRollup, WasteRollup
+from dashboards.rollup_models import (KEY, RECORD_SUMS, REQUEST_KEY, REQUEST_SUMS, SUMS, TASK_SUMS, WASTE_KEY,
+                                     WASTE_RECORD_SUMS, WASTE_SUMS, WASTE_TASK_SUMS)
 
 log = logging.getLogger(__name__)
 
@@ -168,17 +168,16 @@ def _as_hour(value) -> dt.datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _add(groups: dict[tuple, list[int]], sums: Sequence[str], *, waste: bool = False) -> None:
-    """Add ``groups`` ({key: sums}) to the usage rollups (``waste``: to the waste rollups)."""
+def _add(groups: dict[tuple, list[int]], sums: Sequence[str], *, kind: str = "usage") -> None:
+    """Add ``groups`` ({key: sums}) to the rollups of ``kind`` (usage, waste or requests)."""
     rows = []
     for key, values in groups.items():
         if not any(values):
             continue
         rows.append([key[0], connection.ops.adapt_datetimefield_value(key[1]), *key[2:], *values])
     if rows:
-        spec = {"model": WasteRollup, "key": WASTE_KEY, "all_sums": WASTE_SUMS} if waste else {}
         with connection.cursor() as cur:
-            cur.executemany(_upsert_sql(sums, **spec), rows)
+            cur.executemany(_upsert_sql(sums, **_SPECS[kind]), rows)
 
 
 def _delta(before: dict[tuple, list[int]], after: dict[tuple, list[int]]) -> dict[tuple, list[int]]:
@@ -215,11 +214,12 @@ def tasks_rolled(task_ids: Iterable[int] = (), *, usage: bool = True) -> Iterato
     rows (PostgreSQL; SQLite holds its write lock), reads their share of the
     rollups, runs the block, reads it again and writes the difference. A task
     that ends, moves to another hour or queue, or gets tokens, a cost or a
-    verdict is thereby counted once, where it now belongs. Both the usage
-    rollups and the waste rollups (which also hold the tasks' accounting
-    records by end state, verdict and attempt); ``usage`` False: the waste
-    rollups only (records stored for the tasks: their usage share is added
-    by the insert's own statement, ``add_records_sql``).
+    verdict is thereby counted once, where it now belongs. The usage rollups,
+    the waste rollups (which also hold the tasks' accounting records by end
+    state, verdict and attempt) and the request rollups (the tasks' model
+    requests: store them inside the block); ``usage`` False: not the usage
+    rollups (records stored for the tasks: their usage share is added by the
+    insert's own statement, ``add_records_sql``).
     """
     roll = TaskRoll(task_ids)
     with transaction.atomic():
@@ -228,13 +228,12 @@ def tasks_rolled(task_ids: Iterable[int] = (), *, usage: bool = True) -> Iterato
                 for chunk in in_chunks(sorted(roll.ids)):
                     cur.execute(f"SELECT id FROM {_q(Task._meta.db_table)} WHERE id IN "
                                 f"({', '.join(['%s'] * len(chunk))}) ORDER BY id FOR UPDATE", chunk)
-        before = _task_groups(sorted(roll.ids)) if roll.ids and usage else {}
-        waste_before = _waste_groups(sorted(roll.ids)) if roll.ids else {}
+        kinds = ("usage", "waste", "requests") if usage else ("waste", "requests")
+        before = {k: _shares(k, sorted(roll.ids)) if roll.ids else {} for k in kinds}
         yield roll
-        after = _task_groups(sorted(roll.ids)) if roll.ids and usage else {}
-        waste_after = _waste_groups(sorted(roll.ids)) if roll.ids else {}
-        _add(_delta(before, after), TASK_SUMS)
-        _add(_delta(waste_before, waste_after), WASTE_SUMS, waste=True)
+        for k in kinds:
+            after = _shares(k, sorted(roll.ids)) if roll.ids else {}
+            _add(_delta(before[k], after), TASK_SUMS if k == "usage" else _SPECS[k]["all_sums"], kind=k)
 
 
 def tasks_added(task_ids: Iterable[int]) -> None:
@@ -242,7 +241,8 @@ def tasks_added(task_ids: Iterable[int]) -> None:
     ids = [i for i in task_ids if i is not None]
     if ids:
         _add(_task_groups(ids), TASK_SUMS)
-        _add(_waste_groups(ids), WASTE_SUMS, waste=True)
+        _add(_waste_groups(ids), WASTE_SUMS, kind="waste")
+        _add(_request_groups(ids), REQUEST_SUMS, kind="requests")
 
 
 # --------------------------------------------------------------------------- waste
@@ -285,25 +285,63 @@ def _waste_record_select(where: str) -> str:
             f" GROUP BY x.c, x.h, x.k, x.s, x.v, x.e")
 
 
-def _waste_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
-    """The waste rollup share of the tasks ``task_ids`` (ended campaign tasks, and their records):
-    {key: sums}."""
+def _request_select(where: str) -> str:
+    """One group per request rollup key of the model requests of the ended campaign tasks ``where``
+    selects (tasks ``t``, requests ``r``), by the task's start: the key columns, then the requests."""
+    return (
+        f"SELECT t.cluster_id, {_hour('t.started_at')} AS h, t.campaign_id, r.provider, r.{_q('model')}, COUNT(*)"
+        f" FROM {_q(ModelRequest._meta.db_table)} r JOIN {_q(Task._meta.db_table)} t ON t.id = r.task_id"
+        f" WHERE t.active = {_false()} AND t.campaign_id IS NOT NULL AND t.started_at IS NOT NULL AND ({where})"
+        f" GROUP BY 1, 2, 3, 4, 5"
+    )
+
+
+#: What each kind of rollup kept by task is made of: its model, key and sums (for the upsert), and its
+#: selects, each with the sums it gives and whether its ``where`` is on the records (a) or the tasks (t).
+_SPECS = {
+    "usage": {"model": UsageRollup, "key": KEY, "all_sums": SUMS},
+    "waste": {"model": WasteRollup, "key": WASTE_KEY, "all_sums": WASTE_SUMS},
+    "requests": {"model": RequestRollup, "key": REQUEST_KEY, "all_sums": REQUEST_SUMS},
+}
+_SELECTS = {
+    "waste": ((_waste_task_select, WASTE_TASK_SUMS, False), (_waste_record_select, WASTE_RECORD_SUMS, True)),
+    "requests": ((_request_select, REQUEST_SUMS, False),),
+}
+
+
+def _shares(kind: str, task_ids: Sequence[int]) -> dict[tuple, list[int]]:
+    return _task_groups(task_ids) if kind == "usage" else _groups(kind, task_ids)
+
+
+def _groups(kind: str, task_ids: Sequence[int]) -> dict[tuple, list[int]]:
+    """The share of the tasks ``task_ids`` in the ``kind`` rollups (waste, requests): {key: sums}."""
     out: dict[tuple, list[int]] = {}
+    width = len(_SPECS[kind]["key"])
     with connection.cursor() as cur:
         for chunk in in_chunks(sorted(set(task_ids))):
             where = f"t.id IN ({', '.join(['%s'] * len(chunk))})"
-            for select, at in ((_waste_task_select(where), 0), (_waste_record_select(where), len(WASTE_TASK_SUMS))):
-                cur.execute(select, chunk)
+            for select, sums, _on_records in _SELECTS[kind]:
+                cur.execute(select(where), chunk)
                 for row in cur.fetchall():
-                    _put(out, row, at)
+                    _put(out, row, _SPECS[kind]["all_sums"].index(sums[0]), kind, width)
     return out
 
 
-def _put(out: dict[tuple, list[int]], row: Sequence, at: int) -> None:
-    """Add one waste select's row (key, then sums that start at ``at`` in :data:`WASTE_SUMS`) to ``out``."""
-    key = (row[0], _as_hour(row[1]), row[2], row[3], row[4], bool(row[5]))
-    sums = out.setdefault(key, [0] * len(WASTE_SUMS))
-    for i, value in enumerate(row[6:]):
+def _waste_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
+    return _groups("waste", task_ids)
+
+
+def _request_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
+    return _groups("requests", task_ids)
+
+
+def _put(out: dict[tuple, list[int]], row: Sequence, at: int, kind: str = "waste", width: int = len(WASTE_KEY)
+         ) -> None:
+    """Add one select's row (the key's ``width`` columns, then sums that start at ``at`` in the
+    ``kind``'s sums) to ``out``. (SQLite's 0 and 1 for ``earlier`` equal False and True as keys.)"""
+    key = (row[0], _as_hour(row[1]), *row[2:width])
+    sums = out.setdefault(key, [0] * len(_SPECS[kind]["all_sums"]))
+    for i, value in enumerate(row[width:]):
         sums[at + i] += int(value or 0)
 
 
@@ -325,41 +363,56 @@ def rebuild(*, cluster_id: int | None = None, since: dt.datetime | None = None) 
         return _stored(cluster_id, since).count()
 
 
+def _rebuild_kind(kind: str, cluster_id: int | None, since: dt.datetime | None) -> int:
+    spec = _SPECS[kind]
+    table = _q(spec["model"]._meta.db_table)
+    (where, task_where, record_where), params = _where(cluster_id, since)
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"DELETE FROM {table} WHERE {where}", params)
+        for select, sums, on_records in _SELECTS[kind]:
+            cur.execute(_upsert_sql(sums, select(record_where if on_records else task_where), **spec), params)
+    return _stored(cluster_id, since, spec["model"]).count()
+
+
 def rebuild_waste(*, cluster_id: int | None = None, since: dt.datetime | None = None) -> int:
     """Make the waste rollups again from the detail rows (migration 0022's backfill, ``tco_rollups
     --rebuild``); ``since`` as for :func:`rebuild`. Returns the waste rollup rows written."""
-    table = _q(WasteRollup._meta.db_table)
-    (where, task_where, record_where), params = _where(cluster_id, since)
-    spec = {"model": WasteRollup, "key": WASTE_KEY, "all_sums": WASTE_SUMS}
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(f"DELETE FROM {table} WHERE {where}", params)
-        cur.execute(_upsert_sql(WASTE_TASK_SUMS, _waste_task_select(task_where), **spec), params)
-        cur.execute(_upsert_sql(WASTE_RECORD_SUMS, _waste_record_select(record_where), **spec), params)
-    return _stored(cluster_id, since, WasteRollup).count()
+    return _rebuild_kind("waste", cluster_id, since)
 
 
-def waste_differences(*, cluster_id: int | None = None, since: dt.datetime | None = None) -> list[dict]:
-    """Where the waste rollups differ from the detail rows: ``[{"key", "rollup", "detail"}]``."""
+def rebuild_requests(*, cluster_id: int | None = None, since: dt.datetime | None = None) -> int:
+    """Make the request rollups again from the detail rows (as :func:`rebuild_waste`); returns their rows."""
+    return _rebuild_kind("requests", cluster_id, since)
+
+
+def kind_differences(kind: str, *, cluster_id: int | None = None, since: dt.datetime | None = None) -> list[dict]:
+    """Where the ``kind`` rollups (waste, requests) differ from the detail rows: ``[{"key", "rollup",
+    "detail"}]``."""
+    spec = _SPECS[kind]
+    width = len(spec["key"])
     (_where_rollup, task_where, record_where), params = _where(cluster_id, since)
     detail: dict[tuple, list[int]] = {}
     with connection.cursor() as cur:
-        for select, at in ((_waste_task_select(task_where), 0),
-                           (_waste_record_select(record_where), len(WASTE_TASK_SUMS))):
-            cur.execute(select, params)
+        for select, sums, on_records in _SELECTS[kind]:
+            cur.execute(select(record_where if on_records else task_where), params)
             for row in cur.fetchall():
-                _put(detail, row, at)
-    rows = _stored(cluster_id, since, WasteRollup)
+                _put(detail, row, spec["all_sums"].index(sums[0]), kind, width)
     stored: dict[tuple, list[int]] = {}
-    for row in rows.values_list(*WASTE_KEY, *WASTE_SUMS):
-        _put(stored, row, 0)
-    zero = [0] * len(WASTE_SUMS)
+    for row in _stored(cluster_id, since, spec["model"]).values_list(*spec["key"], *spec["all_sums"]):
+        _put(stored, row, 0, kind, width)
+    zero = [0] * len(spec["all_sums"])
     out = []
     for key in sorted(detail.keys() | stored.keys(), key=str):
         a, b = stored.get(key, zero), detail.get(key, zero)
         if a != b:
-            out.append({"key": dict(zip(WASTE_KEY, key)), "rollup": dict(zip(WASTE_SUMS, a)),
-                        "detail": dict(zip(WASTE_SUMS, b))})
+            out.append({"key": dict(zip(spec["key"], key)), "rollup": dict(zip(spec["all_sums"], a)),
+                        "detail": dict(zip(spec["all_sums"], b))})
     return out
+
+
+def waste_differences(*, cluster_id: int | None = None, since: dt.datetime | None = None) -> list[dict]:
+    """Where the waste rollups differ from the detail rows (:func:`kind_differences`)."""
+    return kind_differences("waste", cluster_id=cluster_id, since=since)
 
 
 def _where(cluster_id: int | None, since: dt.datetime | None) -> tuple[tuple[str, str, str], list]:

@@ -25,8 +25,9 @@ from dashboards.ingest import retention
 from dashboards.ingest.accounting import _store_records
 from dashboards.ingest.poll import reconcile_gone_tasks
 from dashboards.ingest.runner_records import ingest_runner_records
-from dashboards.models import AccountingRecord, Cluster, ModelRequest, Task, Team, UsageRollup, WasteRollup
-from dashboards.rollup_models import KEY, SUMS, WASTE_KEY, WASTE_SUMS
+from dashboards.models import (AccountingRecord, Cluster, ModelRequest, RequestRollup, Task, Team, UsageRollup,
+                               WasteRollup)
+from dashboards.rollup_models import KEY, REQUEST_KEY, SUMS, WASTE_KEY, WASTE_SUMS
 from schedulers.base import AccountingRecord as Parsed
 from tests.support import budget
 from tests.support.history import make_campaign
@@ -468,3 +469,37 @@ def test_waste_rollups_equal_the_detail_rows_and_the_waste_view_over_them_is_exa
     assert rounded(got)["totals"]["spent"]["tasks"] > 0
     rollups.rebuild_waste()
     assert stored_waste() == expected
+
+
+def request_detail_sums() -> dict[tuple, list[int]]:
+    """The request rollups computed here: the model requests of ended campaign tasks per cluster, hour
+    of the task's start, campaign, provider and model."""
+    out: dict[tuple, list[int]] = {}
+    for r in ModelRequest.objects.select_related("task"):
+        t = r.task
+        if t.active or t.campaign_id is None or t.started_at is None:
+            continue
+        hour = t.started_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        out.setdefault((t.cluster_id, hour, t.campaign_id, r.provider, r.model), [0])[0] += 1
+    return out
+
+
+def test_request_rollups_equal_the_request_rows_and_name_the_focus_publishers(ops_users, tmp_path):
+    from dashboards.billing import focus
+
+    history = build_history(random.Random(6), tmp_path / "spool", ops_users)
+    expected = request_detail_sums()
+    assert expected
+    stored = {(r[0], r[1].astimezone(UTC), *r[2:5]): [r[5]] for r in RequestRollup.objects.values_list(
+        *REQUEST_KEY, "requests") if r[5]}
+    assert stored == expected
+    assert rollups.kind_differences("requests") == []
+    # The export's publishers from the rollups (whole hours) equal those from the request rows.
+    window = focus.window(first=dt.date(2026, 3, 1), last=dt.date(2026, 3, 20))
+    cluster = history["cluster"]
+    begin, end = window.bounds(dt.timezone.utc)
+    ids = {c.pk for c in history["campaigns"]}
+    from_rows = focus._publishers(cluster, begin + dt.timedelta(seconds=1), end, ids)
+    assert focus._publishers(cluster, begin, end, ids) == from_rows and set(from_rows.values()) == {"anthropic"}
+    rollups.rebuild_requests()
+    assert rollups.kind_differences("requests") == []
