@@ -12,6 +12,13 @@ Two kinds of detail feed a rollup row (``dashboards/rollup_models.py``):
   after, so a task moved to another hour or queue, priced, or given its
   verdict is counted once, where it now belongs.
 
+The waste rollups (``WasteRollup``: ended tasks and their accounting records
+per end state, verdict and earlier attempt) and the request rollups
+(``RequestRollup``: ended tasks' model requests per provider and model) are
+kept by the same hooks, and by ``core.bulk.store_accounting_records`` for
+records of tco's tasks (:func:`tasks_rolled` with ``usage`` False around the
+insert: a new record makes the task's earlier ones earlier attempts).
+
 Tasks still active are not in the rollups; bills read them from the detail
 rows (few: the live queue). What a row holds is written once, in SQL
 (:data:`_TASK_SELECT`, :data:`_RECORD_SELECT`), for the ingest hooks and for
