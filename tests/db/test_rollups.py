@@ -249,6 +249,8 @@ def test_retention_drops_old_detail_in_batches_and_bills_stay_exact(ops_users, t
     first, last = dt.date(2026, 3, 1), dt.date(2026, 3, 31)
     before = all_bills(teams, first=first, last=last, from_detail=False, campaign=campaign)
     assert before == all_bills(teams, first=first, last=last, from_detail=True, campaign=campaign)
+    wasted = rounded(waste.waste(teams=teams, first=first, last=last, seats=False))
+    assert wasted == rounded(waste.waste(teams=teams, first=first, last=last, seats=False, from_detail=True))
     now = START + dt.timedelta(days=10, hours=7, minutes=25)
     cut = dt.datetime(2026, 3, 12, 7, tzinfo=UTC)  # now - 0 days, to the hour
     old_tasks = set(Task.objects.filter(active=False, ended_at__lt=cut).values_list("id", flat=True))
@@ -261,8 +263,11 @@ def test_retention_drops_old_detail_in_batches_and_bills_stay_exact(ops_users, t
     assert not ModelRequest.objects.filter(task_id__in=old_tasks).exists()
     assert result.records == old_records and not AccountingRecord.objects.filter(ended_at__lt=cut).exists()
     assert Cluster.objects.get(pk=history["cluster"].pk).detail_dropped_before == cut
-    # Bills over the retained rollups: the same figures as before the drop.
+    # Bills and the waste sums over the retained rollups: the same figures as before the drop.
     assert all_bills(teams, first=first, last=last, from_detail=False, campaign=campaign) == before
+    assert rounded(waste.waste(teams=teams, first=first, last=last, seats=False)) == wasted
+    assert wasted["totals"]["spent"]["tasks"] > rounded(waste.waste(teams=teams, first=first, last=last, seats=False,
+                                                                    from_detail=True))["totals"]["spent"]["tasks"]
     # The accounting file read again from its start: the dropped records are not stored a second time.
     cluster = Cluster.objects.get(pk=history["cluster"].pk)
     old = [parsed(9000 + n, 0, submitted=START + dt.timedelta(hours=n), started=START + dt.timedelta(hours=n),
