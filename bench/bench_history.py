@@ -250,14 +250,16 @@ class Filler:
                             queue="agent.q", slots=1, first_seen_at=launched)
             bulk.insert_varying(template, fields, rows)
             ids = dict(Task.objects.filter(campaign=campaign).values_list("task_number", "id"))
-            bulk.store_accounting_records(self.cluster, records, {i: ids[n] for i, n in numbers.items()})
-            rollups.tasks_added(ids.values())
             rq = ModelRequest(provider="anthropic", method="POST", path="/v1/messages", status=200,
                               requested_model=model, model=model, complete=True, flags=[], cache_write_1h_tokens=0)
             bulk.insert_varying(rq, ("task_id", "seq", "at", "input_tokens", "cache_read_tokens",
                                      "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
                                      "reasoning_tokens", "cost_usd", "latency_ms"),
                                 [(ids[r[0]], *r[1:]) for r in requests])
+            # As ingest does: tasks made ended go into the rollups at once (with their requests); their
+            # records then go in as the accounting ingest stores them (usage and waste rollups).
+            rollups.tasks_added(ids.values())
+            bulk.store_accounting_records(self.cluster, records, {i: ids[n] for i, n in numbers.items()})
         self.counts["tasks"] += size
         self.counts["requests"] += len(requests)
         self.counts["records"] += len(records)

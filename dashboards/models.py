@@ -660,4 +660,5 @@ from dashboards.pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401 
 from dashboards.token_models import ApiToken  # noqa: E402,F401  (API tokens, hashed; issue 11)
 from dashboards.reservation_models import Reservation  # noqa: E402,F401  (advance reservations booked from tco; issue 17)
 from dashboards.alert_models import AnomalyAlert  # noqa: E402,F401  (anomaly alerts; issue 25)
-from dashboards.rollup_models import UsageRollup  # noqa: E402,F401  (usage per hour kept at ingest; issue 26)
+from dashboards.rollup_models import (  # noqa: E402,F401  (usage per hour kept at ingest; issue 26)
+    RequestRollup, UsageRollup, WasteRollup)

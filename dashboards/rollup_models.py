@@ -21,6 +21,15 @@ The rows are written in the transaction that writes the detail rows
 detail rows when a bill is made, so a bill over the rollups equals one over
 the detail rows at every commit.
 
+``WasteRollup`` holds what the waste view (``billing.waste``) sums, per
+hour, campaign, the task's end state and verdict: kept per verdict, so the
+failing verdicts (a setting, ``TCO_FAILING_VERDICTS``) are applied when the
+view is made, over retained hours too.
+
+``RequestRollup`` counts the metered model requests of ended tasks per
+hour (of the task's start), campaign, provider and model: the FOCUS export
+names each campaign's providers from it, not from every request row.
+
 Imported by dashboards/models.py, so the model belongs to the ``dashboards`` app.
 """
 from __future__ import annotations
@@ -34,6 +43,14 @@ TASK_SUMS = ("tasks", "finished_tasks", "verdicts", "unpriced_tasks", "cost_unit
 RECORD_SUMS = ("records", "wallclock_us", "slot_us")
 SUMS = (*TASK_SUMS, *RECORD_SUMS)
 KEY = ("cluster_id", "hour", "campaign_id", "project", "queue")
+#: The sums of a waste rollup row (``WasteRollup``): from ended tasks, then from their accounting records.
+WASTE_TASK_SUMS = ("tasks", "unpriced_tasks", "cost_units")
+WASTE_RECORD_SUMS = ("records", "wallclock_us", "slot_us")
+WASTE_SUMS = (*WASTE_TASK_SUMS, *WASTE_RECORD_SUMS)
+WASTE_KEY = ("cluster_id", "hour", "campaign_id", "state", "verdict", "earlier")
+#: The key and sums of a model-request rollup row (``RequestRollup``).
+REQUEST_KEY = ("cluster_id", "hour", "campaign_id", "provider", "model")
+REQUEST_SUMS = ("requests",)
 
 
 class UsageRollup(models.Model):
@@ -69,3 +86,62 @@ class UsageRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {self.project} {self.queue}"
+
+
+class WasteRollup(models.Model):
+    """What the ended tasks of one campaign that started in one UTC hour on one cluster, in one end
+    state (``Task.state``) with one verdict (only for ``done``; "" otherwise), used: ``tasks``,
+    ``unpriced_tasks`` (tokens, no cost) and ``cost_units`` (USD x 1e8) from the tasks (by their
+    start), ``records``, ``wallclock_us`` and ``slot_us`` (integer microseconds) from their
+    accounting records (by each record's own start); ``earlier`` True: records of an attempt before
+    the task's last (a later record of the same task exists), which carry no task sums.
+
+    Written with the detail rows (``dashboards.core.rollups``: ``tasks_rolled``, ``tasks_added``,
+    and ``core.bulk.store_accounting_records`` for records of tco's tasks); tasks still active and
+    their records are read from the detail rows, as bills do."""
+
+    cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
+    hour = models.DateTimeField(help_text="start of the UTC hour the task (or the record) started in")
+    campaign_id = models.BigIntegerField()
+    state = models.CharField(max_length=10, help_text="the task's end state")
+    verdict = models.CharField(max_length=64, blank=True, help_text="the task's verdict, where it ended done")
+    earlier = models.BooleanField(default=False, help_text="records of an earlier attempt of the task")
+    tasks = models.BigIntegerField(default=0)
+    unpriced_tasks = models.BigIntegerField(default=0)
+    cost_units = models.BigIntegerField(default=0, help_text="USD x 1e8")
+    records = models.BigIntegerField(default=0)
+    wallclock_us = models.BigIntegerField(default=0)
+    slot_us = models.BigIntegerField(default=0)
+
+    class Meta:
+        app_label = "dashboards"
+        # The key's index starts with (cluster, hour): every team's range of hours (an admin's view).
+        constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "state", "verdict", "earlier"],
+                                               name="one_waste_rollup_per_key")]
+        # One team's (or one campaign's) view: its campaigns' hours.
+        indexes = [models.Index(fields=["campaign_id", "hour"], name="waste_rollup_campaign_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {self.state} {self.verdict}"
+
+
+class RequestRollup(models.Model):
+    """The metered model requests (``ModelRequest``) of the ended tasks of one campaign that started in
+    one UTC hour on one cluster, per provider and model (the model the provider returned): ``requests``.
+    Kept with the detail rows as :class:`WasteRollup` is (``dashboards.core.rollups``)."""
+
+    cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
+    hour = models.DateTimeField(help_text="start of the UTC hour the task started in")
+    campaign_id = models.BigIntegerField()
+    provider = models.CharField(max_length=32, blank=True)
+    model = models.CharField(max_length=128, blank=True)
+    requests = models.BigIntegerField(default=0)
+
+    class Meta:
+        app_label = "dashboards"
+        constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "provider", "model"],
+                                               name="one_request_rollup_per_key")]
+        indexes = [models.Index(fields=["campaign_id", "hour"], name="request_rollup_campaign_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {self.provider} {self.model}"

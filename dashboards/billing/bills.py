@@ -216,7 +216,8 @@ def period_starts(first: dt.date, end_day: dt.date, period: str) -> list[dt.date
     return days
 
 
-def _whole_hour(moment: dt.datetime) -> bool:
+def whole_hour(moment: dt.datetime) -> bool:
+    """Whether ``moment`` starts a UTC hour (its zone's offset is whole hours): where the rollups serve."""
     return moment.minute == 0 and moment.second == 0 and moment.microsecond == 0 and (
         moment.utcoffset() is None or moment.utcoffset().total_seconds() % 3600 == 0)
 
@@ -245,7 +246,7 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
     half-hour offset), or with ``detail``, everything comes from the detail rows.
     """
     trunc = (lambda column: Trunc(column, period, output_field=DateField(), tzinfo=tz)) if period else None
-    if detail or not all(_whole_hour(b) for b in boundaries):
+    if detail or not all(whole_hour(b) for b in boundaries):
         _records_detail(rows, cluster=cluster, begin=begin, end=end, projects=projects, group_by=group_by,
                         trunc=trunc, only=only)
         _tasks_detail(rows, cluster=cluster, begin=begin, end=end, projects=projects, group_by=group_by,

@@ -49,10 +49,10 @@ from django.conf import settings
 from django.db.models import BigIntegerField, Count, DateField, ExpressionWrapper, F, FloatField, Q, Sum
 from django.db.models.functions import Round, Trunc
 
-from dashboards.billing.bills import BUCKETS, COST_UNITS, _model_expr, used_tokens_q
+from dashboards.billing.bills import BUCKETS, COST_UNITS, _model_expr, used_tokens_q, whole_hour
 from dashboards.billing.periods import cluster_zone, local_midnight, next_period_start, period_start
 from dashboards.core.errors import BillError
-from dashboards.models import AccountingRecord, Cluster, ModelRequest, Task, Team
+from dashboards.models import AccountingRecord, Cluster, ModelRequest, RequestRollup, Task, Team
 
 FOCUS_VERSION = "1.2"
 
@@ -192,14 +192,23 @@ def _token_usage(cluster: Cluster, begin: dt.datetime, end: dt.datetime, project
 
 def _publishers(cluster: Cluster, begin: dt.datetime, end: dt.datetime, campaigns: set[int]) -> dict[int, str]:
     """campaign id -> the model providers its metered requests went to (``ModelRequest.provider``),
-    joined with " + "; for FOCUS ``PublisherName`` (who produced the service: the model's vendor)."""
+    joined with " + "; for FOCUS ``PublisherName`` (who produced the service: the model's vendor).
+    The requests of tasks started in ``[begin, end)``: where both are whole UTC hours, the ended
+    tasks' from the request rollups (``RequestRollup``) and the active tasks' from their rows; else
+    every request row of the range's tasks."""
     if not campaigns:
         return {}
     found: dict[int, set[str]] = {}
-    for campaign_id, provider in (ModelRequest.objects
-                                  .filter(task__cluster=cluster, task__campaign_id__in=campaigns,
-                                          task__started_at__gte=begin, task__started_at__lt=end)
-                                  .exclude(provider="").values_list("task__campaign_id", "provider").distinct()):
+    requests = ModelRequest.objects.filter(task__cluster=cluster, task__campaign_id__in=campaigns,
+                                           task__started_at__gte=begin, task__started_at__lt=end)
+    pairs = []
+    if whole_hour(begin) and whole_hour(end):
+        pairs += (RequestRollup.objects.filter(cluster=cluster, hour__gte=begin, hour__lt=end,
+                                               campaign_id__in=campaigns, requests__gt=0)
+                  .exclude(provider="").values_list("campaign_id", "provider").distinct())
+        requests = requests.filter(task__active=True)
+    pairs += requests.exclude(provider="").values_list("task__campaign_id", "provider").distinct()
+    for campaign_id, provider in pairs:
         found.setdefault(campaign_id, set()).add(provider)
     return {c: " + ".join(sorted(p)) for c, p in found.items()}
 

@@ -42,10 +42,12 @@ from django.db.models import (BigIntegerField, Count, Exists, ExpressionWrapper,
                               Q, Sum)
 from django.db.models.functions import Round
 
-from dashboards.billing.bills import COST_UNITS, used_tokens_q
+from dashboards.billing.bills import COST_UNITS, used_tokens_q, whole_hour
 from dashboards.billing.periods import cluster_zone, local_midnight
 from dashboards.core.errors import BillError
-from dashboards.models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team
+from dashboards.core.chunks import in_chunks
+from dashboards.models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team, WasteRollup
+from dashboards.rollup_models import WASTE_RECORD_SUMS, WASTE_SUMS, WASTE_TASK_SUMS
 
 #: Verdicts (lower case) that say the agent's own work failed; ``TCO_FAILING_VERDICTS`` overrides. Not
 #: "bad" or "rejected": a review agent's "bad" is its finding about the run it reviewed, work done.
@@ -91,8 +93,9 @@ BILL_TASKS = 20000
 def bill_task_limit() -> int:
     """The most tasks a bill counts for the bills page to add its waste figures; 0 is no limit.
 
-    The waste figures are summed from the detail rows (a month of 178,000 tasks: 2.4 s on the
-    loaded bench host, ``bench/bench_history.py``), where the bill reads the hourly rollups."""
+    The waste figures are summed from the waste rollups (and the active tasks' detail rows), as
+    the bill is from the usage rollups; before those (issue 26) a month of 178,000 tasks took 2.4 s
+    from the detail rows on the loaded bench host (``bench/bench_history.py``)."""
     return int(getattr(settings, "TCO_BILL_WASTE_TASKS", BILL_TASKS))
 
 
@@ -213,7 +216,8 @@ def _campaign_row(campaign: dict[str, Any]) -> dict[str, Any]:
 
 
 def waste(*, teams: Iterable[Team], first: dt.date, last: dt.date, clusters: Sequence[Cluster] | None = None,
-          campaign: int | None = None, seats: bool = True, seat_limit: int = 0) -> dict[str, Any]:
+          campaign: int | None = None, seats: bool = True, seat_limit: int = 0,
+          from_detail: bool = False) -> dict[str, Any]:
     """Waste of ``teams``' campaigns whose tasks started on local days ``first``..``last`` (module doc).
 
     ``campaign`` narrows it to one campaign (id); ``seats`` False leaves the model-seat figures out
@@ -230,6 +234,12 @@ def waste(*, teams: Iterable[Team], first: dt.date, last: dt.date, clusters: Seq
     (most first). A team row has ``"team"``, ``"project"`` and the same sums over its campaigns;
     its seat peaks are of its campaigns' intervals together (one consumable). Raises
     ``BillError`` for a bad range.
+
+    The sums come from the waste rollups kept at ingest (``WasteRollup``, per hour, campaign, end
+    state, verdict and attempt; the failing verdicts applied here) plus the detail rows of the
+    tasks still active, where the range's local midnights are whole UTC hours; else, or with
+    ``from_detail``, from the detail rows alone (the same figures: ``tests/db/test_rollups.py``).
+    The seat figures always read the detail rows (model requests and records).
     """
     if last < first:
         raise BillError("the last day is before the first day")
@@ -240,16 +250,22 @@ def waste(*, teams: Iterable[Team], first: dt.date, last: dt.date, clusters: Seq
     verdicts = failing_verdicts()
     rows: dict[int, dict[str, Any]] = {}
     zones = sorted({c.time_zone or "UTC" for c in clusters}) or [settings.TCO_CLUSTER_TZ]
-    skipped = 0
-    if seats and seat_limit > 0 and teams:
-        started = sum(_tasks_started(c, first, last, teams, campaign) for c in clusters)
-        if started > seat_limit:
-            seats, skipped = False, started
+    spans = []
     for cluster in clusters if teams else ():
         tz = cluster_zone(cluster)
         begin, end = local_midnight(first, tz), local_midnight(last + dt.timedelta(days=1), tz)
+        spans.append((cluster, begin, end))
         _accumulate(rows, cluster=cluster, begin=begin, end=end, teams=teams, campaign=campaign,
-                    verdicts=verdicts, seats=seats)
+                    verdicts=verdicts, detail=from_detail)
+    skipped = 0
+    if seats and seat_limit > 0:
+        # Tasks started in the range: the sums just made count them (no read of the detail rows).
+        started = sum(r["spent"].tasks for r in rows.values())
+        if started > seat_limit:
+            seats, skipped = False, started
+    if seats:
+        for cluster, begin, end in spans:
+            _seats(rows, cluster=cluster, begin=begin, end=end, campaigns=_campaigns(cluster, teams, campaign))
     out = sorted(rows.values(), key=lambda r: (r["team"], -r["wasted"].cost_usd, -r["wasted"].slot_s,
                                                 r["campaign_id"]))
     team_rows: dict[str, dict[str, Any]] = {}
@@ -268,16 +284,6 @@ def waste(*, teams: Iterable[Team], first: dt.date, last: dt.date, clusters: Seq
             "totals": _finished(totals, seats)}
 
 
-def _tasks_started(cluster: Cluster, first: dt.date, last: dt.date, teams: list[Team], campaign: int | None) -> int:
-    """How many tasks of ``teams``' campaigns (or of ``campaign``) started on ``cluster`` on local days
-    ``first``..``last`` (an index range on the start; no row read)."""
-    tz = cluster_zone(cluster)
-    tasks = Task.objects.filter(cluster=cluster, campaign__team__in=teams,
-                                started_at__gte=local_midnight(first, tz),
-                                started_at__lt=local_midnight(last + dt.timedelta(days=1), tz))
-    return (tasks.filter(campaign_id=campaign) if campaign else tasks).count()
-
-
 def _sum_row(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "spent": Spend(), **{c: Spend() for c in CATEGORIES}, "seat": Seats()}
 
@@ -293,12 +299,18 @@ def _finished(row: dict[str, Any], seats: bool) -> dict[str, Any]:
     return out
 
 
-def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
-                teams: list[Team], campaign: int | None, verdicts: tuple[str, ...], seats: bool) -> None:
-    """Add the tasks and accounting records of ``cluster`` that started in ``[begin, end)`` to ``rows``."""
+def _campaigns(cluster: Cluster, teams: list[Team], campaign: int | None):
+    """``teams``' campaigns on ``cluster`` (or the one ``campaign`` of theirs), a queryset."""
     campaigns = Campaign.objects.filter(cluster=cluster, team__in=teams)
-    if campaign:
-        campaigns = campaigns.filter(pk=campaign)
+    return campaigns.filter(pk=campaign) if campaign else campaigns
+
+
+def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
+                teams: list[Team], campaign: int | None, verdicts: tuple[str, ...], detail: bool = False) -> None:
+    """Add the tasks and accounting records of ``cluster`` that started in ``[begin, end)`` to ``rows``:
+    from the waste rollups and the active tasks' detail rows where ``begin`` and ``end`` are whole
+    UTC hours, else (or with ``detail``) from the detail rows."""
+    campaigns = _campaigns(cluster, teams, campaign)
     info = {c["id"]: c for c in campaigns.values("id", "name", "team__name", "team__project", "retry_of_id",
                                                   "seats_per_task")}
     if not info:
@@ -310,40 +322,43 @@ def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
             row = rows[campaign_id] = _campaign_row(info[campaign_id])
         return row
 
-    # Dollars: each task in the period of its start (the bill's rule). Summed by the database per
-    # campaign, state and verdict (a few groups a campaign), each group's category decided here.
     ids = campaigns.values("id")  # a subquery: no list of ids that could pass SQLite's variable limit
-    tasks = Task.objects.filter(cluster=cluster, campaign_id__in=ids, started_at__gte=begin, started_at__lt=end)
-    unpriced = Q(cost_usd__isnull=True) & used_tokens_q()
-    for item in (tasks.values("campaign_id", "state", "verdict")
-                 .annotate(n=Count("id"), unpriced=Count("id", filter=unpriced),
-                           cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()))
-                 .order_by()):
-        row = row_of(item["campaign_id"])
-        spend = Spend(tasks=item["n"], cost_usd=Decimal(int(item["cost"] or 0)) / COST_UNITS,
-                      unpriced=item["unpriced"])
+    if detail or not (whole_hour(begin) and whole_hour(end)):
+        task_groups = _task_groups(cluster, ids, begin, end)
+        record_groups = _record_groups(cluster, ids, begin, end)
+    else:
+        task_groups, record_groups = _rollup_groups(cluster, ids, begin, end)
+        # The tasks still active are not in the rollups, nor are their records (the partial index
+        # task_active_started finds them; their records by task).
+        active = list(Task.objects.filter(cluster=cluster, active=True, campaign_id__in=ids)
+                      .values_list("id", flat=True))
+        task_groups += _task_groups(cluster, ids, begin, end, active=True)
+        for chunk in in_chunks(sorted(active)):
+            record_groups += _record_groups(cluster, ids, begin, end, task_ids=chunk)
+
+    # Dollars: each task in the period of its start (the bill's rule); each group's category decided here.
+    for campaign_id, state, verdict, n, unpriced, cost_units in task_groups:
+        if campaign_id not in info:
+            continue
+        row = row_of(campaign_id)
+        spend = Spend(tasks=n, cost_usd=Decimal(cost_units) / COST_UNITS, unpriced=unpriced)
         row["spent"].add(spend)
-        kind = _kind(item["state"], item["verdict"], verdicts)
+        kind = _kind(state, verdict, verdicts)
         if kind:
             row[kind].add(spend)
             row["wasted"].add(spend)
         if row["retry_of"]:
             row["retries"].add(spend)
 
-    # Slot-seconds and held seats: every accounting record, in the period of its own start, summed per
+    # Slot-seconds and held seats: every accounting record, in the period of its own start, by its
     # campaign, its task's state and verdict, and whether it is an earlier attempt (a later record of
     # the same task exists, wherever that one started).
-    in_period = AccountingRecord.objects.filter(cluster=cluster, task__campaign_id__in=ids, started_at__gte=begin,
-                                                started_at__lt=end)
-    later = AccountingRecord.objects.filter(task_id=OuterRef("task_id"), start_us__gt=OuterRef("start_us"))
-    slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
-    for item in (in_period.annotate(earlier=Exists(later))
-                 .values("task__campaign_id", "task__state", "task__verdict", "earlier")
-                 .annotate(n=Count("id"), wall=Sum("wallclock_s"), slot=Sum(slot_s)).order_by()):
-        row = row_of(item["task__campaign_id"])
-        slot, earlier, n = float(item["slot"] or 0.0), bool(item["earlier"]), item["n"]
+    for campaign_id, state, verdict, earlier, n, wall, slot in record_groups:
+        if campaign_id not in info:
+            continue
+        row = row_of(campaign_id)
         row["spent"].slot_s += slot
-        kind = _kind(item["task__state"], item["task__verdict"], verdicts)
+        kind = _kind(state, verdict, verdicts)
         if kind:
             row[kind].slot_s += slot
         if kind or earlier:
@@ -352,20 +367,83 @@ def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
         if row["retry_of"] or earlier:
             row["retries"].slot_s += slot
             row["retries"].attempts += n if earlier else 0
-        row["seat"].held_s += float(item["wall"] or 0.0) * row["seats_per_task"]
-    if seats:
-        for campaign_id, n in (in_period.values("task__campaign_id").annotate(n=Count("task_id", distinct=True))
-                               .values_list("task__campaign_id", "n").order_by()):
-            row_of(campaign_id)["seat"].tasks += n
-        # The held intervals, for the peaks: one per record that started and ended.
-        for campaign_id, started, ended in (in_period.filter(ended_at__isnull=False)
-                                            .annotate(s=_epoch("started_at"), e=_epoch("ended_at"))
-                                            .values_list("task__campaign_id", "s", "e")
-                                            .iterator(chunk_size=5000)):
-            row = row_of(campaign_id)
+        row["seat"].held_s += wall * row["seats_per_task"]
+
+
+def _task_groups(cluster: Cluster, campaigns, begin: dt.datetime, end: dt.datetime,
+                 active: bool | None = None) -> list[tuple]:
+    """The tasks of ``campaigns`` (a queryset of ids) that started in ``[begin, end)`` on ``cluster``
+    (``active``: only those still active), summed by the database per campaign, state and verdict:
+    ``[(campaign_id, state, verdict, tasks, unpriced tasks, cost in 1e-8 USD)]``."""
+    tasks = Task.objects.filter(cluster=cluster, campaign_id__in=campaigns, started_at__gte=begin, started_at__lt=end)
+    if active is not None:
+        tasks = tasks.filter(active=active)
+    unpriced = Q(cost_usd__isnull=True) & used_tokens_q()
+    return [(item["campaign_id"], item["state"], item["verdict"], item["n"], item["unpriced"], int(item["cost"] or 0))
+            for item in (tasks.values("campaign_id", "state", "verdict")
+                         .annotate(n=Count("id"), unpriced=Count("id", filter=unpriced),
+                                   cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()))
+                         .order_by())]
+
+
+def _record_groups(cluster: Cluster, campaigns, begin: dt.datetime, end: dt.datetime,
+                   task_ids: Sequence[int] | None = None) -> list[tuple]:
+    """The accounting records of ``campaigns``' tasks (or of the tasks ``task_ids``) started in
+    ``[begin, end)`` on ``cluster``, per campaign, task state and verdict and earlier attempt:
+    ``[(campaign_id, state, verdict, earlier, records, wall clock s, slot-seconds)]``."""
+    in_period = _records(cluster, campaigns, begin, end)
+    if task_ids is not None:
+        in_period = in_period.filter(task_id__in=task_ids)
+    later = AccountingRecord.objects.filter(task_id=OuterRef("task_id"), start_us__gt=OuterRef("start_us"))
+    slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
+    return [(item["task__campaign_id"], item["task__state"], item["task__verdict"], bool(item["earlier"]), item["n"],
+             float(item["wall"] or 0.0), float(item["slot"] or 0.0))
+            for item in (in_period.annotate(earlier=Exists(later))
+                         .values("task__campaign_id", "task__state", "task__verdict", "earlier")
+                         .annotate(n=Count("id"), wall=Sum("wallclock_s"), slot=Sum(slot_s)).order_by())]
+
+
+def _records(cluster: Cluster, campaigns, begin: dt.datetime, end: dt.datetime):
+    return AccountingRecord.objects.filter(cluster=cluster, task__campaign_id__in=campaigns, started_at__gte=begin,
+                                           started_at__lt=end)
+
+
+def _rollup_groups(cluster: Cluster, campaigns, begin: dt.datetime, end: dt.datetime) -> tuple[list, list]:
+    """The waste rollups of ``campaigns`` for the whole UTC hours ``[begin, end)`` on ``cluster``: the
+    ended tasks' groups and their records' groups, as :func:`_task_groups` and :func:`_record_groups`
+    give them (``WasteRollup``: per campaign, hour, end state, verdict and attempt)."""
+    tasks, records = [], []
+    for item in (WasteRollup.objects.filter(cluster=cluster, hour__gte=begin, hour__lt=end, campaign_id__in=campaigns)
+                 .values("campaign_id", "state", "verdict", "earlier")
+                 .annotate(**{s: Sum(s) for s in WASTE_SUMS}).order_by()):
+        sums = {s: int(item[s] or 0) for s in WASTE_SUMS}
+        if any(sums[s] for s in WASTE_TASK_SUMS):
+            tasks.append((item["campaign_id"], item["state"], item["verdict"], sums["tasks"], sums["unpriced_tasks"],
+                          sums["cost_units"]))
+        if any(sums[s] for s in WASTE_RECORD_SUMS):
+            records.append((item["campaign_id"], item["state"], item["verdict"], bool(item["earlier"]),
+                            sums["records"], sums["wallclock_us"] / 1e6, sums["slot_us"] / 1e6))
+    return tasks, records
+
+
+def _seats(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
+           campaigns) -> None:
+    """The model-seat figures of ``campaigns`` (a queryset) for ``[begin, end)`` on ``cluster``, from
+    the detail rows: tasks with a run time, held intervals (records), in-call intervals (requests)."""
+    in_period = _records(cluster, campaigns.values("id"), begin, end)
+    for campaign_id, n in (in_period.values("task__campaign_id").annotate(n=Count("task_id", distinct=True))
+                           .values_list("task__campaign_id", "n").order_by()):
+        if campaign_id in rows:
+            rows[campaign_id]["seat"].tasks += n
+    # The held intervals, for the peaks: one per record that started and ended.
+    for campaign_id, started, ended in (in_period.filter(ended_at__isnull=False)
+                                        .annotate(s=_epoch("started_at"), e=_epoch("ended_at"))
+                                        .values_list("task__campaign_id", "s", "e")
+                                        .iterator(chunk_size=5000)):
+        row = rows.get(campaign_id)
+        if row is not None:
             row["seat"].held.append((_seconds(started), _seconds(ended), row["seats_per_task"]))
-    if seats:
-        _seat_calls(rows, cluster=cluster, begin=begin, end=end, campaigns=ids)
+    _seat_calls(rows, cluster=cluster, begin=begin, end=end, campaigns=campaigns.values("id"))
 
 
 def _epoch(field: str):

@@ -28,6 +28,7 @@ prepared once instead of a model instance per row.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from typing import Sequence
@@ -141,11 +142,17 @@ def store_accounting_records(cluster: Cluster, records: Sequence[ParsedRecord],
             records = [records[i] for i in keep]
     if not records:
         return 0
-    if connection.vendor == "postgresql":
-        return _store_postgresql(cluster, records, task_of, tokens)
-    if connection.vendor == "sqlite":
-        return _store_sqlite(cluster, records, task_of, tokens)
-    return _store_portable(cluster, records, task_of, tokens)
+    from dashboards.core import rollups
+
+    # Records of tco's tasks change those tasks' share of the waste rollups (their records by end
+    # state and attempt); their usage share is added by the insert itself.
+    task_ids = sorted(set(task_of.values())) if task_of else []
+    with rollups.tasks_rolled(task_ids, usage=False) if task_ids else contextlib.nullcontext():
+        if connection.vendor == "postgresql":
+            return _store_postgresql(cluster, records, task_of, tokens)
+        if connection.vendor == "sqlite":
+            return _store_sqlite(cluster, records, task_of, tokens)
+        return _store_portable(cluster, records, task_of, tokens)
 
 
 def _store_portable(cluster: Cluster, records: Sequence[ParsedRecord], task_of: dict[int, int] | None,

@@ -12,6 +12,13 @@ Two kinds of detail feed a rollup row (``dashboards/rollup_models.py``):
   after, so a task moved to another hour or queue, priced, or given its
   verdict is counted once, where it now belongs.
 
+The waste rollups (``WasteRollup``: ended tasks and their accounting records
+per end state, verdict and earlier attempt) and the request rollups
+(``RequestRollup``: ended tasks' model requests per provider and model) are
+kept by the same hooks, and by ``core.bulk.store_accounting_records`` for
+records of tco's tasks (:func:`tasks_rolled` with ``usage`` False around the
+insert: a new record makes the task's earlier ones earlier attempts).
+
 Tasks still active are not in the rollups; bills read them from the detail
 rows (few: the live queue). What a row holds is written once, in SQL
 (:data:`_TASK_SELECT`, :data:`_RECORD_SELECT`), for the ingest hooks and for
@@ -33,8 +40,9 @@ from typing import Iterable, Iterator, Sequence
 from django.db import connection, transaction
 
 from dashboards.core.chunks import in_chunks
-from dashboards.models import AccountingRecord, Task, UsageRollup
-from dashboards.rollup_models import KEY, RECORD_SUMS, SUMS, TASK_SUMS
+from dashboards.models import AccountingRecord, ModelRequest, RequestRollup, Task, UsageRollup, WasteRollup
+from dashboards.rollup_models import (KEY, RECORD_SUMS, REQUEST_KEY, REQUEST_SUMS, SUMS, TASK_SUMS, WASTE_KEY,
+                                     WASTE_RECORD_SUMS, WASTE_SUMS, WASTE_TASK_SUMS)
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +108,14 @@ def _record_select(source: str, where: str = "1 = 1") -> str:
     )
 
 
-def _upsert_sql(sums: Sequence[str], select: str | None = None) -> str:
-    """``INSERT`` of rollup rows (key, ``sums``) adding to a row of the same key: from ``select``, or
-    from one row of parameters."""
-    table = _q(UsageRollup._meta.db_table)
-    columns = [*KEY, *sums]
+def _upsert_sql(sums: Sequence[str], select: str | None = None, *, model=UsageRollup,
+                key: Sequence[str] = KEY, all_sums: Sequence[str] = SUMS) -> str:
+    """``INSERT`` of rollup rows of ``model`` (``key``, ``sums``) adding to a row of the same key:
+    from ``select``, or from one row of parameters."""
+    table = _q(model._meta.db_table)
+    columns = [*key, *sums]
     # The columns not written take 0 (a new row), as the model's defaults say.
-    others = [s for s in SUMS if s not in sums]
+    others = [s for s in all_sums if s not in sums]
     insert_cols = ", ".join(_q(c) for c in (*columns, *others))
     zeros = ", 0" * len(others)
     if select is None:
@@ -117,7 +126,7 @@ def _upsert_sql(sums: Sequence[str], select: str | None = None) -> str:
             source += " WHERE true"  # SQLite: an upsert's SELECT needs a WHERE clause to parse
     add = ", ".join(f"{_q(s)} = {table}.{_q(s)} + excluded.{_q(s)}" for s in sums)
     return (f"INSERT INTO {table} ({insert_cols}) {source} "
-            f"ON CONFLICT ({', '.join(_q(c) for c in KEY)}) DO UPDATE SET {add}")
+            f"ON CONFLICT ({', '.join(_q(c) for c in key)}) DO UPDATE SET {add}")
 
 
 def add_records_sql(source: str, where: str = "1 = 1") -> str:
@@ -166,17 +175,30 @@ def _as_hour(value) -> dt.datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _add(groups: dict[tuple, list[int]], sums: Sequence[str]) -> None:
+def _add(groups: dict[tuple, list[int]], sums: Sequence[str], *, kind: str = "usage") -> None:
+    """Add ``groups`` ({key: sums}) to the rollups of ``kind`` (usage, waste or requests)."""
     rows = []
     for key, values in groups.items():
         if not any(values):
             continue
-        cluster_id, hour, campaign_id, project, queue = key
-        rows.append([cluster_id, connection.ops.adapt_datetimefield_value(hour), campaign_id, project, queue,
-                     *values])
+        rows.append([key[0], connection.ops.adapt_datetimefield_value(key[1]), *key[2:], *values])
     if rows:
         with connection.cursor() as cur:
-            cur.executemany(_upsert_sql(sums), rows)
+            cur.executemany(_upsert_sql(sums, **_SPECS[kind]), rows)
+
+
+def _delta(before: dict[tuple, list[int]], after: dict[tuple, list[int]]) -> dict[tuple, list[int]]:
+    """after - before, key by key."""
+    delta = {}
+    for key in before.keys() | after.keys():
+        old, new = before.get(key), after.get(key)
+        if old is None:
+            delta[key] = new
+        elif new is None:
+            delta[key] = [-v for v in old]
+        else:
+            delta[key] = [b - a for a, b in zip(old, new)]
+    return delta
 
 
 class TaskRoll:
@@ -192,14 +214,19 @@ class TaskRoll:
 
 
 @contextlib.contextmanager
-def tasks_rolled(task_ids: Iterable[int] = ()) -> Iterator[TaskRoll]:
+def tasks_rolled(task_ids: Iterable[int] = (), *, usage: bool = True) -> Iterator[TaskRoll]:
     """Run a write that changes the tasks ``task_ids`` and keep the rollups equal to them.
 
     Opens a transaction (a savepoint inside the caller's), locks the tasks'
     rows (PostgreSQL; SQLite holds its write lock), reads their share of the
     rollups, runs the block, reads it again and writes the difference. A task
     that ends, moves to another hour or queue, or gets tokens, a cost or a
-    verdict is thereby counted once, where it now belongs.
+    verdict is thereby counted once, where it now belongs. The usage rollups,
+    the waste rollups (which also hold the tasks' accounting records by end
+    state, verdict and attempt) and the request rollups (the tasks' model
+    requests: store them inside the block); ``usage`` False: not the usage
+    rollups (records stored for the tasks: their usage share is added by the
+    insert's own statement, ``add_records_sql``).
     """
     roll = TaskRoll(task_ids)
     with transaction.atomic():
@@ -208,19 +235,12 @@ def tasks_rolled(task_ids: Iterable[int] = ()) -> Iterator[TaskRoll]:
                 for chunk in in_chunks(sorted(roll.ids)):
                     cur.execute(f"SELECT id FROM {_q(Task._meta.db_table)} WHERE id IN "
                                 f"({', '.join(['%s'] * len(chunk))}) ORDER BY id FOR UPDATE", chunk)
-        before = _task_groups(sorted(roll.ids)) if roll.ids else {}
+        kinds = ("usage", "waste", "requests") if usage else ("waste", "requests")
+        before = {k: _shares(k, sorted(roll.ids)) if roll.ids else {} for k in kinds}
         yield roll
-        after = _task_groups(sorted(roll.ids)) if roll.ids else {}
-        delta = {}
-        for key in before.keys() | after.keys():
-            old, new = before.get(key), after.get(key)
-            if old is None:
-                delta[key] = new
-            elif new is None:
-                delta[key] = [-v for v in old]
-            else:
-                delta[key] = [b - a for a, b in zip(old, new)]
-        _add(delta, TASK_SUMS)
+        for k in kinds:
+            after = _shares(k, sorted(roll.ids)) if roll.ids else {}
+            _add(_delta(before[k], after), TASK_SUMS if k == "usage" else _SPECS[k]["all_sums"], kind=k)
 
 
 def tasks_added(task_ids: Iterable[int]) -> None:
@@ -228,6 +248,108 @@ def tasks_added(task_ids: Iterable[int]) -> None:
     ids = [i for i in task_ids if i is not None]
     if ids:
         _add(_task_groups(ids), TASK_SUMS)
+        _add(_waste_groups(ids), WASTE_SUMS, kind="waste")
+        _add(_request_groups(ids), REQUEST_SUMS, kind="requests")
+
+
+# --------------------------------------------------------------------------- waste
+
+def _verdict(alias: str) -> str:
+    """SQL for the verdict a waste rollup keeps: the task's where it ended done, else ""."""
+    return f"CASE WHEN {alias}.state = 'done' THEN {alias}.verdict ELSE '' END"
+
+
+def _waste_task_select(where: str) -> str:
+    """One group per waste key of the ended campaign tasks ``where`` selects (alias ``t``), by
+    their start: the key columns then :data:`WASTE_TASK_SUMS` (``billing.waste``'s sums)."""
+    any_tokens = " OR ".join(f"t.{_q(b)} > 0" for b in BUCKETS)
+    return (
+        f"SELECT t.cluster_id, {_hour('t.started_at')} AS h, t.campaign_id, t.state, {_verdict('t')} AS v, "
+        f"{_false()} AS e, COUNT(*), "
+        f"SUM(CASE WHEN t.cost_usd IS NULL AND ({any_tokens}) THEN 1 ELSE 0 END), "
+        f"COALESCE(SUM({_bigint(f'ROUND(t.cost_usd * {COST_UNITS})')}), 0)"
+        f" FROM {_q(Task._meta.db_table)} t"
+        f" WHERE t.active = {_false()} AND t.campaign_id IS NOT NULL AND t.started_at IS NOT NULL AND ({where})"
+        f" GROUP BY 1, 2, 3, 4, 5"
+    )
+
+
+def _waste_record_select(where: str) -> str:
+    """One group per waste key of the accounting records of the ended campaign tasks ``where``
+    selects (records ``a``, tasks ``t``), by each record's start: the key columns (``earlier``:
+    a later record of the same task exists) then :data:`WASTE_RECORD_SUMS`."""
+    records = _q(AccountingRecord._meta.db_table)
+    wall = _bigint("ROUND(a.wallclock_s * 1000000)")
+    inner = (
+        f"SELECT a.cluster_id AS c, {_hour('a.started_at')} AS h, t.campaign_id AS k, t.state AS s, "
+        f"{_verdict('t')} AS v, CASE WHEN EXISTS (SELECT 1 FROM {records} b WHERE b.task_id = a.task_id "
+        f"AND b.start_us > a.start_us) THEN 1 ELSE 0 END AS e, {wall} AS w, a.slots AS n"
+        f" FROM {records} a JOIN {_q(Task._meta.db_table)} t ON t.id = a.task_id"
+        f" WHERE t.active = {_false()} AND t.campaign_id IS NOT NULL AND a.started_at IS NOT NULL AND ({where})"
+    )
+    earlier = "x.e = 1" if connection.vendor == "postgresql" else "x.e"
+    return (f"SELECT x.c, x.h, x.k, x.s, x.v, {earlier}, COUNT(*), SUM(x.w), SUM(x.w * x.n) FROM ({inner}) x"
+            f" GROUP BY x.c, x.h, x.k, x.s, x.v, x.e")
+
+
+def _request_select(where: str) -> str:
+    """One group per request rollup key of the model requests of the ended campaign tasks ``where``
+    selects (tasks ``t``, requests ``r``), by the task's start: the key columns, then the requests."""
+    return (
+        f"SELECT t.cluster_id, {_hour('t.started_at')} AS h, t.campaign_id, r.provider, r.{_q('model')}, COUNT(*)"
+        f" FROM {_q(ModelRequest._meta.db_table)} r JOIN {_q(Task._meta.db_table)} t ON t.id = r.task_id"
+        f" WHERE t.active = {_false()} AND t.campaign_id IS NOT NULL AND t.started_at IS NOT NULL AND ({where})"
+        f" GROUP BY 1, 2, 3, 4, 5"
+    )
+
+
+#: What each kind of rollup kept by task is made of: its model, key and sums (for the upsert), and its
+#: selects, each with the sums it gives and whether its ``where`` is on the records (a) or the tasks (t).
+_SPECS = {
+    "usage": {"model": UsageRollup, "key": KEY, "all_sums": SUMS},
+    "waste": {"model": WasteRollup, "key": WASTE_KEY, "all_sums": WASTE_SUMS},
+    "requests": {"model": RequestRollup, "key": REQUEST_KEY, "all_sums": REQUEST_SUMS},
+}
+_SELECTS = {
+    "waste": ((_waste_task_select, WASTE_TASK_SUMS, False), (_waste_record_select, WASTE_RECORD_SUMS, True)),
+    "requests": ((_request_select, REQUEST_SUMS, False),),
+}
+
+
+def _shares(kind: str, task_ids: Sequence[int]) -> dict[tuple, list[int]]:
+    return _task_groups(task_ids) if kind == "usage" else _groups(kind, task_ids)
+
+
+def _groups(kind: str, task_ids: Sequence[int]) -> dict[tuple, list[int]]:
+    """The share of the tasks ``task_ids`` in the ``kind`` rollups (waste, requests): {key: sums}."""
+    out: dict[tuple, list[int]] = {}
+    width = len(_SPECS[kind]["key"])
+    with connection.cursor() as cur:
+        for chunk in in_chunks(sorted(set(task_ids))):
+            where = f"t.id IN ({', '.join(['%s'] * len(chunk))})"
+            for select, sums, _on_records in _SELECTS[kind]:
+                cur.execute(select(where), chunk)
+                for row in cur.fetchall():
+                    _put(out, row, _SPECS[kind]["all_sums"].index(sums[0]), kind, width)
+    return out
+
+
+def _waste_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
+    return _groups("waste", task_ids)
+
+
+def _request_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
+    return _groups("requests", task_ids)
+
+
+def _put(out: dict[tuple, list[int]], row: Sequence, at: int, kind: str = "waste", width: int = len(WASTE_KEY)
+         ) -> None:
+    """Add one select's row (the key's ``width`` columns, then sums that start at ``at`` in the
+    ``kind``'s sums) to ``out``. (SQLite's 0 and 1 for ``earlier`` equal False and True as keys.)"""
+    key = (row[0], _as_hour(row[1]), *row[2:width])
+    sums = out.setdefault(key, [0] * len(_SPECS[kind]["all_sums"]))
+    for i, value in enumerate(row[width:]):
+        sums[at + i] += int(value or 0)
 
 
 # --------------------------------------------------------------------------- rebuild and check
@@ -248,6 +370,58 @@ def rebuild(*, cluster_id: int | None = None, since: dt.datetime | None = None) 
         return _stored(cluster_id, since).count()
 
 
+def _rebuild_kind(kind: str, cluster_id: int | None, since: dt.datetime | None) -> int:
+    spec = _SPECS[kind]
+    table = _q(spec["model"]._meta.db_table)
+    (where, task_where, record_where), params = _where(cluster_id, since)
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"DELETE FROM {table} WHERE {where}", params)
+        for select, sums, on_records in _SELECTS[kind]:
+            cur.execute(_upsert_sql(sums, select(record_where if on_records else task_where), **spec), params)
+    return _stored(cluster_id, since, spec["model"]).count()
+
+
+def rebuild_waste(*, cluster_id: int | None = None, since: dt.datetime | None = None) -> int:
+    """Make the waste rollups again from the detail rows (migration 0022's backfill, ``tco_rollups
+    --rebuild``); ``since`` as for :func:`rebuild`. Returns the waste rollup rows written."""
+    return _rebuild_kind("waste", cluster_id, since)
+
+
+def rebuild_requests(*, cluster_id: int | None = None, since: dt.datetime | None = None) -> int:
+    """Make the request rollups again from the detail rows (as :func:`rebuild_waste`); returns their rows."""
+    return _rebuild_kind("requests", cluster_id, since)
+
+
+def kind_differences(kind: str, *, cluster_id: int | None = None, since: dt.datetime | None = None) -> list[dict]:
+    """Where the ``kind`` rollups (waste, requests) differ from the detail rows: ``[{"key", "rollup",
+    "detail"}]``."""
+    spec = _SPECS[kind]
+    width = len(spec["key"])
+    (_where_rollup, task_where, record_where), params = _where(cluster_id, since)
+    detail: dict[tuple, list[int]] = {}
+    with connection.cursor() as cur:
+        for select, sums, on_records in _SELECTS[kind]:
+            cur.execute(select(record_where if on_records else task_where), params)
+            for row in cur.fetchall():
+                _put(detail, row, spec["all_sums"].index(sums[0]), kind, width)
+    stored: dict[tuple, list[int]] = {}
+    for row in _stored(cluster_id, since, spec["model"]).values_list(*spec["key"], *spec["all_sums"]):
+        _put(stored, row, 0, kind, width)
+    zero = [0] * len(spec["all_sums"])
+    out = []
+    for key in sorted(detail.keys() | stored.keys(), key=str):
+        a, b = stored.get(key, zero), detail.get(key, zero)
+        if a != b:
+            out.append({"key": dict(zip(spec["key"], key)), "rollup": dict(zip(spec["all_sums"], a)),
+                        "detail": dict(zip(spec["all_sums"], b))})
+    return out
+
+
+def waste_differences(*, cluster_id: int | None = None, since: dt.datetime | None = None) -> list[dict]:
+    """Where the waste rollups differ from the detail rows (:func:`kind_differences`)."""
+    return kind_differences("waste", cluster_id=cluster_id, since=since)
+
+
 def _where(cluster_id: int | None, since: dt.datetime | None) -> tuple[tuple[str, str, str], list]:
     """``WHERE`` clauses for the rollups, the tasks (``t``) and the records (``a``) of one cluster (or
     all) from ``since`` on (or ever), and their one list of parameters."""
@@ -265,8 +439,8 @@ def _where(cluster_id: int | None, since: dt.datetime | None) -> tuple[tuple[str
     return (" AND ".join(rollup), " AND ".join(task), " AND ".join(record)), params
 
 
-def _stored(cluster_id: int | None, since: dt.datetime | None):
-    rows = UsageRollup.objects.all()
+def _stored(cluster_id: int | None, since: dt.datetime | None, model=UsageRollup):
+    rows = model.objects.all()
     if cluster_id is not None:
         rows = rows.filter(cluster_id=cluster_id)
     if since is not None:

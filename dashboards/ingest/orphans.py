@@ -69,15 +69,16 @@ def recover_killed_runners(cluster: Cluster, *, now: dt.datetime | None = None, 
         totals = requests.totals()
         totals["usage_flags"] = sorted({*totals["usage_flags"], FLAG})
         with transaction.atomic():
-            with rollups.tasks_rolled([task.pk]):  # its metered usage joins the rollups
+            with rollups.tasks_rolled([task.pk]):  # its metered usage and requests join the rollups
                 updated = Task.objects.filter(pk=task.pk, runner_record__isnull=True).update(
                     task_started_at=task.task_started_at or task.started_at, **totals)
+                if updated:
+                    ModelRequest.objects.filter(task_id=task.pk).delete()
+                    for row in requests.rows:
+                        row.task_id = task.pk
+                    ModelRequest.objects.bulk_create(requests.rows, batch_size=1000)
             if not updated:
                 continue  # its record arrived meanwhile
-            ModelRequest.objects.filter(task_id=task.pk).delete()
-            for row in requests.rows:
-                row.task_id = task.pk
-            ModelRequest.objects.bulk_create(requests.rows, batch_size=1000)
         recovered += 1
         campaigns.add(task.campaign_id)
         log.warning("task %s.%s ended with no runner record (killed outright): %d metered requests stored",

@@ -163,12 +163,12 @@ def _ingest_claimed(cluster: Cluster, claim: str, layout: SpoolLayout, kept: int
         task_id = tasks.select_for_update().order_by("-id").values_list("id", flat=True).first()
         if task_id is None:
             return None
-        with rollups.tasks_rolled([task_id]):  # its tokens, cost and verdict, if it ended
+        with rollups.tasks_rolled([task_id]):  # its tokens, cost, verdict and requests, if it ended
             Task.objects.filter(pk=task_id).update(runner_record=data, **stages, **totals)
-        ModelRequest.objects.filter(task_id=task_id).delete()
-        for row in requests.rows:
-            row.task_id = task_id
-        ModelRequest.objects.bulk_create(requests.rows, batch_size=1000)
+            ModelRequest.objects.filter(task_id=task_id).delete()
+            for row in requests.rows:
+                row.task_id = task_id
+            ModelRequest.objects.bulk_create(requests.rows, batch_size=1000)
         check_accounting_tokens([task_id])
     if requests.skipped:
         log.warning("runner record of task %s.%s: %d request records not kept as rows", campaign_id,

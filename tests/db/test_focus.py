@@ -14,6 +14,7 @@ import pytest
 
 from dashboards.billing import bills, focus
 from dashboards.models import AccountingRecord, Cluster, ModelRequest, Team
+from dashboards.core import rollups
 from dashboards.core.clusters import cluster_get_default
 from tests.support.history import make_campaign, make_task
 
@@ -62,8 +63,9 @@ def usage(bootstrap, ops_users):
     make_task(None, started_at=at(2026, 5, 4, 15), wallclock_s=999, project="research")  # not launched by tco
     make_task(alpha, task_number=5, started_at=at(2026, 5, 6, 14), wallclock_s=5, cost_usd="9",
               tokens=tokens(out=1))  # May 6th: outside the export
-    ModelRequest.objects.create(task=t1, seq=1, at=at(2026, 5, 4, 14), provider="anthropic", method="POST",
-                                path="/v1/messages", status=200, model="m-1")
+    with rollups.tasks_rolled([t1.id]):  # as the runner record's ingest stores requests: into the rollups
+        ModelRequest.objects.create(task=t1, seq=1, at=at(2026, 5, 4, 14), provider="anthropic", method="POST",
+                                    path="/v1/messages", status=200, model="m-1")
     return {"research": research, "engineering": engineering, "alpha": alpha, "beta": beta, "gamma": gamma}
 
 

@@ -18,15 +18,16 @@ from decimal import Decimal
 import pytest
 from django.db import transaction
 
-from dashboards.billing import bills
-from dashboards.core import errors, rollups
+from dashboards.billing import bills, waste
+from dashboards.core import bulk, errors, rollups
 from dashboards.core.clusters import cluster_get_default
 from dashboards.ingest import retention
 from dashboards.ingest.accounting import _store_records
 from dashboards.ingest.poll import reconcile_gone_tasks
 from dashboards.ingest.runner_records import ingest_runner_records
-from dashboards.models import AccountingRecord, Cluster, ModelRequest, Task, Team, UsageRollup
-from dashboards.rollup_models import KEY, SUMS
+from dashboards.models import (AccountingRecord, Cluster, ModelRequest, RequestRollup, Task, Team, UsageRollup,
+                               WasteRollup)
+from dashboards.rollup_models import KEY, REQUEST_KEY, SUMS, WASTE_KEY, WASTE_SUMS
 from schedulers.base import AccountingRecord as Parsed
 from tests.support import budget
 from tests.support.history import make_campaign
@@ -248,6 +249,8 @@ def test_retention_drops_old_detail_in_batches_and_bills_stay_exact(ops_users, t
     first, last = dt.date(2026, 3, 1), dt.date(2026, 3, 31)
     before = all_bills(teams, first=first, last=last, from_detail=False, campaign=campaign)
     assert before == all_bills(teams, first=first, last=last, from_detail=True, campaign=campaign)
+    wasted = rounded(waste.waste(teams=teams, first=first, last=last, seats=False))
+    assert wasted == rounded(waste.waste(teams=teams, first=first, last=last, seats=False, from_detail=True))
     now = START + dt.timedelta(days=10, hours=7, minutes=25)
     cut = dt.datetime(2026, 3, 12, 7, tzinfo=UTC)  # now - 0 days, to the hour
     old_tasks = set(Task.objects.filter(active=False, ended_at__lt=cut).values_list("id", flat=True))
@@ -260,8 +263,11 @@ def test_retention_drops_old_detail_in_batches_and_bills_stay_exact(ops_users, t
     assert not ModelRequest.objects.filter(task_id__in=old_tasks).exists()
     assert result.records == old_records and not AccountingRecord.objects.filter(ended_at__lt=cut).exists()
     assert Cluster.objects.get(pk=history["cluster"].pk).detail_dropped_before == cut
-    # Bills over the retained rollups: the same figures as before the drop.
+    # Bills and the waste sums over the retained rollups: the same figures as before the drop.
     assert all_bills(teams, first=first, last=last, from_detail=False, campaign=campaign) == before
+    assert rounded(waste.waste(teams=teams, first=first, last=last, seats=False)) == wasted
+    assert wasted["totals"]["spent"]["tasks"] > rounded(waste.waste(teams=teams, first=first, last=last, seats=False,
+                                                                    from_detail=True))["totals"]["spent"]["tasks"]
     # The accounting file read again from its start: the dropped records are not stored a second time.
     cluster = Cluster.objects.get(pk=history["cluster"].pk)
     old = [parsed(9000 + n, 0, submitted=START + dt.timedelta(hours=n), started=START + dt.timedelta(hours=n),
@@ -378,3 +384,127 @@ def test_retention_drops_in_batches_while_ingest_stores(ops_users, tmp_path, boo
     assert all_bills(teams, first=first, last=last, from_detail=False) == before
     april = bills.bill(teams=teams, period="month", first=dt.date(2026, 4, 1), last=dt.date(2026, 4, 30))
     assert april["not_tco_totals"]["records"] == 200 and april["not_tco_totals"]["wallclock_s"] == 6000
+
+
+def waste_detail_sums() -> dict[tuple, list[int]]:
+    """What the waste rollups must hold, computed here from the detail rows: per cluster, hour, campaign,
+    end state, verdict (done tasks only) and earlier attempt, the tasks' (tasks, unpriced, cost units)
+    then their records' (records, wall clock us, slot us) sums; only ended tasks of campaigns."""
+    out: dict[tuple, list[int]] = {}
+
+    def hour(moment):
+        return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+    for t in Task.objects.filter(active=False, campaign__isnull=False, started_at__isnull=False):
+        key = (t.cluster_id, hour(t.started_at), t.campaign_id, t.state, t.verdict if t.state == "done" else "", False)
+        row = out.setdefault(key, [0] * 6)
+        row[0] += 1
+        row[1] += int(t.cost_usd is None and any(getattr(t, b) > 0 for b in BUCKETS))
+        row[2] += int(t.cost_usd * 10**8) if t.cost_usd is not None else 0
+    starts: dict[int, list[int]] = {}
+    for task_id, start_us in AccountingRecord.objects.filter(task__isnull=False).values_list("task_id", "start_us"):
+        starts.setdefault(task_id, []).append(start_us)
+    for r in AccountingRecord.objects.filter(started_at__isnull=False, task__isnull=False).select_related("task"):
+        t = r.task
+        if t.active or t.campaign_id is None:
+            continue
+        earlier = any(s > r.start_us for s in starts[t.id])
+        key = (r.cluster_id, hour(r.started_at), t.campaign_id, t.state, t.verdict if t.state == "done" else "",
+               earlier)
+        row = out.setdefault(key, [0] * 6)
+        wall = round(r.wallclock_s * 1_000_000)
+        row[3] += 1
+        row[4] += wall
+        row[5] += wall * r.slots
+    return {k: v for k, v in out.items() if any(v)}
+
+
+def stored_waste() -> dict[tuple, list[int]]:
+    out = {}
+    for row in WasteRollup.objects.values_list(*WASTE_KEY, *WASTE_SUMS):
+        if any(row[len(WASTE_KEY):]):
+            out[(row[0], row[1].astimezone(UTC), *row[2:len(WASTE_KEY)])] = list(row[len(WASTE_KEY):])
+    return out
+
+
+def rounded(value):
+    """``value`` (a waste view's result) with floats to the microsecond, for comparing two of them."""
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("seed", budget.seeds([4, 5], check=4))
+def test_waste_rollups_equal_the_detail_rows_and_the_waste_view_over_them_is_exact(seed, ops_users, tmp_path,
+                                                                                  settings):
+    history = build_history(random.Random(seed), tmp_path / "spool", ops_users)
+    cluster = history["cluster"]
+    # A rerun's record read after the task ended (as ingest stores a record of a known task): the
+    # task's first record becomes an earlier attempt, in the same transaction.
+    first_record = (AccountingRecord.objects.filter(task__active=False, task__campaign__isnull=False)
+                    .select_related("task").order_by("id").first())
+    task = first_record.task
+    rerun = parsed(task.job_number, task.task_number, submitted=first_record.submitted_at + dt.timedelta(seconds=9),
+                   started=first_record.started_at + dt.timedelta(hours=3), wall=123.25, slots=2, queue="agent.q",
+                   ended=first_record.started_at + dt.timedelta(hours=3, seconds=123.25), project=task.project)
+    with transaction.atomic():
+        assert bulk.store_accounting_records(cluster, [rerun], {0: task.id}) == 1
+    expected = waste_detail_sums()
+    assert any(key[5] for key in expected) and any(key[3] == "failed" for key in expected)
+    assert stored_waste() == expected
+    assert rollups.waste_differences() == [] and rollups.differences() == []
+    # The waste view from the rollups (and the active tasks' detail) equals the one from the detail
+    # rows alone, in three zones (Kolkata's half hour: the detail rows), with another verdict setting.
+    teams = history["teams"]
+    for zone in ("UTC", "America/New_York", "Asia/Kolkata"):
+        Cluster.objects.filter(pk=cluster.pk).update(time_zone=zone)
+        for verdicts in (["fail", "failed"], ["ok", "bad"]):
+            settings.TCO_FAILING_VERDICTS = verdicts
+            for first, last, campaign in ((dt.date(2026, 3, 1), dt.date(2026, 3, 20), None),
+                                          (dt.date(2026, 3, 3), dt.date(2026, 3, 5), None),
+                                          (dt.date(2026, 3, 1), dt.date(2026, 3, 20), history["campaigns"][0].pk)):
+                got = waste.waste(teams=teams, first=first, last=last, campaign=campaign, seats=False)
+                want = waste.waste(teams=teams, first=first, last=last, campaign=campaign, seats=False,
+                                   from_detail=True)
+                assert rounded(got) == rounded(want)
+    assert rounded(got)["totals"]["spent"]["tasks"] > 0
+    rollups.rebuild_waste()
+    assert stored_waste() == expected
+
+
+def request_detail_sums() -> dict[tuple, list[int]]:
+    """The request rollups computed here: the model requests of ended campaign tasks per cluster, hour
+    of the task's start, campaign, provider and model."""
+    out: dict[tuple, list[int]] = {}
+    for r in ModelRequest.objects.select_related("task"):
+        t = r.task
+        if t.active or t.campaign_id is None or t.started_at is None:
+            continue
+        hour = t.started_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        out.setdefault((t.cluster_id, hour, t.campaign_id, r.provider, r.model), [0])[0] += 1
+    return out
+
+
+def test_request_rollups_equal_the_request_rows_and_name_the_focus_publishers(ops_users, tmp_path):
+    from dashboards.billing import focus
+
+    history = build_history(random.Random(6), tmp_path / "spool", ops_users)
+    expected = request_detail_sums()
+    assert expected
+    stored = {(r[0], r[1].astimezone(UTC), *r[2:5]): [r[5]] for r in RequestRollup.objects.values_list(
+        *REQUEST_KEY, "requests") if r[5]}
+    assert stored == expected
+    assert rollups.kind_differences("requests") == []
+    # The export's publishers from the rollups (whole hours) equal those from the request rows.
+    window = focus.window(first=dt.date(2026, 3, 1), last=dt.date(2026, 3, 20))
+    cluster = history["cluster"]
+    begin, end = window.bounds(dt.timezone.utc)
+    ids = {c.pk for c in history["campaigns"]}
+    from_rows = focus._publishers(cluster, begin + dt.timedelta(seconds=1), end, ids)
+    assert focus._publishers(cluster, begin, end, ids) == from_rows and set(from_rows.values()) == {"anthropic"}
+    rollups.rebuild_requests()
+    assert rollups.kind_differences("requests") == []

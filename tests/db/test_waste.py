@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 
 from dashboards.billing import bills, waste
+from dashboards.core import rollups
 from dashboards.models import AccountingRecord, Campaign, ModelRequest, Team
 from tests.support.history import make_campaign, make_task
 
@@ -30,13 +31,24 @@ def request(task, seq: int, start: float, seconds: float) -> None:
 
 
 def earlier_attempt(task, start: float, wall: float) -> None:
-    """An accounting record of an attempt before the task's last (a rerun on another host)."""
-    AccountingRecord.objects.create(
-        cluster=task.cluster, task=task, job_number=task.job_number, task_number=task.task_number,
-        submission_us=int(task.submitted_at.timestamp()) * 1_000_000, start_us=int(s(start).timestamp()) * 1_000_000,
-        end_us=int(s(start + wall).timestamp()) * 1_000_000, submitted_at=task.submitted_at, started_at=s(start),
-        ended_at=s(start + wall), job_name="x", owner="tco", group="tco", project=task.project, queue="agent.q",
-        hostname="lost-host", slots=1, wallclock_s=wall, cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
+    """An accounting record of an attempt before the task's last (a rerun on another host), stored
+    as ingest stores one: into the usage and waste rollups."""
+    with rollups.tasks_rolled([task.id], usage=False):
+        record = AccountingRecord.objects.create(
+            cluster=task.cluster, task=task, job_number=task.job_number, task_number=task.task_number,
+            submission_us=int(task.submitted_at.timestamp()) * 1_000_000,
+            start_us=int(s(start).timestamp()) * 1_000_000, end_us=int(s(start + wall).timestamp()) * 1_000_000,
+            submitted_at=task.submitted_at, started_at=s(start), ended_at=s(start + wall), job_name="x", owner="tco",
+            group="tco", project=task.project, queue="agent.q",
+            hostname="lost-host", slots=1, wallclock_s=wall, cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
+        rollups.records_added([record.id])
+
+
+def set_verdict(task, verdict: str) -> None:
+    """The runner record's verdict, as ingest writes it (the rollups follow)."""
+    with rollups.tasks_rolled([task.id]):
+        task.verdict = verdict
+        task.save(update_fields=["verdict"])
 
 
 @pytest.fixture
@@ -47,8 +59,7 @@ def campaigns(bootstrap, ops_users):
     Campaign.objects.filter(pk=a.pk).update(seats_per_task=2)
     a.refresh_from_db()
     t1 = make_task(a, task_number=1, started_at=s(0), wallclock_s=100, cost_usd="1.00", tokens={"output_tokens": 9})
-    t1.verdict = "ok"
-    t1.save(update_fields=["verdict"])
+    set_verdict(t1, "ok")
     request(t1, 1, 10, 20)
     request(t1, 2, 20, 20)   # overlaps the first: [10, 40] is 30 s in calls
     request(t1, 3, 86, 10)   # [86, 96]: 10 s more
@@ -57,8 +68,7 @@ def campaigns(bootstrap, ops_users):
     request(t2, 1, 55, 30)   # [55, 85]
     t3 = make_task(a, task_number=3, started_at=s(100), wallclock_s=40, slots=2, cost_usd="0.25",
                    tokens={"output_tokens": 3})
-    t3.verdict = "FAIL"
-    t3.save(update_fields=["verdict"])
+    set_verdict(t3, "FAIL")
     request(t3, 1, 100, 40)  # [100, 140]
     t4 = make_task(a, task_number=4, started_at=s(200), wallclock_s=10, cost_usd=None, tokens={"output_tokens": 7})
     earlier_attempt(t4, 150, 20)
@@ -264,8 +274,7 @@ def test_the_waste_view_exports_its_campaign_rows_as_csv(campaigns, as_user):
 
 def test_a_review_agents_bad_verdict_is_its_finding_not_a_failure(campaigns):
     task = campaigns["t4"]
-    task.verdict = "bad"
-    task.save(update_fields=["verdict"])
+    set_verdict(task, "bad")
     result = waste.waste(teams=[campaigns["research"]], first=DAY, last=DAY, campaign=campaigns["a"].pk)
     assert result["rows"][0]["verdict_failed"]["tasks"] == 1  # task 3's "FAIL" only
     assert "bad" not in result["failing_verdicts"]

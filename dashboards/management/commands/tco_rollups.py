@@ -1,4 +1,4 @@
-"""Check the usage rollups against the detail rows, or make them again from them (issue 26).
+"""Check the usage, waste and request rollups against the detail rows, or make them again from them (issue 26).
 
     manage.py tco_rollups --check            # exit 1 and list the hours that differ
     manage.py tco_rollups --rebuild          # make them again (after a repair by hand)
@@ -36,9 +36,14 @@ class Command(BaseCommand):
             scope = f"cluster {c.name}" + (f" from {since.isoformat()}" if since else "")
             if rebuild:
                 rows = rollups.rebuild(cluster_id=c.pk, since=since)
-                self.stdout.write(f"{scope}: {rows} rollup rows made from the detail rows")
+                waste_rows = rollups.rebuild_waste(cluster_id=c.pk, since=since)
+                request_rows = rollups.rebuild_requests(cluster_id=c.pk, since=since)
+                self.stdout.write(f"{scope}: {rows} rollup rows, {waste_rows} waste and {request_rows} request "
+                                  "rollup rows made from the detail rows")
                 continue
-            differences = rollups.differences(cluster_id=c.pk, since=since)
+            differences = (rollups.differences(cluster_id=c.pk, since=since)
+                           + rollups.kind_differences("waste", cluster_id=c.pk, since=since)
+                           + rollups.kind_differences("requests", cluster_id=c.pk, since=since))
             bad += len(differences)
             for d in differences[:50]:
                 changed = {k: (v, d["detail"][k]) for k, v in d["rollup"].items() if v != d["detail"][k]}

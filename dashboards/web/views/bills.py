@@ -122,8 +122,8 @@ def bills_page(request: HttpRequest) -> HttpResponse:
                     list(Budget.objects.filter(team__in=form.teams()).select_related("team")
                          .order_by("team__name", "period")))])
             wasted, limit = None, waste.bill_task_limit()
-            # The waste figures read every task and record of the bill's range; a bill of more tasks
-            # than TCO_BILL_WASTE_TASKS links the waste view instead (a busy site's quarter: 500,000).
+            # The waste figures come from the waste rollups (billing.waste); a bill of more tasks than
+            # TCO_BILL_WASTE_TASKS links the waste view instead (a busy site's quarter: 500,000).
             skipped = bool(limit) and result["totals"]["tasks"] + result["not_tco_totals"]["tasks"] > limit
             if not skipped:
                 try:
