@@ -11,13 +11,39 @@ import time
 from collections.abc import Callable
 
 
+#: What :func:`tree_bytes` counts for a directory it cannot read even after giving its owner the
+#: permission back: more than any limit (a directory the runner cannot measure is over it).
+UNREADABLE_BYTES = 1 << 62
+
+
 def tree_bytes(root: str) -> int:
     """Disk space (bytes, from ``st_blocks``) the tree at ``root`` takes, links not followed;
-    what vanishes during the walk is skipped."""
+    what vanishes during the walk is skipped.
+
+    An agent may hide a tree from the walk with ``chmod 0`` on a directory (a file descriptor it
+    opened before keeps writing into it): a directory the walk cannot open (EACCES) that the
+    runner's account owns -- everything the sandbox writes is the submit account's -- gets its
+    owner's rwx back and is read; one that still cannot be read counts :data:`UNREADABLE_BYTES`,
+    so the limit stops the agent rather than missing what it hides (issue 23, fresh attack A1).
+    """
     total, stack = 0, [root]
     while stack:
+        path = stack.pop()
         try:
-            entries = os.scandir(stack.pop())
+            entries = os.scandir(path)
+        except FileNotFoundError:
+            continue
+        except PermissionError:
+            try:
+                info = os.lstat(path)
+                if info.st_uid == os.geteuid() and stat.S_ISDIR(info.st_mode):
+                    os.chmod(path, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
+                entries = os.scandir(path)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                total += UNREADABLE_BYTES
+                continue
         except OSError:
             continue
         with entries:
@@ -32,9 +58,74 @@ def tree_bytes(root: str) -> int:
     return total
 
 
+def descendants(root_pid: int) -> list[int]:
+    """Pids of every live process descended from ``root_pid`` (children, theirs, ...: the sandbox's
+    processes are the runner's, whatever pid namespace they see), from /proc/<pid>/stat's ppid."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                line = fh.read()
+        except OSError:
+            continue
+        fields = line[line.rindex(b")") + 2:].split()
+        if len(fields) > 1 and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    out, stack = [], list(children.get(root_pid, []))
+    while stack:
+        pid = stack.pop()
+        out.append(pid)
+        stack.extend(children.get(pid, []))
+    return out
+
+
+def deleted_open_bytes(pids: list[int], device: int) -> int:
+    """Disk space (bytes, ``st_blocks``) of files on ``device`` (an ``st_dev``) that ``pids`` hold
+    open after they were deleted: a walk of the work directory no longer sees them, the disk
+    still holds them until the last descriptor closes (proc(5): /proc/<pid>/fd/<n> reads
+    "<path> (deleted)"). Each file counts once; descriptors that cannot be read are skipped."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            link = f"/proc/{pid}/fd/{fd}"
+            try:
+                if not os.readlink(link).endswith(" (deleted)"):
+                    continue
+                info = os.stat(link)
+            except OSError:
+                continue
+            key = (info.st_dev, info.st_ino)
+            if info.st_dev == device and stat.S_ISREG(info.st_mode) and key not in seen:
+                seen.add(key)
+                total += info.st_blocks * 512
+    return total
+
+
+def workdir_bytes(path: str, pids: list[int] | None = None) -> int:
+    """What the task's work directory takes on its disk: :func:`tree_bytes` of ``path`` plus the
+    deleted files ``pids`` (default: the runner's descendants, i.e. the sandbox) still hold open on
+    the same file system. Bytes."""
+    try:
+        device = os.stat(path).st_dev
+    except OSError:
+        return 0
+    if pids is None:
+        pids = descendants(os.getpid())
+    return tree_bytes(path) + deleted_open_bytes(pids, device)
+
+
 class WorkdirWatch(threading.Thread):
-    """Walk the work directory at ``path`` every ``interval_s`` seconds; once it takes more than
-    ``limit`` bytes, call ``on_over`` once and stop (or stop when ``done`` is set)."""
+    """Measure the work directory at ``path`` every ``interval_s`` seconds (:func:`workdir_bytes`:
+    the tree, what it hides behind a closed directory, and the deleted files the sandbox holds
+    open); once it takes more than ``limit`` bytes, call ``on_over`` once and stop (or stop when
+    ``done`` is set)."""
 
     def __init__(self, path: str, limit: int, interval_s: float, on_over: Callable[[], None]) -> None:
         super().__init__(daemon=True, name="tco-workdir-watch")
@@ -44,7 +135,7 @@ class WorkdirWatch(threading.Thread):
     def run(self) -> None:
         """Walk until over the limit or ``done``."""
         while not self.done.wait(self.interval_s):
-            if tree_bytes(self.path) > self.limit:
+            if workdir_bytes(self.path) > self.limit:
                 self.on_over()
                 return
 
