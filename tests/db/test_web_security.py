@@ -449,3 +449,22 @@ def test_no_other_redis_client_accepts_pickles():
     assert set(app.conf.accept_content) == {"json"} and app.conf.task_serializer == "json"
     assert CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
     assert CHANNEL_LAYERS["default"]["CONFIG"].get("serializer_format", "msgpack") == "msgpack"
+
+
+@pytest.mark.parametrize("path", ["/ws/campaign/2/", "/ws/", "/ws/tasks/x/", "/nothing"])
+def test_a_socket_to_a_path_no_view_serves_is_refused_not_a_server_error(role_users, channel_layer, path):
+    """The fresh attack's A5: ``/ws/campaign/2/`` (no such route) answered HTTP 500 with a traceback in the
+    log at every try (Channels' URLRouter raises "No route found"). Now the handshake is refused."""
+    from tco_web.asgi import application
+
+    viewer = logged_in("viewer")
+
+    async def scenario():
+        comm = WebsocketCommunicator(application, path, headers=[
+            (b"cookie", f"sessionid={viewer.cookies['sessionid'].value}".encode()),
+            (b"origin", b"http://localhost"), (b"host", b"localhost")])
+        connected, code = await comm.connect(timeout=5)
+        await comm.disconnect()
+        return connected, code
+
+    assert async_to_sync(scenario)() == (False, 1000)
