@@ -217,3 +217,18 @@ def test_groups_left_by_dead_runners_are_removed_by_the_next_task_and_live_ones_
         for path in (orphan, live):
             if os.path.isdir(path):
                 os.rmdir(path)
+
+
+def test_all_agents_together_are_held_below_the_hosts_memory(memory_cgroup_root):
+    """The fresh attack's A3: 96 slots x 4 GiB per task (384 GiB) against a 24 GiB host, and the tasks'
+    parent group unlimited: one launcher's campaign could push the host into a system-wide OOM kill.
+    The tasks' groups are children of the delegated directory, whose limit (root's, set by
+    scripts/dev-cluster: 75% of MemTotal) bounds them together; the submit account cannot raise it."""
+    with open("/proc/meminfo") as fh:
+        total = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemTotal:"))
+    with open(os.path.join(memory_cgroup_root, "memory.limit_in_bytes")) as fh:
+        limit = int(fh.read())
+    with open(os.path.join(memory_cgroup_root, "memory.use_hierarchy")) as fh:
+        assert fh.read().strip() == "1"  # a child's charge counts in this group's
+    assert limit <= total * 0.8, f"the agents together may use {limit >> 20} MiB of the host's {total >> 20} MiB"
+    assert not os.access(os.path.join(memory_cgroup_root, "memory.limit_in_bytes"), os.W_OK) or os.geteuid() == 0
