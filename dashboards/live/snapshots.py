@@ -190,9 +190,16 @@ def current(view: View) -> dict[str, Any] | None:
     the page reads the database (sync views share one thread per web process: nothing here waits).
     None too when the live store does not answer (Redis down)."""
     store = live_bus.bus()
+    # A campaign page searched or filtered by host is one user's view of the moment: a GET of it does
+    # not ask the producer to keep it (its socket does, while it is open). Every distinct ?q= registered
+    # by a GET was rebuilt at each change for a minute: a viewer's stream of GETs slowed every user's
+    # live pages (the fresh attack's A2).
+    personal = view.kind == CAMPAIGN and bool(view.q or view.host)
     try:
-        record, gen, watched = store.snapshot(view.key, view.source)
-        if not watched:
+        record, gen, watched = store.snapshot(view.key, view.source, register=not personal)
+        if personal and record is None:
+            return None
+        if not watched and not personal:
             store.wake()
     except Exception:  # noqa: BLE001 - the page reads the database instead
         log.warning("live store unavailable for %s; the page reads the database", view.key, exc_info=True)

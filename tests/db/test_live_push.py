@@ -628,6 +628,28 @@ def test_a_page_get_of_a_view_nobody_watches_reads_the_database_and_has_it_built
     assert client.get(f"/campaigns/{world['alpha'].pk}/").status_code == 404
 
 
+def test_searched_campaign_pages_fetched_by_get_do_not_make_the_producer_keep_them(world, client,
+                                                                                   live_store_in_memory):
+    """The fresh attack's A2: a viewer fetching the campaign page with 1,264 distinct ``?q=`` in 50 s
+    registered each as a watched view, rebuilt at every change for a minute (the producer's CPU 16x, the
+    admin's socket lag 0.3 -> 13.5 s). A searched or host-filtered page GET reads the database and
+    registers nothing; the plain page still registers its view."""
+    from .test_roles_scoping import login
+
+    store = live_store_in_memory
+    store.eager = False
+    login(client, "eng-viewer")
+    beta = world["beta"].pk
+    for n in range(20):
+        page = client.get(f"/campaigns/{beta}/?q=probe{n}")
+        assert page.status_code == 200 and page_json(page, "initial-live") is None
+    assert client.get(f"/campaigns/{beta}/?host=sge-exec1").status_code == 200
+    assert [key for key in store.views if "q=" in key or "host=" in key] == []
+    assert store.wakes == 0
+    client.get(f"/campaigns/{beta}/")
+    assert snapshots.campaign_view(beta).key in store.views and store.wakes == 1
+
+
 @pytest.mark.parametrize("failing", ["check", "channel layer"])
 def test_a_handshake_whose_check_or_group_join_fails_is_closed_to_reconnect_never_answered_500(
         world, monkeypatch, failing, caplog):
