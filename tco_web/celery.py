@@ -24,8 +24,9 @@ def setup_periodic_tasks(sender: Celery, **kwargs) -> None:
     poll = settings.TCO_POLL_INTERVAL_S
     status = settings.TCO_STATUS_INTERVAL_S
     ingest = settings.TCO_INGEST_INTERVAL_S
-    sender.add_periodic_task(poll, sender.signature("worker.tasks.poll_queue", expires=poll * 1.5),
-                             name="poll qstat")
+    if not settings.TCO_POLL_LOOP:   # else manage.py tco_poll polls (worker/poll_loop.py)
+        sender.add_periodic_task(poll, sender.signature("worker.tasks.poll_queue", expires=poll * 1.5),
+                                 name="poll qstat")
     sender.add_periodic_task(status, sender.signature("worker.tasks.poll_cluster_status", expires=status * 1.5),
                              name="poll queues, hosts and quotas")
     sender.add_periodic_task(ingest, sender.signature("worker.tasks.ingest_accounting", expires=ingest * 1.5),

@@ -312,6 +312,9 @@ TCO_SUBMIT_USER = env_str("TCO_SUBMIT_USER", "tco")
 TCO_POLL_INTERVAL_S = env_float("TCO_POLL_INTERVAL_S", 1.0)
 # While a poll finds a burst of changes (worker.tasks.BURST_TASKS), the next one comes this much later.
 TCO_POLL_BURST_S = env_float("TCO_POLL_BURST_S", 0.25)
+# The qstat poll runs in a process of its own (manage.py tco_poll, worker/poll_loop.py) and the beat does
+# not queue it (scripts/services sets it; a site that runs tco-poll.service sets it for tco-beat.service).
+TCO_POLL_LOOP = env_bool("TCO_POLL_LOOP", False)
 TCO_STATUS_INTERVAL_S = env_float("TCO_STATUS_INTERVAL_S", 5.0)
 TCO_INGEST_INTERVAL_S = env_float("TCO_INGEST_INTERVAL_S", 1.0)
 # A task gone from qstat with no accounting record after this long is "lost"

@@ -130,18 +130,20 @@ def poll_queue(cluster_name: str | None = None) -> dict:
     """Poll ``qstat -xml -u '*'`` and ``qstat -f`` once (whatever the number of hosts) and apply the
     difference; again every ``TCO_POLL_BURST_S`` while a burst goes on (:func:`poll_burst`). With
     several clusters, the periodic call queues one poll per cluster (:func:`fan_out`)."""
+    if cluster_name is None and (queued := fan_out(poll_queue, "poll", settings.TCO_POLL_INTERVAL_S * 1.5)):
+        return queued
+    return on_each_cluster("poll", 30, poll_cluster, only=cluster_name)
+
+
+def poll_cluster(cluster) -> dict:
+    """One poll of ``cluster`` (:func:`poll_burst` of ``qstat -xml`` and ``qstat -f``), as :func:`poll_queue`
+    and the poll loop (``worker.poll_loop``) run it under the single-flight lock ``poll:<cluster name>``."""
     from dashboards.core.clusters import scheduler_for
     from schedulers.hosts import tasks_with_host_states
 
-    if cluster_name is None and (queued := fan_out(poll_queue, "poll", settings.TCO_POLL_INTERVAL_S * 1.5)):
-        return queued
-
-    def poll(cluster) -> dict:
-        # Tasks on an unreachable host are "unknown", never running, done or failed on a guess.
-        return poll_burst(cluster, lambda: tasks_with_host_states(scheduler_for(cluster)),
-                          budget_s=settings.TCO_POLL_INTERVAL_S * 0.75, every_s=settings.TCO_POLL_BURST_S)
-
-    return on_each_cluster("poll", 30, poll, only=cluster_name)
+    # Tasks on an unreachable host are "unknown", never running, done or failed on a guess.
+    return poll_burst(cluster, lambda: tasks_with_host_states(scheduler_for(cluster)),
+                      budget_s=settings.TCO_POLL_INTERVAL_S * 0.75, every_s=settings.TCO_POLL_BURST_S)
 
 
 @shared_task(time_limit=30, soft_time_limit=25)

@@ -1,0 +1,96 @@
+"""worker.poll_loop: the qstat poll in a loop of its own (manage.py tco_poll), and the beat that then leaves it."""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import pytest
+
+from dashboards.core.clusters import cluster_get_default
+from worker import poll_loop
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def tasks(monkeypatch):
+    import worker.tasks as tasks
+
+    held = []
+
+    @contextlib.contextmanager
+    def always_mine(name, timeout):
+        held.append(name)
+        yield True
+
+    monkeypatch.setattr(tasks, "single_flight", always_mine)
+    tasks.held = held
+    return tasks
+
+
+def test_the_loop_polls_its_cluster_again_and_again_under_the_poll_lock(bootstrap, tasks, monkeypatch):
+    stop = threading.Event()
+    polled = []
+
+    def poll_cluster(cluster):
+        polled.append(cluster.name)
+        if len(polled) == 3:
+            stop.set()
+        return {"added": 0, "changed": 0, "gone": 0, "polls": 1}
+
+    monkeypatch.setattr(tasks, "poll_cluster", poll_cluster)
+    name = cluster_get_default().name
+    assert poll_loop.poll_forever(name, stop, interval_s=0.0) == 3
+    assert polled == [name] * 3
+    assert tasks.held == [f"poll:{name}"] * 3
+
+
+def test_a_failing_poll_does_not_end_the_loop(bootstrap, tasks, monkeypatch):
+    stop = threading.Event()
+    calls = []
+
+    def poll_cluster(cluster):
+        calls.append(cluster.name)
+        if len(calls) == 1:
+            raise RuntimeError("database away")
+        stop.set()
+        return {"error": "SchedulerUnavailable: unable to contact qmaster"}
+
+    monkeypatch.setattr(tasks, "poll_cluster", poll_cluster)
+    assert poll_loop.poll_forever(cluster_get_default().name, stop, interval_s=0.0) == 1
+    assert len(calls) == 2
+
+
+def test_no_poll_while_another_poller_holds_the_lock_and_none_of_a_cluster_not_watched(bootstrap, monkeypatch):
+    import worker.tasks as tasks
+
+    stop = threading.Event()
+
+    @contextlib.contextmanager
+    def theirs(name, timeout):
+        stop.set()
+        yield False
+
+    monkeypatch.setattr(tasks, "single_flight", theirs)
+    monkeypatch.setattr(tasks, "poll_cluster", lambda cluster: pytest.fail("polled without the lock"))
+    assert poll_loop.poll_forever(cluster_get_default().name, stop, interval_s=0.0) == 0
+    assert poll_loop.poll_forever("no-such-cluster", threading.Event(), interval_s=0.0) == 0
+
+
+@pytest.mark.parametrize("loop, polled_by_beat", [(False, True), (True, False)])
+def test_the_beat_queues_the_poll_only_without_the_loop(settings, loop, polled_by_beat):
+    from tco_web.celery import setup_periodic_tasks
+
+    settings.TCO_POLL_LOOP = loop
+    queued = []
+
+    class Sender:
+        def signature(self, name, **kwargs):
+            return name
+
+        def add_periodic_task(self, every, signature, name):
+            queued.append(signature)
+
+    setup_periodic_tasks(Sender())
+    assert ("worker.tasks.poll_queue" in queued) is polled_by_beat
+    assert "worker.tasks.poll_cluster_status" in queued and "worker.tasks.sample_queue_depth" in queued
