@@ -18,6 +18,9 @@
       if (fresh) { card.replaceWith(fresh); card = fresh; }
     }).catch(function () { /* the next change asks again */ });
   }
+  // The card is drawn from the database when the page is; the counts may come from a newer snapshot
+  // (tasks running while the card still says "not started yet"): read it again once at the start.
+  if (/not started yet|running$/m.test(card.textContent)) { timer = setTimeout(refresh, 1000); }
   new MutationObserver(function () {
     if (counts.textContent === seen) { return; }
     seen = counts.textContent;
