@@ -8,7 +8,7 @@ import signal
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 #: What :func:`tree_bytes` counts for a directory it cannot read even after giving its owner the
@@ -58,10 +58,9 @@ def tree_bytes(root: str) -> int:
     return total
 
 
-def descendants(root_pid: int) -> list[int]:
-    """Pids of every live process descended from ``root_pid`` (children, theirs, ...: the sandbox's
-    processes are the runner's, whatever pid namespace they see), from /proc/<pid>/stat's ppid."""
-    children: dict[int, list[int]] = {}
+def live_processes() -> Iterator[tuple[int, list[bytes]]]:
+    """``(pid, fields)`` of every live (not zombie) process, ``fields`` being /proc/<pid>/stat's
+    fields after "(comm)": state ppid pgrp ... (comm may hold spaces or ')'; proc(5))."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -71,8 +70,16 @@ def descendants(root_pid: int) -> list[int]:
         except OSError:
             continue
         fields = line[line.rindex(b")") + 2:].split()
-        if len(fields) > 1 and fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(name))
+        if len(fields) > 2 and fields[0] != b"Z":
+            yield int(name), fields
+
+
+def descendants(root_pid: int) -> list[int]:
+    """Pids of every live process descended from ``root_pid`` (children, theirs, ...: the sandbox's
+    processes are the runner's, whatever pid namespace they see), from /proc/<pid>/stat's ppid."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in live_processes():
+        children.setdefault(int(fields[1]), []).append(pid)
     out, stack = [], list(children.get(root_pid, []))
     while stack:
         pid = stack.pop()
@@ -143,20 +150,7 @@ class WorkdirWatch(threading.Thread):
 def group_members() -> list[int]:
     """Live processes (pids) in the runner's process group, other than the runner (Linux /proc)."""
     me, group = os.getpid(), os.getpgrp()
-    members = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                line = fh.read()
-        except OSError:
-            continue
-        # Fields after "(comm)": state ppid pgrp ...; comm may hold spaces or ')'.
-        fields = line[line.rindex(b")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == group and fields[0] != b"Z":
-            members.append(int(name))
-    return members
+    return [pid for pid, fields in live_processes() if pid != me and int(fields[2]) == group]
 
 
 def terminate_group(grace_s: float) -> None:
