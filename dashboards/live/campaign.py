@@ -89,9 +89,33 @@ def task_table_choice(sort: str | None, direction: str | None, q: str | None) ->
             "q": (q or "").strip()[:100]}
 
 
+def campaign_whole(user: Who, campaign_id: int) -> dict[str, Any]:
+    """What a campaign page shows whatever its page and filters: ``{"campaign": Campaign, "states",
+    "waiting", "ended", "failures", "infrastructure", "hosts": [(host, n)], "stages"}``. Raises
+    ``Campaign.DoesNotExist`` when the campaign is not visible to ``user``. The live producer reads it
+    once per campaign and pass, for all the views of that campaign (pages, filters, sorts)."""
+    from dashboards.core.holds import WAITING, campaign_states
+
+    campaign = campaign_for(user, campaign_id)
+    tasks = Task.objects.filter(campaign=campaign)
+    states = state_counts(tasks.values_list("state").annotate(n=Count("id")).order_by())
+    states = campaign_states(campaign, states)  # held -> waiting while they wait for the predecessor
+    failures = sum(states[s] for s in FAILURE_STATES)
+    return {
+        "campaign": campaign,
+        "states": states,
+        "waiting": WAITING in states,  # the task rows say so too (qstat's hqw reads "held")
+        "ended": sum(states[s] for s in TERMINAL_STATES),
+        "failures": failures,
+        "infrastructure": tasks.filter(infrastructure_filter()).count() if failures else 0,
+        "hosts": list(tasks.exclude(host="").values_list("host").annotate(n=Count("id")).order_by("host")),
+        "stages": campaign_stages(campaign, states),
+    }
+
+
 def campaign_detail(user: Who, campaign_id: int, *, page: int = 1, per_page: int = TASKS_PER_PAGE,
                     state: str | None = None, sort: str | None = None, descending: bool = False,
-                    q: str = "", host: str | None = None) -> dict[str, Any]:
+                    q: str = "", host: str | None = None, whole: dict[str, Any] | None = None) -> dict[str, Any]:
     """One campaign's progress, a page of its tasks (failures and errors first) and its stage table.
 
     Raises ``Campaign.DoesNotExist`` when the campaign is not visible to
@@ -121,24 +145,20 @@ def campaign_detail(user: Who, campaign_id: int, *, page: int = 1, per_page: int
     ``host`` keeps only the tasks on that execution host (their latest
     attempt's host), with any of the above.
     """
-    from dashboards.core.holds import WAITING, campaign_states
+    from dashboards.core.holds import WAITING
 
     if state == WAITING:  # tasks that wait for the -hold_jid_ad predecessor are held (hqw) in the scheduler
         state = "held"
     if state is not None and state not in LIFECYCLE_STATES:
         raise ValueError(f"unknown state {state!r}")
-    campaign = campaign_for(user, campaign_id)
+    if whole is None or whole["campaign"].pk != int(campaign_id):
+        whole = campaign_whole(user, campaign_id)
+    campaign, states, waiting = whole["campaign"], whole["states"], whole["waiting"]
+    ended, failures, infrastructure, hosts = whole["ended"], whole["failures"], whole["infrastructure"], whole["hosts"]
     tasks = Task.objects.filter(campaign=campaign)
-    states = state_counts(tasks.values_list("state").annotate(n=Count("id")).order_by())
-    states = campaign_states(campaign, states)  # held -> waiting while they wait for the predecessor
-    waiting = WAITING in states  # the task rows say so too (qstat's hqw reads "held")
-    ended = sum(states[s] for s in TERMINAL_STATES)
-    failures = sum(states[s] for s in FAILURE_STATES)
-    infrastructure = tasks.filter(infrastructure_filter()).count() if failures else 0
     if sort not in TASK_SORTS:
         sort = None
     q = (q or "").strip()[:100]
-    hosts = list(tasks.exclude(host="").values_list("host").annotate(n=Count("id")).order_by("host"))
     if host:
         tasks = tasks.filter(host=host)
         failures_here = tasks.filter(state__in=FAILURE_STATES).count()
@@ -215,5 +235,5 @@ def campaign_detail(user: Who, campaign_id: int, *, page: int = 1, per_page: int
         "matching": total,
         "host_filter": host,
         "hosts": [{"host": h, "tasks": n} for h, n in hosts],
-        "stages": campaign_stages(campaign, states),
+        "stages": whole["stages"],
     }

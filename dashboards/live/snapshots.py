@@ -136,11 +136,22 @@ class BuildContext:
 
     def __init__(self) -> None:
         self._counts: LiveCounts | None = None
+        self._campaigns: dict[int, dict[str, Any]] = {}
 
     def counts(self) -> LiveCounts:
         if self._counts is None:
             self._counts = live_counts()
         return self._counts
+
+    def campaign(self, campaign_id: int) -> dict[str, Any]:
+        """A campaign's page-independent parts (``campaign.campaign_whole``), read once per pass for all the
+        views of that campaign (its pages, filters and sorts). Raises ``Campaign.DoesNotExist``."""
+        from dashboards.live import campaign
+
+        whole = self._campaigns.get(campaign_id)
+        if whole is None:
+            whole = self._campaigns[campaign_id] = campaign.campaign_whole(EVERYTHING, campaign_id)
+        return whole
 
 
 def build(view: View, ctx: BuildContext | None = None) -> dict[str, Any]:
@@ -159,7 +170,8 @@ def build(view: View, ctx: BuildContext | None = None) -> dict[str, Any]:
     if view.kind == CAMPAIGN:
         try:
             return campaign.campaign_detail(EVERYTHING, view.id, page=view.page, state=view.state, sort=view.sort,
-                                            descending=view.descending, q=view.q, host=view.host)
+                                            descending=view.descending, q=view.q, host=view.host,
+                                            whole=ctx.campaign(view.id))
         except Campaign.DoesNotExist:
             raise Gone(view.key) from None
     if view.kind == TASK:
