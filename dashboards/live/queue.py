@@ -12,13 +12,15 @@ from django.db.models import Case, Count, IntegerField, Value, When
 from django.utils import timezone
 
 from dashboards.core.chunks import in_chunks
-from dashboards.core.scope import Who, campaigns_visible_to, tasks_visible_to, teams_visible_to, visible_team_ids
+from dashboards.core.scope import (Scope, Who, campaigns_visible_to, tasks_visible_to, teams_visible_to,
+                                   visible_team_ids)
 from dashboards.core.stages import iso as _iso
 from dashboards.core.stages import seconds_between as _seconds
 from dashboards.core.states import QUEUED_STATES, UNFINISHED_CAMPAIGN
 from dashboards.live import history
 from dashboards.live.cluster import cluster_hosts, cluster_resources
 from dashboards.live.counts import LiveCounts, add_counts, finished_campaign_states, live_counts, state_counts
+from dashboards.live.tiles import scope_tiles
 from dashboards.models import Campaign, Cluster, Task, Team
 from schedulers.base import ACTIVE_STATES, LIFECYCLE_STATES, TERMINAL_STATES
 
@@ -156,6 +158,9 @@ def queue_summary(user: Who, *, seat_resource: str = "anthropic_api", page: int 
         "other_job_rows": other_rows,
         "other_jobs_more": other_more,
         "other_owner_rows": other_owners,
+        # The landing tiles of this audience (issue 24), built here once per change and audience, not per GET.
+        "tiles": scope_tiles(Scope(None if admin else frozenset(team_ids or ())), seat_resource=seat_resource,
+                             now=now),
         "recent_finished": [
             {
                 "id": t.pk,

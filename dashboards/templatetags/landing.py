@@ -44,10 +44,25 @@ def landing(context) -> dict:
                                                                  cpage=""),
                         "aria": ("descending" if table["descending"] else "ascending") if on else "none"})
     statuses = [("unfinished", "unfinished")] + [(v, v) for v, _ in CampaignStatus.choices]
-    return {"tiles": reads.landing_tiles(user, seat_resource=settings.TCO_SEAT_RESOURCE), "table": table,
+    # The audience's tiles from the queue page's summary (its live snapshot: no aggregate over the tasks per
+    # GET); a context without one (the landing fragment) reads the live snapshot itself.
+    summary = context.get("summary")
+    audience = summary.get("tiles") if isinstance(summary, dict) else _snapshot_tiles(user)
+    return {"tiles": reads.landing_tiles(user, seat_resource=settings.TCO_SEAT_RESOURCE, audience=audience),
+            "table": table,
             "columns": {c["key"]: c for c in columns}, "statuses": statuses, "unfinished": UNFINISHED_CAMPAIGN,
             "scope_links": [(s, {"mine": "mine", "teams": "my teams", "all": "all"}[s], link(scope=s, cpage=""))
                             for s in table["scopes"]],
             "prev": link(cpage=table["page"].previous_page_number()) if table["page"].has_previous() else "",
             "next": link(cpage=table["page"].next_page_number()) if table["page"].has_next() else "",
             "chosen": chosen}
+
+
+def _snapshot_tiles(user) -> list | None:
+    """The tiles in the latest queue snapshot of ``user``'s audience (page 1), or None (none stored: the
+    caller reads the database)."""
+    from dashboards.core.scope import scope_of
+    from dashboards.live import snapshots
+
+    live = snapshots.current(snapshots.queue_view(scope_of(user), 1))
+    return live["data"].get("tiles") if live is not None else None

@@ -3,9 +3,9 @@ anything is wrong and what is mine, and the user's campaigns (mine / my teams / 
 
 Every figure is scoped as the rest of the pages are (``core.scope``: an admin sees every team, anyone
 else the teams they belong to) and read from the database and the last cluster poll; nothing here
-asks the scheduler. Tiles: ``{"key", "label", "value" (text with its unit), "number" (the figure the
-value shows: int, float or Decimal), "detail" (a line under it), "level" ("ok", "amber", "red" or
-"info": no threshold applies), "href" (the page or anchor with the detail)}``.
+asks the scheduler. The tiles of the user's audience (tasks, slots, seats, hosts) are
+``live.tiles.scope_tiles``, built once per audience by the live producer in the queue page's snapshot;
+the user's own (spend, campaigns) are read here. Tiles: see ``dashboards.live.tiles``.
 """
 from __future__ import annotations
 
@@ -16,133 +16,17 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.paginator import Paginator
 from django.db.models import Count, Q, Sum
-from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from dashboards.billing.bills import teams_billable_by, teams_spend_between
 from dashboards.billing.budgets import budget_status
 from dashboards.billing.periods import current_period
-from dashboards.core.clock import duration_text
 from dashboards.core.roles import is_admin
-from dashboards.core.scope import campaigns_visible_to, tasks_visible_to
+from dashboards.core.scope import campaigns_visible_to, scope_of
 from dashboards.core.states import UNFINISHED_CAMPAIGN
-from dashboards.models import Campaign, Cluster, Membership, Task
+from dashboards.live.tiles import WAITING, _plural, _tile, _url, scope_tiles
+from dashboards.models import Campaign, Membership, Task
 from dashboards.templatetags.ops import usd
-
-#: A task pending longer than this (seconds) turns the "longest pending" tile amber; RED_S red.
-PENDING_AMBER_S = 10 * 60
-PENDING_RED_S = 60 * 60
-#: Failed tasks in the last hour: any is amber; this fraction of the hour's ended tasks (and at
-#: least FAILED_RED_MIN of them) is red.
-FAILED_RED_FRACTION = 0.25
-FAILED_RED_MIN = 3
-#: Host states that are not trouble: up, and closed by its queues' calendar (planned).
-HOST_FINE = ("up", "closed")
-WAITING = ("pending", "held")
-
-
-def _url(name: str, *args, query: str = "") -> str:
-    """``reverse`` or '' where the URL is not installed (the ops pages are optional)."""
-    try:
-        return reverse(name, args=args) + (f"?{query}" if query else "")
-    except NoReverseMatch:
-        return ""
-
-
-def _level(value: float, amber: float, red: float) -> str:
-    return "red" if value >= red else "amber" if value >= amber else "ok"
-
-
-def _tile(key: str, label: str, value: str, number, detail: str, level: str, href: str) -> dict[str, Any]:
-    return {"key": key, "label": label, "value": value, "number": number, "detail": detail, "level": level,
-            "href": href}
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def task_tiles(user: AbstractBaseUser, *, now: dt.datetime) -> list[dict[str, Any]]:
-    """Running, waiting, longest pending and failed-in-the-last-hour tiles from the tasks ``user`` may see."""
-    tasks = tasks_visible_to(user)
-    active = tasks.filter(active=True)
-    counts = active.aggregate(running=Count("id", filter=Q(state="running")),
-                              pending=Count("id", filter=Q(state="pending")),
-                              held=Count("id", filter=Q(state="held")),
-                              error=Count("id", filter=Q(state="error")),
-                              hosts=Count("host", filter=Q(state="running"), distinct=True),
-                              long=Count("id", filter=Q(state="pending",
-                                                        submitted_at__lt=now - dt.timedelta(seconds=PENDING_AMBER_S))))
-    oldest = active.filter(state="pending", submitted_at__isnull=False).order_by("submitted_at", "pk").first()
-    admin = is_admin(user)
-    triage = _url("ops-triage") if admin else ""
-    tiles = [
-        _tile("running", "Running agents", _plural(counts["running"], "agent"), counts["running"],
-              f"on {_plural(counts['hosts'], 'host')}", "info", "#by-team"),
-        _tile("waiting", "Queued agents", _plural(counts["pending"] + counts["held"], "agent"),
-              counts["pending"] + counts["held"],
-              f"{counts['pending']} pending, {counts['held']} held" + (
-                  f", {counts['error']} in error" if counts["error"] else ""),
-              "red" if counts["error"] else "info", triage or "#campaigns"),
-    ]
-    if oldest is None:
-        tiles.append(_tile("longest", "Longest pending", "none", 0, "no task is pending", "ok",
-                           triage or "#campaigns"))
-    else:
-        wait = max(0.0, (now - oldest.submitted_at).total_seconds())
-        tiles.append(_tile("longest", "Longest pending", duration_text(wait), wait,
-                           f"task {oldest.task_id}; {counts['long']} pending longer than "
-                           f"{duration_text(PENDING_AMBER_S)}",
-                           _level(wait, PENDING_AMBER_S, PENDING_RED_S), _url("task", oldest.pk)))
-    hour = tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1), ended_at__lte=now).aggregate(
-        ended=Count("id"), failed=Count("id", filter=Q(state__in=("failed", "lost"))))
-    failed, ended = hour["failed"], hour["ended"]
-    level = "ok" if not failed else (
-        "red" if failed >= FAILED_RED_MIN and failed >= FAILED_RED_FRACTION * ended else "amber")
-    newest_failed = (tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1), state__in=("failed", "lost"),
-                                  campaign__isnull=False).order_by("-ended_at").values("campaign_id").first())
-    href = _url("campaign", newest_failed["campaign_id"], query="state=failed") if newest_failed else "#finished"
-    tiles.append(_tile("failed", "Failed in the last hour", _plural(failed, "task"), failed,
-                       f"of {_plural(ended, 'task')} that ended", level, href))
-    return tiles
-
-
-def cluster_tiles(user: AbstractBaseUser, seat_resource: str) -> list[dict[str, Any]]:
-    """Slots, model API seats and hosts not up, summed over the clusters from their last status poll."""
-    from dashboards.live.cluster import cluster_resources
-    from schedulers.hosts import host_states
-
-    slots_used = slots_total = 0
-    seats_used = seats_total = 0.0
-    has_seats = False
-    hosts_total = 0
-    down: list[str] = []
-    for cluster in Cluster.objects.order_by("name"):
-        status = cluster.status or {}
-        resources = cluster_resources(cluster, seat_resource, set())
-        for row in resources["slots"]:
-            slots_used += row.get("in_use") or 0
-            slots_total += row.get("total") or 0
-        if resources["seats"]:
-            has_seats = True
-            seats_used += float(resources["seats"]["used"] or 0)
-            seats_total += float(resources["seats"]["capacity"] or 0)
-        for host in host_states(status.get("hosts") or [], status.get("queue_instances") or []):
-            hosts_total += 1
-            if host["state"] not in HOST_FINE:
-                down.append(f"{host['name']} {host['state']}")
-    tiles = [_tile("slots", "Slots in use", f"{slots_used} of {_plural(slots_total, 'slot')}", slots_used,
-                   f"{slots_used / slots_total:.0%} of the cluster's slots" if slots_total else "no queue polled yet",
-                   "info", "#clusters")]
-    if has_seats:
-        tiles.append(_tile("seats", "Model API seats in use", f"{seats_used:g} of {seats_total:g} seats", seats_used,
-                           f"consumable {seat_resource}", "info", "#seats"))
-    level = "ok" if not down else ("red" if len(down) * 2 > hosts_total else "amber")
-    tiles.append(_tile("hosts", "Hosts down", f"{len(down)} of {_plural(hosts_total, 'host')}", len(down),
-                       "; ".join(down[:3]) + (" …" if len(down) > 3 else "") if down else "every host is up",
-                       level, "#hosts-card"))
-    return tiles
-
 
 def spend_tile(user: AbstractBaseUser, *, now: dt.datetime) -> dict[str, Any] | None:
     """Today's spend of the teams whose bill ``user`` reads, against their most used budget; None for
@@ -168,11 +52,14 @@ def spend_tile(user: AbstractBaseUser, *, now: dt.datetime) -> dict[str, Any] | 
                  _url("ops-bills", query="period=day"))
 
 
-def landing_tiles(user: AbstractBaseUser, *, seat_resource: str, now: dt.datetime | None = None
-                  ) -> list[dict[str, Any]]:
-    """Every tile for ``user``, in the order the page shows them (``now``: aware UTC, default the clock)."""
+def landing_tiles(user: AbstractBaseUser, *, seat_resource: str, now: dt.datetime | None = None,
+                  audience: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every tile for ``user``, in the order the page shows them (``now``: aware UTC, default the clock).
+    ``audience``: the tiles of the user's audience scope as the live queue snapshot holds them
+    (``live.tiles.scope_tiles``, the same list); None reads them from the database here."""
     now = now or timezone.now()
-    tiles = task_tiles(user, now=now) + cluster_tiles(user, seat_resource)
+    tiles = list(audience) if audience is not None else scope_tiles(scope_of(user), seat_resource=seat_resource,
+                                                                      now=now)
     spend = spend_tile(user, now=now)
     if spend is not None:
         tiles.append(spend)

@@ -125,3 +125,40 @@ def test_the_fragment_the_page_refreshes_has_the_same_tiles_and_rows(client, ops
         str(Campaign.objects.get(name=n).pk) for n in ("land-mine", "land-lead")]
     client.logout()
     assert client.get("/landing").status_code == 302
+
+
+def test_the_audience_tiles_travel_in_the_queue_snapshot_and_the_page_reads_them_there(
+        client, ops_users, memory_live_store, django_assert_max_num_queries):
+    """The live producer builds an audience's tiles once (issue 22: no aggregate over the tasks per GET):
+    the queue snapshot's tiles equal the figures counted here, and a page GET shows the snapshot's
+    tiles, not a read of its own (a tile changed in the store shows on the page)."""
+    import json
+
+    from dashboards.core import live_bus
+    from dashboards.core.scope import scope_of
+    from dashboards.live import publish, snapshots
+
+    now = timezone.now()
+    landing_scene(ops_users, now=now)
+    launcher = ops_users["launcher"]
+    view = snapshots.queue_view(scope_of(launcher), 1)
+    data = snapshots.build(view)
+    tiles = {t["key"]: t for t in data["tiles"]}
+    research = _expected(["research"], now)
+    assert (tiles["running"]["number"], tiles["waiting"]["number"], tiles["failed"]["number"]) == (
+        research["running"], research["waiting"], research["failed"])
+    # What the page shows comes from the stored snapshot: mark one figure there and find it on the page.
+    client.force_login(launcher)
+    client.get("/")                       # registers the view (the page's socket follows it)
+    publish.publish_pass()                # the producer's pass builds and stores it
+    raw = memory_live_store.snaps.get(view.key)
+    assert raw is not None
+    record = live_bus.Record.decode(raw)
+    message = json.loads(record.body)
+    for tile in message["data"]["tiles"]:
+        if tile["key"] == "running":
+            tile["value"] = "4242 agents"
+    memory_live_store.snaps[view.key] = live_bus.Record(record.seq, record.gen, record.epoch, record.observed_at,
+                                                        json.dumps(message).encode()).encode()
+    assert "4242 agents" in client.get("/").content.decode()
+    assert "4242 agents" in client.get("/landing").content.decode()

@@ -1,0 +1,141 @@
+"""The landing page's tiles of one audience scope: running, waiting, longest pending and failed-in-the-last-hour
+from the tasks the scope sees, and slots, model seats and hosts not up from the clusters' last status poll.
+
+They are the same for everyone who sees the same teams (``core.scope.Scope``), so the live producer builds
+them once per audience and change, in the queue page's snapshot (``queue.queue_summary``'s ``tiles``); the
+page GET and the landing fragment read them from there (issue 22: no aggregate over the tasks per page GET).
+Tiles: ``{"key", "label", "value" (text with its unit), "number" (the figure the value shows: int, float or
+Decimal), "detail" (a line under it), "level" ("ok", "amber", "red" or "info": no threshold applies),
+"href" (the page or anchor with the detail)}``.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db.models import Count, Q
+from django.urls import NoReverseMatch, reverse
+
+from dashboards.core.clock import duration_text
+from dashboards.core.scope import Scope, tasks_visible_to
+from dashboards.models import Cluster
+
+#: A task pending longer than this (seconds) turns the "longest pending" tile amber; RED_S red.
+PENDING_AMBER_S = 10 * 60
+PENDING_RED_S = 60 * 60
+#: Failed tasks in the last hour: any is amber; this fraction of the hour's ended tasks (and at
+#: least FAILED_RED_MIN of them) is red.
+FAILED_RED_FRACTION = 0.25
+FAILED_RED_MIN = 3
+#: Host states that are not trouble: up, and closed by its queues' calendar (planned).
+HOST_FINE = ("up", "closed")
+WAITING = ("pending", "held")
+
+
+def _url(name: str, *args, query: str = "") -> str:
+    """``reverse`` or '' where the URL is not installed (the ops pages are optional)."""
+    try:
+        return reverse(name, args=args) + (f"?{query}" if query else "")
+    except NoReverseMatch:
+        return ""
+
+
+def _level(value: float, amber: float, red: float) -> str:
+    return "red" if value >= red else "amber" if value >= amber else "ok"
+
+
+def _tile(key: str, label: str, value: str, number, detail: str, level: str, href: str) -> dict[str, Any]:
+    return {"key": key, "label": label, "value": value, "number": number, "detail": detail, "level": level,
+            "href": href}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def task_tiles(scope: Scope, *, now: dt.datetime) -> list[dict[str, Any]]:
+    """Running, waiting, longest pending and failed-in-the-last-hour tiles from the tasks ``scope`` sees
+    (``now``: aware UTC)."""
+    tasks = tasks_visible_to(scope)
+    active = tasks.filter(active=True)
+    counts = active.aggregate(running=Count("id", filter=Q(state="running")),
+                              pending=Count("id", filter=Q(state="pending")),
+                              held=Count("id", filter=Q(state="held")),
+                              error=Count("id", filter=Q(state="error")),
+                              hosts=Count("host", filter=Q(state="running"), distinct=True),
+                              long=Count("id", filter=Q(state="pending",
+                                                        submitted_at__lt=now - dt.timedelta(seconds=PENDING_AMBER_S))))
+    oldest = active.filter(state="pending", submitted_at__isnull=False).order_by("submitted_at", "pk").first()
+    triage = _url("ops-triage") if scope.admin else ""
+    tiles = [
+        _tile("running", "Running agents", _plural(counts["running"], "agent"), counts["running"],
+              f"on {_plural(counts['hosts'], 'host')}", "info", "#by-team"),
+        _tile("waiting", "Queued agents", _plural(counts["pending"] + counts["held"], "agent"),
+              counts["pending"] + counts["held"],
+              f"{counts['pending']} pending, {counts['held']} held" + (
+                  f", {counts['error']} in error" if counts["error"] else ""),
+              "red" if counts["error"] else "info", triage or "#campaigns"),
+    ]
+    if oldest is None:
+        tiles.append(_tile("longest", "Longest pending", "none", 0, "no task is pending", "ok",
+                           triage or "#campaigns"))
+    else:
+        wait = max(0.0, (now - oldest.submitted_at).total_seconds())
+        tiles.append(_tile("longest", "Longest pending", duration_text(wait), wait,
+                           f"task {oldest.task_id}; {counts['long']} pending longer than "
+                           f"{duration_text(PENDING_AMBER_S)}",
+                           _level(wait, PENDING_AMBER_S, PENDING_RED_S), _url("task", oldest.pk)))
+    hour = tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1), ended_at__lte=now).aggregate(
+        ended=Count("id"), failed=Count("id", filter=Q(state__in=("failed", "lost"))))
+    failed, ended = hour["failed"], hour["ended"]
+    level = "ok" if not failed else (
+        "red" if failed >= FAILED_RED_MIN and failed >= FAILED_RED_FRACTION * ended else "amber")
+    newest_failed = (tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1), state__in=("failed", "lost"),
+                                  campaign__isnull=False).order_by("-ended_at").values("campaign_id").first())
+    href = _url("campaign", newest_failed["campaign_id"], query="state=failed") if newest_failed else "#finished"
+    tiles.append(_tile("failed", "Failed in the last hour", _plural(failed, "task"), failed,
+                       f"of {_plural(ended, 'task')} that ended", level, href))
+    return tiles
+
+
+def cluster_tiles(seat_resource: str) -> list[dict[str, Any]]:
+    """Slots, model API seats (``seat_resource``, the consumable's name) and hosts not up, summed over the
+    clusters from their last status poll; the same for every user."""
+    from dashboards.live.cluster import cluster_resources
+    from schedulers.hosts import host_states
+
+    slots_used = slots_total = 0
+    seats_used = seats_total = 0.0
+    has_seats = False
+    hosts_total = 0
+    down: list[str] = []
+    for cluster in Cluster.objects.order_by("name"):
+        status = cluster.status or {}
+        resources = cluster_resources(cluster, seat_resource, set())
+        for row in resources["slots"]:
+            slots_used += row.get("in_use") or 0
+            slots_total += row.get("total") or 0
+        if resources["seats"]:
+            has_seats = True
+            seats_used += float(resources["seats"]["used"] or 0)
+            seats_total += float(resources["seats"]["capacity"] or 0)
+        for host in host_states(status.get("hosts") or [], status.get("queue_instances") or []):
+            hosts_total += 1
+            if host["state"] not in HOST_FINE:
+                down.append(f"{host['name']} {host['state']}")
+    tiles = [_tile("slots", "Slots in use", f"{slots_used} of {_plural(slots_total, 'slot')}", slots_used,
+                   f"{slots_used / slots_total:.0%} of the cluster's slots" if slots_total else "no queue polled yet",
+                   "info", "#clusters")]
+    if has_seats:
+        tiles.append(_tile("seats", "Model API seats in use", f"{seats_used:g} of {seats_total:g} seats", seats_used,
+                           f"consumable {seat_resource}", "info", "#seats"))
+    level = "ok" if not down else ("red" if len(down) * 2 > hosts_total else "amber")
+    tiles.append(_tile("hosts", "Hosts down", f"{len(down)} of {_plural(hosts_total, 'host')}", len(down),
+                       "; ".join(down[:3]) + (" …" if len(down) > 3 else "") if down else "every host is up",
+                       level, "#hosts-card"))
+    return tiles
+
+
+def scope_tiles(scope: Scope, *, seat_resource: str, now: dt.datetime) -> list[dict[str, Any]]:
+    """:func:`task_tiles` then :func:`cluster_tiles`: the tiles of one audience, in the page's order."""
+    return task_tiles(scope, now=now) + cluster_tiles(seat_resource)
