@@ -6,7 +6,10 @@ polls were discarded as expired after waiting in the queue, 33 skipped because t
 and the polls' starts were p95 3.7 s apart (max 6.4 s in the run): a change waited that long before any
 qstat saw it. Here one thread per cluster polls (``worker.tasks.poll_cluster``) and starts the next poll
 ``TCO_POLL_INTERVAL_S`` after the last one started, or at once when that poll took longer: no queue, no
-expiry, no beat tick to wait for. The single-flight lock ``poll:<cluster name>`` is the Celery task's,
+expiry, no beat tick to wait for. While tasks change state (a poll saw a task start, end or change
+state), the next poll starts ``TCO_POLL_ACTIVE_INTERVAL_S`` (0.5 s) after the last one started: the
+poll's cadence is the first part of a change's lag to the live pages (issue 22, the seed replay's split:
+p95 0.8 s at 1 s), and a quiet queue costs the scheduler one qstat a second as before. The single-flight lock ``poll:<cluster name>`` is the Celery task's,
 so a ``poll_queue`` run by hand never overlaps it.
 
 With ``TCO_POLL_LOOP`` set (scripts/services sets it), the beat does not queue ``poll_queue``
@@ -29,19 +32,22 @@ CLUSTERS_EVERY_S = 30.0
 
 
 def poll_forever(cluster_name: str, stop: threading.Event, *, interval_s: float | None = None,
-                 between: Callable[[], None] = lambda: None) -> int:
+                 active_s: float | None = None, between: Callable[[], None] = lambda: None) -> int:
     """Poll the cluster named ``cluster_name`` until ``stop`` is set: each poll starts ``interval_s``
-    (default ``TCO_POLL_INTERVAL_S``) seconds after the previous one started, or at once if that one took
-    longer. ``between()`` runs before each poll and after a failure (the process's loop passes Django's
+    (default ``TCO_POLL_INTERVAL_S``) seconds after the previous one started, ``active_s`` (default
+    ``TCO_POLL_ACTIVE_INTERVAL_S``, at most ``interval_s``) after one that saw a task change state, or at
+    once if that one took longer. ``between()`` runs before each poll and after a failure (the process's loop passes Django's
     ``close_old_connections``). A poll that raises is logged and the loop goes on a second later (the
     database or Redis away). Returns the number of polls run."""
     from dashboards.core.clusters import clusters_watched
     from worker.tasks import poll_cluster, single_flight
 
     interval = settings.TCO_POLL_INTERVAL_S if interval_s is None else interval_s
+    active = min(interval, settings.TCO_POLL_ACTIVE_INTERVAL_S if active_s is None else active_s)
     polls = 0
     while not stop.is_set():
         began = time.monotonic()
+        wait = interval
         try:
             between()
             cluster = next((c for c in clusters_watched() if c.name == cluster_name), None)
@@ -54,12 +60,14 @@ def poll_forever(cluster_name: str, stop: threading.Event, *, interval_s: float 
                     polls += 1
                     if result.get("error"):
                         log.warning("poll of cluster %s failed: %s", cluster.name, result["error"])
+                    elif result.get("state_changes"):
+                        wait = active
         except Exception:  # noqa: BLE001 - the next poll reads everything again
             log.warning("poll of cluster %s failed; polling again in a second", cluster_name, exc_info=True)
             between()
             stop.wait(1.0)
             continue
-        stop.wait(max(0.0, began + interval - time.monotonic()))
+        stop.wait(max(0.0, began + wait - time.monotonic()))
     return polls
 
 

@@ -100,13 +100,14 @@ BURST_TASKS = 8
 def poll_burst(cluster, list_tasks: Callable[[], list], *, budget_s: float, every_s: float) -> dict:
     """Poll ``list_tasks()`` (QstatTask rows) and apply the difference; while a poll is a burst
     (``BURST_TASKS``), poll again ``every_s`` seconds later, for at most ``budget_s`` seconds in all.
-    Returns the counts summed and ``polls``; ``{"error"}`` when a poll fails (recorded on the cluster)."""
+    Returns the counts summed, ``state_changes`` (tasks that started, ended or changed state) and
+    ``polls``; ``{"error"}`` when a poll fails (recorded on the cluster)."""
     import time
 
     from dashboards.ingest.poll import apply_qstat_poll, record_poll_failure
 
     deadline = time.monotonic() + budget_s
-    out = {"added": 0, "changed": 0, "gone": 0, "polls": 0}
+    out = {"added": 0, "changed": 0, "gone": 0, "state_changes": 0, "polls": 0}
     while True:
         observed_at = timezone.now()
         try:
@@ -118,7 +119,7 @@ def poll_burst(cluster, list_tasks: Callable[[], list], *, budget_s: float, ever
         # The view is of a moment between the two: snapshots are applied in the scheduler's order.
         changes = apply_qstat_poll(cluster, tasks, observed_at=observed_at, answered_at=timezone.now())
         out["polls"] += 1
-        for key in ("added", "changed", "gone"):
+        for key in ("added", "changed", "gone", "state_changes"):
             out[key] += getattr(changes, key)
         if changes.state_changes < BURST_TASKS or time.monotonic() + every_s >= deadline:
             return out

@@ -77,6 +77,32 @@ def test_no_poll_while_another_poller_holds_the_lock_and_none_of_a_cluster_not_w
     assert poll_loop.poll_forever("no-such-cluster", threading.Event(), interval_s=0.0) == 0
 
 
+class _Waits(threading.Event):
+    """A stop event that records each wait's timeout (seconds) instead of sleeping, and stops after ``n``."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.waits = n, []
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        if len(self.waits) >= self.n:
+            self.set()
+        return self.is_set()
+
+
+def test_the_next_poll_comes_sooner_while_tasks_change_state(bootstrap, tasks, monkeypatch):
+    """A poll that saw tasks start or end is followed by one ``active_s`` after it began; a quiet one by
+    one ``interval_s`` after (issue 22: the cadence is the first part of a change's lag)."""
+    results = iter([{"state_changes": 96}, {"state_changes": 0}, {"state_changes": 3}, {"error": "qmaster away"}])
+    monkeypatch.setattr(tasks, "poll_cluster", lambda cluster: next(results))
+    clock = iter(range(0, 100, 1))   # time.monotonic() as the loop reads it: whole seconds, 1 s a call
+    monkeypatch.setattr(poll_loop.time, "monotonic", lambda: float(next(clock)) / 1000)  # ~0 s polls
+    stop = _Waits(4)
+    assert poll_loop.poll_forever(cluster_get_default().name, stop, interval_s=1.0, active_s=0.5) == 4
+    assert [round(w, 3) for w in stop.waits] == [0.499, 0.999, 0.499, 0.999]
+
+
 @pytest.mark.parametrize("loop, polled_by_beat", [(False, True), (True, False)])
 def test_the_beat_queues_the_poll_only_without_the_loop(settings, loop, polled_by_beat):
     from tco_web.celery import setup_periodic_tasks
