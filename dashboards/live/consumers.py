@@ -22,6 +22,7 @@ import abc
 import asyncio
 import json
 import logging
+import weakref
 
 from channels.auth import AuthMiddleware, get_user
 from channels.db import database_sync_to_async
@@ -45,6 +46,22 @@ def renew_s(layer) -> float:
     ``InMemoryChannelLayer``) is how long a group member lasts after its ``group_add``; a layer
     without it gets the default."""
     return max(0.1, float(getattr(layer, "group_expiry", 86400) or 86400) / 4)
+
+
+#: Channel-layer calls (group_add, group_discard) of this process's sockets at once, at most: a connect
+#: storm (1,000 sockets) otherwise opens a Redis connection per call, each with its own connect and AUTH,
+#: instead of reusing the pool's few (issue 22, profiled: a tenth of the web processes' time).
+LAYER_CALLS = 16
+_LAYER_GATES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
+
+
+def layer_gate() -> asyncio.Semaphore:
+    """This event loop's bound on concurrent channel-layer calls (:data:`LAYER_CALLS`)."""
+    loop = asyncio.get_running_loop()
+    gate = _LAYER_GATES.get(loop)
+    if gate is None:
+        gate = _LAYER_GATES[loop] = asyncio.Semaphore(LAYER_CALLS)
+    return gate
 
 
 def db(fn, *args):
@@ -121,7 +138,8 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
             own.append(realtime.session_group(session.session_key))
         try:
             for group in own:
-                await self.channel_layer.group_add(group, self.channel_name)
+                async with layer_gate():
+                    await self.channel_layer.group_add(group, self.channel_name)
                 self.groups_joined.append(group)
         except Exception:  # noqa: BLE001 - the channel layer (Redis) away: as above, never a 500
             log.warning("live socket %s: could not join its user's groups; closed to reconnect",
@@ -191,7 +209,8 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
     async def disconnect(self, code: int) -> None:
         self._stop_live()
         for group in getattr(self, "groups_joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+            async with layer_gate():
+                await self.channel_layer.group_discard(group, self.channel_name)
         if getattr(self, "_recheck", None):
             self._recheck.cancel()
 
@@ -258,8 +277,12 @@ class CampaignConsumer(LiveConsumer):
     """``/ws/campaigns/<id>/``: one campaign's page, for users who may view the campaign."""
 
     def authorize(self, user) -> list[snapshots.View]:
+        # The user's audience scope (one query), then the campaign's team (one lookup by primary key): the
+        # same answer as campaigns_visible_to(user), without building its subquery per socket (a connect
+        # storm opens 500 of these at once; issue 22).
         campaign_id = self.scope["url_route"]["kwargs"]["campaign_id"]
-        if not core_scope.campaigns_visible_to(user).filter(pk=campaign_id).exists():
+        audience = core_scope.scope_of(user)
+        if not core_scope.campaigns_visible_to(audience).filter(pk=campaign_id).exists():
             raise Refused
         return [snapshots.campaign_view(campaign_id)]
 

@@ -32,19 +32,18 @@ def test_sockets_on_one_view_share_one_build_per_change_and_each_is_checked_once
     viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
     alpha = world["alpha"].pk
     builds, checks = [], []
-    real_read, real_check = campaign.campaign_detail, scope.campaigns_visible_to
+    real_read, real_check = campaign.campaign_detail, scope.scope_of
 
     def counted(user, *args, **kwargs):
         builds.append(user)
         return real_read(user, *args, **kwargs)
 
     def checked(user):
-        if not isinstance(user, scope.Scope):      # a user's check (the producer builds for a scope)
-            checks.append(user.username)
+        checks.append(user.username)               # a user's check (the producer builds for a scope)
         return real_check(user)
 
     monkeypatch.setattr("dashboards.live.campaign.campaign_detail", counted)
-    monkeypatch.setattr("dashboards.core.scope.campaigns_visible_to", checked)
+    monkeypatch.setattr("dashboards.core.scope.scope_of", checked)
 
     def revoke(user):
         with django_capture_on_commit_callbacks(execute=True):
@@ -680,3 +679,38 @@ def test_a_handshake_whose_check_or_group_join_fails_is_closed_to_reconnect_neve
         connected, code = async_to_sync(scenario)()
     assert (connected, code) == (False, realtime.RECHECK)
     assert any("closed to reconnect" in r.getMessage() for r in caplog.records)
+
+
+def test_a_connect_storm_makes_at_most_layer_calls_channel_layer_calls_at_once(world, monkeypatch):
+    """Sockets opening at once join their user's and session's groups through a bounded gate (issue 22: a
+    1,000-socket storm otherwise opened a Redis connection per call): never more than ``LAYER_CALLS`` at
+    once, and every socket still joins (a logout still reaches it)."""
+    from channels.layers import get_channel_layer
+
+    from dashboards.live import consumers
+
+    monkeypatch.setattr(consumers, "LAYER_CALLS", 2)
+    layer = get_channel_layer()
+    real_add = layer.group_add
+    now, most, joined = [0], [0], []
+
+    async def slow_add(group, channel):
+        now[0] += 1
+        most[0] = max(most[0], now[0])
+        await asyncio.sleep(0.02)
+        now[0] -= 1
+        joined.append(group)
+        return await real_add(group, channel)
+
+    monkeypatch.setattr(layer, "group_add", slow_add)
+    viewer = world["users"]["viewer"]
+
+    async def storm():
+        opened = await asyncio.gather(*(ws_connect(viewer, "/ws/queue/") for _ in range(6)))
+        for comm, _, _, _ in opened:
+            await comm.disconnect()
+        return [connected for _, connected, _, _ in opened]
+
+    assert async_to_sync(storm)() == [True] * 6
+    assert most[0] == 2
+    assert joined.count(realtime.user_group(viewer.pk)) == 6
