@@ -182,9 +182,42 @@ def build(view: View, ctx: BuildContext | None = None) -> dict[str, Any]:
     raise ValueError(view.kind)
 
 
+#: The keys of a view's data whose list of rows (dicts with the same keys) travels as a table:
+#: ``{"columns": [key, ...], "rows": [[value, ...], ...]}``. A campaign page's 100 task rows were 40 of
+#: its 42 KB as dicts, each repeating its 23 keys; as a table they are about a third of that, to encode
+#: once, to send on every socket and to parse in every browser (issue 22: 500 sockets on one view).
+TABLES = ("tasks",)
+
+
+def pack_rows(rows: list[dict]) -> dict[str, list]:
+    """``rows`` (dicts with the same keys, in the same order) as ``{"columns", "rows"}``; :func:`unpack_rows`
+    gives them back."""
+    columns = list(rows[0]) if rows else []
+    return {"columns": columns, "rows": [[row[c] for c in columns] for row in rows]}
+
+
+def unpack_rows(table: Any) -> Any:
+    """The list of dicts that :func:`pack_rows` packed (anything else is returned as it is). The browser's
+    ``TCO.unpack`` (static/js/live.js) does the same."""
+    if isinstance(table, dict) and set(table) == {"columns", "rows"}:
+        columns = table["columns"]
+        return [dict(zip(columns, row)) for row in table["rows"]]
+    return table
+
+
+def unpack(data: dict) -> dict:
+    """A view's ``data`` as its builder returned it: the :data:`TABLES` unpacked (in place; returns it)."""
+    for key in TABLES:
+        if key in data:
+            data[key] = unpack_rows(data[key])
+    return data
+
+
 def body(view: View, data: dict, *, seq: int, epoch: str, as_of: dict) -> bytes:
     """The JSON text a browser gets: ``{"kind", "view", "seq", "epoch", "as_of", "data"}``; ``seq`` counts
-    the view's snapshots (1, 2, ...; a new ``epoch`` when the store lost them)."""
+    the view's snapshots (1, 2, ...; a new ``epoch`` when the store lost them). The :data:`TABLES` in
+    ``data`` travel packed (:func:`pack_rows`)."""
+    data = {k: pack_rows(v) if k in TABLES and isinstance(v, list) else v for k, v in data.items()}
     return json.dumps({"kind": KINDS[view.kind], "view": view.key, "seq": seq, "epoch": epoch, "as_of": as_of,
                        "data": data}, separators=(",", ":")).encode()
 
@@ -218,4 +251,6 @@ def current(view: View) -> dict[str, Any] | None:
         return None
     if record is None or (not watched and record.gen < gen):
         return None
-    return json.loads(record.body)
+    message = json.loads(record.body)
+    unpack(message["data"])
+    return message

@@ -91,6 +91,16 @@ class Client:
 _SNAPSHOT_HEAD = re.compile(r'\{"kind":"[^"]*","view":"(?:[^"\\]|\\.)*","seq":\d+,"epoch":"[^"]*"')
 
 
+def _unpacked(message: dict) -> dict:
+    """A live message with its data's tables unpacked (``dashboards.live.snapshots.unpack``)."""
+    from dashboards.live.snapshots import unpack
+
+    if isinstance(message, dict) and isinstance(message.get("data"), dict):
+        unpack(message["data"])
+    return message
+
+
+
 class Browsers:
     """The clients' sockets, run by an event loop in a thread of their own (module doc).
 
@@ -109,14 +119,15 @@ class Browsers:
         self._session = None
 
     def parse(self, text: str) -> dict:
-        """``json.loads(text)``, once per distinct snapshot (its view, seq and epoch)."""
+        """``json.loads(text)``, once per distinct snapshot (its view, seq and epoch), its tables unpacked as
+        the browser's live.js unpacks them (``live.snapshots.unpack``)."""
         head = _SNAPSHOT_HEAD.match(text, 0, 400)
         if head is None:
-            return json.loads(text)
+            return _unpacked(json.loads(text))
         key = head.group(0)
         found = self._parsed.get(key)
         if found is None:
-            found = self._parsed[key] = json.loads(text)
+            found = self._parsed[key] = _unpacked(json.loads(text))
             if len(self._parsed) > 1024:
                 self._parsed.popitem(last=False)
         return found

@@ -46,6 +46,22 @@
     return "$" + (n >= 100 ? n.toFixed(2) : n.toFixed(4));
   };
   TCO.json = function (id) { return JSON.parse(document.getElementById(id).textContent); };
+  // A snapshot's tables ({columns, rows}: a campaign page's task rows, dashboards/live/snapshots.py
+  // pack_rows) as the list of objects the pages draw.
+  TCO.unpack = function (data) {
+    if (!data) { return data; }
+    ["tasks"].forEach(function (key) {
+      var t = data[key];
+      if (t && !Array.isArray(t) && Array.isArray(t.columns) && Array.isArray(t.rows)) {
+        data[key] = t.rows.map(function (row) {
+          var o = {};
+          t.columns.forEach(function (c, i) { o[c] = row[i]; });
+          return o;
+        });
+      }
+    });
+    return data;
+  };
 
   function setLive(on) {
     var b = document.getElementById("live");
@@ -82,6 +98,7 @@
       ws.onmessage = function (ev) {
         var msg = JSON.parse(ev.data);
         if (fresh(msg)) {
+          TCO.unpack(msg.data);
           onMessage(msg);
           // Other parts of the page follow the same push (landing.js: the tiles).
           document.dispatchEvent(new CustomEvent("tco:live", { detail: { view: msg.view, kind: msg.kind } }));

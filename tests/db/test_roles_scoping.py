@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 
 from dashboards.core import realtime
 from dashboards.core import spool_files
+from dashboards.live import snapshots
 from dashboards.core import scope
 from dashboards.live import queue
 from dashboards.live import task as live_task
@@ -315,6 +316,8 @@ def test_the_campaign_socket_follows_the_chosen_page_and_state(world):
         return again
 
     again = async_to_sync(scenario)()
+    assert set(again["data"]["tasks"]) == {"columns", "rows"}     # the rows travel as a table
+    snapshots.unpack(again["data"])
     assert again["data"]["state_filter"] == "pending"
     assert [t["task_number"] for t in again["data"]["tasks"]] == [2]
 

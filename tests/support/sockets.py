@@ -9,7 +9,10 @@ from dashboards.live.routing import websocket_urlpatterns
 
 
 async def ws_connect(user, path: str):
-    """``(communicator, connected, close code, first message)`` for ``user`` on ``path``."""
+    """``(communicator, connected, close code, first message)`` for ``user`` on ``path``; the first message's
+    tables unpacked as the browser's live.js unpacks them (``live.snapshots.unpack``)."""
+    from dashboards.live.snapshots import unpack
+
     communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
     communicator.scope["user"] = user
     connected, code = await communicator.connect(timeout=5)
@@ -18,7 +21,9 @@ async def ws_connect(user, path: str):
     first = await communicator.receive_output(timeout=5)
     if first["type"] == "websocket.close":  # refused: accepted, then closed with a 44xx code
         return communicator, False, first.get("code"), None
-    return communicator, True, None, json.loads(first["text"])
+    message = json.loads(first["text"])
+    unpack(message.get("data") or {})
+    return communicator, True, None, message
 
 
 async def push(*sources: str, observed_at: float | None = None) -> None:
