@@ -1,5 +1,17 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels."""
+"""ASGI entry point: HTTP through Django, WebSockets through Channels.
+
+A web process runs two threads that want the GIL: the event loop (handshakes, the live fan-out) and the
+one database thread (page GETs, each socket's check). Each query the database thread runs releases the
+GIL, and taking it back waits up to the interpreter's switch interval while the loop is busy (5 ms by
+default): a socket's check of a few queries then took ~16 ms of wall time for ~1.5 ms of CPU, and a
+connect storm's checks queued behind one another (issue 22, py-spy of 1,000 sockets opening at once:
+the database thread saturated, the process not). ``TCO_WEB_SWITCH_INTERVAL_S`` (default 0.0005 s,
+``sys.setswitchinterval``) shortens that wait.
+"""
 import os
+import sys
+
+sys.setswitchinterval(float(os.environ.get("TCO_WEB_SWITCH_INTERVAL_S") or 0.0005))
 
 from django.core.asgi import get_asgi_application
 
