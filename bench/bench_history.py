@@ -130,7 +130,8 @@ class Filler:
         from dashboards.core.accounts import team_ensure
         from dashboards.core.clusters import cluster_get_default
         from dashboards.core.roles import membership_set
-        from dashboards.models import AgentDefinition, Budget, Role
+        from dashboards.models import AgentDefinition, Budget
+        from dashboards.team_models import Role
 
         call_command("migrate", verbosity=0)
         os.environ.setdefault("TCO_ADMIN_PASSWORD", "bench-admin-pw")
