@@ -316,7 +316,7 @@ class Task(TokenUsage):
             # the detail path), and the active ones among them (never in the rollups: few, the live queue).
             models.Index(fields=["cluster", "started_at"], name="task_started"),
             models.Index(fields=["cluster", "started_at"], condition=Q(active=True), name="task_active_started"),
-            # A campaign's costliest tasks, page by page (billing.bills.costliest_tasks).
+            # A campaign's costliest tasks, page by page (billing.bill_page.costliest_tasks).
             models.Index(fields=["campaign", "-cost_usd", "task_number"], condition=Q(cost_usd__isnull=False),
                          name="task_costliest"),
         ]
