@@ -130,7 +130,8 @@ class Filler:
         from dashboards.core.accounts import team_ensure
         from dashboards.core.clusters import cluster_get_default
         from dashboards.core.roles import membership_set
-        from dashboards.models import AgentDefinition, Budget, Role
+        from dashboards.models import AgentDefinition, Budget
+        from dashboards.team_models import Role
 
         call_command("migrate", verbosity=0)
         os.environ.setdefault("TCO_ADMIN_PASSWORD", "bench-admin-pw")
@@ -465,7 +466,7 @@ def measure(info: dict, runs: int) -> dict:
     from django.test import Client
     from rest_framework.test import APIClient
 
-    from dashboards.billing import bills
+    from dashboards.billing import bill_page, bills
     from dashboards.core.stages import campaign_stages
     from dashboards.core.accounts import api_token_rotate
     from dashboards.models import Campaign, Team
@@ -536,7 +537,7 @@ def measure(info: dict, runs: int) -> dict:
             assert response.status_code == 200 and b'id="costliest"' in response.content
 
         def costliest_only(page_no=page_no):
-            bills.costliest_tasks(probe.pk, teams=[team0], offset=(page_no - 1) * 20, limit=21)
+            bill_page.costliest_tasks(probe.pk, teams=[team0], offset=(page_no - 1) * 20, limit=21)
 
         key = f"costliest tasks of a {PROBE_TASKS:,}-task campaign, page {page_no}"
         results["pages"][key] = {**timed(costliest, runs), "explain": explain(captured(costliest_only), rows),

@@ -100,7 +100,8 @@ def run_proxy(socket_path: str, port: int, key_file: str, conn, otlp_port: int |
     registered = RegisteredEndpoint("stand-in", "anthropic", "http", "127.0.0.1", port, ("/v1/messages",), "anthropic")
     tracer = None
     if otlp_port is not None:
-        from execution.metering.otel import TaskTracer, TraceParent
+        from execution.metering.otel import TaskTracer
+        from execution.metering.otel_spans import TraceParent
 
         tracer = TaskTracer({"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
                              "TRACEPARENT": TraceParent.new().text(), "TCO_OTEL_COST": "1"},

@@ -6,6 +6,12 @@ not terminal are ``active``; among active tasks (cluster, job_number,
 task_number) is unique, since job numbers wrap only after millions of jobs
 while a task is alive. ``task_number`` is 0 for a non-array job, as in the
 accounting file.
+
+The app's other models live in sibling ``*_models.py`` modules (a team's members and budgets,
+the audit log and control requests, prices, API tokens, reservations, alerts, rollups), imported
+at the bottom so that they belong to the app: every model is imported from here. The choices
+and state tables beside them (``Role``, ``ControlState``, ``CONTROL_TRANSITIONS``) are imported
+from their own module.
 """
 from __future__ import annotations
 
@@ -151,26 +157,6 @@ CAMPAIGN_TRANSITIONS: dict[str, frozenset[str]] = {
                                        CampaignStatus.FINISHED}),
     CampaignStatus.REJECTED: frozenset(),
     CampaignStatus.FINISHED: frozenset(),
-}
-
-
-class ControlState(models.TextChoices):
-    """A control request's state; the allowed moves are :data:`CONTROL_TRANSITIONS`."""
-
-    QUEUED = "queued", "queued for the submit worker"
-    CLAIMED = "claimed", "being run by the submit worker"
-    DONE = "done", "done"
-    FAILED = "failed", "refused by the scheduler"
-    GIVEN_UP = "given_up", "given up (scheduler unreachable)"
-
-
-CONTROL_TRANSITIONS: dict[str, frozenset[str]] = {
-    ControlState.QUEUED: frozenset({ControlState.CLAIMED, ControlState.GIVEN_UP}),
-    ControlState.CLAIMED: frozenset({ControlState.QUEUED, ControlState.DONE, ControlState.FAILED,
-                                     ControlState.GIVEN_UP}),
-    ControlState.DONE: frozenset(),
-    ControlState.FAILED: frozenset(),
-    ControlState.GIVEN_UP: frozenset(),
 }
 
 
@@ -330,7 +316,7 @@ class Task(TokenUsage):
             # the detail path), and the active ones among them (never in the rollups: few, the live queue).
             models.Index(fields=["cluster", "started_at"], name="task_started"),
             models.Index(fields=["cluster", "started_at"], condition=Q(active=True), name="task_active_started"),
-            # A campaign's costliest tasks, page by page (billing.bills.costliest_tasks).
+            # A campaign's costliest tasks, page by page (billing.bill_page.costliest_tasks).
             models.Index(fields=["campaign", "-cost_usd", "task_number"], condition=Q(cost_usd__isnull=False),
                          name="task_costliest"),
         ]
@@ -456,110 +442,6 @@ class ModelRequest(TokenUsage):
         constraints = [models.UniqueConstraint(fields=["task", "seq"], name="one_request_per_seq")]
 
 
-class Role(models.TextChoices):
-    """What a user may do; each role includes the ones before it, admin includes all.
-
-    ``lead`` (team lead) reads bills and sets budgets; ``launcher`` launches
-    campaigns; ``urgent`` (urgent launcher) also launches urgent agents.
-    """
-
-    VIEWER = "viewer", "viewer"
-    LEAD = "lead", "team lead"
-    LAUNCHER = "launcher", "launcher"
-    URGENT = "urgent", "urgent launcher"
-
-
-class Membership(models.Model):
-    """A user's role in one team (the team's Django group holds the same users)."""
-
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=10, choices=Role.choices, default=Role.VIEWER)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["user", "team"], name="one_role_per_team")]
-
-
-class Budget(models.Model):
-    """A team's spending limit per period, with alert thresholds (fractions of ``amount_usd``)."""
-
-    PERIODS = [("day", "day"), ("week", "week"), ("month", "month")]
-    ON_EXCEED = [("refuse", "refuse the launch"), ("hold", "submit on hold")]
-
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
-    period = models.CharField(max_length=5, choices=PERIODS, default="month")
-    amount_usd = models.DecimalField(max_digits=12, decimal_places=2)
-    thresholds = models.JSONField(default=list, help_text="e.g. [0.5, 0.8, 1.0]")
-    on_exceed = models.CharField(max_length=6, choices=ON_EXCEED, default="refuse")
-    alert_emails = models.TextField(blank=True, help_text="one address per line")
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["team", "period"], name="one_budget_per_period")]
-
-
-class BudgetAlert(models.Model):
-    """A threshold crossed in one period; sent once."""
-
-    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
-    period_start = models.DateField()
-    threshold = models.DecimalField(max_digits=5, decimal_places=3)
-    spent_usd = models.DecimalField(max_digits=14, decimal_places=6)
-    at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["budget", "period_start", "threshold"], name="alert_once")]
-
-
-class AuditEntry(models.Model):
-    """Every launch and control action: who, what, when, result."""
-
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
-    action = models.CharField(max_length=32)
-    target = models.CharField(max_length=128, blank=True)
-    params = models.JSONField(default=dict, blank=True)
-    ok = models.BooleanField()
-    result = models.TextField(blank=True)
-
-
-class ControlRequest(models.Model):
-    """A control action (cancel, pause, resume, triage) waiting for, or run by, the submit worker.
-
-    Written with its audit entry at the request; the worker claims it
-    (queued -> claimed), runs the scheduler's control command and records the
-    result (done or failed); ``given_up`` when the scheduler stayed
-    unreachable. A claim that outlives its worker goes back to queued
-    (control.reconcile_control_requests).
-    """
-
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
-    audit = models.ForeignKey(AuditEntry, null=True, blank=True, on_delete=models.SET_NULL,
-                              related_name="control_requests")
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE)
-    campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.CASCADE,
-                                 related_name="control_requests")
-    action = models.CharField(max_length=32, help_text="campaign_cancel, triage_hold, ...")
-    control = models.CharField(max_length=16, help_text="the scheduler's action: hold, release, delete, ...")
-    job_number = models.PositiveIntegerField()
-    tasks = models.JSONField(null=True, blank=True, help_text="task ranges [[a, b], ...]; null: the whole job")
-    priority = models.SmallIntegerField(null=True, blank=True)
-    state = models.CharField(max_length=10, choices=ControlState.choices, default=ControlState.QUEUED,
-                             db_index=True)
-    claimed_at = models.DateTimeField(null=True, blank=True)
-    claimed_by = models.CharField(max_length=128, blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    result = models.TextField(blank=True)
-
-    @property
-    def ok(self) -> bool:
-        return self.state == ControlState.DONE
-
-    def __str__(self) -> str:
-        return f"{self.action} job {self.job_number} ({self.state})"
-
-
 #: Endpoint, provider and credential names as the spool contract accepts them.
 _ENDPOINT_NAME = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", "1-64 letters, digits, '_', '.', '-'")
 
@@ -656,6 +538,8 @@ class PolicyCeiling(models.Model):
             raise ValidationError({"policy": "; ".join(exc.problems)}) from None
 
 
+from dashboards.team_models import Budget, BudgetAlert, Membership  # noqa: E402,F401  (members, budgets)
+from dashboards.control_models import AuditEntry, ControlRequest  # noqa: E402,F401  (audit log, control requests)
 from dashboards.pricing_models import ModelAlias, ModelPrice  # noqa: E402,F401  (price table, issue 5)
 from dashboards.token_models import ApiToken  # noqa: E402,F401  (API tokens, hashed; issue 11)
 from dashboards.reservation_models import Reservation  # noqa: E402,F401  (advance reservations booked from tco; issue 17)

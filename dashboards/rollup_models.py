@@ -53,10 +53,37 @@ REQUEST_KEY = ("cluster_id", "hour", "campaign_id", "provider", "model")
 REQUEST_SUMS = ("requests",)
 
 
-class UsageRollup(models.Model):
+class HourRollup(models.Model):
+    """The key columns every rollup starts with: one ``cluster``, one UTC ``hour`` (its start) and one
+    campaign (``campaign_id``, its id). Abstract: each rollup is a table of its own.
+
+    ``cluster`` has no index of its own: each rollup's unique key starts with (cluster, hour) and
+    serves it. A rollup restates ``hour`` or ``campaign_id`` only where its column's help text or
+    default differs (they are part of the migrations' state). ``str()`` names the key: these three
+    columns, then the rollup's ``KEY_REST``.
+    """
+
+    #: The rollup's other key columns that ``str()`` names after (cluster, hour, campaign).
+    KEY_REST: tuple[str, ...] = ()
+
+    cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # the key serves it
+    hour = models.DateTimeField(help_text="start of the UTC hour the task started in")
+    campaign_id = models.BigIntegerField()
+
+    class Meta:
+        abstract = True
+        app_label = "dashboards"
+
+    def __str__(self) -> str:
+        rest = " ".join(str(getattr(self, name)) for name in self.KEY_REST)
+        return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {rest}"
+
+
+class UsageRollup(HourRollup):
     """The usage that started in one UTC hour on one cluster, of one campaign (0: not tco's) and queue."""
 
-    cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
+    KEY_REST = ("project", "queue")
+
     hour = models.DateTimeField(help_text="start of the UTC hour the usage started in")
     campaign_id = models.BigIntegerField(default=0, help_text="0: usage tco did not launch")
     project = models.CharField(max_length=64, blank=True, help_text="the record's project where campaign_id is 0")
@@ -76,19 +103,15 @@ class UsageRollup(models.Model):
     wallclock_us = models.BigIntegerField(default=0)
     slot_us = models.BigIntegerField(default=0)
 
-    class Meta:
-        app_label = "dashboards"
+    class Meta(HourRollup.Meta):
         # The key's index starts with (cluster, hour): it serves every bill's range of hours.
         constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "project", "queue"],
                                                name="one_rollup_per_key")]
         # One team's bill: its campaigns' hours, and the hours of its project's jobs tco did not launch.
         indexes = [models.Index(fields=["campaign_id", "project", "hour"], name="rollup_campaign_hour")]
 
-    def __str__(self) -> str:
-        return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {self.project} {self.queue}"
 
-
-class WasteRollup(models.Model):
+class WasteRollup(HourRollup):
     """What the ended tasks of one campaign that started in one UTC hour on one cluster, in one end
     state (``Task.state``) with one verdict (only for ``done``; "" otherwise), used: ``tasks``,
     ``unpriced_tasks`` (tokens, no cost) and ``cost_units`` (USD x 1e8) from the tasks (by their
@@ -100,9 +123,9 @@ class WasteRollup(models.Model):
     and ``core.bulk.store_accounting_records`` for records of tco's tasks); tasks still active and
     their records are read from the detail rows, as bills do."""
 
-    cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
+    KEY_REST = ("state", "verdict")
+
     hour = models.DateTimeField(help_text="start of the UTC hour the task (or the record) started in")
-    campaign_id = models.BigIntegerField()
     state = models.CharField(max_length=10, help_text="the task's end state")
     verdict = models.CharField(max_length=64, blank=True, help_text="the task's verdict, where it ended done")
     earlier = models.BooleanField(default=False, help_text="records of an earlier attempt of the task")
@@ -113,35 +136,26 @@ class WasteRollup(models.Model):
     wallclock_us = models.BigIntegerField(default=0)
     slot_us = models.BigIntegerField(default=0)
 
-    class Meta:
-        app_label = "dashboards"
+    class Meta(HourRollup.Meta):
         # The key's index starts with (cluster, hour): every team's range of hours (an admin's view).
         constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "state", "verdict", "earlier"],
                                                name="one_waste_rollup_per_key")]
         # One team's (or one campaign's) view: its campaigns' hours.
         indexes = [models.Index(fields=["campaign_id", "hour"], name="waste_rollup_campaign_hour")]
 
-    def __str__(self) -> str:
-        return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {self.state} {self.verdict}"
 
-
-class RequestRollup(models.Model):
+class RequestRollup(HourRollup):
     """The metered model requests (``ModelRequest``) of the ended tasks of one campaign that started in
     one UTC hour on one cluster, per provider and model (the model the provider returned): ``requests``.
     Kept with the detail rows as :class:`WasteRollup` is (``dashboards.core.rollups``)."""
 
-    cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
-    hour = models.DateTimeField(help_text="start of the UTC hour the task started in")
-    campaign_id = models.BigIntegerField()
+    KEY_REST = ("provider", "model")
+
     provider = models.CharField(max_length=32, blank=True)
     model = models.CharField(max_length=128, blank=True)
     requests = models.BigIntegerField(default=0)
 
-    class Meta:
-        app_label = "dashboards"
+    class Meta(HourRollup.Meta):
         constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "provider", "model"],
                                                name="one_request_rollup_per_key")]
         indexes = [models.Index(fields=["campaign_id", "hour"], name="request_rollup_campaign_hour")]
-
-    def __str__(self) -> str:
-        return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {self.provider} {self.model}"

@@ -17,6 +17,7 @@ import re
 from typing import Iterable
 
 from schedulers.calendars import queue_opening_reason
+from schedulers.durations import duration_text
 
 __all__ = ["explain_pending", "reservation_reasons", "reason_kind", "share_tree_standing", "position_rank",
            "RESOURCE_LABELS"]
@@ -254,18 +255,6 @@ def _when(value) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
 
 
-def _in(seconds: float) -> str:
-    """``41 min``, ``2 h 5 min``, ``3 d 4 h``: a wait in words (rounded up to the minute)."""
-    minutes = max(1, int(-(-seconds // 60)))
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
-
-
 def _clock(moment: dt.datetime, now: dt.datetime) -> str:
     """``18:00 UTC`` today, else ``2026-12-02 18:00 UTC``."""
     moment = moment.astimezone(dt.timezone.utc)
@@ -316,7 +305,7 @@ def reservation_reasons(job_detail: dict, reservations: list | None = None, rese
                    f"start {found.get('start_at')}, end {found.get('end_at')}")
             if start is not None and start > now:
                 out.append({"text": f"waits for {label}, which starts at {_clock(start, now)} "
-                                    f"(in {_in((start - now).total_seconds())})", "raw": raw})
+                                    f"(in {duration_text((start - now).total_seconds())})", "raw": raw})
             elif end is not None:
                 out.append({"text": f"runs only in {label}, which ends at {_clock(end, now)}: "
                                     "it waits until the slots or seats the reservation holds are free",

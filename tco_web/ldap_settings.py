@@ -41,7 +41,7 @@ from tco_web.env import env_bool, env_float, env_str
 
 __all__: list[str] = []
 
-LDAP_ROLES = ("viewer", "lead", "launcher", "urgent")  # dashboards.models.Role's values
+LDAP_ROLES = ("viewer", "lead", "launcher", "urgent")  # dashboards.team_models.Role's values
 
 
 def parse_group_map(raw: str) -> dict[str, tuple[str, str]]:

@@ -167,7 +167,8 @@ def ops_users(bootstrap, django_user_model):
     one signed-in user on no team (``nobody``) and the bootstrap ``admin``.
 
     Their passwords are unusable (hashing is slow); browser tests use ``ops_logins``."""
-    from dashboards.models import Role, Team
+    from dashboards.models import Team
+    from dashboards.team_models import Role
     from dashboards.core.roles import membership_set
 
     research = Team.objects.get(project="research")

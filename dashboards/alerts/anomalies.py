@@ -34,10 +34,10 @@ from django.utils import timezone
 from dashboards.billing.budgets import budget_burn_rates
 from dashboards.billing.periods import PERIOD_ADJECTIVES, cluster_zone, default_cluster
 from dashboards.core.audit import audit
-from dashboards.core.clock import duration_text
 from dashboards.core.encoding import usd_text
 from dashboards.core.stages import EpochSeconds, quantile
 from dashboards.models import AnomalyAlert, Campaign, Task
+from schedulers.durations import duration_text
 
 log = logging.getLogger(__name__)
 

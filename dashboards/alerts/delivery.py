@@ -28,7 +28,8 @@ from django.urls import NoReverseMatch, reverse
 
 from dashboards.billing.budgets import mail_error
 from dashboards.core.audit import audit
-from dashboards.models import AnomalyAlert, Membership, Role, Team
+from dashboards.models import AnomalyAlert, Membership, Team
+from dashboards.team_models import Role
 
 log = logging.getLogger(__name__)
 

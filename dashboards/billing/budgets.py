@@ -27,7 +27,8 @@ from dashboards.billing.periods import (
 from dashboards.core.audit import audit
 from dashboards.core.encoding import usd_places, usd_text
 from dashboards.core.errors import BillError
-from dashboards.models import Budget, BudgetAlert, Membership, Role, Team
+from dashboards.models import Budget, BudgetAlert, Membership, Team
+from dashboards.team_models import Role
 
 log = logging.getLogger(__name__)
 

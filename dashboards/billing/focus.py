@@ -49,7 +49,7 @@ from django.conf import settings
 from django.db.models import BigIntegerField, Count, DateField, ExpressionWrapper, F, FloatField, Q, Sum
 from django.db.models.functions import Round, Trunc
 
-from dashboards.billing.bills import BUCKETS, COST_UNITS, _model_expr, used_tokens_q, whole_hour
+from dashboards.billing.bills import BUCKETS, COST_UNITS, model_expr, used_tokens_q, whole_hour
 from dashboards.billing.periods import cluster_zone, local_midnight, next_period_start, period_start
 from dashboards.core.errors import BillError
 from dashboards.models import AccountingRecord, Cluster, ModelRequest, RequestRollup, Task, Team
@@ -169,7 +169,7 @@ def _token_usage(cluster: Cluster, begin: dt.datetime, end: dt.datetime, project
     ``[begin, end)``; ``priced`` False gathers the tasks whose tokens have no price."""
     tasks = (Task.objects.filter(cluster=cluster, campaign__isnull=False, started_at__gte=begin, started_at__lt=end,
                                  campaign__team__project__in=projects)
-             .annotate(day=day, project_=F("campaign__team__project"), model_=_model_expr(""),
+             .annotate(day=day, project_=F("campaign__team__project"), model_=model_expr(""),
                        campaign_name=F("campaign__name")))
     sums = {bucket: Sum(bucket) for bucket in (*BUCKETS, "reasoning_tokens")}
     cost = Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField())
@@ -220,7 +220,7 @@ def _slot_usage(cluster: Cluster, begin: dt.datetime, end: dt.datetime, projects
                                                task__campaign__isnull=False,
                                                task__campaign__team__project__in=projects)
                .annotate(day=day, project_=F("task__campaign__team__project"), campaign_id=F("task__campaign_id"),
-                         campaign_name=F("task__campaign__name"), model_=_model_expr("task__")))
+                         campaign_name=F("task__campaign__name"), model_=model_expr("task__")))
     slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
     return [{**item, "project": item["project_"], "model": item["model_"]}
             for item in (records.values("day", "project_", "campaign_id", "campaign_name", "model_", "queue")

@@ -6,7 +6,7 @@ recorded as a ``ControlRequest`` (state ``queued``) beside its audit entry;
 (``queued -> claimed``, with time and owner), runs the scheduler's control
 command as the submit account (an SGE operator) and records the result
 (``done`` or ``failed``) in the request and its audit entry. States and
-their moves: ``models.ControlState`` / ``CONTROL_TRANSITIONS``. A claim whose
+their moves: ``control_models.ControlState`` / ``CONTROL_TRANSITIONS``. A claim whose
 worker died is put back to ``queued`` by :func:`reconcile_control_requests`
 (Grid Engine's hold, release, delete, priority and clear-error are safe to
 repeat), and given up after ``MAX_ATTEMPTS``.
@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from dashboards.control_models import CONTROL_TRANSITIONS, ControlState
 from dashboards.core import clusters as core_clusters
 from dashboards.core import enqueue, failures, limits
 from dashboards.core.audit import audit, refused
@@ -31,12 +32,10 @@ from dashboards.core.roles import user_can
 from dashboards.launch import submit
 from dashboards.models import (
     CAMPAIGN_LIVE,
-    CONTROL_TRANSITIONS,
     AuditEntry,
     Campaign,
     Cluster,
     ControlRequest,
-    ControlState,
     Task,
     transition,
 )

@@ -18,7 +18,8 @@ from django.db import transaction
 from dashboards.core import limits
 from dashboards.core.errors import LaunchError
 from dashboards.core.roles import membership_set
-from dashboards.models import Role, Team
+from dashboards.models import Team
+from dashboards.team_models import Role
 from dashboards.token_models import ApiToken, password_stamp, stamp_matches, token_digest
 
 # user name -> (team project, role); every demo user is also in the team's group.

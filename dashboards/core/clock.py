@@ -1,22 +1,12 @@
-"""Times as people read them on the pages: relative ("36 s ago") with the clock time and its zone."""
+"""Times as people read them on the pages: relative ("36 s ago") with the clock time and its zone.
+
+The duration's words are ``schedulers.durations.duration_text``'s, as in the pending reasons.
+"""
 from __future__ import annotations
 
 import datetime as dt
 
-
-def duration_text(seconds: float) -> str:
-    """``42 s``, ``12 min 5 s``, ``3 h 04 min``, ``2 d 5 h``: a duration as people say it (seconds, rounded)."""
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, s = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {s} s" if s else f"{minutes} min"
-    hours, m = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {m:02d} min"
-    days, h = divmod(hours, 24)
-    return f"{days} d {h} h"
+from schedulers.durations import duration_text
 
 
 def ago(moment: dt.datetime, now: dt.datetime | None = None) -> str:

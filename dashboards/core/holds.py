@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from dashboards.control_models import ControlState
 from dashboards.models import (
     Campaign,
     Cluster,
     ControlRequest,
-    ControlState,
 )
 
 

@@ -19,7 +19,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
 
-from dashboards.models import Membership, Role, Team
+from dashboards.models import Membership, Team
+from dashboards.team_models import Role
 
 CAPABILITIES: dict[str, frozenset[str]] = {
     "view": frozenset({Role.VIEWER, Role.LEAD, Role.LAUNCHER, Role.URGENT}),

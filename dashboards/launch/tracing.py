@@ -18,7 +18,8 @@ from django.conf import settings
 
 from dashboards.launch.spool import spool_dir
 from dashboards.models import Campaign
-from execution.metering.otel import TraceParent, export_launch_span, tracing_configured
+from execution.metering.otel import export_launch_span, tracing_configured
+from execution.metering.otel_spans import TraceParent
 from execution.spool.files import write_atomic
 
 HEADERS_FILE = "otel-headers"

@@ -16,9 +16,9 @@ from typing import Any
 from django.db.models import Count, Q
 from django.urls import NoReverseMatch, reverse
 
-from dashboards.core.clock import duration_text
 from dashboards.core.scope import Scope, tasks_visible_to
 from dashboards.models import Cluster
+from schedulers.durations import duration_text
 
 #: A task pending longer than this (seconds) turns the "longest pending" tile amber; RED_S red.
 PENDING_AMBER_S = 10 * 60

@@ -31,7 +31,8 @@ from dashboards.core.roles import CAPABILITIES, is_admin, teams_with
 from dashboards.live import campaign as live_campaign
 from dashboards.live import queue as live_queue
 from dashboards.live import task
-from dashboards.models import Campaign, Role, Task
+from dashboards.models import Campaign, Task
+from dashboards.team_models import Role
 from schedulers import base
 
 PAGE = OpenApiParameter("page", OpenApiTypes.INT, description="1-based page number")

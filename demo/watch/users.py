@@ -19,7 +19,8 @@ def watcher_users(count: int, projects: Sequence[str] = ("research", "engineerin
     log in through a session made here). Raises Team.DoesNotExist."""
     from django.contrib.auth import get_user_model
 
-    from dashboards.models import Role, Team
+    from dashboards.models import Team
+    from dashboards.team_models import Role
     from dashboards.core.roles import membership_set
 
     User = get_user_model()

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 import zoneinfo
-from dashboards.billing import bills
+from dashboards.billing import bill_page, bills
 from dashboards.billing import budgets
 from dashboards.billing import costs
 from dashboards.billing import periods
@@ -139,7 +139,7 @@ def test_the_csv_export_has_every_row_and_exact_amounts(bootstrap, ops_users):
               tokens=tokens(inp=3, out=4))
     make_task(campaign, task_number=2, started_at=at(2026, 5, 6, 10), wallclock_s=1, cost_usd="1")
     result = bills.bill(teams=[research], period="day", first=dt.date(2026, 5, 1), last=dt.date(2026, 5, 31))
-    rows = list(csv.reader(["\t".join(r) for r in bills.bill_csv_rows(result)], delimiter="\t"))
+    rows = list(csv.reader(["\t".join(r) for r in bill_page.bill_csv_rows(result)], delimiter="\t"))
     header, body = rows[0], rows[1:]
     assert header[:3] == ["period_start", "team", "project"] and "cost_usd" in header and "slot_s" in header
     assert [r[0] for r in body] == ["2026-05-04", "2026-05-06"]

@@ -11,8 +11,9 @@ import pytest
 from django.apps import apps
 from django.utils import timezone
 
-from dashboards.core import enqueue
 from dashboards.control import actions
+from dashboards.control_models import ControlState
+from dashboards.core import enqueue
 from dashboards.launch import submit
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.models import (
@@ -22,7 +23,6 @@ from dashboards.models import (
     Campaign,
     CampaignStatus,
     ControlRequest,
-    ControlState,
     Task,
     Team,
     transition,

@@ -417,9 +417,9 @@ def test_the_costliest_tasks_come_a_page_at_a_time(as_user, ops_users):
 
 
 def test_a_long_bill_shows_its_rows_a_page_at_a_time_with_the_total_of_all(as_user, ops_users, monkeypatch):
-    from dashboards.billing import bills
+    from dashboards.billing import bill_page
 
-    monkeypatch.setattr(bills, "ROWS_PER_PAGE", 2)
+    monkeypatch.setattr(bill_page, "ROWS_PER_PAGE", 2)
     research = Team.objects.get(project="research")
     campaign = make_campaign(team=research, user=ops_users["launcher"], name="daily")
     for day in range(1, 6):  # one task a day, $1 each
@@ -439,10 +439,10 @@ def test_a_long_bill_shows_its_rows_a_page_at_a_time_with_the_total_of_all(as_us
 
 
 def test_a_chart_of_many_campaigns_stacks_the_costliest_and_sums_the_rest():
-    from dashboards.billing import bills
+    from dashboards.billing import bill_page
 
     rows = [{"period": dt.date(2026, 11, 1), "label": f"c{n}", "team": "t", "launched_by_tco": True,
              "cost_usd": Decimal(n), "unpriced_tasks": 0} for n in range(1, 31)]
-    chart = bills.bill_chart({"rows": rows, "group_by": "campaign"}, top=5)
+    chart = bill_page.bill_chart({"rows": rows, "group_by": "campaign"}, top=5)
     assert [s["label"] for s in chart["series"]] == ["c30", "c29", "c28", "c27", "c26", "(25 others)"]
     assert chart["series"][-1]["cost_usd"] == [float(sum(range(1, 26)))]

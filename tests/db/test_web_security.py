@@ -15,7 +15,8 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from dashboards.core import realtime
-from dashboards.models import ApiToken, Membership, Role, Team
+from dashboards.models import ApiToken, Membership, Team
+from dashboards.team_models import Role
 from dashboards.core.roles import membership_set
 
 from tests.support.campaigns import DEMO_PASSWORD

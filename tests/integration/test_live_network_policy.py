@@ -26,7 +26,8 @@ from dashboards.control import netpolicy
 from dashboards.launch import spool
 from dashboards.core.errors import ActionRefused
 from dashboards.launch.service import LaunchRequest, launch
-from dashboards.models import AgentDefinition, AuditEntry, ModelEndpoint, PolicyCeiling, Role, Team
+from dashboards.models import AgentDefinition, AuditEntry, ModelEndpoint, PolicyCeiling, Team
+from dashboards.team_models import Role
 from dashboards.core.roles import membership_set
 from dashboards.launch.submit import campaign_submit
 from schedulers.hosts import master_address

@@ -1,4 +1,4 @@
-"""OpenTelemetry GenAI spans (execution/metering/otel.py) built without a receiver, and once over the wire.
+"""OpenTelemetry GenAI spans (execution/metering/otel_spans.py, otel.py) built without a receiver, and over the wire.
 
 The SDK's in-memory exporter holds what would be sent; the wire test posts through the real
 OTLP/HTTP exporter to a receiver on 127.0.0.1 started here and decodes the protobuf body.
@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from execution.metering.otel import (TaskTracer, TraceParent, chat_span, export_launch_span, iso_ns, stage_spans,
-                                     tracing_configured, traces_url)
+from execution.metering.otel import TaskTracer, export_launch_span, tracing_configured, traces_url
+from execution.metering.otel_spans import TraceParent, chat_span, iso_ns, stage_spans
 
 STAGES = {"task_started_at": "2026-12-02T07:00:01.000000Z", "sandbox_create_at": "2026-12-02T07:00:01.100000Z",
           "sandbox_ready_at": "2026-12-02T07:00:01.150000Z", "agent_started_at": "2026-12-02T07:00:01.160000Z",

@@ -196,7 +196,7 @@ def test_a_job_in_a_future_reservation_waits_for_its_start_in_plain_words():
     assert "waits for advance reservation 12 (team research), which starts at 18:00 UTC (in 41 min)" in texts
     tomorrow = [{**reservations[0], "start_at": (NOW + dt.timedelta(days=1, hours=2)).isoformat()}]
     assert reservation_reasons(detail, tomorrow, now=NOW)[0]["text"].endswith(
-        "starts at 2026-12-02 19:19 UTC (in 26 h)")
+        "starts at 2026-12-02 19:19 UTC (in 26 h 00 min)")
     assert "qrstat no longer lists" in reservation_reasons(detail, [], now=NOW)[0]["text"]
     assert reservation_reasons(detail, None, now=NOW) == []  # no poll of reservations: nothing invented
 

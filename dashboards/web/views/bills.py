@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from dashboards.billing import bills, budgets, focus, periods, waste
+from dashboards.billing import bill_page, bills, budgets, focus, periods, waste
 from dashboards.core import csv_export, errors
 from dashboards.core.roles import user_can
 from dashboards.models import Budget, Campaign
@@ -100,15 +100,15 @@ def bills_page(request: HttpRequest) -> HttpResponse:
                 campaign = Campaign.objects.filter(pk=filters["campaign"], team__in=form.teams()).first()
             costliest, tasks_page, more = [], _page_number(request, "tasks_page"), False
             if campaign:
-                per_page = bills.COSTLIEST_PER_PAGE
-                costliest = bills.costliest_tasks(campaign.pk, teams=form.teams(), limit=per_page + 1,
-                                                  offset=(tasks_page - 1) * per_page)
+                per_page = bill_page.COSTLIEST_PER_PAGE
+                costliest = bill_page.costliest_tasks(campaign.pk, teams=form.teams(), limit=per_page + 1,
+                                                      offset=(tasks_page - 1) * per_page)
                 more, costliest = len(costliest) > per_page, costliest[:per_page]
-            rows_page, per_page = _page_number(request, "rows_page"), bills.ROWS_PER_PAGE
+            rows_page, per_page = _page_number(request, "rows_page"), bill_page.ROWS_PER_PAGE
             shown = result["rows"][(rows_page - 1) * per_page:rows_page * per_page]
             today = ops_forms._today()
             context.update(
-                bill=result, chart=bills.bill_chart(result), units=bills.unit_costs(result["totals"]),
+                bill=result, chart=bill_page.bill_chart(result), units=bill_page.unit_costs(result["totals"]),
                 csv_query=_bill_query(form), campaign=campaign, filters=filters,
                 costliest=costliest, tasks_pager=_pager(form, "tasks_page", tasks_page, more),
                 rows=shown, rows_pager=_pager(form, "rows_page", rows_page, len(result["rows"]) > rows_page * per_page),
@@ -163,7 +163,7 @@ def bills_csv(request: HttpRequest) -> HttpResponse:
     campaign_id = form.filters()["campaign"]
     if request.GET.get("view") == "tasks" and campaign_id:
         def task_rows():
-            for t in bills.costliest_tasks(campaign_id, teams=form.teams(), limit=100_000):
+            for t in bill_page.costliest_tasks(campaign_id, teams=form.teams(), limit=100_000):
                 tokens = sum(getattr(t, b) or 0 for b in bills.BUCKETS)
                 yield [campaign_id, t.task_number, t.state, t.verdict, tokens,
                        format(t.cost_usd.normalize(), "f") if t.cost_usd is not None else "unpriced",
@@ -173,7 +173,7 @@ def bills_csv(request: HttpRequest) -> HttpResponse:
             ["campaign", "task_number", "state", "verdict", "total_tokens", "cost_usd", "wallclock_s"], task_rows())
     filename = (f"tco-bill-{result['period']}-{result['group_by']}-{result['first'].isoformat()}"
                 f"-{result['last'].isoformat()}.csv")
-    header, *rows = bills.bill_csv_rows(result)
+    header, *rows = bill_page.bill_csv_rows(result)
     return csv_export.csv_response(filename, header, rows)
 
 
