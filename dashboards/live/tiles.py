@@ -32,7 +32,7 @@ HOST_FINE = ("up", "closed")
 WAITING = ("pending", "held")
 
 
-def _url(name: str, *args, query: str = "") -> str:
+def url_or_blank(name: str, *args, query: str = "") -> str:
     """``reverse`` or '' where the URL is not installed (the ops pages are optional)."""
     try:
         return reverse(name, args=args) + (f"?{query}" if query else "")
@@ -44,12 +44,14 @@ def _level(value: float, amber: float, red: float) -> str:
     return "red" if value >= red else "amber" if value >= amber else "ok"
 
 
-def _tile(key: str, label: str, value: str, number, detail: str, level: str, href: str) -> dict[str, Any]:
+def tile(key: str, label: str, value: str, number, detail: str, level: str, href: str) -> dict[str, Any]:
+    """One tile (the shape in the module's docstring)."""
     return {"key": key, "label": label, "value": value, "number": number, "detail": detail, "level": level,
             "href": href}
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
+    """``"1 agent"``, ``"2 agents"``."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
@@ -66,25 +68,25 @@ def task_tiles(scope: Scope, *, now: dt.datetime) -> list[dict[str, Any]]:
                               long=Count("id", filter=Q(state="pending",
                                                         submitted_at__lt=now - dt.timedelta(seconds=PENDING_AMBER_S))))
     oldest = active.filter(state="pending", submitted_at__isnull=False).order_by("submitted_at", "pk").first()
-    triage = _url("ops-triage") if scope.admin else ""
+    triage = url_or_blank("ops-triage") if scope.admin else ""
     tiles = [
-        _tile("running", "Running agents", _plural(counts["running"], "agent"), counts["running"],
-              f"on {_plural(counts['hosts'], 'host')}", "info", "#by-team"),
-        _tile("waiting", "Queued agents", _plural(counts["pending"] + counts["held"], "agent"),
+        tile("running", "Running agents", plural(counts["running"], "agent"), counts["running"],
+              f"on {plural(counts['hosts'], 'host')}", "info", "#by-team"),
+        tile("waiting", "Queued agents", plural(counts["pending"] + counts["held"], "agent"),
               counts["pending"] + counts["held"],
               f"{counts['pending']} pending, {counts['held']} held" + (
                   f", {counts['error']} in error" if counts["error"] else ""),
               "red" if counts["error"] else "info", triage or "#campaigns"),
     ]
     if oldest is None:
-        tiles.append(_tile("longest", "Longest pending", "none", 0, "no task is pending", "ok",
+        tiles.append(tile("longest", "Longest pending", "none", 0, "no task is pending", "ok",
                            triage or "#campaigns"))
     else:
         wait = max(0.0, (now - oldest.submitted_at).total_seconds())
-        tiles.append(_tile("longest", "Longest pending", duration_text(wait), wait,
+        tiles.append(tile("longest", "Longest pending", duration_text(wait), wait,
                            f"task {oldest.task_id}; {counts['long']} pending longer than "
                            f"{duration_text(PENDING_AMBER_S)}",
-                           _level(wait, PENDING_AMBER_S, PENDING_RED_S), _url("task", oldest.pk)))
+                           _level(wait, PENDING_AMBER_S, PENDING_RED_S), url_or_blank("task", oldest.pk)))
     hour = tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1), ended_at__lte=now).aggregate(
         ended=Count("id"), failed=Count("id", filter=Q(state__in=("failed", "lost"))))
     failed, ended = hour["failed"], hour["ended"]
@@ -92,9 +94,9 @@ def task_tiles(scope: Scope, *, now: dt.datetime) -> list[dict[str, Any]]:
         "red" if failed >= FAILED_RED_MIN and failed >= FAILED_RED_FRACTION * ended else "amber")
     newest_failed = (tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1), state__in=("failed", "lost"),
                                   campaign__isnull=False).order_by("-ended_at").values("campaign_id").first())
-    href = _url("campaign", newest_failed["campaign_id"], query="state=failed") if newest_failed else "#finished"
-    tiles.append(_tile("failed", "Failed in the last hour", _plural(failed, "task"), failed,
-                       f"of {_plural(ended, 'task')} that ended", level, href))
+    href = url_or_blank("campaign", newest_failed["campaign_id"], query="state=failed") if newest_failed else "#finished"
+    tiles.append(tile("failed", "Failed in the last hour", plural(failed, "task"), failed,
+                       f"of {plural(ended, 'task')} that ended", level, href))
     return tiles
 
 
@@ -123,14 +125,14 @@ def cluster_tiles(seat_resource: str) -> list[dict[str, Any]]:
             hosts_total += 1
             if host["state"] not in HOST_FINE:
                 down.append(f"{host['name']} {host['state']}")
-    tiles = [_tile("slots", "Slots in use", f"{slots_used} of {_plural(slots_total, 'slot')}", slots_used,
+    tiles = [tile("slots", "Slots in use", f"{slots_used} of {plural(slots_total, 'slot')}", slots_used,
                    f"{slots_used / slots_total:.0%} of the cluster's slots" if slots_total else "no queue polled yet",
                    "info", "#clusters")]
     if has_seats:
-        tiles.append(_tile("seats", "Model API seats in use", f"{seats_used:g} of {seats_total:g} seats", seats_used,
+        tiles.append(tile("seats", "Model API seats in use", f"{seats_used:g} of {seats_total:g} seats", seats_used,
                            f"consumable {seat_resource}", "info", "#seats"))
     level = "ok" if not down else ("red" if len(down) * 2 > hosts_total else "amber")
-    tiles.append(_tile("hosts", "Hosts down", f"{len(down)} of {_plural(hosts_total, 'host')}", len(down),
+    tiles.append(tile("hosts", "Hosts down", f"{len(down)} of {plural(hosts_total, 'host')}", len(down),
                        "; ".join(down[:3]) + (" …" if len(down) > 3 else "") if down else "every host is up",
                        level, "#hosts-card"))
     return tiles

@@ -33,7 +33,8 @@ from dashboards.models import AgentDefinition, Budget, Cluster
 MAX_JOB_NUMBER = limits.MAX_JOB_NUMBER
 
 
-def _today() -> dt.date:
+def cluster_today() -> dt.date:
+    """Today's date in the default cluster's zone (the bills' days)."""
     return timezone.now().astimezone(periods.cluster_zone(periods.default_cluster())).date()
 
 
@@ -68,7 +69,7 @@ class BillForm(forms.Form):
         self.fields["cluster"].queryset = Cluster.objects.order_by("name")
         if self.fields["cluster"].queryset.count() < 2:  # one cluster: nothing to choose
             self.fields["cluster"].widget = forms.HiddenInput()
-        today = _today()
+        today = cluster_today()
         self.fields["first"].initial = today.replace(day=1)
         self.fields["last"].initial = today
 
@@ -97,7 +98,7 @@ class BillForm(forms.Form):
     def from_query(cls, query, *, user: AbstractBaseUser) -> "BillForm":
         """Bound to the query string, with the defaults for what it leaves out; a ``preset``
         (this-week, last-week, this-month, last-month) sets the dates and daily periods."""
-        today = _today()
+        today = cluster_today()
         data = {"period": "day", "first": today.replace(day=1).isoformat(), "last": today.isoformat(),
                 "group_by": "team", "team": "", "cluster": "", "campaign": "", "model": "", "launcher": "",
                 "preset": ""}

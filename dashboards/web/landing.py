@@ -24,7 +24,7 @@ from dashboards.billing.periods import current_period
 from dashboards.core.roles import is_admin
 from dashboards.core.scope import campaigns_visible_to, scope_of
 from dashboards.core.states import UNFINISHED_CAMPAIGN
-from dashboards.live.tiles import WAITING, _plural, _tile, _url, scope_tiles
+from dashboards.live.tiles import WAITING, plural, scope_tiles, tile, url_or_blank
 from dashboards.models import Campaign, Membership, Task
 from dashboards.templatetags.ops import usd
 
@@ -48,8 +48,8 @@ def spend_tile(user: AbstractBaseUser, *, now: dt.datetime) -> dict[str, Any] | 
         detail = (f"{worst['team'].name}: {usd(worst['spent_usd'])} of its {usd(budget.amount_usd)} "
                   f"{budget.period} budget ({worst['fraction']:.0%})")
         level = "red" if worst["fraction"] >= 1 else "amber" if worst["crossed"] else "ok"
-    return _tile("spend", "Spend today", f"{usd(spent) or '$0.00'} (USD)", spent, detail, level,
-                 _url("ops-bills", query="period=day"))
+    return tile("spend", "Spend today", f"{usd(spent) or '$0.00'} (USD)", spent, detail, level,
+                 url_or_blank("ops-bills", query="period=day"))
 
 
 def landing_tiles(user: AbstractBaseUser, *, seat_resource: str, now: dt.datetime | None = None,
@@ -65,7 +65,7 @@ def landing_tiles(user: AbstractBaseUser, *, seat_resource: str, now: dt.datetim
         tiles.append(spend)
     mine = Campaign.objects.filter(launched_by=user, status__in=UNFINISHED_CAMPAIGN).count()
     teams = campaigns_visible_to(user).filter(status__in=UNFINISHED_CAMPAIGN).count()
-    tiles.append(_tile("mine", "My campaigns running", _plural(mine, "campaign"), mine,
+    tiles.append(tile("mine", "My campaigns running", plural(mine, "campaign"), mine,
                        f"{teams} unfinished on {'every team' if is_admin(user) else 'my teams'}", "info",
                        "#my-campaigns"))
     return tiles

@@ -363,7 +363,7 @@ def test_bills_break_down_by_launcher_and_link_every_campaign_to_its_costliest_t
 def test_bill_presets_are_last_week_and_friends(as_user, ops_users, monkeypatch):
     from dashboards.web import forms
 
-    monkeypatch.setattr(forms, "_today", lambda: dt.date(2026, 11, 18))  # a Wednesday
+    monkeypatch.setattr(forms, "cluster_today", lambda: dt.date(2026, 11, 18))  # a Wednesday
     _bill_history(ops_users)
     client = as_user("lead")
     html = client.get("/ops/bills/", {"preset": "last-week", "group_by": "campaign"}).content.decode()

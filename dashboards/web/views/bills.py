@@ -106,7 +106,7 @@ def bills_page(request: HttpRequest) -> HttpResponse:
                 more, costliest = len(costliest) > per_page, costliest[:per_page]
             rows_page, per_page = _page_number(request, "rows_page"), bill_page.ROWS_PER_PAGE
             shown = result["rows"][(rows_page - 1) * per_page:rows_page * per_page]
-            today = ops_forms._today()
+            today = ops_forms.cluster_today()
             context.update(
                 bill=result, chart=bill_page.bill_chart(result), units=bill_page.unit_costs(result["totals"]),
                 csv_query=_bill_query(form), campaign=campaign, filters=filters,
