@@ -69,6 +69,72 @@ def db(fn, *args):
     return database_sync_to_async(fn)(*args)
 
 
+#: Sockets' checks run in one trip to the database thread, at most.
+CHECK_BATCH = 64
+
+
+class CheckBatch:
+    """The checks of sockets that open at once, run one after the other in one trip to the process's
+    database thread (one per event loop: :func:`checks`). The first socket's check leaves at once; those
+    that open while it runs go together in the next trip. Each socket's check is its own
+    (:meth:`LiveConsumer.check`, the same code and queries); what a batch saves is the hand-over to the
+    thread and back per socket, which in a connect storm (1,000 sockets at once) cost about as much as
+    the checks themselves (issue 22: py-spy, the database thread saturated). An exception is that socket's
+    own (``SignedOut``, ``Refused``, a database error): the others of its batch are answered."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple["LiveConsumer", asyncio.Future]] = []
+        self.draining = False
+        self.trips = 0
+
+    async def run(self, consumer: "LiveConsumer") -> list[snapshots.View]:
+        """``consumer.check()`` on the database thread, batched; raises what it raises."""
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append((consumer, future))
+        if not self.draining:
+            self.draining = True
+            asyncio.ensure_future(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self.waiting:
+                batch, self.waiting = self.waiting[:CHECK_BATCH], self.waiting[CHECK_BATCH:]
+                self.trips += 1
+                try:
+                    outcomes = await db(_check_each, [consumer for consumer, _ in batch])
+                except BaseException as exc:  # noqa: BLE001 - the trip itself failed: each socket is told
+                    outcomes = [(False, exc)] * len(batch)
+                for (_, future), (ok, value) in zip(batch, outcomes):
+                    if not future.done():
+                        future.set_result(value) if ok else future.set_exception(value)
+        finally:
+            self.draining = False
+
+
+def _check_each(consumers: list["LiveConsumer"]) -> list[tuple[bool, object]]:
+    """On the database thread: each consumer's check, ``(True, views)`` or ``(False, the exception)``."""
+    out: list[tuple[bool, object]] = []
+    for consumer in consumers:
+        try:
+            out.append((True, consumer.check()))
+        except Exception as exc:  # noqa: BLE001 - that socket's answer (4401, 4403, or closed to reconnect)
+            out.append((False, exc))
+    return out
+
+
+_CHECKS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CheckBatch]" = weakref.WeakKeyDictionary()
+
+
+def checks() -> CheckBatch:
+    """This event loop's :class:`CheckBatch`."""
+    loop = asyncio.get_running_loop()
+    batch = _CHECKS.get(loop)
+    if batch is None:
+        batch = _CHECKS[loop] = CheckBatch()
+    return batch
+
+
 class Refused(Exception):
     """The user may not see what this socket would show."""
 
@@ -117,7 +183,7 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         self.groups_joined: list[str] = []
         self._recheck = None
         try:
-            views = await db(self.check)
+            views = await checks().run(self)
         except SignedOut:
             await self.refuse(4401)
             return

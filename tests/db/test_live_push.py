@@ -729,3 +729,35 @@ def test_a_campaign_snapshot_carries_its_task_rows_as_a_table_that_unpacks_to_th
     as_table = len(json.dumps(wire["tasks"], separators=(",", ":")))
     assert as_table < len(json.dumps(data["tasks"], separators=(",", ":")))
     assert snapshots.unpack(wire) == json.loads(json.dumps(data))
+
+
+def test_sockets_that_open_at_once_are_checked_in_few_trips_each_with_its_own_answer(world, monkeypatch):
+    """A storm of sockets: their checks share trips to the database thread (consumers.CheckBatch), and each
+    socket still gets its own answer: a user of another team is refused (4403) among those let in, and a
+    socket with no user is told 4401."""
+    from django.contrib.auth.models import AnonymousUser
+
+    from dashboards.live import consumers
+
+    trips = []
+    real = consumers._check_each
+
+    def counted(batch):
+        trips.append(len(batch))
+        return real(batch)
+
+    monkeypatch.setattr(consumers, "_check_each", counted)
+    viewer, outsider = world["users"]["viewer"], world["users"]["eng-viewer"]
+    alpha = world["alpha"].pk
+
+    async def storm():
+        who = [viewer] * 6 + [outsider, AnonymousUser()]
+        opened = await asyncio.gather(*(ws_connect(user, f"/ws/campaigns/{alpha}/") for user in who))
+        for comm, connected, _, _ in opened:
+            if connected:
+                await comm.disconnect()
+        return [(connected, code) for _, connected, code, _ in opened]
+
+    answers = async_to_sync(storm)()
+    assert answers == [(True, None)] * 6 + [(False, 4403), (False, 4401)]
+    assert sum(trips) == 8 and len(trips) < 8
