@@ -479,8 +479,16 @@ def _seat_calls(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
     for campaign_id, flags in tasks.exclude(usage_flags=[]).values_list("campaign_id", "usage_flags"):
         if campaign_id in rows and "requests_not_kept" in (flags or ()):
             rows[campaign_id]["seat"].partial = True
-    requests = (ModelRequest.objects.filter(task__in=tasks).annotate(at_s=_epoch("at"))
-                .order_by("task_id", "seq").values_list("task_id", "task__campaign_id", "at_s", "latency_ms"))
+    # The tasks first, then their requests a chunk of tasks at a time, each chunk by the (task, seq) index:
+    # one server-side cursor over the join let PostgreSQL plan for the cursor's first rows and walk that
+    # index over every request of the table (a lead's month of 600 tasks: 2.6 s, against 0.13 s).
+    campaign_of = dict(tasks.values_list("id", "campaign_id"))
+
+    def requests():
+        for chunk in in_chunks(sorted(campaign_of)):
+            for task_id, at, latency_ms in (ModelRequest.objects.filter(task_id__in=chunk).annotate(at_s=_epoch("at"))
+                                            .order_by("task_id", "seq").values_list("task_id", "at_s", "latency_ms")):
+                yield task_id, campaign_of[task_id], at, latency_ms
 
     def close(campaign_id: int | None, spans: list[tuple[float, float]]) -> None:
         if campaign_id is None or campaign_id not in rows:
@@ -491,7 +499,7 @@ def _seat_calls(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
             row["seat"].calls.append((start, stop, row["seats_per_task"]))
 
     current, current_campaign, spans = None, None, []
-    for task_id, campaign_id, at, latency_ms in requests.iterator(chunk_size=5000):
+    for task_id, campaign_id, at, latency_ms in requests():
         if task_id != current:
             close(current_campaign, spans)
             current, current_campaign, spans = task_id, campaign_id, []
