@@ -176,3 +176,4 @@ def test_ingest_a_poll_and_the_retention_drop_at_once_keep_every_rollup_exact(op
     assert rollups.kind_differences("requests", since=CUT) == []
     assert rollups.day_differences("usage") == [] and rollups.day_differences("waste") == []
     assert AccountingRecord.objects.filter(job_number=7400).count() == 48
+    assert set(Task.objects.filter(pk__in=[t.pk for t in lost]).values_list("state", "active")) == {("lost", False)}
