@@ -22,10 +22,13 @@ rollups):
 
 * the bills page: a day, a week and a month by day, a quarter by week; per
   team and per campaign; as an admin (all 50 teams) and as one team's lead;
+  the bill alone beside the same bill read from the hour rollups only (no
+  day grain: the code before migration 0023) and from the detail rows;
 * the costliest tasks of the probe campaign: page 1 and page 250;
 * the probe campaign's stage histograms (cache off) and its campaign page;
 * ``/api/usage/``: last month, and this month to now (not whole hours);
-* the waste view: a month and a week (admin, lead) and one campaign;
+* the waste view: a month and a week (admin, lead) and one campaign; its
+  sums alone beside the same sums from the hour rollups only;
 * the FOCUS export of last month (``/ops/bills.focus.csv``; goal <= 10 s).
 
 For every query of one run of each page, ``EXPLAIN`` says which indexes and
@@ -42,11 +45,13 @@ shared lock, as root or as tco:
 
 ``--scale 1`` takes the better part of an hour on 2 cores and about 10 GB
 of disk; ``--keep`` leaves the database for ``--reuse`` (measure again
-without filling).
+without filling); ``--fill-only`` fills, keeps and measures nothing. On a
+shared host run it at the lowest priority (``nice -n 19 ionice -c3``).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -422,6 +427,20 @@ def explain(queries: list[str], table_rows: dict[str, int]) -> dict:
     return {"indexes": sorted(indexes), "seq_scans": sorted(seqs), "full_scans": sorted(full)}
 
 
+@contextlib.contextmanager
+def hour_grain_only():
+    """Bills and waste read every hour from the hour rollups, none from the day rollups: the code
+    before the day grain (issue 26), the baseline each bill and waste figure is measured beside."""
+    from dashboards.billing import grains
+
+    real = grains.pieces
+    grains.pieces = lambda begin, end, boundaries=(): ([], [(begin, end)] if begin < end else [])
+    try:
+        yield
+    finally:
+        grains.pieces = real
+
+
 def captured(fn) -> list[str]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -434,11 +453,13 @@ def captured(fn) -> list[str]:
 def sizes() -> dict:
     from django.db import connection
 
-    from dashboards.models import AccountingRecord, ModelRequest, Task, TaskEvent, UsageRollup
+    from dashboards.models import AccountingRecord, ModelRequest, Task, TaskEvent, UsageRollup, WasteRollup
+    from dashboards.rollup_models import UsageDayRollup, WasteDayRollup
 
     out = {}
     with connection.cursor() as cur:
-        for model in (ModelRequest, Task, AccountingRecord, UsageRollup, TaskEvent):
+        for model in (ModelRequest, Task, AccountingRecord, UsageRollup, UsageDayRollup, WasteRollup, WasteDayRollup,
+                      TaskEvent):
             table = model._meta.db_table
             cur.execute("SELECT pg_relation_size(%s), pg_indexes_size(%s), pg_total_relation_size(%s), "
                         "(SELECT count(*) FROM " + connection.ops.quote_name(table) + ")", [table] * 3)
@@ -519,14 +540,21 @@ def measure(info: dict, runs: int) -> dict:
                     bills.bill(teams=teams, period=period, first=first, last=last, group_by=group_by,
                                from_detail=detail)
 
+                def hours_only(summed=summed):
+                    with hour_grain_only():
+                        summed()
+
                 key = f"bills {span} per {group_by} ({who})"
                 results["pages"][key] = {**timed(page, runs), "explain": explain(captured(page), rows),
                                          "bill_alone": timed(summed, runs),
+                                         "bill_alone_explain": explain(captured(summed), rows),
+                                         "baseline_hour_grain": timed(hours_only, runs),
                                          "baseline_detail": timed(lambda: summed(detail=True), max(2, runs // 5)),
                                          "baseline_explain": explain(captured(lambda: summed(detail=True)), rows)}
                 found = results["pages"][key]
                 print(f"  {key}: page p95 {found['p95_ms']} ms; the bill alone {found['bill_alone']['p95_ms']} ms "
-                      f"(from the detail rows: {found['baseline_detail']['p95_ms']} ms)", flush=True)
+                      f"(hour rollups alone: {found['baseline_hour_grain']['p95_ms']} ms; from the detail rows: "
+                      f"{found['baseline_detail']['p95_ms']} ms)", flush=True)
     for page_no in (1, 250):
         query = {"period": "day", "first": probe.launched_at.date().isoformat(),
                  "last": (probe.launched_at.date() + dt.timedelta(days=2)).isoformat(), "group_by": "campaign",
@@ -572,11 +600,23 @@ def measure(info: dict, runs: int) -> dict:
             def waste_alone(teams=teams, first=first, last=last):
                 waste.waste(teams=teams, first=first, last=last)
 
+            def sums_alone(teams=teams, first=first, last=last):
+                waste.waste(teams=teams, first=first, last=last, seats=False)
+
+            def sums_hours_only(sums_alone=sums_alone):
+                with hour_grain_only():
+                    sums_alone()
+
             key = f"waste view, a {label} ({who})"
             results["pages"][key] = {**timed(waste_page, runs), "explain": explain(captured(waste_page), rows),
-                                     "waste_alone": timed(waste_alone, max(2, runs // 4))}
-            print(f"  {key}: page p95 {results['pages'][key]['p95_ms']} ms "
-                  f"(the waste function alone {results['pages'][key]['waste_alone']['p95_ms']} ms)", flush=True)
+                                     "waste_alone": timed(waste_alone, max(2, runs // 4)),
+                                     "sums_alone": timed(sums_alone, runs),
+                                     "sums_explain": explain(captured(sums_alone), rows),
+                                     "baseline_sums_hour_grain": timed(sums_hours_only, runs)}
+            found = results["pages"][key]
+            print(f"  {key}: page p95 {found['p95_ms']} ms (the waste function alone {found['waste_alone']['p95_ms']} "
+                  f"ms; its sums without seat figures {found['sums_alone']['p95_ms']} ms, from the hour rollups "
+                  f"alone {found['baseline_sums_hour_grain']['p95_ms']} ms)", flush=True)
     query = {"first": probe.launched_at.date().isoformat(),
              "last": (probe.launched_at.date() + dt.timedelta(days=2)).isoformat(), "team": team0.pk,
              "campaign": probe.pk}
@@ -634,6 +674,8 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="measure the database a --keep run left")
     parser.add_argument("--resume", action="store_true",
                         help="go on filling the database a stopped run left (its committed campaigns kept)")
+    parser.add_argument("--fill-only", action="store_true", help="fill and keep the database, measure nothing "
+                        "(then --reuse)")
     args = parser.parse_args()
 
     import psycopg
@@ -660,6 +702,10 @@ def main() -> None:
             info = Filler(scale=args.scale).fill(resume=args.resume)
             (REPO / "var").mkdir(exist_ok=True)
             (REPO / "var" / f"{args.db}.json").write_text(json.dumps(info))
+            if args.fill_only:
+                print(f"filled: {info}; kept for --reuse", flush=True)
+                args.keep = True
+                return
         with connection.cursor() as cur:
             cur.execute("SELECT version()")
             server = cur.fetchone()[0].split(",")[0]

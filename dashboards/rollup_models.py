@@ -159,3 +159,82 @@ class RequestRollup(HourRollup):
         constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "provider", "model"],
                                                name="one_request_rollup_per_key")]
         indexes = [models.Index(fields=["campaign_id", "hour"], name="request_rollup_campaign_hour")]
+
+
+# --------------------------------------------------------------------------- the day grain
+#
+# The same sums per UTC day (``day``: its 00:00 UTC), kept with the hour rows (``dashboards.core.rollups``:
+# every write that adds to an hour row adds the same to its day's row, in the same transaction), so a day
+# row always equals the sum of its 24 hour rows. A bill, the waste view or ``/api/usage/`` reads the whole
+# UTC days of a range (inside each of its periods) from the day rows and the hours at either end from the
+# hour rows (``dashboards.billing.grains``): a quarter is 90 day rows per key instead of 2,160 hour rows.
+# UTC days, not the cluster's local ones, so the grain never depends on a setting that can change; in a zone
+# whose midnight is not 00:00 UTC a period's edge hours come from the hour rows.
+
+#: The key of a usage day row (``UsageDayRollup``): ``KEY`` with the day for the hour.
+DAY_KEY = ("cluster_id", "day", "campaign_id", "project", "queue")
+#: The key of a waste day row (``WasteDayRollup``).
+WASTE_DAY_KEY = ("cluster_id", "day", "campaign_id", "state", "verdict", "earlier")
+
+
+class UsageDayRollup(models.Model):
+    """:class:`UsageRollup`'s sums per UTC day: the usage that started in one UTC day on one cluster, of
+    one campaign (0: not tco's; ``project`` then the record's) and queue. Equal to the sum of the
+    day's hour rows (``tco_rollups --check``); the same units (integer microseconds, 1e-8 USD)."""
+
+    cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
+    day = models.DateTimeField(help_text="00:00 UTC of the day the usage started in")
+    campaign_id = models.BigIntegerField(default=0, help_text="0: usage tco did not launch")
+    project = models.CharField(max_length=64, blank=True, help_text="the record's project where campaign_id is 0")
+    queue = models.CharField(max_length=64, blank=True)
+    tasks = models.BigIntegerField(default=0)
+    finished_tasks = models.BigIntegerField(default=0)
+    verdicts = models.BigIntegerField(default=0)
+    unpriced_tasks = models.BigIntegerField(default=0)
+    cost_units = models.BigIntegerField(default=0, help_text="USD x 1e8")
+    input_tokens = models.BigIntegerField(default=0)
+    cache_read_tokens = models.BigIntegerField(default=0)
+    cache_write_5m_tokens = models.BigIntegerField(default=0)
+    cache_write_1h_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    records = models.BigIntegerField(default=0)
+    wallclock_us = models.BigIntegerField(default=0)
+    slot_us = models.BigIntegerField(default=0)
+
+    class Meta:
+        app_label = "dashboards"
+        # (cluster, day, ...): every team's days (an admin's bill); (campaign, project, day): one team's.
+        constraints = [models.UniqueConstraint(fields=["cluster", "day", "campaign_id", "project", "queue"],
+                                               name="one_day_rollup_per_key")]
+        indexes = [models.Index(fields=["campaign_id", "project", "day"], name="day_rollup_campaign_day")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.day:%Y-%m-%d} campaign {self.campaign_id} {self.project} {self.queue}"
+
+
+class WasteDayRollup(models.Model):
+    """:class:`WasteRollup`'s sums per UTC day (per cluster, day, campaign, end state, verdict and
+    earlier attempt); equal to the sum of the day's waste hour rows."""
+
+    cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
+    day = models.DateTimeField(help_text="00:00 UTC of the day the task (or the record) started in")
+    campaign_id = models.BigIntegerField()
+    state = models.CharField(max_length=10, help_text="the task's end state")
+    verdict = models.CharField(max_length=64, blank=True, help_text="the task's verdict, where it ended done")
+    earlier = models.BooleanField(default=False, help_text="records of an earlier attempt of the task")
+    tasks = models.BigIntegerField(default=0)
+    unpriced_tasks = models.BigIntegerField(default=0)
+    cost_units = models.BigIntegerField(default=0, help_text="USD x 1e8")
+    records = models.BigIntegerField(default=0)
+    wallclock_us = models.BigIntegerField(default=0)
+    slot_us = models.BigIntegerField(default=0)
+
+    class Meta:
+        app_label = "dashboards"
+        constraints = [models.UniqueConstraint(fields=["cluster", "day", "campaign_id", "state", "verdict", "earlier"],
+                                               name="one_waste_day_rollup_per_key")]
+        indexes = [models.Index(fields=["campaign_id", "day"], name="waste_day_rollup_campaign_day")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.day:%Y-%m-%d} campaign {self.campaign_id} {self.state} {self.verdict}"

@@ -268,7 +268,7 @@ def _accumulate(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: d
                           trunc=trunc, only=only)
     if low < high:
         _rollups(rows, cluster=cluster, begin=low, end=high, projects=projects, group_by=group_by, trunc=trunc,
-                 only=only)
+                 only=only, boundaries=boundaries)
         _tasks_detail(rows, cluster=cluster, begin=low, end=high, projects=projects, group_by=group_by,
                       trunc=trunc, only=only, active=True)
 
@@ -348,12 +348,15 @@ def _tasks_detail(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin:
 
 
 def _rollups(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.datetime, end: dt.datetime,
-             projects: list[str], group_by: str, trunc, only: dict[str, Any] | None) -> None:
+             projects: list[str], group_by: str, trunc, only: dict[str, Any] | None,
+             boundaries: Sequence[dt.datetime] = ()) -> None:
     """Add the rollups of the whole hours ``[begin, end)``: every accounting record, and every task
-    of tco's campaigns that ended (``UsageRollup``). A campaign's team, model and launcher are
+    of tco's campaigns that ended (``UsageRollup``; the whole UTC days between two ``boundaries``
+    from ``UsageDayRollup``, ``billing.grains``). A campaign's team, model and launcher are
     the campaign's own, read here as the detail rows' query joins them."""
+    from dashboards.billing.grains import rollup_sets
     from dashboards.models import Campaign, UsageRollup
-    from dashboards.rollup_models import SUMS
+    from dashboards.rollup_models import SUMS, UsageDayRollup
 
     campaigns = Campaign.objects.filter(team__project__in=projects)
     only = only or {}
@@ -363,16 +366,18 @@ def _rollups(rows: dict[tuple, dict[str, Any]], *, cluster: Cluster, begin: dt.d
         campaigns = campaigns.filter(launched_by__username=only["launcher"])
     if only.get("model"):
         campaigns = campaigns.annotate(only_model=_campaign_model()).filter(only_model=only["model"])
-    hours = UsageRollup.objects.filter(cluster=cluster, hour__gte=begin, hour__lt=end)
-    # Two reads, each one an index serves: the campaigns' rows, and those of jobs tco did not launch.
-    parts = [hours.filter(campaign_id__in=campaigns.values("pk"))]
-    if not any(only.get(k) for k in ("campaign", "launcher", "model")):
-        parts.append(hours.filter(campaign_id=0, project__in=projects))
+    # Two reads per grain, each one an index serves: the campaigns' rows, and those of jobs tco did not launch.
+    parts = []
+    for stored, field in rollup_sets(UsageRollup, UsageDayRollup, cluster=cluster, begin=begin, end=end,
+                                     boundaries=boundaries):
+        parts.append((stored.filter(campaign_id__in=campaigns.values("pk")), field))
+        if not any(only.get(k) for k in ("campaign", "launcher", "model")):
+            parts.append((stored.filter(campaign_id=0, project__in=projects), field))
     fields = ["campaign_id", "project"]
     items = []
-    for found in parts:
+    for found, field in parts:
         if trunc is not None:
-            found = found.annotate(p=trunc("hour"))
+            found = found.annotate(p=trunc(field))
         items += found.values(*fields, *(["p"] if trunc is not None else [])).annotate(
             **{f"s_{s}": Sum(s) for s in SUMS}).order_by()
     info = {}

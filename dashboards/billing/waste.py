@@ -43,11 +43,12 @@ from django.db.models import (BigIntegerField, Count, Exists, ExpressionWrapper,
 from django.db.models.functions import Round
 
 from dashboards.billing.bills import COST_UNITS, used_tokens_q, whole_hour
+from dashboards.billing.grains import rollup_sets
 from dashboards.billing.periods import cluster_zone, local_midnight
 from dashboards.core.errors import BillError
 from dashboards.core.chunks import in_chunks
 from dashboards.models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team, WasteRollup
-from dashboards.rollup_models import WASTE_RECORD_SUMS, WASTE_SUMS, WASTE_TASK_SUMS
+from dashboards.rollup_models import WASTE_RECORD_SUMS, WASTE_SUMS, WASTE_TASK_SUMS, WasteDayRollup
 
 #: Verdicts (lower case) that say the agent's own work failed; ``TCO_FAILING_VERDICTS`` overrides. Not
 #: "bad" or "rejected": a review agent's "bad" is its finding about the run it reviewed, work done.
@@ -411,11 +412,14 @@ def _records(cluster: Cluster, campaigns, begin: dt.datetime, end: dt.datetime):
 def _rollup_groups(cluster: Cluster, campaigns, begin: dt.datetime, end: dt.datetime) -> tuple[list, list]:
     """The waste rollups of ``campaigns`` for the whole UTC hours ``[begin, end)`` on ``cluster``: the
     ended tasks' groups and their records' groups, as :func:`_task_groups` and :func:`_record_groups`
-    give them (``WasteRollup``: per campaign, hour, end state, verdict and attempt)."""
+    give them (``WasteRollup``: per campaign, hour, end state, verdict and attempt; its whole UTC
+    days from ``WasteDayRollup``, ``billing.grains``)."""
     tasks, records = [], []
-    for item in (WasteRollup.objects.filter(cluster=cluster, hour__gte=begin, hour__lt=end, campaign_id__in=campaigns)
-                 .values("campaign_id", "state", "verdict", "earlier")
-                 .annotate(**{s: Sum(s) for s in WASTE_SUMS}).order_by()):
+    items = []
+    for stored, _field in rollup_sets(WasteRollup, WasteDayRollup, cluster=cluster, begin=begin, end=end):
+        items += (stored.filter(campaign_id__in=campaigns).values("campaign_id", "state", "verdict", "earlier")
+                  .annotate(**{s: Sum(s) for s in WASTE_SUMS}).order_by())
+    for item in items:
         sums = {s: int(item[s] or 0) for s in WASTE_SUMS}
         if any(sums[s] for s in WASTE_TASK_SUMS):
             tasks.append((item["campaign_id"], item["state"], item["verdict"], sums["tasks"], sums["unpriced_tasks"],
@@ -475,8 +479,16 @@ def _seat_calls(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
     for campaign_id, flags in tasks.exclude(usage_flags=[]).values_list("campaign_id", "usage_flags"):
         if campaign_id in rows and "requests_not_kept" in (flags or ()):
             rows[campaign_id]["seat"].partial = True
-    requests = (ModelRequest.objects.filter(task__in=tasks).annotate(at_s=_epoch("at"))
-                .order_by("task_id", "seq").values_list("task_id", "task__campaign_id", "at_s", "latency_ms"))
+    # The tasks first, then their requests a chunk of tasks at a time, each chunk by the (task, seq) index:
+    # one server-side cursor over the join let PostgreSQL plan for the cursor's first rows and walk that
+    # index over every request of the table (a lead's month of 600 tasks: 2.6 s, against 0.13 s).
+    campaign_of = dict(tasks.values_list("id", "campaign_id"))
+
+    def requests():
+        for chunk in in_chunks(sorted(campaign_of)):
+            for task_id, at, latency_ms in (ModelRequest.objects.filter(task_id__in=chunk).annotate(at_s=_epoch("at"))
+                                            .order_by("task_id", "seq").values_list("task_id", "at_s", "latency_ms")):
+                yield task_id, campaign_of[task_id], at, latency_ms
 
     def close(campaign_id: int | None, spans: list[tuple[float, float]]) -> None:
         if campaign_id is None or campaign_id not in rows:
@@ -487,7 +499,7 @@ def _seat_calls(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
             row["seat"].calls.append((start, stop, row["seats_per_task"]))
 
     current, current_campaign, spans = None, None, []
-    for task_id, campaign_id, at, latency_ms in requests.iterator(chunk_size=5000):
+    for task_id, campaign_id, at, latency_ms in requests():
         if task_id != current:
             close(current_campaign, spans)
             current, current_campaign, spans = task_id, campaign_id, []

@@ -232,7 +232,7 @@ def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of
         returned = ", ".join(connection.ops.quote_name(c) for c in ROLLUP_COLUMNS)
         cur.execute(f"WITH ins AS (INSERT INTO {table} ({columns}) SELECT {selected} FROM {STAGE_TABLE} "
                     f"ON CONFLICT DO NOTHING RETURNING {returned}), "
-                    f"rolled AS ({rollups.add_records_sql('ins')} RETURNING 1) "
+                    f"{rollups.records_rolled_ctes('ins')} "
                     f"SELECT COUNT(*) FROM ins", [])
         inserted = cur.fetchone()[0]
         cur.execute(f"DROP TABLE {STAGE_TABLE}")

@@ -41,8 +41,9 @@ from django.db import connection, transaction
 
 from dashboards.core.chunks import in_chunks
 from dashboards.models import AccountingRecord, ModelRequest, RequestRollup, Task, UsageRollup, WasteRollup
-from dashboards.rollup_models import (KEY, RECORD_SUMS, REQUEST_KEY, REQUEST_SUMS, SUMS, TASK_SUMS, WASTE_KEY,
-                                     WASTE_RECORD_SUMS, WASTE_SUMS, WASTE_TASK_SUMS)
+from dashboards.rollup_models import (DAY_KEY, KEY, RECORD_SUMS, REQUEST_KEY, REQUEST_SUMS, SUMS, TASK_SUMS,
+                                     WASTE_DAY_KEY, WASTE_KEY, WASTE_RECORD_SUMS, WASTE_SUMS, WASTE_TASK_SUMS,
+                                     UsageDayRollup, WasteDayRollup)
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +58,14 @@ def _q(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
-def _hour(column: str) -> str:
-    """SQL for the start of the UTC hour of a datetime column, as the column's own type stores it."""
+def _hour(column: str, grain: str = "hour") -> str:
+    """SQL for the start of the UTC hour (``grain`` "day": the UTC day) of a datetime column, as the
+    column's own type stores it."""
     if connection.vendor == "postgresql":
-        return f"date_trunc('hour', {column} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+        return f"date_trunc('{grain}', {column} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
     # SQLite: Django stores UTC datetimes as text 'YYYY-MM-DD HH:MM:SS[.ffffff]'.
     # (``%%``: every statement here is run with parameters, where ``%`` is written twice.)
-    return f"strftime('%%Y-%%m-%%d %%H:00:00', {column})"
+    return f"strftime('%%Y-%%m-%%d {'00' if grain == 'day' else '%%H'}:00:00', {column})"
 
 
 def _bigint(expr: str) -> str:
@@ -92,20 +94,28 @@ def _false() -> str:
     return "false" if connection.vendor == "postgresql" else "0"
 
 
-def _record_select(source: str, where: str = "1 = 1") -> str:
+def _record_select(source: str, where: str = "1 = 1", grain: str = "hour") -> str:
     """One group per rollup key of the accounting records in ``source`` (a table or a CTE with the
     record's columns, alias ``a``) that ``where`` selects: the key columns then :data:`RECORD_SUMS`.
-    A record of a tco campaign's task is that campaign's; any other keeps its own project."""
+    A record of a tco campaign's task is that campaign's; any other keeps its own project. ``grain``
+    "day": per UTC day (``UsageDayRollup``). In key order: every writer locks rollup rows in one
+    order, so two writers of the same rows wait for each other, never deadlock."""
     wall = _bigint("ROUND(a.wallclock_s * 1000000)")
+    project, queue = "CASE WHEN t.campaign_id IS NULL THEN a.project ELSE '' END", f"a.{_q('queue')}"
     return (
-        f"SELECT a.cluster_id, {_hour('a.started_at')} AS h, COALESCE(t.campaign_id, 0), "
-        f"CASE WHEN t.campaign_id IS NULL THEN a.project ELSE '' END, a.{_q('queue')}, "
+        f"SELECT a.cluster_id, {_hour('a.started_at', grain)} AS h, COALESCE(t.campaign_id, 0), "
+        f"{project}, {queue}, "
         f"COUNT(*), SUM({wall}), SUM({wall} * a.slots)"
         f" FROM {source} a LEFT JOIN {_q(Task._meta.db_table)} t ON t.id = a.task_id"
         f" WHERE a.started_at IS NOT NULL AND ({where})"
-        f" GROUP BY a.cluster_id, {_hour('a.started_at')}, COALESCE(t.campaign_id, 0), "
-        f"CASE WHEN t.campaign_id IS NULL THEN a.project ELSE '' END, a.{_q('queue')}"
+        f" GROUP BY a.cluster_id, {_hour('a.started_at', grain)}, COALESCE(t.campaign_id, 0), {project}, {queue}"
+        f" ORDER BY 1, 2, 3, {_text_order(project)}, {_text_order(queue)}"
     )
+
+
+def _text_order(expr: str) -> str:
+    """``expr`` (text) as ORDER BY sorts it in code point order, as Python sorts keys (:func:`_order`)."""
+    return f'{expr} COLLATE "C"' if connection.vendor == "postgresql" else expr
 
 
 def _upsert_sql(sums: Sequence[str], select: str | None = None, *, model=UsageRollup,
@@ -129,26 +139,39 @@ def _upsert_sql(sums: Sequence[str], select: str | None = None, *, model=UsageRo
             f"ON CONFLICT ({', '.join(_q(c) for c in key)}) DO UPDATE SET {add}")
 
 
-def add_records_sql(source: str, where: str = "1 = 1") -> str:
-    """The statement adding the accounting records of ``source`` (``where``) to the rollups; run by
-    ``core.bulk`` over the records it has just inserted, in the same transaction."""
+def add_records_sql(source: str, where: str = "1 = 1", grain: str = "hour") -> str:
+    """The statement adding the accounting records of ``source`` (``where``) to the hour rollups
+    (``grain`` "day": the day rollups); run by ``core.bulk`` over the records it has just inserted, in
+    the same transaction (:func:`records_rolled_ctes`)."""
+    if grain == "day":
+        return _upsert_sql(RECORD_SUMS, _record_select(source, where, "day"), **_DAY_SPECS["usage"])
     return _upsert_sql(RECORD_SUMS, _record_select(source, where))
 
 
-def add_records_after(cluster_id: int, last_id: int) -> None:
-    """Add the records of ``cluster_id`` with an id above ``last_id`` to the rollups (the rows a single
-    writer has just inserted: SQLite's write lock, ids that only grow)."""
+def records_rolled_ctes(source: str) -> str:
+    """The ``WITH`` items (PostgreSQL) that add the records a previous item ``source`` returned to the
+    hour rollups, then to the day rollups: ``rolled AS (...), rolled_day AS (...)``."""
+    return (f"rolled AS ({add_records_sql(source)} RETURNING 1), "
+            f"rolled_day AS ({add_records_sql(source, grain='day')} RETURNING 1)")
+
+
+def _add_records_where(where: str, params: Sequence) -> None:
     table = _q(AccountingRecord._meta.db_table)
     with connection.cursor() as cur:
-        cur.execute(add_records_sql(table, "a.cluster_id = %s AND a.id > %s"), [cluster_id, last_id])
+        for grain in ("hour", "day"):
+            cur.execute(add_records_sql(table, where, grain), params)
+
+
+def add_records_after(cluster_id: int, last_id: int) -> None:
+    """Add the records of ``cluster_id`` with an id above ``last_id`` to the rollups, hour and day (the
+    rows a single writer has just inserted: SQLite's write lock, ids that only grow)."""
+    _add_records_where("a.cluster_id = %s AND a.id > %s", [cluster_id, last_id])
 
 
 def records_added(record_ids: Iterable[int]) -> None:
     """Add accounting records stored by other means than ``core.bulk`` (tests, a repair) to the rollups."""
-    table = _q(AccountingRecord._meta.db_table)
-    with connection.cursor() as cur:
-        for chunk in in_chunks(sorted(set(record_ids))):
-            cur.execute(add_records_sql(table, f"a.id IN ({', '.join(['%s'] * len(chunk))})"), chunk)
+    for chunk in in_chunks(sorted(set(record_ids))):
+        _add_records_where(f"a.id IN ({', '.join(['%s'] * len(chunk))})", chunk)
 
 
 # --------------------------------------------------------------------------- tasks
@@ -176,15 +199,33 @@ def _as_hour(value) -> dt.datetime:
 
 
 def _add(groups: dict[tuple, list[int]], sums: Sequence[str], *, kind: str = "usage") -> None:
-    """Add ``groups`` ({key: sums}) to the rollups of ``kind`` (usage, waste or requests)."""
-    rows = []
-    for key, values in groups.items():
-        if not any(values):
-            continue
-        rows.append([key[0], connection.ops.adapt_datetimefield_value(key[1]), *key[2:], *values])
-    if rows:
-        with connection.cursor() as cur:
-            cur.executemany(_upsert_sql(sums, **_SPECS[kind]), rows)
+    """Add ``groups`` ({key: sums}, hour keys) to the rollups of ``kind`` (usage, waste or requests),
+    then the same to their days (usage and waste: ``_DAY_SPECS``). Rows are written in key order
+    (hours, then days): every writer of the rollups locks their rows in that one order."""
+    grains = [(groups, _SPECS[kind])]
+    if kind in _DAY_SPECS:
+        days: dict[tuple, list[int]] = {}
+        for key, values in groups.items():
+            day_key = (key[0], _day_of(key[1]), *key[2:])
+            days[day_key] = [a + b for a, b in zip(days[day_key], values)] if day_key in days else list(values)
+        grains.append((days, _DAY_SPECS[kind]))
+    for found, spec in grains:
+        rows = [[key[0], connection.ops.adapt_datetimefield_value(key[1]), *key[2:], *values]
+                for key, values in sorted(found.items(), key=lambda kv: _order(kv[0])) if any(values)]
+        if rows:
+            with connection.cursor() as cur:
+                cur.executemany(_upsert_sql(sums, **spec), rows)
+
+
+def _day_of(hour: dt.datetime) -> dt.datetime:
+    """00:00 UTC of the day of ``hour`` (an aware UTC datetime)."""
+    return hour.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _order(key: tuple) -> tuple:
+    """A rollup key as it sorts in the database's key order (False before True, text as text)."""
+    return tuple((0, v) if isinstance(v, (int, bool)) else (1, v) if isinstance(v, dt.datetime) else (2, str(v))
+                 for v in key)
 
 
 def _delta(before: dict[tuple, list[int]], after: dict[tuple, list[int]]) -> dict[tuple, list[int]]:
@@ -310,6 +351,12 @@ _SPECS = {
     "waste": {"model": WasteRollup, "key": WASTE_KEY, "all_sums": WASTE_SUMS},
     "requests": {"model": RequestRollup, "key": REQUEST_KEY, "all_sums": REQUEST_SUMS},
 }
+#: The day grain of the usage and waste rollups (``rollup_models``: ``UsageDayRollup``, ``WasteDayRollup``):
+#: the same sums, keyed by the UTC day where the hour rows have the hour.
+_DAY_SPECS = {
+    "usage": {"model": UsageDayRollup, "key": DAY_KEY, "all_sums": SUMS},
+    "waste": {"model": WasteDayRollup, "key": WASTE_DAY_KEY, "all_sums": WASTE_SUMS},
+}
 _SELECTS = {
     "waste": ((_waste_task_select, WASTE_TASK_SUMS, False), (_waste_record_select, WASTE_RECORD_SUMS, True)),
     "requests": ((_request_select, REQUEST_SUMS, False),),
@@ -367,6 +414,8 @@ def rebuild(*, cluster_id: int | None = None, since: dt.datetime | None = None) 
         cur.execute(f"DELETE FROM {table} WHERE {where}", params)
         cur.execute(_upsert_sql(TASK_SUMS, _task_select(task_where)), params)
         cur.execute(add_records_sql(_q(AccountingRecord._meta.db_table), record_where), params)
+        if _day_grain_made():
+            rebuild_days("usage", cluster_id=cluster_id, since=since)
         return _stored(cluster_id, since).count()
 
 
@@ -378,6 +427,8 @@ def _rebuild_kind(kind: str, cluster_id: int | None, since: dt.datetime | None) 
         cur.execute(f"DELETE FROM {table} WHERE {where}", params)
         for select, sums, on_records in _SELECTS[kind]:
             cur.execute(_upsert_sql(sums, select(record_where if on_records else task_where), **spec), params)
+        if kind in _DAY_SPECS and _day_grain_made():
+            rebuild_days(kind, cluster_id=cluster_id, since=since)
     return _stored(cluster_id, since, spec["model"]).count()
 
 
@@ -472,4 +523,79 @@ def differences(*, cluster_id: int | None = None, since: dt.datetime | None = No
         a, b = stored.get(key, zero), detail.get(key, zero)
         if a != b:
             out.append({"key": dict(zip(KEY, key)), "rollup": dict(zip(SUMS, a)), "detail": dict(zip(SUMS, b))})
+    return out
+
+
+# --------------------------------------------------------------------------- the day grain
+
+def _day_grain_made() -> bool:
+    """Whether the day rollups' tables exist (migration 0023): the backfills of 0021 and 0022 run
+    :func:`rebuild` before they do."""
+    return UsageDayRollup._meta.db_table in connection.introspection.table_names()
+
+
+def _days_from_hours_select(kind: str, where: str) -> str:
+    """The day rows of ``kind`` (usage, waste) summed from its hour rows ``where`` selects: the day
+    key's columns then every sum, in key order."""
+    spec, day = _SPECS[kind], _DAY_SPECS[kind]
+    rest = [_q(c) for c in spec["key"][2:]]
+    texts = {"project", "queue", "state", "verdict"}
+    order = ["1", "2", *(_text_order(_q(c)) if c in texts else _q(c) for c in spec["key"][2:])]
+    return (f"SELECT cluster_id, {_hour(_q('hour'), 'day')} AS d, {', '.join(rest)}, "
+            + ", ".join(f"SUM({_q(s)})" for s in day["all_sums"])
+            + f" FROM {_q(spec['model']._meta.db_table)} WHERE {where}"
+            f" GROUP BY cluster_id, {_hour(_q('hour'), 'day')}, {', '.join(rest)} ORDER BY {', '.join(order)}")
+
+
+def _day_where(cluster_id: int | None, since: dt.datetime | None, column: str) -> tuple[str, list]:
+    where, params = ["1 = 1"], []
+    if cluster_id is not None:
+        where.append("cluster_id = %s")
+        params.append(cluster_id)
+    if since is not None:
+        where.append(f"{column} >= %s")
+        params.append(connection.ops.adapt_datetimefield_value(_day_of(since)))
+    return " AND ".join(where), params
+
+
+def rebuild_days(kind: str = "usage", *, cluster_id: int | None = None, since: dt.datetime | None = None) -> int:
+    """Make the day rows of ``kind`` (usage, waste) again from its hour rows (migration 0023's
+    backfill; :func:`rebuild` and :func:`rebuild_waste` call it): the days from the one of ``since``
+    on (every hour row of that day is summed, those before ``since`` too), or all. The hour rows are
+    kept for every hour, retained detail or not, so the day rows are exact wherever the hours are.
+    Returns the day rows of ``kind`` from that day on."""
+    spec = _DAY_SPECS[kind]
+    table = _q(spec["model"]._meta.db_table)
+    day_where, day_params = _day_where(cluster_id, since, "day")
+    hour_where, hour_params = _day_where(cluster_id, since, "hour")
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"DELETE FROM {table} WHERE {day_where}", day_params)
+        cur.execute(_upsert_sql(spec["all_sums"], _days_from_hours_select(kind, hour_where), **spec), hour_params)
+        cur.execute(f"SELECT COUNT(*) FROM {table} WHERE {day_where}", day_params)
+        return cur.fetchone()[0]
+
+
+def day_differences(kind: str = "usage", *, cluster_id: int | None = None) -> list[dict]:
+    """Where the day rows of ``kind`` (usage, waste) differ from the sum of their hour rows:
+    ``[{"key", "day", "hours"}]`` (each a {sum: value}); [] when they agree."""
+    spec = _DAY_SPECS[kind]
+    where, params = _day_where(cluster_id, None, "day")
+    width = len(spec["key"])
+    from_hours: dict[tuple, list[int]] = {}
+    stored: dict[tuple, list[int]] = {}
+    with connection.cursor() as cur:
+        cur.execute(_days_from_hours_select(kind, where), params)
+        for row in cur.fetchall():
+            from_hours[(row[0], _as_hour(row[1]), *row[2:width])] = [int(v or 0) for v in row[width:]]
+        cur.execute(f"SELECT {', '.join(_q(c) for c in (*spec['key'], *spec['all_sums']))} "
+                    f"FROM {_q(spec['model']._meta.db_table)} WHERE {where}", params)
+        for row in cur.fetchall():
+            stored[(row[0], _as_hour(row[1]), *row[2:width])] = [int(v or 0) for v in row[width:]]
+    zero = [0] * len(spec["all_sums"])
+    out = []
+    for key in sorted(from_hours.keys() | stored.keys(), key=_order):
+        a, b = stored.get(key, zero), from_hours.get(key, zero)
+        if a != b:
+            out.append({"key": dict(zip(spec["key"], key)), "day": dict(zip(spec["all_sums"], a)),
+                        "hours": dict(zip(spec["all_sums"], b))})
     return out
