@@ -249,6 +249,33 @@ def redis_url_from_password_file() -> str:
 # Redis requires a password and listens on loopback only (scripts/dev-cluster).
 # REDIS_URL, when set, wins: redis://:PASSWORD@host:port/db.
 REDIS_URL = env_str("REDIS_URL") or redis_url_from_password_file()
+
+
+def redis_prefix(state_dir: Path, explicit: str = "") -> str:
+    """The install's namespace in Redis: every key tco writes (cache, channel layer, Celery's
+    queues, the live store, the queue-depth history, the workers' locks) starts with it.
+
+    ``explicit`` (``TCO_REDIS_PREFIX``) wins; it must be 1-64 characters of letters, digits and
+    ``_.-:`` (a ``:`` is added at its end when missing). Default ``tco:<10 hex>:``, the hex the
+    first digits of the SHA-256 of the resolved state directory (``TCO_STATE_DIR``): stable over
+    restarts, the same in every process of one install (they share the state directory, on the
+    web and worker hosts alike), different for two installs of one host. Raises
+    ``ImproperlyConfigured`` for a malformed ``explicit``.
+    """
+    import hashlib
+    import re
+
+    if explicit:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", explicit):
+            raise ImproperlyConfigured(f"TCO_REDIS_PREFIX: {explicit!r}: use 1-64 of A-Z a-z 0-9 _ . - :")
+        return explicit if explicit.endswith(":") else explicit + ":"
+    digest = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:10]
+    return f"tco:{digest}:"
+
+
+# Two installs (or another tenant) on one Redis never read or overwrite each other's keys
+# (docs/settings.md, "Redis namespace"; security.md).
+TCO_REDIS_PREFIX = redis_prefix(STATE_DIR, env_str("TCO_REDIS_PREFIX", ""))
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -259,7 +286,7 @@ CHANNEL_LAYERS = {
         # and its consumer crashed (closed 1006/1011) after 5 s without a message. 15 s outlasts the
         # wait; a Redis that went away still fails the read at once (connection closed).
         "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 2000, "socket_timeout": 15}],
-                   "capacity": 1000, "expiry": 10},
+                   "capacity": 1000, "expiry": 10, "prefix": TCO_REDIS_PREFIX + "asgi"},
     }
 }
 
@@ -271,13 +298,16 @@ CACHES = {
         # A miss, not a 500, while Redis is down (dashboards/resilient_cache.py).
         "BACKEND": "dashboards.core.resilient_cache.ResilientRedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "tco",
+        "KEY_PREFIX": TCO_REDIS_PREFIX.rstrip(":"),  # keys "<prefix>:<version>:<key>"
         "TIMEOUT": 300,
         "OPTIONS": {"serializer": "tco_web.cache.JSONSerializer", "socket_connect_timeout": 1, "socket_timeout": 2},
     }
 }
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+# Every key of the broker (the queues' lists, bindings, unacked messages, the remote-control
+# channels) under the install's prefix: another install's workers never take this one's tasks.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": TCO_REDIS_PREFIX + "celery:"}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
