@@ -249,6 +249,33 @@ def redis_url_from_password_file() -> str:
 # Redis requires a password and listens on loopback only (scripts/dev-cluster).
 # REDIS_URL, when set, wins: redis://:PASSWORD@host:port/db.
 REDIS_URL = env_str("REDIS_URL") or redis_url_from_password_file()
+
+
+def redis_prefix(state_dir: Path, explicit: str = "") -> str:
+    """The install's namespace in Redis: every key tco writes (cache, channel layer, Celery's
+    queues, the live store, the queue-depth history, the workers' locks) starts with it.
+
+    ``explicit`` (``TCO_REDIS_PREFIX``) wins; it must be 1-64 characters of letters, digits and
+    ``_.-:`` (a ``:`` is added at its end when missing). Default ``tco:<10 hex>:``, the hex the
+    first digits of the SHA-256 of the resolved state directory (``TCO_STATE_DIR``): stable over
+    restarts, the same in every process of one install (they share the state directory, on the
+    web and worker hosts alike), different for two installs of one host. Raises
+    ``ImproperlyConfigured`` for a malformed ``explicit``.
+    """
+    import hashlib
+    import re
+
+    if explicit:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", explicit):
+            raise ImproperlyConfigured(f"TCO_REDIS_PREFIX: {explicit!r}: use 1-64 of A-Z a-z 0-9 _ . - :")
+        return explicit if explicit.endswith(":") else explicit + ":"
+    digest = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:10]
+    return f"tco:{digest}:"
+
+
+# Two installs (or another tenant) on one Redis never read or overwrite each other's keys
+# (docs/settings.md, "Redis namespace"; security.md).
+TCO_REDIS_PREFIX = redis_prefix(STATE_DIR, env_str("TCO_REDIS_PREFIX", ""))
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -259,7 +286,7 @@ CHANNEL_LAYERS = {
         # and its consumer crashed (closed 1006/1011) after 5 s without a message. 15 s outlasts the
         # wait; a Redis that went away still fails the read at once (connection closed).
         "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 2000, "socket_timeout": 15}],
-                   "capacity": 1000, "expiry": 10},
+                   "capacity": 1000, "expiry": 10, "prefix": TCO_REDIS_PREFIX + "asgi"},
     }
 }
 
@@ -271,13 +298,16 @@ CACHES = {
         # A miss, not a 500, while Redis is down (dashboards/resilient_cache.py).
         "BACKEND": "dashboards.core.resilient_cache.ResilientRedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "tco",
+        "KEY_PREFIX": TCO_REDIS_PREFIX.rstrip(":"),  # keys "<prefix>:<version>:<key>"
         "TIMEOUT": 300,
         "OPTIONS": {"serializer": "tco_web.cache.JSONSerializer", "socket_connect_timeout": 1, "socket_timeout": 2},
     }
 }
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+# Every key of the broker (the queues' lists, bindings, unacked messages, the remote-control
+# channels) under the install's prefix: another install's workers never take this one's tasks.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": TCO_REDIS_PREFIX + "celery:"}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
@@ -342,6 +372,51 @@ TCO_RUNNER_PYTHON = env_str("TCO_RUNNER_PYTHON", str(BASE_DIR / ".venv" / "bin" 
 TCO_SANDBOX_LIMITS = {name: os.environ[name] for name in (
     "TCO_SANDBOX_MEMORY_BYTES", "TCO_SANDBOX_FILE_BYTES", "TCO_SANDBOX_CPU_S", "TCO_SANDBOX_WORK_BYTES",
     "TCO_SANDBOX_WORK_CHECK_S", "TCO_SANDBOX_MAX_PROCESSES", "TCO_SANDBOX_TMPFS_BYTES") if os.environ.get(name)}
+
+
+def sandbox_limit_table(name: str, raw: str | None) -> dict[str, dict[str, dict[str, int]]]:
+    """An admin's per-queue or per-agent sandbox limits (docs/limits.md, "Per queue and agent"):
+    ``raw`` is JSON ``{"<queue or agent name>": {"memory_bytes": {"max": B, "default": B},
+    "work_bytes": {...}}}``, bytes, ``max`` (the ceiling a launch may not exceed) and ``default``
+    (what a launch that leaves the limit blank gets) each optional. Returns that mapping;
+    empty for a blank ``raw``. Raises ``ImproperlyConfigured`` naming ``name`` for anything else: not
+    JSON, another limit, a value that is not a whole number of bytes at least the launch minimum
+    (64 MiB of memory, 1 MiB of disk), or a default above its own max."""
+    import json
+
+    minima = {"memory_bytes": 64 << 20, "work_bytes": 1 << 20}  # = core.limits.LAUNCH_SANDBOX_MINIMA
+    if not raw or not raw.strip():
+        return {}
+    try:
+        table = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: not JSON ({exc})") from None
+    if not isinstance(table, dict):
+        raise ImproperlyConfigured(f"{name}: a JSON object of queue or agent names")
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for who, entry in table.items():
+        if not isinstance(entry, dict):
+            raise ImproperlyConfigured(f"{name}: {who!r}: an object of limits (memory_bytes, work_bytes)")
+        out[who] = {}
+        for key, bounds in entry.items():
+            if key not in minima:
+                raise ImproperlyConfigured(f"{name}: {who!r}: {key!r} is not memory_bytes or work_bytes")
+            if not isinstance(bounds, dict) or not bounds or set(bounds) - {"max", "default"}:
+                raise ImproperlyConfigured(f"{name}: {who!r}: {key}: an object with max and/or default")
+            for which, value in bounds.items():
+                if type(value) is not int or value < minima[key]:
+                    raise ImproperlyConfigured(f"{name}: {who!r}: {key}.{which}: a whole number of bytes, at "
+                                               f"least {minima[key]}")
+            if "max" in bounds and "default" in bounds and bounds["default"] > bounds["max"]:
+                raise ImproperlyConfigured(f"{name}: {who!r}: {key}: default above max")
+            out[who][key] = dict(bounds)
+    return out
+
+
+# Admins' ceilings and defaults per queue and per agent definition (by name), within the site's
+# TCO_SANDBOX_* values: a launch asking for more is refused (docs/limits.md).
+TCO_QUEUE_SANDBOX_LIMITS = sandbox_limit_table("TCO_QUEUE_SANDBOX_LIMITS", env_str("TCO_QUEUE_SANDBOX_LIMITS", ""))
+TCO_AGENT_SANDBOX_LIMITS = sandbox_limit_table("TCO_AGENT_SANDBOX_LIMITS", env_str("TCO_AGENT_SANDBOX_LIMITS", ""))
 # OpenTelemetry GenAI traces (docs/otel.md): with OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT in the workers'
 # environment, the OTEL_* variables (and TCO_OTEL_COST, TCO_OTEL_FLUSH_S) go to every task's runner; the
 # headers (a receiver's key) through a private file in the spool, never the job's environment.

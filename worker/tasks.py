@@ -27,10 +27,11 @@ def _redis():
 
 @contextmanager
 def single_flight(name: str, timeout: float):
-    """Hold a Redis lock for ``name``; yields False when another worker holds it."""
+    """Hold a Redis lock for ``name`` (key ``<TCO_REDIS_PREFIX>lock:<name>``: one install's lock never
+    stops another's workers); yields False when another worker of this install holds it."""
     import redis
 
-    lock = _redis().lock(f"tco:lock:{name}", timeout=timeout, blocking=False)
+    lock = _redis().lock(f"{settings.TCO_REDIS_PREFIX}lock:{name}", timeout=timeout, blocking=False)
     acquired = lock.acquire(blocking=False)
     try:
         yield acquired

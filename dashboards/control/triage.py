@@ -1,5 +1,6 @@
 """Triage reads for admins: the waiting jobs, error-state first, with the scheduler's reasons,
-grouped by the reason that keeps them waiting (:func:`triage_groups`), filtered, searched and sorted.
+grouped by the reason that keeps them waiting (:func:`triage_groups`), filtered, searched and sorted;
+and the tasks a limit stopped lately (:func:`limit_stopped`).
 
 Reads only; the triage *actions* are ``dashboards.control.actions.triage_action``.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, F, Max, Min, Q
 from django.utils import timezone
 
 from dashboards.core import clusters as core_clusters
@@ -31,7 +32,7 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
     "submitted_at", "wait_s", "reasons": [{"text", "raw"}], "reason_error": str}``.
     Reasons come from ``qstat -j`` (``explain_pending``) with quotas, hosts and
     consumable capacities from the last cluster status. Returns ``{"jobs",
-    "total_jobs", "total_tasks", "quotas", "generated_at"}``.
+    "total_jobs", "total_tasks", "quotas", "limit_stopped" (:func:`limit_stopped`), "generated_at"}``.
     """
     from schedulers.pending import explain_pending
 
@@ -85,7 +86,60 @@ def triage_overview(*, cluster: Cluster | None = None, scheduler=None, max_jobs:
         })
     _annotate(cluster, out)
     return {"jobs": out, "total_jobs": len(jobs), "total_tasks": total_tasks, "quotas": status.get("quotas", []),
-            "generated_at": now}
+            "limit_stopped": limit_stopped(cluster=cluster, now=now), "generated_at": now}
+
+
+#: The triage page lists the tasks a limit stopped in this many seconds before now, at most
+#: LIMIT_SHOWN of them (newest first), read from at most LIMIT_SCAN failed tasks.
+LIMIT_WINDOW_S = 86400
+LIMIT_SHOWN = 50
+LIMIT_SCAN = 5000
+
+
+def limit_stopped(*, cluster: Cluster, now: dt.datetime | None = None, window_s: float = LIMIT_WINDOW_S,
+                  shown: int = LIMIT_SHOWN) -> dict[str, Any]:
+    """The tasks of ``cluster`` that a limit stopped (failure kind ``limit``,
+    ``core.failures.failure_of``: a sandbox limit in the runner record, or the qmaster's h_rt/h_cpu/
+    h_vmem, accounting ``failed 37``) and that ended in the ``window_s`` seconds before ``now``.
+
+    Returns ``{"tasks": [{"task_id", "campaign_id", "campaign_name", "team", "launcher",
+    "job_number", "task_number", "host", "ended_at", "reason" ("memory limit 4 GiB reached"),
+    "text" (failure_of's words: reason, host, exit status)}] (newest first, at most ``shown``),
+    "reasons": [{"reason", "tasks"}] (most first), "total": n, "window_s"}``. Only the runner
+    record's ``flags`` and ``error`` are read, never the whole record.
+    """
+    from dashboards.core.failures import FAILED_CODES, LIMIT, failure_of
+    from dashboards.core.sandbox_limits import limit_reached
+
+    now = now or timezone.now()
+    since = now - dt.timedelta(seconds=window_s)
+    rows = (Task.objects.filter(cluster=cluster, state="failed")
+            .filter(Q(ended_at__gte=since) | Q(ended_at__isnull=True, updated_at__gte=since))
+            .order_by(F("ended_at").desc(nulls_last=True), "-id")
+            .values("id", "campaign_id", "campaign__name", "campaign__team__name", "campaign__launched_by__username",
+                    "job_number", "task_number", "host", "ended_at", "failed_code", "exit_status",
+                    "runner_record__flags", "runner_record__error")[:LIMIT_SCAN])
+    found, counts = [], {}
+    for row in rows:
+        flags, error = row["runner_record__flags"], row["runner_record__error"]
+        # A record without flags or error reads as no record: failure_of may then call another kind by
+        # another name (agent or infrastructure), but never "limit", the only kind kept here.
+        record = None if flags is None and error is None else {"flags": flags if isinstance(flags, list) else [],
+                                                               "error": error}
+        failure = failure_of(state="failed", failed_code=row["failed_code"], exit_status=row["exit_status"],
+                             host=row["host"], runner=record)
+        if failure is None or failure.kind != LIMIT:
+            continue
+        reason = limit_reached(record) or FAILED_CODES.get(row["failed_code"], "a limit")
+        counts[reason] = counts.get(reason, 0) + 1
+        if len(found) < shown:
+            found.append({"task_id": row["id"], "campaign_id": row["campaign_id"],
+                          "campaign_name": row["campaign__name"] or "", "team": row["campaign__team__name"] or "",
+                          "launcher": row["campaign__launched_by__username"] or "", "job_number": row["job_number"],
+                          "task_number": row["task_number"], "host": row["host"], "ended_at": row["ended_at"],
+                          "reason": reason, "text": failure.text})
+    reasons = [{"reason": r, "tasks": n} for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return {"tasks": found, "reasons": reasons, "total": sum(counts.values()), "window_s": window_s}
 
 
 #: Sort keys of the job table: the URL's ``sort`` value -> (job field, reverse by default).

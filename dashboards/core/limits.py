@@ -49,7 +49,7 @@ LAUNCH_SANDBOX_MINIMA = {"memory_bytes": 64 << 20, "work_bytes": 1 << 20}
 __all__ = ["NAME_RE", "MODEL_RE", "MAX_TASKS_PER_CAMPAIGN", "SEATS_PER_TASK_MAX", "PRIORITY_MIN", "PRIORITY_MAX",
            "URGENT_PRIORITY", "NORMAL_PRIORITY_MAX", "MAX_JOB_NUMBER", "INPUT_MAX_BYTES", "POLICY_MAX_BYTES",
            "INPUT_MAX_DEPTH", "MAX_RANGES", "LAUNCH_SANDBOX_LIMITS", "LAUNCH_SANDBOX_MINIMA", "priority_limit",
-           "sandbox_maxima", "sandbox_limits_of"]
+           "sandbox_maxima", "sandbox_ceiling", "sandbox_limits_of"]
 
 
 def priority_limit(user: AbstractBaseUser, team) -> int:
@@ -69,6 +69,34 @@ def sandbox_maxima() -> dict[str, int]:
 
     site = getattr(settings, "TCO_SANDBOX_LIMITS", {}) or {}
     return {key: int(site.get(name) or LIMIT_DEFAULTS[name]) for key, name in LAUNCH_SANDBOX_LIMITS.items()}
+
+
+def sandbox_ceiling(queue: str = "", agent: str = "") -> dict[str, dict[str, object]]:
+    """The sandbox limits a launch of agent definition ``agent`` (its name) into ``queue`` may ask
+    for, keyed as :data:`LAUNCH_SANDBOX_LIMITS`: ``{"max": bytes, "default": bytes, "by": str}``.
+
+    ``max``: the smallest of the site's maximum (:func:`sandbox_maxima`), the queue's ``max`` in
+    ``settings.TCO_QUEUE_SANDBOX_LIMITS`` and the agent's in ``settings.TCO_AGENT_SANDBOX_LIMITS``;
+    ``by`` says whose it is ("the site's maximum", "the queue agent.q's ceiling", "the agent
+    demo-agent's ceiling"). ``default``: what a launch that leaves the limit blank runs with, the
+    smallest of the queue's and the agent's ``default`` where set, never above ``max``; else ``max``.
+    A blank ``queue`` or ``agent`` has no entry of its own (the site's values)."""
+    from django.conf import settings
+
+    site = sandbox_maxima()
+    tables = (("queue", queue, getattr(settings, "TCO_QUEUE_SANDBOX_LIMITS", {}) or {}),
+              ("agent", agent, getattr(settings, "TCO_AGENT_SANDBOX_LIMITS", {}) or {}))
+    out: dict[str, dict[str, object]] = {}
+    for key in LAUNCH_SANDBOX_LIMITS:
+        high, by, defaults = site[key], "the site's maximum", []
+        for kind, name, table in tables:
+            bounds = (table.get(name) or {}).get(key) or {} if name else {}
+            if "max" in bounds and bounds["max"] < high:
+                high, by = bounds["max"], f"the {kind} {name}'s ceiling"
+            if "default" in bounds:
+                defaults.append(bounds["default"])
+        out[key] = {"max": high, "default": min([high, *defaults]), "by": by}
+    return out
 
 
 def sandbox_limits_of(asked: dict | None) -> dict[str, int]:

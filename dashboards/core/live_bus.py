@@ -53,7 +53,7 @@ from dashboards.core.redis_client import shared_redis_client
 
 log = logging.getLogger(__name__)
 
-PREFIX = "tco:live:"
+PREFIX = settings.TCO_REDIS_PREFIX + "live:"  # the install's namespace (tco_web/settings.py redis_prefix)
 GEN, OLDEST_OBS, OLDEST_COMMIT = PREFIX + "gen", PREFIX + "oldest:obs", PREFIX + "oldest:commit"
 VIEWS, KNOWN, BUILT, SEQ = PREFIX + "views", PREFIX + "known", PREFIX + "built", PREFIX + "seq"
 WAKE, EPOCH, LAG, STATUS = PREFIX + "wake", PREFIX + "epoch", PREFIX + "lag", PREFIX + "status"

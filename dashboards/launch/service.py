@@ -123,18 +123,33 @@ def check_limits(req: LaunchRequest) -> None:
 
 
 def check_sandbox_limits(req: LaunchRequest) -> None:
-    """The request's sandbox limits (``memory_bytes``, ``work_bytes``) against the site's maxima
-    (``limits.sandbox_maxima``) and ``limits.LAUNCH_SANDBOX_MINIMA``. Raises LaunchError naming the
-    limit and its range in MiB."""
-    maxima = limits.sandbox_maxima()
+    """The request's sandbox limits (``memory_bytes``, ``work_bytes``) against the ceiling of its
+    queue and agent (``limits.sandbox_ceiling``: the site's maximum, lowered by an admin's per-queue
+    and per-agent ceilings) and ``limits.LAUNCH_SANDBOX_MINIMA``. Raises LaunchError naming the
+    limit, its range in MiB and whose ceiling it is."""
+    ceiling = limits.sandbox_ceiling(str(req.queue), req.agent_definition.name)
     for key, label in (("memory_bytes", "memory limit per task"), ("work_bytes", "disk limit per task")):
         value = getattr(req, key)
         if value is None:
             continue
-        low, high = limits.LAUNCH_SANDBOX_MINIMA[key], maxima[key]
+        low, high = limits.LAUNCH_SANDBOX_MINIMA[key], ceiling[key]["max"]
         if not _is_int(value) or not low <= value <= high:
-            raise LaunchError(f"{label}: {low >> 20} to {high >> 20} MiB (the site's maximum), "
-                              f"not {value!r} bytes")
+            shown = f"{value >> 20} MiB" if _is_int(value) and value >= 1 << 20 else f"{value!r} bytes"
+            raise LaunchError(f"{label}: {low >> 20} to {high >> 20} MiB for {req.agent_definition.name} on "
+                              f"{req.queue} ({ceiling[key]['by']}), not {shown}")
+
+
+def sandbox_limits_to_run(req: LaunchRequest) -> dict[str, int]:
+    """The runner spec's ``limits`` for ``req``: what it asked for, and for a limit left blank the
+    default of its queue and agent (``limits.sandbox_ceiling``) where that is below the site's
+    maximum (the runner takes the site's value for a limit the spec does not name). Bytes."""
+    ceiling = limits.sandbox_ceiling(str(req.queue), req.agent_definition.name)
+    site = limits.sandbox_maxima()
+    chosen = req.sandbox_limits()
+    for key, bounds in ceiling.items():
+        if key not in chosen and bounds["default"] < site[key]:
+            chosen[key] = bounds["default"]
+    return chosen
 
 
 def expected_cost(forecast: dict[str, Any], count: int, cost_cap_usd: Decimal | None) -> Decimal | None:
@@ -248,7 +263,7 @@ def _record(*, user, req: LaunchRequest, model: str, policy: str, endpoints, cho
         for label, ceiling in ceilings_for(req.team, req.agent_definition)]
     launch_spool.campaign_spool_write(
         campaign, encoded, outputs=list(req.outputs or ()), model_endpoints=registered,
-        network_ceilings=network_ceilings, limits=req.sandbox_limits(),
+        network_ceilings=network_ceilings, limits=sandbox_limits_to_run(req),
         model_endpoint=({"base_url": chosen.base_url, "credential_name": chosen.credential_name}
                         if chosen is not None else None))
     launch_spool.prices_write()
@@ -316,15 +331,16 @@ def campaign_retry(*, user: AbstractBaseUser, campaign: Campaign,
         token_cap=campaign.token_cap, cost_cap_usd=campaign.cost_cap_usd,
         outputs=(spec.get("agent") or {}).get("outputs") or (), urgent=campaign.urgent and priority > 0,
         retry_of=campaign, cluster=campaign.cluster, rerunnable=campaign.rerunnable, action="campaign_retry",
-        **_retry_limits(spec)))
+        **_retry_limits(spec, campaign)))
 
 
-def _retry_limits(spec: dict[str, Any]) -> dict[str, int]:
+def _retry_limits(spec: dict[str, Any], campaign: Campaign) -> dict[str, int]:
     """The sandbox limits a campaign's spec asked for, as ``LaunchRequest`` fields, each lowered to
-    today's site maximum (a retry is never refused because the site lowered a limit)."""
-    maxima = limits.sandbox_maxima()
+    today's ceiling of its queue and agent (``limits.sandbox_ceiling``: a retry is never refused
+    because an admin lowered a limit)."""
+    ceiling = limits.sandbox_ceiling(campaign.queue, campaign.agent_definition.name)
     asked = spec.get("limits") or {}
-    return {key: min(asked[key], maxima[key]) for key in limits.LAUNCH_SANDBOX_LIMITS
+    return {key: min(asked[key], ceiling[key]["max"]) for key in limits.LAUNCH_SANDBOX_LIMITS
             if _is_int(asked.get(key)) and asked[key] >= 1}
 
 

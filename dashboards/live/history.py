@@ -1,7 +1,7 @@
 """Queue-depth history: a sample of active-task counts every ``TCO_DEPTH_SAMPLE_S``.
 
 Kept in Redis (already the broker and the channel layer), as two sorted sets
-per database (keys ``tco:depth:<hash of the database>:fine|coarse``) scored by
+per database (keys ``<TCO_REDIS_PREFIX>depth:<hash of the database>:fine|coarse``) scored by
 the sample's epoch time: ``fine`` keeps every sample for an hour,
 ``coarse`` one sample a minute for a day. Each member is one JSON object::
 
@@ -27,10 +27,12 @@ from dashboards.core.redis_client import redis_client
 
 
 def _keys() -> tuple[str, str]:
-    """(fine, coarse) keys, per database: installs (or test runs) sharing a Redis keep apart."""
+    """(fine, coarse) keys, in the install's namespace (``TCO_REDIS_PREFIX``) and per database
+    within it: installs, and test runs of one install on their own databases, keep apart."""
     db = settings.DATABASES["default"]
     ns = hashlib.sha1(f"{db.get('HOST', '')}:{db.get('PORT', '')}:{db['NAME']}".encode()).hexdigest()[:10]
-    return f"tco:depth:{ns}:fine", f"tco:depth:{ns}:coarse"
+    prefix = settings.TCO_REDIS_PREFIX
+    return f"{prefix}depth:{ns}:fine", f"{prefix}depth:{ns}:coarse"
 
 
 FINE_KEEP_S = 3600

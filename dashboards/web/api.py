@@ -190,8 +190,14 @@ class ObtainTokenView(APIView):
         username, password = request.data.get("username"), request.data.get("password")
         if not isinstance(username, str) or not isinstance(password, str) or not username or not password:
             raise ValidationError({"non_field_errors": ["username and password are required"]})
-        rotate = request.data.get("rotate", False)
-        if rotate not in (True, False, "true", "false"):
+        raw = request.data.get("rotate", False)
+        # By type, not by value: bool is an int and 1 == True, so "rotate": 1 (or 1.0) passed the old
+        # membership test and replaced the token (fresh attack A7). JSON true/false, or the form's text.
+        if type(raw) is bool:
+            rotate = raw
+        elif isinstance(raw, str) and raw in ("true", "false"):
+            rotate = raw == "true"
+        else:
             raise ValidationError({"rotate": "true or false"})
         django_request = request._request
         user = authenticate(request=django_request, username=username, password=password)
@@ -201,7 +207,7 @@ class ObtainTokenView(APIView):
         if user is None or not user.is_active:
             raise ValidationError({"non_field_errors": ["unable to log in with the provided credentials"]})
         working = accounts.api_token_working(user)
-        if working is not None and rotate not in (True, "true"):
+        if working is not None and not rotate:
             return Response({"detail": f"you already have a working API token (it starts {working.prefix}); "
                                        "send \"rotate\": true to replace it (the old one stops working), or "
                                        "keep using it",

@@ -232,14 +232,26 @@ class LaunchForm(_LaunchBase):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        # The site's maxima bound the field itself; the ceiling of the chosen queue and agent (an
+        # admin's, limits.sandbox_ceiling) is shown in the help and checked in clean().
         maxima = limits.sandbox_maxima()
+        queue, agent = self._chosen_queue_and_agent()
+        ceiling = limits.sandbox_ceiling(queue, agent)
         for name, (key, what) in self.SANDBOX_FIELDS.items():
             field = self.fields[name]
             low, high = -(-limits.LAUNCH_SANDBOX_MINIMA[key] // (1 << 20)), maxima[key] // (1 << 20)
             field.min_value, field.max_value = low, high
             field.validators += [MinValueValidator(low), MaxValueValidator(high)]
             field.widget.attrs.update({"min": low, "max": high})
-            field.help_text = f"{what}: {low} to {high} MiB; blank: the site's limit, {high} MiB"
+            top, default = ceiling[key]["max"] >> 20, ceiling[key]["default"] >> 20
+            if top == high and default == high and not self._admin_ceilings(key):
+                field.help_text = f"{what}: {low} to {high} MiB; blank: the site's limit, {high} MiB"
+            else:
+                field.help_text = (f"{what}: {low} to {top} MiB for {agent} on {queue} ({ceiling[key]['by']}); "
+                                   f"blank: {default} MiB")
+                others = self._admin_ceilings(key)
+                if others:
+                    field.help_text += f". Ceilings set by admins: {others}"
         from dashboards.launch.reservations import team_choices
         self.fields["advance_reservation"].choices = [("", "none")] + team_choices(self.user)
         folders = ", ".join(str(inputs.team_inputs_folder(t)) for t in self.fields["team"].queryset)
@@ -261,6 +273,28 @@ class LaunchForm(_LaunchBase):
             self.data = data
         else:
             self._upload_error = ""
+
+    def _chosen_queue_and_agent(self) -> tuple[str, str]:
+        """The queue and the agent definition's name the form is for: the posted ones when they are
+        choices of the form, else the form's first (initial) ones; "" when there is none."""
+        queues = [q for q, _ in self.fields["queue"].choices]
+        agents = {str(a.pk): a.name for a in self.fields["agent_definition"].queryset}
+        queue = self.data.get("queue") if self.is_bound else None
+        agent = self.data.get("agent_definition") if self.is_bound else None
+        return (queue if queue in queues else (queues[0] if queues else ""),
+                agents.get(str(agent)) or next(iter(agents.values()), ""))
+
+    @staticmethod
+    def _admin_ceilings(key: str) -> str:
+        """The admins' ceilings of limit ``key`` per queue and agent, in words
+        ("queue classic.q 1024 MiB, agent solver 512 MiB"); "" when none is set."""
+        parts = []
+        for kind, table in (("queue", settings.TCO_QUEUE_SANDBOX_LIMITS), ("agent", settings.TCO_AGENT_SANDBOX_LIMITS)):
+            for who, entry in sorted((table or {}).items()):
+                bounds = entry.get(key) or {}
+                if "max" in bounds:
+                    parts.append(f"{kind} {who} {bounds['max'] >> 20} MiB")
+        return ", ".join(parts)
 
     def input_examples(self) -> dict[str, str]:
         """Agent definition id -> an example parameter list (``inputs.input_example``), for the form."""
@@ -308,6 +342,13 @@ class LaunchForm(_LaunchBase):
                 launch_policy.validate_policy(data["policy"])
             except LaunchError as exc:
                 self.add_error("policy", str(exc))
+        if data.get("queue") and data.get("agent_definition") is not None:
+            ceiling = limits.sandbox_ceiling(data["queue"], data["agent_definition"].name)
+            for name, (key, _) in self.SANDBOX_FIELDS.items():
+                value, top = data.get(name), ceiling[key]["max"] >> 20
+                if value is not None and name not in self.errors and value > top:
+                    self.add_error(name, f"at most {top} MiB for {data['agent_definition'].name} on "
+                                         f"{data['queue']} ({ceiling[key]['by']})")
         return data
 
     def launch_request(self) -> service.LaunchRequest:

@@ -79,3 +79,23 @@ def test_the_api_schema_documents_the_conflict_and_rotate():
     post = schema["paths"]["/api/token/"]["post"]
     assert "409" in post["responses"]
     assert "rotate" in str(schema["components"]["schemas"]["TokenRequest"]["properties"])
+
+
+@pytest.mark.parametrize("value", [1, 1.0, 0, "1", "yes", "True", None, [], {}, [True]])
+def test_rotate_takes_only_true_or_false(role_users, value):
+    """Fresh attack A7: ``"rotate": 1`` replaced the working token (``1 in (True, ...)`` is true in
+    Python). Anything but JSON true/false (or the form's "true"/"false") is refused and the token stays."""
+    status, body = _obtain("lead", DEMO_PASSWORD)
+    assert status == 200
+    first = body["token"]
+    status, body = _obtain("lead", DEMO_PASSWORD, rotate=value)
+    assert status == 400 and body == {"rotate": "true or false"}, body
+    assert _me(first) == 200
+
+
+def test_rotate_false_keeps_and_true_text_replaces(role_users):
+    status, body = _obtain("lead", DEMO_PASSWORD)
+    first = body["token"]
+    assert _obtain("lead", DEMO_PASSWORD, rotate=False)[0] == 409 and _me(first) == 200
+    response = APIClient().post("/api/token/", {"username": "lead", "password": DEMO_PASSWORD, "rotate": "true"})
+    assert response.status_code == 200 and _me(first) == 401 and _me(response.json()["token"]) == 200

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from tests.support.paths import REPO
 from tests.support.stack import free_port, Stack, TEST_OUTPUT
@@ -210,6 +211,9 @@ def site_environment(tmp: Path, *, database_url: str, https_port: int) -> dict[s
         "TCO_WEB_WORKERS": "2",
         # Low, so that the forged-address test reaches the lockout in a few attempts.
         "TCO_LOGIN_FAILURE_LIMIT": "3",
+        # The site's Redis namespace is this test process's (its own state directory would give it
+        # another, docs/settings.md): the test sends the site's worker a task through the broker.
+        "TCO_REDIS_PREFIX": settings.TCO_REDIS_PREFIX,
     })
     # The test's Redis: its URL if the run set one, else the one settings.py builds from the
     # password file (TCO_REDIS_PORT, TCO_REDIS_DB, TCO_REDIS_PASSWORD_FILE, inherited).

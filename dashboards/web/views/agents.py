@@ -1,4 +1,5 @@
-"""The agent registry page (admins)."""
+"""The agent registry page: launchers see the agents they may launch (not their command lines);
+admins see and edit everything."""
 from __future__ import annotations
 
 from django.contrib import messages
@@ -40,4 +41,7 @@ def agent_definitions_page(request: HttpRequest) -> HttpResponse:
     elif admin:
         form = AgentDefinitionForm(instance=instance)
     return render(request, "dashboards/launch_agents.html", {
-        "definitions": AgentDefinition.objects.order_by("name", "-version"), "form": form, "editing": instance})
+        "definitions": AgentDefinition.objects.order_by("name", "-version"), "form": form, "editing": instance,
+        # An agent's command line (its paths, flags, perhaps a site's internals) is the admins'; launchers
+        # choose an agent by name, version, input and model (fresh attack A7).
+        "show_command": admin})
