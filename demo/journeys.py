@@ -107,6 +107,7 @@ def admin(page, url: str, password: str, shots: Path) -> dict:
     group = page.locator("#triage-groups .group:has(form.group-action)").first
     if group.count():
         key = group.get_attribute("data-group")
+        job = page.get_attribute(f'#triage tr[data-group="{key}"]', "data-job")
         label = re.sub(r"\s+", " ", group.locator("form.group-action button").text_content() or "").strip()
         walk.click(f'#triage-groups .group[data-group="{key}"] form.group-action button')
         walk.shot("confirm")
@@ -117,8 +118,13 @@ def admin(page, url: str, password: str, shots: Path) -> dict:
             page.wait_for_selector(f'#triage-groups .group[data-group="{key}"]', state="detached", timeout=60000)
             walk.notes.append(f"{label}: the group left triage {time.monotonic() - acted:.1f} s after the "
                               "confirmation, without a reload")
-        except Exception:  # noqa: BLE001 - a group that stays is the finding
-            walk.notes.append(f"{label}: the group was still on triage 60 s after the confirmation")
+            # The scheduler's side: job's row no longer lists held tasks (qstat polled, pushed live).
+            page.wait_for_function("job => { const r = document.querySelector(`#triage tr[data-job=\"${job}\"]`);"
+                                   " return !r || !/held:/.test(r.textContent); }", arg=job, timeout=60000)
+            walk.notes.append(f"job {job}'s row shows no held task {time.monotonic() - acted:.1f} s after the "
+                              "confirmation")
+        except Exception:  # noqa: BLE001 - a group or a hold that stays is the finding
+            walk.notes.append(f"{label}: job {job} still shown held on triage 60 s after the confirmation")
         walk.shot("after-action")
     return walk.result(f"{headline} | {answer[:300]}")
 
