@@ -66,7 +66,7 @@ def lead(page, url: str, password: str, shots: Path) -> dict:
     walk.click('#bill-presets [data-preset="this-week"]')
     walk.click('#bill-group-tabs [data-group="campaign"]')
     walk.shot("week-by-campaign")
-    total = page.text_content("#bill-total") or ""
+    total = page.text_content('#bill-total td[data-col="cost_usd"]') or ""
     rows = page.eval_on_selector_all(
         "#bill tbody tr[data-key]",
         "rows => rows.map(r => [r.dataset.key, (r.querySelector('td[data-col=\"cost_usd\"]') || {}).textContent || ''])")
@@ -98,7 +98,10 @@ def admin(page, url: str, password: str, shots: Path) -> dict:
     if not page.locator(".why-pending").count():
         return walk.result("nothing is pending")
     headline = (page.text_content("#triage-groups .group h3") or "").strip()
-    walk.click(".why-pending")
+    # "Why is this pending?" on a job of the first group (the headline's), not whichever row is first.
+    first_group = page.get_attribute("#triage-groups .group", "data-group")
+    row_link = f'#triage tr[data-group="{first_group}"] .why-pending'
+    walk.click(row_link if page.locator(row_link).count() else ".why-pending")
     page.wait_for_selector(".why-pending-answer", timeout=15000)
     walk.shot("why-pending")
     answer = re.sub(r"\s+", " ", page.text_content(".why-pending-answer") or "").strip()
