@@ -20,10 +20,11 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from dashboards.control.actions import campaign_control
+from dashboards.control_models import ControlState
 from dashboards.core.errors import Refused
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.launch.submit import campaign_submit
-from dashboards.models import AgentDefinition, Campaign, ControlRequest, ControlState, Task, Team
+from dashboards.models import AgentDefinition, Campaign, ControlRequest, Task, Team
 
 
 class Command(BaseCommand):
