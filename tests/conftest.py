@@ -48,6 +48,25 @@ def kind_of(item) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in KINDS else None
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Before a cluster test's fixtures are torn down (its database still there), delete the jobs of
+    its campaigns that the cluster still lists (``tests.support.cluster.qdel_leftover_campaign_jobs``):
+    a failed or timed-out test must not leave work on the shared cluster (issue 24: a demo's bill
+    showed 1156 tasks of other suites' jobs)."""
+    if kind_of(item) in ("integration", "browser") and (item.get_closest_marker("django_db")
+                                                       or DB_FIXTURES & set(item.fixturenames)):
+        try:
+            from tests.support.cluster import qdel_leftover_campaign_jobs
+
+            left = qdel_leftover_campaign_jobs()
+            if left:
+                print(f"\n{item.nodeid}: deleted jobs it left on the cluster: {left}")
+        except Exception as exc:  # noqa: BLE001 - the cleanup must not turn a pass into an error
+            print(f"\n{item.nodeid}: leftover jobs not checked: {type(exc).__name__}: {exc}")
+    yield
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     misplaced = []

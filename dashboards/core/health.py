@@ -10,6 +10,11 @@ Three facts, each read from the database or one cheap probe, never raising:
   Celery's broker) does not answer. Pages are then rendered from the
   database alone and say that live updates are paused; WebSockets reconnect
   by themselves (static/js/live.js) once Redis is back.
+* :func:`host_trouble`: the hosts of the clusters' last status poll that are down (unreachable, in
+  error, disabled) and those that are only busy: a queue instance in load alarm (``a``: a
+  ``load_thresholds`` value exceeded) runs its tasks and takes no new work until the load falls, which
+  is not a host down (on the one-VM dev cluster every host shares two cores, and a demo's burst of
+  sandboxes starting lifts np_load_avg past classic.q's threshold of 6 for minutes).
 * :func:`runner_finished_tasks`: tasks whose runner finished (its runner
   record is ingested) more than ``TCO_RUNNER_FINISHED_GRACE_S`` seconds ago
   while the scheduler still lists them as active, typically because the
@@ -25,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import re
 import time
 from typing import Any
 
@@ -36,6 +42,11 @@ from dashboards.core.redis_client import redis_client
 from dashboards.models import Cluster, Task
 
 log = logging.getLogger(__name__)
+
+#: Host states that are not trouble: up, and closed by its queues' calendar (planned).
+HOST_FINE = ("up", "closed")
+#: qstat -explain's reason of a load alarm: ``alarm hl:np_load_avg=6.21 load-threshold=6``.
+_ALARM_RE = re.compile(r"alarm \w+:(\w+)=([0-9.]+) load-threshold=([0-9.]+)")
 
 #: Seconds after its runner finished before a task still listed by the scheduler is called out.
 RUNNER_FINISHED_GRACE_S = 90.0
@@ -67,6 +78,51 @@ def scheduler_unreachable(clusters: list[Cluster] | None = None) -> list[Schedul
             continue
         out.append(SchedulerOutage(cluster.name, cluster.poll_error_at, cluster.polled_at, cluster.poll_error[:300]))
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class HostTrouble:
+    """The hosts of the clusters' last status polls: ``down`` ("sge-exec3 unreachable", one per host not
+    up and not just busy), ``busy`` (:func:`busy_text` of each host whose only trouble is an alarm) and
+    ``hosts`` (how many hosts in all)."""
+
+    down: list[str]
+    busy: list[str]
+    hosts: int
+
+
+def host_trouble(clusters: list[Cluster] | None = None) -> HostTrouble:
+    """Down and busy hosts over ``clusters`` (default every cluster) from their last status poll
+    (``schedulers.hosts.host_states``): a host in alarm (``a`` or ``A`` on a queue instance) is busy, not
+    down; unreachable, error and disabled are down; up and closed (its calendar) are fine."""
+    from schedulers.hosts import host_states
+
+    down: list[str] = []
+    busy: list[str] = []
+    total = 0
+    for cluster in clusters if clusters is not None else Cluster.objects.order_by("name"):
+        status = cluster.status or {}
+        for host in host_states(status.get("hosts") or [], status.get("queue_instances") or []):
+            total += 1
+            if host["state"] == "alarm":
+                busy.append(busy_text(host))
+            elif host["state"] not in HOST_FINE:
+                down.append(f"{host['name']} {host['state']}")
+    return HostTrouble(down, busy, total)
+
+
+def busy_text(host: dict[str, Any]) -> str:
+    """``sge-exec3 busy: classic.q in load alarm (np_load_avg 6.21 over 6), no new work there`` from a
+    ``host_states`` host in alarm (its ``why`` holds qstat -explain's ``alarm hl:NAME=VALUE
+    load-threshold=LIMIT``; without it, the queues in alarm alone); a suspend alarm (``A``) says its
+    tasks there are suspended."""
+    letters = [set(q.get("states") or "") & {"a", "A"} for q in host.get("queues") or []]
+    queues = ", ".join(q["queue"] for q, alarm in zip(host.get("queues") or [], letters) if alarm) or "a queue"
+    if any("A" in alarm for alarm in letters):
+        return f"{host['name']} busy: {queues} in suspend alarm, its tasks there suspended"
+    found = next((m for m in (_ALARM_RE.search(w) for w in host.get("why") or []) if m), None)
+    load = f" ({found[1]} {float(found[2]):.2f} over {float(found[3]):g})" if found else ""
+    return f"{host['name']} busy: {queues} in load alarm{load}, no new work there"
 
 
 def live_updates_paused() -> tuple[bool, str]:

@@ -1,4 +1,4 @@
-"""What a launcher is told when a campaign finishes: the e-mail and the page notice."""
+"""What is told when a campaign finishes: the e-mail to its launcher and the page notice to those who may see it."""
 from __future__ import annotations
 
 import datetime as dt
@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from dashboards.billing import budgets
 from dashboards.core import encoding
+from dashboards.core.scope import campaigns_visible_to
 from dashboards.models import Campaign, CampaignStatus, Task
 
 
@@ -58,13 +59,16 @@ SHOWN_KEY = "tco_notices_shown"
 
 
 def finished_notices(user: AbstractBaseUser, *, minutes: float | None = None) -> list[Campaign]:
-    """Campaigns ``user`` launched that finished in the last ``minutes`` (``TCO_NOTICE_MINUTES``)."""
+    """Campaigns that finished in the last ``minutes`` (``TCO_NOTICE_MINUTES``) and that ``user`` may
+    see (``core.scope.campaigns_visible_to``: its launcher while on its team, the team's members,
+    admins), newest first, at most 5. Another team's campaign is never named to ``user``, nor one of
+    a team its launcher has since left."""
     if not getattr(user, "is_authenticated", False):
         return []
     minutes = settings.TCO_NOTICE_MINUTES if minutes is None else minutes
     since = timezone.now() - dt.timedelta(minutes=minutes)
-    return list(Campaign.objects.filter(launched_by=user, status=CampaignStatus.FINISHED, finished_at__gte=since)
-                .order_by("-finished_at")[:5])
+    return list(campaigns_visible_to(user).filter(status=CampaignStatus.FINISHED, finished_at__gte=since)
+                .order_by("-finished_at", "-pk")[:5])
 
 
 def _notice_key(campaign: Campaign) -> str:

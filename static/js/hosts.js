@@ -8,24 +8,49 @@
 
   function gib(bytes) { return bytes === null || bytes === undefined ? "–" : (bytes / 1073741824).toFixed(1) + " GiB"; }
 
+  // A queue instance whose only letter is "a" (a load threshold exceeded) runs its tasks and takes no new
+  // work until the load falls: busy, not down (the landing page's hosts tile says the same). It gets an
+  // amber card of its own; anything else (unknown, error, disabled, suspend alarm ...) the red one.
+  function loadAlarmOnly(p) { return /^a+$/.test(p.states || ""); }
+
+  function problemCard(cls, cluster, heading, problems) {
+    var card = el("section", { "class": "card " + cls, "data-cluster": cluster });
+    card.appendChild(el("h2", null, heading));
+    var ul = el("ul", { "class": "host-problems" });
+    problems.forEach(function (p) {
+      var li = el("li", { "class": "problem", "data-instance": p.name, "data-states": p.states },
+        p.name + " [" + p.states + "]: " + p.meanings.join("; "));
+      p.reasons.forEach(function (r) { li.appendChild(el("div", { "class": "muted reason" }, r)); });
+      ul.appendChild(li);
+    });
+    card.appendChild(ul);
+    return card;
+  }
+
   function renderAlerts(data) {
     var box = TCO.clear(document.getElementById("host-alerts"));
     data.clusters.forEach(function (c) {
-      // A host closed by its queues' calendar is planned, not trouble (the calendar line says when it opens).
-      var troubled = (c.hosts || []).filter(function (h) { return h.state !== "up" && h.state !== "closed"; });
-      if (!troubled.length && !(c.problems || []).length) { return; }
-      var card = el("section", { "class": "card alert", "data-cluster": c.name });
-      card.appendChild(el("h2", null, "Cluster " + c.name + ": " + troubled.length + " host(s) not up, " +
-        (c.problems || []).length + " queue instance(s) in a state"));
-      var ul = el("ul", { "class": "host-problems" });
-      (c.problems || []).forEach(function (p) {
-        var li = el("li", { "class": "problem", "data-instance": p.name, "data-states": p.states },
-          p.name + " [" + p.states + "]: " + p.meanings.join("; "));
-        p.reasons.forEach(function (r) { li.appendChild(el("div", { "class": "muted reason" }, r)); });
-        ul.appendChild(li);
+      var problems = c.problems || [];
+      var busy = problems.filter(loadAlarmOnly), serious = problems.filter(function (p) { return !loadAlarmOnly(p); });
+      var seriousHosts = {}, busyHosts = {};
+      serious.forEach(function (p) { seriousHosts[p.host] = true; });
+      busy.forEach(function (p) { busyHosts[p.host] = true; });
+      // A host closed by its queues' calendar is planned, not trouble (the calendar line says when it opens);
+      // one in load alarm alone is busy.
+      var troubled = (c.hosts || []).filter(function (h) {
+        if (h.state === "up" || h.state === "closed") { return false; }
+        return !(h.state === "alarm" && busyHosts[h.name] && !seriousHosts[h.name]);
       });
-      card.appendChild(ul);
-      box.appendChild(card);
+      if (troubled.length || serious.length) {
+        box.appendChild(problemCard("alert", c.name, "Cluster " + c.name + ": " + troubled.length + " host(s) not up, " +
+          serious.length + " queue instance(s) in a state", serious));
+      }
+      if (busy.length) {
+        var names = Object.keys(busyHosts).sort();
+        box.appendChild(problemCard("busy", c.name, "Cluster " + c.name + ": " + names.join(", ") + " busy: " +
+          busy.length + " queue instance(s) in load alarm take no new work until the load falls; their tasks run",
+          busy));
+      }
     });
   }
 

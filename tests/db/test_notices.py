@@ -51,3 +51,30 @@ def test_a_notice_is_not_shown_once_its_finish_is_older_than_the_window(client, 
     client.force_login(ops_users["launcher"])
     notice = _notice(client)
     assert "old (#" not in notice and f"recent (#{recent.pk})" in notice
+
+
+def test_a_finished_notice_reaches_those_who_may_see_the_campaign_and_no_one_else(client, ops_users):
+    """The launcher, its team's members and admins are told; another team's user and a user on no
+    team are not (the page would name a campaign they may not open), nor a launcher who left the team."""
+    from dashboards.models import Membership
+
+    campaign = _finished(ops_users, "research-eval", 2)
+    expected = f"research-eval (#{campaign.pk})"
+    for who in ("launcher", "viewer", "lead", "admin"):
+        client.force_login(ops_users[who])
+        assert expected in _notice(client), who
+    for who in ("other", "nobody"):
+        client.force_login(ops_users[who])
+        assert _notice(client) == "", who
+    # The engineering launcher's own campaign is theirs to be told about, not research's members'.
+    theirs = make_campaign(team=Team.objects.get(project="engineering"), user=ops_users["other"], name="eng-eval")
+    Campaign.objects.filter(pk=theirs.pk).update(finished_at=timezone.now())
+    client.force_login(ops_users["other"])
+    assert f"eng-eval (#{theirs.pk})" in _notice(client) and "research-eval" not in _notice(client)
+    client.force_login(ops_users["viewer"])
+    assert "eng-eval" not in _notice(client)
+    # A launcher removed from the team is no longer told about the team's campaign, their own included.
+    Membership.objects.filter(user=ops_users["launcher"]).delete()
+    ops_users["launcher"].groups.clear()  # the team's group (membership_set puts members in it)
+    client.force_login(ops_users["launcher"])
+    assert _notice(client) == ""

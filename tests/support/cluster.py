@@ -37,3 +37,25 @@ def qdel_quietly(*job_numbers: int | None) -> None:
     ids = [str(j) for j in job_numbers if j]
     if ids:
         subprocess.run(["qdel", *ids], capture_output=True, env=SGE_ENV)
+
+
+def qdel_leftover_campaign_jobs() -> list[int]:
+    """Delete the array jobs of this test database's campaigns that the cluster still lists: a test that
+    failed or timed out before its own cleanup leaves none behind for the next suite (or a demo's bill
+    and triage) to find. A job is deleted only when its number *and* its name (``tco-c<id>-<name>``)
+    match a campaign here (or a demo sweep's job whose tasks are recorded here), so a demo's or another
+    database's job of the same number is never touched.
+    Returns the job numbers deleted."""
+    from dashboards.launch.submit import campaign_job_name
+    from dashboards.models import Campaign, Task
+
+    wanted = {c.job_number: campaign_job_name(c) for c in Campaign.objects.exclude(job_number=None)}
+    # The demo sweep's plain array jobs (demo.sweep.sweep_submit records their tasks here at submission).
+    wanted.update(Task.objects.filter(campaign=None, name__startswith="tco-sweep-")
+                  .values_list("job_number", "name").distinct())
+    if not wanted:
+        return []
+    jobs = qstat_jobs()
+    doomed = [n for n, name in wanted.items() if n in jobs and jobs[n]["name"] == name and "d" not in jobs[n]["states"]]
+    qdel_quietly(*doomed)
+    return doomed

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from dashboards.billing import bill_page, bills, budgets, focus, periods, waste
 from dashboards.core import csv_export, errors
-from dashboards.core.roles import user_can
+from dashboards.core.roles import is_admin, user_can
 from dashboards.models import Budget, Campaign
 from dashboards.web import forms as ops_forms
 from dashboards.web.forms import BillForm
@@ -86,7 +86,9 @@ def bills_page(request: HttpRequest) -> HttpResponse:
     form = BillForm.from_query(request.GET, user=request.user)
     context = {"form": form, "bill": None, "buckets": bills.BUCKETS, "bucket_labels": bills.BUCKET_LABELS,
                "csv_query": request.GET.urlencode(), "usage_definition": bills.USAGE_DEFINITION,
-               "successful_verdict": bills.SUCCESSFUL_VERDICT, "presets": [], "burndowns": []}
+               "successful_verdict": bills.SUCCESSFUL_VERDICT, "presets": [], "burndowns": [],
+               "is_admin": is_admin(request.user)}
+    admin = context["is_admin"]
     if form.is_valid():
         try:
             result = _bill(form)
@@ -105,22 +107,28 @@ def bills_page(request: HttpRequest) -> HttpResponse:
                                                       offset=(tasks_page - 1) * per_page)
                 more, costliest = len(costliest) > per_page, costliest[:per_page]
             rows_page, per_page = _page_number(request, "rows_page"), bill_page.ROWS_PER_PAGE
-            shown = result["rows"][(rows_page - 1) * per_page:rows_page * per_page]
+            # Other accounts' jobs under a team's project (qsub -P, not launched by tco) are real and an admin
+            # sees them row by row; a team lead is not shown them as rows beside the team's own campaigns,
+            # only their sum, said to be other accounts' (the footer row).
+            listed = [r for r in result["rows"] if r["launched_by_tco"] or admin]
+            shown = listed[(rows_page - 1) * per_page:rows_page * per_page]
             today = ops_forms.cluster_today()
             context.update(
                 bill=result, chart=bill_page.bill_chart(result), units=bill_page.unit_costs(result["totals"]),
                 csv_query=_bill_query(form), campaign=campaign, filters=filters,
                 costliest=costliest, tasks_pager=_pager(form, "tasks_page", tasks_page, more),
-                rows=shown, rows_pager=_pager(form, "rows_page", rows_page, len(result["rows"]) > rows_page * per_page),
+                rows=shown, rows_pager=_pager(form, "rows_page", rows_page, len(listed) > rows_page * per_page),
                 clear_query=_bill_query(form, campaign=None, model=None, launcher=None),
                 group_links={g: "?" + _bill_query(form, group_by=g) for g in bills.GROUPS},
                 presets=[{**p, "query": _bill_query(form, first=p["first"].isoformat(), last=p["last"].isoformat(),
                                                     period=p["period"]),
                           "on": (p["first"], p["last"]) == (form.cleaned_data["first"], form.cleaned_data["last"])}
                          for p in periods.presets(today)],
-                burndowns=[{**b, "team": b["budget"].team} for b in budgets.budget_burndowns(
-                    list(Budget.objects.filter(team__in=form.teams()).select_related("team")
-                         .order_by("team__name", "period")))])
+                burndowns=[{**b, "team": b["budget"].team, "adjective": periods.PERIOD_ADJECTIVES[b["budget"].period],
+                            "fraction": (b["spent_usd"] / b["budget"].amount_usd) if b["budget"].amount_usd else None}
+                           for b in budgets.budget_burndowns(
+                               list(Budget.objects.filter(team__in=form.teams()).select_related("team")
+                                    .order_by("team__name", "period")))])
             wasted, limit = None, waste.bill_task_limit()
             # The waste figures come from the waste rollups (billing.waste); a bill of more tasks than
             # TCO_BILL_WASTE_TASKS links the waste view instead (a busy site's quarter: 500,000).

@@ -136,8 +136,9 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
         messages.error(request, str(exc))
         return _back_to_triage(request)
     if done.queued:
-        messages.success(request, f"{label.capitalize()} of {len(done.queued)} job{'s' if len(done.queued) != 1 else ''} "
-                                  f"(that {group['label']}) requested: {', '.join(map(str, done.queued))}.")
+        plural = "s" if len(done.queued) != 1 else ""
+        messages.success(request, f"{label.capitalize()} requested for job{plural} {', '.join(map(str, done.queued))}, "
+                                  f"whose tasks {group['label']}.")
     if done.joined:
         messages.warning(request, f"Skipped job{'s' if len(done.joined) != 1 else ''} "
                                   f"{', '.join(map(str, done.joined))}: joined the group after the confirmation page was "

@@ -1,20 +1,36 @@
-"""Launch the demo campaign: N demo agents as one array job on agent.q."""
+"""Launch a demo campaign: N demo agents as one array job on agent.q.
+
+With ``--pause``, leave a real, explainable pending job for the admin's "why is this job pending?":
+the campaign is launched capped at one running task (``--concurrency-cap``, ``-tc``; default 1 with
+``--pause``) and paused by its launcher through tco's control path (``campaign_control``: audited,
+carried out by the submit worker). At most its first task starts before the hold lands; the others
+stay held (``hqw``), said everywhere the admin looks (the landing page's queued tile, triage's
+"paused by launcher in tco ... ago" with Release, the task page's "why is this pending?", the
+assistant) until someone releases them. A held job takes no slot, seat or share-tree usage.
+
+    manage.py tco_demo_campaign --count 60 --team research --name demo
+    manage.py tco_demo_campaign --count 6 --user launcher --name nightly-eval --pause
+"""
 from __future__ import annotations
 
 import random
+import time
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from dashboards.control.actions import campaign_control
+from dashboards.control_models import ControlState
 from dashboards.core.errors import Refused
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.launch.submit import campaign_submit
-from dashboards.models import AgentDefinition, Team
+from dashboards.models import AgentDefinition, Campaign, ControlRequest, Task, Team
 
 
 class Command(BaseCommand):
     help = ("Launch a demo campaign of --count demo agents for --team as --user, through the launch service "
-            "(role, limits, policy, budget, audit); submitted by the submit worker.")
+            "(role, limits, policy, budget, audit); submitted by the submit worker. --pause: then pause it as "
+            "--user, leaving a held job for triage.")
 
     def add_arguments(self, parser):
         parser.add_argument("--count", type=int, default=60)
@@ -26,6 +42,12 @@ class Command(BaseCommand):
         parser.add_argument("--max-seconds", type=float, default=15.0)
         parser.add_argument("--submit-here", action="store_true",
                             help="submit through DRMAA in this process instead of the submit worker")
+        parser.add_argument("--concurrency-cap", type=int, default=None, metavar="N",
+                            help="at most N tasks run at once (-tc N); 1 by default with --pause")
+        parser.add_argument("--pause", action="store_true",
+                            help="once submitted, pause it as --user (qhold through tco) and wait until done")
+        parser.add_argument("--timeout", type=float, default=120.0,
+                            help="with --pause: seconds to wait for the submission and for the pause")
 
     def handle(self, *args, **options):
         try:
@@ -34,6 +56,9 @@ class Command(BaseCommand):
             user = get_user_model().objects.get(username=options["user"])
         except (Team.DoesNotExist, AgentDefinition.DoesNotExist, get_user_model().DoesNotExist) as exc:
             raise CommandError(f"{exc} (run manage.py tco_bootstrap first)") from exc
+        if options["pause"] and options["count"] < 2:
+            raise CommandError("--pause needs --count 2 or more (one task may start before the pause lands)")
+        cap = options["concurrency_cap"] or (1 if options["pause"] else None)
         rng = random.Random(options["count"])
         inputs = [
             {"task": n, "duration_s": round(rng.uniform(options["min_seconds"], options["max_seconds"]), 1)}
@@ -41,10 +66,50 @@ class Command(BaseCommand):
         ]
         try:
             campaign = launch(user=user, request=LaunchRequest(team=team, agent_definition=agent, inputs=inputs,
-                                                               name=options["name"])).campaign
+                                                               name=options["name"], concurrency_cap=cap)).campaign
         except Refused as exc:
             raise CommandError(str(exc)) from exc
         if options["submit_here"]:
             campaign = campaign_submit(campaign_id=campaign.pk)
         self.stdout.write(f"campaign {campaign.pk} ({campaign.task_count} agents) status {campaign.status}"
                           + (f", job {campaign.job_number}" if campaign.job_number else ""))
+        if options["pause"]:
+            deadline = time.monotonic() + options["timeout"]
+            request = _pause(user, _submitted(campaign, deadline), deadline)
+            ranges = ",".join(f"{a}-{b}" if a != b else str(a) for a, b in (request.tasks or []))
+            self.stdout.write(f"campaign {campaign.pk} ({campaign.name}, job {request.job_number}): tasks "
+                              f"{ranges or 'all'} paused by {user.get_username()}; they wait until someone releases "
+                              "them (triage's Release, or Resume on the campaign's page)")
+
+
+def _submitted(campaign: Campaign, deadline: float) -> Campaign:
+    """``campaign`` once the submit worker gave it a job number and its tasks exist; CommandError when
+    it was rejected or ``deadline`` (time.monotonic) passed."""
+    while True:
+        campaign.refresh_from_db()
+        if campaign.job_number is not None and Task.objects.filter(campaign=campaign).exists():
+            return campaign
+        if campaign.status == "rejected":
+            raise CommandError(f"campaign {campaign.pk} was rejected: {campaign.submit_error or '?'}")
+        if time.monotonic() >= deadline:
+            raise CommandError(f"campaign {campaign.pk} was not submitted in time (is the submit worker running? "
+                               "scripts/services status)")
+        time.sleep(0.5)
+
+
+def _pause(user, campaign: Campaign, deadline: float) -> ControlRequest:
+    """Pause ``campaign`` as ``user`` and wait for the submit worker to carry it out; CommandError when
+    refused, failed or not done by ``deadline``."""
+    try:
+        request = campaign_control(user=user, campaign=campaign, action="pause")
+    except Refused as exc:
+        raise CommandError(f"campaign {campaign.pk} could not be paused: {exc}") from exc
+    while True:
+        request.refresh_from_db()
+        if request.state == ControlState.DONE:
+            return request
+        if request.state not in (ControlState.QUEUED, ControlState.CLAIMED):
+            raise CommandError(f"the pause of campaign {campaign.pk} ended {request.state}: {request.result}")
+        if time.monotonic() >= deadline:
+            raise CommandError(f"the pause of campaign {campaign.pk} was not carried out in time")
+        time.sleep(0.5)
