@@ -27,8 +27,6 @@ PENDING_RED_S = 60 * 60
 #: least FAILED_RED_MIN of them) is red.
 FAILED_RED_FRACTION = 0.25
 FAILED_RED_MIN = 3
-#: Host states that are not trouble: up, and closed by its queues' calendar (planned).
-HOST_FINE = ("up", "closed")
 WAITING = ("pending", "held")
 
 
@@ -102,17 +100,16 @@ def task_tiles(scope: Scope, *, now: dt.datetime) -> list[dict[str, Any]]:
 
 def cluster_tiles(seat_resource: str) -> list[dict[str, Any]]:
     """Slots, model API seats (``seat_resource``, the consumable's name) and hosts not up, summed over the
-    clusters from their last status poll; the same for every user."""
+    clusters from their last status poll; the same for every user. A host in load alarm is busy, not down
+    (``core.health.host_trouble``), and is said apart with its load against the threshold."""
+    from dashboards.core.health import host_trouble
     from dashboards.live.cluster import cluster_resources
-    from schedulers.hosts import host_states
 
     slots_used = slots_total = 0
     seats_used = seats_total = 0.0
     has_seats = False
-    hosts_total = 0
-    down: list[str] = []
-    for cluster in Cluster.objects.order_by("name"):
-        status = cluster.status or {}
+    clusters = list(Cluster.objects.order_by("name"))
+    for cluster in clusters:
         resources = cluster_resources(cluster, seat_resource, set())
         for row in resources["slots"]:
             slots_used += row.get("in_use") or 0
@@ -121,20 +118,20 @@ def cluster_tiles(seat_resource: str) -> list[dict[str, Any]]:
             has_seats = True
             seats_used += float(resources["seats"]["used"] or 0)
             seats_total += float(resources["seats"]["capacity"] or 0)
-        for host in host_states(status.get("hosts") or [], status.get("queue_instances") or []):
-            hosts_total += 1
-            if host["state"] not in HOST_FINE:
-                down.append(f"{host['name']} {host['state']}")
     tiles = [tile("slots", "Slots in use", f"{slots_used} of {plural(slots_total, 'slot')}", slots_used,
                    f"{slots_used / slots_total:.0%} of the cluster's slots" if slots_total else "no queue polled yet",
                    "info", "#clusters")]
     if has_seats:
         tiles.append(tile("seats", "Model API seats in use", f"{seats_used:g} of {seats_total:g} seats", seats_used,
                            f"consumable {seat_resource}", "info", "#seats"))
-    level = "ok" if not down else ("red" if len(down) * 2 > hosts_total else "amber")
-    tiles.append(tile("hosts", "Hosts down", f"{len(down)} of {plural(hosts_total, 'host')}", len(down),
-                       "; ".join(down[:3]) + (" …" if len(down) > 3 else "") if down else "every host is up",
-                       level, "#hosts-card"))
+    trouble = host_trouble(clusters)
+    down, total = trouble.down, trouble.hosts
+    detail = "; ".join(down[:3]) + (" …" if len(down) > 3 else "") if down else "every host is up"
+    if trouble.busy:
+        detail += "; " + "; ".join(trouble.busy[:2]) + (" …" if len(trouble.busy) > 2 else "")
+    level = "ok" if not down else ("red" if len(down) * 2 > total else "amber")
+    tiles.append(tile("hosts", "Hosts down", f"{len(down)} of {plural(total, 'host')}", len(down), detail, level,
+                      "#hosts-card"))
     return tiles
 
 

@@ -21,7 +21,6 @@ from django.utils import timezone
 from dashboards.billing.bills import teams_billable_by, teams_spend_between
 from dashboards.billing.budgets import budget_status
 from dashboards.billing.periods import current_period
-from dashboards.core.health import host_trouble
 from dashboards.core.roles import is_admin
 from dashboards.core.scope import campaigns_visible_to, scope_of
 from dashboards.core.states import UNFINISHED_CAMPAIGN
@@ -53,21 +52,6 @@ def spend_tile(user: AbstractBaseUser, *, now: dt.datetime) -> dict[str, Any] | 
                  url_or_blank("ops-bills", query="period=day"))
 
 
-def hosts_tile(audience_tile: dict[str, Any]) -> dict[str, Any]:
-    """The hosts tile read again from the clusters' last status poll (one small query: the clusters'
-    rows) with ``core.health.host_trouble``: a host in load alarm is busy, not down, and said apart
-    with its load against the threshold (issue 24, round 4: "sge-exec3 alarm" counted as a host down on
-    every fresh demo). ``audience_tile``: the live snapshot's tile, whose key, label and link are kept."""
-    trouble = host_trouble()
-    down, total = trouble.down, trouble.hosts
-    detail = "; ".join(down[:3]) + (" …" if len(down) > 3 else "") if down else "every host is up"
-    if trouble.busy:
-        detail += "; " + "; ".join(trouble.busy[:2]) + (" …" if len(trouble.busy) > 2 else "")
-    level = "ok" if not down else ("red" if len(down) * 2 > total else "amber")
-    return tile(audience_tile["key"], audience_tile["label"], f"{len(down)} of {plural(total, 'host')}", len(down),
-                detail, level, audience_tile["href"])
-
-
 def failed_tile(audience_tile: dict[str, Any], *, now: dt.datetime) -> dict[str, Any]:
     """An admin's failures tile with the failures of jobs tco did not launch said as theirs (another
     account's qsub, or the demo's sweep, whose runs 5 and 8 fail on purpose), and the tile opening
@@ -93,8 +77,7 @@ def landing_tiles(user: AbstractBaseUser, *, seat_resource: str, now: dt.datetim
     now = now or timezone.now()
     tiles = list(audience) if audience is not None else scope_tiles(scope_of(user), seat_resource=seat_resource,
                                                                       now=now)
-    tiles = [hosts_tile(t) if t["key"] == "hosts" else failed_tile(t, now=now) if t["key"] == "failed" and
-             is_admin(user) else t for t in tiles]
+    tiles = [failed_tile(t, now=now) if t["key"] == "failed" and is_admin(user) else t for t in tiles]
     spend = spend_tile(user, now=now)
     if spend is not None:
         tiles.append(spend)
