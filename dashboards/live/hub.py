@@ -27,12 +27,12 @@ from typing import Awaitable, Callable
 
 from django.conf import settings
 
-from dashboards.core import live_bus, realtime
+from dashboards.core import live_bus, live_histogram, realtime
 
 log = logging.getLogger(__name__)
 
 #: Lags of what this process sent (seconds from the change's qstat start to the send), all sockets.
-HISTOGRAM = live_bus.Histogram()
+HISTOGRAM = live_histogram.Histogram()
 #: (monotonic instant, lag) of recent sends, for the admins' "current lag" (``live_status``).
 RECENT: collections.deque = collections.deque(maxlen=20000)
 RECENT_S = 300.0

@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 
-from dashboards.core import live_bus
+from dashboards.core import live_bus, live_histogram
 from dashboards.live import snapshots
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class Producer:
 
     def __init__(self, store=None) -> None:
         self.store = store or live_bus.bus()
-        self.histogram = live_bus.Histogram()
+        self.histogram = live_histogram.Histogram()
         self.recent: collections.deque[tuple[float, float]] = collections.deque()
         self.passes = 0
         self.last: PassResult | None = None

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dashboards.core import live_bus
+from dashboards.core import live_bus, live_histogram
 from dashboards.live import hub as live_hub
 
 pytestmark = [pytest.mark.integration]
@@ -55,7 +55,7 @@ def test_a_registration_that_ends_forgets_the_views_snapshot_but_not_its_sequenc
 
 
 def test_the_lag_histogram_is_shared_and_cumulative(store):
-    h = live_bus.Histogram()
+    h = live_histogram.Histogram()
     for lag in (0.05, 0.3, 1.5, 70.0):
         h.observe("sent", lag)
     store.observe(h)
