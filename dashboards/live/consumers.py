@@ -22,6 +22,7 @@ import abc
 import asyncio
 import json
 import logging
+import time
 import weakref
 
 from channels.auth import AuthMiddleware, get_user
@@ -164,9 +165,34 @@ def DeferredAuthMiddlewareStack(inner):
 def _page(value) -> int | None:
     try:
         page = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):   # OverflowError: {"page": 1e400} is JSON's infinity
         return None
     return page if page >= 1 else None
+
+
+#: A user's choices of what their sockets show (another page, filter or sort: another view the producer
+#: builds while it is registered, for a minute) in one web process: at most ``CHOICE_BURST`` at once, then
+#: one every ``1 / CHOICE_PER_S`` seconds. One viewer's socket sending pages 2..201 made the one producer
+#: build 200 views (a fresh attack: 63% of a core); a person paging or filtering stays far below.
+CHOICE_BURST = 10
+CHOICE_PER_S = 0.5
+_CHOICES: dict[int, tuple[float, float]] = {}
+
+
+def choice_allowed(user_id: int, now: float | None = None) -> bool:
+    """Whether user ``user_id`` may change a socket's view now (a token bucket per user and process:
+    :data:`CHOICE_BURST`, refilled at :data:`CHOICE_PER_S` a second); takes a token when it may."""
+    now = time.monotonic() if now is None else now
+    tokens, at = _CHOICES.get(user_id, (float(CHOICE_BURST), now))
+    tokens = min(float(CHOICE_BURST), tokens + (now - at) * CHOICE_PER_S)
+    if tokens < 1.0:
+        _CHOICES[user_id] = (tokens, now)
+        return False
+    _CHOICES[user_id] = (tokens - 1.0, now)
+    if len(_CHOICES) > 10_000:     # users who chose nothing for a while start again with a full bucket
+        for uid in [u for u, (_, t) in _CHOICES.items() if now - t > CHOICE_BURST / CHOICE_PER_S]:
+            del _CHOICES[uid]
+    return True
 
 
 class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
@@ -290,9 +316,21 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         if content.get("snapshot"):
             self.box.snapshot()
             return
-        views = self.choose(content)
-        if views is not None and [v.key for v in views] != [v.key for v in self.shown]:
-            await self.show(views)
+        try:
+            views = self.choose(content)
+        except (TypeError, ValueError, OverflowError, AttributeError):
+            return     # a value of the wrong type ({"q": [1]}): nothing changes
+        if views is None or [v.key for v in views] == [v.key for v in self.shown]:
+            return
+        user = self.scope["user"]
+        if not choice_allowed(user.pk):
+            if not getattr(self, "_choices_refused", False):
+                self._choices_refused = True
+                log.warning("live socket %s %s: view choices faster than %g a second (burst %d); the rest "
+                            "are ignored until the rate falls", user.get_username(), self.scope.get("path", ""),
+                            CHOICE_PER_S, CHOICE_BURST)
+            return
+        await self.show(views)
 
     def check(self) -> list[snapshots.View]:
         """On the database thread, once per socket: who the user is (Channels' ``get_user``, unless a test

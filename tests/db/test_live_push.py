@@ -761,3 +761,53 @@ def test_sockets_that_open_at_once_are_checked_in_few_trips_each_with_its_own_an
     answers = async_to_sync(storm)()
     assert answers == [(True, None)] * 6 + [(False, 4403), (False, 4401)]
     assert sum(trips) == 8 and len(trips) < 8
+
+
+def test_one_users_page_choices_cannot_make_the_producer_build_hundreds_of_views(world, memory_live_store,
+                                                                                 caplog):
+    """The fresh attack: a viewer's socket sent pages 2..201 (10 ms apart) and the one producer built 200
+    views. A user's choices pass a token bucket (consumers.CHOICE_BURST, then CHOICE_PER_S a second): the
+    store registers at most the burst's views, the log says so once, and the socket stays open."""
+    from dashboards.live import consumers
+
+    consumers._CHOICES.clear()
+    viewer = world["users"]["viewer"]
+
+    async def attack():
+        comm, connected, _, _ = await ws_connect(viewer, "/ws/queue/")
+        for n in range(2, 202):
+            await comm.send_json_to({"page": n})
+        await asyncio.sleep(0.3)
+        still_open = await comm.receive_nothing(timeout=0.2) or True
+        await comm.disconnect()
+        return connected, still_open
+
+    with caplog.at_level(logging.WARNING, logger="dashboards.live.consumers"):
+        assert async_to_sync(attack)() == (True, True)
+    pages = {key for key in memory_live_store.views if key.startswith("queue/")}
+    assert 2 <= len(pages) <= consumers.CHOICE_BURST + 2       # page 1, the burst, a token refilled meanwhile
+    assert caplog.text.count("view choices faster than") == 1
+    consumers._CHOICES.clear()
+
+
+def test_a_choice_of_the_wrong_type_or_an_infinite_page_is_ignored_and_the_socket_stays(world):
+    """{"page": 1e400} (JSON's infinity) raised OverflowError in the consumer and dropped the socket with a
+    traceback in the log each time (a fresh attack: a log filler); values of the wrong type likewise."""
+    viewer, alpha = world["users"]["viewer"], world["alpha"].pk
+
+    async def poke():
+        comm, connected, _, _ = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
+        for text in ('{"page": 1e400}', '{"page": -1e400}', '{"q": [1, 2]}', '{"sort": {"a": 1}}',
+                     '{"host": 5}', '{"state": ["x"]}'):
+            await comm.send_to(text_data=text)
+        nothing = await comm.receive_nothing(timeout=0.3)
+        await comm.send_json_to({"snapshot": True})
+        box = next(iter(live_hub.hub().outboxes))
+        box.last.clear()
+        await comm.send_json_to({"snapshot": True})
+        again = json.loads((await comm.receive_output(timeout=5))["text"])
+        await comm.disconnect()
+        return connected, nothing, again
+
+    connected, nothing, again = async_to_sync(poke)()
+    assert connected and nothing and again["kind"] == "campaign.snapshot"
