@@ -408,3 +408,26 @@ def test_the_why_pending_page_gives_the_assistants_answer_and_says_how_to_ask_it
     card = html.split('id="pending-card"', 1)[1].split("</section>", 1)[0]
     assert f'href="/tasks/{waiting.pk}/why-pending/"' in card and 'data-target="why-pending-box"' in card
     assert re.search(r"js/why_pending(\.[0-9a-f]{12})?\.js", html)
+
+
+def test_why_pending_says_first_that_tco_paused_it_and_who(world):
+    """A job its launcher paused in tco is "held by user" to the scheduler; the answer says who paused it,
+    when, and what lets it run (the fresh helper: the answer never named the pause the triage row shows)."""
+    from django.utils import timezone
+
+    from dashboards.models import AuditEntry, ControlRequest
+
+    campaign = world["mine"]
+    task = campaign.tasks.get(task_number=2)
+    campaign.tasks.update(state="held", state_code="hqw")
+    launcher = world["users"]["launcher"]
+    entry = AuditEntry.objects.create(user=launcher, action="campaign_pause", target=f"campaign:{campaign.pk}",
+                                      ok=True, result="held")
+    ControlRequest.objects.create(user=launcher, audit=entry, cluster=campaign.cluster, campaign=campaign,
+                                  action="campaign_pause", control="hold", job_number=campaign.job_number,
+                                  state="done", finished_at=timezone.now())
+    error, answer = call(world["keys"]["viewer"], "why_pending", task_id=task.pk)
+    assert not error and answer["waiting"] is True
+    first = answer["reasons"][0]
+    assert first["text"].startswith(f"paused by {launcher.get_username()} in tco ")
+    assert "Release" in first["text"] and first["raw"].startswith(f"tco: campaign_pause by {launcher.get_username()}")
