@@ -340,8 +340,9 @@ TCO_REQUESTABLE_RESOURCES = env_list("TCO_REQUESTABLE_RESOURCES", ["anthropic_ap
 TCO_SEAT_RESOURCE = env_str("TCO_SEAT_RESOURCE", "anthropic_api")
 TCO_SUBMIT_USER = env_str("TCO_SUBMIT_USER", "tco")
 TCO_POLL_INTERVAL_S = env_float("TCO_POLL_INTERVAL_S", 1.0)
-# The poll loop's interval while tasks change state (worker/poll_loop.py); at most TCO_POLL_INTERVAL_S.
-TCO_POLL_ACTIVE_INTERVAL_S = env_float("TCO_POLL_ACTIVE_INTERVAL_S", 0.5)
+# The poll loop's interval while tasks change state (worker/poll_loop.py); at most TCO_POLL_INTERVAL_S. Off (1 s)
+# by default: 0.5 s showed no gain in the seed replay on 2 cores (docs/live.md).
+TCO_POLL_ACTIVE_INTERVAL_S = env_float("TCO_POLL_ACTIVE_INTERVAL_S", 1.0)
 # While a poll finds a burst of changes (worker.tasks.BURST_TASKS), the next one comes this much later.
 TCO_POLL_BURST_S = env_float("TCO_POLL_BURST_S", 0.25)
 # The qstat poll runs in a process of its own (manage.py tco_poll, worker/poll_loop.py) and the beat does

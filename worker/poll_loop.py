@@ -7,9 +7,9 @@ and the polls' starts were p95 3.7 s apart (max 6.4 s in the run): a change wait
 qstat saw it. Here one thread per cluster polls (``worker.tasks.poll_cluster``) and starts the next poll
 ``TCO_POLL_INTERVAL_S`` after the last one started, or at once when that poll took longer: no queue, no
 expiry, no beat tick to wait for. While tasks change state (a poll saw a task start, end or change
-state), the next poll starts ``TCO_POLL_ACTIVE_INTERVAL_S`` (0.5 s) after the last one started: the
-poll's cadence is the first part of a change's lag to the live pages (issue 22, the seed replay's split:
-p95 0.8 s at 1 s), and a quiet queue costs the scheduler one qstat a second as before. The single-flight lock ``poll:<cluster name>`` is the Celery task's,
+state), the next poll starts ``TCO_POLL_ACTIVE_INTERVAL_S`` after the last one started: the poll's cadence is
+the first part of a change's lag to the live pages (issue 22: p95 0.8 s at 1 s). Off by default (1 s): at
+0.5 s the seed replay on 2 cores showed no gain (docs/live.md). The single-flight lock ``poll:<cluster name>`` is the Celery task's,
 so a ``poll_queue`` run by hand never overlaps it.
 
 With ``TCO_POLL_LOOP`` set (scripts/services sets it), the beat does not queue ``poll_queue``
