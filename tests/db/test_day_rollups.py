@@ -55,7 +55,7 @@ def stored_days(model, key, sums) -> dict[tuple, list[int]]:
     return out
 
 
-@pytest.mark.parametrize("seed", budget.seeds([21, 22, 23], check=21))
+@pytest.mark.parametrize("seed", budget.seeds([21, 22, 23], check=1))
 def test_day_rows_equal_the_detail_rows_and_the_hour_rows(seed, ops_users, tmp_path):
     history = build_history(random.Random(seed), tmp_path / "spool", ops_users, days=16)
     expected = by_day(detail_sums())
@@ -70,7 +70,7 @@ def test_day_rows_equal_the_detail_rows_and_the_hour_rows(seed, ops_users, tmp_p
     assert by_day(waste_detail_sums()) == stored_days(WasteDayRollup, WASTE_DAY_KEY, WASTE_SUMS)
 
 
-@pytest.mark.parametrize("seed", budget.seeds([24, 25], check=24))
+@pytest.mark.parametrize("seed", budget.seeds([24, 25], check=1))
 def test_bills_budgets_usage_and_waste_over_the_day_grain_equal_the_detail_rows(seed, ops_users, tmp_path, settings):
     history = build_history(random.Random(seed), tmp_path / "spool", ops_users, days=20)
     teams, campaign = history["teams"], history["campaigns"][0].pk
