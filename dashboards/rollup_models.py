@@ -79,15 +79,9 @@ class HourRollup(models.Model):
         return f"{self.cluster_id} {self.hour:%Y-%m-%d %H}h campaign {self.campaign_id} {rest}"
 
 
-class UsageRollup(HourRollup):
-    """The usage that started in one UTC hour on one cluster, of one campaign (0: not tco's) and queue."""
+class UsageSums(models.Model):
+    """The sums of a usage rollup row, hour or day (:data:`SUMS`; integer microseconds, USD x 1e8)."""
 
-    KEY_REST = ("project", "queue")
-
-    hour = models.DateTimeField(help_text="start of the UTC hour the usage started in")
-    campaign_id = models.BigIntegerField(default=0, help_text="0: usage tco did not launch")
-    project = models.CharField(max_length=64, blank=True, help_text="the record's project where campaign_id is 0")
-    queue = models.CharField(max_length=64, blank=True)
     tasks = models.BigIntegerField(default=0)
     finished_tasks = models.BigIntegerField(default=0)
     verdicts = models.BigIntegerField(default=0)
@@ -103,6 +97,40 @@ class UsageRollup(HourRollup):
     wallclock_us = models.BigIntegerField(default=0)
     slot_us = models.BigIntegerField(default=0)
 
+    class Meta:
+        abstract = True
+        app_label = "dashboards"
+
+
+class WasteColumns(models.Model):
+    """A waste rollup row's end state, verdict and earlier-attempt columns and its sums (:data:`WASTE_SUMS`),
+    hour or day."""
+
+    state = models.CharField(max_length=10, help_text="the task's end state")
+    verdict = models.CharField(max_length=64, blank=True, help_text="the task's verdict, where it ended done")
+    earlier = models.BooleanField(default=False, help_text="records of an earlier attempt of the task")
+    tasks = models.BigIntegerField(default=0)
+    unpriced_tasks = models.BigIntegerField(default=0)
+    cost_units = models.BigIntegerField(default=0, help_text="USD x 1e8")
+    records = models.BigIntegerField(default=0)
+    wallclock_us = models.BigIntegerField(default=0)
+    slot_us = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+        app_label = "dashboards"
+
+
+class UsageRollup(HourRollup, UsageSums):
+    """The usage that started in one UTC hour on one cluster, of one campaign (0: not tco's) and queue."""
+
+    KEY_REST = ("project", "queue")
+
+    hour = models.DateTimeField(help_text="start of the UTC hour the usage started in")
+    campaign_id = models.BigIntegerField(default=0, help_text="0: usage tco did not launch")
+    project = models.CharField(max_length=64, blank=True, help_text="the record's project where campaign_id is 0")
+    queue = models.CharField(max_length=64, blank=True)
+
     class Meta(HourRollup.Meta):
         # The key's index starts with (cluster, hour): it serves every bill's range of hours.
         constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "project", "queue"],
@@ -111,7 +139,7 @@ class UsageRollup(HourRollup):
         indexes = [models.Index(fields=["campaign_id", "project", "hour"], name="rollup_campaign_hour")]
 
 
-class WasteRollup(HourRollup):
+class WasteRollup(HourRollup, WasteColumns):
     """What the ended tasks of one campaign that started in one UTC hour on one cluster, in one end
     state (``Task.state``) with one verdict (only for ``done``; "" otherwise), used: ``tasks``,
     ``unpriced_tasks`` (tokens, no cost) and ``cost_units`` (USD x 1e8) from the tasks (by their
@@ -126,15 +154,6 @@ class WasteRollup(HourRollup):
     KEY_REST = ("state", "verdict")
 
     hour = models.DateTimeField(help_text="start of the UTC hour the task (or the record) started in")
-    state = models.CharField(max_length=10, help_text="the task's end state")
-    verdict = models.CharField(max_length=64, blank=True, help_text="the task's verdict, where it ended done")
-    earlier = models.BooleanField(default=False, help_text="records of an earlier attempt of the task")
-    tasks = models.BigIntegerField(default=0)
-    unpriced_tasks = models.BigIntegerField(default=0)
-    cost_units = models.BigIntegerField(default=0, help_text="USD x 1e8")
-    records = models.BigIntegerField(default=0)
-    wallclock_us = models.BigIntegerField(default=0)
-    slot_us = models.BigIntegerField(default=0)
 
     class Meta(HourRollup.Meta):
         # The key's index starts with (cluster, hour): every team's range of hours (an admin's view).
@@ -177,7 +196,7 @@ DAY_KEY = ("cluster_id", "day", "campaign_id", "project", "queue")
 WASTE_DAY_KEY = ("cluster_id", "day", "campaign_id", "state", "verdict", "earlier")
 
 
-class UsageDayRollup(models.Model):
+class UsageDayRollup(UsageSums):
     """:class:`UsageRollup`'s sums per UTC day: the usage that started in one UTC day on one cluster, of
     one campaign (0: not tco's; ``project`` then the record's) and queue. Equal to the sum of the
     day's hour rows (``tco_rollups --check``); the same units (integer microseconds, 1e-8 USD)."""
@@ -187,20 +206,6 @@ class UsageDayRollup(models.Model):
     campaign_id = models.BigIntegerField(default=0, help_text="0: usage tco did not launch")
     project = models.CharField(max_length=64, blank=True, help_text="the record's project where campaign_id is 0")
     queue = models.CharField(max_length=64, blank=True)
-    tasks = models.BigIntegerField(default=0)
-    finished_tasks = models.BigIntegerField(default=0)
-    verdicts = models.BigIntegerField(default=0)
-    unpriced_tasks = models.BigIntegerField(default=0)
-    cost_units = models.BigIntegerField(default=0, help_text="USD x 1e8")
-    input_tokens = models.BigIntegerField(default=0)
-    cache_read_tokens = models.BigIntegerField(default=0)
-    cache_write_5m_tokens = models.BigIntegerField(default=0)
-    cache_write_1h_tokens = models.BigIntegerField(default=0)
-    output_tokens = models.BigIntegerField(default=0)
-    reasoning_tokens = models.BigIntegerField(default=0)
-    records = models.BigIntegerField(default=0)
-    wallclock_us = models.BigIntegerField(default=0)
-    slot_us = models.BigIntegerField(default=0)
 
     class Meta:
         app_label = "dashboards"
@@ -213,22 +218,13 @@ class UsageDayRollup(models.Model):
         return f"{self.cluster_id} {self.day:%Y-%m-%d} campaign {self.campaign_id} {self.project} {self.queue}"
 
 
-class WasteDayRollup(models.Model):
+class WasteDayRollup(WasteColumns):
     """:class:`WasteRollup`'s sums per UTC day (per cluster, day, campaign, end state, verdict and
     earlier attempt); equal to the sum of the day's waste hour rows."""
 
     cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
     day = models.DateTimeField(help_text="00:00 UTC of the day the task (or the record) started in")
     campaign_id = models.BigIntegerField()
-    state = models.CharField(max_length=10, help_text="the task's end state")
-    verdict = models.CharField(max_length=64, blank=True, help_text="the task's verdict, where it ended done")
-    earlier = models.BooleanField(default=False, help_text="records of an earlier attempt of the task")
-    tasks = models.BigIntegerField(default=0)
-    unpriced_tasks = models.BigIntegerField(default=0)
-    cost_units = models.BigIntegerField(default=0, help_text="USD x 1e8")
-    records = models.BigIntegerField(default=0)
-    wallclock_us = models.BigIntegerField(default=0)
-    slot_us = models.BigIntegerField(default=0)
 
     class Meta:
         app_label = "dashboards"

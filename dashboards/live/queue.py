@@ -53,9 +53,11 @@ def _campaign_row(c: Campaign, states: dict[str, int]) -> dict[str, Any]:
 
 
 def queue_summary(user: Who, *, seat_resource: str = "anthropic_api", page: int = 1,
-                  per_page: int = CAMPAIGNS_PER_PAGE, counts: LiveCounts | None = None) -> dict[str, Any]:
+                  per_page: int = CAMPAIGNS_PER_PAGE, counts: LiveCounts | None = None,
+                  tiles: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the live queue page shows, scoped to ``user`` (a user or a ``core.scope.Scope``), as a
-    JSON-ready dict. ``counts``: the live counts when the caller read them already (they are unscoped).
+    JSON-ready dict. ``counts``: the live counts when the caller read them already (they are unscoped);
+    ``tiles``: the audience's landing tiles when the caller built them already (``live.tiles.scope_tiles``).
 
     Shape::
 
@@ -159,8 +161,8 @@ def queue_summary(user: Who, *, seat_resource: str = "anthropic_api", page: int 
         "other_jobs_more": other_more,
         "other_owner_rows": other_owners,
         # The landing tiles of this audience (issue 24), built here once per change and audience, not per GET.
-        "tiles": scope_tiles(Scope(None if admin else frozenset(team_ids or ())), seat_resource=seat_resource,
-                             now=now),
+        "tiles": tiles if tiles is not None else scope_tiles(Scope(None if admin else frozenset(team_ids or ())),
+                                                             seat_resource=seat_resource, now=now),
         "recent_finished": [
             {
                 "id": t.pk,

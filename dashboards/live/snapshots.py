@@ -23,10 +23,12 @@ import urllib.parse
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from dashboards.core import live_bus
 from dashboards.core.scope import EVERYTHING, Scope
 from dashboards.live.counts import LiveCounts, live_counts
+from dashboards.live.tiles import scope_tiles
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +139,21 @@ class BuildContext:
     def __init__(self) -> None:
         self._counts: LiveCounts | None = None
         self._campaigns: dict[int, dict[str, Any]] = {}
+        self._tiles: dict[str, list[dict[str, Any]]] = {}
 
     def counts(self) -> LiveCounts:
         if self._counts is None:
             self._counts = live_counts()
         return self._counts
+
+    def tiles(self, scope_key: str) -> list[dict[str, Any]]:
+        """The landing tiles of audience ``scope_key`` (``live.tiles.scope_tiles``), built once per pass for all
+        the queue pages of that audience."""
+        found = self._tiles.get(scope_key)
+        if found is None:
+            found = self._tiles[scope_key] = scope_tiles(Scope.from_key(scope_key),
+                                                         seat_resource=settings.TCO_SEAT_RESOURCE, now=timezone.now())
+        return found
 
     def campaign(self, campaign_id: int) -> dict[str, Any]:
         """A campaign's page-independent parts (``campaign.campaign_whole``), read once per pass for all the
@@ -163,7 +175,7 @@ def build(view: View, ctx: BuildContext | None = None) -> dict[str, Any]:
     ctx = ctx or BuildContext()
     if view.kind == QUEUE:
         return queue.queue_summary(Scope.from_key(view.scope), seat_resource=settings.TCO_SEAT_RESOURCE,
-                                   page=view.page, counts=ctx.counts())
+                                   page=view.page, counts=ctx.counts(), tiles=ctx.tiles(view.scope))
     if view.kind == DEPTH:
         scope = Scope.from_key(view.scope)
         return {"hour": queue.queue_depth_history(scope, "hour"), "day": queue.queue_depth_history(scope, "day")}
