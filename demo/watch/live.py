@@ -155,5 +155,6 @@ class LiveWatch:
                 "sockets": {"campaign_pages": len(pages), "opened": opened,
                             "last_s": max(pages) - self.followed_at if pages and getattr(self, "followed_at", None)
                             else None},
-                "rss": rss, "pages": {k: lag_summary(v) for k, v in self.load.page_times.items()},
+                "rss": rss, "cpu": {name: v[1] - v[0] for name, v in self.load.cpu.items() if len(v) == 2},
+                "pages": {k: lag_summary(v) for k, v in self.load.page_times.items()},
                 "page_errors": self.load.page_errors, "duration_s": (self.stopped_at or time.time()) - self.started_at}

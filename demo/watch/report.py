@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping, Sequence
 
 from demo.watch.lags import LAG_GOAL_S, LAG_PARTS, PAGE_GOAL_S, lag_summary
@@ -101,6 +102,10 @@ def render_live(results: dict[str, Any]) -> list[str]:
         lines.append("memory (RSS with children, MiB): " + "; ".join(
             f"{name} {v['start'] / 2**20:.0f} -> peak {v['peak'] / 2**20:.0f} -> end {v['end'] / 2**20:.0f}"
             for name, v in results["rss"].items()))
+    if results.get("cpu"):
+        lines.append(f"CPU seconds during the load ({_s(results.get('duration_s'))} s on "
+                     f"{os.cpu_count()} cores): " + "; ".join(
+                         f"{name} {v:.1f}" for name, v in results["cpu"].items()))
     for kind, s in results["pages"].items():
         lines.append(f"{kind} GET during the run: n {s['n']}, p50 {_s(s['p50'])} s, p95 {_s(s['p95'])} s, "
                      f"max {_s(s['max'])} s (goal <= {PAGE_GOAL_S} s: "

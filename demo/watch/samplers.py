@@ -4,6 +4,7 @@ Threads; each is started, then stopped with ``stop()``.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 import urllib.request
@@ -12,7 +13,9 @@ from typing import Callable, Mapping
 
 from demo.watch.lags import Sightings
 
-__all__ = ["QstatSampler", "rss_bytes", "service_pids", "LoadSampler"]
+__all__ = ["QstatSampler", "rss_bytes", "cpu_seconds", "host_cpu_seconds", "service_pids", "LoadSampler"]
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class QstatSampler(threading.Thread):
@@ -66,11 +69,50 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every live descendant (from /proc/<pid>/task/*/children)."""
+    out, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                stack += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (seconds, user + system) used so far by ``pid`` and its descendants: for each live
+    process of the tree, ``utime + stime + cutime + cstime`` of /proc/<pid>/stat (proc(5), fields
+    14-17, clock ticks), so children already reaped count through their parent. 0.0 when it is gone."""
+    ticks = 0
+    for p in _descendants(pid):
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()   # after "pid (comm) ": field 3 is fields[0]
+        ticks += sum(int(v) for v in fields[11:15])
+    return ticks / CLK_TCK
+
+
+def host_cpu_seconds() -> dict[str, float]:
+    """The whole host's CPU time so far (seconds, all CPUs), from the first line of /proc/stat
+    (proc(5)): ``{"user", "nice", "system", "idle", "iowait", "other"}``; ``nice`` is time of
+    processes at a positive nice value (the agents run at nice 19)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, idle, iowait = fields[:5]
+    return {"user": user / CLK_TCK, "nice": nice / CLK_TCK, "system": system / CLK_TCK,
+            "idle": idle / CLK_TCK, "iowait": iowait / CLK_TCK, "other": sum(fields[5:8]) / CLK_TCK}
+
+
 def service_pids(state_dir: Path) -> dict[str, int]:
     """``{name: pid}`` of the running web server and workers from scripts/services' pid files
     (``<state dir>/run/<name>.pid``)."""
     out = {}
-    for name in ("web", "live", "worker", "ingest", "submit", "beat"):
+    for name in ("web", "live", "poll", "worker", "ingest", "submit", "beat", "demo-model"):
         try:
             pid = int((Path(state_dir) / "run" / f"{name}.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError):
@@ -92,12 +134,25 @@ class LoadSampler(threading.Thread):
         self.rss: dict[str, list[int]] = {name: [] for name in self.pids}
         self.page_times: dict[str, list[float]] = {}
         self.page_errors: list[str] = []
+        self.cpu: dict[str, list[float]] = {}   # name -> [CPU seconds at start, at stop]
         self._stop_event = threading.Event()
+
+    def cpu_now(self) -> dict[str, float]:
+        """CPU seconds so far: each service in ``pids`` (tree), this process (the watchers), and the
+        host's ``host busy`` (user + nice + system + other) and ``host nice`` (the agents, nice 19)."""
+        out = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self_times = os.times()
+        out["watchers (this process)"] = self_times.user + self_times.system
+        host = host_cpu_seconds()
+        out["host busy"] = host["user"] + host["nice"] + host["system"] + host["other"]
+        out["host nice"] = host["nice"]
+        return out
 
     def run(self) -> None:
         """Sample until :meth:`stop`."""
         from django.conf import settings
 
+        self.cpu = {name: [v] for name, v in self.cpu_now().items()}
         next_pages = time.monotonic()
         while not self._stop_event.is_set():
             for name, pid in self.pids.items():
@@ -119,6 +174,9 @@ class LoadSampler(threading.Thread):
             self._stop_event.wait(self.period_s)
 
     def stop(self) -> None:
-        """Stop sampling and wait (at most 60 s) for the thread to end."""
+        """Stop sampling and wait (at most 60 s) for the thread to end; takes the CPU seconds at stop."""
         self._stop_event.set()
         self.join(timeout=60)
+        for name, v in self.cpu_now().items():
+            if name in self.cpu:
+                self.cpu[name].append(v)

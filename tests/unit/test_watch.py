@@ -166,3 +166,36 @@ def test_a_client_expects_the_changes_of_the_task_rows_it_has_open():
     assert shown_changes(sighted, {71: 1, 72: 2}, {(1, 2), (2, 1)}) == {(71, 101, STARTED): 3.0,
                                                                          (72, 5, STARTED): 4.0}
     assert shown_changes(sighted, {71: 1}, set()) == {}
+
+
+BURNER = r"""
+import os, subprocess, sys, time
+if sys.argv[1] == "child":
+    while time.process_time() < 0.4:
+        pass
+    sys.exit(0)
+child = subprocess.run([sys.executable, "-c", sys.argv[2], "child"])  # reaped: counted in cutime
+while time.process_time() < 0.3:
+    pass
+t = os.times()
+print(t.user + t.system, t.children_user + t.children_system, flush=True)
+time.sleep(30)
+"""
+
+
+def test_cpu_seconds_count_a_process_and_the_children_it_reaped():
+    import subprocess
+    import sys
+
+    from demo.watch.samplers import cpu_seconds
+
+    proc = subprocess.Popen([sys.executable, "-c", BURNER, "parent", BURNER], stdout=subprocess.PIPE, text=True)
+    try:
+        own, reaped = (float(v) for v in proc.stdout.readline().split())
+        measured = cpu_seconds(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert reaped >= 0.39 and own >= 0.29
+    assert measured == pytest.approx(own + reaped, abs=0.05)
+    assert cpu_seconds(proc.pid) == 0.0          # gone
