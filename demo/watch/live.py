@@ -156,5 +156,6 @@ class LiveWatch:
                             "last_s": max(pages) - self.followed_at if pages and getattr(self, "followed_at", None)
                             else None},
                 "rss": rss, "cpu": {name: v[1] - v[0] for name, v in self.load.cpu.items() if len(v) == 2},
+                "cpu_top": self.load.top_commands(),
                 "pages": {k: lag_summary(v) for k, v in self.load.page_times.items()},
                 "page_errors": self.load.page_errors, "duration_s": (self.stopped_at or time.time()) - self.started_at}

@@ -106,6 +106,9 @@ def render_live(results: dict[str, Any]) -> list[str]:
         lines.append(f"CPU seconds during the load ({_s(results.get('duration_s'))} s on "
                      f"{os.cpu_count()} cores): " + "; ".join(
                          f"{name} {v:.1f}" for name, v in results["cpu"].items()))
+    if results.get("cpu_top"):
+        lines.append("CPU seconds by command, host-wide: " + "; ".join(
+            f"{name} {v:.1f}" for name, v in results["cpu_top"]))
     for kind, s in results["pages"].items():
         lines.append(f"{kind} GET during the run: n {s['n']}, p50 {_s(s['p50'])} s, p95 {_s(s['p95'])} s, "
                      f"max {_s(s['max'])} s (goal <= {PAGE_GOAL_S} s: "

@@ -108,6 +108,61 @@ def host_cpu_seconds() -> dict[str, float]:
             "idle": idle / CLK_TCK, "iowait": iowait / CLK_TCK, "other": sum(fields[5:8]) / CLK_TCK}
 
 
+def _python_name(proc: Path) -> str:
+    """A Python process named by what it runs: ``python <script>``, ``python manage.py <command>`` or
+    ``python -m <module> [-Q queue]`` (celery's queue), from /proc/<pid>/cmdline."""
+    try:
+        args = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")[1:]
+    except OSError:
+        return "python"
+    args = [a for a in args if a]
+    while args and args[0].startswith("-") and args[0] != "-m":
+        args = args[1:]
+    if not args:
+        return "python"
+    if args[0] == "-c":
+        return "python -c"
+    if args[0] == "-m" and len(args) > 1:
+        queue = args[args.index("-Q") + 1] if "-Q" in args[:-1] else ""
+        return f"python -m {args[1]}" + (f" -Q {queue}" if queue else "")
+    if Path(args[0]).name == "manage.py" and len(args) > 1:
+        return f"python manage.py {args[1]}"
+    return f"python {Path(args[0]).name}"
+
+
+def process_cpu_table() -> dict[tuple[int, int], tuple[str, int, float]]:
+    """Every process on the host: ``{(pid, start time in ticks): (command name, nice, CPU seconds)}``, CPU
+    seconds being ``utime + stime + cutime + cstime`` (/proc/<pid>/stat, proc(5) fields 14-17 and 19, 22),
+    so a child reaped by its parent counts in the parent's row."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if comm.startswith("python"):
+            comm = _python_name(entry)
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[(int(entry.name), int(fields[19]))] = (comm, int(fields[16]),
+                                                   sum(int(v) for v in fields[11:15]) / CLK_TCK)
+    return out
+
+
+def cpu_by_command(before: dict, after: dict) -> list[tuple[str, float]]:
+    """CPU seconds used between two :func:`process_cpu_table` readings, summed per command name (a name
+    run at a positive nice value gets " (nice N)"), largest first. A process that started and ended
+    between the readings counts only through its parent's reaped-children time."""
+    sums: dict[str, float] = {}
+    for key, (comm, nice, cpu) in after.items():
+        used = cpu - before[key][2] if key in before else cpu
+        name = f"{comm} (nice {nice})" if nice > 0 else comm
+        sums[name] = sums.get(name, 0.0) + used
+    return sorted(((n, v) for n, v in sums.items() if v > 0), key=lambda nv: -nv[1])
+
+
 def service_pids(state_dir: Path) -> dict[str, int]:
     """``{name: pid}`` of the running web server and workers from scripts/services' pid files
     (``<state dir>/run/<name>.pid``)."""
@@ -135,6 +190,7 @@ class LoadSampler(threading.Thread):
         self.page_times: dict[str, list[float]] = {}
         self.page_errors: list[str] = []
         self.cpu: dict[str, list[float]] = {}   # name -> [CPU seconds at start, at stop]
+        self.processes: list[dict] = []          # process_cpu_table() at start, at stop
         self._stop_event = threading.Event()
 
     def cpu_now(self) -> dict[str, float]:
@@ -153,6 +209,7 @@ class LoadSampler(threading.Thread):
         from django.conf import settings
 
         self.cpu = {name: [v] for name, v in self.cpu_now().items()}
+        self.processes = [process_cpu_table()]
         next_pages = time.monotonic()
         while not self._stop_event.is_set():
             for name, pid in self.pids.items():
@@ -180,3 +237,9 @@ class LoadSampler(threading.Thread):
         for name, v in self.cpu_now().items():
             if name in self.cpu:
                 self.cpu[name].append(v)
+        if self.processes:
+            self.processes.append(process_cpu_table())
+
+    def top_commands(self, n: int = 12) -> list[tuple[str, float]]:
+        """The ``n`` command names that used the most CPU seconds between start and stop (host-wide)."""
+        return cpu_by_command(*self.processes)[:n] if len(self.processes) == 2 else []

@@ -199,3 +199,15 @@ def test_cpu_seconds_count_a_process_and_the_children_it_reaped():
     assert reaped >= 0.39 and own >= 0.29
     assert measured == pytest.approx(own + reaped, abs=0.05)
     assert cpu_seconds(proc.pid) == 0.0          # gone
+
+
+def test_cpu_by_command_sums_deltas_per_name_and_counts_new_processes_whole():
+    from demo.watch.samplers import cpu_by_command
+
+    before = {(10, 1): ("sge_qmaster", 0, 5.0), (11, 2): ("python manage.py tco_poll", 0, 1.0),
+              (12, 3): ("agent", 19, 2.0), (13, 4): ("gone", 0, 9.0)}
+    after = {(10, 1): ("sge_qmaster", 0, 6.5), (11, 2): ("python manage.py tco_poll", 0, 4.0),
+             (12, 3): ("agent", 19, 2.5), (14, 5): ("agent", 19, 0.75),
+             (11, 9): ("python manage.py tco_poll", 0, 0.5)}   # pid 11 reused: a new process
+    assert cpu_by_command(before, after) == [("python manage.py tco_poll", 3.5), ("sge_qmaster", 1.5),
+                                             ("agent (nice 19)", 1.25)]
