@@ -23,6 +23,7 @@ redis_cli() {
     REDISCLI_AUTH=$(cat "$TCO_REDIS_PASSWORD_FILE" 2>/dev/null || true) \
         redis-cli -h 127.0.0.1 -p "$TCO_REDIS_PORT" --no-auth-warning "$@"
 }
+source "$TCO_REPO/scripts/fds.sh"     # close_inherited_fds
 export PYTHONDONTWRITEBYTECODE=1
 export DJANGO_SETTINGS_MODULE=tco_web.settings
 PY=$TCO_REPO/.venv/bin/python
