@@ -17,14 +17,45 @@ def visible_predecessor(user: AbstractBaseUser, job_number: int, cluster: Cluste
     and a Task queryset of the job's rows the user may see (the campaign's, and rows tco recorded
     without a campaign in a viewed team's project, such as the demo sweep). A job of another team
     gives ``(None, <no rows>)``: callers must then say only that it is not a job of a team the user
-    can see (job numbers are sequential; anything more enumerates other teams' work)."""
+    can see (job numbers are sequential; anything more enumerates other teams' work).
+
+    The number is the job Grid Engine holds on *now*, so it is another team's when the latest
+    campaign tco launched with that number on ``cluster`` is another team's, or when any active row
+    of it is (a campaign of a team the user does not view, or a row without a campaign in another
+    team's project), even if an older campaign of the user's team once had the same number (job
+    numbers start again after a wrap or a new cluster spool)."""
     teams = teams_with(user, "view")
-    campaign = (Campaign.objects.filter(cluster=cluster, job_number=job_number, team__in=teams)
-                .select_related("team").order_by("-launched_at").first())
     tasks = Task.objects.filter(cluster=cluster, job_number=job_number)
+    latest = Campaign.objects.filter(cluster=cluster, job_number=job_number).order_by("-launched_at", "-pk").first()
+    mine = Q(campaign__team__in=teams) | Q(campaign__isnull=True, project__in=teams.values("project"))
+    if ((latest is not None and not teams.filter(pk=latest.team_id).exists())
+            or tasks.filter(active=True).exclude(mine).exists()):
+        return None, tasks.none()
+    campaign = latest
     if campaign is not None:
         return campaign, tasks.filter(Q(campaign=campaign) | Q(campaign__isnull=True, project=campaign.team.project))
     return None, tasks.filter(campaign__isnull=True, project__in=teams.values("project"))
+
+
+def invisible_text(job_number: int) -> str:
+    """Why a launch or its forecast refuses predecessor job ``job_number`` that is no job the user
+    may see (:func:`visible_predecessor`): the same words for another team's job and an unknown
+    number, so the answer tells nothing of which numbers are other teams' jobs."""
+    return (f"predecessor job {job_number}: not a campaign of a team you can see "
+            "(nor a job tco recorded for one)")
+
+
+def check_visible(user: AbstractBaseUser, job_number: int, cluster: Cluster) -> int:
+    """``job_number`` must be a job on ``cluster`` the user may see
+    (:func:`visible_predecessor`: a campaign of a team the user views, else active rows tco recorded
+    in such a team's project). The launch form checks it for a forecast and a launch alike, the
+    launch service again (:func:`check_predecessor`). Returns its task count
+    (:func:`predecessor_tasks`). Raises LaunchError (:func:`invisible_text`)."""
+    predecessor, rows = visible_predecessor(user, job_number, cluster)
+    tasks = predecessor_tasks(predecessor, rows)
+    if predecessor is None and not tasks:
+        raise LaunchError(invisible_text(job_number))
+    return tasks
 
 
 def predecessor_tasks(campaign: Campaign | None, rows) -> int:
@@ -45,14 +76,10 @@ def mismatch_text(job_number: int, predecessor_count: int, count: int) -> str:
 
 def check_predecessor(user: AbstractBaseUser, job_number: int | None, count: int, cluster: Cluster) -> None:
     """``-hold_jid_ad`` only on a job on ``cluster`` (the one the campaign is launched on) of a team
-    the user sees, with the same number of tasks (:func:`visible_predecessor`; a job without a
-    campaign must have active tasks). Raises LaunchError."""
+    the user sees (:func:`check_visible`), with the same number of tasks (a job without a campaign
+    must have active tasks). Raises LaunchError."""
     if job_number is None:
         return
-    predecessor, rows = visible_predecessor(user, job_number, cluster)
-    tasks = predecessor_tasks(predecessor, rows)
-    if predecessor is None and not tasks:
-        raise LaunchError(f"predecessor job {job_number}: not a campaign of a team you can see "
-                          "(nor a job tco recorded for one)")
+    tasks = check_visible(user, job_number, cluster)
     if tasks != count:
         raise LaunchError(mismatch_text(job_number, tasks, count))

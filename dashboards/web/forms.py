@@ -23,11 +23,12 @@ from django.utils import timezone
 from dashboards.billing import bills, budgets, costs, periods
 from dashboards.control import actions
 from dashboards.core import errors, limits, ranges
-from dashboards.core.clusters import clusters_watched
+from dashboards.core.clusters import cluster_get_default, clusters_watched
 from dashboards.core.errors import LaunchError
 from dashboards.core.roles import teams_with
 from dashboards.launch import inputs, service
 from dashboards.launch import policy as launch_policy
+from dashboards.launch.predecessor import check_visible
 from dashboards.models import AgentDefinition, Budget, Cluster
 
 MAX_JOB_NUMBER = limits.MAX_JOB_NUMBER
@@ -337,6 +338,13 @@ class LaunchForm(_LaunchBase):
             if priority > limit:
                 self.add_error("priority", f"at most {limit} for your role on {team.name}"
                                + (" (only urgent launchers may raise priority)" if limit == 0 else ""))
+        if data.get("predecessor_job") is not None:
+            # Forecast and Launch alike (fresh attack, round 3: the forecast took another team's job
+            # and said only that it counted no wait; Launch refused it): the launch's own rule.
+            try:
+                check_visible(self.user, data["predecessor_job"], data.get("cluster") or cluster_get_default())
+            except LaunchError as exc:
+                self.add_error("predecessor_job", str(exc))
         if data.get("policy"):
             try:
                 launch_policy.validate_policy(data["policy"])

@@ -23,6 +23,7 @@ from execution.runner.task import (choose_runtime, load_spec_policy, make_privat
                                    registered_hosts, sandbox_paths, write_input)
 from execution.runner.teardown import file_too_large, out_of_memory
 from execution.runner.teardown import WorkdirWatch, remove_tree, terminate_group, tree_bytes
+from execution.runner.workdir_tmpfs import MAX_KEPT_ENTRIES, keep_tree, usage, view_path, workdir_mode
 from execution.spool.contract import STAGES
 from execution.spool.record import RunnerRecord
 
@@ -70,6 +71,10 @@ class Runner:
         self._workdir_watch: WorkdirWatch | None = None
         self.limits: dict[str, int] = {}
         self.memory_group = None  # execution.runner.memory_cgroup.TaskMemoryGroup (bubblewrap runtime)
+        #: Under bubblewrap with TCO_SANDBOX_WORKDIR=tmpfs (the default): /sandbox is a tmpfs of the
+        #: disk limit's size (execution/runner/workdir_tmpfs.py); its descriptor once the sandbox is built.
+        self.work_tmpfs = False
+        self.work_fd: int | None = None
         self.tracer = None  # execution.metering.otel.TaskTracer when OTEL_EXPORTER_OTLP_* asks for traces
         self.telemetry: dict | None = None
 
@@ -80,6 +85,7 @@ class Runner:
             self.flags.append("task_number_defaulted")
         os.makedirs(self.task.record_dir, mode=0o700, exist_ok=True)
         check_limits(self.environ)
+        workdir_mode(self.environ)
         self._start_tracing()
 
     def _start_tracing(self) -> None:
@@ -191,6 +197,7 @@ class Runner:
             raise
         finally:
             self.signals.armed = False
+        self.work_fd = getattr(self.sandbox, "work_fd", None)
         for fd, suffix in ((out_r, "stdout"), (err_r, "stderr")):
             capture = Capture(fd, task.task_file(suffix), self.output_cap)
             capture.start()
@@ -203,10 +210,12 @@ class Runner:
         from execution.sandbox.plan import RELAY_PORT
 
         self._setup_proxy(spec, start.policy)
+        self.work_tmpfs = workdir_mode(self.environ) == "tmpfs"
+        self.sandbox_info["workdir"] = "tmpfs" if self.work_tmpfs else "spool"
         launch = prepare_bwrap(start, env=agent_env(self.environ, spec, self.task, RELAY_PORT),
                                paths=sandbox_paths(self.environ, self.task.spool, self.private_dir),
                                limits=self.limits,
-                               on_proxy_wanted=self._start_proxy_soon)
+                               on_proxy_wanted=self._start_proxy_soon, work_tmpfs=self.work_tmpfs)
         self.sandbox = launch.sandbox
         self.sandbox_info["notes"] += launch.notes
         self._enter_memory_group(launch.sandbox)
@@ -222,7 +231,10 @@ class Runner:
 
         task = self.task
         name = f"{task.campaign_id}.{task.task_number}.{task.job_number or 0}.{os.getpid()}"
-        group, note = make_group(self.environ, name, self.limits["TCO_SANDBOX_MEMORY_BYTES"])
+        # A tmpfs work directory's pages are memory charged to this group: room for both limits.
+        limit = self.limits["TCO_SANDBOX_MEMORY_BYTES"] + (self.limits["TCO_SANDBOX_WORK_BYTES"] if self.work_tmpfs
+                                                           else 0)
+        group, note = make_group(self.environ, name, limit)
         if group is None:
             self.sandbox_info["notes"].append(note)
             return
@@ -253,8 +265,12 @@ class Runner:
         if timeout_s:
             signal.setitimer(signal.ITIMER_REAL, timeout_s)
         if self.work_dir is not None:
+            fd = self.work_fd
+            # A tmpfs: the kernel already refuses writes past its size; a full one ends the task as
+            # the walk's limit does (the agent's writes fail from then on).
+            full = (lambda: usage(fd)[1]) if fd is not None else None
             self._workdir_watch = WorkdirWatch(self.work_dir, self.limits["TCO_SANDBOX_WORK_BYTES"],
-                                               check_interval(self.environ), self.signals.over_quota)
+                                               check_interval(self.environ), self.signals.over_quota, is_over=full)
             self._workdir_watch.start()
         self.signals.arm()
         self.sandbox.wait_exit()
@@ -332,7 +348,9 @@ class Runner:
             self._workdir_watch.done.set()
         if self.network is not None:
             self.network.stop()
-        if self.work_dir is not None and self.stages["agent_started_at"] is not None:
+        if self.work_fd is not None:
+            self._measure_tmpfs()
+        elif self.work_dir is not None and self.stages["agent_started_at"] is not None:
             try:
                 work_bytes = tree_bytes(self.work_dir)
                 if self.sandbox_info is not None:
@@ -352,7 +370,8 @@ class Runner:
         self._stop_proxy()
         if spec is not None and self.work_dir is not None and self.stages["agent_started_at"] is not None:
             try:
-                skipped = copy_outputs(spec["agent"].get("outputs") or [], work_dir=self.work_dir, into=self.outputs,
+                source = view_path(self.work_fd) if self.work_fd is not None else self.work_dir
+                skipped = copy_outputs(spec["agent"].get("outputs") or [], work_dir=source, into=self.outputs,
                                        target_dir=self.task.layout.outputs_dir(self.task.campaign_id,
                                                                                self.task.task_number))
                 if skipped:
@@ -360,6 +379,7 @@ class Runner:
             except OSError as exc:
                 self._flag("outputs_skipped")
                 self.error = self.error or f"could not copy outputs: {exc}"
+        self._keep_tmpfs()
         if self.private_dir is not None:
             remove_tree(self.private_dir)
         if self.signals.timed_out and self.stages["agent_exited_at"] is None:
@@ -379,6 +399,50 @@ class Runner:
                 self.exit_code = EXIT_TIMEOUT
         if self.exit_code in (99, 100):  # Grid Engine: reschedule / error state
             self.exit_code = 101
+
+    def _measure_tmpfs(self) -> None:
+        """The tmpfs work directory after the agent: ``sandbox.work_bytes`` (in use) and whether the
+        agent ran into its size: full, and the agent stopped by the watch or ended by itself with a
+        failure (the kernel's ENOSPC; an agent that exits 0 with its disk exactly full is not
+        failed for it)."""
+        try:
+            used, full = usage(self.work_fd)
+        except OSError:
+            return
+        if self.sandbox_info is not None:
+            self.sandbox_info["work_bytes"] = used
+        failed = self.agent_signal is not None or self.exit_status not in (None, 0)
+        if full and failed:
+            self.signals.workdir_over = True
+
+    def _keep_tmpfs(self) -> None:
+        """Copy the tree the agent left in its tmpfs to the spool's work directory (where the task page
+        lists it; execution/runner/workdir_tmpfs.py ``keep_tree``), note what was skipped, and
+        close the tmpfs. Not after a signal to the runner: the scheduler's SIGKILL follows soon and
+        the record comes first (the declared outputs are copied already)."""
+        fd, self.work_fd = self.work_fd, None
+        try:
+            if fd is None:
+                return
+            if self.signals.runner_signal is not None:
+                if self.sandbox_info is not None:
+                    self.sandbox_info["notes"].append("the work directory was not kept: the runner was signalled")
+                return
+            try:
+                kept = keep_tree(view_path(fd), self.work_dir)
+            except OSError as exc:
+                self._flag("outputs_skipped")
+                self.error = self.error or f"could not keep the work directory: {exc}"
+                return
+            if self.sandbox_info is not None:
+                self.sandbox_info["work_kept"] = kept
+                if kept["skipped"]:
+                    self.sandbox_info["notes"].append(
+                        f"the work directory: {kept['skipped']} entries not kept (links, devices, unreadable, "
+                        f"or past {MAX_KEPT_ENTRIES} files)")
+        finally:
+            if self.sandbox is not None and hasattr(self.sandbox, "close_workdir"):
+                self.sandbox.close_workdir()  # the descriptor is the sandbox's; the tmpfs goes with it
 
     def _leave_memory_group(self) -> None:
         """Note the task's memory cgroup in the record (``sandbox.memory_cgroup``: limit, peak, OOM
@@ -407,8 +471,10 @@ class Runner:
             reason = f"work directory limit {size_text(self.limits['TCO_SANDBOX_WORK_BYTES'])} reached"
         elif group.get("oom_kills"):
             self._flag("memory_limit")
+            held = (f" with the files of its work directory, held in memory: {size_text(group['limit_bytes'])} in all"
+                    if self.work_tmpfs and group.get("limit_bytes") else "")
             reason = (f"memory limit {size_text(self.limits['TCO_SANDBOX_MEMORY_BYTES'])} reached (the task's "
-                      f"processes together; the kernel killed {group['oom_kills']} of them)")
+                      f"processes together{held}; the kernel killed {group['oom_kills']} of them)")
         elif self.agent_signal == signal.SIGXFSZ or (self.exit_status not in (None, 0) and len(self.captures) > 1
                                                      and file_too_large(self.captures[1].path)):
             self._flag("file_size_limit")

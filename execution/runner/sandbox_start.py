@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 
-from execution.runner.config import RunnerError, TaskIdentity
+from execution.runner.config import INSIDE_WORKDIR, RunnerError, TaskIdentity
 from execution.runner.task import agent_env
 
 
@@ -38,7 +38,7 @@ class BwrapLaunch:
     at once when preparing fails); the read ends of the status pipes pass to the sandbox.
     """
 
-    def __init__(self, private_dir: str, policy) -> None:
+    def __init__(self, private_dir: str, policy, *, input_path: str | None = None) -> None:
         from execution.sandbox.bwrap import group_text, passwd_text
         from execution.sandbox.seccomp import program_bytes as seccomp_program
 
@@ -54,6 +54,13 @@ class BwrapLaunch:
             os.close(w)
             self.data_fds[inside] = r
         self.watch_fd = os.open(f"/proc/{os.getpid()}/stat", os.O_RDONLY)
+        # A tmpfs work directory (input_path given): the input copied in from the host's file, and
+        # the pipe the relay waits on until the runner holds that tmpfs (BwrapSandbox.work_fd).
+        self.file_fds: dict[str, int] = {}
+        self.hold_r = self.hold_w = None
+        if input_path is not None:
+            self.file_fds[f"{INSIDE_WORKDIR}/input.json"] = os.open(input_path, os.O_RDONLY | os.O_NOFOLLOW)
+            self.hold_r, self.hold_w = os.pipe()
         self.seccomp_fd: int | None = None
         self.notes: list[str] = []
         filter_program = seccomp_program()
@@ -67,8 +74,8 @@ class BwrapLaunch:
         self.sandbox = None
 
     def _ours(self) -> list[int]:
-        return [self.status_w, self.json_w, self.watch_fd, *self.data_fds.values(),
-                *([self.seccomp_fd] if self.seccomp_fd is not None else [])]
+        return [self.status_w, self.json_w, self.watch_fd, *self.data_fds.values(), *self.file_fds.values(),
+                *(fd for fd in (self.seccomp_fd, self.hold_r) if fd is not None)]
 
     def _close(self, fds: list[int]) -> None:
         for fd in fds:
@@ -76,12 +83,13 @@ class BwrapLaunch:
 
     def fail(self) -> None:
         """Close every descriptor: the sandbox was never made."""
-        self._close([self.status_r, self.json_r, *self._ours()])
+        self._close([self.status_r, self.json_r, *self._ours(), *([self.hold_w] if self.hold_w is not None else [])])
 
     def start(self) -> None:
         """Start bubblewrap. Raises RunnerError when it cannot start."""
         from execution.sandbox import SandboxStartError
 
+        self.sandbox.hold_w, self.hold_w = self.hold_w, None  # the sandbox's now (closed by it)
         try:
             self.sandbox.start(self.status_r, self.json_r)
         except SandboxStartError as exc:
@@ -95,30 +103,35 @@ class BwrapLaunch:
 
 
 def prepare_bwrap(start: AgentStart, *, env: Mapping[str, str], paths: Mapping[str, list[str]],
-                  limits: Mapping[str, int], on_proxy_wanted: Callable[[], None]) -> BwrapLaunch:
+                  limits: Mapping[str, int], on_proxy_wanted: Callable[[], None],
+                  work_tmpfs: bool = False) -> BwrapLaunch:
     """The bubblewrap sandbox of ``start`` with the agent's ``env``, not started yet: the proxy
     socket's directory made in the private directory, ``paths``
     (:func:`~execution.runner.task.sandbox_paths`) hidden, ``limits`` (environment variable
     -> value, :func:`~execution.runner.config.effective_limits`); ``on_proxy_wanted`` is called when the agent first wants its model base URL.
+    ``work_tmpfs``: /sandbox is a tmpfs of ``TCO_SANDBOX_WORK_BYTES`` (the kernel holds the disk
+    limit) holding a copy of the host work directory's ``input.json``; else the host work directory.
     Raises RunnerError when the policy cannot be applied here (every descriptor it opened is
     closed then)."""
     from execution.sandbox.bwrap import BwrapSandbox, SandboxConfigError
     from execution.sandbox.plan import HiddenPaths, SandboxFds, SandboxLimits, SandboxPlan
 
-    launch = BwrapLaunch(start.private_dir, start.policy)
+    launch = BwrapLaunch(start.private_dir, start.policy,
+                         input_path=os.path.join(start.work_dir, "input.json") if work_tmpfs else None)
     try:
         plan = SandboxPlan(
             policy=start.policy, workdir=start.work_dir, socket_dir=launch.socket_dir, agent_argv=start.argv,
             env=env, interpreter=sys.executable,
             fds=SandboxFds(status=launch.status_w, json_status=launch.json_w, stdout=start.out_w,
                            stderr=start.err_w, data=launch.data_fds, watch=launch.watch_fd,
-                           seccomp=launch.seccomp_fd),
+                           seccomp=launch.seccomp_fd, files=launch.file_fds, hold=launch.hold_r),
             hidden=HiddenPaths(masks=tuple(paths["masked"]), state=tuple(paths["state"]),
                                shared=tuple(paths["shared"])),
             limits=SandboxLimits(tmpfs_bytes=limits["TCO_SANDBOX_TMPFS_BYTES"],
                                  max_processes=limits["TCO_SANDBOX_MAX_PROCESSES"],
                                  memory_bytes=limits["TCO_SANDBOX_MEMORY_BYTES"],
-                                 file_bytes=limits["TCO_SANDBOX_FILE_BYTES"], cpu_s=limits["TCO_SANDBOX_CPU_S"]))
+                                 file_bytes=limits["TCO_SANDBOX_FILE_BYTES"], cpu_s=limits["TCO_SANDBOX_CPU_S"],
+                                 work_bytes=limits["TCO_SANDBOX_WORK_BYTES"] if work_tmpfs else None))
         try:
             launch.sandbox = BwrapSandbox(plan, on_proxy_wanted=on_proxy_wanted)
         except SandboxConfigError as exc:

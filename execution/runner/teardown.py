@@ -132,17 +132,21 @@ class WorkdirWatch(threading.Thread):
     """Measure the work directory at ``path`` every ``interval_s`` seconds (:func:`workdir_bytes`:
     the tree, what it hides behind a closed directory, and the deleted files the sandbox holds
     open); once it takes more than ``limit`` bytes, call ``on_over`` once and stop (or stop when
-    ``done`` is set)."""
+    ``done`` is set). ``is_over`` (no argument; True when the limit is reached) replaces that
+    measure: a tmpfs work directory whose size the kernel holds is full
+    (execution/runner/workdir_tmpfs.py)."""
 
-    def __init__(self, path: str, limit: int, interval_s: float, on_over: Callable[[], None]) -> None:
+    def __init__(self, path: str, limit: int, interval_s: float, on_over: Callable[[], None],
+                 is_over: Callable[[], bool] | None = None) -> None:
         super().__init__(daemon=True, name="tco-workdir-watch")
         self.path, self.limit, self.interval_s, self.on_over = path, limit, interval_s, on_over
+        self.is_over = is_over or (lambda: workdir_bytes(self.path) > self.limit)
         self.done = threading.Event()
 
     def run(self) -> None:
-        """Walk until over the limit or ``done``."""
+        """Check until over the limit or ``done``."""
         while not self.done.wait(self.interval_s):
-            if workdir_bytes(self.path) > self.limit:
+            if self.is_over():
                 self.on_over()
                 return
 

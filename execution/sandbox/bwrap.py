@@ -12,7 +12,10 @@ environment) into a ``bwrap`` command line:
   (``sandbox`` is 1000; never 0);
 - only the listed paths: ``read_only`` with ``--ro-bind``, ``read_write``
   with ``--bind``, the work directory at ``/sandbox`` (read-write when
-  ``include_workdir`` or ``/sandbox`` is in ``read_write``), a fresh ``/proc``
+  ``include_workdir`` or ``/sandbox`` is in ``read_write``): with
+  :attr:`~execution.sandbox.plan.SandboxLimits.work_bytes` a tmpfs of that size
+  (``--size N --tmpfs /sandbox``, the input copied in with ``--file``), else the
+  host work directory bound; a fresh ``/proc``
   and minimal ``/dev``; the root itself and ``/dev`` are read-only; a listed
   path missing on the host is skipped (reported in
   :attr:`~execution.sandbox.plan.SandboxPlan.notes`); Debian's merged-/usr links (``/bin`` ->
@@ -116,7 +119,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
         raise SandboxConfigError("the agent may not run as root inside the sandbox")
     limits = plan.limits
     if limits.tmpfs_bytes < 1 or limits.max_processes < 1 or any(
-            value is not None and value < 1 for value in (limits.memory_bytes, limits.file_bytes, limits.cpu_s)):
+            value is not None and value < 1
+            for value in (limits.memory_bytes, limits.file_bytes, limits.cpu_s, limits.work_bytes)):
         raise SandboxConfigError("the sandbox's limits must be positive")
     masks = resolve_masks(plan.hidden.masks, fs)
     state = resolve_masks(plan.hidden.state, fs)
@@ -208,7 +212,17 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
         if fs.islink(link) and not shown_already and is_visible(fs.realpath(link)):
             add(link, "--symlink", fs.readlink(link), link)
 
-    add(INSIDE_WORKDIR, "--bind" if workdir_rw else "--ro-bind", plan.workdir, INSIDE_WORKDIR)
+    if limits.work_bytes is not None:
+        # The work directory's size held by the kernel (issue 23, finding 1): a tmpfs of its own,
+        # a write past it fails with ENOSPC. The runner reaches it through the relay's root
+        # (BwrapSandbox.work_fd) and copies what the agent leaves to the host work directory.
+        add(INSIDE_WORKDIR, "--size", str(limits.work_bytes), "--tmpfs", INSIDE_WORKDIR)
+        if not workdir_rw:
+            read_only_later.append(INSIDE_WORKDIR)
+        for inside, fd in sorted(plan.fds.files.items()):
+            add(inside, "--perms", "0600", "--file", str(fd), inside)
+    else:
+        add(INSIDE_WORKDIR, "--bind" if workdir_rw else "--ro-bind", plan.workdir, INSIDE_WORKDIR)
     add(INSIDE_SOCKET_DIR, "--ro-bind", plan.socket_dir, INSIDE_SOCKET_DIR)
     add(INSIDE_RELAY, "--ro-bind", plan.options.script, INSIDE_RELAY)
     if is_visible("/etc") and fs.lexists("/etc/resolv.conf") and not fs.islink("/etc/resolv.conf"):
@@ -253,6 +267,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
             argv += [option, str(value)]
     if plan.fds.watch is not None:
         argv += ["--watch-fd", str(plan.fds.watch)]
+    if plan.fds.hold is not None:
+        argv += ["--hold-fd", str(plan.fds.hold)]
     argv += ["--", *plan.agent_argv]
     return argv
 
@@ -284,6 +300,14 @@ class BwrapSandbox:
         self.relay_pid: int | None = None
         self.spawn_error: str | None = None
         self.killed = False
+        #: With a tmpfs work directory (``plan.limits.work_bytes``): the write end of the relay's
+        #: hold pipe (``plan.fds.hold``'s other end, set by the caller), written once :attr:`work_fd`
+        #: is open; :attr:`work_fd`: a descriptor of that tmpfs's root, opened through the relay's
+        #: ``/proc/PID/root`` once it is "ready". It outlives the sandbox (a file system stays while
+        #: a descriptor holds it), so the runner reads the agent's files after its end; the caller
+        #: closes it (:meth:`close_workdir`).
+        self.hold_w: int | None = None
+        self.work_fd: int | None = None
         self._buffers = {"status": b"", "json": b""}
         self._log = bytearray()
         self._log_truncated = False
@@ -376,9 +400,51 @@ class BwrapSandbox:
         while "started" not in self.mono:
             if self.spawn_error is not None:
                 raise SandboxStartError(f"cannot start agent {self.plan.agent_argv[0]!r}: {self.spawn_error}")
+            if self.hold_w is not None and "ready" in self.mono and self.relay_pid is not None:
+                self._open_workdir()
+                continue
             if not self._pump(None):
                 self.proc.wait()
                 raise SandboxStartError(self._failure_text())
+
+    def _open_workdir(self) -> None:
+        """Open the sandbox's tmpfs work directory (:attr:`work_fd`) while the relay waits on its hold
+        pipe, and let the relay go on; on failure say why (:attr:`spawn_error`) and close the pipe
+        unwritten: the relay then ends without starting the agent. The relay runs as this account in
+        a user namespace this process's account owns, so ``/proc/PID/root`` is open to it although
+        the relay is not dumpable. Only after "ready" (the relay is PID 1 of the built sandbox,
+        whose /sandbox is the tmpfs); the descriptor is checked to be a file system of the limit's
+        size (statvfs: pages of ``f_frsize`` bytes)."""
+        hold, self.hold_w = self.hold_w, None
+        want = self.plan.limits.work_bytes
+        try:
+            fd = os.open(f"/proc/{self.relay_pid}/root{INSIDE_WORKDIR}",
+                         os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            self.spawn_error = f"its work directory could not be opened: {exc.strerror or exc}"
+            os.close(hold)
+            return
+        info = os.fstatvfs(fd)
+        if info.f_blocks * info.f_frsize != -(-want // info.f_frsize) * info.f_frsize:
+            os.close(fd)
+            os.close(hold)
+            self.spawn_error = (f"its work directory is not the sandbox's tmpfs of {want} bytes "
+                                f"({info.f_blocks} blocks of {info.f_frsize} bytes)")
+            return
+        self.work_fd = fd
+        try:
+            os.write(hold, b"g")
+        finally:
+            os.close(hold)
+
+    def close_workdir(self) -> None:
+        """Close :attr:`work_fd` (the tmpfs goes with it once the sandbox has ended) and the hold
+        pipe if still open. Idempotent."""
+        for name in ("work_fd", "hold_w"):
+            fd = getattr(self, name)
+            setattr(self, name, None)
+            if fd is not None:
+                os.close(fd)
 
     def wait_exit(self) -> None:
         """Block until the agent has exited and bubblewrap is gone."""

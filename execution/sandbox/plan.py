@@ -37,11 +37,13 @@ class SandboxFds:
     data: Mapping[str, int] = field(default_factory=dict)
     watch: int | None = None
     seccomp: int | None = None
+    files: Mapping[str, int] = field(default_factory=dict)
+    hold: int | None = None
 
     def passed(self) -> list[int]:
         """Every descriptor to pass to bubblewrap."""
-        fds = [self.status, self.json_status, self.stdout, self.stderr, *self.data.values()]
-        return fds + [fd for fd in (self.watch, self.seccomp) if fd is not None]
+        fds = [self.status, self.json_status, self.stdout, self.stderr, *self.data.values(), *self.files.values()]
+        return fds + [fd for fd in (self.watch, self.seccomp, self.hold) if fd is not None]
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,10 @@ class SandboxLimits:
     RLIMIT_NPROC of the sandbox's processes (threads count); ``memory_bytes``: RLIMIT_DATA of
     each process (its heap and private writable mappings; None: unlimited); ``file_bytes``:
     RLIMIT_FSIZE (the largest file a process may write; None: unlimited); ``cpu_s``:
-    RLIMIT_CPU of each process (seconds; SIGXCPU at it, SIGKILL 5 s later; None: unlimited).
+    RLIMIT_CPU of each process (seconds; SIGXCPU at it, SIGKILL 5 s later; None: unlimited);
+    ``work_bytes``: the size of the work directory, a tmpfs of its own at /sandbox whose size the
+    kernel holds (a write past it fails with ENOSPC; its pages are charged to the task's memory
+    cgroup), or None: /sandbox is the host work directory, bound (its size is the runner's walk).
     Each must be positive."""
 
     tmpfs_bytes: int = TMPFS_BYTES
@@ -70,6 +75,7 @@ class SandboxLimits:
     memory_bytes: int | None = None
     file_bytes: int | None = None
     cpu_s: int | None = None
+    work_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,8 @@ class SandboxPlan:
     """Everything :func:`~execution.sandbox.bwrap.build_argv` needs, passed whole.
 
     ``policy``: the validated policy; ``workdir``: host directory shown at /sandbox;
-    ``socket_dir``: host directory shown read-only at /run/tco; ``agent_argv``: the agent's
+    ``socket_dir``: host directory shown read-only at /run/tco
+    (with ``limits.work_bytes``, ``workdir`` is not shown: /sandbox is a tmpfs of that size); ``agent_argv``: the agent's
     command; ``env``: the agent's whole environment; ``interpreter``: the host python that runs
     the relay inside; ``fds``: :class:`SandboxFds`; ``hidden``: :class:`HiddenPaths`;
     ``limits``: :class:`SandboxLimits`; ``options``: :class:`RelayOptions`; ``code_root``: tco's

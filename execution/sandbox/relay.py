@@ -6,7 +6,7 @@ with ``python3 -I -S``::
     relay.py --status-fd N --stdout-fd O --stderr-fd E --port P
              --socket /run/tco/proxy.sock [--watch-fd M] [--proxy-wait-s S]
              [--max-processes N] [--memory-bytes B] [--file-bytes F] [--cpu-s S]
-             -- AGENT ARGV...
+             [--hold-fd H] -- AGENT ARGV...
 
 0. With ``--max-processes``, sets RLIMIT_NPROC (setrlimit(2)) to N before
    anything else starts: the kernel counts the processes and threads of the
@@ -20,7 +20,11 @@ with ``python3 -I -S``::
 1. Listens on ``127.0.0.1:P``, the sandbox's own loopback (its network
    namespace has nothing else), so the agent sees an ordinary HTTP base URL.
 2. Writes ``ready <monotonic ns>`` to the status pipe: the sandbox is ready
-   to run the agent (``sandbox_ready_at``).
+   to run the agent (``sandbox_ready_at``). With ``--hold-fd``, waits for one
+   byte on it: the runner opens the sandbox's tmpfs work directory meanwhile
+   (execution/sandbox/bwrap.py), so it holds it even if the agent ends at once;
+   without that byte (the pipe closed) it ends without starting the agent
+   (``spawn-error 0 ...``, exit 125).
 3. Starts the agent (``posix_spawnp``: it returns once the exec is done),
    its stdout and stderr on ``--stdout-fd``/``--stderr-fd`` (the relay's own
    stderr is the sandbox log), and
@@ -184,11 +188,12 @@ def _set_limits(opts):
 
 def _parse(argv):
     opts = {"--watch-fd": None, "--proxy-wait-s": "30", "--max-processes": None, "--memory-bytes": None,
-            "--file-bytes": None, "--cpu-s": None}
+            "--file-bytes": None, "--cpu-s": None, "--hold-fd": None}
     i = 0
     while i < len(argv) and argv[i] != "--":
         if argv[i] not in ("--status-fd", "--stdout-fd", "--stderr-fd", "--port", "--socket", "--watch-fd",
-                           "--proxy-wait-s", "--max-processes", "--memory-bytes", "--file-bytes", "--cpu-s") \
+                           "--proxy-wait-s", "--max-processes", "--memory-bytes", "--file-bytes", "--cpu-s",
+                           "--hold-fd") \
                 or i + 1 >= len(argv):
             raise SystemExit(f"relay: bad argument {argv[i]!r}")
         opts[argv[i]] = argv[i + 1]
@@ -222,6 +227,21 @@ def _not_dumpable() -> None:
             report("warning", "prctl-dumpable", ctypes.get_errno())
     except OSError:
         report("warning", "prctl-unavailable")
+
+
+def _released(fd: int) -> bool:
+    """Wait for the runner's one byte on the hold pipe ``fd`` (step 2); False when it closed the
+    pipe without it. The descriptor is closed either way."""
+    try:
+        while True:
+            try:
+                return os.read(fd, 1) == b"g"
+            except InterruptedError:
+                continue
+            except OSError:
+                return False
+    finally:
+        os.close(fd)
 
 
 def main(argv) -> int:
@@ -259,6 +279,9 @@ def main(argv) -> int:
     if opts["--watch-fd"] is not None:
         threading.Thread(target=_watch, args=(int(opts["--watch-fd"]),), daemon=True).start()
     report("ready", time.monotonic_ns())
+    if opts["--hold-fd"] is not None and not _released(int(opts["--hold-fd"])):
+        report("spawn-error", 0, "the runner did not release the sandbox (its work directory could not be held)")
+        return 125
 
     if _pending:
         report("exited", "signal", _pending[0], time.monotonic_ns())

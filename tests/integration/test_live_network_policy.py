@@ -47,7 +47,12 @@ def wait_for(predicate, what: str, timeout: float = 120.0) -> None:
     pytest.fail(f"{what}: not reached in {timeout} s")
 
 
-def test_a_narrowing_then_a_widening_reach_a_running_campaign_under_grid_engine(bootstrap, django_user_model):
+def test_a_narrowing_then_a_widening_reach_a_running_campaign_under_grid_engine(bootstrap, django_user_model,
+                                                                                 monkeypatch):
+    # The test talks to the running agent through its work directory on the spool: the runners' spool
+    # mode (TCO_SANDBOX_WORKDIR=spool; under the default tmpfs the spool has the files only at the end).
+    monkeypatch.setattr(settings, "TCO_SANDBOX_LIMITS",
+                        {**getattr(settings, "TCO_SANDBOX_LIMITS", {}), "TCO_SANDBOX_WORKDIR": "spool"})
     # Where the runners on the execution hosts reach the master (127.0.0.1 on a single-host cluster).
     host = master_address(settings.SGE_ROOT, settings.SGE_CELL)
     server = ThreadingHTTPServer((host, 0), Upstream)

@@ -562,15 +562,21 @@ print(json.dumps({"written": written, "error": error}))
 
 
 def test_issue11_a_work_directory_over_its_size_stops_the_agent(tmp_path):
-    """Finding 5: /sandbox had no quota. Over TCO_SANDBOX_WORK_BYTES the runner stops the agent."""
-    code = "import time\nopen('/sandbox/big', 'wb').write(b'x' * (6 << 20))\nprint('written', flush=True)\ntime.sleep(120)"
+    """Finding 5 (issue 11) and issue 23's finding 1: /sandbox had no quota. Now it is a tmpfs of
+    TCO_SANDBOX_WORK_BYTES: the kernel refuses the write past it (ENOSPC, seen by the agent), and
+    the runner ends the task once it is full."""
+    code = ("import errno, time\ntry:\n    open('/sandbox/big', 'wb').write(b'x' * (6 << 20))\n    print('written')\n"
+            "except OSError as exc:\n    print(errno.errorcode[exc.errno])\n"
+            "import sys\nsys.stdout.flush()\ntime.sleep(120)")
     result, record, stdout = run_task(tmp_path, code, timeout_s=200,
                                       env_extra={"TCO_SANDBOX_WORK_BYTES": str(2 << 20),
                                                  "TCO_SANDBOX_WORK_CHECK_S": "0.2"})
     assert result.returncode == 122, (result.stderr, record)  # runner.EXIT_WORKDIR_QUOTA
     assert "workdir_over_quota" in record["flags"] and "agent_timeout" not in record["flags"]
     assert record["stages"]["agent_exited_at"] is None and record["stages"]["teardown_done_at"]
-    assert record["sandbox"]["work_bytes"] >= 6 << 20 and stdout == "written\n"
+    assert stdout == "ENOSPC\n"
+    assert record["sandbox"]["workdir"] == "tmpfs" and record["sandbox"]["work_bytes"] <= 2 << 20
+    assert record["error"] == "work directory limit 2 MiB reached"
 
 
 def test_review_tcos_secrets_outside_the_state_dir_stay_hidden_under_a_listed_etc(outside_tmp):

@@ -56,10 +56,12 @@ class Spool:
         }
         (self.campaign_dir / "spec.json").write_text(json.dumps(spec))
 
-    def env(self, task: str | int, job_id: str = "4242") -> dict:
+    def env(self, task: str | int, job_id: str = "4242", extra: dict | None = None) -> dict:
+        """The runner's environment for ``task``, with ``extra`` variables (a runner setting) on top."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TCO_", "SGE_", "JOB_"))}
         env.update(TCO_SPOOL_DIR=str(self.root), TCO_CAMPAIGN_ID=self.campaign_id, JOB_ID=job_id,
                    SGE_TASK_ID=str(task), PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
+        env.update(extra or {})
         return env
 
     def start(self, task, **kw) -> subprocess.Popen:

@@ -75,12 +75,45 @@ def test_a_program_killed_by_sigxfsz_stops_at_the_file_size_limit(spool):
 
 
 def test_many_files_written_without_end_stop_at_the_work_directory_limit(spool):
+    """The kernel holds the limit: /sandbox is a tmpfs of 32 MiB, the agent's next write fails with
+    ENOSPC (it exits 1 with Python's OSError), and nothing past the limit reaches the spool's disk."""
     proc, record = run_agent(spool, MANY_FILES, TCO_SANDBOX_FILE_BYTES=str(8 * MIB),
                              TCO_SANDBOX_WORK_BYTES=str(32 * MIB), TCO_SANDBOX_WORK_CHECK_S="0.2")
-    assert proc.returncode == config.EXIT_WORKDIR_QUOTA
+    assert proc.returncode == 1 and record["exit_status"] == 1
+    assert "No space left on device" in (spool.root / "records" / "c-1" / "1.stderr").read_text()
     assert "workdir_over_quota" in record["flags"]
     assert record["error"] == "work directory limit 32 MiB reached"
-    # Stopped within a few checks: far below what it would write in the test's minute.
+    assert record["sandbox"]["workdir"] == "tmpfs"
+    assert 31 * MIB < record["sandbox"]["work_bytes"] <= 32 * MIB
+    # What it wrote is kept in the spool's work directory (the task page lists it), never more.
+    assert 31 * MIB < work_bytes(spool) <= 32 * MIB
+    assert record["sandbox"]["work_kept"]["files"] >= 31
+
+
+# Writes 1 MiB files without end and swallows the failures (ENOSPC): the kernel refuses every byte
+# past the limit and the runner's check ends the task once the tmpfs is full.
+STUBBORN = ("import time\nb = b'x' * (1 << 20)\ni = 0\nwhile True:\n    try:\n"
+            "        open('/sandbox/f%d' % i, 'wb').write(b)\n    except OSError:\n        time.sleep(0.01)\n"
+            "    i += 1\n")
+
+
+def test_an_agent_that_ignores_enospc_is_ended_once_its_work_directory_is_full(spool):
+    proc, record = run_agent(spool, STUBBORN, TCO_SANDBOX_WORK_BYTES=str(16 * MIB), TCO_SANDBOX_WORK_CHECK_S="0.2")
+    assert proc.returncode == config.EXIT_WORKDIR_QUOTA
+    assert record["stages"]["agent_exited_at"] is None and "workdir_over_quota" in record["flags"]
+    assert record["error"] == "work directory limit 16 MiB reached"
+    assert record["sandbox"]["work_bytes"] <= 16 * MIB and work_bytes(spool) <= 16 * MIB
+
+
+def test_the_spool_mode_keeps_the_work_directory_on_the_spool_under_the_runners_walk(spool):
+    """TCO_SANDBOX_WORKDIR=spool (a site whose work directories must outgrow memory): the old bind,
+    stopped by the walk after it went past the limit."""
+    proc, record = run_agent(spool, MANY_FILES, TCO_SANDBOX_FILE_BYTES=str(8 * MIB),
+                             TCO_SANDBOX_WORK_BYTES=str(32 * MIB), TCO_SANDBOX_WORK_CHECK_S="0.2",
+                             TCO_SANDBOX_WORKDIR="spool")
+    assert proc.returncode == config.EXIT_WORKDIR_QUOTA
+    assert record["sandbox"]["workdir"] == "spool" and "work_kept" not in record["sandbox"]
+    assert record["error"] == "work directory limit 32 MiB reached"
     assert 32 * MIB < work_bytes(spool) < 2048 * MIB
 
 
@@ -139,21 +172,23 @@ def test_processes_that_together_pass_the_memory_limit_are_stopped_by_the_tasks_
                                                                                                memory_cgroup_root):
     """Each process stays under its own limit; the task's memory cgroup holds them together: the
     kernel kills one, the agent fails, and the record says which limit and what the group held."""
+    # The group holds the processes and the tmpfs work directory's pages: 256 + 16 MiB.
     proc, record = run_agent(spool, FORKED_HOGS, TCO_SANDBOX_MEMORY_BYTES=str(256 * MIB),
-                             TCO_MEMORY_CGROUP_ROOT=memory_cgroup_root)
+                             TCO_SANDBOX_WORK_BYTES=str(16 * MIB), TCO_MEMORY_CGROUP_ROOT=memory_cgroup_root)
     group = record["sandbox"]["memory_cgroup"]
-    assert group["limit_bytes"] == 256 * MIB and group["oom_kills"] >= 1
-    assert 200 * MIB < group["peak_bytes"] <= 256 * MIB
+    assert group["limit_bytes"] == 272 * MIB and group["oom_kills"] >= 1
+    assert 200 * MIB < group["peak_bytes"] <= 272 * MIB
     assert record["exit_status"] == 3 and proc.returncode == 3
     assert "memory_limit" in record["flags"]
-    assert record["error"] == (f"memory limit 256 MiB reached (the task's processes together; the kernel killed "
+    assert record["error"] == (f"memory limit 256 MiB reached (the task's processes together with the files of "
+                               f"its work directory, held in memory: 272 MiB in all; the kernel killed "
                                f"{group['oom_kills']} of them)")
     assert "children" in (spool.root / "records" / "c-1" / "1.stdout").read_text()
     assert not os.path.exists(group["path"])  # removed with the task
     # The same agent under 512 MiB: nothing is killed, and the group is gone after it too.
     spool2 = Spool(spool.root.parent / "spool2")
     proc, record = run_agent(spool2, FORKED_HOGS, TCO_SANDBOX_MEMORY_BYTES=str(512 * MIB),
-                             TCO_MEMORY_CGROUP_ROOT=memory_cgroup_root)
+                             TCO_SANDBOX_WORK_BYTES=str(16 * MIB), TCO_MEMORY_CGROUP_ROOT=memory_cgroup_root)
     assert proc.returncode == 0 and record["flags"] == [] and record["sandbox"]["memory_cgroup"]["oom_kills"] == 0
     assert record["sandbox"]["memory_cgroup"]["peak_bytes"] > 384 * MIB
     assert not os.path.exists(record["sandbox"]["memory_cgroup"]["path"])

@@ -59,7 +59,9 @@ def test_a_narrowing_then_a_widening_reach_the_running_agents_proxy(tmp_path, up
     spool.write([{"task": 1}], command=["/usr/bin/python3", "-c", AGENT], policy=policy_yaml(upstream, BOTH),
                 network_ceilings=[{"label": "team t", "network_policies": network(upstream, BOTH)}])
     work = spool.root / "work" / spool.campaign_id / "1"
-    proc = spool.start(1)
+    # The test talks to the running agent through its work directory on the spool: the spool mode
+    # (TCO_SANDBOX_WORKDIR=spool); under the default tmpfs the host sees the files only at the end.
+    proc = spool.start(1, extra={"TCO_SANDBOX_WORKDIR": "spool"})
     try:
         wait_for(lambda: (work / "asked1").exists() or proc.poll() is not None, timeout=60)
         change(spool, 1, network(upstream, ["/v1/messages"]))  # narrowing
