@@ -811,3 +811,23 @@ def test_a_choice_of_the_wrong_type_or_an_infinite_page_is_ignored_and_the_socke
 
     connected, nothing, again = async_to_sync(poke)()
     assert connected and nothing and again["kind"] == "campaign.snapshot"
+
+
+def test_the_producers_lag_counts_changes_of_watched_views_not_a_first_build_of_old_ones(world,
+                                                                                          live_store_in_memory):
+    store = live_store_in_memory
+    store.eager = False
+    alpha = world["alpha"]
+    producer = publish.Producer(store)
+    view = snapshots.campaign_view(alpha.pk)
+    store.mark_changed([view.source], observed_at=time.time() - 60)     # a change nobody watched, a minute ago
+    store._register([view.key])                                          # then a page opens
+    first = producer.publish_pass()
+    assert first.built == 1 and first.lags == [] and producer.status()["lag_p95_s"] is None
+    observed = time.time() - 0.5
+    Task.objects.filter(campaign=alpha, task_number=2).update(state="running")
+    store.mark_changed([view.source], observed_at=observed)              # a change while it is watched
+    second = producer.publish_pass()
+    assert second.built == 1 and len(second.lags) == 1
+    assert 0.5 <= second.lags[0] < 0.5 + 30
+    assert producer.status()["lag_p95_s"] == round(second.lags[0], 3)
