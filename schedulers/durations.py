@@ -1,14 +1,16 @@
 """A duration in words, as tco's pages, alerts and pending reasons say it ("12 min 5 s", "3 h 04 min").
 
 The one home of the wording: ``dashboards.core.clock`` ("36 s ago") and the pending reasons
-(``schedulers.pending``: "starts at 18:00 UTC (in 41 min)") both call :func:`duration_text`.
+(``schedulers.pending``: "starts at 18:00 UTC (in 41 min)") both call :func:`duration_text`. Two pages
+keep a fixed hours-and-minutes form of their own, :func:`hours_minutes_text`: the task page's
+accounting fields ("3725 s (1 h 02 min)") and the advance reservations' choices ("for 2 h 00 min").
 Standard library only.
 """
 from __future__ import annotations
 
 import math
 
-__all__ = ["duration_text"]
+__all__ = ["duration_text", "hours_minutes_text"]
 
 
 def duration_text(seconds: float) -> str:
@@ -34,6 +36,28 @@ def duration_text(seconds: float) -> str:
         return f"{hours} h {m:02d} min"
     days, h = divmod(_nearest(seconds, 3600), 24)
     return f"{days} d {h} h"
+
+
+def hours_minutes_text(seconds: float, *, unit: str = "s") -> str:
+    """``seconds`` (a duration) as ``H h MM min`` from an hour on, below it ``M min SS s`` (``unit``
+    "s") or ``M min`` (``unit`` "min"); never in days (``49 h 00 min``).
+
+    ``unit`` "s" (the task page's accounting fields): rounded to the second first, with ``round()``
+    (halves to even), then the seconds are dropped from an hour on (3749.6 s is ``1 h 02 min``).
+    ``unit`` "min" (the advance reservations' durations): cut down to the whole minute (3599.9 s is
+    ``59 min``). Raises ``ValueError`` for another ``unit``.
+    """
+    if unit == "s":
+        total = int(round(seconds))
+    elif unit == "min":
+        total = int(seconds // 60) * 60
+    else:
+        raise ValueError(f"unit {unit!r}: use 's' or 'min'")
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if unit == "s" else f"{minutes} min"
 
 
 def _nearest(seconds: float, unit: int) -> int:

@@ -21,9 +21,9 @@ insert: a new record makes the task's earlier ones earlier attempts).
 
 Tasks still active are not in the rollups; bills read them from the detail
 rows (few: the live queue). What a row holds is written once, in SQL
-(:data:`_TASK_SELECT`, :data:`_RECORD_SELECT`), for the ingest hooks and for
-:func:`rebuild` alike; the unit tests check the rollups against sums computed
-from the detail rows in Python.
+(``dashboards.core.rollup_sql``), for the ingest hooks and for :func:`rebuild`
+alike; the tests check the rollups against sums computed from the detail rows
+in Python.
 
 Hours are UTC hours of the usage's start (``started_at``), the instant bills
 cut periods on; a bill uses the rollups where its periods start on whole
@@ -40,103 +40,14 @@ from typing import Iterable, Iterator, Sequence
 from django.db import connection, transaction
 
 from dashboards.core.chunks import in_chunks
-from dashboards.models import AccountingRecord, ModelRequest, RequestRollup, Task, UsageRollup, WasteRollup
-from dashboards.rollup_models import (DAY_KEY, KEY, RECORD_SUMS, REQUEST_KEY, REQUEST_SUMS, SUMS, TASK_SUMS,
-                                     WASTE_DAY_KEY, WASTE_KEY, WASTE_RECORD_SUMS, WASTE_SUMS, WASTE_TASK_SUMS,
-                                     UsageDayRollup, WasteDayRollup)
+from dashboards.core.rollup_sql import (DAY_SPECS, SELECTS, SPECS, as_hour, day_of, days_from_hours_select,
+                                       key_order, put_row, quote, record_select, task_select, upsert_sql)
+from dashboards.models import AccountingRecord, Task, UsageRollup
+from dashboards.rollup_models import KEY, RECORD_SUMS, REQUEST_SUMS, SUMS, TASK_SUMS, WASTE_SUMS, UsageDayRollup
 
 log = logging.getLogger(__name__)
 
 UTC = dt.timezone.utc
-#: Costs are integers of 1e-8 USD (``Task.cost_usd`` has 8 decimals).
-COST_UNITS = 100_000_000
-#: The disjoint token buckets (DESIGN.md); a task with tokens in any of them and no cost is unpriced.
-BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens")
-
-
-def _q(name: str) -> str:
-    return connection.ops.quote_name(name)
-
-
-def _hour(column: str, grain: str = "hour") -> str:
-    """SQL for the start of the UTC hour (``grain`` "day": the UTC day) of a datetime column, as the
-    column's own type stores it."""
-    if connection.vendor == "postgresql":
-        return f"date_trunc('{grain}', {column} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
-    # SQLite: Django stores UTC datetimes as text 'YYYY-MM-DD HH:MM:SS[.ffffff]'.
-    # (``%%``: every statement here is run with parameters, where ``%`` is written twice.)
-    return f"strftime('%%Y-%%m-%%d {'00' if grain == 'day' else '%%H'}:00:00', {column})"
-
-
-def _bigint(expr: str) -> str:
-    return f"CAST({expr} AS BIGINT)" if connection.vendor == "postgresql" else f"CAST({expr} AS INTEGER)"
-
-
-def _task_select(where: str) -> str:
-    """One group per rollup key of the ended campaign tasks ``where`` selects (alias ``t``): the key
-    columns then :data:`TASK_SUMS`, each as a bill counts it (``billing.bills``)."""
-    any_tokens = " OR ".join(f"t.{_q(b)} > 0" for b in BUCKETS)
-    return (
-        f"SELECT t.cluster_id, {_hour('t.started_at')} AS h, t.campaign_id, '' AS p, t.{_q('queue')} AS qu, "
-        f"COUNT(*), "
-        f"SUM(CASE WHEN t.state IN ('done', 'failed') THEN 1 ELSE 0 END), "
-        f"SUM(CASE WHEN t.state = 'done' AND t.verdict <> '' THEN 1 ELSE 0 END), "
-        f"SUM(CASE WHEN t.cost_usd IS NULL AND ({any_tokens}) THEN 1 ELSE 0 END), "
-        f"COALESCE(SUM({_bigint(f'ROUND(t.cost_usd * {COST_UNITS})')}), 0), "
-        + ", ".join(f"SUM(t.{_q(b)})" for b in (*BUCKETS, "reasoning_tokens"))
-        + f" FROM {_q(Task._meta.db_table)} t"
-        f" WHERE t.active = {_false()} AND t.campaign_id IS NOT NULL AND t.started_at IS NOT NULL AND ({where})"
-        f" GROUP BY t.cluster_id, {_hour('t.started_at')}, t.campaign_id, t.{_q('queue')}"
-    )
-
-
-def _false() -> str:
-    return "false" if connection.vendor == "postgresql" else "0"
-
-
-def _record_select(source: str, where: str = "1 = 1", grain: str = "hour") -> str:
-    """One group per rollup key of the accounting records in ``source`` (a table or a CTE with the
-    record's columns, alias ``a``) that ``where`` selects: the key columns then :data:`RECORD_SUMS`.
-    A record of a tco campaign's task is that campaign's; any other keeps its own project. ``grain``
-    "day": per UTC day (``UsageDayRollup``). In key order: every writer locks rollup rows in one
-    order, so two writers of the same rows wait for each other, never deadlock."""
-    wall = _bigint("ROUND(a.wallclock_s * 1000000)")
-    project, queue = "CASE WHEN t.campaign_id IS NULL THEN a.project ELSE '' END", f"a.{_q('queue')}"
-    return (
-        f"SELECT a.cluster_id, {_hour('a.started_at', grain)} AS h, COALESCE(t.campaign_id, 0), "
-        f"{project}, {queue}, "
-        f"COUNT(*), SUM({wall}), SUM({wall} * a.slots)"
-        f" FROM {source} a LEFT JOIN {_q(Task._meta.db_table)} t ON t.id = a.task_id"
-        f" WHERE a.started_at IS NOT NULL AND ({where})"
-        f" GROUP BY a.cluster_id, {_hour('a.started_at', grain)}, COALESCE(t.campaign_id, 0), {project}, {queue}"
-        f" ORDER BY 1, 2, 3, {_text_order(project)}, {_text_order(queue)}"
-    )
-
-
-def _text_order(expr: str) -> str:
-    """``expr`` (text) as ORDER BY sorts it in code point order, as Python sorts keys (:func:`_order`)."""
-    return f'{expr} COLLATE "C"' if connection.vendor == "postgresql" else expr
-
-
-def _upsert_sql(sums: Sequence[str], select: str | None = None, *, model=UsageRollup,
-                key: Sequence[str] = KEY, all_sums: Sequence[str] = SUMS) -> str:
-    """``INSERT`` of rollup rows of ``model`` (``key``, ``sums``) adding to a row of the same key:
-    from ``select``, or from one row of parameters."""
-    table = _q(model._meta.db_table)
-    columns = [*key, *sums]
-    # The columns not written take 0 (a new row), as the model's defaults say.
-    others = [s for s in all_sums if s not in sums]
-    insert_cols = ", ".join(_q(c) for c in (*columns, *others))
-    zeros = ", 0" * len(others)
-    if select is None:
-        source = f"VALUES ({', '.join(['%s'] * len(columns))}{zeros})"
-    else:
-        source = f"SELECT *{zeros} FROM ({select}) AS g"
-        if connection.vendor == "sqlite":
-            source += " WHERE true"  # SQLite: an upsert's SELECT needs a WHERE clause to parse
-    add = ", ".join(f"{_q(s)} = {table}.{_q(s)} + excluded.{_q(s)}" for s in sums)
-    return (f"INSERT INTO {table} ({insert_cols}) {source} "
-            f"ON CONFLICT ({', '.join(_q(c) for c in key)}) DO UPDATE SET {add}")
 
 
 def add_records_sql(source: str, where: str = "1 = 1", grain: str = "hour") -> str:
@@ -144,8 +55,8 @@ def add_records_sql(source: str, where: str = "1 = 1", grain: str = "hour") -> s
     (``grain`` "day": the day rollups); run by ``core.bulk`` over the records it has just inserted, in
     the same transaction (:func:`records_rolled_ctes`)."""
     if grain == "day":
-        return _upsert_sql(RECORD_SUMS, _record_select(source, where, "day"), **_DAY_SPECS["usage"])
-    return _upsert_sql(RECORD_SUMS, _record_select(source, where))
+        return upsert_sql(RECORD_SUMS, record_select(source, where, "day"), **DAY_SPECS["usage"])
+    return upsert_sql(RECORD_SUMS, record_select(source, where))
 
 
 def records_rolled_ctes(source: str) -> str:
@@ -156,7 +67,7 @@ def records_rolled_ctes(source: str) -> str:
 
 
 def _add_records_where(where: str, params: Sequence) -> None:
-    table = _q(AccountingRecord._meta.db_table)
+    table = quote(AccountingRecord._meta.db_table)
     with connection.cursor() as cur:
         for grain in ("hour", "day"):
             cur.execute(add_records_sql(table, where, grain), params)
@@ -181,9 +92,9 @@ def _task_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
     out: dict[tuple, list[int]] = {}
     with connection.cursor() as cur:
         for chunk in in_chunks(sorted(set(task_ids))):
-            cur.execute(_task_select(f"t.id IN ({', '.join(['%s'] * len(chunk))})"), chunk)
+            cur.execute(task_select(f"t.id IN ({', '.join(['%s'] * len(chunk))})"), chunk)
             for row in cur.fetchall():
-                key = (row[0], _as_hour(row[1]), row[2], row[3], row[4])
+                key = (row[0], as_hour(row[1]), row[2], row[3], row[4])
                 sums = [int(v or 0) for v in row[5:]]
                 if key in out:
                     out[key] = [a + b for a, b in zip(out[key], sums)]
@@ -192,40 +103,23 @@ def _task_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
     return out
 
 
-def _as_hour(value) -> dt.datetime:
-    if isinstance(value, str):  # SQLite's text
-        value = dt.datetime.fromisoformat(value)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _add(groups: dict[tuple, list[int]], sums: Sequence[str], *, kind: str = "usage") -> None:
     """Add ``groups`` ({key: sums}, hour keys) to the rollups of ``kind`` (usage, waste or requests),
-    then the same to their days (usage and waste: ``_DAY_SPECS``). Rows are written in key order
+    then the same to their days (usage and waste: ``DAY_SPECS``). Rows are written in key order
     (hours, then days): every writer of the rollups locks their rows in that one order."""
-    grains = [(groups, _SPECS[kind])]
-    if kind in _DAY_SPECS:
+    grains = [(groups, SPECS[kind])]
+    if kind in DAY_SPECS:
         days: dict[tuple, list[int]] = {}
         for key, values in groups.items():
-            day_key = (key[0], _day_of(key[1]), *key[2:])
+            day_key = (key[0], day_of(key[1]), *key[2:])
             days[day_key] = [a + b for a, b in zip(days[day_key], values)] if day_key in days else list(values)
-        grains.append((days, _DAY_SPECS[kind]))
+        grains.append((days, DAY_SPECS[kind]))
     for found, spec in grains:
         rows = [[key[0], connection.ops.adapt_datetimefield_value(key[1]), *key[2:], *values]
-                for key, values in sorted(found.items(), key=lambda kv: _order(kv[0])) if any(values)]
+                for key, values in sorted(found.items(), key=lambda kv: key_order(kv[0])) if any(values)]
         if rows:
             with connection.cursor() as cur:
-                cur.executemany(_upsert_sql(sums, **spec), rows)
-
-
-def _day_of(hour: dt.datetime) -> dt.datetime:
-    """00:00 UTC of the day of ``hour`` (an aware UTC datetime)."""
-    return hour.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def _order(key: tuple) -> tuple:
-    """A rollup key as it sorts in the database's key order (False before True, text as text)."""
-    return tuple((0, v) if isinstance(v, (int, bool)) else (1, v) if isinstance(v, dt.datetime) else (2, str(v))
-                 for v in key)
+                cur.executemany(upsert_sql(sums, **spec), rows)
 
 
 def _delta(before: dict[tuple, list[int]], after: dict[tuple, list[int]]) -> dict[tuple, list[int]]:
@@ -274,14 +168,14 @@ def tasks_rolled(task_ids: Iterable[int] = (), *, usage: bool = True) -> Iterato
         if roll.ids and connection.vendor == "postgresql":
             with connection.cursor() as cur:
                 for chunk in in_chunks(sorted(roll.ids)):
-                    cur.execute(f"SELECT id FROM {_q(Task._meta.db_table)} WHERE id IN "
+                    cur.execute(f"SELECT id FROM {quote(Task._meta.db_table)} WHERE id IN "
                                 f"({', '.join(['%s'] * len(chunk))}) ORDER BY id FOR UPDATE", chunk)
         kinds = ("usage", "waste", "requests") if usage else ("waste", "requests")
         before = {k: _shares(k, sorted(roll.ids)) if roll.ids else {} for k in kinds}
         yield roll
         for k in kinds:
             after = _shares(k, sorted(roll.ids)) if roll.ids else {}
-            _add(_delta(before[k], after), TASK_SUMS if k == "usage" else _SPECS[k]["all_sums"], kind=k)
+            _add(_delta(before[k], after), TASK_SUMS if k == "usage" else SPECS[k]["all_sums"], kind=k)
 
 
 def tasks_added(task_ids: Iterable[int]) -> None:
@@ -293,75 +187,7 @@ def tasks_added(task_ids: Iterable[int]) -> None:
         _add(_request_groups(ids), REQUEST_SUMS, kind="requests")
 
 
-# --------------------------------------------------------------------------- waste
-
-def _verdict(alias: str) -> str:
-    """SQL for the verdict a waste rollup keeps: the task's where it ended done, else ""."""
-    return f"CASE WHEN {alias}.state = 'done' THEN {alias}.verdict ELSE '' END"
-
-
-def _waste_task_select(where: str) -> str:
-    """One group per waste key of the ended campaign tasks ``where`` selects (alias ``t``), by
-    their start: the key columns then :data:`WASTE_TASK_SUMS` (``billing.waste``'s sums)."""
-    any_tokens = " OR ".join(f"t.{_q(b)} > 0" for b in BUCKETS)
-    return (
-        f"SELECT t.cluster_id, {_hour('t.started_at')} AS h, t.campaign_id, t.state, {_verdict('t')} AS v, "
-        f"{_false()} AS e, COUNT(*), "
-        f"SUM(CASE WHEN t.cost_usd IS NULL AND ({any_tokens}) THEN 1 ELSE 0 END), "
-        f"COALESCE(SUM({_bigint(f'ROUND(t.cost_usd * {COST_UNITS})')}), 0)"
-        f" FROM {_q(Task._meta.db_table)} t"
-        f" WHERE t.active = {_false()} AND t.campaign_id IS NOT NULL AND t.started_at IS NOT NULL AND ({where})"
-        f" GROUP BY 1, 2, 3, 4, 5"
-    )
-
-
-def _waste_record_select(where: str) -> str:
-    """One group per waste key of the accounting records of the ended campaign tasks ``where``
-    selects (records ``a``, tasks ``t``), by each record's start: the key columns (``earlier``:
-    a later record of the same task exists) then :data:`WASTE_RECORD_SUMS`."""
-    records = _q(AccountingRecord._meta.db_table)
-    wall = _bigint("ROUND(a.wallclock_s * 1000000)")
-    inner = (
-        f"SELECT a.cluster_id AS c, {_hour('a.started_at')} AS h, t.campaign_id AS k, t.state AS s, "
-        f"{_verdict('t')} AS v, CASE WHEN EXISTS (SELECT 1 FROM {records} b WHERE b.task_id = a.task_id "
-        f"AND b.start_us > a.start_us) THEN 1 ELSE 0 END AS e, {wall} AS w, a.slots AS n"
-        f" FROM {records} a JOIN {_q(Task._meta.db_table)} t ON t.id = a.task_id"
-        f" WHERE t.active = {_false()} AND t.campaign_id IS NOT NULL AND a.started_at IS NOT NULL AND ({where})"
-    )
-    earlier = "x.e = 1" if connection.vendor == "postgresql" else "x.e"
-    return (f"SELECT x.c, x.h, x.k, x.s, x.v, {earlier}, COUNT(*), SUM(x.w), SUM(x.w * x.n) FROM ({inner}) x"
-            f" GROUP BY x.c, x.h, x.k, x.s, x.v, x.e")
-
-
-def _request_select(where: str) -> str:
-    """One group per request rollup key of the model requests of the ended campaign tasks ``where``
-    selects (tasks ``t``, requests ``r``), by the task's start: the key columns, then the requests."""
-    return (
-        f"SELECT t.cluster_id, {_hour('t.started_at')} AS h, t.campaign_id, r.provider, r.{_q('model')}, COUNT(*)"
-        f" FROM {_q(ModelRequest._meta.db_table)} r JOIN {_q(Task._meta.db_table)} t ON t.id = r.task_id"
-        f" WHERE t.active = {_false()} AND t.campaign_id IS NOT NULL AND t.started_at IS NOT NULL AND ({where})"
-        f" GROUP BY 1, 2, 3, 4, 5"
-    )
-
-
-#: What each kind of rollup kept by task is made of: its model, key and sums (for the upsert), and its
-#: selects, each with the sums it gives and whether its ``where`` is on the records (a) or the tasks (t).
-_SPECS = {
-    "usage": {"model": UsageRollup, "key": KEY, "all_sums": SUMS},
-    "waste": {"model": WasteRollup, "key": WASTE_KEY, "all_sums": WASTE_SUMS},
-    "requests": {"model": RequestRollup, "key": REQUEST_KEY, "all_sums": REQUEST_SUMS},
-}
-#: The day grain of the usage and waste rollups (``rollup_models``: ``UsageDayRollup``, ``WasteDayRollup``):
-#: the same sums, keyed by the UTC day where the hour rows have the hour.
-_DAY_SPECS = {
-    "usage": {"model": UsageDayRollup, "key": DAY_KEY, "all_sums": SUMS},
-    "waste": {"model": WasteDayRollup, "key": WASTE_DAY_KEY, "all_sums": WASTE_SUMS},
-}
-_SELECTS = {
-    "waste": ((_waste_task_select, WASTE_TASK_SUMS, False), (_waste_record_select, WASTE_RECORD_SUMS, True)),
-    "requests": ((_request_select, REQUEST_SUMS, False),),
-}
-
+# --------------------------------------------------------------------------- waste and requests
 
 def _shares(kind: str, task_ids: Sequence[int]) -> dict[tuple, list[int]]:
     return _task_groups(task_ids) if kind == "usage" else _groups(kind, task_ids)
@@ -370,14 +196,14 @@ def _shares(kind: str, task_ids: Sequence[int]) -> dict[tuple, list[int]]:
 def _groups(kind: str, task_ids: Sequence[int]) -> dict[tuple, list[int]]:
     """The share of the tasks ``task_ids`` in the ``kind`` rollups (waste, requests): {key: sums}."""
     out: dict[tuple, list[int]] = {}
-    width = len(_SPECS[kind]["key"])
+    width = len(SPECS[kind]["key"])
     with connection.cursor() as cur:
         for chunk in in_chunks(sorted(set(task_ids))):
             where = f"t.id IN ({', '.join(['%s'] * len(chunk))})"
-            for select, sums, _on_records in _SELECTS[kind]:
+            for select, sums, _on_records in SELECTS[kind]:
                 cur.execute(select(where), chunk)
                 for row in cur.fetchall():
-                    _put(out, row, _SPECS[kind]["all_sums"].index(sums[0]), kind, width)
+                    put_row(out, row, SPECS[kind]["all_sums"].index(sums[0]), kind, width)
     return out
 
 
@@ -389,16 +215,6 @@ def _request_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
     return _groups("requests", task_ids)
 
 
-def _put(out: dict[tuple, list[int]], row: Sequence, at: int, kind: str = "waste", width: int = len(WASTE_KEY)
-         ) -> None:
-    """Add one select's row (the key's ``width`` columns, then sums that start at ``at`` in the
-    ``kind``'s sums) to ``out``. (SQLite's 0 and 1 for ``earlier`` equal False and True as keys.)"""
-    key = (row[0], _as_hour(row[1]), *row[2:width])
-    sums = out.setdefault(key, [0] * len(_SPECS[kind]["all_sums"]))
-    for i, value in enumerate(row[width:]):
-        sums[at + i] += int(value or 0)
-
-
 # --------------------------------------------------------------------------- rebuild and check
 
 def rebuild(*, cluster_id: int | None = None, since: dt.datetime | None = None) -> int:
@@ -408,26 +224,26 @@ def rebuild(*, cluster_id: int | None = None, since: dt.datetime | None = None) 
     made again: the detail rows before a retention cut are gone, and the
     rollups are then all that is left of them. Returns the rollup rows written.
     """
-    table = _q(UsageRollup._meta.db_table)
+    table = quote(UsageRollup._meta.db_table)
     (where, task_where, record_where), params = _where(cluster_id, since)
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(f"DELETE FROM {table} WHERE {where}", params)
-        cur.execute(_upsert_sql(TASK_SUMS, _task_select(task_where)), params)
-        cur.execute(add_records_sql(_q(AccountingRecord._meta.db_table), record_where), params)
+        cur.execute(upsert_sql(TASK_SUMS, task_select(task_where)), params)
+        cur.execute(add_records_sql(quote(AccountingRecord._meta.db_table), record_where), params)
         if _day_grain_made():
             rebuild_days("usage", cluster_id=cluster_id, since=since)
         return _stored(cluster_id, since).count()
 
 
 def _rebuild_kind(kind: str, cluster_id: int | None, since: dt.datetime | None) -> int:
-    spec = _SPECS[kind]
-    table = _q(spec["model"]._meta.db_table)
+    spec = SPECS[kind]
+    table = quote(spec["model"]._meta.db_table)
     (where, task_where, record_where), params = _where(cluster_id, since)
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(f"DELETE FROM {table} WHERE {where}", params)
-        for select, sums, on_records in _SELECTS[kind]:
-            cur.execute(_upsert_sql(sums, select(record_where if on_records else task_where), **spec), params)
-        if kind in _DAY_SPECS and _day_grain_made():
+        for select, sums, on_records in SELECTS[kind]:
+            cur.execute(upsert_sql(sums, select(record_where if on_records else task_where), **spec), params)
+        if kind in DAY_SPECS and _day_grain_made():
             rebuild_days(kind, cluster_id=cluster_id, since=since)
     return _stored(cluster_id, since, spec["model"]).count()
 
@@ -446,18 +262,18 @@ def rebuild_requests(*, cluster_id: int | None = None, since: dt.datetime | None
 def kind_differences(kind: str, *, cluster_id: int | None = None, since: dt.datetime | None = None) -> list[dict]:
     """Where the ``kind`` rollups (waste, requests) differ from the detail rows: ``[{"key", "rollup",
     "detail"}]``."""
-    spec = _SPECS[kind]
+    spec = SPECS[kind]
     width = len(spec["key"])
     (_where_rollup, task_where, record_where), params = _where(cluster_id, since)
     detail: dict[tuple, list[int]] = {}
     with connection.cursor() as cur:
-        for select, sums, on_records in _SELECTS[kind]:
+        for select, sums, on_records in SELECTS[kind]:
             cur.execute(select(record_where if on_records else task_where), params)
             for row in cur.fetchall():
-                _put(detail, row, spec["all_sums"].index(sums[0]), kind, width)
+                put_row(detail, row, spec["all_sums"].index(sums[0]), kind, width)
     stored: dict[tuple, list[int]] = {}
     for row in _stored(cluster_id, since, spec["model"]).values_list(*spec["key"], *spec["all_sums"]):
-        _put(stored, row, 0, kind, width)
+        put_row(stored, row, 0, kind, width)
     zero = [0] * len(spec["all_sums"])
     out = []
     for key in sorted(detail.keys() | stored.keys(), key=str):
@@ -506,13 +322,13 @@ def differences(*, cluster_id: int | None = None, since: dt.datetime | None = No
     (_rollup_where, task_where, record_where), params = _where(cluster_id, since)
     zero = [0] * len(SUMS)
     with connection.cursor() as cur:
-        cur.execute(_task_select(task_where), params)
+        cur.execute(task_select(task_where), params)
         for row in cur.fetchall():
-            key = (row[0], _as_hour(row[1]), row[2], row[3], row[4])
+            key = (row[0], as_hour(row[1]), row[2], row[3], row[4])
             detail.setdefault(key, list(zero))[:len(TASK_SUMS)] = [int(v or 0) for v in row[5:]]
-        cur.execute(_record_select(_q(AccountingRecord._meta.db_table), record_where), params)
+        cur.execute(record_select(quote(AccountingRecord._meta.db_table), record_where), params)
         for row in cur.fetchall():
-            key = (row[0], _as_hour(row[1]), row[2], row[3], row[4])
+            key = (row[0], as_hour(row[1]), row[2], row[3], row[4])
             detail.setdefault(key, list(zero))[len(TASK_SUMS):] = [int(v or 0) for v in row[5:]]
     stored: dict[tuple, list[int]] = {}
     for row in _stored(cluster_id, since).values_list(*KEY, *SUMS):
@@ -534,19 +350,6 @@ def _day_grain_made() -> bool:
     return UsageDayRollup._meta.db_table in connection.introspection.table_names()
 
 
-def _days_from_hours_select(kind: str, where: str) -> str:
-    """The day rows of ``kind`` (usage, waste) summed from its hour rows ``where`` selects: the day
-    key's columns then every sum, in key order."""
-    spec, day = _SPECS[kind], _DAY_SPECS[kind]
-    rest = [_q(c) for c in spec["key"][2:]]
-    texts = {"project", "queue", "state", "verdict"}
-    order = ["1", "2", *(_text_order(_q(c)) if c in texts else _q(c) for c in spec["key"][2:])]
-    return (f"SELECT cluster_id, {_hour(_q('hour'), 'day')} AS d, {', '.join(rest)}, "
-            + ", ".join(f"SUM({_q(s)})" for s in day["all_sums"])
-            + f" FROM {_q(spec['model']._meta.db_table)} WHERE {where}"
-            f" GROUP BY cluster_id, {_hour(_q('hour'), 'day')}, {', '.join(rest)} ORDER BY {', '.join(order)}")
-
-
 def _day_where(cluster_id: int | None, since: dt.datetime | None, column: str) -> tuple[str, list]:
     where, params = ["1 = 1"], []
     if cluster_id is not None:
@@ -554,7 +357,7 @@ def _day_where(cluster_id: int | None, since: dt.datetime | None, column: str) -
         params.append(cluster_id)
     if since is not None:
         where.append(f"{column} >= %s")
-        params.append(connection.ops.adapt_datetimefield_value(_day_of(since)))
+        params.append(connection.ops.adapt_datetimefield_value(day_of(since)))
     return " AND ".join(where), params
 
 
@@ -564,13 +367,13 @@ def rebuild_days(kind: str = "usage", *, cluster_id: int | None = None, since: d
     on (every hour row of that day is summed, those before ``since`` too), or all. The hour rows are
     kept for every hour, retained detail or not, so the day rows are exact wherever the hours are.
     Returns the day rows of ``kind`` from that day on."""
-    spec = _DAY_SPECS[kind]
-    table = _q(spec["model"]._meta.db_table)
+    spec = DAY_SPECS[kind]
+    table = quote(spec["model"]._meta.db_table)
     day_where, day_params = _day_where(cluster_id, since, "day")
     hour_where, hour_params = _day_where(cluster_id, since, "hour")
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(f"DELETE FROM {table} WHERE {day_where}", day_params)
-        cur.execute(_upsert_sql(spec["all_sums"], _days_from_hours_select(kind, hour_where), **spec), hour_params)
+        cur.execute(upsert_sql(spec["all_sums"], days_from_hours_select(kind, hour_where), **spec), hour_params)
         cur.execute(f"SELECT COUNT(*) FROM {table} WHERE {day_where}", day_params)
         return cur.fetchone()[0]
 
@@ -578,22 +381,22 @@ def rebuild_days(kind: str = "usage", *, cluster_id: int | None = None, since: d
 def day_differences(kind: str = "usage", *, cluster_id: int | None = None) -> list[dict]:
     """Where the day rows of ``kind`` (usage, waste) differ from the sum of their hour rows:
     ``[{"key", "day", "hours"}]`` (each a {sum: value}); [] when they agree."""
-    spec = _DAY_SPECS[kind]
+    spec = DAY_SPECS[kind]
     where, params = _day_where(cluster_id, None, "day")
     width = len(spec["key"])
     from_hours: dict[tuple, list[int]] = {}
     stored: dict[tuple, list[int]] = {}
     with connection.cursor() as cur:
-        cur.execute(_days_from_hours_select(kind, where), params)
+        cur.execute(days_from_hours_select(kind, where), params)
         for row in cur.fetchall():
-            from_hours[(row[0], _as_hour(row[1]), *row[2:width])] = [int(v or 0) for v in row[width:]]
-        cur.execute(f"SELECT {', '.join(_q(c) for c in (*spec['key'], *spec['all_sums']))} "
-                    f"FROM {_q(spec['model']._meta.db_table)} WHERE {where}", params)
+            from_hours[(row[0], as_hour(row[1]), *row[2:width])] = [int(v or 0) for v in row[width:]]
+        cur.execute(f"SELECT {', '.join(quote(c) for c in (*spec['key'], *spec['all_sums']))} "
+                    f"FROM {quote(spec['model']._meta.db_table)} WHERE {where}", params)
         for row in cur.fetchall():
-            stored[(row[0], _as_hour(row[1]), *row[2:width])] = [int(v or 0) for v in row[width:]]
+            stored[(row[0], as_hour(row[1]), *row[2:width])] = [int(v or 0) for v in row[width:]]
     zero = [0] * len(spec["all_sums"])
     out = []
-    for key in sorted(from_hours.keys() | stored.keys(), key=_order):
+    for key in sorted(from_hours.keys() | stored.keys(), key=key_order):
         a, b = stored.get(key, zero), from_hours.get(key, zero)
         if a != b:
             out.append({"key": dict(zip(spec["key"], key)), "day": dict(zip(spec["all_sums"], a)),

@@ -42,6 +42,7 @@ from dashboards.core.scope import tasks_visible_to, visible_team_ids
 from dashboards.ingest.reservations import parse_reservation_rows, refresh_status
 from dashboards.models import Cluster, Reservation, Task, Team
 from schedulers.base import InvalidSubmission, ReservationSpec, SchedulerError
+from schedulers.durations import hours_minutes_text
 
 log = logging.getLogger(__name__)
 
@@ -272,13 +273,7 @@ def team_choices(user: AbstractBaseUser, cluster: Cluster | None = None) -> list
                                        team__in=teams_with(user, "launch"))
             .select_related("team").order_by("start_at", "ar_id"))
     return [(r.ar_id, f"{r.ar_id} {r.name} ({r.team.name}, {r.start_at.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
-                      f"for {_duration_text((r.end_at - r.start_at).total_seconds())})") for r in rows]
-
-
-def _duration_text(seconds: float) -> str:
-    minutes = int(seconds // 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
+                      f"for {hours_minutes_text((r.end_at - r.start_at).total_seconds(), unit='min')})") for r in rows]
 
 
 def reservation_context(status: dict, *, cluster: Cluster | None = None, user=None) -> dict:

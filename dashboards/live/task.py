@@ -18,6 +18,7 @@ from dashboards.core.states import TOKEN_FIELDS
 from dashboards.live.campaign import failure_dict, shown_state_code, tokens_of
 from dashboards.models import AccountingRecord, ModelRequest, Task
 from schedulers.base import SCHEDULER_STATES
+from schedulers.durations import hours_minutes_text
 
 REQUESTS_SHOWN = 200
 
@@ -190,7 +191,7 @@ def accounting_fields(row: dict[str, Any]) -> list[list[str]]:
         label, kind = ACCOUNTING_LABELS.get(key, (key.replace("_", " "), ""))
         if kind == "s":
             seconds = float(value)
-            text = f"{seconds:.3f} s" if seconds < 60 else f"{seconds:.0f} s ({_duration_text(seconds)})"
+            text = f"{seconds:.3f} s" if seconds < 60 else f"{seconds:.0f} s ({hours_minutes_text(seconds)})"
         elif kind == "bytes":
             text = _bytes_text(value)
         elif kind == "time":
@@ -199,13 +200,6 @@ def accounting_fields(row: dict[str, Any]) -> list[list[str]]:
             text = str(value)
         out.append([label, text])
     return out
-
-
-def _duration_text(seconds: float) -> str:
-    total = int(round(seconds))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
 def task_progress(task: Task, *, now: dt.datetime | None = None) -> dict[str, Any] | None:

@@ -419,6 +419,20 @@ def waste_detail_sums() -> dict[tuple, list[int]]:
     return {k: v for k, v in out.items() if any(v)}
 
 
+def store_a_rerun(cluster: Cluster, *, later: dt.timedelta, wall: float, slots: int) -> None:
+    """A rerun's record of the first ended campaign task with a record, starting ``later`` than that
+    record, read after the task ended (as ingest stores a record of a known task): the task's first
+    record becomes an earlier attempt, in the same transaction."""
+    first = (AccountingRecord.objects.filter(task__active=False, task__campaign__isnull=False)
+             .select_related("task").order_by("id").first())
+    task = first.task
+    rerun = parsed(task.job_number, task.task_number, submitted=first.submitted_at + dt.timedelta(seconds=9),
+                   started=first.started_at + later, wall=wall, slots=slots, queue="agent.q",
+                   ended=first.started_at + later + dt.timedelta(seconds=wall), project=task.project)
+    with transaction.atomic():
+        assert bulk.store_accounting_records(cluster, [rerun], {0: task.id}) == 1
+
+
 def stored_waste() -> dict[tuple, list[int]]:
     out = {}
     for row in WasteRollup.objects.values_list(*WASTE_KEY, *WASTE_SUMS):
@@ -443,16 +457,7 @@ def test_waste_rollups_equal_the_detail_rows_and_the_waste_view_over_them_is_exa
                                                                                   settings):
     history = build_history(random.Random(seed), tmp_path / "spool", ops_users)
     cluster = history["cluster"]
-    # A rerun's record read after the task ended (as ingest stores a record of a known task): the
-    # task's first record becomes an earlier attempt, in the same transaction.
-    first_record = (AccountingRecord.objects.filter(task__active=False, task__campaign__isnull=False)
-                    .select_related("task").order_by("id").first())
-    task = first_record.task
-    rerun = parsed(task.job_number, task.task_number, submitted=first_record.submitted_at + dt.timedelta(seconds=9),
-                   started=first_record.started_at + dt.timedelta(hours=3), wall=123.25, slots=2, queue="agent.q",
-                   ended=first_record.started_at + dt.timedelta(hours=3, seconds=123.25), project=task.project)
-    with transaction.atomic():
-        assert bulk.store_accounting_records(cluster, [rerun], {0: task.id}) == 1
+    store_a_rerun(cluster, later=dt.timedelta(hours=3), wall=123.25, slots=2)
     expected = waste_detail_sums()
     assert any(key[5] for key in expected) and any(key[3] == "failed" for key in expected)
     assert stored_waste() == expected

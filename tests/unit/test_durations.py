@@ -12,7 +12,7 @@ import re
 import pytest
 
 from dashboards.core.clock import ago
-from schedulers.durations import duration_text
+from schedulers.durations import duration_text, hours_minutes_text
 from schedulers.pending import reservation_reasons
 
 NOW = dt.datetime(2026, 12, 2, 6, 41, 38, tzinfo=dt.timezone.utc)
@@ -85,3 +85,42 @@ def test_the_pages_and_the_pending_reasons_say_a_wait_alike(seconds, words):
     assert reason["text"].endswith(f"(in {words})")
     assert ago(start, NOW).startswith(f"in {words} (")
     assert ago(NOW - dt.timedelta(seconds=seconds), NOW).startswith(f"{words} ago (")
+
+
+# --------------------------------------------------------------------------- the fixed hours-and-minutes form
+
+#: (seconds, unit, words), worked out by hand: unit "s" rounds to the second (halves to even, as
+#: round() does) and drops the seconds from an hour on; unit "min" cuts down to the whole minute.
+HOURS_MINUTES = [
+    (60, "s", "1 min 00 s"),
+    (60.5, "s", "1 min 00 s"),  # a half to the even second
+    (61.5, "s", "1 min 02 s"),
+    (125.4, "s", "2 min 05 s"),
+    (3599.4, "s", "59 min 59 s"),
+    (3599.6, "s", "1 h 00 min"),  # 3600 s once rounded
+    (3749.6, "s", "1 h 02 min"),  # 3750 s = 1 h 2 min 30 s: the seconds dropped, not rounded up
+    (49 * 3600, "s", "49 h 00 min"),  # never in days
+    (0, "min", "0 min"),
+    (59.9, "min", "0 min"),
+    (3599.9, "min", "59 min"),
+    (3600, "min", "1 h 00 min"),
+    (5430, "min", "1 h 30 min"),  # 1 h 30 min 30 s
+    (48 * 3600 + 59 * 60 + 59, "min", "48 h 59 min"),
+]
+
+
+@pytest.mark.parametrize(("seconds", "unit", "words"), HOURS_MINUTES)
+def test_the_fixed_form_says_hours_and_minutes_as_each_page_did(seconds, unit, words):
+    assert hours_minutes_text(seconds, unit=unit) == words
+
+
+def test_the_fixed_form_refuses_another_unit():
+    with pytest.raises(ValueError, match="unit 'h'"):
+        hours_minutes_text(7200, unit="h")
+
+
+def test_the_task_pages_accounting_fields_gloss_seconds_past_a_minute():
+    from dashboards.live.task import accounting_fields
+
+    rows = dict(accounting_fields({"wallclock_s": 3725.0, "cpu_s": 12.5}))
+    assert rows == {"wall clock": "3725 s (1 h 02 min)", "CPU time": "12.500 s"}  # 3725 s = 1 h 2 min 5 s

@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from dashboards.core import limits
-from tco_web.settings import sandbox_limit_table
+from tco_web.limit_settings import sandbox_limit_table
 
 GIB, MIB = 1 << 30, 1 << 20
 
