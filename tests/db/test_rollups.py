@@ -27,7 +27,7 @@ from dashboards.ingest.poll import reconcile_gone_tasks
 from dashboards.ingest.runner_records import ingest_runner_records
 from dashboards.models import (AccountingRecord, Cluster, ModelRequest, RequestRollup, Task, Team, UsageRollup,
                                WasteRollup)
-from dashboards.rollup_models import KEY, REQUEST_KEY, SUMS, WASTE_KEY, WASTE_SUMS
+from dashboards.rollup_models import KEY, REQUEST_KEY, SUMS, WASTE_KEY, WASTE_SUMS, UsageDayRollup
 from schedulers.base import AccountingRecord as Parsed
 from tests.support import budget
 from tests.support.history import make_campaign
@@ -303,10 +303,20 @@ def test_the_command_checks_and_rebuilds(ops_users, tmp_path):
     build_history(random.Random(11), tmp_path / "spool", ops_users, days=2)
     out = StringIO()
     call_command("tco_rollups", "--check", stdout=out)
-    assert "equal the detail rows" in out.getvalue()
+    assert "equal the detail rows" in out.getvalue() and "the day rows equal their hours" in out.getvalue()
+    # an hour row edited by hand: it differs from its detail rows, and its day row from its hours
     UsageRollup.objects.filter(pk=UsageRollup.objects.order_by("pk").first().pk).update(records=12345)
-    with pytest.raises(CommandError, match="1 rollup rows differ"):
+    with pytest.raises(CommandError, match="2 rollup rows differ"):
         call_command("tco_rollups", "--check", stdout=StringIO())
+    call_command("tco_rollups", "--rebuild", stdout=StringIO())
+    call_command("tco_rollups", "--check", stdout=StringIO())
+    # a day row edited by hand (the bills read whole days from it): only it differs, and it is named
+    day = UsageDayRollup.objects.order_by("pk").first()
+    UsageDayRollup.objects.filter(pk=day.pk).update(cost_units=day.cost_units + 1)
+    out = StringIO()
+    with pytest.raises(CommandError, match="1 rollup rows differ"):
+        call_command("tco_rollups", "--check", stdout=out)
+    assert f"day row != its hours: {{'cost_units': ({day.cost_units + 1}, {day.cost_units})}}" in out.getvalue()
     call_command("tco_rollups", "--rebuild", stdout=StringIO())
     call_command("tco_rollups", "--check", stdout=StringIO())
 

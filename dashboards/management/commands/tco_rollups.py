@@ -1,11 +1,13 @@
 """Check the usage, waste and request rollups against the detail rows, or make them again from them (issue 26).
 
-    manage.py tco_rollups --check            # exit 1 and list the hours that differ
+    manage.py tco_rollups --check            # exit 1 and list the hours and days that differ
     manage.py tco_rollups --rebuild          # make them again (after a repair by hand)
 
 Both take ``--cluster NAME``. Where the detail retention dropped rows
 (``Cluster.detail_dropped_before``), only the hours from that cut on are
-checked or made again: before it the rollups are all that is left.
+checked or made again: before it the rollups are all that is left. The day rows (usage and
+waste, the bills' whole days) are checked against the sum of their hour rows, every day: the hour
+rows are kept for all hours.
 """
 from __future__ import annotations
 
@@ -44,11 +46,18 @@ class Command(BaseCommand):
             differences = (rollups.differences(cluster_id=c.pk, since=since)
                            + rollups.kind_differences("waste", cluster_id=c.pk, since=since)
                            + rollups.kind_differences("requests", cluster_id=c.pk, since=since))
-            bad += len(differences)
+            days = (rollups.day_differences("usage", cluster_id=c.pk)
+                    + rollups.day_differences("waste", cluster_id=c.pk))
+            bad += len(differences) + len(days)
             for d in differences[:50]:
                 changed = {k: (v, d["detail"][k]) for k, v in d["rollup"].items() if v != d["detail"][k]}
                 self.stdout.write(f"{scope}: {d['key']}: rollup != detail: {changed}")
+            for d in days[:50]:
+                changed = {k: (v, d["hours"][k]) for k, v in d["day"].items() if v != d["hours"][k]}
+                self.stdout.write(f"cluster {c.name}: {d['key']}: day row != its hours: {changed}")
             if not differences:
                 self.stdout.write(f"{scope}: the rollups equal the detail rows")
+            if not days:
+                self.stdout.write(f"cluster {c.name}: the day rows equal their hours")
         if bad:
             raise CommandError(f"{bad} rollup rows differ from the detail rows (tco_rollups --rebuild makes them again)")
