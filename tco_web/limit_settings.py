@@ -35,6 +35,15 @@ TCO_RESERVATION_MAX_LEAD_S = env_int("TCO_RESERVATION_MAX_LEAD_S", 7 * 24 * 3600
 TCO_SANDBOX_LIMITS = {name: os.environ[name] for name in (
     "TCO_SANDBOX_MEMORY_BYTES", "TCO_SANDBOX_FILE_BYTES", "TCO_SANDBOX_CPU_S", "TCO_SANDBOX_WORK_BYTES",
     "TCO_SANDBOX_WORK_CHECK_S", "TCO_SANDBOX_MAX_PROCESSES", "TCO_SANDBOX_TMPFS_BYTES") if os.environ.get(name)}
+# Where a task's /sandbox lives, passed to its runner too: "tmpfs" (the default: a tmpfs of the disk
+# limit, the kernel refuses the write past it) or "spool" (a bind of the spool's work directory, the
+# limit kept by a periodic walk: for work directories bigger than memory). docs/limits.md;
+# execution/runner/workdir_tmpfs.py checks it again.
+TCO_SANDBOX_WORKDIR = os.environ.get("TCO_SANDBOX_WORKDIR", "").strip()
+if TCO_SANDBOX_WORKDIR not in ("", "tmpfs", "spool"):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"TCO_SANDBOX_WORKDIR={TCO_SANDBOX_WORKDIR!r}: tmpfs or spool")
 
 
 def sandbox_limit_table(name: str, raw: str | None) -> dict[str, dict[str, dict[str, int]]]:

@@ -63,6 +63,8 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
             "PYTHONDONTWRITEBYTECODE": "1",
             # The site's sandbox limits (docs/limits.md); the runner's defaults otherwise.
             **getattr(settings, "TCO_SANDBOX_LIMITS", {}),
+            **({"TCO_SANDBOX_WORKDIR": settings.TCO_SANDBOX_WORKDIR} if getattr(settings, "TCO_SANDBOX_WORKDIR", "")
+               else {}),
             # OpenTelemetry traces, when the site points tco at a receiver (docs/otel.md).
             **trace_environment(campaign),
         },

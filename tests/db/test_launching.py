@@ -189,6 +189,23 @@ def test_the_sites_sandbox_limits_reach_every_tasks_runner(ops_users, research, 
     environment = campaign_job_spec(campaign).environment
     assert environment["TCO_SANDBOX_MEMORY_BYTES"] == "2147483648" and environment["TCO_SANDBOX_CPU_S"] == "3600"
     assert "TCO_SANDBOX_FILE_BYTES" not in environment
+    assert "TCO_SANDBOX_WORKDIR" not in environment                 # the runner's default (tmpfs)
+    settings.TCO_SANDBOX_WORKDIR = "spool"
+    assert campaign_job_spec(campaign).environment["TCO_SANDBOX_WORKDIR"] == "spool"
+
+
+def test_a_work_directory_mode_other_than_tmpfs_or_spool_stops_the_settings(monkeypatch):
+    import importlib
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    import tco_web.limit_settings as limit_settings
+
+    monkeypatch.setenv("TCO_SANDBOX_WORKDIR", "disk")
+    with pytest.raises(ImproperlyConfigured, match="TCO_SANDBOX_WORKDIR='disk': tmpfs or spool"):
+        importlib.reload(limit_settings)
+    monkeypatch.delenv("TCO_SANDBOX_WORKDIR")
+    importlib.reload(limit_settings)
 
 
 @pytest.mark.parametrize("name", ["-u root", "; rm -rf /", "a\nb", "with space", "a:b", "", "x" * 65, "../x"])
