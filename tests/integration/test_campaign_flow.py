@@ -98,6 +98,46 @@ def test_it_follows_a_real_campaign_from_submission_to_accounting(bootstrap, dja
     assert Campaign.objects.get(pk=campaign.pk).status == "finished"
 
 
+def _tree(pid: int) -> list[int]:
+    out, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                stack += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def agents_running(campaign_id: int) -> int:
+    """How many runners of the campaign (``python -m execution.runner`` with ``TCO_CAMPAIGN_ID`` in its
+    environment, /proc) have a demo agent running below them now."""
+    mark = f"TCO_CAMPAIGN_ID={campaign_id}".encode()
+    found = 0
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or b"execution.runner" not in (proc / "cmdline").read_bytes():
+                continue
+            if mark not in (proc / "environ").read_bytes().split(b"\0"):
+                continue
+            below = [Path(f"/proc/{p}/cmdline").read_bytes() for p in _tree(int(proc.name))[1:]
+                     if Path(f"/proc/{p}/cmdline").exists()]
+        except OSError:
+            continue
+        found += any(b"demo.demo_agent" in cmd for cmd in below)
+    return found
+
+
+def wait_for_agents(campaign_id: int, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while agents_running(campaign_id) < count:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{count} agents of campaign {campaign_id} were not running within {timeout:g} s")
+        time.sleep(0.2)
+
+
 def drive_until_ended(cluster, campaign, scheduler, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -128,7 +168,9 @@ def test_a_task_deleted_mid_agent_still_leaves_its_runner_record(bootstrap, djan
         if Task.objects.filter(campaign=campaign, state="running").count() == 2:
             break
         time.sleep(0.3)
-    time.sleep(2.0)  # let the agents start inside their runners
+    # Mid-agent: both agents run inside their runners (seen in /proc, not guessed with a sleep: on a
+    # loaded host the jobs' cpu group may take seconds to start a runner).
+    wait_for_agents(campaign.pk, 2, timeout=90)
     scheduler.control("delete", campaign.job_number)
     drive_until_ended(cluster, campaign, scheduler)
     for task in Task.objects.filter(campaign=campaign):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import secrets
 import socket
 import socketserver
 import subprocess
@@ -35,7 +36,10 @@ from tests.helpers import model_api_policy
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "sk-tco-escape-test-7f3a9c1e5d"
+# Made afresh for each run: a literal here would be in this file (and its bytecode), which the probes
+# read when the checkout is somewhere the sandbox may read (a clone under /tmp: the fresh clone's
+# `make test` failed p10 on its own source).
+SECRET = "sk-tco-escape-" + secrets.token_hex(12)
 MARKER = "tcoescape7f3a"
 CAMPAIGN = "esc"
 
