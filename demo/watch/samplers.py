@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 
 from demo.watch.lags import Sightings
 
-__all__ = ["QstatSampler", "rss_bytes", "cpu_seconds", "host_cpu_seconds", "service_pids", "LoadSampler"]
+__all__ = ["QstatSampler", "rss_bytes", "descendants", "cpu_seconds", "host_cpu_seconds", "service_pids", "LoadSampler"]
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -55,21 +55,17 @@ def rss_bytes(pid: int) -> int:
     """Resident memory of ``pid`` and all its descendants (bytes, ``VmRSS`` of /proc/<pid>/status);
     0 when it is gone."""
     total = 0
-    stack = [pid]
-    while stack:
-        p = stack.pop()
+    for p in descendants(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
-            for task in Path(f"/proc/{p}/task").iterdir():
-                stack += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError):
             continue
     return total
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """``pid`` and every live descendant (from /proc/<pid>/task/*/children)."""
     out, stack = [], [pid]
     while stack:
@@ -88,7 +84,7 @@ def cpu_seconds(pid: int) -> float:
     process of the tree, ``utime + stime + cutime + cstime`` of /proc/<pid>/stat (proc(5), fields
     14-17, clock ticks), so children already reaped count through their parent. 0.0 when it is gone."""
     ticks = 0
-    for p in _descendants(pid):
+    for p in descendants(pid):
         try:
             stat = Path(f"/proc/{p}/stat").read_text()
         except OSError:

@@ -20,6 +20,7 @@ from dashboards.launch.submit import campaign_submit
 from dashboards.ingest.poll import apply_qstat_poll
 from dashboards.ingest.accounting import ingest_accounting
 from dashboards.ingest.runner_records import ingest_runner_records
+from demo.watch.samplers import descendants
 from tests.sge_env import sge_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -98,19 +99,6 @@ def test_it_follows_a_real_campaign_from_submission_to_accounting(bootstrap, dja
     assert Campaign.objects.get(pk=campaign.pk).status == "finished"
 
 
-def _tree(pid: int) -> list[int]:
-    out, stack = [], [pid]
-    while stack:
-        p = stack.pop()
-        out.append(p)
-        try:
-            for task in Path(f"/proc/{p}/task").iterdir():
-                stack += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def agents_running(campaign_id: int) -> int:
     """How many runners of the campaign (``python -m execution.runner`` with ``TCO_CAMPAIGN_ID`` in its
     environment, /proc) have a demo agent running below them now."""
@@ -122,7 +110,7 @@ def agents_running(campaign_id: int) -> int:
                 continue
             if mark not in (proc / "environ").read_bytes().split(b"\0"):
                 continue
-            below = [Path(f"/proc/{p}/cmdline").read_bytes() for p in _tree(int(proc.name))[1:]
+            below = [Path(f"/proc/{p}/cmdline").read_bytes() for p in descendants(int(proc.name))[1:]
                      if Path(f"/proc/{p}/cmdline").exists()]
         except OSError:
             continue
