@@ -4,7 +4,7 @@
 demo:
 	scripts/demo
 
-# Everything that needs no cluster (tests/unit, tests/db on SQLite, pyflakes): under a minute, no lock.
+# Everything that needs no cluster (tests/unit, tests/db on SQLite, pyflakes): about a minute (goal: under one), no lock.
 check:
 	scripts/check
 
