@@ -311,6 +311,10 @@ def test_triage_filters_search_and_sorts_on_the_server_with_the_state_in_the_url
     assert rows("/ops/triage/?sort=job&dir=asc") == [40, 41, 42, 43, 44]
     assert rows("/ops/triage/?state=held") == [42]
     assert rows("/ops/triage/?owner=alice") == [44]
+    # alice's job 44 was submitted outside tco: the owner cell names her account, never "tco (not launched by tco)"
+    row = client.get("/ops/triage/?owner=alice").content.decode().split('<tr data-job="44"', 1)[1].split("</tr>", 1)[0]
+    owner = re.sub(r"<[^>]+>", "", row.split('data-col="owner"', 1)[1].split("</td>", 1)[0]).split(">", 1)[1]
+    assert owner == "account alice, submitted outside tco"
     assert rows("/ops/triage/?q=sweep-a") == [40]
     assert rows("/ops/triage/?owner=launcher&sort=job&dir=asc") == [40, 42]
     html = client.get("/ops/triage/?q=nothing-like-this").content.decode()
