@@ -2,7 +2,8 @@
 campaign's failed tasks run again once there is room.
 
 The spool is a small file system of its own (48 MiB, mounted by scripts/faults on the master and on
-every execution host: ``TCO_FAULT_SMALL_SPOOL``), never the real root disk; the database is elsewhere,
+every execution host: ``TCO_FAULT_SMALL_SPOOL``), never the real root disk, and the work directories
+are on it (``TCO_SANDBOX_WORKDIR=spool``; by default each is a tmpfs of its disk limit); the database is elsewhere,
 as deploy/ keeps them. A filler agent writes into its work directory until the file system is full
 and holds the space. While it is full: a launch is refused with the reason and records nothing; a
 campaign's tasks start (released from a hold) and fail, their runners unable to write their inputs
@@ -74,6 +75,9 @@ def test_the_spools_disk_full_mid_campaign_fails_tasks_with_the_reason_and_a_ret
     settings.TCO_RUNNER_RECORD_GRACE_S = 3.0
     # The work directory may hold the whole file system: the disk, not the limit, must stop the filler.
     settings.TCO_SANDBOX_LIMITS = {**settings.TCO_SANDBOX_LIMITS, "TCO_SANDBOX_WORK_BYTES": str(1 << 30)}
+    # ... and it must be on the spool: by default /sandbox is a tmpfs of the disk limit (the filler would
+    # fill that, never the spool). A site whose work directories outgrow memory keeps them on the spool.
+    settings.TCO_SANDBOX_WORKDIR = "spool"
     cluster = cluster_get_default()
     admin = get_user_model().objects.get(username="admin")
     research = Team.objects.get(project="research")
