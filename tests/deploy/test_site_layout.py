@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from demo.watch.samplers import descendants
 from tests.support.paths import REPO
 from tests.support.stack import free_port, Stack, TEST_OUTPUT
 
@@ -177,20 +178,6 @@ def tcp_listeners(pids: list[int]) -> list[str]:
     return found
 
 
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (``/proc/<pid>/task/*/children``)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
-                todo += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                pass
-    return out
-
-
 def site_environment(tmp: Path, *, database_url: str, https_port: int) -> dict[str, str]:
     """deploy/tco.env.example with this machine's values: what /etc/tco/tco.env would say here."""
     env = read_env_file(DEPLOY / "tco.env.example")
@@ -285,7 +272,7 @@ def site(transactional_db, bootstrap, tmp_path):
         wait_https(f"https://127.0.0.1:{https_port}/healthz", ctx)
         yield {"https": f"https://127.0.0.1:{https_port}", "http": f"http://127.0.0.1:{http_port}",
                "ssl": ctx, "env": env, "static": tmp_path / "static",
-               "web_pids": process_tree(dict(stack.procs)["web"].pid), "web_socket": tmp_path / "web.sock"}
+               "web_pids": descendants(dict(stack.procs)["web"].pid), "web_socket": tmp_path / "web.sock"}
     finally:
         stack.stop()
         listener.close()
