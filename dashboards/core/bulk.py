@@ -43,7 +43,7 @@ STAGE_TABLE = "tco_accounting_stage"
 
 # The JSON columns of a record (text in PostgreSQL's staging table).
 JSON_COLUMNS = ("usage", "tokens")
-# What the rollups read of a record just inserted (dashboards.core.rollups.add_records_sql).
+# What the rollups read of a record just inserted (dashboards.core.rollups.record_groups_sql).
 ROLLUP_COLUMNS = ("cluster_id", "task_id", "started_at", "project", "queue", "wallclock_s", "slots")
 
 # The columns written, in the order of the rows built by ``record_rows``.
@@ -228,13 +228,15 @@ def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of
             copy.set_types(oids)
             for row in rows:
                 copy.write_row(row)
-        # The rows inserted (not those already stored) go into the rollups in the same statement.
+        # The rows inserted (not those already stored): their count and their rollup groups come back
+        # from the insert's own statement (one row of NULL groups when it inserted nothing).
         returned = ", ".join(connection.ops.quote_name(c) for c in ROLLUP_COLUMNS)
         cur.execute(f"WITH ins AS (INSERT INTO {table} ({columns}) SELECT {selected} FROM {STAGE_TABLE} "
-                    f"ON CONFLICT DO NOTHING RETURNING {returned}), "
-                    f"{rollups.records_rolled_ctes('ins')} "
-                    f"SELECT COUNT(*) FROM ins", [])
-        inserted = cur.fetchone()[0]
+                    f"ON CONFLICT DO NOTHING RETURNING {returned}), n AS (SELECT COUNT(*) AS n FROM ins) "
+                    f"SELECT n.n, g.* FROM n LEFT JOIN ({rollups.record_groups_sql('ins')}) g ON true", [])
+        rows = cur.fetchall()
+        inserted = rows[0][0]
+        rollups.records_grouped(row[1:] for row in rows)
         cur.execute(f"DROP TABLE {STAGE_TABLE}")
     return inserted
 

@@ -2,9 +2,10 @@
 
 Two kinds of detail feed a rollup row (``dashboards/rollup_models.py``):
 
-* accounting records, when they are stored: :func:`add_records_sql` is the
-  statement ``core.bulk.store_accounting_records`` runs over the records it
-  has just inserted (records are never changed afterwards);
+* accounting records, when they are stored: ``core.bulk.store_accounting_records``
+  reads the rollup groups of the records it has just inserted in the insert's
+  own statement (:func:`record_groups_sql`) and adds them (:func:`records_grouped`);
+  records are never changed afterwards;
 * tasks of tco's campaigns, once ended (``active`` False): every write that
   ends a task or changes an ended task's usage runs inside
   :func:`tasks_rolled` (or calls :func:`tasks_added` for tasks made ended),
@@ -18,6 +19,17 @@ per end state, verdict and earlier attempt) and the request rollups
 kept by the same hooks, and by ``core.bulk.store_accounting_records`` for
 records of tco's tasks (:func:`tasks_rolled` with ``usage`` False around the
 insert: a new record makes the task's earlier ones earlier attempts).
+
+**Lock order.** Every writer adds to the same few rows (an hour of a busy
+campaign), so their row locks must be taken in one order or two writers
+deadlock (PostgreSQL then fails one of them: the CI run of stop 29, an ingest
+batch that wrote the record hours, the day rows, then the tasks' hours again,
+against a poll that wrote the hours then the days). The order: rollup rows
+are a transaction's last writes, kind by kind (usage, waste, requests), the
+hour rows then the day rows of each, each in key order (:func:`key_order`).
+A transaction with one rollup write (one :func:`tasks_rolled` at its end)
+keeps it by itself; one with several, or with writes after them, runs in
+:func:`deferred`, which holds the rollup writes and makes them all at its end.
 
 Tasks still active are not in the rollups; bills read them from the detail
 rows (few: the live queue). What a row holds is written once, in SQL
@@ -35,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import threading
 from typing import Iterable, Iterator, Sequence
 
 from django.db import connection, transaction
@@ -59,18 +72,29 @@ def add_records_sql(source: str, where: str = "1 = 1", grain: str = "hour") -> s
     return upsert_sql(RECORD_SUMS, record_select(source, where))
 
 
-def records_rolled_ctes(source: str) -> str:
-    """The ``WITH`` items (PostgreSQL) that add the records a previous item ``source`` returned to the
-    hour rollups, then to the day rollups: ``rolled AS (...), rolled_day AS (...)``."""
-    return (f"rolled AS ({add_records_sql(source)} RETURNING 1), "
-            f"rolled_day AS ({add_records_sql(source, grain='day')} RETURNING 1)")
+def record_groups_sql(source: str, where: str = "1 = 1") -> str:
+    """The hour groups of the accounting records of ``source`` (``where``): the key columns then
+    ``RECORD_SUMS``, rows for :func:`records_grouped`."""
+    return record_select(source, where)
+
+
+def records_grouped(rows: Iterable[Sequence]) -> None:
+    """Add record groups (rows of :func:`record_groups_sql`; a row of NULLs, what an outer join
+    of no records gives, is skipped) to the rollups, hour and day."""
+    groups: dict[tuple, list[int]] = {}
+    for row in rows:
+        if row[0] is None:
+            continue
+        key = (row[0], as_hour(row[1]), row[2], row[3], row[4])
+        sums = [int(v or 0) for v in row[5:]]
+        groups[key] = [a + b for a, b in zip(groups[key], sums)] if key in groups else sums
+    _add(groups, RECORD_SUMS)
 
 
 def _add_records_where(where: str, params: Sequence) -> None:
-    table = quote(AccountingRecord._meta.db_table)
     with connection.cursor() as cur:
-        for grain in ("hour", "day"):
-            cur.execute(add_records_sql(table, where, grain), params)
+        cur.execute(record_groups_sql(quote(AccountingRecord._meta.db_table), where), params)
+        records_grouped(cur.fetchall())
 
 
 def add_records_after(cluster_id: int, last_id: int) -> None:
@@ -103,10 +127,58 @@ def _task_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
     return out
 
 
+_HELD = threading.local()
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Run a write whose rollup changes are made at its end, at once, in the one lock order.
+
+    Opens a transaction (a savepoint inside the caller's). Inside it, every
+    rollup write (:func:`tasks_rolled`, :func:`tasks_added`, the records
+    stored by ``core.bulk``) is summed in memory, key by key, and the sums are
+    written when the block ends without an error: usage, waste, then request
+    rows, hours then days, each in key order. So the transaction takes its
+    rollup row locks last and in the order every other writer takes them (the
+    module's "Lock order"). Nested, the outermost block writes. The caller must
+    not catch an error of a savepoint it opened inside the block and go on: the
+    held sums would keep what the rolled-back savepoint added.
+    """
+    if getattr(_HELD, "sums", None) is not None:
+        yield
+        return
+    held: dict[str, dict[tuple, list[int]]] = {}
+    _HELD.sums = held
+    try:
+        with transaction.atomic():
+            yield
+            _HELD.sums = None
+            for kind in SPECS:  # usage, waste, requests: the one order
+                if held.get(kind):
+                    _write(held[kind], SPECS[kind]["all_sums"], kind)
+    finally:
+        _HELD.sums = None
+
+
 def _add(groups: dict[tuple, list[int]], sums: Sequence[str], *, kind: str = "usage") -> None:
-    """Add ``groups`` ({key: sums}, hour keys) to the rollups of ``kind`` (usage, waste or requests),
-    then the same to their days (usage and waste: ``DAY_SPECS``). Rows are written in key order
-    (hours, then days): every writer of the rollups locks their rows in that one order."""
+    """Add ``groups`` ({key: sums}, hour keys) to the rollups of ``kind`` (usage, waste or requests):
+    now, or at the end of the :func:`deferred` block it runs in."""
+    held = getattr(_HELD, "sums", None)
+    if held is None:
+        _write(groups, sums, kind)
+        return
+    all_sums = SPECS[kind]["all_sums"]
+    at = [all_sums.index(s) for s in sums]
+    into = held.setdefault(kind, {})
+    for key, values in groups.items():
+        row = into.setdefault(key, [0] * len(all_sums))
+        for i, value in zip(at, values):
+            row[i] += value
+
+
+def _write(groups: dict[tuple, list[int]], sums: Sequence[str], kind: str) -> None:
+    """Write ``groups`` to the rollups of ``kind``, then the same to their days (usage and waste:
+    ``DAY_SPECS``): hours then days, each in key order (the module's "Lock order")."""
     grains = [(groups, SPECS[kind])]
     if kind in DAY_SPECS:
         days: dict[tuple, list[int]] = {}
@@ -160,8 +232,8 @@ def tasks_rolled(task_ids: Iterable[int] = (), *, usage: bool = True) -> Iterato
     the waste rollups (which also hold the tasks' accounting records by end
     state, verdict and attempt) and the request rollups (the tasks' model
     requests: store them inside the block); ``usage`` False: not the usage
-    rollups (records stored for the tasks: their usage share is added by the
-    insert's own statement, ``add_records_sql``).
+    rollups (records stored for the tasks: their usage share is added from the
+    insert's own statement, :func:`record_groups_sql`).
     """
     roll = TaskRoll(task_ids)
     with transaction.atomic():

@@ -161,12 +161,15 @@ def _store_records(cluster: Cluster, records: list[ParsedRecord]) -> tuple[int, 
     """
     if not records:
         return 0, 0
-    touched, task_of = _attach_records(cluster, records)
-    tokens = {i: t for i, r in enumerate(records) if r.usage and (t := accounting_tokens(r.usage))}
-    inserted = bulk.store_accounting_records(cluster, records, task_of, tokens=tokens)
-    if tokens:
-        check_accounting_tokens({task_of[i] for i in tokens if i in task_of})
-    return inserted, finalize_finishing(cluster, touched)
+    # Tasks made, records stored, tasks ended: three rollup writes, made at the end in the one lock
+    # order (rollups.deferred), or a poll writing the same hours meanwhile deadlocks with this batch.
+    with rollups.deferred():
+        touched, task_of = _attach_records(cluster, records)
+        tokens = {i: t for i, r in enumerate(records) if r.usage and (t := accounting_tokens(r.usage))}
+        inserted = bulk.store_accounting_records(cluster, records, task_of, tokens=tokens)
+        if tokens:
+            check_accounting_tokens({task_of[i] for i in tokens if i in task_of})
+        return inserted, finalize_finishing(cluster, touched)
 
 
 def accounting_tokens(usage: dict) -> dict[str, int]:

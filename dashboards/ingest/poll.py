@@ -324,7 +324,7 @@ def reconcile_gone_tasks(cluster: Cluster, *, now: dt.datetime | None = None) ->
         events.append(TaskEvent(task_id=task.id, at=now, from_state="finishing", to_state=task.state))
         if task.campaign_id:
             campaigns.add(task.campaign_id)
-    with transaction.atomic():
+    with rollups.deferred():  # the rollups written last, after the campaigns (rollups' "Lock order")
         with rollups.tasks_rolled(t.id for t in stale):  # lost tasks join the usage rollups
             Task.objects.bulk_update(stale, ["state", "active", "ended_at"], batch_size=1000)
         TaskEvent.objects.bulk_create(events)

@@ -157,7 +157,7 @@ def _ingest_claimed(cluster: Cluster, claim: str, layout: SpoolLayout, kept: int
     tasks = Task.objects.filter(campaign_id=campaign_id, task_number=record.task_number)
     if record.job_number is not None:
         tasks = tasks.filter(job_number=record.job_number)
-    with transaction.atomic():
+    with rollups.deferred():  # a transaction; its rollups written last (rollups' "Lock order")
         # The row lock orders two ingesters of one task (PostgreSQL; SQLite takes its write lock
         # at BEGIN IMMEDIATE): the second one's delete sees the first one's rows.
         task_id = tasks.select_for_update().order_by("-id").values_list("id", flat=True).first()
