@@ -130,10 +130,12 @@ def main() -> None:
         t0 = time.perf_counter()
         for start in range(0, n, size):
             with transaction.atomic(), connection.cursor() as cur:
+                # As core.bulk's insert: the count and the records' rollup groups come back, and are added.
                 cur.execute(f"WITH ins AS (INSERT INTO {table} ({columns}) SELECT {columns} FROM bench_stage "
                             f"WHERE n > {start} AND n <= {start + size} ON CONFLICT DO NOTHING "
-                            f"RETURNING {', '.join(bulk.ROLLUP_COLUMNS)}), "
-                            f"rolled AS ({rollups.add_records_sql('ins')} RETURNING 1) SELECT COUNT(*) FROM ins")
+                            f"RETURNING {', '.join(bulk.ROLLUP_COLUMNS)}), n AS (SELECT COUNT(*) AS n FROM ins) "
+                            f"SELECT n.n, g.* FROM n LEFT JOIN ({rollups.record_groups_sql('ins')}) g ON true")
+                rollups.records_grouped(row[1:] for row in cur.fetchall())
         server = time.perf_counter() - t0
         del batches
         connection.close()

@@ -99,9 +99,17 @@ def test_it_follows_a_real_campaign_from_submission_to_accounting(bootstrap, dja
     assert Campaign.objects.get(pk=campaign.pk).status == "finished"
 
 
+def is_demo_agent(cmdline: bytes) -> bool:
+    """Whether ``cmdline`` (/proc/PID/cmdline) is the demo agent itself (``PYTHON -m demo.demo_agent
+    ...``), not bubblewrap or the relay, whose command lines carry the agent's command after their
+    own (``bwrap ... -- python3 relay.py ... -- PYTHON -m demo.demo_agent``) before the agent runs."""
+    return cmdline.split(b"\0")[1:3] == [b"-m", b"demo.demo_agent"]
+
+
 def agents_running(campaign_id: int) -> int:
     """How many runners of the campaign (``python -m execution.runner`` with ``TCO_CAMPAIGN_ID`` in its
-    environment, /proc) have a demo agent running below them now."""
+    environment, /proc) have a demo agent running below them now (the agent's own process: the relay
+    reports ``started`` as soon as it has spawned it)."""
     mark = f"TCO_CAMPAIGN_ID={campaign_id}".encode()
     found = 0
     for proc in Path("/proc").iterdir():
@@ -114,7 +122,7 @@ def agents_running(campaign_id: int) -> int:
                      if Path(f"/proc/{p}/cmdline").exists()]
         except OSError:
             continue
-        found += any(b"demo.demo_agent" in cmd for cmd in below)
+        found += any(is_demo_agent(cmd) for cmd in below)
     return found
 
 
