@@ -44,6 +44,40 @@ def test_the_demo_leaves_a_campaign_paused_by_its_launcher(ops_users, monkeypatc
     assert "tasks 1-5 paused by launcher" in capsys.readouterr().out
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_second_demo_cancels_the_first_ones_paused_campaign_through_tco(ops_users, monkeypatch, capsys):
+    """make demo twice (no make stop deletes jobs): the first run's paused nightly-eval is deleted through
+    tco's control path (qdel, audited, as the launcher), not left held beside the second one."""
+    from dashboards.control.actions import control_execute
+    from dashboards.launch.submit import campaign_submit
+
+    fake = FakeScheduler()
+
+    def send(name, *args, queue=None):  # the submit worker, inline
+        if name == enqueue.SUBMIT_CAMPAIGN:
+            campaign_submit(campaign_id=args[0], scheduler=fake)
+        elif name == enqueue.CONTROL_JOB:
+            control_execute(request_id=args[0], scheduler=fake)
+
+    monkeypatch.setattr(enqueue, "send", send)
+    args = ("tco_demo_campaign", "--count", "3", "--user", "launcher", "--name", "nightly-eval", "--pause", "--replace")
+    call_command(*args)
+    first = Campaign.objects.get(name="nightly-eval")
+    # The same user's campaign of another name is not touched.
+    call_command("tco_demo_campaign", "--count", "2", "--user", "launcher", "--name", "other", "--pause")
+    other = Campaign.objects.get(name="other")
+    call_command(*args)
+    second = Campaign.objects.exclude(pk__in=[first.pk, other.pk]).get(name="nightly-eval")
+    # The earlier campaign's job deleted before the new one is held; the other campaign's job left held.
+    assert fake.control_calls == [["qhold", f"{first.job_number}.1-3"], ["qhold", f"{other.job_number}.1-2"],
+                                  ["qdel", f"{first.job_number}"], ["qhold", f"{second.job_number}.1-3"]]
+    cancel = ControlRequest.objects.get(campaign=first, action="campaign_cancel")
+    assert (cancel.state, cancel.user) == ("done", ops_users["launcher"]) and AuditEntry.objects.get(pk=cancel.audit_id).ok
+    assert not ControlRequest.objects.filter(campaign=other, action="campaign_cancel").exists()
+    assert f"campaign {first.pk} (nightly-eval, job {first.job_number}) of an earlier run: cancel requested" \
+        in capsys.readouterr().out
+
+
 def test_pause_needs_two_tasks_or_more(ops_users):
     from django.core.management.base import CommandError
 

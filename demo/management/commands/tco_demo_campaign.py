@@ -9,7 +9,13 @@ stay held (``hqw``), said everywhere the admin looks (the landing page's queued 
 assistant) until someone releases them. A held job takes no slot, seat or share-tree usage.
 
     manage.py tco_demo_campaign --count 60 --team research --name demo
-    manage.py tco_demo_campaign --count 6 --user launcher --name nightly-eval --pause
+    manage.py tco_demo_campaign --count 6 --user launcher --name nightly-eval --pause --replace
+
+With ``--replace``, a campaign of the same name that the same user launched earlier and that still
+has tasks on the cluster (a second ``make demo`` finds the first one's paused job still held: no
+``make stop`` deletes jobs, as stopping a site's dashboard leaves its campaigns running) is cancelled
+first through the same control path (``campaign_control`` "cancel": qdel by the submit worker,
+audited), so paused demo jobs do not pile up on the cluster.
 """
 from __future__ import annotations
 
@@ -46,6 +52,9 @@ class Command(BaseCommand):
                             help="at most N tasks run at once (-tc N); 1 by default with --pause")
         parser.add_argument("--pause", action="store_true",
                             help="once submitted, pause it as --user (qhold through tco) and wait until done")
+        parser.add_argument("--replace", action="store_true",
+                            help="first cancel this user's earlier campaigns of --name that still have tasks on "
+                                 "the cluster (through tco: audited, qdel by the submit worker)")
         parser.add_argument("--timeout", type=float, default=120.0,
                             help="with --pause: seconds to wait for the submission and for the pause")
 
@@ -58,6 +67,14 @@ class Command(BaseCommand):
             raise CommandError(f"{exc} (run manage.py tco_bootstrap first)") from exc
         if options["pause"] and options["count"] < 2:
             raise CommandError("--pause needs --count 2 or more (one task may start before the pause lands)")
+        if options["replace"]:
+            for earlier in _still_queued(user, options["name"]):
+                try:
+                    request = campaign_control(user=user, campaign=earlier, action="cancel")
+                except Refused as exc:
+                    raise CommandError(f"campaign {earlier.pk} ({earlier.name}) could not be cancelled: {exc}") from exc
+                self.stdout.write(f"campaign {earlier.pk} ({earlier.name}, job {earlier.job_number}) of an earlier "
+                                  f"run: cancel requested (control request {request.pk})")
         cap = options["concurrency_cap"] or (1 if options["pause"] else None)
         rng = random.Random(options["count"])
         inputs = [
@@ -80,6 +97,11 @@ class Command(BaseCommand):
             self.stdout.write(f"campaign {campaign.pk} ({campaign.name}, job {request.job_number}): tasks "
                               f"{ranges or 'all'} paused by {user.get_username()}; they wait until someone releases "
                               "them (triage's Release, or Resume on the campaign's page)")
+
+
+def _still_queued(user, name: str) -> list[Campaign]:
+    """``user``'s campaigns named ``name`` with active tasks (pending, held or running) on the cluster."""
+    return list(Campaign.objects.filter(launched_by=user, name=name, tasks__active=True).distinct().order_by("pk"))
 
 
 def _submitted(campaign: Campaign, deadline: float) -> Campaign:
