@@ -41,6 +41,8 @@ class BwrapLaunch:
     def __init__(self, private_dir: str, policy, *, input_path: str | None = None,
                  seccomp: bytes | None = None) -> None:
         from execution.sandbox.bwrap import group_text, passwd_text
+        from execution.sandbox.paths import INSIDE_RELAY
+        from execution.sandbox.plan import RELAY_SCRIPT
 
         self.socket_dir = os.path.join(private_dir, "sock")
         os.mkdir(self.socket_dir, 0o700)
@@ -53,6 +55,9 @@ class BwrapLaunch:
             os.write(w, text.encode())
             os.close(w)
             self.data_fds[inside] = r
+        # The relay's script is copied in (--ro-bind-data), not bound: the sandbox's mountinfo would
+        # show a bind's host path, the repository's (issue 23, finding 10).
+        self.data_fds[INSIDE_RELAY] = os.open(RELAY_SCRIPT, os.O_RDONLY | os.O_CLOEXEC)
         self.watch_fd = os.open(f"/proc/{os.getpid()}/stat", os.O_RDONLY)
         # A tmpfs work directory (input_path given): the input copied in from the host's file, and
         # the pipe the relay waits on until the runner holds that tmpfs (BwrapSandbox.work_fd).
