@@ -101,7 +101,8 @@ def test_it_follows_a_real_campaign_from_submission_to_accounting(bootstrap, dja
 
 def agents_running(campaign_id: int) -> int:
     """How many runners of the campaign (``python -m execution.runner`` with ``TCO_CAMPAIGN_ID`` in its
-    environment, /proc) have a demo agent running below them now."""
+    environment, /proc) have a demo agent running below them now (the agent's process, started by the
+    relay: not bubblewrap's or the relay's, whose command lines end with the agent's)."""
     mark = f"TCO_CAMPAIGN_ID={campaign_id}".encode()
     found = 0
     for proc in Path("/proc").iterdir():
@@ -114,7 +115,9 @@ def agents_running(campaign_id: int) -> int:
                      if Path(f"/proc/{p}/cmdline").exists()]
         except OSError:
             continue
-        found += any(b"demo.demo_agent" in cmd for cmd in below)
+        # The agent itself: bubblewrap's and the relay's command lines hold the agent's argv too (after
+        # "/run/tco-relay.py ... --"), from before the sandbox is ready.
+        found += any(b"demo.demo_agent" in cmd and b"tco-relay" not in cmd for cmd in below)
     return found
 
 
