@@ -2,8 +2,9 @@
 
 An assistant's model reads tool answers as text. Some of an answer was not
 written by tco: an agent's stdout and stderr, the verdict it declared, the
-names of its output files; names launchers chose (campaigns, jobs), a
-launch policy's YAML, task inputs. Text like "ignore all previous
+names of its output files, the runner's error messages (an exception's text
+may quote them); names launchers chose (campaigns, jobs), a launch policy's
+YAML, task inputs, the scheduler's refusal of a submission. Text like "ignore all previous
 instructions and ..." there reads like an instruction. :func:`mark` wraps
 every such value between two markers that carry a nonce made for the answer,
 
@@ -24,11 +25,15 @@ import re
 import secrets
 from typing import Any
 
-__all__ = ["mark", "unwrap", "note", "UNTRUSTED_NAMES", "UNTRUSTED_TEXTS"]
+__all__ = ["mark", "unwrap", "note", "UNTRUSTED_NAMES", "UNTRUSTED_MESSAGES", "UNTRUSTED_TEXTS"]
 
 #: Keys whose string values users or agents chose, wherever they appear: campaign, job and file names,
 #: bill labels (campaign names), an agent's declared verdict.
 UNTRUSTED_NAMES = frozenset({"name", "job_name", "campaign", "campaign_name", "label", "verdict"})
+#: Keys whose string values are messages quoting what agents wrote or launchers chose: the runner's
+#: ``error`` (an exception's text may hold the agent's file names or command), the scheduler's refusal
+#: of a submission (``submit_error``, which echoes the job's name and options).
+UNTRUSTED_MESSAGES = {"error": "runner message", "submit_error": "scheduler message"}
 #: Keys whose mapping holds an untrusted ``text``: source of each, as the marker names it.
 UNTRUSTED_TEXTS = {"stdout": "agent stdout", "stderr": "agent stderr", "policy": "launch policy"}
 #: Keys whose whole value (any JSON) a launcher chose: shown as text between markers.
@@ -65,6 +70,8 @@ def _walk(value: Any, nonce: str, key: str | None = None) -> Any:
                           "text": _wrap(v["text"], nonce, UNTRUSTED_TEXTS[k])}
             elif k in UNTRUSTED_NAMES and isinstance(v, str) and v:
                 out[k] = _wrap(v, nonce, k.replace("_", " "))
+            elif k in UNTRUSTED_MESSAGES and isinstance(v, str) and v:
+                out[k] = _wrap(v, nonce, UNTRUSTED_MESSAGES[k])
             elif k in UNTRUSTED_VALUES and v not in (None, "", [], {}):
                 import json
 

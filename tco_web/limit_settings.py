@@ -16,7 +16,7 @@ from tco_web.env import env_int, env_str
 
 __all__ = ["TCO_RESERVATION_MAX_S", "TCO_RESERVATION_TEAM_MAX_SEATS", "TCO_RESERVATION_TEAM_MAX_SLOTS",
            "TCO_RESERVATION_TEAM_MAX_TOTAL_S", "TCO_RESERVATION_MAX_LEAD_S", "TCO_SANDBOX_LIMITS",
-           "TCO_QUEUE_SANDBOX_LIMITS", "TCO_AGENT_SANDBOX_LIMITS"]
+           "TCO_QUEUE_SANDBOX_LIMITS", "TCO_AGENT_SANDBOX_LIMITS", "TCO_SANDBOX_WORKDIR", "TCO_SANDBOX_SECCOMP"]
 
 # The longest advance reservation a launcher may book (seconds): a booking holds slots and
 # model API seats away from every other team for its whole duration (dashboards/launch/reservations.py).
@@ -44,6 +44,12 @@ if TCO_SANDBOX_WORKDIR not in ("", "tmpfs", "spool"):
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured(f"TCO_SANDBOX_WORKDIR={TCO_SANDBOX_WORKDIR!r}: tmpfs or spool")
+# The sandbox's seccomp filter, passed to every task's runner: "default" (the deny-list of
+# execution/sandbox/seccomp.py) or "off" (no filter: an agent that must trace processes, at the
+# site's risk). docs/limits.md; the runner checks it again.
+TCO_SANDBOX_SECCOMP = os.environ.get("TCO_SANDBOX_SECCOMP", "").strip()
+if TCO_SANDBOX_SECCOMP not in ("", "default", "off"):
+    raise ImproperlyConfigured(f"TCO_SANDBOX_SECCOMP={TCO_SANDBOX_SECCOMP!r}: default or off")
 
 
 def sandbox_limit_table(name: str, raw: str | None) -> dict[str, dict[str, dict[str, int]]]:

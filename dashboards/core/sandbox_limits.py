@@ -2,8 +2,9 @@
 
 The runner record (execution/spool/record.py; docs/runner.md) keeps the limits in force under
 ``sandbox.limits`` (``memory_bytes``, ``file_bytes``, ``cpu_s``, ``work_bytes``,
-``max_processes``, ``tmpfs_bytes``), whether the task's memory cgroup held its processes together
-(``sandbox.memory_cgroup``: ``{"path", "limit_bytes", "peak_bytes", "oom_kills"}`` or absent) and,
+``max_processes``, ``tmpfs_bytes``), its seccomp filter (``sandbox.seccomp``: "default deny-list,
+64 calls" or "off"; execution/sandbox/seccomp.py), whether the task's memory cgroup held its
+processes together (``sandbox.memory_cgroup``: ``{"path", "limit_bytes", "peak_bytes", "oom_kills"}`` or absent) and,
 when a limit stopped the agent, one of :data:`LIMIT_FLAGS` in ``flags`` with the reason in
 ``error`` ("memory limit 4 GiB reached").
 """
@@ -83,4 +84,8 @@ def limits_shown(record: Mapping | None, planned: Mapping[str, int] | None = Non
         text = size_text(value) if unit == "bytes" else f"{value} s" if unit == "s" else \
             f"{size_text(value)} each" if unit == "each" else str(value)
         rows.append({"what": what, "value": text})
+    seccomp = _sandbox(record).get("seccomp") if source == "runner record" else None
+    if isinstance(seccomp, str) and seccomp:
+        rows.append({"what": "system calls", "value": f"seccomp filter: {seccomp}" if seccomp != "off"
+                     else "no seccomp filter (turned off by the site)"})
     return {"source": source, "rows": rows, "stopped_by": limit_reached(record)}

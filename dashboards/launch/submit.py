@@ -65,6 +65,8 @@ def campaign_job_spec(campaign: Campaign) -> ArrayJobSpec:
             **getattr(settings, "TCO_SANDBOX_LIMITS", {}),
             **({"TCO_SANDBOX_WORKDIR": settings.TCO_SANDBOX_WORKDIR} if getattr(settings, "TCO_SANDBOX_WORKDIR", "")
                else {}),
+            **({"TCO_SANDBOX_SECCOMP": settings.TCO_SANDBOX_SECCOMP} if getattr(settings, "TCO_SANDBOX_SECCOMP", "")
+               else {}),
             # OpenTelemetry traces, when the site points tco at a receiver (docs/otel.md).
             **trace_environment(campaign),
         },

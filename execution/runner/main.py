@@ -86,7 +86,32 @@ class Runner:
         os.makedirs(self.task.record_dir, mode=0o700, exist_ok=True)
         check_limits(self.environ)
         workdir_mode(self.environ)
+        self._seccomp_mode()
         self._start_tracing()
+
+    def _seccomp_mode(self) -> str:
+        """``TCO_SANDBOX_SECCOMP`` (execution/sandbox/seccomp.py ``seccomp_mode``). Raises RunnerError."""
+        from execution.sandbox.seccomp import seccomp_mode
+
+        try:
+            return seccomp_mode(self.environ)
+        except ValueError as exc:
+            raise RunnerError(str(exc)) from None
+
+    def _seccomp_program(self) -> bytes | None:
+        """The sandbox's seccomp filter (BPF), None when the site turned it off; notes which in
+        ``sandbox.seccomp``. Raises RunnerError when it cannot be built (no libseccomp binding on
+        this host): the sandbox never starts unfiltered by accident."""
+        from execution.sandbox.seccomp import SeccompUnavailable, description, program_bytes
+
+        mode = self._seccomp_mode()
+        self.sandbox_info["seccomp"] = description(mode)
+        if mode == "off":
+            return None
+        try:
+            return program_bytes()
+        except (SeccompUnavailable, RuntimeError, OSError) as exc:
+            raise RunnerError(f"the sandbox's seccomp filter cannot be built: {exc}") from None
 
     def _start_tracing(self) -> None:
         """With an OTLP endpoint set (docs/otel.md), set up the task's traces in a thread of their own,
@@ -209,17 +234,18 @@ class Runner:
         from execution.runner.task import agent_env
         from execution.sandbox.plan import RELAY_PORT
 
+        seccomp = self._seccomp_program()
         self._setup_proxy(spec, start.policy)
         self.work_tmpfs = workdir_mode(self.environ) == "tmpfs"
         self.sandbox_info["workdir"] = "tmpfs" if self.work_tmpfs else "spool"
         launch = prepare_bwrap(start, env=agent_env(self.environ, spec, self.task, RELAY_PORT),
                                paths=sandbox_paths(self.environ, self.task.spool, self.private_dir),
                                limits=self.limits,
-                               on_proxy_wanted=self._start_proxy_soon, work_tmpfs=self.work_tmpfs)
+                               on_proxy_wanted=self._start_proxy_soon, work_tmpfs=self.work_tmpfs,
+                               seccomp=seccomp)
         self.sandbox = launch.sandbox
         self.sandbox_info["notes"] += launch.notes
         self._enter_memory_group(launch.sandbox)
-        self.sandbox_info["seccomp"] = launch.seccomp_fd is not None
         self.signals.armed = False  # never interrupt between fork and bookkeeping
         launch.start()
         self.stages["sandbox_create_at"] = self.clock.iso_mono(self.sandbox.mono.get("create"))

@@ -38,9 +38,11 @@ class BwrapLaunch:
     at once when preparing fails); the read ends of the status pipes pass to the sandbox.
     """
 
-    def __init__(self, private_dir: str, policy, *, input_path: str | None = None) -> None:
+    def __init__(self, private_dir: str, policy, *, input_path: str | None = None,
+                 seccomp: bytes | None = None) -> None:
         from execution.sandbox.bwrap import group_text, passwd_text
-        from execution.sandbox.seccomp import program_bytes as seccomp_program
+        from execution.sandbox.paths import INSIDE_RELAY
+        from execution.sandbox.plan import RELAY_SCRIPT
 
         self.socket_dir = os.path.join(private_dir, "sock")
         os.mkdir(self.socket_dir, 0o700)
@@ -53,6 +55,9 @@ class BwrapLaunch:
             os.write(w, text.encode())
             os.close(w)
             self.data_fds[inside] = r
+        # The relay's script is copied in (--ro-bind-data), not bound: the sandbox's mountinfo would
+        # show a bind's host path, the repository's (issue 23, finding 10).
+        self.data_fds[INSIDE_RELAY] = os.open(RELAY_SCRIPT, os.O_RDONLY | os.O_CLOEXEC)
         self.watch_fd = os.open(f"/proc/{os.getpid()}/stat", os.O_RDONLY)
         # A tmpfs work directory (input_path given): the input copied in from the host's file, and
         # the pipe the relay waits on until the runner holds that tmpfs (BwrapSandbox.work_fd).
@@ -63,12 +68,9 @@ class BwrapLaunch:
             self.hold_r, self.hold_w = os.pipe()
         self.seccomp_fd: int | None = None
         self.notes: list[str] = []
-        filter_program = seccomp_program()
-        if filter_program is None:
-            self.notes.append(f"no seccomp filter for this host's architecture ({os.uname().machine})")
-        else:
-            r, w = os.pipe()  # a few hundred bytes: the pipe holds them all
-            os.write(w, filter_program)
+        if seccomp is not None:
+            r, w = os.pipe()  # a few KiB: the pipe (64 KiB) holds them all
+            os.write(w, seccomp)
             os.close(w)
             self.seccomp_fd = r
         self.sandbox = None
@@ -104,20 +106,23 @@ class BwrapLaunch:
 
 def prepare_bwrap(start: AgentStart, *, env: Mapping[str, str], paths: Mapping[str, list[str]],
                   limits: Mapping[str, int], on_proxy_wanted: Callable[[], None],
-                  work_tmpfs: bool = False) -> BwrapLaunch:
+                  work_tmpfs: bool = False, seccomp: bytes | None = None) -> BwrapLaunch:
     """The bubblewrap sandbox of ``start`` with the agent's ``env``, not started yet: the proxy
     socket's directory made in the private directory, ``paths``
     (:func:`~execution.runner.task.sandbox_paths`) hidden, ``limits`` (environment variable
     -> value, :func:`~execution.runner.config.effective_limits`); ``on_proxy_wanted`` is called when the agent first wants its model base URL.
     ``work_tmpfs``: /sandbox is a tmpfs of ``TCO_SANDBOX_WORK_BYTES`` (the kernel holds the disk
     limit) holding a copy of the host work directory's ``input.json``; else the host work directory.
+    ``seccomp``: the seccomp filter's BPF program (execution/sandbox/seccomp.py ``program_bytes``),
+    passed to bubblewrap through a pipe (``--seccomp FD``); None: no filter.
     Raises RunnerError when the policy cannot be applied here (every descriptor it opened is
     closed then)."""
     from execution.sandbox.bwrap import BwrapSandbox, SandboxConfigError
     from execution.sandbox.plan import HiddenPaths, SandboxFds, SandboxLimits, SandboxPlan
 
     launch = BwrapLaunch(start.private_dir, start.policy,
-                         input_path=os.path.join(start.work_dir, "input.json") if work_tmpfs else None)
+                         input_path=os.path.join(start.work_dir, "input.json") if work_tmpfs else None,
+                         seccomp=seccomp)
     try:
         plan = SandboxPlan(
             policy=start.policy, workdir=start.work_dir, socket_dir=launch.socket_dir, agent_argv=start.argv,

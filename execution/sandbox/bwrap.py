@@ -43,8 +43,10 @@ environment) into a ``bwrap`` command line:
 - ``--clearenv`` and only the chosen variables (never a credential);
 - with :attr:`~execution.sandbox.plan.SandboxFds.seccomp`, the default seccomp filter
   (execution/sandbox/seccomp.py: the dangerous system calls fail with EPERM);
-- the command is the relay (execution/sandbox/relay.py) as PID 1, which starts
-  the agent; the proxy socket's directory is bound read-only at ``/run/tco``.
+- the command is the relay (execution/sandbox/relay.py, copied in from a
+  descriptor with ``--ro-bind-data``: a bind would show the repository's path
+  in the sandbox's ``/proc/self/mountinfo``) as PID 1, which starts the agent;
+  the proxy socket's directory is bound read-only at ``/run/tco``.
 
 :class:`BwrapSandbox` runs it: ``sandbox_create_at`` is taken just before
 bubblewrap is started, ``sandbox_ready_at`` is the relay's "ready" (the
@@ -224,7 +226,6 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     else:
         add(INSIDE_WORKDIR, "--bind" if workdir_rw else "--ro-bind", plan.workdir, INSIDE_WORKDIR)
     add(INSIDE_SOCKET_DIR, "--ro-bind", plan.socket_dir, INSIDE_SOCKET_DIR)
-    add(INSIDE_RELAY, "--ro-bind", plan.options.script, INSIDE_RELAY)
     if is_visible("/etc") and fs.lexists("/etc/resolv.conf") and not fs.islink("/etc/resolv.conf"):
         add("/etc/resolv.conf", "--ro-bind", "/dev/null", "/etc/resolv.conf")
     elif is_visible("/etc") and fs.islink("/etc/resolv.conf"):
@@ -232,6 +233,8 @@ def build_argv(plan: SandboxPlan, fs: HostFS | None = None) -> list[str]:
     for inside, fd in sorted(plan.fds.data.items()):
         add(inside, "--ro-bind-data", str(fd), inside)
 
+    if INSIDE_RELAY not in plan.fds.data:
+        raise SandboxConfigError(f"no descriptor of the relay's script for {INSIDE_RELAY} (SandboxFds.data)")
     interpreter = fs.realpath(plan.interpreter)
     if not is_visible(interpreter):
         raise SandboxConfigError(f"the relay runs {interpreter} inside the sandbox: list its directory "

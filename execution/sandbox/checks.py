@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from execution.sandbox.bwrap import SandboxConfigError, build_argv
-from execution.sandbox.paths import CODE_ROOT, HostFS, path_refusal, resolve_masks
+from execution.sandbox.paths import CODE_ROOT, INSIDE_RELAY, HostFS, path_refusal, resolve_masks
 from execution.sandbox.plan import HiddenPaths, SandboxFds, SandboxPlan
 
 __all__ = ["refusals", "runner_masked_paths"]
@@ -112,7 +112,7 @@ def relay_refusals(policy: Any, *, masked_paths: Iterable[str], state_paths: Ite
     code directory (:func:`refusals`' ``code_root``)."""
     plan = SandboxPlan(policy=policy, workdir="/nonexistent/work", socket_dir="/nonexistent/socket",
                        agent_argv=(), env={}, interpreter=interpreter,
-                       fds=SandboxFds(status=3, json_status=4, stdout=5, stderr=6),
+                       fds=SandboxFds(status=3, json_status=4, stdout=5, stderr=6, data={INSIDE_RELAY: 7}),
                        hidden=HiddenPaths(masks=tuple(masked_paths), state=tuple(state_paths),
                                           shared=tuple(shared_paths)),
                        code_root=code)

@@ -26,7 +26,8 @@ class SandboxFds:
     """The runner's file descriptors bubblewrap and the relay get (``pass_fds``; they keep their
     numbers): ``status`` (the relay's status lines), ``json_status`` (bwrap's
     ``--json-status-fd``), ``stdout``/``stderr`` (the agent's), ``data`` (inside path -> fd of
-    its content, ``--ro-bind-data``), ``watch`` (open on the runner's /proc/PID/stat, for
+    its content, ``--ro-bind-data``; the relay's script at ``/run/tco-relay.py`` among them, copied
+    in rather than bound, so the sandbox's mountinfo does not show where tco's code lies), ``watch`` (open on the runner's /proc/PID/stat, for
     suspension; or None), ``seccomp`` (the seccomp filter's program, ``--seccomp``; or None:
     no filter)."""
 
@@ -81,12 +82,12 @@ class SandboxLimits:
 @dataclass(frozen=True)
 class RelayOptions:
     """How bubblewrap and the relay are run: the ``bwrap`` program, the sandbox's ``hostname``,
-    the relay ``script`` (host path), its loopback ``port`` inside, and how long it waits for
-    the proxy (``proxy_wait_s``, seconds)."""
+    the relay's loopback ``port`` inside, and how long it waits for the proxy (``proxy_wait_s``,
+    seconds). The relay's script (:data:`RELAY_SCRIPT`) reaches the sandbox as data, through
+    :attr:`SandboxFds.data` at ``/run/tco-relay.py``."""
 
     bwrap: str = "bwrap"
     hostname: str = "sandbox"
-    script: str = RELAY_SCRIPT
     port: int = RELAY_PORT
     proxy_wait_s: float = 30.0
 

@@ -1,78 +1,166 @@
-"""The sandbox's default seccomp filter: a classic BPF program for bubblewrap's ``--seccomp FD``.
+"""The sandbox's default seccomp filter, built with libseccomp, for bubblewrap's ``--seccomp FD``.
 
 A deny-list (issue 23, finding 8): the system calls an agent never needs and that reach the
-kernel's riskiest code (modules, kexec, mounts, swap, reboot, BPF, perf, keyrings,
-userfaultfd, io_uring, ptrace and reading other processes' memory, clock and quota changes)
-fail with EPERM; everything else is allowed. The program checks the architecture first: on an
-x86_64 host, the x32 ABI (numbers with bit 30 set) and 32-bit calls (``int 0x80``, another
-audit architecture) are refused whole, so a denied call cannot be made under another number.
+kernel's riskiest code fail with EPERM; everything else is allowed. The list follows Docker's
+default profile and systemd's ``@module``, ``@reboot``, ``@swap``, ``@mount``, ``@raw-io``,
+``@clock``, ``@debug``, ``@cpu-emulation`` and ``@obsolete`` groups (:data:`DENIED`, by group).
+Three calls are refused only for some arguments (:data:`BY_ARGUMENT`):
 
-Built here with the standard library (no libseccomp binding is needed on the exec hosts); only
-x86_64 has the numbers: :func:`program` returns None elsewhere and the sandbox runs without
-the filter (the runner notes it). See docs/limits.md.
+- ``unshare`` and ``clone`` asking for a new namespace (any ``CLONE_NEW*`` flag, :data:`NAMESPACE_FLAGS`);
+  bubblewrap has made the sandbox's namespaces before it loads the filter, and the agent's
+  ordinary ``fork``, threads and ``unshare(CLONE_FILES)`` still work;
+- ``personality`` setting a flag that weakens the address space (no address randomisation,
+  readable-implies-executable, a mapping at page zero, the legacy layout: :data:`PERSONALITY_FLAGS`);
+  the query ``personality(0xffffffff)`` and the plain personas still work;
+- ``clone3`` fails with ENOSYS (its flags are in memory a filter cannot read): the C library
+  then falls back to ``clone``, whose flags the filter reads, as under Docker.
+
+libseccomp (Debian's ``libseccomp2``, through its own Python binding, Debian's ``python3-seccomp``)
+resolves each name to this host's numbers and writes the BPF program. A call made under another
+ABI is refused whole (the filter's bad-architecture action is EPERM): 32-bit x86 (``int 0x80``)
+and x32 on an x86_64 host, arm's compat ABI on aarch64; so no denied call is reachable under
+another number.
+
+The runner builds the program at its start (:func:`program_bytes`, a few milliseconds) unless the
+site turned the filter off (``TCO_SANDBOX_SECCOMP=off``, :func:`seccomp_mode`); without the binding
+the task ends with a configuration error that says what to install, never an unfiltered sandbox.
+See docs/limits.md ("The seccomp filter").
 """
 from __future__ import annotations
 
 import errno
-import platform
-import struct
+import importlib.machinery
+import importlib.util
+import os
+from collections.abc import Mapping
+from types import ModuleType
 
-__all__ = ["DENIED_X86_64", "program", "program_bytes"]
+__all__ = ["DENIED", "BY_ARGUMENT", "NAMESPACE_FLAGS", "PERSONALITY_FLAGS", "PERSONALITY_QUERY", "SECCOMP_MODES",
+           "SeccompUnavailable", "binding", "build_filter", "denied_names", "description", "program_bytes",
+           "seccomp_mode"]
 
-#: System call name -> number on x86_64 (asm/unistd_64.h).
-DENIED_X86_64 = {
-    "ptrace": 101, "syslog": 103, "uselib": 134,
-    "vhangup": 153, "pivot_root": 155, "_sysctl": 156, "adjtimex": 159, "acct": 163, "settimeofday": 164,
-    "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169, "iopl": 172, "ioperm": 173,
-    "create_module": 174, "init_module": 175, "delete_module": 176, "get_kernel_syms": 177, "query_module": 178,
-    "quotactl": 179, "nfsservctl": 180, "lookup_dcookie": 212, "clock_settime": 227, "kexec_load": 246,
-    "add_key": 248, "request_key": 249, "keyctl": 250, "perf_event_open": 298,
-    "name_to_handle_at": 303, "open_by_handle_at": 304, "clock_adjtime": 305, "setns": 308,
-    "process_vm_readv": 310, "process_vm_writev": 311, "finit_module": 313, "kexec_file_load": 320,
-    "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-    "mount_setattr": 442, "quotactl_fd": 443,
+#: Calls refused whole (EPERM), by the group that names them.
+DENIED: dict[str, tuple[str, ...]] = {
+    "kernel modules and kexec": ("init_module", "finit_module", "delete_module", "create_module",
+                                 "get_kernel_syms", "query_module", "kexec_load", "kexec_file_load"),
+    "mounts": ("mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig",
+               "fsmount", "fspick", "mount_setattr"),
+    "swap and reboot": ("swapon", "swapoff", "reboot"),
+    "other processes' memory and descriptors": ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
+                                                "pidfd_getfd"),
+    "kernel keyrings": ("add_key", "request_key", "keyctl"),
+    "BPF, perf, userfaultfd, io_uring": ("bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
+                                         "io_uring_enter", "io_uring_register", "lookup_dcookie"),
+    "file handles": ("name_to_handle_at", "open_by_handle_at"),
+    "joining namespaces": ("setns",),
+    "raw I/O and CPU emulation": ("iopl", "ioperm", "modify_ldt"),
+    "clock": ("settimeofday", "clock_settime", "clock_adjtime", "adjtimex"),
+    "system administration": ("acct", "quotactl", "quotactl_fd", "syslog", "vhangup", "sethostname",
+                              "setdomainname", "fanotify_init", "nfsservctl", "_sysctl", "uselib", "ustat",
+                              "sysfs"),
 }
-
-AUDIT_ARCH_X86_64 = 0xC000003E
-X32_SYSCALL_BIT = 0x40000000
-# Classic BPF opcodes (linux/filter.h, linux/bpf_common.h) and seccomp return values.
-LD_W_ABS = 0x20        # BPF_LD | BPF_W | BPF_ABS
-JEQ_K = 0x15           # BPF_JMP | BPF_JEQ | BPF_K
-JGE_K = 0x35           # BPF_JMP | BPF_JGE | BPF_K
-RET_K = 0x06           # BPF_RET | BPF_K
-SECCOMP_RET_ALLOW = 0x7FFF0000
-SECCOMP_RET_ERRNO = 0x00050000
-OFFSET_NR, OFFSET_ARCH = 0, 4  # struct seccomp_data
-
-
-def program(machine: str | None = None) -> list[tuple[int, int, int, int]] | None:
-    """The filter as ``(code, jt, jf, k)`` instructions for ``machine`` (default this host's),
-    or None when there is no deny-list for it."""
-    if (machine or platform.machine()) not in ("x86_64", "amd64"):
-        return None
-    deny = SECCOMP_RET_ERRNO | errno.EPERM
-    numbers = sorted(set(DENIED_X86_64.values()))
-    # Layout: 0 load arch; 1 arch == x86_64 ? next : deny; 2 load nr; 3 nr >= x32 bit ? deny : next;
-    # 4.. one "nr == N ? deny : next" each; then allow; then deny.
-    n = len(numbers)
-    deny_at = 4 + n + 1
-    code = [(LD_W_ABS, 0, 0, OFFSET_ARCH),
-            (JEQ_K, 0, deny_at - 2, AUDIT_ARCH_X86_64),
-            (LD_W_ABS, 0, 0, OFFSET_NR),
-            (JGE_K, deny_at - 4, 0, X32_SYSCALL_BIT)]
-    for i, number in enumerate(numbers):
-        here = 4 + i
-        code.append((JEQ_K, deny_at - here - 1, 0, number))
-    code.append((RET_K, 0, 0, SECCOMP_RET_ALLOW))
-    code.append((RET_K, 0, 0, deny))
-    assert all(jt < 256 and jf < 256 for _, jt, jf, _ in code)
-    return code
+#: ``CLONE_NEW*`` flags (linux/sched.h): mount, cgroup, UTS, IPC, user, PID, network; time (0x80)
+#: for ``unshare`` only (in ``clone``'s flags 0x80 is part of the exit signal).
+NAMESPACE_FLAGS = {"CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000, "CLONE_NEWUTS": 0x04000000,
+                   "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
+                   "CLONE_NEWNET": 0x40000000}
+CLONE_NEWTIME = 0x00000080
+#: ``personality`` flags refused (linux/personality.h).
+PERSONALITY_FLAGS = {"ADDR_NO_RANDOMIZE": 0x0040000, "MMAP_PAGE_ZERO": 0x0100000,
+                     "ADDR_COMPAT_LAYOUT": 0x0200000, "READ_IMPLIES_EXEC": 0x0400000}
+#: ``personality(0xffffffff)`` reads the persona without changing it.
+PERSONALITY_QUERY = 0xFFFFFFFF
+#: Calls refused for some arguments only (module doc), and the errno they fail with.
+BY_ARGUMENT = {"unshare": "EPERM", "clone": "EPERM", "personality": "EPERM", "clone3": "ENOSYS"}
+#: ``TCO_SANDBOX_SECCOMP``: the default deny-list (first, the default) or none.
+SECCOMP_MODES = ("default", "off")
+#: Where Debian's python3-seccomp puts the binding (outside a virtual environment's path).
+DEBIAN_DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 
 
-def program_bytes(machine: str | None = None) -> bytes | None:
-    """:func:`program` as bubblewrap reads it (``struct sock_filter`` array, native byte order)."""
-    code = program(machine)
-    if code is None:
-        return None
-    return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
+class SeccompUnavailable(RuntimeError):
+    """libseccomp's Python binding cannot be loaded here; the message says what to install."""
+
+
+def seccomp_mode(environ: Mapping[str, str]) -> str:
+    """``TCO_SANDBOX_SECCOMP``: ``default`` (unset or empty: the deny-list) or ``off``. Raises
+    ValueError naming the setting for anything else."""
+    value = (environ.get("TCO_SANDBOX_SECCOMP") or SECCOMP_MODES[0]).strip()
+    if value not in SECCOMP_MODES:
+        raise ValueError(f"TCO_SANDBOX_SECCOMP={value!r}: expected one of {', '.join(SECCOMP_MODES)}")
+    return value
+
+
+def binding() -> ModuleType:
+    """libseccomp's own Python binding (``import seccomp``): from this interpreter's path, else
+    Debian's python3-seccomp in :data:`DEBIAN_DIST_PACKAGES` (a virtual environment does not see
+    it; only this one module is loaded from there, and only if it was built for this Python).
+    Raises :class:`SeccompUnavailable`."""
+    try:
+        import seccomp  # noqa: PLC0415 - optional, the host's
+
+        return seccomp
+    except ImportError:
+        pass
+    spec = importlib.machinery.PathFinder.find_spec("seccomp", [DEBIAN_DIST_PACKAGES])
+    if spec is None or spec.loader is None:
+        raise SeccompUnavailable("libseccomp's Python binding is not installed on this exec host "
+                                 "(Debian: apt-get install python3-seccomp); or set TCO_SANDBOX_SECCOMP=off")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        raise SeccompUnavailable(f"libseccomp's Python binding cannot be loaded: {exc}") from None
+    return module
+
+
+def denied_names() -> list[str]:
+    """Every call the filter names (refused whole or for some arguments), sorted."""
+    return sorted({name for names in DENIED.values() for name in names} | set(BY_ARGUMENT))
+
+
+def description(mode: str = "default") -> str:
+    """What the record says of the filter: ``"default deny-list, N calls"`` or ``"off"``."""
+    return f"default deny-list, {len(denied_names())} calls" if mode == "default" else "off"
+
+
+def build_filter(lib: ModuleType | None = None):
+    """The filter (a ``seccomp.SyscallFilter``, not loaded) for this host's architecture: default
+    allow; :data:`DENIED` and the argument rules of :data:`BY_ARGUMENT` fail with their errno;
+    calls of any other ABI fail with EPERM. ``lib``: the binding (default :func:`binding`).
+    Raises :class:`SeccompUnavailable`, and libseccomp's RuntimeError for a name it does not know."""
+    sc = lib or binding()
+    eperm = sc.ERRNO(errno.EPERM)
+    f = sc.SyscallFilter(sc.ALLOW)
+    f.set_attr(sc.Attr.ACT_BADARCH, eperm)
+    for names in DENIED.values():
+        for name in names:
+            f.add_rule(eperm, name)
+    # One rule per flag: libseccomp ORs the rules of a call, and ANDs the comparisons of a rule.
+    for flag in [*NAMESPACE_FLAGS.values(), CLONE_NEWTIME]:
+        f.add_rule(eperm, "unshare", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    # clone's flags are its first argument, except on s390 (second).
+    flags_arg = 1 if os.uname().machine.startswith("s390") else 0
+    for flag in NAMESPACE_FLAGS.values():
+        f.add_rule(eperm, "clone", sc.Arg(flags_arg, sc.MASKED_EQ, flag, flag))
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    # personality(2) takes an unsigned int: the upper half of the register is ignored, and so are
+    # the masks' upper halves. A refused flag with bit 31 clear is refused; with bit 31 set, every
+    # value but the query (all 32 bits set) is refused by the rules for bits 0..30, so no value that
+    # sets a refused flag gets through.
+    for flag in PERSONALITY_FLAGS.values():
+        f.add_rule(eperm, "personality", sc.Arg(0, sc.MASKED_EQ, flag | 0x80000000, flag))
+    for bit in range(31):
+        f.add_rule(eperm, "personality", sc.Arg(0, sc.MASKED_EQ, 0x80000000 | (1 << bit), 0x80000000))
+    return f
+
+
+def program_bytes(lib: ModuleType | None = None) -> bytes:
+    """:func:`build_filter` as bubblewrap reads it: the BPF program (``struct sock_filter`` array)
+    that libseccomp exports. Raises :class:`SeccompUnavailable` (and OSError)."""
+    f = build_filter(lib)
+    fd = os.memfd_create("tco-seccomp", os.MFD_CLOEXEC)
+    with open(fd, "w+b") as out:
+        f.export_bpf(out)
+        out.seek(0)
+        return out.read()

@@ -19,7 +19,7 @@ from assistant.server import bearer_key, build_server, http_app, is_loopback
 from dashboards.core.accounts import api_token_revoke, api_token_rotate
 from dashboards.core.clusters import cluster_get_default
 from dashboards.core import rollups
-from dashboards.models import AccountingRecord, Task, Team
+from dashboards.models import AccountingRecord, Campaign, Task, Team
 from schedulers.fake import FakeScheduler
 
 from tests.support.campaigns import make_campaign
@@ -359,6 +359,29 @@ def test_an_agents_output_and_launcher_chosen_names_reach_the_model_marked_as_un
     # A second answer has another nonce.
     assert call(world["keys"]["viewer"], "task", marked=True, task_id=task.pk)[1]["untrusted_data"]["id"] != \
         answer["untrusted_data"]["id"]
+
+
+def test_runner_errors_and_the_schedulers_refusal_reach_the_model_marked_as_untrusted(world):
+    """Messages that quote what an agent wrote or a launcher chose: the runner record's ``error`` (here an
+    output file the agent named, in the runner's exception text) and the scheduler's refusal of a
+    submission (``submit_error``, echoing the job's options). They reached the model unmarked."""
+    mine = world["mine"]
+    Campaign.objects.filter(pk=mine.pk).update(submit_error=f"qsub: unknown resource 'x' ({INJECTION})")
+    task = mine.tasks.get(task_number=1)
+    Task.objects.filter(pk=task.pk).update(state="failed", exit_status=70, runner_record={
+        "version": 2, "flags": ["runner_error"], "exit_status": None, "signal": None,
+        "error": f"could not copy outputs: [Errno 36] File name too long: '{INJECTION}'"})
+    for tool, arguments in (("task", {"task_id": task.pk}), ("campaign", {"campaign_id": mine.pk})):
+        error, answer = call(world["keys"]["viewer"], tool, marked=True, **arguments)
+        assert not error, answer
+        text = json.dumps(answer, ensure_ascii=False)
+        assert INJECTION[:40] in text
+        outside = _occurrences_outside_markers(text, INJECTION[:40], answer["untrusted_data"]["id"])
+        assert outside == [], (tool, [text[max(0, i - 300):i + 60] for i in outside])
+    error, answer = call(world["keys"]["viewer"], "task", task_id=task.pk)
+    assert answer["runner"]["error"].startswith("could not copy outputs")          # unmarked, it reads as before
+    error, answer = call(world["keys"]["viewer"], "campaign", marked=True, campaign_id=mine.pk)
+    assert "source=scheduler message>>" in answer["campaign"]["submit_error"]
 
 
 def test_marked_values_can_be_read_back(world):

@@ -192,6 +192,9 @@ def test_the_sites_sandbox_limits_reach_every_tasks_runner(ops_users, research, 
     assert "TCO_SANDBOX_WORKDIR" not in environment                 # the runner's default (tmpfs)
     settings.TCO_SANDBOX_WORKDIR = "spool"
     assert campaign_job_spec(campaign).environment["TCO_SANDBOX_WORKDIR"] == "spool"
+    assert "TCO_SANDBOX_SECCOMP" not in environment                 # the runner's default (the deny-list)
+    settings.TCO_SANDBOX_SECCOMP = "off"
+    assert campaign_job_spec(campaign).environment["TCO_SANDBOX_SECCOMP"] == "off"
 
 
 def test_a_work_directory_mode_other_than_tmpfs_or_spool_stops_the_settings(monkeypatch):
@@ -204,6 +207,29 @@ def test_a_work_directory_mode_other_than_tmpfs_or_spool_stops_the_settings(monk
     monkeypatch.setenv("TCO_SANDBOX_WORKDIR", "disk")
     with pytest.raises(ImproperlyConfigured, match="TCO_SANDBOX_WORKDIR='disk': tmpfs or spool"):
         importlib.reload(limit_settings)
+    monkeypatch.delenv("TCO_SANDBOX_WORKDIR")
+    importlib.reload(limit_settings)
+
+
+def test_the_sandbox_modes_reach_the_settings_and_a_wrong_seccomp_mode_stops_them(monkeypatch):
+    """settings.py takes limit_settings' names with ``import *``: both modes must be among them (the
+    work directory's was not, so a site's TCO_SANDBOX_WORKDIR never reached the runners)."""
+    import importlib
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    import tco_web.limit_settings as limit_settings
+
+    monkeypatch.setenv("TCO_SANDBOX_WORKDIR", "spool")
+    monkeypatch.setenv("TCO_SANDBOX_SECCOMP", "off")
+    importlib.reload(limit_settings)
+    names: dict = {}
+    exec("from tco_web.limit_settings import *", names)  # noqa: S102 - what settings.py does
+    assert names["TCO_SANDBOX_WORKDIR"] == "spool" and names["TCO_SANDBOX_SECCOMP"] == "off"
+    monkeypatch.setenv("TCO_SANDBOX_SECCOMP", "on")
+    with pytest.raises(ImproperlyConfigured, match="TCO_SANDBOX_SECCOMP='on': default or off"):
+        importlib.reload(limit_settings)
+    monkeypatch.delenv("TCO_SANDBOX_SECCOMP")
     monkeypatch.delenv("TCO_SANDBOX_WORKDIR")
     importlib.reload(limit_settings)
 

@@ -96,7 +96,7 @@ def test_the_task_page_shows_the_limits_it_ran_with_and_the_one_that_stopped_it(
     stopped = make_task(campaign, task_number=1, started_at=None, state="failed")
     Task.objects.filter(pk=stopped.pk).update(exit_status=137, failed_code=0, host="sge-exec2", runner_record=_record(
         memory_cgroup={"path": "/sys/fs/cgroup/memory/tco/x", "limit_bytes": GIB, "peak_bytes": GIB,
-                       "oom_kills": 1}))
+                       "oom_kills": 1}, seccomp="default deny-list, 64 calls"))
     client = as_user("viewer")
     html = client.get(f"/tasks/{stopped.pk}/").content.decode()
     card = html.split('id="limits"', 1)[1].split("</section>", 1)[0]
@@ -104,15 +104,17 @@ def test_the_task_page_shows_the_limits_it_ran_with_and_the_one_that_stopped_it(
     assert "1 GiB for the agent&#x27;s processes together (kernel memory cgroup), at most 1 GiB used" in card
     assert "2 GiB, 5 MiB used at the end" in card and "3600 s" in card and "256 MiB each" in card
     assert "the limits it ran with (runner record)" in card
+    assert "<th>system calls</th><td>seccomp filter: default deny-list, 64 calls</td>" in card
     api = client.get(f"/api/tasks/{stopped.pk}/").json()
     failure = api.get("failure") or api["task"]["failure"]
     assert failure["kind"] == "limit" and failure["text"].startswith("memory limit 1 GiB reached on sge-exec2")
-    # A host without the memory cgroup: the page says the limit was per process only.
-    Task.objects.filter(pk=stopped.pk).update(runner_record=_record())
+    # A host without the memory cgroup: the page says the limit was per process only; a site without the filter.
+    Task.objects.filter(pk=stopped.pk).update(runner_record=_record(seccomp="off"))
     card = client.get(f"/tasks/{stopped.pk}/").content.decode().split('id="limits"', 1)[1].split("</section>", 1)[0]
     assert "1 GiB per process (no memory cgroup on this host" in card
+    assert "<th>system calls</th><td>no seccomp filter (turned off by the site)</td>" in card
     # Not run yet: the campaign's limits within the site's (no spec in the spool: the site's).
     waiting = make_task(campaign, task_number=2, started_at=None, state="pending")
     card = client.get(f"/tasks/{waiting.pk}/").content.decode().split('id="limits"', 1)[1].split("</section>", 1)[0]
     assert "the limits it will run with" in card and "2 GiB for the agent" in card and "<th>disk (work directory)</th><td>3 GiB</td>" in card
-    assert "Stopped by a limit" not in card
+    assert "Stopped by a limit" not in card and "system calls" not in card

@@ -1,6 +1,8 @@
 """The bubblewrap command line a policy becomes (execution/sandbox/bwrap.py), on a fake host."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from execution.sandbox.bwrap import SandboxConfigError, build_argv
@@ -55,7 +57,8 @@ def plan_for(policy_text: str, *, masks=("/spool", "/secrets.json", "/tmp/tco-ru
     return SandboxPlan(policy=load_policy(policy_text), workdir=WORK, socket_dir=SOCK,
                        agent_argv=["/usr/bin/python3", "agent.py"], env={"HOME": "/sandbox", "PATH": "/usr/bin"},
                        interpreter="/usr/bin/python3",
-                       fds=SandboxFds(status=5, json_status=6, stdout=7, stderr=8, data={"/etc/passwd": 9}, watch=10),
+                       fds=SandboxFds(status=5, json_status=6, stdout=7, stderr=8, data={"/etc/passwd": 9, "/run/tco-relay.py": 11},
+                                      watch=10),
                        hidden=HiddenPaths(masks=tuple(masks), state=tuple(state), shared=tuple(shared)),
                        limits=SandboxLimits(tmpfs_bytes=tmpfs_bytes, max_processes=max_processes))
 
@@ -196,8 +199,17 @@ def test_the_command_is_the_relay_then_the_agent():
     assert tail[tail.index("--") + 1:] == ["/usr/bin/python3", "agent.py"]
     assert argv[argv.index("--json-status-fd") + 1] == "6"
     assert argv[argv.index("--chdir") + 1] == "/sandbox"
-    assert any(dst == "/run/tco-relay.py" and src.endswith("execution/sandbox/relay.py")
-               for src, dst in pairs(argv, "--ro-bind"))
+    # The relay's script is copied in from its descriptor: a bind would show the repository's path in
+    # the sandbox's /proc/self/mountinfo (issue 23, finding 10).
+    assert ("11", "/run/tco-relay.py") in pairs(argv, "--ro-bind-data")
+    assert not any("execution/sandbox" in src for src, _ in pairs(argv, "--ro-bind"))
+
+
+def test_a_plan_without_the_relays_descriptor_is_refused():
+    plan = plan_for(SYSTEM)
+    plan = dataclasses.replace(plan, fds=dataclasses.replace(plan.fds, data={"/etc/passwd": 9}))
+    with pytest.raises(SandboxConfigError, match="relay's script"):
+        build_argv(plan, FakeFS())
 
 
 def test_the_state_directory_hides_all_but_its_shared_directories():

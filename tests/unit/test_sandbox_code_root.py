@@ -64,7 +64,8 @@ def plan_for(policy_text: str, code_root: str = X) -> SandboxPlan:
     return SandboxPlan(policy=load_policy(policy_text), workdir=f"{X}/var/spool/work",
                        socket_dir="/tmp/7.1.agent.q/tco-runner-1-0",
                        agent_argv=[f"{X}/.venv/bin/python", "-m", "demo.demo_agent"], env={},
-                       interpreter=f"{X}/.venv/bin/python", fds=SandboxFds(status=3, json_status=4, stdout=5, stderr=6),
+                       interpreter=f"{X}/.venv/bin/python", fds=SandboxFds(status=3, json_status=4, stdout=5, stderr=6,
+                                                                             data={"/run/tco-relay.py": 7}),
                        hidden=HiddenPaths(masks=tuple(MASKS), state=(f"{X}/var",), shared=(f"{X}/var/sweeps",)),
                        code_root=code_root)
 
@@ -177,7 +178,8 @@ reasons = refusals(policy, masked_paths=paths["masked"], state_paths=paths["stat
 argv = []
 if not reasons:
     plan = SandboxPlan(policy=load_policy(policy), workdir=spool, socket_dir=spool, agent_argv=["true"], env={},
-                       interpreter=sys.executable, fds=SandboxFds(status=3, json_status=4, stdout=5, stderr=6),
+                       interpreter=sys.executable,
+                       fds=SandboxFds(status=3, json_status=4, stdout=5, stderr=6, data={"/run/tco-relay.py": 7}),
                        hidden=HiddenPaths(masks=tuple(paths["masked"]), state=tuple(paths["state"]),
                                           shared=tuple(paths["shared"])))
     argv = build_argv(plan)
