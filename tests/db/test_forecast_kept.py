@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -142,6 +141,11 @@ def test_the_outcome_of_a_campaign_still_running_is_not_judged_early(ops_users):
     assert forecast_outcome(make_campaign(team=campaign.team, user=ops_users["launcher"], name="old")) is None
 
 
+def _initial(html: str) -> dict:
+    """The campaign page's first snapshot (the json_script ``initial-campaign`` the page draws from)."""
+    return json.loads(html.split('<script id="initial-campaign" type="application/json">', 1)[1].split("</script>", 1)[0])
+
+
 def test_the_campaign_page_shows_the_forecast_beside_the_outcome(client, ops_users):
     t0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
     campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], count=1)
@@ -150,29 +154,64 @@ def test_the_campaign_page_shows_the_forecast_beside_the_outcome(client, ops_use
     Campaign.objects.filter(pk=campaign.pk).update(finished_at=t0 + dt.timedelta(seconds=50))
     client.force_login(ops_users["viewer"])
     html = client.get(f"/campaigns/{campaign.pk}/").content.decode()
-    card = html.split('id="forecast-outcome"', 1)[1].split("</section>", 1)[0]
-    finish = card.split('data-what="finish"', 1)[1].split("</tr>", 1)[0]
-    assert "2026-06-01 12:01:00 UTC (median), by 12:01:40 UTC" in finish and "12:00:50 UTC" in finish
-    assert "by the median" in finish
-    assert "$1.00 to $3.00" in card.split('data-what="cost"', 1)[1].split("</tr>", 1)[0]
+    assert '<section class="card" id="forecast-outcome">' in html  # shown: the campaign kept its forecast
+    outcome = _initial(html)["outcome"]
+    rows = {r["what"]: r for r in outcome["rows"]}
+    assert rows["finish"]["forecast"] == "2026-06-01 12:01:00 UTC (median), by 12:01:40 UTC (90th percentile)"
+    assert rows["finish"]["outcome"] == "2026-06-01 12:00:50 UTC" and rows["finish"]["verdict"] == "by the median"
+    assert rows["cost"]["forecast"] == "$1.00 to $3.00 (median $2.00)" and rows["cost"]["outcome"] == "$2.00"
+    assert outcome["note"] == ("The forecast at launch (2026-06-01 12:00:00 UTC, from 4 earlier runs; 2 at once, "
+                               "limited by 2 tasks) beside what happened.")
     assert Task.objects.filter(campaign=campaign).count() == 1
+    # A campaign that kept no forecast has the card hidden and no outcome.
+    old = make_campaign(team=campaign.team, user=ops_users["launcher"], name="old", count=1)
+    html = client.get(f"/campaigns/{old.pk}/").content.decode()
+    assert _initial(html)["outcome"] is None
+    assert '<section class="card" id="forecast-outcome" hidden>' in html
 
 
-def test_the_card_alone_follows_the_campaign_for_those_who_may_see_it(client, ops_users):
+def test_the_live_campaign_view_carries_the_outcome_as_it_comes(ops_users):
+    """The card is drawn from each of the campaign view's snapshots: a finish and a cost that come after
+    the last task's state changed (the job leaving qstat, its runner record's usage) are in the next
+    snapshot, whose counts are the same as before (a card that followed the counts stayed "running")."""
+    from dashboards.ingest.campaign_status import finish_campaigns
+    from dashboards.live import snapshots
+
     t0 = timezone.now() - dt.timedelta(seconds=30)
     campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], count=1,
                              status="running")
     _kept(campaign, t0, p50=60, p90=100)
-    client.force_login(ops_users["viewer"])
-    url = f"/campaigns/{campaign.pk}/forecast"
-    assert re.search(r"not started, 3\d s after the forecast", client.get(url).content.decode())  # 30 s, slowly
-    make_task(campaign, task_number=1, started_at=t0 + dt.timedelta(seconds=1), state="running", account=False)
-    card = client.get(url).content.decode()
-    assert 'id="forecast-outcome"' in card and "<html" not in card and "within the forecast" in card
-    html = client.get(f"/campaigns/{campaign.pk}/").content.decode()
-    assert f'data-url="{url}"' in html and "js/campaign_forecast" in html
-    client.force_login(ops_users["other"])  # engineering
-    assert client.get(url).status_code == 404
+    task = make_task(campaign, task_number=1, started_at=t0 + dt.timedelta(seconds=1), wallclock_s=20,
+                     tokens={"output_tokens": 50})
+    Task.objects.filter(pk=task.pk).update(active=True)  # ended, still in qstat: the campaign runs
+    view = snapshots.campaign_view(campaign.pk)
+
+    def snapshot() -> dict:
+        data = snapshots.build(view)
+        json.dumps(data)  # JSON-ready, as the producer sends it
+        return data
+
+    before = snapshot()
+    rows = {r["what"]: r for r in before["outcome"]["rows"]}
+    assert rows["finish"]["verdict"] == "running" and rows["finish"]["outcome"] == "–"
+    assert rows["cost"]["outcome"] == "$0.00"
+    assert rows["cost"]["verdict"] == "so far within the forecast; 1 task unpriced: at least this much"
+    assert before["outcome"]["note"].endswith("beside what happened so far (1 of 1 ended).")
+
+    Task.objects.filter(pk=task.pk).update(active=False)   # the job left qstat
+    finish_campaigns({campaign.pk})
+    Task.objects.filter(pk=task.pk).update(cost_usd=Decimal("1.5"))   # its usage, priced
+    after = snapshot()
+    assert after["states"] == before["states"]
+    finished_at = Campaign.objects.get(pk=campaign.pk).finished_at
+    rows = {r["what"]: r for r in after["outcome"]["rows"]}
+    assert rows["finish"]["outcome"] == finished_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert rows["finish"]["verdict"] == "by the median" and rows["finish"]["ok"] is True  # 30 s against 60 s
+    assert rows["cost"]["outcome"] == "$1.50" and rows["cost"]["verdict"] == "within the forecast"
+    assert after["outcome"]["finished"] is True and after["outcome"]["note"].endswith("beside what happened.")
+    # The page reads the same from the database when the live store has no snapshot.
+    from dashboards.launch.forecast_record import outcome_view
+    assert outcome_view(forecast_outcome(Campaign.objects.get(pk=campaign.pk))) == after["outcome"]
 
 
 def test_the_launch_page_says_its_ranges_are_widened(history, ops_users, client):
