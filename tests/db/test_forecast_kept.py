@@ -225,3 +225,79 @@ def test_the_launch_page_says_its_ranges_are_widened(history, ops_users, client)
     # Per task $1..$5 x 3 tasks: 10th percentile $4.20 / 2, 90th $13.80 x 2.
     cost = html.split('id="forecast-cost"', 1)[1].split("</tr>", 1)[0]
     assert "$2.10" in cost and "$27.60" in cost
+
+
+def _ran(team, user, name: str, inputs: list[dict], agent: str = "demo-agent") -> Campaign:
+    """A finished campaign of ``agent`` with these inputs, as its spool keeps them."""
+    done = make_campaign(team=team, user=user, name=name, count=len(inputs),
+                         agent=AgentDefinition.objects.get(name=agent))
+    for n in range(1, len(inputs) + 1):
+        make_task(done, task_number=n, started_at=timezone.now() - dt.timedelta(hours=1), wallclock_s=5 + n % 10,
+                  cost_usd="0.01", tokens={"output_tokens": 10})
+    path = Path(spool.spool_layout().inputs_path(done.pk))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(item) + "\n" for item in inputs))
+    return done
+
+
+def test_the_launch_forms_example_fits_the_demos_history(ops_users, client):
+    """The example the form offers (inputs.INPUT_EXAMPLES) against the history `make demo` leaves
+    (tco_demo_campaign's 60 tasks, 3 to 15 s each): duration_s=5 lies inside the history's 3.x to 14.x s,
+    which a value-by-value match called a misfit ("5 here, 3.1, 3.3, 3.4 in the history") and widened
+    the ranges for. A number outside the span, or a value the history never had, still warns; the task's
+    own number does not (a longer campaign is no misfit)."""
+    from dashboards.launch.inputs import input_example
+    from demo.management.commands.tco_demo_campaign import demo_inputs
+    from tests.support.forms import launch_data
+
+    research = Team.objects.get(project="research")
+    demo = demo_inputs(60)
+    durations = sorted(item["duration_s"] for item in demo)
+    # 5 lies inside; as JSON text ("5") it is none of the history's values ("5.0" is one of them).
+    assert 3 <= durations[0] < 5 < durations[-1] <= 15 and json.dumps(5) not in {json.dumps(d) for d in durations}
+    _ran(research, ops_users["admin"], "demo", demo)
+    client.force_login(ops_users["launcher"])
+
+    def misfit(params: str) -> str | None:
+        html = client.post("/ops/launch/", {**launch_data(input_params=params), "preview": "1"}).content.decode()
+        assert 'id="forecast-basis"' in html, html[:2000]
+        if 'id="forecast-misfit"' not in html:
+            return None
+        return " ".join(html.split('id="forecast-misfit"', 1)[1].split("</p>", 1)[0].split())
+
+    example = input_example("demo-agent")
+    assert example == "task=1..20 duration_s=5"
+    assert misfit(example) is None
+    assert misfit("task=1..100 duration_s=5") is None   # the task's number names it, it is no work
+    assert misfit("task=1..3 duration_s=12.5") is None
+    low, high = f"{durations[0]:g}", f"{durations[-1]:g}"
+    assert f"<code>duration_s</code> is 60 here, {low} to {high} in the history" in misfit("task=1..3 duration_s=60")
+    assert f"<code>duration_s</code> is 1 to 60 here, {low} to {high}" in misfit("task=1 duration_s=1\ntask=2 duration_s=60")
+    assert "<code>fail</code> is true here, not in the history's inputs" in misfit("task=1 duration_s=5 fail=true")
+
+
+def test_the_review_agents_example_fits_a_history_of_other_runs(ops_users, client):
+    """Each sweep reviewed brings new run files: a new run_output is no misfit (inputs.INPUT_IDENTIFIERS),
+    a model the history never asked is."""
+    from dashboards.launch import forecast as launch_forecast
+    from dashboards.launch.inputs import input_example, inputs_from_params
+
+    from demo.sweep import DEFAULT_MODEL, review_agent_definition
+
+    review_agent_definition()
+    engineering = Team.objects.get(project="engineering")
+    # As demo.sweep.sweep_review_launch launches them: every other review streams.
+    _ran(engineering, ops_users["other"], "review", [
+        {"sweep_task": n, "run_output": f"/srv/sweeps/7/run-{n}.txt", "model": DEFAULT_MODEL, "stream": n % 2 == 0}
+        for n in range(1, 9)], agent="sweep-review")
+    agent = AgentDefinition.objects.get(name="sweep-review")
+    forecast = {"history": 8, "duration_s": {"p10": 5.0, "p50": 8.0, "p90": 14.0}}
+
+    def differs(params: str) -> list[dict]:
+        return launch_forecast.history_basis(agent_definition=agent, inputs=inputs_from_params(params),
+                                             forecast=forecast, user=ops_users["other"])["differs"]
+
+    assert differs(input_example("sweep-review")) == []
+    assert differs("sweep_task=12 run_output=/srv/sweeps/8/run-12.txt") == []
+    assert differs("sweep_task=1 run_output=/x model=other") == [
+        {"name": "model", "now": ['"other"'], "history": [json.dumps(DEFAULT_MODEL)]}]
