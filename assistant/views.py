@@ -18,8 +18,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
 from dashboards.core import accounts
-from dashboards.core.clock import ago
-from dashboards.core.holds import tco_holds
 from dashboards.billing import bills
 from dashboards.billing import periods
 from dashboards.core import encoding
@@ -156,8 +154,9 @@ def why_pending(user: AbstractBaseUser, task_id: int | str | None) -> dict[str, 
     id (an integer), :func:`find_task`.
 
     Returns ``{"task": {id, task_id, job_number, task_number, state, project,
-    queue, campaign}, "waiting": bool, "reasons": [{text, raw}] (explain_pending,
-    the policy position, then a held predecessor the user may see; [] when the
+    queue, campaign}, "waiting": bool, "reasons": [{text, raw}] (the task page's:
+    tco's own hold first (who paused it, when, what lets it run), explain_pending,
+    the policy position; then a held predecessor the user may see; [] when the
     task is not waiting), "facts": {name:
     value} (``facts.PROVIDERS``: dependencies, requests, consumables, quotas,
     share_tree, queues, calendars, reservations, position, scheduler_messages;
@@ -184,14 +183,6 @@ def why_pending(user: AbstractBaseUser, task_id: int | str | None) -> dict[str, 
                                       visible_tasks=scope.tasks_visible_to(user))) if waiting else {}
     reasons = list(detail.get("pending_reasons") or [])
     reasons += [r for r in held_predecessor_reasons(facts.get("dependencies")) if r not in reasons]
-    if waiting and row.state == "held":
-        # tco's own hold first, in the triage page's words (the scheduler only says "held by user"):
-        # "paused by launcher in tco 3 min ago (12:21:07 UTC)".
-        hold = tco_holds(row.cluster, job_numbers=[row.job_number]).get(row.job_number)
-        if hold is not None:
-            reasons.insert(0, {"text": f"{hold['verb']} by {hold['who']} in tco {ago(hold['at'])}: a Release "
-                                       f"(the triage page, or the campaign's Resume) lets it run",
-                               "raw": f"tco: {hold['action']} by {hold['who']} at {hold['at']:%Y-%m-%d %H:%M:%S}"})
     return {
         "task": {"id": row.pk, "task_id": row.task_id, "job_number": row.job_number,
                  "task_number": row.task_number, "state": row.state, "project": row.project,

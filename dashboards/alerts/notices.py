@@ -14,6 +14,13 @@ from dashboards.models import AnomalyAlert
 SHOWN = 5
 
 
+def alert_expires_in(alert: AnomalyAlert, *, now: dt.datetime | None = None) -> float:
+    """Seconds until ``alert`` is too old to be shown (``TCO_ALERT_NOTICE_HOURS`` after it; 0 when it is):
+    a page that stays open drops it then (notices.js)."""
+    now = now or timezone.now()
+    return max(0.0, (alert.at + dt.timedelta(hours=settings.TCO_ALERT_NOTICE_HOURS) - now).total_seconds())
+
+
 def alert_notices(user: AbstractBaseUser, *, now: dt.datetime | None = None) -> dict:
     """``{"alerts": [AnomalyAlert] (newest first, at most SHOWN), "more": n}``: the alerts of the
     last ``TCO_ALERT_NOTICE_HOURS`` of the teams where ``user`` is a lead (roles' ``bill``), or

@@ -92,3 +92,29 @@ def costliest_tasks(campaign_id: int, *, teams: Iterable[Team], limit: int = COS
     skip = max(0, offset - tasks.filter(cost_usd__isnull=False).count()) if not priced else 0
     unpriced = tasks.filter(cost_usd__isnull=True).filter(used_tokens_q()).order_by("task_number")
     return priced + list(unpriced[skip:skip + limit - len(priced)])
+
+
+def costliest_campaign(by_campaign: dict[str, Any], *, teams: Iterable[Team]) -> dict[str, Any] | None:
+    """The costliest of tco's campaigns in a bill grouped by campaign (``bills.bill(group_by="campaign")``:
+    its rows summed over the periods) and that campaign's costliest task (:func:`costliest_tasks`, of the
+    whole campaign): ``{"campaign_id", "label", "cost_usd" (Decimal, in the bill's range), "share" (of the
+    bill's total, None when it is 0), "task": Task | None}``; None when no campaign cost anything. The lead's
+    question, answered on the bill's first screen: this week's spend, where most of it went, and on what."""
+    if by_campaign["group_by"] != "campaign":
+        raise ValueError("costliest_campaign reads a bill grouped by campaign")
+    costs: dict[int, Decimal] = {}
+    labels: dict[int, str] = {}
+    for row in by_campaign["rows"]:
+        if row["launched_by_tco"] and row["key"] is not None:
+            key = int(row["key"])
+            costs[key] = costs.get(key, Decimal(0)) + row["cost_usd"]
+            labels[key] = str(row["label"])
+    if not costs:
+        return None
+    top = max(costs, key=lambda k: (costs[k], -k))
+    if costs[top] <= 0:
+        return None
+    total = by_campaign["totals"]["cost_usd"]
+    tasks = costliest_tasks(top, teams=teams, limit=1)
+    return {"campaign_id": top, "label": labels[top], "cost_usd": costs[top],
+            "share": costs[top] / total if total else None, "task": tasks[0] if tasks else None}

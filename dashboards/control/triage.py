@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from dashboards.core import clusters as core_clusters
 from dashboards.core import scheduler_cache
-from dashboards.core.holds import job_priorities, tco_holds
+from dashboards.core.holds import held_words, job_priorities, tco_holds, with_tco_hold
 from dashboards.core.ranges import ranges_text, task_ranges
 from dashboards.launch.reservations import reservation_context
 from dashboards.models import Campaign, Cluster, Task, Team
@@ -221,11 +221,8 @@ def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
                 r for r in job["reasons"] if not r["text"].startswith("held by user/operator/system")]
         else:
             job["group"] = _group_of(job, hold)
-            if hold is not None and job["held"]:
-                words = _held_words(hold)
-                job["reasons"] = [{"text": words,
-                                   "raw": f"tco: {hold['action']} by {hold['who']} at {hold['at']:%Y-%m-%d %H:%M:%S}"}
-                                  ] + [r for r in job["reasons"] if not r["text"].startswith("held by ")]
+            if job["held"]:
+                job["reasons"] = with_tco_hold(job["reasons"], hold)
         if job["state"] in ("held", "waiting"):
             for reason in job["reasons"]:
                 if reason["text"].startswith(_QUEUE_REASONS) or " opens at " in reason["text"]:
@@ -234,14 +231,6 @@ def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
 
 #: Reasons about queue instances and hosts: they do not hold back a job whose every task is held.
 _QUEUE_REASONS = ("queue instance", "queue ", "host ")
-
-
-def _held_words(hold: dict, now: dt.datetime | None = None) -> str:
-    """``paused by launcher in tco 36 s ago (06:41:02 UTC)`` (:func:`control.tco_holds` entry; ``now``
-    defaults to the clock): a group's and its rows' words, :func:`dashboards.core.ranges.ago`."""
-    from dashboards.core.clock import ago
-
-    return f"{hold['verb']} by {hold['who']} in tco {ago(hold['at'], now)}"
 
 
 def _predecessor_group(job_number: int, campaign_name: str) -> dict[str, str]:
@@ -258,7 +247,7 @@ def _group_of(job: dict, hold: dict | None) -> dict[str, str]:
         return {"key": "error", "kind": "error", "label": "are in the error state"}
     if job["held"]:
         if hold is not None:
-            words = _held_words(hold)
+            words = held_words(hold)
             return {"key": f"held_tco:{hold['who']}:{hold['verb']}", "kind": "held_tco",
                     "label": f"are {words}"}
         if not any(t.startswith("held by ") for t in texts) and any(_is_dependency(t) for t in texts):

@@ -6,7 +6,10 @@ control actions. Source: ``ControlRequest`` rows (done), newest per job.
 """
 from __future__ import annotations
 
+import datetime as dt
 from typing import Sequence
+
+from dashboards.core.clock import ago
 
 from dashboards.control_models import ControlState
 from dashboards.models import (
@@ -79,6 +82,31 @@ def tco_holds(cluster: Cluster, campaigns: Sequence[Campaign] = (), job_numbers:
                            "verb": "paused" if request.action.startswith("campaign_") else "held",
                            "action": request.action}
     return out
+
+
+def held_words(hold: dict, now: dt.datetime | None = None) -> str:
+    """``paused by launcher in tco 36 s ago (06:41:02 UTC)``: a :func:`tco_holds` entry in words (``now``
+    defaults to the clock; ``core.clock.ago``)."""
+    return f"{hold['verb']} by {hold['who']} in tco {ago(hold['at'], now)}"
+
+
+#: What lets a job tco holds run, said after its hold where the reader may not be on the triage page.
+RELEASE_HINT = "a Release (the triage page, or the campaign's Resume) lets it run"
+
+
+def with_tco_hold(reasons: list[dict], hold: dict | None, *, hint: str = "",
+                  now: dt.datetime | None = None) -> list[dict]:
+    """``reasons`` (``schedulers.pending.explain_pending``'s ``[{text, raw}]``) with tco's hold on the job
+    said once, first, instead of the scheduler's "held by ..." line: Grid Engine calls a ``qhold`` by the
+    submit account a user hold ("held by user (tasks 2-6)", or "held by user/operator/system" when SGE
+    8.1.9 lists no ranges), which names neither who held it in tco nor when. ``hold``: the job's
+    :func:`tco_holds` entry (None: ``reasons`` unchanged, the hold is not tco's). ``hint`` follows the
+    words after a colon (:data:`RELEASE_HINT`). Used by the task page, the triage rows and the assistant."""
+    if hold is None:
+        return list(reasons)
+    text = held_words(hold, now) + (f": {hint}" if hint else "")
+    said = {"text": text, "raw": f"tco: {hold['action']} by {hold['who']} at {hold['at']:%Y-%m-%d %H:%M:%S}"}
+    return [said] + [r for r in reasons if not r["text"].startswith("held by ")]
 
 
 def waits_for_predecessor(campaign: Campaign, held: dict[int, dict] | None = None) -> bool:

@@ -45,6 +45,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from dashboards.core.stages import quantile
+from dashboards.launch.inputs import INPUT_IDENTIFIERS
 from dashboards.models import Cluster, Task
 
 if TYPE_CHECKING:
@@ -389,21 +390,81 @@ BASIS_CAMPAIGNS = 5
 _BASIS_SHOWN = 3
 
 
-def _input_values(items: list[dict[str, Any]]) -> dict[str, set[str]]:
-    """``[{"duration_s": 40}, …]`` -> ``{"duration_s": {"40"}}`` (values as JSON text, so 40 and "40" differ
-    only when the inputs do). Each value object is encoded once: the tasks of a parameter-list range
-    share their line's fixed values, which must not cost a ``json.dumps`` per task (attack review 5)."""
+class _Seen:
+    """The values one input took: its numbers as their span (lowest, highest) and every other value as
+    JSON text (so 40 and "40" differ only when the inputs do)."""
+
+    __slots__ = ("texts", "low", "high")
+
+    def __init__(self) -> None:
+        self.texts: set[str] = set()
+        self.low: float | None = None
+        self.high: float | None = None
+
+    def add_number(self, value: float) -> None:
+        if self.low is None or value < self.low:
+            self.low = value
+        if self.high is None or value > self.high:
+            self.high = value
+
+    def covers(self, value: float) -> bool:
+        return self.low is not None and self.low <= value <= self.high
+
+    def span(self) -> list[str]:
+        """The numbers' span as the note says it: ``["3.1 to 14.9"]``, ``["40"]``, ``[]`` without numbers."""
+        if self.low is None:
+            return []
+        return [_number_text(self.low) if self.low == self.high
+                else f"{_number_text(self.low)} to {_number_text(self.high)}"]
+
+    def shown(self) -> list[str]:
+        """What the history had, for the note: its numbers' span, then the other values, at most
+        ``_BASIS_SHOWN`` in all."""
+        return (self.span() + sorted(self.texts))[:_BASIS_SHOWN]
+
+
+def _number_text(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _input_values(items: list[dict[str, Any]]) -> dict[str, _Seen]:
+    """``[{"duration_s": 40, "mode": "fast"}, …]`` -> ``{"duration_s": _Seen(40 to 40), "mode": _Seen({'"fast"'})}``.
+    Numbers are compared, never encoded; each other value object is encoded once: the tasks of a
+    parameter-list range share their line's fixed values, which must not cost a ``json.dumps`` per task
+    (attack review 5)."""
     import json
 
     texts: dict[int, str] = {}  # id(value) -> its text; every value stays alive in ``items`` meanwhile
-    values: dict[str, set[str]] = {}
+    values: dict[str, _Seen] = {}
     for item in items:
         for name, value in item.items():
+            seen = values.get(str(name))
+            if seen is None:
+                seen = values[str(name)] = _Seen()
+            if _is_number(value):
+                seen.add_number(value)
+                continue
             text = texts.get(id(value))
             if text is None:
                 text = texts[id(value)] = json.dumps(value, sort_keys=True)[:200]
-            values.setdefault(str(name), set()).add(text)
+            seen.texts.add(text)
     return values
+
+
+def _not_covered(now: _Seen, before: _Seen | None) -> list[str]:
+    """The values of an input here that its history does not cover, as the note says them (at most
+    ``_BASIS_SHOWN``): a number fits inside the span of the history's numbers for that input (the agent
+    ran with values below and above it: ``duration_s=5`` against a history of 3.1 to 14.9 s is no
+    misfit, where a value-by-value match called it one), any other value must be one the history had."""
+    before = before or _Seen()
+    out = sorted(t for t in now.texts if t not in before.texts)
+    if now.low is not None and not (before.covers(now.low) and before.covers(now.high)):
+        out = now.span() + out   # the span is whole: both its ends inside cover every number between
+    return out[:_BASIS_SHOWN]
 
 
 def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: dict[str, Any],
@@ -420,8 +481,11 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
     with no input, name or team in them.
     Returns ``{"runs": n finished tasks, "median_s": seconds | None, "agent": "name v2",
     "campaigns": n campaigns read, "differs": [{"name", "now": [values], "history": [values]}]}``,
-    ``differs`` listing (at most 3, values as JSON text, at most 3 each) the inputs whose
-    values here are not among the history's (``history`` empty when it never had that input).
+    ``differs`` listing (at most 3, values as text, at most 3 each) the inputs with values here the
+    history does not cover (:func:`_not_covered`: a number outside the span of the history's numbers,
+    another value it never had; the keys that only name a task's item, ``inputs.INPUT_IDENTIFIERS``,
+    are not compared); ``now`` says those values, ``history`` what it had, numbers as their span
+    ("3.1 to 14.9"), empty when it never had that input.
     """
     from dashboards.core.errors import LaunchError
     from dashboards.core.roles import teams_with
@@ -453,10 +517,12 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
     if not basis["campaigns"]:
         return basis
     old, new = _input_values(before), _input_values(inputs)
-    for name in sorted(new):
-        if not new[name] <= old.get(name, set()):
-            basis["differs"].append({"name": name, "now": sorted(new[name])[:_BASIS_SHOWN],
-                                     "history": sorted(old.get(name, set()))[:_BASIS_SHOWN]})
+    names = INPUT_IDENTIFIERS.get(agent_definition.name, frozenset())
+    for name in sorted(set(new) - names):
+        outside = _not_covered(new[name], old.get(name))
+        if outside:
+            basis["differs"].append({"name": name, "now": outside,
+                                     "history": old[name].shown() if name in old else []})
     basis["differs"] = basis["differs"][:_BASIS_SHOWN]
     return basis
 

@@ -13,7 +13,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Max, Min, Q, Sum
 from django.utils import timezone
 
 from dashboards.core.encoding import jsonable
@@ -94,12 +94,11 @@ def forecast_outcome(campaign: Campaign, *, now: dt.datetime | None = None) -> d
     tasks = Task.objects.filter(campaign=campaign)
     facts = tasks.aggregate(first=Min("started_at"), last=Max("ended_at"),
                             ended=Count("id", filter=Q(state__in=("done", "failed", "deleted", "lost"))))
-    cost, unpriced = Decimal(0), 0
-    for value, has_output in tasks.values_list("cost_usd", "output_tokens"):
-        if value is not None:
-            cost += value
-        elif has_output:
-            unpriced += 1
+    # Sums in the database: the live producer reads this at each change of a running campaign.
+    money = tasks.aggregate(cost=Sum("cost_usd"),
+                            unpriced=Count("id", filter=Q(cost_usd__isnull=True, output_tokens__gt=0)))
+    cost = Decimal(money["cost"] or 0).quantize(Decimal("1e-8"))
+    unpriced = money["unpriced"]
     finished = campaign.status == Campaign.Status.FINISHED
     start_at = _time(record.get("start_at"))
     finish = {k: _time(v) for k, v in (record.get("finish_at") or {}).items()}
@@ -151,3 +150,48 @@ def forecast_outcome(campaign: Campaign, *, now: dt.datetime | None = None) -> d
     shown = {**record, "start_at": start_at, "finish_at": finish or None, "cost_usd": cost_range or None, "at": at}
     return {"forecast": shown, "rows": rows, "ended": facts["ended"], "tasks": campaign.task_count,
             "finished": finished}
+
+
+def _clock(moment: dt.datetime, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+    return moment.astimezone(dt.timezone.utc).strftime(fmt) + " UTC"
+
+
+def outcome_view(outcome: dict[str, Any] | None) -> dict[str, Any] | None:
+    """:func:`forecast_outcome` as the campaign page's "Forecast and outcome" card says it, JSON-ready
+    (None for None): ``{"note": words on the forecast, "widened": words | "", "finished": bool,
+    "ended": n, "tasks": n, "rows": [{"what": "start" | "finish" | "cost", "label", "forecast": words,
+    "outcome": words, "verdict", "ok": True | False | None}]}``. Times read ``2026-06-01 12:01:00 UTC``,
+    USD as ``encoding.usd_text`` with the places every amount of its row needs. The live campaign view
+    carries it (``live.campaign``), so the card follows each push: a finish and a cost that come in
+    after the last task's state changed (the job leaving qstat, its accounting) show without a reload.
+    """
+    from dashboards.core.encoding import usd_places, usd_text
+
+    if outcome is None:
+        return None
+    f = outcome["forecast"]
+    note = (f"The forecast at launch ({_clock(f['at']) if f.get('at') else 'at an unknown time'}, from "
+            f"{f.get('history_runs') or 0} earlier run{'' if f.get('history_runs') == 1 else 's'}"
+            + (f"; {f['at_once']} at once, limited by {f['limited_by']}" if f.get("at_once") else "")
+            + ") beside what happened"
+            + ("" if outcome["finished"] else f" so far ({outcome['ended']} of {outcome['tasks']} ended)") + ".")
+    rows = []
+    for r in outcome["rows"]:
+        forecast, actual = r["forecast"], r["actual"]
+        if r["what"] == "start":
+            said = _clock(forecast) if forecast else "unknown" + (f" ({f['start_note']})" if f.get("start_note") else "")
+            shown = _clock(actual) if actual else "–"
+        elif r["what"] == "finish":
+            said = (f"{_clock(forecast['p50'])} (median), by {_clock(forecast['p90'], '%H:%M:%S')} (90th percentile)"
+                    if forecast else "unknown")
+            shown = _clock(actual) if actual else "–"
+        else:
+            places = usd_places([actual, *(forecast or {}).values()])
+            said = (f"{usd_text(forecast['p10'], places)} to {usd_text(forecast['p90'], places)} "
+                    f"(median {usd_text(forecast['p50'], places)})" if forecast else "unknown")
+            shown = usd_text(actual, places)
+        rows.append({"what": r["what"], "label": r["what"].capitalize(), "forecast": said, "outcome": shown,
+                     "verdict": r["verdict"], "ok": r["ok"]})
+    widened = f.get("widened") or {}
+    return {"note": note, "widened": widened.get("text", "") if isinstance(widened, dict) else "",
+            "finished": outcome["finished"], "ended": outcome["ended"], "tasks": outcome["tasks"], "rows": rows}

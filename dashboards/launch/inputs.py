@@ -244,6 +244,14 @@ INPUT_SCHEMAS: dict[str, dict[str, tuple[InputType, float | None, str]]] = {
         "stream": ("bool", None, "stream the model's answer"),
     },
 }
+#: Agent definition name -> the input keys that name what a task works on (its number, the file it
+#: reviews) rather than how much work it is: the launch forecast does not hold their values against the
+#: history's (``launch.forecast.history_basis``), as every new sweep brings new run files and a longer
+#: campaign new task numbers, and neither makes the history fit less.
+INPUT_IDENTIFIERS: dict[str, frozenset[str]] = {
+    "demo-agent": frozenset({"task"}),
+    "sweep-review": frozenset({"sweep_task", "run_output"}),
+}
 #: Unit suffixes whose values are numbers >= 0 for every agent.
 UNIT_SUFFIXES = {"_s": "seconds", "_bytes": "bytes", "_tokens": "tokens", "_usd": "USD"}
 #: An example input per agent definition name, shown on the launch form (parameter-list syntax).

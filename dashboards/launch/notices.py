@@ -71,6 +71,16 @@ def finished_notices(user: AbstractBaseUser, *, minutes: float | None = None) ->
                 .order_by("-finished_at", "-pk")[:5])
 
 
+def notice_expires_in(campaign: Campaign, *, now: dt.datetime | None = None) -> float:
+    """Seconds until ``campaign``'s "finished" notice is too old to show (``TCO_NOTICE_MINUTES`` after its
+    finish; 0 when it is): a page that stays open (the live pages are never reloaded) drops it then."""
+    if campaign.finished_at is None:
+        return 0.0
+    now = now or timezone.now()
+    due = campaign.finished_at + dt.timedelta(minutes=settings.TCO_NOTICE_MINUTES)
+    return max(0.0, (due - now).total_seconds())
+
+
 def _notice_key(campaign: Campaign) -> str:
     return f"{campaign.pk}:{int(campaign.finished_at.timestamp())}" if campaign.finished_at else str(campaign.pk)
 
@@ -78,9 +88,10 @@ def _notice_key(campaign: Campaign) -> str:
 def notices_to_show(user: AbstractBaseUser, session) -> list[Campaign]:
     """The "campaign finished" notices for this page, counted as shown.
 
-    A notice expires: ``TCO_NOTICE_MINUTES`` after the finish, after ``TCO_NOTICE_PAGES`` pages,
-    or once the user opened the campaign's page (:func:`notice_seen`); a dismissed one stays
-    hidden in that browser (notices.js). ``session``: the request's (None counts nothing).
+    A notice expires: ``TCO_NOTICE_MINUTES`` after the finish (:func:`notice_expires_in`; a page left
+    open drops it then too, notices.js), after ``TCO_NOTICE_PAGES`` pages, or once the user opened the
+    campaign's page (:func:`notice_seen`); a dismissed one stays hidden in that browser (notices.js).
+    ``session``: the request's (None counts nothing: a live page reading itself again, triage_live.js).
     """
     campaigns = finished_notices(user)
     if session is None:

@@ -14,6 +14,7 @@ from dashboards.core.scope import Who, campaign_for
 from dashboards.core.stages import campaign_stages, submit_seconds, task_stages
 from dashboards.core.stages import iso as _iso
 from dashboards.core.states import FAILURE_STATES, TOKEN_FIELDS
+from dashboards.launch.forecast_record import forecast_outcome, outcome_view
 from dashboards.live.counts import state_counts
 from dashboards.models import ModelRequest, Task
 from schedulers.base import LIFECYCLE_STATES, TERMINAL_STATES
@@ -91,7 +92,8 @@ def task_table_choice(sort: str | None, direction: str | None, q: str | None) ->
 
 def campaign_whole(user: Who, campaign_id: int) -> dict[str, Any]:
     """What a campaign page shows whatever its page and filters: ``{"campaign": Campaign, "states",
-    "waiting", "ended", "failures", "infrastructure", "hosts": [(host, n)], "stages"}``. Raises
+    "waiting", "ended", "failures", "infrastructure", "hosts": [(host, n)], "stages", "outcome":
+    launch.forecast_record.outcome_view (None for a campaign that kept no forecast)}``. Raises
     ``Campaign.DoesNotExist`` when the campaign is not visible to ``user``. The live producer reads it
     once per campaign and pass, for all the views of that campaign (pages, filters, sorts)."""
     from dashboards.core.holds import WAITING, campaign_states
@@ -110,6 +112,7 @@ def campaign_whole(user: Who, campaign_id: int) -> dict[str, Any]:
         "infrastructure": tasks.filter(infrastructure_filter()).count() if failures else 0,
         "hosts": list(tasks.exclude(host="").values_list("host").annotate(n=Count("id")).order_by("host")),
         "stages": campaign_stages(campaign, states),
+        "outcome": outcome_view(forecast_outcome(campaign)),
     }
 
 
@@ -134,7 +137,8 @@ def campaign_detail(user: Who, campaign_id: int, *, page: int = 1, per_page: int
                     verdict, flags}],
          "page", "pages", "per_page", "state_filter", "host_filter",
          "hosts": [{"host", "tasks"}],   # execution hosts of its tasks, with counts
-         "stages": campaign_stages(...)}
+         "stages": campaign_stages(...),
+         "outcome": forecast_record.outcome_view(...) | None}  # the launch forecast beside the outcome
 
     With no ``state`` filter and no ``sort`` the pages list errors, failures
     and lost tasks first, then the others by task number; both parts come
@@ -236,4 +240,5 @@ def campaign_detail(user: Who, campaign_id: int, *, page: int = 1, per_page: int
         "host_filter": host,
         "hosts": [{"host": h, "tasks": n} for h, n in hosts],
         "stages": whole["stages"],
+        "outcome": whole["outcome"],
     }

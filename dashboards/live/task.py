@@ -93,8 +93,9 @@ def task_detail(user: Who, task_id: int, *, with_scheduler: bool = True) -> dict
          "runner": {exit_status, signal, flags, error, hostname} | None,
          "accounting": [accounting record dicts],
          "scheduler": job_detail_cached | None   # while the task is in qstat
-         "pending_reasons": [{text, raw}] | None}  # while pending, held or in error
+         "pending_reasons": [{text, raw}] | None}  # while pending, held or in error; tco's hold first
     """
+    from dashboards.core.holds import RELEASE_HINT, tco_holds, with_tco_hold
     from dashboards.core.scheduler_cache import job_detail_cached, pending_position
     from schedulers.pending import explain_pending
 
@@ -116,6 +117,12 @@ def task_detail(user: Who, task_id: int, *, with_scheduler: bool = True) -> dict
                                       status.get("global_capacity"), queues=status.get("queues"),
                                       **reservation_context(status, cluster=task.cluster, user=user))
             reasons += pending_position(task.cluster, task.job_number, task.project, user=user)
+        if task.state == "held":
+            # tco's own hold, once and first, in place of the scheduler's "held by user" (core.holds.with_tco_hold):
+            # said even when qstat -j does not answer.
+            hold = tco_holds(task.cluster, job_numbers=[task.job_number]).get(task.job_number)
+            if hold is not None:
+                reasons = with_tco_hold(reasons or [], hold, hint=RELEASE_HINT)
     tokens = {f: getattr(task, f) for f in (*TOKEN_FIELDS, "reasoning_tokens")}
     tokens["total"] = tokens_of(task)
     campaign = task.campaign

@@ -6,7 +6,7 @@ from decimal import Decimal
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from dashboards.launch.notices import notices_to_show
+from dashboards.launch.notices import notice_expires_in, notices_to_show
 from dashboards.core.roles import is_admin, user_can
 
 register = template.Library()
@@ -47,12 +47,16 @@ def ops_nav(context) -> dict:
 @register.inclusion_tag("dashboards/launch_notices.html", takes_context=True)
 def campaign_notices(context) -> dict:
     """One notice line naming the campaigns the user launched that finished lately (``notices_to_show``:
-    each expires after a while, a few pages, or a visit to its campaign's page)."""
+    each expires after a while, a few pages, or a visit to its campaign's page): ``{"notices": [(Campaign,
+    url, seconds until it is too old to show)]}``. A page a live page reads again in the background
+    (``X-TCO-Live-Read``, triage_live.js) shows nothing new, so it counts as no page shown."""
     request = context.get("request")
     user = getattr(request, "user", None)
+    live_read = request is not None and request.headers.get("X-TCO-Live-Read") == "1"
+    session = None if live_read else getattr(request, "session", None)
     notices = []
-    for campaign in notices_to_show(user, getattr(request, "session", None)) if user is not None else []:
-        notices.append((campaign, reverse("campaign", args=[campaign.pk])))
+    for campaign in notices_to_show(user, session) if user is not None else []:
+        notices.append((campaign, reverse("campaign", args=[campaign.pk]), notice_expires_in(campaign)))
     return {"notices": notices}
 
 

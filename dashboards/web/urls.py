@@ -11,7 +11,6 @@ urlpatterns = [
     path("queue.json", queue.queue_json, name="queue-json"),
     path("landing", landing.landing_fragment, name="landing-fragment"),
     path("campaigns/<int:campaign_id>/", campaign.campaign_page, name="campaign"),
-    path("campaigns/<int:campaign_id>/forecast", campaign.campaign_forecast_fragment, name="campaign-forecast"),
     path("tasks/<int:task_id>/", task.task_page, name="task"),
     path("tasks/<int:task_id>/outputs/<str:name>", task.task_output, name="task-output"),
     path("tasks/<int:task_id>/logs.json", task.task_logs, name="task-logs"),

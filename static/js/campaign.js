@@ -1,5 +1,5 @@
-// Campaign page: progress, state counts, stage table and distributions, a
-// page of tasks; re-rendered from each snapshot pushed over the WebSocket.
+// Campaign page: progress, state counts, the forecast beside the outcome, stage table and
+// distributions, a page of tasks; re-rendered from each snapshot pushed over the WebSocket.
 (function () {
   "use strict";
   var el = TCO.el, num = TCO.num, secs = TCO.secs;
@@ -150,8 +150,29 @@
     choose({ sort: table.sort, dir: table.dir, q: document.getElementById("task-q").value, page: 1 });
   });
 
+  // The launch forecast beside the outcome (d.outcome: dashboards/launch/forecast_record.py outcome_view,
+  // its words made on the server): every snapshot carries it, so the finish and the cost show as they come.
+  function renderOutcome(d) {
+    var card = document.getElementById("forecast-outcome"), o = d.outcome;
+    card.hidden = !o;
+    if (!o) { return; }
+    document.getElementById("forecast-note").textContent = o.note;
+    var widened = document.getElementById("forecast-widened");
+    widened.hidden = !o.widened;
+    widened.textContent = o.widened ? "The history may not have fitted these inputs, so the ranges were widened: " + o.widened + "." : "";
+    TCO.fill(card.querySelector("tbody"), o.rows.map(function (r) {
+      var tr = el("tr", { "data-what": r.what, "class": r.ok === false ? "outside" : r.ok ? "within" : "" });
+      tr.appendChild(el("th", null, r.label));
+      tr.appendChild(el("td", { "data-label": "Forecast" }, r.forecast));
+      var out = el("td", { "data-label": "Outcome" }, r.outcome);
+      out.appendChild(el("span", { "class": "verdict" }, r.verdict));
+      tr.appendChild(out);
+      return tr;
+    }));
+  }
+
   function render(d) {
-    renderHeader(d); renderStages(d); renderTasks(d);
+    renderHeader(d); renderStages(d); renderTasks(d); renderOutcome(d);
     document.getElementById("tasks").classList.remove("loading-table");
   }
 

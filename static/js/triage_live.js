@@ -1,9 +1,10 @@
 // The triage page, live (issues 22 and 24): it follows the admin's queue view on the live path
 // (/ws/queue/, the producer's snapshots; docs/live.md) and, when the waiting tasks' counts in a
 // snapshot differ from the last ones, reads the page again (same URL: its filters and sort) and
-// swaps its live parts ([data-live-part]: the reason groups, the job table, quotas and recent
-// actions). The reasons come from `qstat -j` per job, so they are read for the admins who have this
-// page open, at most once every MIN_GAP_MS, never by the producer for every change.
+// swaps its live parts ([data-live-part]: the count of waiting tasks and jobs, the reason groups, the
+// job table, quotas and recent actions). The reasons come from `qstat -j` per job, so they are read
+// for the admins who have this page open, at most once every MIN_GAP_MS, never by the producer for
+// every change. Such a read says so (X-TCO-Live-Read): it is no page shown for the notices' count.
 // Not while the admin is acting: a part with a focused field, typed text or an open "why" is kept
 // and the swap is tried again at the next snapshot.
 (function () {
@@ -45,7 +46,8 @@
     timer = null;
     if (busy) { again = true; return; }
     busy = true; again = false; lastRead = Date.now();
-    fetch(location.pathname + location.search, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+    fetch(location.pathname + location.search, { credentials: "same-origin",
+                                               headers: { "Accept": "text/html", "X-TCO-Live-Read": "1" } })
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
       .then(swap)
       .catch(function () { again = true; })

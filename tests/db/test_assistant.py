@@ -454,3 +454,48 @@ def test_why_pending_says_first_that_tco_paused_it_and_who(world):
     first = answer["reasons"][0]
     assert first["text"].startswith(f"paused by {launcher.get_username()} in tco ")
     assert "Release" in first["text"] and first["raw"].startswith(f"tco: campaign_pause by {launcher.get_username()}")
+
+
+def test_a_job_tco_paused_is_said_held_once_on_the_task_page_in_triage_and_in_the_answer(world, client):
+    """SGE 8.1.9 says "Job is in hold state" for a job the submit account held, with no hold ranges: the
+    scheduler's line "held by user/operator/system" and tco's "paused by launcher in tco ..." said the same
+    thing twice. Each place now says the hold once (core.holds.with_tco_hold), and the answer loaded in
+    place stands in for the page's list of reasons while it is open (data-covers)."""
+    from django.utils import timezone
+
+    from dashboards.control.triage import triage_overview
+    from dashboards.live.task import task_detail
+    from dashboards.models import AuditEntry, ControlRequest
+
+    campaign = world["mine"]
+    campaign.tasks.filter(task_number=2).update(state="held", state_code="hqw")
+    task = campaign.tasks.get(task_number=2)
+    world["fake"].set_job_detail(1101, {"job_number": 1101, "tasks": [], "holds": {}, "predecessors": [],
+                                        "hard_resources": {}, "hard_queues": ["agent.q"],
+                                        "scheduler_messages": ["Job is in hold state"], "global_messages": []})
+    viewer, launcher = world["users"]["viewer"], world["users"]["launcher"]
+
+    def held_lines(reasons):
+        return [r["text"] for r in reasons if "held" in r["text"] or "paused" in r["text"]]
+
+    # Not paused in tco: the scheduler's words, once.
+    assert held_lines(task_detail(viewer, task.pk)["pending_reasons"]) == ["held by user/operator/system"]
+    entry = AuditEntry.objects.create(user=launcher, action="campaign_pause", target=f"campaign:{campaign.pk}",
+                                      ok=True, result="held")
+    ControlRequest.objects.create(user=launcher, audit=entry, cluster=campaign.cluster, campaign=campaign,
+                                  action="campaign_pause", control="hold", job_number=1101, state="done",
+                                  finished_at=timezone.now() - dt.timedelta(seconds=40))
+    page = task_detail(viewer, task.pk)["pending_reasons"]
+    (said,) = held_lines(page)
+    assert re.fullmatch(r"paused by launcher in tco 4\d s ago \(\d\d:\d\d:\d\d UTC\): a Release \(the triage page, "
+                        r"or the campaign's Resume\) lets it run", said), said
+    assert page[0]["text"] == said
+    error, answer = call(world["keys"]["viewer"], "why_pending", task="1101.2")
+    assert not error and held_lines(answer["reasons"]) == [said]
+    assert [r["text"] for r in answer["reasons"]] == [r["text"] for r in page]
+    (row,) = [j for j in triage_overview(cluster=campaign.cluster)["jobs"] if j["job_number"] == 1101]
+    assert held_lines(row["reasons"]) == [said.split(": a Release", 1)[0]]
+    # The answer in place covers the page's list (static/js/why_pending.js): the link names it.
+    client.force_login(viewer)
+    html = client.get(f"/tasks/{task.pk}/").content.decode()
+    assert 'data-covers="pending-reasons"' in html and '<ul id="pending-reasons">' in html

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -142,6 +141,11 @@ def test_the_outcome_of_a_campaign_still_running_is_not_judged_early(ops_users):
     assert forecast_outcome(make_campaign(team=campaign.team, user=ops_users["launcher"], name="old")) is None
 
 
+def _initial(html: str) -> dict:
+    """The campaign page's first snapshot (the json_script ``initial-campaign`` the page draws from)."""
+    return json.loads(html.split('<script id="initial-campaign" type="application/json">', 1)[1].split("</script>", 1)[0])
+
+
 def test_the_campaign_page_shows_the_forecast_beside_the_outcome(client, ops_users):
     t0 = dt.datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
     campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], count=1)
@@ -150,29 +154,64 @@ def test_the_campaign_page_shows_the_forecast_beside_the_outcome(client, ops_use
     Campaign.objects.filter(pk=campaign.pk).update(finished_at=t0 + dt.timedelta(seconds=50))
     client.force_login(ops_users["viewer"])
     html = client.get(f"/campaigns/{campaign.pk}/").content.decode()
-    card = html.split('id="forecast-outcome"', 1)[1].split("</section>", 1)[0]
-    finish = card.split('data-what="finish"', 1)[1].split("</tr>", 1)[0]
-    assert "2026-06-01 12:01:00 UTC (median), by 12:01:40 UTC" in finish and "12:00:50 UTC" in finish
-    assert "by the median" in finish
-    assert "$1.00 to $3.00" in card.split('data-what="cost"', 1)[1].split("</tr>", 1)[0]
+    assert '<section class="card" id="forecast-outcome">' in html  # shown: the campaign kept its forecast
+    outcome = _initial(html)["outcome"]
+    rows = {r["what"]: r for r in outcome["rows"]}
+    assert rows["finish"]["forecast"] == "2026-06-01 12:01:00 UTC (median), by 12:01:40 UTC (90th percentile)"
+    assert rows["finish"]["outcome"] == "2026-06-01 12:00:50 UTC" and rows["finish"]["verdict"] == "by the median"
+    assert rows["cost"]["forecast"] == "$1.00 to $3.00 (median $2.00)" and rows["cost"]["outcome"] == "$2.00"
+    assert outcome["note"] == ("The forecast at launch (2026-06-01 12:00:00 UTC, from 4 earlier runs; 2 at once, "
+                               "limited by 2 tasks) beside what happened.")
     assert Task.objects.filter(campaign=campaign).count() == 1
+    # A campaign that kept no forecast has the card hidden and no outcome.
+    old = make_campaign(team=campaign.team, user=ops_users["launcher"], name="old", count=1)
+    html = client.get(f"/campaigns/{old.pk}/").content.decode()
+    assert _initial(html)["outcome"] is None
+    assert '<section class="card" id="forecast-outcome" hidden>' in html
 
 
-def test_the_card_alone_follows_the_campaign_for_those_who_may_see_it(client, ops_users):
+def test_the_live_campaign_view_carries_the_outcome_as_it_comes(ops_users):
+    """The card is drawn from each of the campaign view's snapshots: a finish and a cost that come after
+    the last task's state changed (the job leaving qstat, its runner record's usage) are in the next
+    snapshot, whose counts are the same as before (a card that followed the counts stayed "running")."""
+    from dashboards.ingest.campaign_status import finish_campaigns
+    from dashboards.live import snapshots
+
     t0 = timezone.now() - dt.timedelta(seconds=30)
     campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], count=1,
                              status="running")
     _kept(campaign, t0, p50=60, p90=100)
-    client.force_login(ops_users["viewer"])
-    url = f"/campaigns/{campaign.pk}/forecast"
-    assert re.search(r"not started, 3\d s after the forecast", client.get(url).content.decode())  # 30 s, slowly
-    make_task(campaign, task_number=1, started_at=t0 + dt.timedelta(seconds=1), state="running", account=False)
-    card = client.get(url).content.decode()
-    assert 'id="forecast-outcome"' in card and "<html" not in card and "within the forecast" in card
-    html = client.get(f"/campaigns/{campaign.pk}/").content.decode()
-    assert f'data-url="{url}"' in html and "js/campaign_forecast" in html
-    client.force_login(ops_users["other"])  # engineering
-    assert client.get(url).status_code == 404
+    task = make_task(campaign, task_number=1, started_at=t0 + dt.timedelta(seconds=1), wallclock_s=20,
+                     tokens={"output_tokens": 50})
+    Task.objects.filter(pk=task.pk).update(active=True)  # ended, still in qstat: the campaign runs
+    view = snapshots.campaign_view(campaign.pk)
+
+    def snapshot() -> dict:
+        data = snapshots.build(view)
+        json.dumps(data)  # JSON-ready, as the producer sends it
+        return data
+
+    before = snapshot()
+    rows = {r["what"]: r for r in before["outcome"]["rows"]}
+    assert rows["finish"]["verdict"] == "running" and rows["finish"]["outcome"] == "–"
+    assert rows["cost"]["outcome"] == "$0.00"
+    assert rows["cost"]["verdict"] == "so far within the forecast; 1 task unpriced: at least this much"
+    assert before["outcome"]["note"].endswith("beside what happened so far (1 of 1 ended).")
+
+    Task.objects.filter(pk=task.pk).update(active=False)   # the job left qstat
+    finish_campaigns({campaign.pk})
+    Task.objects.filter(pk=task.pk).update(cost_usd=Decimal("1.5"))   # its usage, priced
+    after = snapshot()
+    assert after["states"] == before["states"]
+    finished_at = Campaign.objects.get(pk=campaign.pk).finished_at
+    rows = {r["what"]: r for r in after["outcome"]["rows"]}
+    assert rows["finish"]["outcome"] == finished_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert rows["finish"]["verdict"] == "by the median" and rows["finish"]["ok"] is True  # 30 s against 60 s
+    assert rows["cost"]["outcome"] == "$1.50" and rows["cost"]["verdict"] == "within the forecast"
+    assert after["outcome"]["finished"] is True and after["outcome"]["note"].endswith("beside what happened.")
+    # The page reads the same from the database when the live store has no snapshot.
+    from dashboards.launch.forecast_record import outcome_view
+    assert outcome_view(forecast_outcome(Campaign.objects.get(pk=campaign.pk))) == after["outcome"]
 
 
 def test_the_launch_page_says_its_ranges_are_widened(history, ops_users, client):
@@ -186,3 +225,79 @@ def test_the_launch_page_says_its_ranges_are_widened(history, ops_users, client)
     # Per task $1..$5 x 3 tasks: 10th percentile $4.20 / 2, 90th $13.80 x 2.
     cost = html.split('id="forecast-cost"', 1)[1].split("</tr>", 1)[0]
     assert "$2.10" in cost and "$27.60" in cost
+
+
+def _ran(team, user, name: str, inputs: list[dict], agent: str = "demo-agent") -> Campaign:
+    """A finished campaign of ``agent`` with these inputs, as its spool keeps them."""
+    done = make_campaign(team=team, user=user, name=name, count=len(inputs),
+                         agent=AgentDefinition.objects.get(name=agent))
+    for n in range(1, len(inputs) + 1):
+        make_task(done, task_number=n, started_at=timezone.now() - dt.timedelta(hours=1), wallclock_s=5 + n % 10,
+                  cost_usd="0.01", tokens={"output_tokens": 10})
+    path = Path(spool.spool_layout().inputs_path(done.pk))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(item) + "\n" for item in inputs))
+    return done
+
+
+def test_the_launch_forms_example_fits_the_demos_history(ops_users, client):
+    """The example the form offers (inputs.INPUT_EXAMPLES) against the history `make demo` leaves
+    (tco_demo_campaign's 60 tasks, 3 to 15 s each): duration_s=5 lies inside the history's 3.x to 14.x s,
+    which a value-by-value match called a misfit ("5 here, 3.1, 3.3, 3.4 in the history") and widened
+    the ranges for. A number outside the span, or a value the history never had, still warns; the task's
+    own number does not (a longer campaign is no misfit)."""
+    from dashboards.launch.inputs import input_example
+    from demo.management.commands.tco_demo_campaign import demo_inputs
+    from tests.support.forms import launch_data
+
+    research = Team.objects.get(project="research")
+    demo = demo_inputs(60)
+    durations = sorted(item["duration_s"] for item in demo)
+    # 5 lies inside; as JSON text ("5") it is none of the history's values ("5.0" is one of them).
+    assert 3 <= durations[0] < 5 < durations[-1] <= 15 and json.dumps(5) not in {json.dumps(d) for d in durations}
+    _ran(research, ops_users["admin"], "demo", demo)
+    client.force_login(ops_users["launcher"])
+
+    def misfit(params: str) -> str | None:
+        html = client.post("/ops/launch/", {**launch_data(input_params=params), "preview": "1"}).content.decode()
+        assert 'id="forecast-basis"' in html, html[:2000]
+        if 'id="forecast-misfit"' not in html:
+            return None
+        return " ".join(html.split('id="forecast-misfit"', 1)[1].split("</p>", 1)[0].split())
+
+    example = input_example("demo-agent")
+    assert example == "task=1..20 duration_s=5"
+    assert misfit(example) is None
+    assert misfit("task=1..100 duration_s=5") is None   # the task's number names it, it is no work
+    assert misfit("task=1..3 duration_s=12.5") is None
+    low, high = f"{durations[0]:g}", f"{durations[-1]:g}"
+    assert f"<code>duration_s</code> is 60 here, {low} to {high} in the history" in misfit("task=1..3 duration_s=60")
+    assert f"<code>duration_s</code> is 1 to 60 here, {low} to {high}" in misfit("task=1 duration_s=1\ntask=2 duration_s=60")
+    assert "<code>fail</code> is true here, not in the history's inputs" in misfit("task=1 duration_s=5 fail=true")
+
+
+def test_the_review_agents_example_fits_a_history_of_other_runs(ops_users, client):
+    """Each sweep reviewed brings new run files: a new run_output is no misfit (inputs.INPUT_IDENTIFIERS),
+    a model the history never asked is."""
+    from dashboards.launch import forecast as launch_forecast
+    from dashboards.launch.inputs import input_example, inputs_from_params
+
+    from demo.sweep import DEFAULT_MODEL, review_agent_definition
+
+    review_agent_definition()
+    engineering = Team.objects.get(project="engineering")
+    # As demo.sweep.sweep_review_launch launches them: every other review streams.
+    _ran(engineering, ops_users["other"], "review", [
+        {"sweep_task": n, "run_output": f"/srv/sweeps/7/run-{n}.txt", "model": DEFAULT_MODEL, "stream": n % 2 == 0}
+        for n in range(1, 9)], agent="sweep-review")
+    agent = AgentDefinition.objects.get(name="sweep-review")
+    forecast = {"history": 8, "duration_s": {"p10": 5.0, "p50": 8.0, "p90": 14.0}}
+
+    def differs(params: str) -> list[dict]:
+        return launch_forecast.history_basis(agent_definition=agent, inputs=inputs_from_params(params),
+                                             forecast=forecast, user=ops_users["other"])["differs"]
+
+    assert differs(input_example("sweep-review")) == []
+    assert differs("sweep_task=12 run_output=/srv/sweeps/8/run-12.txt") == []
+    assert differs("sweep_task=1 run_output=/x model=other") == [
+        {"name": "model", "now": ['"other"'], "history": [json.dumps(DEFAULT_MODEL)]}]

@@ -360,6 +360,39 @@ def test_bills_break_down_by_launcher_and_link_every_campaign_to_its_costliest_t
     assert body[0].startswith("campaign,task_number") and [line.split(",")[1] for line in body[1:]] == ["3", "1", "4", "2"]
 
 
+def test_the_bill_opens_on_the_spend_the_costliest_campaign_and_its_costliest_task(as_user, ops_users, monkeypatch):
+    """The lead's question ("this week's spend, the costliest campaign and its costliest task") answered
+    beside the spend, before the chart, whatever the bill is grouped by."""
+    from dashboards.web import forms
+
+    monkeypatch.setattr(forms, "cluster_today", lambda: dt.date(2026, 11, 12))  # the Thursday of that week
+    research, big, small = _bill_history(ops_users)
+    other = make_campaign(team=research, user=ops_users["launcher"], name="other")
+    make_task(other, task_number=1, started_at=dt.datetime(2026, 11, 11, 9, tzinfo=dt.timezone.utc), wallclock_s=5,
+              cost_usd="6")  # $6 in one task, less than big's $6.50 in four
+    costliest = Task.objects.get(campaign=big, task_number=3)
+    client = as_user("lead")
+    for group_by in ("team", "campaign", "model"):
+        html = client.get("/ops/bills/", {"preset": "this-week", "group_by": group_by}).content.decode()
+        tile = html.split('id="kpi-top-campaign"', 1)[1].split("</div>", 1)[0]
+        assert "Costliest campaign" in tile and "$6.50" in tile and f"big (#{big.pk})" in tile, group_by
+        assert "52% of the spend" in tile  # $6.50 of $12.50
+        assert f'href="/tasks/{costliest.pk}/"' in tile and f">{costliest.task_id}</a> $4.00" in tile
+        assert f'href="/campaigns/{big.pk}/?sort=cost&amp;dir=desc"' in tile
+        link = html_lib.unescape(tile.split('class="top-campaign"', 1)[0].rsplit('href="', 1)[1].split('"', 1)[0])
+        assert f"campaign={big.pk}" in link and "group_by=campaign" in link
+        # On the first screen: the spend, then this tile, both before the chart, the presets and the form.
+        assert html.index('id="kpi-cost"') < html.index('id="kpi-top-campaign"') < html.index('id="bill-chart"') \
+            < html.index('id="bill-presets"') < html.index('id="bill-form"')
+    # A campaign's breakdown names its own costliest task.
+    html = client.get("/ops/bills/", {"preset": "this-week", "group_by": "campaign", "campaign": other.pk}).content.decode()
+    tile = html.split('id="kpi-top-campaign"', 1)[1].split("</div>", 1)[0]
+    assert "This campaign" in tile and "$6.00" in tile and "of the spend" not in tile
+    # Nothing priced: no tile.
+    html = client.get("/ops/bills/", {"first": "2025-01-06", "last": "2025-01-12"}).content.decode()
+    assert 'id="kpi-top-campaign"' not in html
+
+
 def test_bill_presets_are_last_week_and_friends(as_user, ops_users, monkeypatch):
     from dashboards.web import forms
 

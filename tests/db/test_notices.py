@@ -78,3 +78,50 @@ def test_a_finished_notice_reaches_those_who_may_see_the_campaign_and_no_one_els
     ops_users["launcher"].groups.clear()  # the team's group (membership_set puts members in it)
     client.force_login(ops_users["launcher"])
     assert _notice(client) == ""
+
+
+def _expires_in(html: str, notice: str) -> float:
+    tag = html.split(f'data-notice="{notice}"', 1)[1].split(">", 1)[0]
+    return float(tag.split('data-expires-in="', 1)[1].split('"', 1)[0])
+
+
+def test_a_notice_says_when_it_expires_so_a_page_left_open_drops_it(client, ops_users, settings):
+    """A live page is never reloaded: the notice carries the seconds it has left (notices.js removes it
+    then), where it stayed on screen long after it was stale. The anomaly alerts' notices likewise."""
+    from dashboards.alerts.notices import alert_expires_in
+    from dashboards.models import AnomalyAlert
+
+    settings.TCO_NOTICE_MINUTES = 10
+    older = _finished(ops_users, "older", 7)
+    latest = _finished(ops_users, "latest", 4)
+    client.force_login(ops_users["launcher"])
+    html = client.get("/ops/agents/").content.decode()
+    # 10 min after the finish: 6 min left for the latest (shown), 3 min for the older one (listed).
+    assert _expires_in(html, f"campaign-finished-{latest.pk}-{int(latest.finished_at.timestamp())}") == \
+        pytest.approx(360, abs=3)
+    more = html.split('class="more-notice"', 1)[1].split(">", 1)[0]
+    assert float(more.split('data-expires-in="', 1)[1].split('"', 1)[0]) == pytest.approx(180, abs=3)
+    assert f"older (#{older.pk})" in html.split('class="more-notice"', 1)[1].split("</span>", 1)[0]
+    # An anomaly alert shown to its team's lead: TCO_ALERT_NOTICE_HOURS after it.
+    settings.TCO_ALERT_NOTICE_HOURS = 2
+    half_hour_ago = timezone.now() - dt.timedelta(minutes=30)
+    alert = AnomalyAlert.objects.create(team=Team.objects.get(project="research"), kind="budget_burn",
+                                        key="t", title="Budget spent early", text="x", starts_at=half_hour_ago)
+    AnomalyAlert.objects.filter(pk=alert.pk).update(at=half_hour_ago)   # ``at`` is set on create
+    alert.refresh_from_db()
+    client.force_login(ops_users["lead"])
+    html = client.get("/ops/agents/").content.decode()
+    assert _expires_in(html, f"anomaly-{alert.pk}") == pytest.approx(5400, abs=3) == alert_expires_in(alert)
+
+
+def test_a_live_page_reading_itself_again_does_not_use_up_a_notices_pages(client, ops_users, settings):
+    """The triage page reads itself again in the background at each change (triage_live.js): those reads
+    used up the notice's pages while the admin looked at one."""
+    settings.TCO_NOTICE_PAGES = 2
+    campaign = _finished(ops_users, "watched", 1)
+    client.force_login(ops_users["admin"])
+    assert f"watched (#{campaign.pk})" in _notice(client, "/ops/triage/")
+    for _ in range(5):
+        client.get("/ops/triage/", headers={"X-TCO-Live-Read": "1"})
+    assert f"watched (#{campaign.pk})" in _notice(client)
+    assert _notice(client) == ""

@@ -102,8 +102,8 @@ def test_the_forecast_encodes_a_value_shared_by_every_task_once(monkeypatch):
 
     monkeypatch.setattr(json, "dumps", counting)
     values = launch_forecast._input_values(items)
-    assert values["pad"] == {('"' + "p" * 1000 + '"')[:200]}
-    assert values["task"] == {str(n) for n in range(1, 1001)}
+    assert values["pad"].texts == {('"' + "p" * 1000 + '"')[:200]} and values["pad"].low is None
+    assert (values["task"].low, values["task"].high, values["task"].texts) == (1, 1000, set())  # numbers: no text
     assert sum(1 for v in calls if v == "p" * 1000) == 1  # not 1000
 
 

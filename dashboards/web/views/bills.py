@@ -139,9 +139,18 @@ def bills_page(request: HttpRequest) -> HttpResponse:
                                          campaign=filters["campaign"], seats=False)["totals"]
                 except errors.BillError:  # a range longer than the waste view's
                     wasted = None
+            # The costliest campaign of the range and its costliest task, beside the spend (the lead's first
+            # screen): from the bill itself when it is grouped by campaign, else the same bill so grouped.
+            by_campaign = result if result["group_by"] == "campaign" else bills.bill(
+                teams=form.teams(), period=result["period"], first=form.cleaned_data["first"],
+                last=form.cleaned_data["last"], group_by="campaign", clusters=form.clusters(), **filters)
+            top = bill_page.costliest_campaign(by_campaign, teams=form.teams())
+            if top is not None:
+                top["link"] = "?" + _bill_query(form, campaign=top["campaign_id"], group_by="campaign")
+                top["tasks_by_cost"] = tasks_by_cost(top["campaign_id"])
             context.update(wasted=wasted, waste_skipped=skipped, waste_query=waste_query(
                 form, first=result["first"].isoformat(), last=result["last"].isoformat()),
-                campaign_tasks=tasks_by_cost(campaign.pk) if campaign else "")
+                campaign_tasks=tasks_by_cost(campaign.pk) if campaign else "", top=top)
             context["burn_chart"] = [{"team": b["team"].name, "period": b["budget"].period, "days": b["days"],
                                       "cumulative_usd": b["cumulative_usd"], "amount_usd": b["amount_usd"],
                                       "projected_usd": float(b["projected_usd"]),

@@ -11,7 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from dashboards.core import scope
-from dashboards.launch.forecast_record import forecast_outcome
+from dashboards.launch.forecast_record import forecast_outcome, outcome_view
 from dashboards.launch.notices import notice_seen
 from dashboards.live import campaign, snapshots
 from dashboards.models import Campaign
@@ -40,23 +40,10 @@ def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     from dashboards.core.roles import user_can
 
     notice_seen(getattr(request, "session", None), row)
+    # A snapshot an older producer built has no "outcome" (the card then waits for the next push): read it here.
+    if "outcome" not in detail:
+        detail["outcome"] = outcome_view(forecast_outcome(row))
     # The columns are the API's state keys (held reads "waiting" while the tasks wait for the predecessor).
     return render(request, "dashboards/campaign.html", {
-        "detail": detail, "states": list(detail["states"]), "outcome": forecast_outcome(row),
+        "detail": detail, "states": list(detail["states"]),
         "can_control": user_can(request.user, "control", row.team), "live_mark": live_mark(live)})
-
-
-@login_required
-def campaign_forecast_fragment(request: HttpRequest, campaign_id: int) -> HttpResponse:
-    """The campaign page's "Forecast and outcome" card alone, as the campaign is now: the page
-    fetches it when its live counts change (campaign_forecast.js). Empty for a campaign that kept
-    no forecast; 404 for one the user may not see."""
-    try:
-        row = scope.campaign_for(request.user, campaign_id)
-    except Campaign.DoesNotExist:
-        raise Http404("no such campaign") from None
-    outcome = forecast_outcome(row)
-    response = (render(request, "dashboards/campaign_forecast.html", {"outcome": outcome, "campaign_id": row.pk})
-                if outcome else HttpResponse(""))
-    response["Cache-Control"] = "no-store"
-    return response

@@ -33,6 +33,15 @@ from dashboards.launch.submit import campaign_submit
 from dashboards.models import AgentDefinition, Campaign, ControlRequest, Task, Team
 
 
+def demo_inputs(count: int, *, min_seconds: float = 3.0, max_seconds: float = 15.0) -> list[dict]:
+    """The demo campaign's inputs: ``[{"task": n, "duration_s": seconds}]`` for n = 1..count, each duration
+    drawn between ``min_seconds`` and ``max_seconds`` (0.1 s steps) from a generator seeded by ``count``
+    (the same campaign at every ``make demo``). The launch form's example (``launch.inputs.INPUT_EXAMPLES``)
+    is one this history fits."""
+    rng = random.Random(count)
+    return [{"task": n, "duration_s": round(rng.uniform(min_seconds, max_seconds), 1)} for n in range(1, count + 1)]
+
+
 class Command(BaseCommand):
     help = ("Launch a demo campaign of --count demo agents for --team as --user, through the launch service "
             "(role, limits, policy, budget, audit); submitted by the submit worker. --pause: then pause it as "
@@ -76,11 +85,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"campaign {earlier.pk} ({earlier.name}, job {earlier.job_number}) of an earlier "
                                   f"run: cancel requested (control request {request.pk})")
         cap = options["concurrency_cap"] or (1 if options["pause"] else None)
-        rng = random.Random(options["count"])
-        inputs = [
-            {"task": n, "duration_s": round(rng.uniform(options["min_seconds"], options["max_seconds"]), 1)}
-            for n in range(1, options["count"] + 1)
-        ]
+        inputs = demo_inputs(options["count"], min_seconds=options["min_seconds"], max_seconds=options["max_seconds"])
         try:
             campaign = launch(user=user, request=LaunchRequest(team=team, agent_definition=agent, inputs=inputs,
                                                                name=options["name"], concurrency_cap=cap)).campaign
