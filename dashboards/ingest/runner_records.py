@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Iterable
 
 from django.conf import settings
-from django.db import transaction
 
 from dashboards.core import realtime, rollups
 from dashboards.ingest.accounting import check_accounting_tokens
