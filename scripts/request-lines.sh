@@ -9,14 +9,16 @@
 # id its writer never saw answered.
 
 # next_request FD: the next whole line on FD (no newline) into REQUEST, status
-# 0; or status 1 when none was complete within 1 s. A partial line is kept in
+# 0; or status 1 when none was complete within REQUEST_TIMEOUT_S seconds (1; the
+# unit test of these lines shortens it). A partial line is kept in
 # REQUEST_PART for the next call; one longer than 4096 bytes is dropped whole
 # (REQUEST_SKIP: the rest of such a line is being skipped).
+REQUEST_TIMEOUT_S=${REQUEST_TIMEOUT_S:-1}
 REQUEST_PART=
 REQUEST_SKIP=0
 next_request() {
     local part=
-    if IFS= read -r -t 1 -u "$1" part; then
+    if IFS= read -r -t "$REQUEST_TIMEOUT_S" -u "$1" part; then
         REQUEST=$REQUEST_PART$part
         REQUEST_PART=
         if (( REQUEST_SKIP || ${#REQUEST} > 4096 )); then

@@ -102,8 +102,7 @@ def _no_services_for_unit_and_db(request):
     in-memory channel layer, "Redis" on a port where nothing listens (the health probe and the queue
     depth history find it down), and worker tasks recorded instead of sent to the broker (the name
     must be one ``worker.tasks`` registers, the arguments JSON). A test that sets its own (a dead
-    Redis cache, ``enqueue.send`` patched) overrides these. Passwords hash through
-    tests/support/hashers.py (PBKDF2, memoized)."""
+    Redis cache, ``enqueue.send`` patched) overrides these."""
     if kind_of(request.node) not in ("unit", "db"):
         return
     import json
@@ -117,17 +116,24 @@ def _no_services_for_unit_and_db(request):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     settings.REDIS_URL = NO_REDIS_URL
     request.getfixturevalue("memory_live_store")
-    # Django checks a password with the last hasher listed under its algorithm's name: Django's own
-    # PBKDF2 hasher is left out, or every login's check would cost a real PBKDF2 (0.3 s).
-    settings.PASSWORD_HASHERS = ["tests.support.hashers.MemoizedPBKDF2PasswordHasher",
-                                 *(h for h in settings.PASSWORD_HASHERS
-                                   if h != "django.contrib.auth.hashers.PBKDF2PasswordHasher")]
 
     def send(name, *args, queue=None):
         assert name in enqueue.TASK_NAMES, f"{name} is not a task worker.tasks registers"
         json.dumps(list(args))
 
     monkeypatch.setattr(enqueue, "send", send)
+
+
+@pytest.fixture(autouse=True)
+def _memoized_passwords(settings):
+    """Passwords hash through tests/support/hashers.py (PBKDF2 as Django's, memoized) in every test:
+    ``bootstrap``'s admin, the role users and each login's check would otherwise cost a real PBKDF2
+    each (0.3 s, 1 s on a loaded host). Django checks a password with the last hasher listed under its
+    algorithm's name: Django's own PBKDF2 hasher is left out. The live stack's processes check with
+    the same hasher (tests/support/stack_settings.py)."""
+    from tests.support.hashers import hashers_memoized
+
+    settings.PASSWORD_HASHERS = hashers_memoized(settings.PASSWORD_HASHERS)
 
 
 @pytest.fixture
@@ -154,12 +160,15 @@ def locmem_cache(settings):
 
 @pytest.fixture
 def fast_passwords(settings):
-    """Hash new passwords with MD5 in this process (PBKDF2 costs about 0.25 s a hash here).
+    """Hash new passwords with MD5 in this process (PBKDF2 costs about 0.3 s a hash here).
 
-    Only for tests without the live stack: its processes accept PBKDF2 only.
+    A password hashed before this fixture ran (``role_users`` may come first) is PBKDF2: it is checked
+    with tests/support/hashers.py's memoized PBKDF2 (Django checks with the last hasher of an algorithm;
+    Django's own cost 0.3-1 s a login). Only for tests without the live stack: its processes accept
+    PBKDF2 only.
     """
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher",
-                                 "django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+                                 "tests.support.hashers.MemoizedPBKDF2PasswordHasher"]
 
 
 # --- users, teams and campaigns -----------------------------------------------------------------
@@ -279,7 +288,7 @@ def runs() -> Path:
 # still gets a fresh database (transactional_db empties it after the test) and tco_bootstrap's data,
 # with the stack's spool as its spool. A module whose tests could not share one would say so here.
 
-def _serve(name: str, tmp_path_factory, settings_module: str | None = None):
+def _serve(name: str, tmp_path_factory, settings_module: str = "tests.support.stack_settings"):
     from django.db import connection
 
     log_dir = TEST_OUTPUT / f"{name}-logs"
@@ -289,14 +298,14 @@ def _serve(name: str, tmp_path_factory, settings_module: str | None = None):
     root = tmp_path_factory.mktemp(name)
     stack = Stack(connection.settings_dict["NAME"], root / "spool", log_dir)
     stack.spool = root / "spool"
-    if settings_module:
-        stack.env["DJANGO_SETTINGS_MODULE"] = settings_module
+    stack.env["DJANGO_SETTINGS_MODULE"] = settings_module
     return stack, root
 
 
 @pytest.fixture(scope="module")
 def live_stack_server(django_db_setup, tmp_path_factory, request):
-    """This module's live stack on the test database, with the project's settings."""
+    """This module's live stack on the test database, with the project's settings (and the tests'
+    password hasher: tests/support/stack_settings.py)."""
     stack, root = _serve(f"stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory)
     with stack.serving(root / "beat-schedule", "test"):
         yield stack

@@ -160,6 +160,8 @@ class Hub:
 
     #: Seconds a view without sockets stays subscribed (a browser that reconnects finds it warm).
     LINGER_S = 30.0
+    #: Seconds between two rounds of :meth:`_upkeep`.
+    UPKEEP_S = 1.0
 
     def __init__(self) -> None:
         self.bus = live_bus.bus().async_side()
@@ -330,12 +332,12 @@ class Hub:
                 "resyncs": sum(box.resyncs for box in list(self.outboxes))}
 
     async def _upkeep(self) -> None:
-        """Every second: close sockets stuck in a send; every third of ``REGISTRATION_S``: renew the
-        registration of this process's views; every 5 s: hand the lag histogram to the store; drop
-        views left without sockets for ``LINGER_S``."""
+        """Every ``UPKEEP_S`` (a second): close sockets stuck in a send; every third of
+        ``REGISTRATION_S``: renew the registration of this process's views; every 5 s: hand the lag
+        histogram to the store; drop views left without sockets for ``LINGER_S``."""
         renewed = flushed = time.monotonic()
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(self.UPKEEP_S)
             now = time.monotonic()
             limit = send_timeout_s()
             for box in list(self.outboxes):

@@ -319,6 +319,7 @@ def test_a_process_subscribes_to_a_view_once_for_all_its_sockets_and_drops_it_af
     alpha = world["alpha"].pk
     store = live_store_in_memory
     monkeypatch.setattr(live_hub.Hub, "LINGER_S", 0.0)
+    monkeypatch.setattr(live_hub.Hub, "UPKEEP_S", 0.1)     # the hub's upkeep: every 0.1 s (a second on a site)
     name = live_bus.channel(f"campaign/{alpha}/1")
 
     async def scenario():
@@ -328,10 +329,10 @@ def test_a_process_subscribes_to_a_view_once_for_all_its_sockets_and_drops_it_af
         answers = [json.loads((await comm.receive_output(timeout=5))["text"]) for comm, _, _, _ in sockets]
         for comm, _, _, _ in sockets[:2]:
             await comm.disconnect()
-        await asyncio.sleep(1.5)                 # the hub's upkeep runs every second
+        await asyncio.sleep(0.4)                 # four rounds of the hub's upkeep
         still = [p for p in store.ports if name in p.channels]
         await sockets[2][0].disconnect()
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(0.4)
         return ports, answers, still, [p for p in store.ports if name in p.channels]
 
     ports, answers, still, after = async_to_sync(scenario)()
@@ -378,15 +379,16 @@ def test_when_the_subscription_is_lost_the_process_subscribes_again_and_its_sock
 
 def test_a_process_renews_the_registration_of_the_views_its_sockets_show(world, live_store_in_memory, monkeypatch):
     # A view is built only while registered (REGISTRATION_S, a minute); a page open for longer keeps
-    # getting its changes. 1.5 s stands for the minute.
+    # getting its changes. 0.6 s stands for the minute, 0.1 s for the hub's upkeep (a second).
     viewer, alpha = world["users"]["viewer"], world["alpha"].pk
     store = live_store_in_memory
-    monkeypatch.setattr(live_bus, "REGISTRATION_S", 1.5)
+    monkeypatch.setattr(live_bus, "REGISTRATION_S", 0.6)
+    monkeypatch.setattr(live_hub.Hub, "UPKEEP_S", 0.1)
     key = f"campaign/{alpha}/1"
 
     async def scenario():
         comm, connected, _, first = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
-        await asyncio.sleep(4.0)
+        await asyncio.sleep(1.6)                 # well past the first registration's end
         registered = store.views.get(key, 0) > time.time()
         await push(campaign_source(world["alpha"]))
         later = json.loads((await comm.receive_output(timeout=5))["text"])
@@ -451,8 +453,9 @@ def test_a_slow_socket_is_dropped_to_a_resync_and_never_holds_up_the_others(capl
     assert "slow fell 4 messages behind" in caplog.text and "resync" in caplog.text
 
 
-def test_a_socket_whose_client_stopped_reading_is_closed_to_reconnect(world, settings, caplog):
+def test_a_socket_whose_client_stopped_reading_is_closed_to_reconnect(world, settings, caplog, monkeypatch):
     settings.TCO_LIVE_SEND_TIMEOUT_S = 0.5
+    monkeypatch.setattr(live_hub.Hub, "UPKEEP_S", 0.1)
 
     async def scenario():
         hub = live_hub.hub()
@@ -552,9 +555,11 @@ def test_no_published_payload_of_one_team_reaches_another_teams_socket(world, li
         await database_sync_to_async(change_everything)()
         for sources in (("queue", campaign_source(beta)), ("queue", campaign_source(alpha)), ("depth",)):
             await push(*sources, observed_at=time.time())
-        for i, (comm, _, _, _) in enumerate(research):
+        async def drain(comm, into):
             while not await comm.receive_nothing(timeout=0.3):
-                got[i].append(json.loads((await comm.receive_output())["text"]))
+                into.append(json.loads((await comm.receive_output())["text"]))
+
+        await asyncio.gather(*(drain(comm, got[i]) for i, (comm, _, _, _) in enumerate(research)))
         for comm, _, _, _ in research + others:
             await comm.disconnect()
         return got

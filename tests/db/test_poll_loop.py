@@ -46,7 +46,7 @@ def test_the_loop_polls_its_cluster_again_and_again_under_the_poll_lock(bootstra
 
 
 def test_a_failing_poll_does_not_end_the_loop(bootstrap, tasks, monkeypatch):
-    stop = threading.Event()
+    stop = _Waits(3)   # records the loop's waits instead of sleeping them
     calls = []
 
     def poll_cluster(cluster):
@@ -59,6 +59,7 @@ def test_a_failing_poll_does_not_end_the_loop(bootstrap, tasks, monkeypatch):
     monkeypatch.setattr(tasks, "poll_cluster", poll_cluster)
     assert poll_loop.poll_forever(cluster_get_default().name, stop, interval_s=0.0) == 1
     assert len(calls) == 2
+    assert stop.waits[0] == 1.0     # the poll after a failure comes a second later
 
 
 def test_no_poll_while_another_poller_holds_the_lock_and_none_of_a_cluster_not_watched(bootstrap, monkeypatch):
