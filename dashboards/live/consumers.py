@@ -26,6 +26,8 @@ import time
 import weakref
 
 from channels.auth import AuthMiddleware, get_user
+from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.sessions import CookieMiddleware, SessionMiddleware
@@ -250,6 +252,28 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         except Exception:  # noqa: BLE001 - the live store is away: the browser reconnects (with backoff)
             log.warning("live views unavailable for %s; closing it to reconnect", self.box.label, exc_info=True)
             await self.close(code=realtime.RECHECK)
+
+    async def dispatch(self, message: dict) -> None:
+        """Channels' ``AsyncConsumer.dispatch`` without its ``aclose_old_connections()`` before every handler.
+
+        Channels (4.2 and later) sends ``close_old_connections`` to the database thread before each message
+        it dispatches (the connect, every browser message, every group message, the disconnect) and once
+        more after a disconnect. That thread is the process's one thread for sync views and the sockets'
+        checks, so a connect storm of 1,000 sockets queued 1,000 such trips beside the checks themselves
+        (issue 22, py-spy). These consumers never touch the database on the event loop; their one database
+        call per socket, the check, runs through ``database_sync_to_async``, which closes old connections
+        before and after it. Raises ``ValueError`` for a message type without a handler, as Channels does."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def websocket_disconnect(self, message: dict) -> None:
+        """Channels' ``websocket_disconnect`` without its trip to the database thread (:meth:`dispatch`)."""
+        for group in self.groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        await self.disconnect(message["code"])
+        raise StopConsumer()
 
     async def _send_text(self, text: str) -> None:
         await self.send(text_data=text)
