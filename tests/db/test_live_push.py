@@ -32,18 +32,19 @@ def test_sockets_on_one_view_share_one_build_per_change_and_each_is_checked_once
     viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
     alpha = world["alpha"].pk
     builds, checks = [], []
-    real_read, real_check = campaign.campaign_detail, scope.scope_of
+    real_read, real_check = campaign.campaign_detail, scope.scopes_of
 
     def counted(user, *args, **kwargs):
         builds.append(user)
         return real_read(user, *args, **kwargs)
 
-    def checked(user):
-        checks.append(user.username)               # a user's check (the producer builds for a scope)
-        return real_check(user)
+    def checked(users):
+        users = list(users)
+        checks.extend(user.username for user in users)     # a user's check (the producer builds for a scope)
+        return real_check(users)
 
     monkeypatch.setattr("dashboards.live.campaign.campaign_detail", counted)
-    monkeypatch.setattr("dashboards.core.scope.scope_of", checked)
+    monkeypatch.setattr("dashboards.core.scope.scopes_of", checked)
 
     def revoke(user):
         with django_capture_on_commit_callbacks(execute=True):
@@ -661,7 +662,7 @@ def test_a_handshake_whose_check_or_group_join_fails_is_closed_to_reconnect_neve
     from dashboards.live.consumers import QueueConsumer
 
     if failing == "check":
-        def authorize(self, user):
+        def authorize(self, user, audience, asked):
             raise OperationalError("database is locked")
         monkeypatch.setattr(QueueConsumer, "authorize", authorize)
     else:
