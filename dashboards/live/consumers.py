@@ -25,7 +25,9 @@ import logging
 import time
 import weakref
 
-from channels.auth import AuthMiddleware, get_user
+from channels.auth import AuthMiddleware
+from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.sessions import CookieMiddleware, SessionMiddleware
@@ -35,6 +37,7 @@ from dashboards.core import scope as core_scope
 # publish: also the in-memory store's producer (one-process tests)
 from dashboards.live import campaign, cluster, publish, snapshots  # noqa: F401
 from dashboards.live import hub as live_hub
+from dashboards.live import sessions as live_sessions
 from schedulers import base
 
 log = logging.getLogger(__name__)
@@ -75,13 +78,14 @@ CHECK_BATCH = 64
 
 
 class CheckBatch:
-    """The checks of sockets that open at once, run one after the other in one trip to the process's
-    database thread (one per event loop: :func:`checks`). The first socket's check leaves at once; those
-    that open while it runs go together in the next trip. Each socket's check is its own
-    (:meth:`LiveConsumer.check`, the same code and queries); what a batch saves is the hand-over to the
-    thread and back per socket, which in a connect storm (1,000 sockets at once) cost about as much as
-    the checks themselves (issue 22: py-spy, the database thread saturated). An exception is that socket's
-    own (``SignedOut``, ``Refused``, a database error): the others of its batch are answered."""
+    """The checks of sockets that open at once, in one trip to the process's database thread (one per
+    event loop: :func:`checks`). The first socket's check leaves at once; those that open while it runs go
+    together in the next trip (:func:`_check_each`). A batch saves the hand-over to the thread and back per
+    socket, which in a connect storm (1,000 sockets at once) cost about as much as the checks themselves,
+    and it reads the users of all of its sockets' sessions and their audience scopes in a few queries, not
+    three per socket (issue 22: py-spy, the database thread saturated). An exception is that socket's own
+    (``SignedOut``, ``Refused``, a database error in its own check); a batch query that fails fails each
+    socket of the batch."""
 
     def __init__(self) -> None:
         self.waiting: list[tuple["LiveConsumer", asyncio.Future]] = []
@@ -89,7 +93,8 @@ class CheckBatch:
         self.trips = 0
 
     async def run(self, consumer: "LiveConsumer") -> list[snapshots.View]:
-        """``consumer.check()`` on the database thread, batched; raises what it raises."""
+        """The views ``consumer`` may show, checked on the database thread with its batch (:func:`_check_each`);
+        raises ``SignedOut``, ``Refused`` or what the check raised."""
         future = asyncio.get_running_loop().create_future()
         self.waiting.append((consumer, future))
         if not self.draining:
@@ -114,14 +119,59 @@ class CheckBatch:
 
 
 def _check_each(consumers: list["LiveConsumer"]) -> list[tuple[bool, object]]:
-    """On the database thread: each consumer's check, ``(True, views)`` or ``(False, the exception)``."""
-    out: list[tuple[bool, object]] = []
-    for consumer in consumers:
+    """On the database thread, the checks of a batch of sockets: for each, ``(True, views)`` or ``(False,
+    the exception)``, in order.
+
+    1. Who each socket's user is: its session's (:func:`dashboards.live.sessions.users_of`, what Channels'
+       ``get_user`` returns, for the whole batch in a query for the sessions and one for the users), unless
+       a test put the user in the scope. No signed-in user: ``SignedOut`` (4401).
+    2. Each user's audience scope (``core.scope.scopes_of``: the same as ``scope_of``, two queries for the
+       batch).
+    3. What the socket may show (:meth:`LiveConsumer.authorize`): the page's own check with that scope, the
+       same selectors as every page; sockets of one batch that ask the same question of the same scope
+       share its answer (:class:`Asked`).
+    """
+    out: list[tuple[bool, object] | None] = [None] * len(consumers)
+    deferred = [i for i, c in enumerate(consumers) if c.scope.get(DEFERRED_USER)]
+    for i, user in zip(deferred, live_sessions.users_of([consumers[i].scope for i in deferred])):
+        if isinstance(user, Exception):
+            out[i] = (False, user)
+        else:
+            consumers[i].scope["user"]._wrapped = user
+            consumers[i].scope[DEFERRED_USER] = False
+    users = []
+    for i, consumer in enumerate(consumers):
+        user = consumer.scope.get("user")
+        if out[i] is None and (user is None or not user.is_authenticated):
+            out[i] = (False, SignedOut())
+        elif out[i] is None:
+            users.append(user)
+    audiences = core_scope.scopes_of(users)
+    asked = Asked()
+    for i, consumer in enumerate(consumers):
+        if out[i] is not None:
+            continue
+        user = consumer.scope["user"]
         try:
-            out.append((True, consumer.check()))
-        except Exception as exc:  # noqa: BLE001 - that socket's answer (4401, 4403, or closed to reconnect)
-            out.append((False, exc))
+            out[i] = (True, consumer.authorize(user, audiences[user.pk], asked))
+        except Exception as exc:  # noqa: BLE001 - that socket's answer (4403, or closed to reconnect)
+            out[i] = (False, exc)
     return out
+
+
+class Asked:
+    """The answers of one batch's checks (:func:`_check_each`): a question asked again in the same batch
+    (the same campaign, the same audience scope) is answered once, at the same moment for every socket."""
+
+    def __init__(self) -> None:
+        self.answers: dict[tuple, object] = {}
+
+    def once(self, question: tuple, answer):
+        """``answer()`` the first time ``question`` (a hashable tuple) is asked in this batch; the same value
+        after."""
+        if question not in self.answers:
+            self.answers[question] = answer()
+        return self.answers[question]
 
 
 _CHECKS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CheckBatch]" = weakref.WeakKeyDictionary()
@@ -150,8 +200,10 @@ DEFERRED_USER = "tco.deferred_user"
 
 class DeferredAuthMiddleware(AuthMiddleware):
     """Channels' ``AuthMiddleware`` whose user is resolved by the consumer, in the same database call as
-    its check (:meth:`LiveConsumer.check`), with Channels' own ``get_user``: a socket's handshake costs one
-    trip to the database thread, not two (500 browsers open 1,000 sockets at once at a run's start)."""
+    its check and with the checks of the sockets that open with it (:func:`_check_each`,
+    ``dashboards.live.sessions.users_of``: what Channels' ``get_user`` returns): a socket's handshake costs
+    at most one trip to the database thread, not two, and no query of its own for its session and user
+    (500 browsers open 1,000 sockets at once at a run's start)."""
 
     async def resolve_scope(self, scope) -> None:
         scope[DEFERRED_USER] = True
@@ -198,8 +250,8 @@ def choice_allowed(user_id: int, now: float | None = None) -> bool:
 class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
     """Base: checks the user once, then forwards the latest snapshot of its views and every new one.
 
-    Subclasses define ``authorize(user) -> list[View]`` (on the database thread; raise ``Refused`` to
-    refuse with 4403) and may define ``choose(content) -> list[View] | None`` (a browser's choice; None:
+    Subclasses define ``authorize(user, audience, asked) -> list[View]`` (on the database thread; raise
+    ``Refused`` to refuse with 4403) and may define ``choose(content) -> list[View] | None`` (a browser's choice; None:
     no change).
     """
 
@@ -250,6 +302,28 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         except Exception:  # noqa: BLE001 - the live store is away: the browser reconnects (with backoff)
             log.warning("live views unavailable for %s; closing it to reconnect", self.box.label, exc_info=True)
             await self.close(code=realtime.RECHECK)
+
+    async def dispatch(self, message: dict) -> None:
+        """Channels' ``AsyncConsumer.dispatch`` without its ``aclose_old_connections()`` before every handler.
+
+        Channels (4.2 and later) sends ``close_old_connections`` to the database thread before each message
+        it dispatches (the connect, every browser message, every group message, the disconnect) and once
+        more after a disconnect. That thread is the process's one thread for sync views and the sockets'
+        checks, so a connect storm of 1,000 sockets queued 1,000 such trips beside the checks themselves
+        (issue 22, py-spy). These consumers never touch the database on the event loop; their one database
+        call per socket, the check, runs through ``database_sync_to_async``, which closes old connections
+        before and after it. Raises ``ValueError`` for a message type without a handler, as Channels does."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def websocket_disconnect(self, message: dict) -> None:
+        """Channels' ``websocket_disconnect`` without its trip to the database thread (:meth:`dispatch`)."""
+        for group in self.groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        await self.disconnect(message["code"])
+        raise StopConsumer()
 
     async def _send_text(self, text: str) -> None:
         await self.send(text_data=text)
@@ -332,21 +406,12 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
             return
         await self.show(views)
 
-    def check(self) -> list[snapshots.View]:
-        """On the database thread, once per socket: who the user is (Channels' ``get_user``, unless a test
-        put the user in the scope) and what they may see (:meth:`authorize`)."""
-        if self.scope.get(DEFERRED_USER):
-            self.scope["user"]._wrapped = get_user.func(self.scope)
-            self.scope[DEFERRED_USER] = False
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            raise SignedOut
-        return self.authorize(user)
-
     @abc.abstractmethod
-    def authorize(self, user) -> list[snapshots.View]:
-        """The views this socket shows (raise ``Refused`` when the user may not see them); on the
-        database thread."""
+    def authorize(self, user, audience: core_scope.Scope, asked: Asked) -> list[snapshots.View]:
+        """The views this socket shows to signed-in ``user``, whose audience scope is ``audience``
+        (``core.scope.scope_of(user)``); raise ``Refused`` when the user may not see them. On the database
+        thread, once per socket (:func:`_check_each`); a query whose answer other sockets of the batch
+        share goes through ``asked.once``."""
 
     def choose(self, content: dict) -> list[snapshots.View] | None:
         """The views after a browser's choice (page, filter); None when nothing changes."""
@@ -361,8 +426,8 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
 class QueueConsumer(LiveConsumer):
     """``/ws/queue/``: the live queue page of the user's audience scope, and its depth history."""
 
-    def authorize(self, user) -> list[snapshots.View]:
-        self.audience = core_scope.scope_of(user)
+    def authorize(self, user, audience: core_scope.Scope, asked: Asked) -> list[snapshots.View]:
+        self.audience = audience
         return [snapshots.queue_view(self.audience, 1), snapshots.depth_view(self.audience)]
 
     def choose(self, content: dict) -> list[snapshots.View] | None:
@@ -380,13 +445,13 @@ class QueueConsumer(LiveConsumer):
 class CampaignConsumer(LiveConsumer):
     """``/ws/campaigns/<id>/``: one campaign's page, for users who may view the campaign."""
 
-    def authorize(self, user) -> list[snapshots.View]:
-        # The user's audience scope (one query), then the campaign's team (one lookup by primary key): the
-        # same answer as campaigns_visible_to(user), without building its subquery per socket (a connect
-        # storm opens 500 of these at once; issue 22).
+    def authorize(self, user, audience: core_scope.Scope, asked: Asked) -> list[snapshots.View]:
+        # The campaign by the user's audience scope (one lookup by primary key, shared by the batch's sockets
+        # of that scope): the same answer as campaigns_visible_to(user), without building its subquery per
+        # socket (a connect storm opens 500 of these at once; issue 22).
         campaign_id = self.scope["url_route"]["kwargs"]["campaign_id"]
-        audience = core_scope.scope_of(user)
-        if not core_scope.campaigns_visible_to(audience).filter(pk=campaign_id).exists():
+        if not asked.once(("campaign", audience, campaign_id),
+                          lambda: core_scope.campaigns_visible_to(audience).filter(pk=campaign_id).exists()):
             raise Refused
         return [snapshots.campaign_view(campaign_id)]
 
@@ -420,9 +485,10 @@ class CampaignConsumer(LiveConsumer):
 class TaskConsumer(LiveConsumer):
     """``/ws/tasks/<id>/``: one agent's page (follows its campaign; a job tco did not launch: the queue)."""
 
-    def authorize(self, user) -> list[snapshots.View]:
+    def authorize(self, user, audience: core_scope.Scope, asked: Asked) -> list[snapshots.View]:
         task_id = self.scope["url_route"]["kwargs"]["task_id"]
-        found = core_scope.tasks_visible_to(user).filter(pk=task_id).values_list("pk", "campaign_id").first()
+        found = asked.once(("task", audience, task_id), lambda: core_scope.tasks_visible_to(audience).filter(
+            pk=task_id).values_list("pk", "campaign_id").first())
         if found is None:
             raise Refused
         return [snapshots.task_view(*found)]

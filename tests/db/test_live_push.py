@@ -32,18 +32,19 @@ def test_sockets_on_one_view_share_one_build_per_change_and_each_is_checked_once
     viewer, lead, launcher = (world["users"][name] for name in ("viewer", "lead", "launcher"))
     alpha = world["alpha"].pk
     builds, checks = [], []
-    real_read, real_check = campaign.campaign_detail, scope.scope_of
+    real_read, real_check = campaign.campaign_detail, scope.scopes_of
 
     def counted(user, *args, **kwargs):
         builds.append(user)
         return real_read(user, *args, **kwargs)
 
-    def checked(user):
-        checks.append(user.username)               # a user's check (the producer builds for a scope)
-        return real_check(user)
+    def checked(users):
+        users = list(users)
+        checks.extend(user.username for user in users)     # a user's check (the producer builds for a scope)
+        return real_check(users)
 
     monkeypatch.setattr("dashboards.live.campaign.campaign_detail", counted)
-    monkeypatch.setattr("dashboards.core.scope.scope_of", checked)
+    monkeypatch.setattr("dashboards.core.scope.scopes_of", checked)
 
     def revoke(user):
         with django_capture_on_commit_callbacks(execute=True):
@@ -666,7 +667,7 @@ def test_a_handshake_whose_check_or_group_join_fails_is_closed_to_reconnect_neve
     from dashboards.live.consumers import QueueConsumer
 
     if failing == "check":
-        def authorize(self, user):
+        def authorize(self, user, audience, asked):
             raise OperationalError("database is locked")
         monkeypatch.setattr(QueueConsumer, "authorize", authorize)
     else:
@@ -836,3 +837,37 @@ def test_the_producers_lag_counts_changes_of_watched_views_not_a_first_build_of_
     assert second.built == 1 and len(second.lags) == 1
     assert 0.5 <= second.lags[0] < 0.5 + 30
     assert producer.status()["lag_p95_s"] == round(second.lags[0], 3)
+
+
+def test_a_sockets_messages_and_close_take_no_trip_to_the_database_thread(world, monkeypatch):
+    """Channels sends ``close_old_connections`` to the database thread before every message it dispatches
+    (the connect, each browser message, the disconnect); the live consumers do not (issue 22: a storm of
+    1,000 sockets queued 1,000 such trips beside the checks, on the one thread of the sync views). Once a
+    socket is open, asking for snapshots and closing it make no trip to that thread at all."""
+    from asgiref.sync import SyncToAsync
+
+    trips = []
+    real = SyncToAsync.thread_handler
+
+    def counted(self, *args, **kwargs):
+        trips.append(getattr(self.func, "__name__", repr(self.func)))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncToAsync, "thread_handler", counted)
+    viewer, alpha = world["users"]["viewer"], world["alpha"].pk
+
+    async def scenario():
+        comm, connected, _, first = await ws_connect(viewer, f"/ws/campaigns/{alpha}/")
+        at_open = len(trips)
+        box = next(iter(live_hub.hub().outboxes))
+        for _ in range(3):
+            box.last.clear()
+            await comm.send_json_to({"snapshot": True})
+            again = json.loads((await comm.receive_output(timeout=5))["text"])
+            assert again["view"] == first["view"]
+        await comm.disconnect()
+        return connected, at_open
+
+    connected, at_open = async_to_sync(scenario)()
+    assert connected and at_open >= 1       # the socket's check went to the database thread
+    assert trips[at_open:] == []

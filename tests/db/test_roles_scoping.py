@@ -118,6 +118,40 @@ def test_an_inactive_user_sees_nothing(world):
     assert not scope.tasks_visible_to(user).exists()
 
 
+def test_the_scopes_of_many_users_at_once_are_each_ones_scope_in_two_queries(world, django_assert_max_num_queries):
+    """A storm of sockets is checked 64 at a time (live.consumers): ``scopes_of`` gives every user of a batch
+    the scope ``scope_of`` gives them alone (roles, the team's group alone, both, admins, inactive users, no
+    team) in two queries for all; ``team_ids_with`` gives every capability's teams of ``teams_with``."""
+    from dashboards.core.roles import CAPABILITIES, is_admin, team_ids_with, teams_with
+
+    User = get_user_model()
+    research, engineering = Team.objects.get(project="research"), Team.objects.get(project="engineering")
+    grouped = User.objects.create_user("grouped", password=None)
+    grouped.groups.add(engineering.group)
+    both = User.objects.create_user("both", password=None)
+    membership_set(user=both, team=research, role="viewer")
+    both.groups.add(engineering.group)
+    superuser = User.objects.create_user("root", password=None, is_superuser=True)
+    gone_admin = User.objects.create_user("gone-admin", password=None, is_staff=True, is_active=False)
+    gone = User.objects.create_user("gone", password=None, is_active=False)
+    membership_set(user=gone, team=research, role="lead")
+    nobody = User.objects.create_user("nobody", password=None)
+    users = [*world["users"].values(), grouped, both, superuser, gone_admin, gone, nobody]
+    expected = {**{name: {research.pk} for name in TEAM_MEMBERS},
+                "eng-viewer": {engineering.pk}, "eng-lead": {engineering.pk}, "admin": None, "grouped": {engineering.pk},
+                "both": {research.pk, engineering.pk}, "root": None, "gone-admin": set(), "gone": set(), "nobody": set()}
+    with django_assert_max_num_queries(2):
+        scopes = scope.scopes_of(users)
+    assert {u.username: scopes[u.pk] for u in users} == {
+        name: scope.Scope(None if ids is None else frozenset(ids)) for name, ids in expected.items()}
+    assert scopes == {u.pk: scope.scope_of(u) for u in users}
+    for capability in CAPABILITIES:
+        assert team_ids_with(users, capability) == {
+            u.pk: None if is_admin(u) else set(teams_with(u, capability).values_list("pk", flat=True)) for u in users}
+    assert team_ids_with(users, "bill")[world["users"]["lead"].pk] == {research.pk}
+    assert team_ids_with(users, "bill")[world["users"]["viewer"].pk] == set()
+
+
 @pytest.mark.parametrize("path", ["/", "/queue.json", "/campaigns/1/", "/tasks/1/", "/account/token/",
                                   "/tasks/1/outputs/result.json"])
 def test_anonymous_requests_are_sent_to_the_login_page(client, world, path):

@@ -469,3 +469,68 @@ def test_a_socket_to_a_path_no_view_serves_is_refused_not_a_server_error(role_us
         return connected, code
 
     assert async_to_sync(scenario)() == (False, 1000)
+
+
+def test_the_users_of_many_sockets_sessions_at_once_are_what_channels_get_user_gives_each(
+        role_users, django_assert_max_num_queries):
+    """The checks of a storm of sockets resolve their sessions' users 64 at a time (live.sessions.users_of),
+    each as Channels' ``get_user`` does: a good session its user (two sockets of one session, two sessions of
+    one user); an expired, unknown, missing or user-less session, a deactivated user, a backend not
+    configured: anonymous; a session whose password hash is stale: anonymous, and the session flushed; a
+    malformed user id: that socket's error. One query for the sessions and one for the users."""
+    import datetime as dt
+
+    from channels.auth import get_user
+    from django.contrib.auth import BACKEND_SESSION_KEY, SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.sessions.models import Session
+    from django.core.exceptions import ValidationError
+    from django.utils import timezone
+    from django.utils.functional import LazyObject
+
+    from dashboards.live.sessions import users_of
+
+    def key(client: Client) -> str:
+        return client.cookies["sessionid"].value
+
+    def edited(username: str, **changes) -> str:
+        store = SessionStore(key(logged_in(username)))
+        for name, value in changes.items():
+            store[name] = value
+        store.save()
+        return store.session_key
+
+    viewer, lead, admin = logged_in("viewer"), logged_in("lead"), Client()
+    admin.force_login(role_users["admin"])
+    expired = key(logged_in("launcher"))
+    Session.objects.filter(session_key=expired).update(expire_date=timezone.now() - dt.timedelta(seconds=1))
+    stale = key(logged_in("urgent"))
+    role_users["urgent"].set_password("a-new-password-1")
+    role_users["urgent"].save()
+    inactive = key(logged_in("eng-viewer"))
+    type(role_users["eng-viewer"]).objects.filter(pk=role_users["eng-viewer"].pk).update(is_active=False)
+    other_backend = edited("eng-lead", **{BACKEND_SESSION_KEY: "django.contrib.auth.backends.RemoteUserBackend"})
+    malformed = edited("eng-lead", **{SESSION_KEY: "not-a-number"})
+    anonymous = SessionStore()
+    anonymous["seen"] = True
+    anonymous.save()
+    keys = [key(viewer), key(viewer), key(logged_in("viewer")), key(lead), key(admin), expired, stale, inactive,
+            other_backend, anonymous.session_key, None, "no-such-session-key", malformed]
+
+    def scope(session_key):
+        session = LazyObject()
+        session._wrapped = SessionStore(session_key)      # as channels.sessions.SessionMiddleware sets it
+        return {"session": session}
+
+    with django_assert_max_num_queries(4):               # sessions, users; the stale session's flush
+        got = users_of([scope(k) for k in keys])
+    names = [u if isinstance(u, Exception) else (u.username if u.is_authenticated else None) for u in got]
+    assert names[:-1] == ["viewer", "viewer", "viewer", "lead", "admin"] + [None] * 7
+    assert isinstance(names[-1], ValidationError)
+    assert not Session.objects.filter(session_key=stale).exists()          # flushed, as get_user does
+    assert Session.objects.filter(session_key=key(viewer)).exists()
+    # Channels' own get_user, one socket at a time, gives the same
+    for session_key, user in zip(keys[:-1], got[:-1]):
+        assert get_user.func(scope(session_key)) == user
+    with pytest.raises(ValidationError):
+        get_user.func(scope(malformed))
