@@ -10,6 +10,7 @@ the database thread saturated, the process not). ``TCO_WEB_SWITCH_INTERVAL_S`` (
 
 At start a thread warms the broker's producer (``dashboards.core.enqueue.warm``): the first launch a
 web process served paid 0.3 s for kombu's transport import and the first Redis connection.
+``TCO_WEB_WARM_BROKER=0`` leaves it out (the tests, which import this module without a server).
 """
 import os
 import sys
@@ -26,7 +27,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (needs
 
 from dashboards.core import enqueue  # noqa: E402
 
-threading.Thread(target=enqueue.warm, name="tco-warm-broker", daemon=True).start()
+if os.environ.get("TCO_WEB_WARM_BROKER", "1") != "0":
+    threading.Thread(target=enqueue.warm, name="tco-warm-broker", daemon=True).start()
 
 from dashboards.live.consumers import DeferredAuthMiddlewareStack  # noqa: E402
 from dashboards.live.routing import websocket_urlpatterns  # noqa: E402

@@ -46,7 +46,6 @@ def warm() -> bool:
     try:
         with current_app.producer_or_acquire() as producer:
             producer.connection.ensure_connection(max_retries=1)
-        current_app.backend  # noqa: B018 - loaded on first use, by the first send_task
         return True
     except Exception as exc:  # noqa: BLE001 - a warm-up only; the send itself reports
         log.warning("broker not reached while warming the producer: %s", exc)

@@ -140,12 +140,22 @@ def deferred() -> Iterator[None]:
     written when the block ends without an error: usage, waste, then request
     rows, hours then days, each in key order. So the transaction takes its
     rollup row locks last and in the order every other writer takes them (the
-    module's "Lock order"). Nested, the outermost block writes. The caller must
-    not catch an error of a savepoint it opened inside the block and go on: the
-    held sums would keep what the rolled-back savepoint added.
+    module's "Lock order"). Nested, the block is a savepoint whose held sums
+    are put back as they were when it fails (a caller that catches the error
+    and goes on keeps nothing of it), and the outermost block writes. A
+    savepoint the caller opens inside it with ``transaction.atomic`` and rolls
+    back is not seen: catch errors around a nested :func:`deferred` instead.
     """
-    if getattr(_HELD, "sums", None) is not None:
-        yield
+    outer = getattr(_HELD, "sums", None)
+    if outer is not None:
+        kept = {kind: {key: list(values) for key, values in rows.items()} for kind, rows in outer.items()}
+        try:
+            with transaction.atomic():
+                yield
+        except BaseException:
+            outer.clear()
+            outer.update(kept)
+            raise
         return
     held: dict[str, dict[tuple, list[int]]] = {}
     _HELD.sums = held

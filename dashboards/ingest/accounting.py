@@ -13,7 +13,6 @@ import logging
 import time
 from typing import Iterable
 
-from django.db import transaction
 from django.utils import timezone
 
 from dashboards.core import bulk, realtime, rollups
@@ -121,7 +120,7 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
         result.batches += 1
         result.deferred_bytes = batch.deferred_bytes
         result.reset = result.reset or batch.reset
-        with transaction.atomic():
+        with rollups.deferred():  # the checkpoint and quarantine written, then the rollups (their "Lock order")
             accepted, finalized = _store_records(cluster, batch.records)
             result.accepted += accepted
             result.duplicates += len(batch.records) - accepted
@@ -404,6 +403,11 @@ def finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
     only a record of its last attempt ends it (:func:`_of_last_attempt`);
     until that record comes it stays ``finishing``.
     """
+    with rollups.deferred():  # every chunk's rollups at once, after the campaigns (rollups' "Lock order")
+        return _finalize_finishing(cluster, task_ids)
+
+
+def _finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
     finalized = 0
     campaigns: set[int] = set()
     now = timezone.now()

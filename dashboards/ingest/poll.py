@@ -88,7 +88,9 @@ def apply_qstat_poll(cluster: Cluster, tasks: list[QstatTask], *, observed_at: d
     answered_at = answered_at or observed_at
     changes = PollChanges()
     fields = ("id", "campaign_id", "job_number", "task_number", "first_seen_at", "submitted_at", *POLL_FIELDS)
-    with transaction.atomic():
+    # One transaction whose rollup writes (tasks ended by their records) come last, after the campaigns'
+    # and the cluster's rows (rollups' "Lock order"): an accounting batch takes them in that order too.
+    with rollups.deferred():
         advanced = Cluster.objects.filter(pk=cluster.pk).filter(
             Q(poll_answered_at__lt=observed_at)
             | Q(poll_answered_at__isnull=True) & (Q(poll_observed_at__isnull=True) | Q(poll_observed_at__lt=observed_at))

@@ -55,6 +55,30 @@ def written_rows(run) -> list[tuple[str, tuple]]:
     return seen
 
 
+WRITE = re.compile(r'(?:INSERT INTO|UPDATE|DELETE FROM) "?(\w+)"?', re.IGNORECASE)
+
+
+def writes_after_rollups(run) -> list[str]:
+    """Run ``run()`` and return the tables it wrote after its first rollup row (rollups' "Lock order":
+    a transaction's rollup rows are its last writes)."""
+    after: list[str] = []
+    started = False
+
+    def wrapper(execute, sql, params, many, context):
+        nonlocal started
+        match = WRITE.match(sql.strip())
+        if match:
+            if match.group(1) in ORDER:
+                started = True
+            elif started:
+                after.append(match.group(1))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        run()
+    return after
+
+
 def test_an_accounting_batch_writes_its_rollup_rows_in_the_one_lock_order(ops_users):
     cluster = cluster_get_default()
     research = Team.objects.get(project="research")
@@ -118,9 +142,41 @@ def test_a_deferred_block_writes_nothing_until_it_ends_and_nothing_when_it_fails
         raise RuntimeError("the write fails after the task ended")
     assert not UsageRollup.objects.exists() and Task.objects.get(pk=task.pk).active
 
+    # Nested: a failed inner block is a savepoint rolled back, and its held sums go with it.
+    with rollups.deferred():
+        with pytest.raises(RuntimeError), rollups.deferred():
+            end()
+            raise RuntimeError("the inner write fails")
+    assert not UsageRollup.objects.exists() and Task.objects.get(pk=task.pk).active
+
     with rollups.deferred():
         end()
         assert not UsageRollup.objects.exists()  # held until the block ends
     row = UsageRollup.objects.get()
     assert (row.hour, row.campaign_id, row.queue, row.tasks, row.finished_tasks) == (
         dt.datetime(2026, 5, 6, 10, tzinfo=UTC), campaign.pk, "agent.q", 1, 1)
+
+
+def test_a_poll_that_ends_tasks_by_their_records_writes_the_rollups_last(ops_users):
+    """The poll finds finishing tasks gone whose records are read: it ends them (rollup rows), then
+    follows the campaign's status and marks the cluster polled; those rows are locked first."""
+    from dashboards.ingest.poll import apply_qstat_poll
+
+    cluster = cluster_get_default()
+    research = Team.objects.get(project="research")
+    campaign = make_campaign(team=research, user=ops_users["launcher"], name="ends", status="running",
+                             job_number=7602)
+    began = dt.datetime(2026, 5, 7, 9, 5, tzinfo=UTC)
+    tasks = [Task.objects.create(cluster=cluster, campaign=campaign, job_number=7602, task_number=n, is_array=True,
+                                 state="running", active=True, submitted_at=began, started_at=began + dt.timedelta(
+                                     hours=n % 3), queue="agent.q") for n in range(1, 7)]
+    with transaction.atomic():
+        _store_records(cluster, [parsed(7602, t.task_number, submitted=began, started=t.started_at, wall=40,
+                                        ended=t.started_at + dt.timedelta(seconds=40), slots=1, queue="agent.q",
+                                        project="research") for t in tasks])
+    assert Task.objects.filter(campaign=campaign, active=True).count() == 6   # still in qstat: not ended yet
+
+    after = writes_after_rollups(lambda: apply_qstat_poll(cluster, [], observed_at=began + dt.timedelta(hours=4)))
+    assert Task.objects.filter(campaign=campaign, active=False).count() == 6   # the poll ended them
+    assert after == []
+    assert rollups.differences() == [] and rollups.day_differences("usage") == []

@@ -30,7 +30,7 @@ from dashboards.control_models import ControlState
 from dashboards.core.errors import Refused
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.launch.submit import campaign_submit
-from dashboards.models import AgentDefinition, Campaign, ControlRequest, Task, Team
+from dashboards.models import CAMPAIGN_LIVE, AgentDefinition, Campaign, ControlRequest, Task, Team
 
 
 def demo_inputs(count: int, *, min_seconds: float = 3.0, max_seconds: float = 15.0) -> list[dict]:
@@ -80,8 +80,9 @@ class Command(BaseCommand):
             for earlier in _still_queued(user, options["name"]):
                 try:
                     request = campaign_control(user=user, campaign=earlier, action="cancel")
-                except Refused as exc:
-                    raise CommandError(f"campaign {earlier.pk} ({earlier.name}) could not be cancelled: {exc}") from exc
+                except Refused as exc:  # e.g. its last tasks ended meanwhile: the new campaign goes on
+                    self.stdout.write(f"campaign {earlier.pk} ({earlier.name}) of an earlier run left as it is: {exc}")
+                    continue
                 self.stdout.write(f"campaign {earlier.pk} ({earlier.name}, job {earlier.job_number}) of an earlier "
                                   f"run: cancel requested (control request {request.pk})")
         cap = options["concurrency_cap"] or (1 if options["pause"] else None)
@@ -105,8 +106,11 @@ class Command(BaseCommand):
 
 
 def _still_queued(user, name: str) -> list[Campaign]:
-    """``user``'s campaigns named ``name`` with active tasks (pending, held or running) on the cluster."""
-    return list(Campaign.objects.filter(launched_by=user, name=name, tasks__active=True).distinct().order_by("pk"))
+    """``user``'s live campaigns named ``name`` with tasks pending, held or running on the cluster (one
+    whose tasks are only finishing has nothing left to cancel)."""
+    return list(Campaign.objects.filter(launched_by=user, name=name, status__in=CAMPAIGN_LIVE, tasks__active=True,
+                                        tasks__state__in=("pending", "held", "running", "starting", "suspended"))
+                .distinct().order_by("pk"))
 
 
 def _submitted(campaign: Campaign, deadline: float) -> Campaign:
