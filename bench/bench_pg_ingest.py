@@ -131,10 +131,8 @@ def main() -> None:
         for start in range(0, n, size):
             with transaction.atomic(), connection.cursor() as cur:
                 # As core.bulk's insert: the count and the records' rollup groups come back, and are added.
-                cur.execute(f"WITH ins AS (INSERT INTO {table} ({columns}) SELECT {columns} FROM bench_stage "
-                            f"WHERE n > {start} AND n <= {start + size} ON CONFLICT DO NOTHING "
-                            f"RETURNING {', '.join(bulk.ROLLUP_COLUMNS)}), n AS (SELECT COUNT(*) AS n FROM ins) "
-                            f"SELECT n.n, g.* FROM n LEFT JOIN ({rollups.record_groups_sql('ins')}) g ON true")
+                cur.execute(bulk.insert_grouped_sql(table, columns, f"SELECT {columns} FROM bench_stage "
+                                                             f"WHERE n > {start} AND n <= {start + size}"))
                 rollups.records_grouped(row[1:] for row in cur.fetchall())
         server = time.perf_counter() - t0
         del batches

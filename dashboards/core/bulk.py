@@ -43,7 +43,7 @@ STAGE_TABLE = "tco_accounting_stage"
 
 # The JSON columns of a record (text in PostgreSQL's staging table).
 JSON_COLUMNS = ("usage", "tokens")
-# What the rollups read of a record just inserted (dashboards.core.rollups.record_groups_sql).
+# What the rollups read of a record just inserted (dashboards.core.rollup_sql.record_select).
 ROLLUP_COLUMNS = ("cluster_id", "task_id", "started_at", "project", "queue", "wallclock_s", "slots")
 
 # The columns written, in the order of the rows built by ``record_rows``.
@@ -230,15 +230,24 @@ def _store_postgresql(cluster: Cluster, records: Sequence[ParsedRecord], task_of
                 copy.write_row(row)
         # The rows inserted (not those already stored): their count and their rollup groups come back
         # from the insert's own statement (one row of NULL groups when it inserted nothing).
-        returned = ", ".join(connection.ops.quote_name(c) for c in ROLLUP_COLUMNS)
-        cur.execute(f"WITH ins AS (INSERT INTO {table} ({columns}) SELECT {selected} FROM {STAGE_TABLE} "
-                    f"ON CONFLICT DO NOTHING RETURNING {returned}), n AS (SELECT COUNT(*) AS n FROM ins) "
-                    f"SELECT n.n, g.* FROM n LEFT JOIN ({rollups.record_groups_sql('ins')}) g ON true", [])
+        cur.execute(insert_grouped_sql(table, columns, f"SELECT {selected} FROM {STAGE_TABLE}"), [])
         rows = cur.fetchall()
         inserted = rows[0][0]
         rollups.records_grouped(row[1:] for row in rows)
         cur.execute(f"DROP TABLE {STAGE_TABLE}")
     return inserted
+
+
+def insert_grouped_sql(table: str, columns: str, select: str) -> str:
+    """PostgreSQL: insert the accounting records ``select`` gives into ``table`` (``columns``), skipping
+    identities already stored, and answer the count inserted then the inserted records' rollup groups
+    (``rollup_sql.record_select``) in each row: ``(n, key..., sums...)``, one row of NULL groups when
+    nothing was inserted; for ``rollups.records_grouped``."""
+    from dashboards.core.rollup_sql import record_select
+
+    returned = ", ".join(connection.ops.quote_name(c) for c in ROLLUP_COLUMNS)
+    return (f"WITH ins AS (INSERT INTO {table} ({columns}) {select} ON CONFLICT DO NOTHING RETURNING {returned}), "
+            f"n AS (SELECT COUNT(*) AS n FROM ins) SELECT n.n, g.* FROM n LEFT JOIN ({record_select('ins')}) g ON true")
 
 
 def insert_like(template: models.Model, field: str, values: Sequence) -> int:

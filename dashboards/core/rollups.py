@@ -4,7 +4,7 @@ Two kinds of detail feed a rollup row (``dashboards/rollup_models.py``):
 
 * accounting records, when they are stored: ``core.bulk.store_accounting_records``
   reads the rollup groups of the records it has just inserted in the insert's
-  own statement (:func:`record_groups_sql`) and adds them (:func:`records_grouped`);
+  own statement (``rollup_sql.record_select``) and adds them (:func:`records_grouped`);
   records are never changed afterwards;
 * tasks of tco's campaigns, once ended (``active`` False): every write that
   ends a task or changes an ended task's usage runs inside
@@ -72,28 +72,27 @@ def add_records_sql(source: str, where: str = "1 = 1", grain: str = "hour") -> s
     return upsert_sql(RECORD_SUMS, record_select(source, where))
 
 
-def record_groups_sql(source: str, where: str = "1 = 1") -> str:
-    """The hour groups of the accounting records of ``source`` (``where``): the key columns then
-    ``RECORD_SUMS``, rows for :func:`records_grouped`."""
-    return record_select(source, where)
-
-
-def records_grouped(rows: Iterable[Sequence]) -> None:
-    """Add record groups (rows of :func:`record_groups_sql`; a row of NULLs, what an outer join
-    of no records gives, is skipped) to the rollups, hour and day."""
-    groups: dict[tuple, list[int]] = {}
+def _put_groups(out: dict[tuple, list[int]], rows: Iterable[Sequence]) -> dict[tuple, list[int]]:
+    """Sum ``rows`` (usage keys then sums, as ``rollup_sql.task_select`` and ``record_select`` give
+    them) into ``out`` ({key: sums}); a row of NULLs (an outer join of nothing) is skipped."""
     for row in rows:
         if row[0] is None:
             continue
         key = (row[0], as_hour(row[1]), row[2], row[3], row[4])
         sums = [int(v or 0) for v in row[5:]]
-        groups[key] = [a + b for a, b in zip(groups[key], sums)] if key in groups else sums
-    _add(groups, RECORD_SUMS)
+        out[key] = [a + b for a, b in zip(out[key], sums)] if key in out else sums
+    return out
+
+
+def records_grouped(rows: Iterable[Sequence]) -> None:
+    """Add record groups (rows of ``rollup_sql.record_select``, hour grain) to the rollups, hour and
+    day; a row of NULLs (an outer join of no records) is skipped."""
+    _add(_put_groups({}, rows), RECORD_SUMS)
 
 
 def _add_records_where(where: str, params: Sequence) -> None:
     with connection.cursor() as cur:
-        cur.execute(record_groups_sql(quote(AccountingRecord._meta.db_table), where), params)
+        cur.execute(record_select(quote(AccountingRecord._meta.db_table), where), params)
         records_grouped(cur.fetchall())
 
 
@@ -117,13 +116,7 @@ def _task_groups(task_ids: Sequence[int]) -> dict[tuple, list[int]]:
     with connection.cursor() as cur:
         for chunk in in_chunks(sorted(set(task_ids))):
             cur.execute(task_select(f"t.id IN ({', '.join(['%s'] * len(chunk))})"), chunk)
-            for row in cur.fetchall():
-                key = (row[0], as_hour(row[1]), row[2], row[3], row[4])
-                sums = [int(v or 0) for v in row[5:]]
-                if key in out:
-                    out[key] = [a + b for a, b in zip(out[key], sums)]
-                else:
-                    out[key] = sums
+            _put_groups(out, cur.fetchall())
     return out
 
 
@@ -243,7 +236,7 @@ def tasks_rolled(task_ids: Iterable[int] = (), *, usage: bool = True) -> Iterato
     state, verdict and attempt) and the request rollups (the tasks' model
     requests: store them inside the block); ``usage`` False: not the usage
     rollups (records stored for the tasks: their usage share is added from the
-    insert's own statement, :func:`record_groups_sql`).
+    insert's own statement, :func:`records_grouped`).
     """
     roll = TaskRoll(task_ids)
     with transaction.atomic():
