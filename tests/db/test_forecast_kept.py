@@ -301,3 +301,29 @@ def test_the_review_agents_example_fits_a_history_of_other_runs(ops_users, clien
     assert differs("sweep_task=12 run_output=/srv/sweeps/8/run-12.txt") == []
     assert differs("sweep_task=1 run_output=/x model=other") == [
         {"name": "model", "now": ['"other"'], "history": [json.dumps(DEFAULT_MODEL)]}]
+
+
+def test_a_hostile_launchers_inputs_against_the_history_say_nothing_raw_and_submit_nothing(ops_users, client):
+    """The fit check compares a launcher's input values with the history's (cb33089): values meant to break
+    it (markup, a number out of float range, NaN, a 300-digit number, a 5,000-character text) give a
+    preview whose misfit note is escaped and bounded, and a preview launches nothing."""
+    from demo.management.commands.tco_demo_campaign import demo_inputs
+    from tests.support.forms import launch_data
+
+    research = Team.objects.get(project="research")
+    _ran(research, ops_users["admin"], "demo", demo_inputs(20))
+    client.force_login(ops_users["launcher"])
+    hostile = ("task=1 duration_s=5 note=<script>alert(1)</script>\n"
+               "task=2 duration_s=5 big=1e999\n"
+               "task=3 duration_s=5 big=NaN\n"
+               f"task=4 duration_s=5 big={'9' * 300}\n"
+               f"task=5 duration_s=5 mode={'x' * 5000}")
+    before = Campaign.objects.count()
+    response = client.post("/ops/launch/", {**launch_data(input_params=hostile), "preview": "1"})
+    html = response.content.decode()
+    assert response.status_code == 200 and 'class="error field-error"' not in html
+    note = html.split('id="forecast-misfit"', 1)[1].split("</p>", 1)[0]
+    assert "<script>" not in note and "&lt;script&gt;" in note   # said, escaped
+    assert "x" * 201 not in note and len(note) < 3000             # each value cut, the note bounded
+    assert "<script>alert(1)</script>" not in html.split("</textarea>", 1)[1]
+    assert Campaign.objects.count() == before
