@@ -29,8 +29,9 @@ from tests.support.history import PASSWORD
 from tests.support.stack import TEST_OUTPUT, Stack, live_store_clear
 
 TESTS = Path(__file__).resolve().parent
-# Tests import tco_web.asgi without a server: no thread warming the broker's producer (enqueue.warm).
-os.environ.setdefault("TCO_WEB_WARM_BROKER", "0")
+# Tests import tco_web.asgi without a server: no start-up loading, heap freeze or broker warm-up there
+# (tco_web.asgi.load_for_first_requests, enqueue.warm); the live stacks' web servers set it back to 1.
+os.environ.setdefault("TCO_WEB_WARM", "0")
 KINDS = ("unit", "db", "integration", "browser", "host", "faults", "deploy")
 #: The fixtures that open the database: a unit test asking for one belongs in tests/db.
 DB_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",

@@ -347,17 +347,29 @@ class RedisPort:
         self.reconnected = False
         self._connects = 0
         self.ps = PubSub(client.connection_pool)
+        self._first = asyncio.Event()
 
     async def subscribe(self, name: str) -> None:
         await self.ps.subscribe(name)
+        self._first.set()
 
     async def unsubscribe(self, name: str) -> None:
         await self.ps.unsubscribe(name)
 
     async def get(self, timeout: float) -> dict | None:
+        """The next message within ``timeout`` seconds, or None. Before the first subscription it waits
+        for that subscription, not the whole ``timeout``: redis-py's ``get_message`` returns at once
+        while nothing is subscribed, and a fixed sleep here held the first socket's confirmation (and so
+        its first snapshot) up to ``timeout`` behind (issue 22, connect storm)."""
         if not self.ps.subscribed:
-            await asyncio.sleep(timeout)
-            return None
+            started = time.monotonic()
+            try:
+                await asyncio.wait_for(self._first.wait(), timeout)
+            except asyncio.TimeoutError:
+                return None
+            timeout = max(0.0, timeout - (time.monotonic() - started))
+            if not self.ps.subscribed:
+                return None
         return await self.ps.get_message(ignore_subscribe_messages=False, timeout=timeout)
 
     async def close(self) -> None:

@@ -110,3 +110,24 @@ def test_a_web_process_subscribes_before_it_reads_and_reads_again_after_a_reconn
         return sock.got
 
     assert asyncio.run(scenario()) == ['{"n":1}', '{"n":2}', '{"n":3}', '{"n":4}']
+
+
+def test_a_read_waiting_before_the_first_subscription_returns_its_confirmation(store):
+    """The hub's reader starts before its first subscription. The port's ``get`` used to sleep its whole
+    timeout while nothing was subscribed, so the first socket of a web process waited up to a second for
+    its confirmation (and its first snapshot). Here the timeout is 30 s: the old port returns None after
+    it; this one returns the confirmation of the subscription made while it waited."""
+    async def scenario():
+        bus = live_hub.Hub().bus                     # the web process's store on Redis
+        port = bus.pubsub()
+        reading = asyncio.ensure_future(port.get(timeout=30.0))
+        await asyncio.sleep(0.05)
+        await port.subscribe(live_bus.channel("campaign/5/1"))
+        message = await reading
+        await port.close()
+        await bus.close()
+        return message
+
+    message = asyncio.run(scenario())
+    assert message is not None and message["type"] == "subscribe"
+    assert message["channel"] == live_bus.channel("campaign/5/1").encode()

@@ -105,7 +105,7 @@ class Stack:
         self.start("web", [py, "-m", "uvicorn", "tco_web.asgi:application", "--host", "127.0.0.1",
                            "--port", str(self.port), "--workers", os.environ.get("TCO_WEB_WORKERS", "2"),
                            "--lifespan", "off", "--no-server-header", "--timeout-graceful-shutdown", "5",
-                           "--no-proxy-headers", "--ws-per-message-deflate", "false"])
+                           "--no-proxy-headers", "--ws-per-message-deflate", "false"], TCO_WEB_WARM="1")
         # The live views' producer (docs/live.md), as scripts/services starts it.
         self.start("live", [py, "manage.py", "tco_live_publish"])
         self.start("worker", [py, "-m", "celery", "-A", "tco_web", "worker", "-Q", "poll,ingest,submit", "-c", "2",
