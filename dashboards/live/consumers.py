@@ -260,6 +260,14 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         self.shown: list[snapshots.View] = []
         self.groups_joined: list[str] = []
         self._recheck = None
+        # The session's group is joined before the check reads the session: a logout between that read and
+        # the join would otherwise never reach this socket, which would stay open, signed out, until its
+        # renewal (a reviewer's finding, issue 23). Its close message waits in this socket's channel and is
+        # handled once the handshake is done. The session key is the cookie's (no database call).
+        session = self.scope.get("session")
+        if not await self._join([realtime.session_group(session.session_key)]
+                                if session is not None and session.session_key else []):
+            return
         try:
             views = await checks().run(self)
         except SignedOut:
@@ -274,21 +282,9 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
             await self.refuse(realtime.RECHECK)
             return
         user = self.scope["user"]
-        # The user's and the session's groups: a logout, deactivation or role change closes this socket
-        # (realtime.connect_signals).
-        own = [realtime.user_group(user.pk)]
-        session = self.scope.get("session")
-        if session is not None and session.session_key:
-            own.append(realtime.session_group(session.session_key))
-        try:
-            for group in own:
-                async with layer_gate():
-                    await self.channel_layer.group_add(group, self.channel_name)
-                self.groups_joined.append(group)
-        except Exception:  # noqa: BLE001 - the channel layer (Redis) away: as above, never a 500
-            log.warning("live socket %s: could not join its user's groups; closed to reconnect",
-                        self.scope.get("path", ""), exc_info=True)
-            await self.refuse(realtime.RECHECK)
+        # The user's group: a deactivation or a change of rights closes this socket (realtime.connect_signals;
+        # the session's group, joined above, a logout).
+        if not await self._join([realtime.user_group(user.pk)]):
             return
         await self.accept()
         # The groups above are joined once, and the channel layer drops a member group_expiry seconds
@@ -302,6 +298,22 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         except Exception:  # noqa: BLE001 - the live store is away: the browser reconnects (with backoff)
             log.warning("live views unavailable for %s; closing it to reconnect", self.box.label, exc_info=True)
             await self.close(code=realtime.RECHECK)
+
+    async def _join(self, groups: list[str]) -> bool:
+        """Join ``groups`` on the channel layer (each kept in ``groups_joined``, left at the disconnect).
+        False when the layer (Redis) is away: the socket is then refused with ``RECHECK`` (the browser
+        reconnects with backoff), never a 500."""
+        try:
+            for group in groups:
+                async with layer_gate():
+                    await self.channel_layer.group_add(group, self.channel_name)
+                self.groups_joined.append(group)
+        except Exception:  # noqa: BLE001 - the channel layer (Redis) away
+            log.warning("live socket %s: could not join its groups; closed to reconnect",
+                        self.scope.get("path", ""), exc_info=True)
+            await self.refuse(realtime.RECHECK)
+            return False
+        return True
 
     async def dispatch(self, message: dict) -> None:
         """Channels' ``AsyncConsumer.dispatch`` without its ``aclose_old_connections()`` before every handler.
@@ -368,8 +380,12 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
             box.stop()
 
     async def close(self, code=None, reason=None) -> None:
-        # Nothing more is sent once the close is on its way.
+        # Nothing more is sent once the close is on its way, not even a second close (a logout's and the
+        # renewal's, or a logout's after a refusal: ASGI servers reject a message after the close).
         self._stop_live()
+        if getattr(self, "_close_sent", False):
+            return
+        self._close_sent = True
         await super().close(code=code, reason=reason)
 
     async def disconnect(self, code: int) -> None:

@@ -293,6 +293,39 @@ def test_logout_closes_the_sessions_sockets(role_users, channel_layer, django_ca
     async_to_sync(scenario)()
 
 
+def test_a_logout_between_the_sockets_check_and_its_group_join_still_closes_it(
+        role_users, channel_layer, django_capture_on_commit_callbacks, monkeypatch):
+    """A reviewer's finding: the socket read its session in its check, then joined its session's group; a
+    logout in between went to a group the socket was not yet in, and the socket stayed open, signed out,
+    until its renewal (hours). The logout here is made the moment the check returns."""
+    from dashboards.live import consumers
+
+    viewer = logged_in("viewer")
+    real_run = consumers.CheckBatch.run
+
+    async def check_then_logout(self, consumer):
+        views = await real_run(self, consumer)
+        await sync_to_async(run_committed)(django_capture_on_commit_callbacks, lambda: viewer.post("/logout/"))
+        return views
+
+    monkeypatch.setattr(consumers.CheckBatch, "run", check_then_logout)
+
+    async def scenario():
+        from tco_web.asgi import application
+
+        cookie = f"sessionid={viewer.cookies['sessionid'].value}"
+        comm = WebsocketCommunicator(application, "/ws/queue/", headers=[
+            (b"cookie", cookie.encode()), (b"origin", b"http://localhost"), (b"host", b"localhost")])
+        await comm.connect(timeout=5)
+        seen = []
+        while not seen or seen[-1]["type"] != "websocket.close":
+            seen.append(await comm.receive_output(timeout=5))   # times out (fails) if it stays open
+        await comm.disconnect()
+        return seen[-1]
+
+    assert async_to_sync(scenario)() == {"type": "websocket.close", "code": realtime.SIGNED_OUT}
+
+
 @pytest.mark.parametrize("change", ["deactivate", "role", "group", "admin-flag"])
 def test_a_change_of_rights_closes_the_users_sockets(role_users, channel_layer, change,
                                                     django_capture_on_commit_callbacks):
