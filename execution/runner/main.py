@@ -560,7 +560,7 @@ class Runner:
             outputs=self.outputs,
             sandbox=self.sandbox_info,
             usage=self.usage,
-            requests_path=self.proxy.requests_path if proxy_started else None,
+            requests_path=self.proxy.requests_file if proxy_started else None,
             usage_file=usage_file,
             flags=self.flags,
             runner_signal=self.signals.runner_signal,

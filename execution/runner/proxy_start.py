@@ -173,6 +173,15 @@ class ProxyStarter:
         self.thread: threading.Thread | None = None
         self.handle = None  # execution.metering.proxy_thread.ProxyHandle once it listens
         self.error: str | None = None
+        self.stopped = False  # set by stop(): a start still importing then never listens
+
+    @property
+    def requests_file(self) -> str | None:
+        """The request records' file (``requests_path``) if the proxy listened (it creates the file before
+        it listens, even for no request); None if it never did: there were then no requests, and a record
+        naming a file that does not exist would be quarantined whole, its stages and exit status with it
+        (seen: a review agent on a host at load 112, its proxy still importing aiohttp after 30 s)."""
+        return self.requests_path if self.handle is not None else None
 
     @property
     def started(self) -> bool:
@@ -206,6 +215,8 @@ class ProxyStarter:
             # Tracing is set up by the runner in a thread of its own; this waits for it if need be.
             sink = self.tracer.record_sink if self.tracer is not None and self.tracer.start(self.started_at) else None
             with self.lock:  # a network policy change waits: the proxy starts with the rules in force
+                if self.stopped:
+                    return   # the runner gave up on it (stop): its record says it did not start
                 plan = self.plan
                 spec = ProxySpec(endpoints_from_policy(plan.policy, plan.upstreams),
                                  NamedCredentials(plan.credentials_file), caps, prices=prices,
@@ -232,6 +243,8 @@ class ProxyStarter:
         if self.thread is None:
             return None
         self.thread.join(PROXY_STOP_S)
+        with self.lock:
+            self.stopped = True
         usage = None
         if self.handle is not None:
             try:
