@@ -347,29 +347,29 @@ class RedisPort:
         self.reconnected = False
         self._connects = 0
         self.ps = PubSub(client.connection_pool)
-        self._first = asyncio.Event()
+        self._subscribed = asyncio.Event()   # set by each subscribe; cleared by a get that finds none
 
     async def subscribe(self, name: str) -> None:
         await self.ps.subscribe(name)
-        self._first.set()
+        self._subscribed.set()
 
     async def unsubscribe(self, name: str) -> None:
         await self.ps.unsubscribe(name)
 
     async def get(self, timeout: float) -> dict | None:
-        """The next message within ``timeout`` seconds, or None. Before the first subscription it waits
-        for that subscription, not the whole ``timeout``: redis-py's ``get_message`` returns at once
-        while nothing is subscribed, and a fixed sleep here held the first socket's confirmation (and so
+        """The next message within ``timeout`` seconds, or None. While nothing is subscribed (before the
+        first subscription, or after the last view was dropped) it waits for the next subscription, up to
+        ``timeout``: redis-py's ``get_message`` returns None at once then, so a reader calling it in a
+        loop would spin, and a fixed sleep instead held a web process's first socket's confirmation (and
         its first snapshot) up to ``timeout`` behind (issue 22, connect storm)."""
         if not self.ps.subscribed:
+            self._subscribed.clear()
             started = time.monotonic()
             try:
-                await asyncio.wait_for(self._first.wait(), timeout)
+                await asyncio.wait_for(self._subscribed.wait(), timeout)
             except asyncio.TimeoutError:
                 return None
             timeout = max(0.0, timeout - (time.monotonic() - started))
-            if not self.ps.subscribed:
-                return None
         return await self.ps.get_message(ignore_subscribe_messages=False, timeout=timeout)
 
     async def close(self) -> None:

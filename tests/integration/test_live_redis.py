@@ -131,3 +131,33 @@ def test_a_read_waiting_before_the_first_subscription_returns_its_confirmation(s
     message = asyncio.run(scenario())
     assert message is not None and message["type"] == "subscribe"
     assert message["channel"] == live_bus.channel("campaign/5/1").encode()
+
+
+def test_a_read_with_nothing_subscribed_any_more_waits_its_timeout_instead_of_spinning(store):
+    """After its last view is dropped a web process's subscription has no channel; the hub's reader keeps
+    calling ``get``. Each call must wait (up to its timeout, or until a new subscription), not return at
+    once: a reader returning at once spun a web process at a full core (seen after a replay's run)."""
+    async def scenario():
+        bus = live_hub.Hub().bus
+        port = bus.pubsub()
+        name = live_bus.channel("campaign/6/1")
+        await port.subscribe(name)
+        assert (await port.get(timeout=5.0))["type"] == "subscribe"
+        await port.unsubscribe(name)
+        assert (await port.get(timeout=5.0))["type"] == "unsubscribe"   # nothing subscribed from here on
+        calls, started = 0, time.monotonic()
+        while time.monotonic() - started < 0.6:
+            assert await port.get(timeout=0.3) is None
+            calls += 1
+        # A new subscription wakes a waiting read at once (its confirmation is the next message).
+        reading = asyncio.ensure_future(port.get(timeout=30.0))
+        await asyncio.sleep(0.05)
+        await port.subscribe(name)
+        message = await reading
+        await port.close()
+        await bus.close()
+        return calls, message
+
+    calls, message = asyncio.run(scenario())
+    assert calls <= 3                    # two or three waits of 0.3 s, not thousands of calls
+    assert message["type"] == "subscribe"
