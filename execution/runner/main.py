@@ -455,7 +455,7 @@ class Runner:
                     self.sandbox_info["notes"].append("the work directory was not kept: the runner was signalled")
                 return
             try:
-                kept = keep_tree(view_path(fd), self.work_dir)
+                kept = keep_tree(view_path(fd), self.work_dir, max_bytes=self.limits["TCO_SANDBOX_WORK_BYTES"])
             except OSError as exc:
                 self._flag("outputs_skipped")
                 self.error = self.error or f"could not keep the work directory: {exc}"
@@ -465,7 +465,8 @@ class Runner:
                 if kept["skipped"]:
                     self.sandbox_info["notes"].append(
                         f"the work directory: {kept['skipped']} entries not kept (links, devices, unreadable, "
-                        f"or past {MAX_KEPT_ENTRIES} files)")
+                        f"a second hard link, past {MAX_KEPT_ENTRIES} files or past the work directory "
+                        f"limit of {self.limits['TCO_SANDBOX_WORK_BYTES']} bytes)")
         finally:
             if self.sandbox is not None and hasattr(self.sandbox, "close_workdir"):
                 self.sandbox.close_workdir()  # the descriptor is the sandbox's; the tmpfs goes with it

@@ -54,10 +54,10 @@ def view_path(fd: int) -> str:
     return f"/proc/self/fd/{fd}"
 
 
-def _copy_file(src_dir: int, name: str, dest_dir: int) -> int:
+def _copy_file(src_dir: int, name: str, dest_dir: int, max_bytes: int) -> int:
     """Copy the regular file ``name`` of ``src_dir`` into ``dest_dir`` (0600, replacing a file or
-    link of that name, never following one). Returns the bytes copied; 0 and nothing copied for
-    anything but a regular file. Raises OSError."""
+    link of that name, never following one), at most ``max_bytes`` of it. Returns the bytes copied;
+    0 and nothing copied for anything but a regular file. Raises OSError."""
     src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=src_dir)
     try:
         if not stat.S_ISREG(os.fstat(src).st_mode):
@@ -69,7 +69,7 @@ def _copy_file(src_dir: int, name: str, dest_dir: int) -> int:
         dst = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dest_dir)
         copied = 0
         try:
-            while chunk := os.read(src, COPY_CHUNK):
+            while copied < max_bytes and (chunk := os.read(src, min(COPY_CHUNK, max_bytes - copied))):
                 os.write(dst, chunk)
                 copied += len(chunk)
         finally:
@@ -79,16 +79,22 @@ def _copy_file(src_dir: int, name: str, dest_dir: int) -> int:
         os.close(src)
 
 
-def keep_tree(src: str, dest: str, *, max_entries: int = MAX_KEPT_ENTRIES) -> dict:
+def keep_tree(src: str, dest: str, *, max_bytes: int, max_entries: int = MAX_KEPT_ENTRIES) -> dict:
     """Copy the tree at ``src`` (the tmpfs, :func:`view_path`) into the directory ``dest`` (the
     spool's work directory): regular files and directories only, links and devices skipped, no link
-    followed on either side, files 0600 and directories 0700, at most ``max_entries`` of them; a
+    followed on either side, files 0600 and directories 0700, at most ``max_entries`` of them and at
+    most ``max_bytes`` bytes in all (the task's work directory limit, ``TCO_SANDBOX_WORK_BYTES``); a
     directory the agent closed (``chmod 0``) gets its owner's rwx back first (the sandbox's files are
-    this account's). Bytes are bounded by the tmpfs's size. Returns ``{"files", "bytes",
-    "skipped"}`` (``skipped``: entries not copied: links, devices, past the cap, unreadable). Never
-    raises for what the agent left; raises OSError when ``dest`` cannot be opened."""
+    this account's). The byte bound counts each file's length, not its blocks on the tmpfs: a sparse
+    file of 1 GiB holds a few blocks there and would be written whole here, and a file hard-linked
+    40 times would be written 40 times (a hostile agent's 8 MiB of tmpfs left 3.4 GiB on the spool's
+    disk, issue 23). So a file whose length passes what is left of ``max_bytes`` is not copied, and
+    a further hard link of a file already copied is not copied again; both count as skipped. Returns
+    ``{"files", "bytes", "skipped"}`` (``skipped``: entries not copied: links, devices, past a cap,
+    unreadable). Never raises for what the agent left; raises OSError when ``dest`` cannot be opened."""
     kept = {"files": 0, "bytes": 0, "skipped": 0}
     entries = 0
+    seen: set[tuple[int, int]] = set()   # (st_dev, st_ino) of the files copied
     top_src = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
     top_dest = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     stack = [(top_src, top_dest)]
@@ -107,9 +113,13 @@ def keep_tree(src: str, dest: str, *, max_entries: int = MAX_KEPT_ENTRIES) -> di
                 try:
                     info = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
                     if stat.S_ISREG(info.st_mode):
+                        if (info.st_dev, info.st_ino) in seen or info.st_size > max_bytes - kept["bytes"]:
+                            kept["skipped"] += 1
+                            continue
+                        seen.add((info.st_dev, info.st_ino))
                         if info.st_uid == os.geteuid() and not info.st_mode & stat.S_IRUSR:
                             os.chmod(name, stat.S_IMODE(info.st_mode) | stat.S_IRUSR, dir_fd=src_fd)
-                        kept["bytes"] += _copy_file(src_fd, name, dest_fd)
+                        kept["bytes"] += _copy_file(src_fd, name, dest_fd, max_bytes - kept["bytes"])
                         kept["files"] += 1
                         entries += 1
                     elif stat.S_ISDIR(info.st_mode):

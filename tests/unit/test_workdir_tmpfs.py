@@ -103,7 +103,7 @@ def test_the_tree_the_agent_left_is_kept_without_following_its_links(tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_bytes(b"untouched")
     (dest / "result.json").symlink_to(outside)
-    kept = keep_tree(str(src), str(dest))
+    kept = keep_tree(str(src), str(dest), max_bytes=1 << 20)
     assert kept == {"files": 3, "bytes": 9 + 70_000 + 1, "skipped": 3}
     assert (dest / "result.json").read_bytes() == b'{"ok": 1}' and not (dest / "result.json").is_symlink()
     assert outside.read_bytes() == b"untouched"
@@ -120,6 +120,40 @@ def test_the_copy_back_stops_at_its_entry_cap(tmp_path):
     dest.mkdir()
     for n in range(30):
         (src / f"f{n:02d}").write_bytes(b"1")
-    kept = keep_tree(str(src), str(dest), max_entries=10)
+    kept = keep_tree(str(src), str(dest), max_bytes=1 << 20, max_entries=10)
     assert kept == {"files": 10, "bytes": 10, "skipped": 20}
     assert sorted(os.listdir(dest)) == [f"f{n:02d}" for n in range(10)]
+
+
+def test_sparse_files_and_hard_links_cannot_make_the_copy_back_outgrow_the_work_limit(tmp_path):
+    """A hostile agent's attack (issue 23, a fresh helper on a clean clone): files truncated to 1 GiB
+    (sparse: a few blocks on the tmpfs) and one 8 MiB file hard-linked 40 times filled 8 MiB of its
+    64 MiB tmpfs and left 3.4 GiB on the spool's disk. Here, at a smaller scale: the copy holds at most
+    the work limit, each file's data once."""
+    src, dest = tmp_path / "tmpfs", tmp_path / "work"
+    src.mkdir()
+    dest.mkdir()
+    limit = 4 << 20                                          # the task's work directory limit: 4 MiB
+    for n in range(3):
+        with open(src / f"sparse{n}", "wb") as f:
+            f.truncate(1 << 30)                              # 1 GiB long, nothing written
+    (src / "data").write_bytes(b"d" * (1 << 20))            # 1 MiB
+    for n in range(40):
+        os.link(src / "data", src / f"link{n:02d}")
+    kept = keep_tree(str(src), str(dest), max_bytes=limit)
+    written = sum(os.stat(dest / name).st_size for name in os.listdir(dest))
+    blocks = sum(os.stat(dest / name).st_blocks * 512 for name in os.listdir(dest))
+    assert kept["bytes"] == written == 1 << 20 and blocks <= limit   # the data once; no sparse file
+    assert kept["files"] == 1 and kept["skipped"] == 3 + 40          # 3 too long, 40 further links
+    assert sorted(os.listdir(dest)) == ["data"]
+
+
+def test_the_copy_back_keeps_what_fits_and_skips_what_would_pass_the_limit(tmp_path):
+    src, dest = tmp_path / "tmpfs", tmp_path / "work"
+    src.mkdir()
+    dest.mkdir()
+    for name, size in (("a", 600), ("b", 600), ("c", 300)):   # copied in name order
+        (src / name).write_bytes(name.encode() * size)
+    kept = keep_tree(str(src), str(dest), max_bytes=1000)
+    assert kept == {"files": 2, "bytes": 900, "skipped": 1}
+    assert sorted(os.listdir(dest)) == ["a", "c"]
