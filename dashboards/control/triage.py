@@ -199,7 +199,9 @@ def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
     for job in jobs:
         campaign = campaigns.get(job["job_number"])
         job["launcher"] = campaign.launched_by.get_username() if campaign else ""
-        job["team"] = teams.get(job["project"] or "", job["project"] or "")
+        # A campaign's team is its own (qstat may not say the project of a job it has just seen); another
+        # job's is the team of its project (-P), else the project's name, else "" (no project).
+        job["team"] = campaign.team.name if campaign else teams.get(job["project"] or "", job["project"] or "")
         job["queue"] = campaign.queue if campaign else ""
         job["campaign_name"] = campaign.name if campaign else ""
         job["priority"] = priorities.get(job["job_number"])
