@@ -161,7 +161,9 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
     closes it at ``now`` (default: the current time) reads ``agent.q opens at 18:00 UTC
     (calendar after_hours)`` instead (calendar_conf(5)).
 
-    Returns ``[{"text": str, "raw": str}]``: errors, holds and dependencies
+    Returns ``[{"text": str, "raw": str}]``, a reason that says a time relative to ``now`` also
+    ``"relative": {"at": epoch seconds, "text": "in 41 min"}`` (that part of ``text``, for a page that
+    keeps it moving): errors, holds and dependencies
     first; then the scheduler's messages for this job in its order; then,
     while the job waits, its global messages about queue instances the job
     may use (``hard_queues``; qstat -j prints those with every job); last,
@@ -304,8 +306,10 @@ def reservation_reasons(job_detail: dict, reservations: list | None = None, rese
             raw = (f"-ar {ar}: qrstat state {found.get('state_code') or found.get('state')}, "
                    f"start {found.get('start_at')}, end {found.get('end_at')}")
             if start is not None and start > now:
-                out.append({"text": f"waits for {label}, which starts at {_clock(start, now)} "
-                                    f"(in {duration_text((start - now).total_seconds())})", "raw": raw})
+                # "relative": the part of the text a live page keeps moving, with its instant (epoch seconds).
+                soon = f"in {duration_text((start - now).total_seconds())}"
+                out.append({"text": f"waits for {label}, which starts at {_clock(start, now)} ({soon})", "raw": raw,
+                            "relative": {"at": start.timestamp(), "text": soon}})
             elif end is not None:
                 out.append({"text": f"runs only in {label}, which ends at {_clock(end, now)}: "
                                     "it waits until the slots or seats the reservation holds are free",

@@ -101,7 +101,7 @@ def _empty_row(period: dt.date, project: str, key: Any) -> dict[str, Any]:
 
 def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, group_by: str = "team",
          clusters: Sequence[Cluster] | None = None, campaign: int | None = None, model: str = "",
-         launcher: str = "", from_detail: bool = False) -> dict[str, Any]:
+         launcher: str = "", from_detail: bool = False, with_campaigns: bool = False) -> dict[str, Any]:
     """A bill: usage per period and team (and model or campaign) for local days ``first``..``last``.
 
     ``period`` is ``day``, ``week`` or ``month``; ``first`` and ``last`` are
@@ -132,6 +132,12 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
     not start on whole UTC hours (a zone with a half-hour offset), or
     ``from_detail``, is summed from the detail rows alone (the same figures:
     ``tests/unit/test_rollups.py``).
+
+    ``with_campaigns``: the result also holds ``"by_campaign"``, the same bill grouped by campaign (a
+    copy of the result when ``group_by`` is ``campaign``), from the same reads: the usage is read once per
+    campaign and summed into ``group_by``'s rows here (a campaign has one team, model, launcher and
+    cluster), so the bill page's costliest campaign beside a bill grouped otherwise costs no second
+    bill. Sums are the same as two bills' (wall clock and slot-seconds up to float rounding).
     """
     if period not in PERIODS:
         raise BillError(f"period must be one of {', '.join(PERIODS)}")
@@ -152,22 +158,87 @@ def bill(*, teams: Iterable[Team], period: str, first: dt.date, last: dt.date, g
     teams = list(teams)
     team_of = {t.project: t for t in teams}
     clusters = list(clusters) if clusters is not None else list(Cluster.objects.order_by("name"))
-    rows: dict[tuple, dict[str, Any]] = {}
     tz_names = sorted({c.time_zone or "UTC" for c in clusters}) or [settings.TCO_CLUSTER_TZ]
+    # Read per campaign when the campaigns' bill is wanted beside another grouping; then each cluster's
+    # rows are kept apart (a cluster grouping's key) and summed into the grouping below.
+    grain = "campaign" if with_campaigns else group_by
+    shared: dict[tuple, dict[str, Any]] = {}
+    per_cluster: list[tuple[str, dict[tuple, dict[str, Any]]]] = []
     for cluster in clusters if team_of else ():
         tz = cluster_zone(cluster)
         starts = [local_midnight(day, tz) for day in period_starts(first, end_day, period)]
+        rows = shared if grain == group_by else {}
         _accumulate(rows, cluster=cluster, begin=starts[0], end=local_midnight(end_day, tz),
-                    projects=list(team_of), group_by=group_by, period=period, tz=tz,
+                    projects=list(team_of), group_by=grain, period=period, tz=tz,
                     boundaries=starts, only={"campaign": campaign, "model": model, "launcher": launcher},
                     detail=from_detail)
+        per_cluster.append((cluster.name, rows))
 
-    labels: dict[Any, str] = {}
-    if group_by == "campaign":
-        from dashboards.models import Campaign
+    info = _campaign_info({k[3] for _name, rows in per_cluster for k in rows if k[3] is not None and k[2]},
+                          keys=group_by in ("model", "launcher")) if grain == "campaign" else {}
+    labels = {pk: facts["label"] for pk, facts in info.items()}
+    shape = {"team_of": team_of, "period": period, "first": first, "end_day": end_day, "tz_names": tz_names}
+    if grain == group_by:
+        result = _bill_result(shared, group_by=group_by, labels=labels, **shape)
+    else:
+        result = _bill_result(_regroup(per_cluster, group_by, info), group_by=group_by, labels=labels, **shape)
+    if with_campaigns:
+        # A copy when the bill is so grouped itself (no dict holding itself: the result stays serialisable).
+        result["by_campaign"] = dict(result) if group_by == "campaign" else _bill_result(
+            _regroup(per_cluster, "campaign", info), group_by="campaign", labels=labels, **shape)
+    return result
 
-        ids = {k[3] for k in rows if k[3] is not None and k[2]}
-        labels = {pk: f"{name} (#{pk})" for pk, name in Campaign.objects.filter(pk__in=ids).values_list("pk", "name")}
+
+def _campaign_info(ids: set[int], *, keys: bool) -> dict[int, dict[str, Any]]:
+    """``{campaign pk: {"label": "name (#pk)", "model", "launcher"}}`` for ``ids``, read in chunks;
+    ``keys`` False reads the labels alone (``model`` and ``launcher`` are then None). The model is
+    the campaign's as :func:`model_expr` names it, the launcher the user name (None without one)."""
+    from dashboards.models import Campaign
+
+    info: dict[int, dict[str, Any]] = {}
+    for chunk in in_chunks(sorted(ids)):
+        found = Campaign.objects.filter(pk__in=chunk)
+        if keys:
+            found = found.annotate(m=_campaign_model()).values_list("pk", "name", "m", "launched_by__username")
+        else:
+            found = found.values_list("pk", "name")
+        for pk, name, *rest in found:
+            model, launcher = rest if keys else (None, None)
+            info[pk] = {"label": f"{name} (#{pk})", "model": model, "launcher": launcher}
+    return info
+
+
+def _regroup(per_cluster: Sequence[tuple[str, dict[tuple, dict[str, Any]]]], group_by: str,
+             info: dict[int, dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """Rows read per campaign (each cluster's, keyed ``(period, project, launched_by_tco, campaign pk |
+    None)``) summed into the rows of ``group_by``, keyed as :func:`_accumulate` keys them: no key for a
+    team, the campaign's model or launcher (``info``: :func:`_campaign_info`), the cluster's name. Usage
+    tco did not launch keeps no key in every grouping, as there."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for cluster_name, rows in per_cluster:
+        for (p, project, launched, pk), row in rows.items():
+            if not launched or group_by == "team":
+                key = None
+            elif group_by == "campaign":
+                key = pk
+            elif group_by == "cluster":
+                key = cluster_name
+            else:
+                key = (info.get(pk) or {}).get(group_by)
+            target = out.get((p, project, launched, key))
+            if target is None:
+                target = out[(p, project, launched, key)] = _empty_row(p, project, key)
+                target["launched_by_tco"] = launched
+            _add_row(target, row)
+    return out
+
+
+def _bill_result(rows: dict[tuple, dict[str, Any]], *, group_by: str, labels: dict[Any, str],
+                 team_of: dict[str, Team], period: str, first: dt.date, end_day: dt.date,
+                 tz_names: list[str]) -> dict[str, Any]:
+    """:func:`bill`'s answer from its rows (keyed as :func:`_accumulate` keys them): each row labelled
+    and named by team, sorted, with the totals of tco's usage and of the rest. ``labels``: a campaign
+    pk's label (``group_by`` campaign)."""
     out = []
     for (p, project, launched, key), row in rows.items():
         team = team_of.get(project)
@@ -459,15 +530,20 @@ def _row_for(rows: dict[tuple, dict[str, Any]], item: dict[str, Any]) -> dict[st
     return row
 
 
+def _add_row(total: dict[str, Any], row: dict[str, Any]) -> None:
+    """Add ``row``'s sums (counts, tokens, cost, wall clock, slot-seconds) to ``total``'s."""
+    for field in ("tasks", "records", "reasoning_tokens", "total_tokens", "unpriced_tasks", "finished_tasks",
+                  "verdicts", *BUCKETS):
+        total[field] += row[field]
+    total["cost_usd"] += row["cost_usd"]
+    total["wallclock_s"] += row["wallclock_s"]
+    total["slot_s"] += row["slot_s"]
+
+
 def _sum_rows(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     total = _empty_row(None, "", None)
     for row in rows:
-        for field in ("tasks", "records", "reasoning_tokens", "total_tokens", "unpriced_tasks", "finished_tasks",
-                      "verdicts", *BUCKETS):
-            total[field] += row[field]
-        total["cost_usd"] += row["cost_usd"]
-        total["wallclock_s"] += row["wallclock_s"]
-        total["slot_s"] += row["slot_s"]
+        _add_row(total, row)
     return total
 
 

@@ -14,7 +14,14 @@ from django.utils import timezone
 
 from dashboards.core import clusters as core_clusters
 from dashboards.core import scheduler_cache
-from dashboards.core.holds import held_words, job_priorities, tco_holds, with_tco_hold
+from dashboards.core.holds import (
+    held_at_words,
+    held_relative,
+    held_words,
+    job_priorities,
+    tco_holds,
+    with_tco_hold,
+)
 from dashboards.core.ranges import ranges_text, task_ranges
 from dashboards.launch.reservations import reservation_context
 from dashboards.models import Campaign, Cluster, Task, Team
@@ -199,7 +206,9 @@ def _annotate(cluster: Cluster, jobs: list[dict]) -> None:
     for job in jobs:
         campaign = campaigns.get(job["job_number"])
         job["launcher"] = campaign.launched_by.get_username() if campaign else ""
-        job["team"] = teams.get(job["project"] or "", job["project"] or "")
+        # A campaign's team is its own (qstat may not say the project of a job it has just seen); another
+        # job's is the team of its project (-P), else the project's name, else "" (no project).
+        job["team"] = campaign.team.name if campaign else teams.get(job["project"] or "", job["project"] or "")
         job["queue"] = campaign.queue if campaign else ""
         job["campaign_name"] = campaign.name if campaign else ""
         job["priority"] = priorities.get(job["job_number"])
@@ -247,9 +256,12 @@ def _group_of(job: dict, hold: dict | None) -> dict[str, str]:
         return {"key": "error", "kind": "error", "label": "are in the error state"}
     if job["held"]:
         if hold is not None:
-            words = held_words(hold)
+            now = dt.datetime.now(dt.timezone.utc)
+            # "label" says the hold relative to now; its "relative" part is what a page keeps moving, and
+            # "fixed" says it with the clock time alone, for text that stays as it was shown (a message).
             return {"key": f"held_tco:{hold['who']}:{hold['verb']}", "kind": "held_tco",
-                    "label": f"are {words}"}
+                    "label": f"are {held_words(hold, now)}", "relative": held_relative(hold, now),
+                    "fixed": f"are {held_at_words(hold, now)}"}
         if not any(t.startswith("held by ") for t in texts) and any(_is_dependency(t) for t in texts):
             return {"key": "dependency", "kind": "dependency", "label": "wait for other jobs to finish"}
         return {"key": "held", "kind": "held", "label": "are held outside tco (user, operator or system hold)"}
@@ -335,7 +347,10 @@ def _title(tasks: int, label: str) -> str:
 
 def triage_groups(jobs: list[dict]) -> list[dict]:
     """The jobs grouped by ``job["group"]["key"]``, biggest first: ``[{"key", "kind", "label",
-    "title" ("12 tasks wait for the share tree"), "tasks": n, "jobs": [job_number], "oldest_wait_s", "action": {"action", "label", "why"}}]``."""
+    "title" ("12 tasks wait for the share tree"), "tasks": n, "jobs": [job_number], "oldest_wait_s",
+    "oldest_submitted_at" (the submission that wait runs from, aware datetime | None), "action": {"action",
+    "label", "why"}}]``; a group of jobs tco holds also has ``relative`` (the part of its label and title
+    that says how long ago, ``core.clock.relative``) and ``fixed`` (its label with the clock time alone)."""
     groups: dict[str, dict] = {}
     for job in jobs:
         g = job["group"]
@@ -343,12 +358,14 @@ def triage_groups(jobs: list[dict]) -> list[dict]:
         if group is None:
             action, label, why = GROUP_ACTIONS[g["kind"]]
             group = groups[g["key"]] = {**g, "tasks": 0, "jobs": [], "oldest_wait_s": None,
+                                        "oldest_submitted_at": None,
                                         "action": {"action": action, "label": label, "why": why}}
         group["tasks"] += job["tasks"]
         group["jobs"].append(job["job_number"])
         group["title"] = _title(group["tasks"], group["label"])
         if job["wait_s"] is not None and (group["oldest_wait_s"] is None or job["wait_s"] > group["oldest_wait_s"]):
             group["oldest_wait_s"] = job["wait_s"]
+            group["oldest_submitted_at"] = job.get("submitted_at")
     return sorted(groups.values(), key=lambda g: (g["kind"] != "error", -g["tasks"], g["key"]))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Sequence
 
-from dashboards.core.clock import ago
+from dashboards.core.clock import ago, clock_text, relative
 
 from dashboards.control_models import ControlState
 from dashboards.models import (
@@ -86,8 +86,20 @@ def tco_holds(cluster: Cluster, campaigns: Sequence[Campaign] = (), job_numbers:
 
 def held_words(hold: dict, now: dt.datetime | None = None) -> str:
     """``paused by launcher in tco 36 s ago (06:41:02 UTC)``: a :func:`tco_holds` entry in words (``now``
-    defaults to the clock; ``core.clock.ago``)."""
+    defaults to the clock; ``core.clock.ago``). Its relative part is :func:`held_relative` with the same ``now``."""
     return f"{hold['verb']} by {hold['who']} in tco {ago(hold['at'], now)}"
+
+
+def held_relative(hold: dict, now: dt.datetime | None = None) -> dict:
+    """The relative part of :func:`held_words` with its instant (``core.clock.relative``: ``{"at": epoch
+    seconds, "text": "36 s ago"}``), for a page that keeps it moving."""
+    return relative(hold["at"], now)
+
+
+def held_at_words(hold: dict, now: dt.datetime | None = None) -> str:
+    """``paused by launcher in tco at 06:41:02 UTC``: :func:`held_words` with no relative part, for text
+    that cannot move once shown (a message after an action, a choice in a list)."""
+    return f"{hold['verb']} by {hold['who']} in tco at {clock_text(hold['at'], now)}"
 
 
 #: What lets a job tco holds run, said after its hold where the reader may not be on the triage page.
@@ -101,11 +113,14 @@ def with_tco_hold(reasons: list[dict], hold: dict | None, *, hint: str = "",
     submit account a user hold ("held by user (tasks 2-6)", or "held by user/operator/system" when SGE
     8.1.9 lists no ranges), which names neither who held it in tco nor when. ``hold``: the job's
     :func:`tco_holds` entry (None: ``reasons`` unchanged, the hold is not tco's). ``hint`` follows the
-    words after a colon (:data:`RELEASE_HINT`). Used by the task page, the triage rows and the assistant."""
+    words after a colon (:data:`RELEASE_HINT`). Used by the task page, the triage rows and the assistant.
+    The hold's reason carries ``relative`` (:func:`held_relative`: the part of its text a page keeps moving)."""
     if hold is None:
         return list(reasons)
+    now = now or dt.datetime.now(dt.timezone.utc)
     text = held_words(hold, now) + (f": {hint}" if hint else "")
-    said = {"text": text, "raw": f"tco: {hold['action']} by {hold['who']} at {hold['at']:%Y-%m-%d %H:%M:%S}"}
+    said = {"text": text, "raw": f"tco: {hold['action']} by {hold['who']} at {hold['at']:%Y-%m-%d %H:%M:%S}",
+            "relative": held_relative(hold, now)}
     return [said] + [r for r in reasons if not r["text"].startswith("held by ")]
 
 

@@ -61,13 +61,22 @@ def _late(actual: dt.datetime, low: dt.datetime | None, high: dt.datetime | None
           bound: str = "the forecast's latest", slack: float = SLACK_S) -> str:
     """``actual`` against ``[low, high]`` in words: within, N s after ``bound`` (high), N s before low."""
     if high is not None and (actual - high).total_seconds() > slack:
-        return f"{_span((actual - high).total_seconds())} after {bound}"
+        return f"{span_text((actual - high).total_seconds())} after {bound}"
     if low is not None and (low - actual).total_seconds() > slack:
-        return f"{_span((low - actual).total_seconds())} before the forecast"
+        return f"{span_text((low - actual).total_seconds())} before the forecast"
     return "within the forecast"
 
 
-def _span(seconds: float) -> str:
+def _since(moment: dt.datetime, now: dt.datetime) -> dict[str, Any]:
+    """The part of a verdict that says how long since ``moment`` (:func:`span_text` at ``now``) with its
+    instant, for the campaign page to keep moving between two pushes (static/js/clock.js, format "span"):
+    ``{"at": epoch seconds, "text", "format": "span"}``."""
+    return {"at": moment.timestamp(), "text": span_text((now - moment).total_seconds()), "format": "span"}
+
+
+def span_text(seconds: float) -> str:
+    """A verdict's duration: ``95 s`` under 2 min, ``12 min 05 s`` under 2 h, then ``2 h 04 min`` (``seconds``
+    rounded with ``round()``, halves to even; static/js/clock.js's "span" says the same)."""
     seconds = round(seconds)
     if seconds < 120:
         return f"{seconds} s"
@@ -81,7 +90,8 @@ def forecast_outcome(campaign: Campaign, *, now: dt.datetime | None = None) -> d
 
     Returns ``{"forecast": Campaign.forecast with datetimes and Decimals, "rows": [{"what":
     "start" | "finish" | "cost", "forecast": {...}, "actual": datetime | Decimal | None,
-    "verdict": words, "ok": True (within) | False (outside) | None (not yet known)}], "ended":
+    "verdict": words, "ok": True (within) | False (outside) | None (not yet known)[, "relative": a late
+    start's or finish's time since the forecast, with its instant (:func:`_since`)]}], "ended":
     tasks ended, "tasks"}``. The start is the first task's start (the scheduler's); the finish
     the campaign's; the cost the sum of its tasks' (a lower bound while tasks are unpriced or
     still running). A finish is judged against the median and the 90th percentile; a cost
@@ -115,9 +125,10 @@ def forecast_outcome(campaign: Campaign, *, now: dt.datetime | None = None) -> d
                      "ok": None if start_at is None else verdict == "within the forecast" or "before" in verdict})
     else:
         late = start_at is not None and (now - start_at).total_seconds() > start_slack
-        rows.append({"what": "start", "forecast": start_at, "actual": None,
-                     "verdict": (f"not started, {_span((now - start_at).total_seconds())} after the forecast"
-                                 if late else "not started yet"), "ok": False if late else None})
+        row = {"what": "start", "forecast": start_at, "actual": None,
+               "verdict": (f"not started, {span_text((now - start_at).total_seconds())} after the forecast"
+                           if late else "not started yet"), "ok": False if late else None}
+        rows.append({**row, "relative": _since(start_at, now)} if late else row)
 
     end = (campaign.finished_at or facts["last"]) if finished else None
     if end is not None:
@@ -130,9 +141,10 @@ def forecast_outcome(campaign: Campaign, *, now: dt.datetime | None = None) -> d
     else:
         p90 = finish.get("p90")
         late = p90 is not None and (now - p90).total_seconds() > SLACK_S
-        rows.append({"what": "finish", "forecast": finish or None, "actual": None,
-                     "verdict": (f"running, {_span((now - p90).total_seconds())} past the forecast's latest"
-                                 if late else "running"), "ok": False if late else None})
+        row = {"what": "finish", "forecast": finish or None, "actual": None,
+               "verdict": (f"running, {span_text((now - p90).total_seconds())} past the forecast's latest"
+                           if late else "running"), "ok": False if late else None}
+        rows.append({**row, "relative": _since(p90, now)} if late else row)
 
     if cost_range:
         if cost > cost_range["p90"]:
@@ -160,7 +172,8 @@ def outcome_view(outcome: dict[str, Any] | None) -> dict[str, Any] | None:
     """:func:`forecast_outcome` as the campaign page's "Forecast and outcome" card says it, JSON-ready
     (None for None): ``{"note": words on the forecast, "widened": words | "", "finished": bool,
     "ended": n, "tasks": n, "rows": [{"what": "start" | "finish" | "cost", "label", "forecast": words,
-    "outcome": words, "verdict", "ok": True | False | None}]}``. Times read ``2026-06-01 12:01:00 UTC``,
+    "outcome": words, "verdict", "ok": True | False | None[, "relative": the verdict's "N min SS s" since
+    the forecast with its instant, while it is late: ``{"at", "text", "format": "span"}``]}]}``. Times read ``2026-06-01 12:01:00 UTC``,
     USD as ``encoding.usd_text`` with the places every amount of its row needs. The live campaign view
     carries it (``live.campaign``), so the card follows each push: a finish and a cost that come in
     after the last task's state changed (the job leaving qstat, its accounting) show without a reload.
@@ -190,8 +203,9 @@ def outcome_view(outcome: dict[str, Any] | None) -> dict[str, Any] | None:
             said = (f"{usd_text(forecast['p10'], places)} to {usd_text(forecast['p90'], places)} "
                     f"(median {usd_text(forecast['p50'], places)})" if forecast else "unknown")
             shown = usd_text(actual, places)
-        rows.append({"what": r["what"], "label": r["what"].capitalize(), "forecast": said, "outcome": shown,
-                     "verdict": r["verdict"], "ok": r["ok"]})
+        row = {"what": r["what"], "label": r["what"].capitalize(), "forecast": said, "outcome": shown,
+               "verdict": r["verdict"], "ok": r["ok"]}
+        rows.append({**row, "relative": r["relative"]} if r.get("relative") else row)
     widened = f.get("widened") or {}
     return {"note": note, "widened": widened.get("text", "") if isinstance(widened, dict) else "",
             "finished": outcome["finished"], "ended": outcome["ended"], "tasks": outcome["tasks"], "rows": rows}

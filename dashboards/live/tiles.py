@@ -6,7 +6,9 @@ them once per audience and change, in the queue page's snapshot (``queue.queue_s
 page GET and the landing fragment read them from there (issue 22: no aggregate over the tasks per page GET).
 Tiles: ``{"key", "label", "value" (text with its unit), "number" (the figure the value shows: int, float or
 Decimal), "detail" (a line under it), "level" ("ok", "amber", "red" or "info": no threshold applies),
-"href" (the page or anchor with the detail)}``.
+"href" (the page or anchor with the detail)}``; the longest pending tile also has "since" (epoch seconds: the
+submission its wait runs from), so that the page keeps its value moving between two snapshots
+(``templatetags/clock.py``).
 """
 from __future__ import annotations
 
@@ -81,10 +83,11 @@ def task_tiles(scope: Scope, *, now: dt.datetime) -> list[dict[str, Any]]:
                            triage or "#campaigns"))
     else:
         wait = max(0.0, (now - oldest.submitted_at).total_seconds())
-        tiles.append(tile("longest", "Longest pending", duration_text(wait), wait,
-                           f"task {oldest.task_id}; {counts['long']} pending longer than "
-                           f"{duration_text(PENDING_AMBER_S)}",
-                           _level(wait, PENDING_AMBER_S, PENDING_RED_S), url_or_blank("task", oldest.pk)))
+        tiles.append({**tile("longest", "Longest pending", duration_text(wait), wait,
+                              f"task {oldest.task_id}; {counts['long']} pending longer than "
+                              f"{duration_text(PENDING_AMBER_S)}",
+                              _level(wait, PENDING_AMBER_S, PENDING_RED_S), url_or_blank("task", oldest.pk)),
+                      "since": oldest.submitted_at.timestamp()})
     hour = tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1), ended_at__lte=now).aggregate(
         ended=Count("id"), failed=Count("id", filter=Q(state__in=("failed", "lost"))))
     failed, ended = hour["failed"], hour["ended"]

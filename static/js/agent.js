@@ -37,7 +37,7 @@
     card.hidden = !reasons;
     if (reasons) {
       TCO.fill(document.getElementById("pending-reasons"), reasons.length ? reasons.map(function (r) {
-        var li = el("li", { "title": r.raw }, r.text); return li;
+        return TCO.ticking(el("li", { "title": r.raw }), r.text, r.relative);  // "36 s ago" keeps moving
       }) : [el("li", null, "the scheduler gives no reason (yet)")]);
     }
   }
@@ -169,12 +169,13 @@
     renderLog("stdout", d.stdout); renderLog("stderr", d.stderr); renderOutputs(d); renderScheduler(d);
   }
 
-  // Between snapshots: the elapsed time and the in-progress stage tick every second, and the
-  // logs' live tail is read every 3 s while the task is active and "follow" is on.
-  setInterval(function () {
+  // Between snapshots: the elapsed time and the in-progress stage move with the page's clock (clock.js's
+  // "tco:tick", every second), and the logs' live tail is read every 3 s while the task is active and
+  // "follow" is on.
+  document.addEventListener("tco:tick", function () {
     if (current.progress) { renderProgress(current); }
     if (current.timeline.some(function (s) { return !s.end; })) { renderTimeline(current); }
-  }, 1000);
+  });
   var follow = document.getElementById("follow-logs"), logsBusy = false;
   setInterval(function () {
     if (!follow.checked || logsBusy || !current.task.active) { return; }

@@ -165,7 +165,8 @@
       tr.appendChild(el("th", null, r.label));
       tr.appendChild(el("td", { "data-label": "Forecast" }, r.forecast));
       var out = el("td", { "data-label": "Outcome" }, r.outcome);
-      out.appendChild(el("span", { "class": "verdict" }, r.verdict));
+      // A late start or finish says how long past the forecast: kept moving by the page's clock (clock.js).
+      out.appendChild(TCO.ticking(el("span", { "class": "verdict" }), r.verdict, r.relative));
       tr.appendChild(out);
       return tr;
     }));

@@ -1,8 +1,8 @@
 // Landing page: the tiles and the campaign rows are read again (/landing, the same {% landing %}
 // fragment for the same URL query) when the page's live socket delivers a new queue snapshot
 // (live.js's "tco:live" event: pushed, at most once every MIN_GAP_MS), and every FALLBACK_MS
-// besides (the longest wait grows with no event); the filter form is left alone so typing is never
-// interrupted.
+// besides (the longest wait crosses its amber and red lines with no event; its words move every second
+// with the page's clock, clock.js); the filter form is left alone so typing is never interrupted.
 (function () {
   "use strict";
   var FALLBACK_MS = 30000, MIN_GAP_MS = 2000;

@@ -21,8 +21,16 @@
   function renderClusters(data) {
     var box = TCO.clear(document.getElementById("clusters"));
     data.clusters.forEach(function (c) {
-      box.appendChild(el("p", null, "Cluster " + c.name + " · last poll " + (TCO.time(c.polled_at) || "never") +
-        (c.poll_age_s !== null && c.poll_age_s !== undefined ? " (" + c.poll_age_s.toFixed(1) + " s ago)" : "")));
+      // The poll's clock time, then how long ago, kept moving by the page's clock (clock.js).
+      var polled = el("p", { "class": "last-poll", "data-cluster": c.name },
+        "Cluster " + c.name + " · last poll " + (TCO.time(c.polled_at) || "never"));
+      var at = c.polled_at ? Date.parse(c.polled_at) / 1000 : NaN;
+      if (isFinite(at)) {
+        polled.appendChild(document.createTextNode(" ("));
+        polled.appendChild(TCO.since(at));
+        polled.appendChild(document.createTextNode(")"));
+      }
+      box.appendChild(polled);
       box.appendChild(el("p", { "class": "muted cluster-flavour", "id": "flavour-" + c.name },
         "Scheduler " + (c.flavour || "unknown") + " · accounting file " + (c.accounting_path || "not set")));
       if (c.poll_error) { box.appendChild(el("p", { "class": "error" }, "Last poll failed: " + c.poll_error)); }

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from dashboards.core.clusters import cluster_get_default
 from dashboards.ingest.poll import apply_qstat_poll
-from dashboards.models import Campaign, Task
+from dashboards.models import Campaign, Task, Team
 from schedulers.base import QstatTask
 
 # The stylesheet, by its plain name or by its hashed name after collectstatic (tco_web/static_storage.py).
@@ -295,6 +295,26 @@ def test_triage_groups_pending_work_by_reason_with_count_oldest_wait_and_action(
     assert triage.triage_groups(overview["jobs"])[0]["key"] == "error"
     by_job = {j["job_number"]: j for j in overview["jobs"]}
     assert by_job[40]["launcher"] == "launcher" and by_job[41]["launcher"] == "" and by_job[44]["owner"] == "alice"
+
+
+def test_triage_names_a_campaigns_team_and_says_when_a_job_has_no_project(client, ops_users, monkeypatch):
+    """The Team cell (issue 24: empty on a phone, its label over the next one's): a campaign's job is its
+    campaign's team even where qstat gave no project; another job without a project says so."""
+    import re
+
+    cluster, fake = _triage_fixture(ops_users)
+    Task.objects.filter(job_number__in=(40, 41)).update(project="")  # qstat gave no project
+    monkeypatch.setattr("dashboards.core.clusters.scheduler_for", lambda cluster, **options: fake)
+    client.force_login(ops_users["admin"])
+    team = ops_users["launcher"].memberships.get().team
+    html = client.get("/ops/triage/").content.decode()
+
+    def team_cell(job):
+        row = html.split(f'<tr data-job="{job}"', 1)[1].split("</tr>", 1)[0]
+        return re.sub(r"<[^>]+>", "", row.split('data-label="Team">', 1)[1].split("</td>", 1)[0])
+    assert team_cell(40) == team.name  # campaign sweep-a's team
+    assert team_cell(41) == "no project"
+    assert team_cell(44) == Team.objects.get(project="research").name  # -P research, not tco's
 
 
 def test_triage_filters_search_and_sorts_on_the_server_with_the_state_in_the_url(client, ops_users, monkeypatch):

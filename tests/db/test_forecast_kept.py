@@ -141,6 +141,27 @@ def test_the_outcome_of_a_campaign_still_running_is_not_judged_early(ops_users):
     assert forecast_outcome(make_campaign(team=campaign.team, user=ops_users["launcher"], name="old")) is None
 
 
+def test_a_late_running_campaign_marks_how_long_past_its_forecast_for_the_page_to_keep_moving(ops_users):
+    """A campaign past its forecast's latest finish says by how much as of now; on a quiet campaign no
+    snapshot comes to say it again, so the row carries the instant that count starts from and the page's
+    clock moves it (static/js/clock.js, format "span")."""
+    from dashboards.launch.forecast_record import outcome_view
+
+    t0 = timezone.now() - dt.timedelta(minutes=20)
+    campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], count=1,
+                             status="running")
+    _kept(campaign, t0, p50=60, p90=100)
+    latest = t0 + dt.timedelta(seconds=100)  # the forecast's 90th percentile finish
+    now = latest + dt.timedelta(seconds=725)
+    rows = {r["what"]: r for r in forecast_outcome(campaign, now=now)["rows"]}
+    assert rows["finish"]["verdict"] == "running, 12 min 05 s past the forecast's latest"
+    assert rows["finish"]["relative"] == {"at": latest.timestamp(), "text": "12 min 05 s", "format": "span"}
+    assert rows["start"]["verdict"].startswith("not started, ") and rows["start"]["relative"]["format"] == "span"
+    assert "relative" not in rows["cost"]
+    view = {r["what"]: r for r in outcome_view(forecast_outcome(campaign, now=now))["rows"]}
+    assert view["finish"]["relative"] == rows["finish"]["relative"] and "relative" not in view["cost"]
+
+
 def _initial(html: str) -> dict:
     """The campaign page's first snapshot (the json_script ``initial-campaign`` the page draws from)."""
     return json.loads(html.split('<script id="initial-campaign" type="application/json">', 1)[1].split("</script>", 1)[0])

@@ -393,6 +393,95 @@ def test_the_bill_opens_on_the_spend_the_costliest_campaign_and_its_costliest_ta
     assert 'id="kpi-top-campaign"' not in html
 
 
+def _same_rows(one: list[dict], other: list[dict], what: str) -> None:
+    """Two bills' rows field by field: every count, token and dollar exact, wall clock and slot-seconds
+    to float rounding (summed in another order)."""
+    assert [(r["period"], r["team"], r["label"]) for r in one] == [(r["period"], r["team"], r["label"]) for r in other], what
+    for a, b in zip(one, other):
+        assert set(a) == set(b), what
+        for field in a:
+            if field in ("wallclock_s", "slot_s"):
+                assert a[field] == pytest.approx(b[field], rel=1e-12), (what, field)
+            else:
+                assert a[field] == b[field], (what, field, a["label"])
+
+
+def test_a_bill_with_its_campaigns_reads_once_and_sums_as_each_grouping_alone(ops_users):
+    """``bills.bill(with_campaigns=True)`` (the bill page): the usage read once per campaign and summed into
+    the page's grouping gives the rows that grouping's own bill gives, for every grouping, and the
+    campaigns' bill beside them; two clusters, two teams, a job tco did not launch, a task still running,
+    and a range that starts and ends inside an hour (the detail rows) around whole hours (the rollups)."""
+    from dashboards.core.clusters import cluster_get_default
+    from dashboards.models import Cluster
+
+    research, engineering = Team.objects.get(project="research"), Team.objects.get(project="engineering")
+    home = cluster_get_default()
+    second = Cluster.objects.create(name="second", sge_root="/var/lib/gridengine", sge_cell="second",
+                                    accounting_path="/nonexistent", qmaster_port=6544, execd_port=6545)
+    day = dt.datetime(2026, 11, 10, 9, 30, tzinfo=dt.timezone.utc)
+    plan = [(research, "launcher", "claude-x", home, ["1.5", "0.25"]), (research, "lead", "", home, ["4"]),
+            (research, "launcher", "claude-y", second, ["0.75", None]), (engineering, "launcher", "claude-x", home, ["2"])]
+    for n, (team, who, model, cluster, costs) in enumerate(plan):
+        campaign = make_campaign(team=team, user=ops_users[who], name=f"c{n}", model=model)
+        Campaign.objects.filter(pk=campaign.pk).update(cluster=cluster)
+        campaign.refresh_from_db()
+        for k, cost in enumerate(costs, start=1):
+            make_task(campaign, task_number=k, started_at=day + dt.timedelta(hours=7 * n + k, minutes=k),
+                      wallclock_s=10.1 * (n + k), slots=n + 1, cost_usd=cost, tokens={"output_tokens": 7 * k})
+    running = make_campaign(team=research, user=ops_users["launcher"], name="running", model="claude-x")
+    make_task(running, started_at=day + dt.timedelta(days=1, minutes=3), state="running", cost_usd="0.5",
+              account=False)
+    make_task(None, started_at=day + dt.timedelta(hours=2), wallclock_s=33.3, project="research")  # not tco's
+    teams = [research, engineering]
+    for period, first, last in (("day", dt.date(2026, 11, 9), dt.date(2026, 11, 15)),
+                                ("week", dt.date(2026, 11, 9), dt.date(2026, 11, 22))):
+        campaigns = bills.bill(teams=teams, period=period, first=first, last=last, group_by="campaign")
+        assert {r["label"] for r in campaigns["rows"]} >= {"c0 (#%d)" % Campaign.objects.get(name="c0").pk,
+                                                          bills.NOT_TCO}
+        for group_by in bills.GROUPS:
+            alone = bills.bill(teams=teams, period=period, first=first, last=last, group_by=group_by)
+            shared = bills.bill(teams=teams, period=period, first=first, last=last, group_by=group_by,
+                                with_campaigns=True)
+            _same_rows(shared["rows"], alone["rows"], f"{period} {group_by}")
+            _same_rows([shared["totals"], shared["not_tco_totals"]], [alone["totals"], alone["not_tco_totals"]],
+                       f"{period} {group_by} totals")
+            _same_rows(shared["by_campaign"]["rows"], campaigns["rows"], f"{period} {group_by}: its campaigns")
+            assert shared["by_campaign"]["group_by"] == "campaign" and "by_campaign" not in alone
+        # $1.75 + $4 + $0.75 + $0.50 (running) for research, $2 for engineering: the campaigns' bill sums them.
+        assert campaigns["totals"]["cost_usd"] == Decimal("9.00")
+
+
+def test_the_bill_page_reads_the_bill_once_for_its_rows_and_its_costliest_campaign(as_user, ops_users, monkeypatch):
+    """The costliest campaign beside a bill grouped by team, model, launcher or cluster came from a second
+    bill grouped by campaign: the page read the usage tables twice. Now as often as one bill does."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from dashboards.web import forms
+
+    monkeypatch.setattr(forms, "cluster_today", lambda: dt.date(2026, 11, 12))
+    research, big, _small = _bill_history(ops_users)  # no budget: no burn-down reads the usage besides
+
+    def bill_reads(queries) -> int:
+        """A bill's reads of the usage (``bills._accumulate``): the rollups' sums, and the detail rows' grouped
+        by the team's project (``tp``)."""
+        return sum(1 for q in queries if q["sql"].lstrip().startswith("SELECT") and (
+            'FROM "dashboards_usagerollup"' in q["sql"] or 'FROM "dashboards_usagedayrollup"' in q["sql"]
+            or ' AS "tp"' in q["sql"]))
+
+    with CaptureQueriesContext(connection) as one:
+        bills.bill(teams=[research], period="day", first=dt.date(2026, 11, 9), last=dt.date(2026, 11, 15),
+                   group_by="campaign")
+    once = bill_reads(one.captured_queries)
+    assert once >= 2  # the rollups and the detail rows at least
+    client = as_user("lead")
+    for group_by in ("campaign", "team", "model", "launcher", "cluster"):
+        with CaptureQueriesContext(connection) as page:
+            html = client.get("/ops/bills/", {"preset": "this-week", "group_by": group_by}).content.decode()
+        assert f"big (#{big.pk})" in html.split('id="kpi-top-campaign"', 1)[1].split("</div>", 1)[0], group_by
+        assert bill_reads(page.captured_queries) == once, group_by
+
+
 def test_bill_presets_are_last_week_and_friends(as_user, ops_users, monkeypatch):
     from dashboards.web import forms
 

@@ -38,10 +38,13 @@ def tasks_by_cost(campaign_id: int) -> str:
     return reverse("campaign", args=[campaign_id]) + "?sort=cost&dir=desc"
 
 
-def _bill(form: BillForm) -> dict:
+def _bill(form: BillForm, *, with_campaigns: bool = False) -> dict:
+    """The form's bill (``bills.bill``); ``with_campaigns``: with the same bill grouped by campaign in
+    ``by_campaign``, from the same reads (the page's costliest campaign)."""
     data = form.cleaned_data
     return bills.bill(teams=form.teams(), period=data["period"], first=data["first"], last=data["last"],
-                      group_by=data["group_by"], clusters=form.clusters(), **form.filters())
+                      group_by=data["group_by"], clusters=form.clusters(), with_campaigns=with_campaigns,
+                      **form.filters())
 
 
 def _row_links(form: BillForm, result: dict) -> None:
@@ -91,7 +94,7 @@ def bills_page(request: HttpRequest) -> HttpResponse:
     admin = context["is_admin"]
     if form.is_valid():
         try:
-            result = _bill(form)
+            result = _bill(form, with_campaigns=True)
         except errors.BillError as exc:
             form.add_error(None, str(exc))
         else:
@@ -140,11 +143,8 @@ def bills_page(request: HttpRequest) -> HttpResponse:
                 except errors.BillError:  # a range longer than the waste view's
                     wasted = None
             # The costliest campaign of the range and its costliest task, beside the spend (the lead's first
-            # screen): from the bill itself when it is grouped by campaign, else the same bill so grouped.
-            by_campaign = result if result["group_by"] == "campaign" else bills.bill(
-                teams=form.teams(), period=result["period"], first=form.cleaned_data["first"],
-                last=form.cleaned_data["last"], group_by="campaign", clusters=form.clusters(), **filters)
-            top = bill_page.costliest_campaign(by_campaign, teams=form.teams())
+            # screen): from the bill grouped by campaign that came with the page's (one bill's reads).
+            top = bill_page.costliest_campaign(result["by_campaign"], teams=form.teams())
             if top is not None:
                 top["link"] = "?" + _bill_query(form, campaign=top["campaign_id"], group_by="campaign")
                 top["tasks_by_cost"] = tasks_by_cost(top["campaign_id"])

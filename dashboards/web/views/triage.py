@@ -37,7 +37,8 @@ def _triage_context(request: HttpRequest) -> dict:
         "team": sorted({j["team"] for j in every if j["team"]}),
         "owner": sorted({j["launcher"] or j["owner"] for j in every if j["launcher"] or j["owner"]}),
         "queue": sorted({j["queue"] for j in every if j["queue"]}),
-        "reason": sorted({(g["key"], g["label"]) for g in (j["group"] for j in every)}),
+        # A choice in a list cannot keep "36 s ago" moving: a hold is said with its clock time there.
+        "reason": sorted({(g["key"], g.get("fixed") or g["label"]) for g in (j["group"] for j in every)}),
         "state": ["error", "held", "waiting", "pending"],
     }
     reverse = triage.SORTS[sort][1] if descending is None else descending
@@ -138,7 +139,7 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
     if done.queued:
         plural = "s" if len(done.queued) != 1 else ""
         messages.success(request, f"{label.capitalize()} requested for job{plural} {', '.join(map(str, done.queued))}, "
-                                  f"whose tasks {group['label']}.")
+                                  f"whose tasks {group.get('fixed') or group['label']}.")
     if done.joined:
         messages.warning(request, f"Skipped job{'s' if len(done.joined) != 1 else ''} "
                                   f"{', '.join(map(str, done.joined))}: joined the group after the confirmation page was "
