@@ -13,7 +13,7 @@ import datetime as dt
 from schedulers.durations import duration_text
 
 
-def _utc(moment: dt.datetime) -> dt.datetime:
+def as_utc(moment: dt.datetime) -> dt.datetime:
     """``moment`` in UTC (naive is taken as UTC)."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.timezone.utc)
@@ -25,7 +25,7 @@ def relative(moment: dt.datetime, now: dt.datetime | None = None) -> dict:
     (float), "text": "36 s ago"}`` (``"in 5 min"`` for a moment after ``now``, default the clock).
     ``text`` is what the page shows until its clock writes it again from ``at``."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    moment = _utc(moment)
+    moment = as_utc(moment)
     delta = (now - moment).total_seconds()
     text = f"in {duration_text(-delta)}" if delta < 0 else f"{duration_text(delta)} ago"
     return {"at": moment.timestamp(), "text": text}
@@ -35,7 +35,7 @@ def clock_text(moment: dt.datetime, now: dt.datetime | None = None) -> str:
     """``06:41:02 UTC``, or ``2026-11-28 02:10 UTC`` for a moment on another day than ``now`` (UTC;
     default the clock)."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    moment = _utc(moment)
+    moment = as_utc(moment)
     return (moment.strftime("%H:%M:%S UTC") if moment.date() == now.astimezone(dt.timezone.utc).date()
             else moment.strftime("%Y-%m-%d %H:%M UTC"))
 

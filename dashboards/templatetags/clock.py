@@ -20,7 +20,7 @@ from django import template
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 
-from dashboards.core.clock import clock_text, relative
+from dashboards.core.clock import as_utc, clock_text, relative
 from dashboards.templatetags.ops import seconds as hms_text
 from schedulers.durations import duration_text
 
@@ -34,9 +34,7 @@ def _epoch(moment) -> float | None:
     if moment is None or moment == "":
         return None
     if isinstance(moment, dt.datetime):
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=dt.timezone.utc)
-        return moment.timestamp()
+        return as_utc(moment).timestamp()
     return float(moment)
 
 

@@ -12,7 +12,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from dashboards.models import Campaign, Task
-from tests.support.browser import inside, shot, signed_in, wait_for
+from tests.support.browser import drawn_box, inside, shot, signed_in, wait_for
 from tests.support.landing import landing_scene
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -92,7 +92,7 @@ def test_the_landing_page_answers_at_a_glance(ops_stack, browser, ops_logins, vi
             # At a glance: the tiles and the campaigns within the first screen, nothing wider than it.
             for key in ("running", "waiting", "longest", "failed"):
                 inside(page, f'#tiles [data-tile="{key}"]', viewport["width"])
-            assert page.locator("#tiles").bounding_box()["y"] < viewport["height"] / 3
+            assert drawn_box(page, "#tiles")["y"] < viewport["height"] / 3
             heading = page.locator("#my-campaigns h2").bounding_box()
             assert heading["y"] < viewport["height"], f"the campaigns start at {heading['y']:.0f} px"
             width = page.evaluate("document.scrollingElement.scrollWidth")

@@ -118,7 +118,7 @@ def test_a_read_waiting_before_the_first_subscription_returns_its_confirmation(s
     its confirmation (and its first snapshot). Here the timeout is 30 s: the old port returns None after
     it; this one returns the confirmation of the subscription made while it waited."""
     async def scenario():
-        bus = live_hub.Hub().bus                     # the web process's store on Redis
+        bus = live_bus.bus().async_side()            # the web process's store on Redis (as the hub has it)
         port = bus.pubsub()
         reading = asyncio.ensure_future(port.get(timeout=30.0))
         await asyncio.sleep(0.05)
@@ -138,7 +138,7 @@ def test_a_read_with_nothing_subscribed_any_more_waits_its_timeout_instead_of_sp
     calling ``get``. Each call must wait (up to its timeout, or until a new subscription), not return at
     once: a reader returning at once spun a web process at a full core (seen after a replay's run)."""
     async def scenario():
-        bus = live_hub.Hub().bus
+        bus = live_bus.bus().async_side()
         port = bus.pubsub()
         name = live_bus.channel("campaign/6/1")
         await port.subscribe(name)

@@ -54,9 +54,25 @@ def text(page, selector: str) -> str:
     return (page.text_content(selector) or "").strip()
 
 
+def drawn_box(page, selector: str) -> dict:
+    """The first match's box (x, y, width, height in CSS px), asserted drawn.
+
+    A live page replaces parts of itself (landing.js swaps ``#tiles`` on each queue push): an element
+    found and then replaced before it is measured has no box. So the element is awaited visible and
+    measured again, three times at most; one never drawn still fails (the wait times out)."""
+    element = page.locator(selector).first
+    box = None
+    for _ in range(3):
+        element.wait_for(state="visible", timeout=10_000)
+        box = element.bounding_box()
+        if box is not None:
+            break
+    assert box is not None, f"{selector} is not drawn"
+    return box
+
+
 def inside(page, selector: str, width: int) -> dict:
     """The element's box, asserted to lie within the viewport's width (no sideways scroll to see it)."""
-    box = page.locator(selector).first.bounding_box()
-    assert box is not None, f"{selector} is not drawn"
+    box = drawn_box(page, selector)
     assert box["x"] >= 0 and box["x"] + box["width"] <= width, f"{selector} at x={box['x']:.0f}..{box['x'] + box['width']:.0f}, viewport {width}"
     return box
