@@ -26,7 +26,8 @@ from django.core.management import call_command
 
 from tests.support.campaigns import DEMO_PASSWORD, make_campaign
 from tests.support.history import PASSWORD
-from tests.support.stack import TEST_OUTPUT, Stack, live_store_clear
+from tests.support.stack import live_store_clear
+from tests.support.stack_serving import MAIL_SETTINGS, serving_stack
 
 TESTS = Path(__file__).resolve().parent
 # Tests import tco_web.asgi without a server: no thread warming the broker's producer (enqueue.warm).
@@ -286,30 +287,16 @@ def runs() -> Path:
 
 
 # --- the live stack: tco's web server (uvicorn) + a Celery worker (poll, ingest, submit with DRMAA) + beat --
-# One stack per test module, started on the test database before the module's first test; each test
-# still gets a fresh database (transactional_db empties it after the test) and tco_bootstrap's data,
-# with the stack's spool as its spool. A module whose tests could not share one would say so here.
-
-def _serve(name: str, tmp_path_factory, settings_module: str = "tests.support.stack_settings"):
-    from django.db import connection
-
-    log_dir = TEST_OUTPUT / f"{name}-logs"
-    if log_dir.exists():
-        shutil.rmtree(log_dir)
-    log_dir.mkdir(parents=True)
-    root = tmp_path_factory.mktemp(name)
-    stack = Stack(connection.settings_dict["NAME"], root / "spool", log_dir)
-    stack.spool = root / "spool"
-    stack.env["DJANGO_SETTINGS_MODULE"] = settings_module
-    return stack, root
-
+# One stack per test module here (tests/browser shares one among its modules: its conftest.py), started
+# on the test database before the module's first test; each test still gets a fresh database
+# (transactional_db empties it after the test) and tco_bootstrap's data, with the stack's spool as its
+# spool. A module whose tests could not share one would say so here.
 
 @pytest.fixture(scope="module")
 def live_stack_server(django_db_setup, tmp_path_factory, request):
     """This module's live stack on the test database, with the project's settings (and the tests'
     password hasher: tests/support/stack_settings.py)."""
-    stack, root = _serve(f"stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory)
-    with stack.serving(root / "beat-schedule", "test"):
+    with serving_stack(f"stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory) as stack:
         yield stack
 
 
@@ -317,11 +304,8 @@ def live_stack_server(django_db_setup, tmp_path_factory, request):
 def ops_stack_server(django_db_setup, tmp_path_factory, request):
     """This module's live stack with mail written to files under ``var/test-output/mail``
     (tests/support/mail_settings.py) instead of sent."""
-    stack, root = _serve(f"ops-stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory,
-                         "tests.support.mail_settings")
-    stack.mail_dir = TEST_OUTPUT / "mail"
-    stack.mail_dir.mkdir(parents=True, exist_ok=True)
-    with stack.serving(root / "beat-schedule", "ops"):
+    with serving_stack(f"ops-stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory,
+                       MAIL_SETTINGS, "ops") as stack:
         yield stack
 
 
