@@ -72,14 +72,21 @@ def pytest_runtest_teardown(item, nextitem):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """Each test gets its kind's marker; a unit test that opens the database is an error, and a
+    database test that opens none is ``db_independent`` (make test's PostgreSQL pass, ``-m "not
+    db_independent"``, leaves out what cannot differ from its SQLite run)."""
     misplaced = []
     for item in items:
         kind = kind_of(item)
         if kind is None:
             continue
         item.add_marker(getattr(pytest.mark, kind))
-        if kind == "unit" and (item.get_closest_marker("django_db") or DB_FIXTURES & set(item.fixturenames)):
+        opens_db = item.get_closest_marker("django_db") or DB_FIXTURES & set(item.fixturenames)
+        if kind == "unit" and opens_db:
             misplaced.append(item.nodeid)
+        if kind == "db" and not opens_db:
+            # It cannot reach the database (pytest-django refuses): the same on SQLite and PostgreSQL.
+            item.add_marker(pytest.mark.db_independent)
     if misplaced:
         raise pytest.UsageError("unit tests use no database; move these to tests/db: " + ", ".join(misplaced))
 
