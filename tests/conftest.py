@@ -26,7 +26,8 @@ from django.core.management import call_command
 
 from tests.support.campaigns import DEMO_PASSWORD, make_campaign
 from tests.support.history import PASSWORD
-from tests.support.stack import TEST_OUTPUT, Stack, live_store_clear
+from tests.support.stack import live_store_clear
+from tests.support.stack_serving import MAIL_SETTINGS, serving_stack
 
 TESTS = Path(__file__).resolve().parent
 # Tests import tco_web.asgi without a server: no start-up loading, heap freeze or broker warm-up there
@@ -72,14 +73,21 @@ def pytest_runtest_teardown(item, nextitem):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """Each test gets its kind's marker; a unit test that opens the database is an error, and a
+    database test that opens none is ``db_independent`` (make test's PostgreSQL pass, ``-m "not
+    db_independent"``, leaves out what cannot differ from its SQLite run)."""
     misplaced = []
     for item in items:
         kind = kind_of(item)
         if kind is None:
             continue
         item.add_marker(getattr(pytest.mark, kind))
-        if kind == "unit" and (item.get_closest_marker("django_db") or DB_FIXTURES & set(item.fixturenames)):
+        opens_db = item.get_closest_marker("django_db") or DB_FIXTURES & set(item.fixturenames)
+        if kind == "unit" and opens_db:
             misplaced.append(item.nodeid)
+        if kind == "db" and not opens_db:
+            # It cannot reach the database (pytest-django refuses): the same on SQLite and PostgreSQL.
+            item.add_marker(pytest.mark.db_independent)
     if misplaced:
         raise pytest.UsageError("unit tests use no database; move these to tests/db: " + ", ".join(misplaced))
 
@@ -287,30 +295,16 @@ def runs() -> Path:
 
 
 # --- the live stack: tco's web server (uvicorn) + a Celery worker (poll, ingest, submit with DRMAA) + beat --
-# One stack per test module, started on the test database before the module's first test; each test
-# still gets a fresh database (transactional_db empties it after the test) and tco_bootstrap's data,
-# with the stack's spool as its spool. A module whose tests could not share one would say so here.
-
-def _serve(name: str, tmp_path_factory, settings_module: str = "tests.support.stack_settings"):
-    from django.db import connection
-
-    log_dir = TEST_OUTPUT / f"{name}-logs"
-    if log_dir.exists():
-        shutil.rmtree(log_dir)
-    log_dir.mkdir(parents=True)
-    root = tmp_path_factory.mktemp(name)
-    stack = Stack(connection.settings_dict["NAME"], root / "spool", log_dir)
-    stack.spool = root / "spool"
-    stack.env["DJANGO_SETTINGS_MODULE"] = settings_module
-    return stack, root
-
+# One stack per test module here (tests/browser shares one among its modules: its conftest.py), started
+# on the test database before the module's first test; each test still gets a fresh database
+# (transactional_db empties it after the test) and tco_bootstrap's data, with the stack's spool as its
+# spool. A module whose tests could not share one would say so here.
 
 @pytest.fixture(scope="module")
 def live_stack_server(django_db_setup, tmp_path_factory, request):
     """This module's live stack on the test database, with the project's settings (and the tests'
     password hasher: tests/support/stack_settings.py)."""
-    stack, root = _serve(f"stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory)
-    with stack.serving(root / "beat-schedule", "test"):
+    with serving_stack(f"stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory) as stack:
         yield stack
 
 
@@ -318,11 +312,8 @@ def live_stack_server(django_db_setup, tmp_path_factory, request):
 def ops_stack_server(django_db_setup, tmp_path_factory, request):
     """This module's live stack with mail written to files under ``var/test-output/mail``
     (tests/support/mail_settings.py) instead of sent."""
-    stack, root = _serve(f"ops-stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory,
-                         "tests.support.mail_settings")
-    stack.mail_dir = TEST_OUTPUT / "mail"
-    stack.mail_dir.mkdir(parents=True, exist_ok=True)
-    with stack.serving(root / "beat-schedule", "ops"):
+    with serving_stack(f"ops-stack-{request.module.__name__.rsplit('.', 1)[-1]}", tmp_path_factory,
+                       MAIL_SETTINGS, "ops") as stack:
         yield stack
 
 

@@ -16,6 +16,7 @@ USED = {"list_tasks", "job_detail", "queue_summary", "hosts", "quotas", "global_
 
 
 @pytest.mark.django_db
+@pytest.mark.db_independent  # the registry's choice by flavour; the database holds the cluster row only
 def test_scheduler_for_reads_the_cluster_flavour(monkeypatch):
     from dashboards.core.clusters import cluster_get_default, scheduler_for
 

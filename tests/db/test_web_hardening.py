@@ -135,6 +135,7 @@ def run_check(env: dict[str, str]) -> subprocess.CompletedProcess:
                           cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.db_independent  # check --deploy runs no database check (Django's need --database)
 def test_production_settings_pass_check_deploy_without_a_warning():
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError

@@ -26,8 +26,16 @@ def wait_for(predicate, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+#: Where :func:`login` sends the browser once signed in: a light page every account may open. After a
+#: sign-in tco shows the queue page, whose Plotly (4.8 MB) a fresh browser context downloads and parses
+#: again (2-5 s a sign-in, about 40 in tests/browser) before the test goes on to its own pages.
+SIGNED_IN_PAGE = "/account/token/"
+
+
 def login(page, stack, username: str, password: str = PASSWORD) -> None:
-    page.goto(stack.url + "/login/")
+    """Sign ``username`` in through the login form; the page is left on :data:`SIGNED_IN_PAGE`.
+    Fails (15 s timeout) if the form sends the browser back to the login page (a refused sign-in)."""
+    page.goto(stack.url + "/login/?next=" + SIGNED_IN_PAGE)
     page.fill("#id_username", username)
     page.fill("#id_password", password)
     page.click("#login-submit")
