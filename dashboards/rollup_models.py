@@ -24,7 +24,12 @@ the detail rows at every commit.
 ``WasteRollup`` holds what the waste view (``billing.waste``) sums, per
 hour, campaign, the task's end state and verdict: kept per verdict, so the
 failing verdicts (a setting, ``TCO_FAILING_VERDICTS``) are applied when the
-view is made, over retained hours too.
+view is made, over retained hours too; and per ``infrastructure``, whether
+tco's infrastructure failed the task (``core.failures``: a lost host, the
+scheduler, tco's runner or its metering proxy), which the view shows apart
+from the team's waste. That one is decided when the row is written, from the
+task's end state, accounting codes and runner record (``rollup_sql.
+infrastructure_sql``), as ``core.failures.failure_of`` decides it.
 
 ``RequestRollup`` counts the metered model requests of ended tasks per
 hour (of the task's start), campaign, provider and model: the FOCUS export
@@ -47,7 +52,7 @@ KEY = ("cluster_id", "hour", "campaign_id", "project", "queue")
 WASTE_TASK_SUMS = ("tasks", "unpriced_tasks", "cost_units")
 WASTE_RECORD_SUMS = ("records", "wallclock_us", "slot_us")
 WASTE_SUMS = (*WASTE_TASK_SUMS, *WASTE_RECORD_SUMS)
-WASTE_KEY = ("cluster_id", "hour", "campaign_id", "state", "verdict", "earlier")
+WASTE_KEY = ("cluster_id", "hour", "campaign_id", "state", "verdict", "infrastructure", "earlier")
 #: The key and sums of a model-request rollup row (``RequestRollup``).
 REQUEST_KEY = ("cluster_id", "hour", "campaign_id", "provider", "model")
 REQUEST_SUMS = ("requests",)
@@ -103,11 +108,14 @@ class UsageSums(models.Model):
 
 
 class WasteColumns(models.Model):
-    """A waste rollup row's end state, verdict and earlier-attempt columns and its sums (:data:`WASTE_SUMS`),
-    hour or day."""
+    """A waste rollup row's end state, verdict, infrastructure and earlier-attempt columns and its sums
+    (:data:`WASTE_SUMS`), hour or day."""
 
     state = models.CharField(max_length=10, help_text="the task's end state")
     verdict = models.CharField(max_length=64, blank=True, help_text="the task's verdict, where it ended done")
+    # db_default: a writer that names no such column (0022's backfill, code older than 0024) writes False.
+    infrastructure = models.BooleanField(default=False, db_default=False,
+                                         help_text="tco's infrastructure failed the task (core.failures)")
     earlier = models.BooleanField(default=False, help_text="records of an earlier attempt of the task")
     tasks = models.BigIntegerField(default=0)
     unpriced_tasks = models.BigIntegerField(default=0)
@@ -141,7 +149,8 @@ class UsageRollup(HourRollup, UsageSums):
 
 class WasteRollup(HourRollup, WasteColumns):
     """What the ended tasks of one campaign that started in one UTC hour on one cluster, in one end
-    state (``Task.state``) with one verdict (only for ``done``; "" otherwise), used: ``tasks``,
+    state (``Task.state``) with one verdict (only for ``done``; "" otherwise), failed by tco's
+    infrastructure or not (``infrastructure``, ``core.failures``), used: ``tasks``,
     ``unpriced_tasks`` (tokens, no cost) and ``cost_units`` (USD x 1e8) from the tasks (by their
     start), ``records``, ``wallclock_us`` and ``slot_us`` (integer microseconds) from their
     accounting records (by each record's own start); ``earlier`` True: records of an attempt before
@@ -157,7 +166,8 @@ class WasteRollup(HourRollup, WasteColumns):
 
     class Meta(HourRollup.Meta):
         # The key's index starts with (cluster, hour): every team's range of hours (an admin's view).
-        constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "state", "verdict", "earlier"],
+        constraints = [models.UniqueConstraint(fields=["cluster", "hour", "campaign_id", "state", "verdict",
+                                                       "infrastructure", "earlier"],
                                                name="one_waste_rollup_per_key")]
         # One team's (or one campaign's) view: its campaigns' hours.
         indexes = [models.Index(fields=["campaign_id", "hour"], name="waste_rollup_campaign_hour")]
@@ -193,7 +203,7 @@ class RequestRollup(HourRollup):
 #: The key of a usage day row (``UsageDayRollup``): ``KEY`` with the day for the hour.
 DAY_KEY = ("cluster_id", "day", "campaign_id", "project", "queue")
 #: The key of a waste day row (``WasteDayRollup``).
-WASTE_DAY_KEY = ("cluster_id", "day", "campaign_id", "state", "verdict", "earlier")
+WASTE_DAY_KEY = ("cluster_id", "day", "campaign_id", "state", "verdict", "infrastructure", "earlier")
 
 
 class UsageDayRollup(UsageSums):
@@ -219,8 +229,8 @@ class UsageDayRollup(UsageSums):
 
 
 class WasteDayRollup(WasteColumns):
-    """:class:`WasteRollup`'s sums per UTC day (per cluster, day, campaign, end state, verdict and
-    earlier attempt); equal to the sum of the day's waste hour rows."""
+    """:class:`WasteRollup`'s sums per UTC day (per cluster, day, campaign, end state, verdict,
+    infrastructure and earlier attempt); equal to the sum of the day's waste hour rows."""
 
     cluster = models.ForeignKey("dashboards.Cluster", on_delete=models.CASCADE, db_index=False)  # see Meta
     day = models.DateTimeField(help_text="00:00 UTC of the day the task (or the record) started in")
@@ -228,7 +238,8 @@ class WasteDayRollup(WasteColumns):
 
     class Meta:
         app_label = "dashboards"
-        constraints = [models.UniqueConstraint(fields=["cluster", "day", "campaign_id", "state", "verdict", "earlier"],
+        constraints = [models.UniqueConstraint(fields=["cluster", "day", "campaign_id", "state", "verdict",
+                                                       "infrastructure", "earlier"],
                                                name="one_waste_day_rollup_per_key")]
         indexes = [models.Index(fields=["campaign_id", "day"], name="waste_day_rollup_campaign_day")]
 

@@ -6,7 +6,16 @@ the period of its start, slot-seconds are its accounting records' wall clock x
 slots (every attempt, as ``qacct`` sums them), records counted in the period of
 their own start. Only tco's campaigns: jobs tco did not launch have no metering.
 
-- **failed**: tasks that ended ``failed`` or ``lost``;
+- **failed**: tasks that ended ``failed`` or ``lost`` by the agent, a limit or someone's
+  decision (``core.failures``: kinds ``agent``, ``limit``, ``ended``);
+- **infrastructure**: tasks that tco's infrastructure failed (``core.failures``, kind
+  ``infrastructure``: a lost task or execution host, the scheduler's shepherd, tco's runner
+  without a record, tco's metering proxy that never listened, so the agent never reached its
+  model API). Shown apart and **not wasted**: a lead cannot cut it by changing the team's agents
+  or inputs, and the campaign page's retry of the infrastructure's failures runs them again. Its
+  dollars and slot-seconds stay in **spent**, as on the bill: finance pays for them all the same
+  (a proxy that never started metered no model call, so those tasks have slot-seconds and no
+  dollars);
 - **verdict failed**: tasks that ended ``done`` and declared a failing verdict
   (:data:`FAILING_VERDICTS`, ``TCO_FAILING_VERDICTS``; case does not matter);
 - **retries**: what ran again: the tasks of retry campaigns (``campaign_retry``) and
@@ -15,7 +24,8 @@ their own start. Only tco's campaigns: jobs tco did not launch have no metering.
   attempt per task, so earlier attempts have slot-seconds but no dollars;
 - **wasted**: failed + verdict failed + the earlier attempts of the other tasks; each
   dollar and slot-second once. A retry campaign's own tasks are not wasted (they redo
-  failed work; those that fail again are under failed).
+  failed work; those that fail again are under failed). The infrastructure's failures and
+  their earlier attempts are not wasted (they are under infrastructure).
 
 Model seats (the ``TCO_SEAT_RESOURCE`` consumable, ``seats_per_task`` per task) per
 campaign: **held** is each accounting record's wall clock x seats per task;
@@ -46,6 +56,7 @@ from dashboards.billing.bills import COST_UNITS, used_tokens_q, whole_hour
 from dashboards.billing.grains import rollup_sets
 from dashboards.billing.periods import cluster_zone, local_midnight
 from dashboards.core.errors import BillError
+from dashboards.core.failures import infrastructure_sql
 from dashboards.core.chunks import in_chunks
 from dashboards.models import AccountingRecord, Campaign, Cluster, ModelRequest, Task, Team, WasteRollup
 from dashboards.rollup_models import WASTE_RECORD_SUMS, WASTE_SUMS, WASTE_TASK_SUMS, WasteDayRollup
@@ -58,16 +69,19 @@ SEAT_HEADROOM = 0.15
 #: At most this many days in one waste view (a year, as the bill's 400 daily periods).
 MAX_DAYS = 400
 FAILED_STATES = ("failed", "lost")
-CATEGORIES = ("failed", "verdict_failed", "retries", "wasted")
+CATEGORIES = ("failed", "verdict_failed", "infrastructure", "retries", "wasted")
 ZERO = Decimal(0)
 #: The page's words for each figure (said under the tables and in the CSV's header note).
 DEFINITIONS = {
-    "failed": "tasks that ended failed or lost",
+    "failed": "tasks that ended failed or lost by the agent, a limit or a deletion (not the infrastructure's)",
+    "infrastructure": ("tasks that tco's infrastructure failed: a lost host, the scheduler, tco's runner, or tco's "
+                       "metering proxy that did not start (the agent never reached its model API); on the bill, "
+                       "not wasted: the campaign page's retry of the infrastructure's failures runs them again"),
     "verdict_failed": "tasks that ended done with a failing verdict ({verdicts})",
     "retries": ("tasks of retry campaigns, and the earlier attempts of tasks the scheduler ran again "
                 "(slot-seconds only: the runner meters one attempt per task)"),
     "wasted": ("failed + verdict failed + the earlier attempts of the other tasks, each once; a retry "
-               "campaign's own tasks are not wasted (they redo failed work)"),
+               "campaign's own tasks are not wasted (they redo failed work), nor are the infrastructure's failures"),
     "seats": ("held: each task's run time (accounting wall clock) x seats per task; in calls: the time its "
               "model requests were open (parallel requests count once) x seats per task"),
 }
@@ -227,7 +241,7 @@ def waste(*, teams: Iterable[Team], first: dt.date, last: dt.date, clusters: Seq
     "time_zone", "failing_verdicts", "seats_skipped",
     "headroom", "definitions", "rows": [row], "teams": [team row], "totals": row}``: a row is
     ``{"campaign_id", "campaign", "team", "project", "retry_of", "seats_per_task", "spent",
-    "failed", "verdict_failed", "retries", "wasted"`` (each ``{"tasks", "cost_usd" (Decimal USD),
+    "failed", "verdict_failed", "infrastructure", "retries", "wasted"`` (each ``{"tasks", "cost_usd" (Decimal USD),
     "unpriced", "slot_s", "slot_hours", "attempts"}``; ``spent`` is everything, as on the bill),
     ``"wasted_share"`` (wasted / spent USD, None without spend), ``"seat"`` (``{"held_s",
     "in_calls_s", "utilization", "requests", "tasks", "partial", "peak_held", "peak_in_calls",
@@ -338,31 +352,32 @@ def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
             record_groups += _record_groups(cluster, ids, begin, end, task_ids=chunk)
 
     # Dollars: each task in the period of its start (the bill's rule); each group's category decided here.
-    for campaign_id, state, verdict, n, unpriced, cost_units in task_groups:
+    for campaign_id, state, verdict, infrastructure, n, unpriced, cost_units in task_groups:
         if campaign_id not in info:
             continue
         row = row_of(campaign_id)
         spend = Spend(tasks=n, cost_usd=Decimal(cost_units) / COST_UNITS, unpriced=unpriced)
         row["spent"].add(spend)
-        kind = _kind(state, verdict, verdicts)
+        kind = _kind(state, verdict, infrastructure, verdicts)
         if kind:
             row[kind].add(spend)
+        if kind in WASTED_KINDS:
             row["wasted"].add(spend)
         if row["retry_of"]:
             row["retries"].add(spend)
 
     # Slot-seconds and held seats: every accounting record, in the period of its own start, by its
-    # campaign, its task's state and verdict, and whether it is an earlier attempt (a later record of
-    # the same task exists, wherever that one started).
-    for campaign_id, state, verdict, earlier, n, wall, slot in record_groups:
+    # campaign, its task's state, verdict and whether the infrastructure failed it, and whether it is
+    # an earlier attempt (a later record of the same task exists, wherever that one started).
+    for campaign_id, state, verdict, infrastructure, earlier, n, wall, slot in record_groups:
         if campaign_id not in info:
             continue
         row = row_of(campaign_id)
         row["spent"].slot_s += slot
-        kind = _kind(state, verdict, verdicts)
+        kind = _kind(state, verdict, infrastructure, verdicts)
         if kind:
             row[kind].slot_s += slot
-        if kind or earlier:
+        if kind in WASTED_KINDS or (earlier and not kind):
             row["wasted"].slot_s += slot
             row["wasted"].attempts += n if earlier and not kind else 0
         if row["retry_of"] or earlier:
@@ -374,14 +389,16 @@ def _accumulate(rows: dict[int, dict[str, Any]], *, cluster: Cluster, begin: dt.
 def _task_groups(cluster: Cluster, campaigns, begin: dt.datetime, end: dt.datetime,
                  active: bool | None = None) -> list[tuple]:
     """The tasks of ``campaigns`` (a queryset of ids) that started in ``[begin, end)`` on ``cluster``
-    (``active``: only those still active), summed by the database per campaign, state and verdict:
-    ``[(campaign_id, state, verdict, tasks, unpriced tasks, cost in 1e-8 USD)]``."""
+    (``active``: only those still active), summed by the database per campaign, state, verdict and
+    whether the infrastructure failed them (``core.failures.infrastructure_sql``): ``[(campaign_id,
+    state, verdict, infrastructure, tasks, unpriced tasks, cost in 1e-8 USD)]``."""
     tasks = Task.objects.filter(cluster=cluster, campaign_id__in=campaigns, started_at__gte=begin, started_at__lt=end)
     if active is not None:
         tasks = tasks.filter(active=active)
     unpriced = Q(cost_usd__isnull=True) & used_tokens_q()
-    return [(item["campaign_id"], item["state"], item["verdict"], item["n"], item["unpriced"], int(item["cost"] or 0))
-            for item in (tasks.values("campaign_id", "state", "verdict")
+    return [(item["campaign_id"], item["state"], item["verdict"], bool(item["infra"]), item["n"], item["unpriced"],
+             int(item["cost"] or 0))
+            for item in (tasks.annotate(infra=_infrastructure()).values("campaign_id", "state", "verdict", "infra")
                          .annotate(n=Count("id"), unpriced=Count("id", filter=unpriced),
                                    cost=Sum(Round(F("cost_usd") * COST_UNITS), output_field=BigIntegerField()))
                          .order_by())]
@@ -390,17 +407,17 @@ def _task_groups(cluster: Cluster, campaigns, begin: dt.datetime, end: dt.dateti
 def _record_groups(cluster: Cluster, campaigns, begin: dt.datetime, end: dt.datetime,
                    task_ids: Sequence[int] | None = None) -> list[tuple]:
     """The accounting records of ``campaigns``' tasks (or of the tasks ``task_ids``) started in
-    ``[begin, end)`` on ``cluster``, per campaign, task state and verdict and earlier attempt:
-    ``[(campaign_id, state, verdict, earlier, records, wall clock s, slot-seconds)]``."""
+    ``[begin, end)`` on ``cluster``, per campaign, task state, verdict and infrastructure, and earlier
+    attempt: ``[(campaign_id, state, verdict, infrastructure, earlier, records, wall clock s, slot-seconds)]``."""
     in_period = _records(cluster, campaigns, begin, end)
     if task_ids is not None:
         in_period = in_period.filter(task_id__in=task_ids)
     later = AccountingRecord.objects.filter(task_id=OuterRef("task_id"), start_us__gt=OuterRef("start_us"))
     slot_s = ExpressionWrapper(F("wallclock_s") * F("slots"), output_field=FloatField())
-    return [(item["task__campaign_id"], item["task__state"], item["task__verdict"], bool(item["earlier"]), item["n"],
-             float(item["wall"] or 0.0), float(item["slot"] or 0.0))
-            for item in (in_period.annotate(earlier=Exists(later))
-                         .values("task__campaign_id", "task__state", "task__verdict", "earlier")
+    return [(item["task__campaign_id"], item["task__state"], item["task__verdict"], bool(item["infra"]),
+             bool(item["earlier"]), item["n"], float(item["wall"] or 0.0), float(item["slot"] or 0.0))
+            for item in (in_period.annotate(earlier=Exists(later), infra=_infrastructure())
+                         .values("task__campaign_id", "task__state", "task__verdict", "infra", "earlier")
                          .annotate(n=Count("id"), wall=Sum("wallclock_s"), slot=Sum(slot_s)).order_by())]
 
 
@@ -417,15 +434,17 @@ def _rollup_groups(cluster: Cluster, campaigns, begin: dt.datetime, end: dt.date
     tasks, records = [], []
     items = []
     for stored, _field in rollup_sets(WasteRollup, WasteDayRollup, cluster=cluster, begin=begin, end=end):
-        items += (stored.filter(campaign_id__in=campaigns).values("campaign_id", "state", "verdict", "earlier")
+        items += (stored.filter(campaign_id__in=campaigns)
+                  .values("campaign_id", "state", "verdict", "infrastructure", "earlier")
                   .annotate(**{s: Sum(s) for s in WASTE_SUMS}).order_by())
     for item in items:
         sums = {s: int(item[s] or 0) for s in WASTE_SUMS}
         if any(sums[s] for s in WASTE_TASK_SUMS):
-            tasks.append((item["campaign_id"], item["state"], item["verdict"], sums["tasks"], sums["unpriced_tasks"],
-                          sums["cost_units"]))
+            tasks.append((item["campaign_id"], item["state"], item["verdict"], bool(item["infrastructure"]),
+                          sums["tasks"], sums["unpriced_tasks"], sums["cost_units"]))
         if any(sums[s] for s in WASTE_RECORD_SUMS):
-            records.append((item["campaign_id"], item["state"], item["verdict"], bool(item["earlier"]),
+            records.append((item["campaign_id"], item["state"], item["verdict"], bool(item["infrastructure"]),
+                            bool(item["earlier"]),
                             sums["records"], sums["wallclock_us"] / 1e6, sums["slot_us"] / 1e6))
     return tasks, records
 
@@ -463,9 +482,26 @@ def _seconds(value: float | dt.datetime) -> float:
     return value if isinstance(value, float) else value.timestamp()
 
 
-def _kind(state: str, verdict: str, verdicts: tuple[str, ...]) -> str:
+#: The categories whose dollars and slot-seconds are wasted (the infrastructure's failures are not).
+WASTED_KINDS = ("failed", "verdict_failed")
+
+
+def _infrastructure():
+    """Whether the infrastructure failed the task, as an annotation of a ``Task`` queryset or of one
+    that joins ``Task`` once (``AccountingRecord`` through ``task``): the waste rollups' SQL on the task
+    table (``core.failures.infrastructure_sql``)."""
+    from django.db.models import BooleanField
+    from django.db.models.expressions import RawSQL
+
+    return RawSQL(infrastructure_sql(connection.ops.quote_name(Task._meta.db_table)), [],
+                  output_field=BooleanField())
+
+
+def _kind(state: str, verdict: str, infrastructure: bool, verdicts: tuple[str, ...]) -> str:
+    """The category of a task (or of its records): ``infrastructure``, ``failed``, ``verdict_failed``
+    or "" (none)."""
     if state in FAILED_STATES:
-        return "failed"
+        return "infrastructure" if infrastructure else "failed"
     if state == "done" and (verdict or "").strip().lower() in verdicts:
         return "verdict_failed"
     return ""

@@ -11,10 +11,34 @@ someone's decision. An execution host that crashed (its execd, shepherds and
 agents killed) writes, when it comes back, one record per task it ran with
 ``failed`` 19, "before writing exit_status": "execution host sge-exec1 was
 lost: the job's shepherd died before it wrote the exit status".
+
+tco's own parts fail tasks too, and those are infrastructure failures as well:
+a runner that could not write its record (exit status 70 and no record), and a
+task whose metering proxy never listened (issue 23/22): the runner record has
+the flag ``proxy_error`` and no ``requests_path`` (execution/runner/proxy_start.py
+``ProxyStarter.requests_file``: the proxy creates that file before it listens),
+so the agent's model requests were refused and it never reached its model
+API. Its exit status is then the agent giving up, not the agent's own failure:
+"tco's metering proxy did not start on sge-exec1: the agent never reached its
+model API (infrastructure, not the agent; runner: metering proxy did not start
+in time; exit status 1)". A proxy that listened and failed to stop cleanly
+(``proxy_error`` with a ``requests_path``) served the agent: that failure stays
+the agent's. A sandbox limit the agent ran into, a signal to the runner (a
+deletion, the scheduler's stop: the proxy may have been cut short by it) and a
+non-zero ``failed`` code keep their own kind; so does a task that ended
+``done`` (no failure).
+
+The waste view (``billing.waste``) shows the infrastructure's failures apart
+from the team's waste (:func:`infrastructure_filter`).
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+
+from django.db import connection
+
+from dashboards.core.sandbox_limits import LIMIT_FLAGS
 
 #: ``failed`` code -> what Grid Engine's shepherd was doing (accounting(5), sge_shepherd; SGE 8 and OCS 9).
 FAILED_CODES: dict[int, str] = {
@@ -39,6 +63,12 @@ HOST_LOST_CODE = 19
 #: The runner's own exit status for an internal error (execution/runner/config.py ``EXIT_INTERNAL``): with
 #: no runner record, it could not write one (a full or unwritable spool, a runner bug).
 RUNNER_INTERNAL_EXIT = 70
+#: The runner record's flag for a metering proxy that failed to start or stop (docs/runner.md).
+PROXY_ERROR_FLAG = "proxy_error"
+#: Runner record flags that make a failure someone else's than the proxy's, even when it never listened:
+#: the runner was signalled (the proxy's start may have been cut short by it), or a sandbox limit stopped the
+#: agent (``core.sandbox_limits.LIMIT_FLAGS``; failure_of calls those ``limit`` first).
+NOT_THE_PROXYS_FLAGS = ("runner_signalled", *LIMIT_FLAGS)
 
 INFRASTRUCTURE = "infrastructure"
 AGENT = "agent"
@@ -91,7 +121,26 @@ def failure_of(*, state: str, failed_code: int | None, exit_status: int | None, 
     if failed_code:
         return Failure(ENDED, f"ended {FAILED_CODES.get(failed_code, f'with failed code {failed_code}')}{where} "
                               f"(accounting: failed {failed_code}, exit status {exit_status})")
+    if proxy_never_listened(runner):
+        error = runner.get("error")
+        said = f"runner: {error}; " if isinstance(error, str) and error.startswith("metering proxy") else ""
+        return Failure(INFRASTRUCTURE, f"tco's metering proxy did not start{where}: the agent never reached its model "
+                                       f"API (infrastructure, not the agent; {said}exit status {exit_status})")
     return Failure(AGENT, f"the agent exited with status {exit_status}{where}")
+
+
+def proxy_never_listened(runner) -> bool:
+    """Whether a runner record (a mapping, as ``Task.runner_record`` holds it; anything else is no
+    record) says the task's metering proxy never listened, with nothing else to blame for the end:
+    flag ``proxy_error``, no ``requests_path`` (null or absent), and none of
+    :data:`NOT_THE_PROXYS_FLAGS`. The same rule as the database filter in
+    :func:`infrastructure_filter`."""
+    if not isinstance(runner, Mapping):
+        return False
+    flags = runner.get("flags")
+    flags = flags if isinstance(flags, list) else []
+    return (PROXY_ERROR_FLAG in flags and runner.get("requests_path") is None
+            and not any(f in flags for f in NOT_THE_PROXYS_FLAGS))
 
 
 def infrastructure_failed(campaign) -> int:
@@ -103,9 +152,41 @@ def infrastructure_failed(campaign) -> int:
 
 def infrastructure_filter():
     """A ``Task`` filter (Q) for the tasks whose failure is the infrastructure's: lost, failed with an
-    infrastructure code, or failed by tco's runner without a record (what :func:`failure_of` calls
-    ``infrastructure``)."""
-    from django.db.models import Q
+    infrastructure code, failed by tco's runner without a record, or failed with a metering proxy that
+    never listened (:func:`proxy_never_listened`): what :func:`failure_of` calls ``infrastructure``.
+    The SQL is :func:`infrastructure_sql`'s, the waste rollups' rule, on the task table itself (a
+    queryset of ``Task``, not one that reaches tasks through a join)."""
+    from django.db.models import BooleanField, Q
+    from django.db.models.expressions import RawSQL
 
-    return (Q(state="lost") | Q(state="failed", failed_code__in=sorted(INFRASTRUCTURE_CODES))
-            | Q(state="failed", failed_code=0, exit_status=RUNNER_INTERNAL_EXIT, runner_record__isnull=True))
+    from dashboards.models import Task
+
+    table = connection.ops.quote_name(Task._meta.db_table)
+    return Q(RawSQL(infrastructure_sql(table), [], output_field=BooleanField()))
+
+
+def infrastructure_sql(alias: str) -> str:
+    """SQL (SQLite or PostgreSQL, as the connection is; no parameters) that is true where the task row
+    ``alias`` (a table name or alias, quoted as the query needs) failed by the infrastructure, as
+    :func:`failure_of` decides it; false (never NULL) elsewhere. The runner record's flags and
+    ``requests_path`` are read with the database's JSON functions (``json_each``/``json_type`` on SQLite,
+    ``->``/``@>`` on PostgreSQL). Used by the waste rollups (``core.rollup_sql``) and by
+    :func:`infrastructure_filter`."""
+    t = alias
+    postgres = connection.vendor == "postgresql"
+
+    def has_flag(flag: str) -> str:
+        if postgres:
+            return f"COALESCE({t}.runner_record -> 'flags', '[]'::jsonb) @> '[\"{flag}\"]'::jsonb"
+        return f"EXISTS (SELECT 1 FROM json_each({t}.runner_record, '$.flags') WHERE value = '{flag}')"
+
+    no_requests_path = (f"COALESCE({t}.runner_record -> 'requests_path', 'null'::jsonb) = 'null'::jsonb" if postgres
+                        else f"COALESCE(json_type({t}.runner_record, '$.requests_path'), 'null') = 'null'")
+    codes = ", ".join(str(c) for c in sorted(INFRASTRUCTURE_CODES))
+    failed = f"{t}.state = 'failed'"
+    proxy = " AND ".join([failed, f"COALESCE({t}.failed_code, 0) = 0", has_flag(PROXY_ERROR_FLAG), no_requests_path,
+                          *(f"NOT {has_flag(f)}" for f in NOT_THE_PROXYS_FLAGS)])
+    rule = (f"{t}.state = 'lost' OR ({failed} AND {t}.failed_code IN ({codes}))"
+            f" OR ({failed} AND {t}.failed_code = 0 AND {t}.exit_status = {RUNNER_INTERNAL_EXIT}"
+            f" AND {t}.runner_record IS NULL) OR ({proxy})")
+    return f"COALESCE(({rule}), {'false' if postgres else '0'})"

@@ -17,6 +17,7 @@ from typing import Sequence
 
 from django.db import connection
 
+from dashboards.core.failures import infrastructure_sql
 from dashboards.models import AccountingRecord, ModelRequest, RequestRollup, Task, UsageRollup, WasteRollup
 from dashboards.rollup_models import (DAY_KEY, KEY, REQUEST_KEY, REQUEST_SUMS, SUMS, WASTE_DAY_KEY, WASTE_KEY,
                                      WASTE_RECORD_SUMS, WASTE_SUMS, WASTE_TASK_SUMS, UsageDayRollup,
@@ -142,35 +143,37 @@ def verdict_sql(alias: str) -> str:
 
 def waste_task_select(where: str) -> str:
     """One group per waste key of the ended campaign tasks ``where`` selects (alias ``t``), by
-    their start: the key columns then :data:`WASTE_TASK_SUMS` (``billing.waste``'s sums)."""
+    their start: the key columns (``infrastructure``: ``core.failures.infrastructure_sql``) then
+    :data:`WASTE_TASK_SUMS` (``billing.waste``'s sums)."""
     any_tokens = " OR ".join(f"t.{quote(b)} > 0" for b in BUCKETS)
     return (
         f"SELECT t.cluster_id, {hour_sql('t.started_at')} AS h, t.campaign_id, t.state, {verdict_sql('t')} AS v, "
-        f"{false_sql()} AS e, COUNT(*), "
+        f"{infrastructure_sql('t')} AS f, {false_sql()} AS e, COUNT(*), "
         f"SUM(CASE WHEN t.cost_usd IS NULL AND ({any_tokens}) THEN 1 ELSE 0 END), "
         f"COALESCE(SUM({bigint_sql(f'ROUND(t.cost_usd * {COST_UNITS})')}), 0)"
         f" FROM {quote(Task._meta.db_table)} t"
         f" WHERE t.active = {false_sql()} AND t.campaign_id IS NOT NULL AND t.started_at IS NOT NULL AND ({where})"
-        f" GROUP BY 1, 2, 3, 4, 5"
+        f" GROUP BY 1, 2, 3, 4, 5, 6"
     )
 
 
 def waste_record_select(where: str) -> str:
     """One group per waste key of the accounting records of the ended campaign tasks ``where``
-    selects (records ``a``, tasks ``t``), by each record's start: the key columns (``earlier``:
-    a later record of the same task exists) then :data:`WASTE_RECORD_SUMS`."""
+    selects (records ``a``, tasks ``t``), by each record's start: the key columns (``infrastructure``:
+    the task's, as :func:`waste_task_select` has it; ``earlier``: a later record of the same task exists)
+    then :data:`WASTE_RECORD_SUMS`."""
     records = quote(AccountingRecord._meta.db_table)
     wall = bigint_sql("ROUND(a.wallclock_s * 1000000)")
     inner = (
         f"SELECT a.cluster_id AS c, {hour_sql('a.started_at')} AS h, t.campaign_id AS k, t.state AS s, "
-        f"{verdict_sql('t')} AS v, CASE WHEN EXISTS (SELECT 1 FROM {records} b WHERE b.task_id = a.task_id "
-        f"AND b.start_us > a.start_us) THEN 1 ELSE 0 END AS e, {wall} AS w, a.slots AS n"
+        f"{verdict_sql('t')} AS v, {infrastructure_sql('t')} AS f, CASE WHEN EXISTS (SELECT 1 FROM {records} b "
+        f"WHERE b.task_id = a.task_id AND b.start_us > a.start_us) THEN 1 ELSE 0 END AS e, {wall} AS w, a.slots AS n"
         f" FROM {records} a JOIN {quote(Task._meta.db_table)} t ON t.id = a.task_id"
         f" WHERE t.active = {false_sql()} AND t.campaign_id IS NOT NULL AND a.started_at IS NOT NULL AND ({where})"
     )
     earlier = "x.e = 1" if connection.vendor == "postgresql" else "x.e"
-    return (f"SELECT x.c, x.h, x.k, x.s, x.v, {earlier}, COUNT(*), SUM(x.w), SUM(x.w * x.n) FROM ({inner}) x"
-            f" GROUP BY x.c, x.h, x.k, x.s, x.v, x.e")
+    return (f"SELECT x.c, x.h, x.k, x.s, x.v, x.f, {earlier}, COUNT(*), SUM(x.w), SUM(x.w * x.n) FROM ({inner}) x"
+            f" GROUP BY x.c, x.h, x.k, x.s, x.v, x.f, x.e")
 
 
 def request_select(where: str) -> str:

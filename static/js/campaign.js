@@ -19,7 +19,8 @@
     var infra = document.getElementById("infrastructure-failures");
     infra.hidden = !d.infrastructure_failures;
     infra.textContent = d.infrastructure_failures ? d.infrastructure_failures + " of the failed or lost tasks were failed by the " +
-      "infrastructure (an execution host lost, the shepherd failed), not by the agent: the control page's Retry runs " +
+      "infrastructure (an execution host lost, the shepherd failed, tco's runner or its metering proxy did not " +
+      "start), not by the agent: the control page's Retry runs " +
       "them again in one action" : "";
     var row = TCO.clear(document.querySelector("#states tbody tr"));
     Object.keys(d.states).forEach(function (s) {

@@ -21,6 +21,7 @@ from django.db import transaction
 from dashboards.billing import bills, waste
 from dashboards.core import bulk, errors, rollups
 from dashboards.core.clusters import cluster_get_default
+from dashboards.core.failures import failure_of
 from dashboards.ingest import retention
 from dashboards.ingest.accounting import _store_records
 from dashboards.ingest.poll import reconcile_gone_tasks
@@ -48,9 +49,12 @@ def parsed(job: int, task: int, *, submitted, started, ended, wall: float, slots
 
 
 def runner_record(spool, task: Task, rng: random.Random, *, version: int) -> None:
-    """A runner record of ``task`` with a few metered requests (some unpriced) and maybe a verdict."""
+    """A runner record of ``task`` with a few metered requests (some unpriced) and maybe a verdict; a
+    version 2 record may say its metering proxy never listened (flag ``proxy_error``, no requests),
+    with or without a signal to the runner: the infrastructure's failure, or not, where the task failed."""
     requests = []
-    for n in range(rng.randint(0, 4)):
+    flags = rng.choice([[], [], [], ["proxy_error"], ["proxy_error", "runner_signalled"]]) if version == 2 else []
+    for n in range(0 if flags else rng.randint(0, 4)):
         usage = {b: rng.choice([0, rng.randint(1, 50_000)]) for b in BUCKETS}
         usage["reasoning_tokens"] = rng.randint(0, usage["output_tokens"])
         cost = None if rng.random() < 0.15 else str(Decimal(rng.randint(1, 10**7)) / Decimal(10**8))
@@ -67,7 +71,8 @@ def runner_record(spool, task: Task, rng: random.Random, *, version: int) -> Non
         out.write_text(json.dumps({"verdict": rng.choice(["ok", "bad"])}))
         outputs.append({"name": "verdict.json", "path": str(out)})
     record = {"version": 1, "campaign_id": task.campaign_id, "task_number": task.task_number,
-              "job_number": task.job_number, "stages": {}, "exit_status": 0, "requests": requests, "outputs": outputs}
+              "job_number": task.job_number, "stages": {}, "exit_status": 0, "requests": requests, "outputs": outputs,
+              **({"flags": flags} if flags else {})}
     (folder / f"{task.task_number}.json").write_text(json.dumps(record))
 
 
@@ -398,15 +403,22 @@ def test_retention_drops_in_batches_while_ingest_stores(ops_users, tmp_path, boo
 
 def waste_detail_sums() -> dict[tuple, list[int]]:
     """What the waste rollups must hold, computed here from the detail rows: per cluster, hour, campaign,
-    end state, verdict (done tasks only) and earlier attempt, the tasks' (tasks, unpriced, cost units)
+    end state, verdict (done tasks only), infrastructure (``core.failures.failure_of``'s kind, in
+    Python: the rollups decide it in SQL) and earlier attempt, the tasks' (tasks, unpriced, cost units)
     then their records' (records, wall clock us, slot us) sums; only ended tasks of campaigns."""
     out: dict[tuple, list[int]] = {}
 
     def hour(moment):
         return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
+    def infrastructure(t: Task) -> bool:
+        failure = failure_of(state=t.state, failed_code=t.failed_code, exit_status=t.exit_status,
+                             runner=t.runner_record)
+        return failure is not None and failure.kind == "infrastructure"
+
     for t in Task.objects.filter(active=False, campaign__isnull=False, started_at__isnull=False):
-        key = (t.cluster_id, hour(t.started_at), t.campaign_id, t.state, t.verdict if t.state == "done" else "", False)
+        key = (t.cluster_id, hour(t.started_at), t.campaign_id, t.state, t.verdict if t.state == "done" else "",
+               infrastructure(t), False)
         row = out.setdefault(key, [0] * 6)
         row[0] += 1
         row[1] += int(t.cost_usd is None and any(getattr(t, b) > 0 for b in BUCKETS))
@@ -420,7 +432,7 @@ def waste_detail_sums() -> dict[tuple, list[int]]:
             continue
         earlier = any(s > r.start_us for s in starts[t.id])
         key = (r.cluster_id, hour(r.started_at), t.campaign_id, t.state, t.verdict if t.state == "done" else "",
-               earlier)
+               infrastructure(t), earlier)
         row = out.setdefault(key, [0] * 6)
         wall = round(r.wallclock_s * 1_000_000)
         row[3] += 1
@@ -469,7 +481,9 @@ def test_waste_rollups_equal_the_detail_rows_and_the_waste_view_over_them_is_exa
     cluster = history["cluster"]
     store_a_rerun(cluster, later=dt.timedelta(hours=3), wall=123.25, slots=2)
     expected = waste_detail_sums()
-    assert any(key[5] for key in expected) and any(key[3] == "failed" for key in expected)
+    assert any(key[6] for key in expected) and any(key[3] == "failed" for key in expected)
+    # Both kinds of failed task: the agent's own, and a metering proxy that never listened (the infrastructure's).
+    assert {key[5] for key in expected if key[3] == "failed"} == {False, True}
     assert stored_waste() == expected
     assert rollups.waste_differences() == [] and rollups.differences() == []
     # The waste view from the rollups (and the active tasks' detail) equals the one from the detail
