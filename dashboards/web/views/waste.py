@@ -1,4 +1,5 @@
-"""The waste view of the bill: failed tasks, failed verdicts, retries and idle model seats."""
+"""The waste view of the bill: failed tasks, failed verdicts, retries and idle model seats; tco's
+infrastructure failures apart (billing.waste)."""
 from __future__ import annotations
 
 from urllib.parse import urlencode
