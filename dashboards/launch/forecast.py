@@ -63,6 +63,12 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def counted(n: float, word: str) -> str:
+    """``n`` and ``word``, plural unless ``n`` is 1: ``"1 task"``, ``"0 tasks"``, ``"2.5 seats"`` (``n`` shown
+    with ``:g``: a whole float without its ``.0``)."""
+    return f"{n:g} {word}" if n == 1 else f"{n:g} {word}s"
+
+
 def quota_applies(filters: dict[str, list[str]] | None, *, user: str, project: str, queue: str) -> bool:
     """Whether a ``qquota`` rule with ``filters`` (``{"users": [...], "xprojects": [...], ...}``,
     parse_qquota's shape) limits a job of ``user`` in ``project`` on ``queue``. ``*`` matches
@@ -94,7 +100,7 @@ def _share(status: dict[str, Any], project: str, busy_projects: set[str]) -> tup
     shares = _number(mine.get("shares")) or 0
     if total <= 0 or shares <= 0:
         return None, "the share tree gives no shares here"
-    return shares / total, f"{project} has {shares:g} of {total:g} shares among the projects with work"
+    return shares / total, f"{project} has {shares:g} of {counted(total, 'share')} among the projects with work"
 
 
 def fresh_queue_row(cluster: Cluster, queue: str, scheduler=None) -> tuple[dict | None, str]:
@@ -222,7 +228,7 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
     submit_user = settings.TCO_SUBMIT_USER
     seat = settings.TCO_SEAT_RESOURCE
     notes: list[str] = []
-    limits: list[dict[str, Any]] = [{"what": f"{count} tasks in the campaign", "tasks": count}]
+    limits: list[dict[str, Any]] = [{"what": f"{counted(count, 'task')} in the campaign", "tasks": count}]
     free: list[int] = [count]
     if concurrency_cap:
         limits.append({"what": f"concurrency cap -tc {concurrency_cap}", "tasks": concurrency_cap})
@@ -236,9 +242,9 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
     if row is not None and _number(row.get("total")):
         queue_slots = int(_number(row["total"]) or 0)
         available = int(_number(row.get("available")) or 0)
-        limits.append({"what": f"{queue}: {queue_slots} slots (qstat -g c)", "tasks": queue_slots})
+        limits.append({"what": f"{queue}: {counted(queue_slots, 'slot')} (qstat -g c)", "tasks": queue_slots})
         free.append(available)
-        notes.append(f"{queue}: {available} of {queue_slots} slots free ({slots_source})")
+        notes.append(f"{queue}: {available} of {counted(queue_slots, 'slot')} free ({slots_source})")
     else:
         notes.append(f"no slot figures for {queue} ({slots_source})")
     seat_capacity = _number((status.get("global_capacity") or {}).get(seat))
@@ -248,11 +254,11 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
             value = (host.get("resources") or {}).get(seat)
             seats_free = _number(value.get("value") if isinstance(value, dict) else value)
     if seats_per_task > 0 and seat_capacity:
-        limits.append({"what": f"{seat}: {seat_capacity:g} seats / {seats_per_task} per task",
+        limits.append({"what": f"{seat}: {counted(seat_capacity, 'seat')} / {seats_per_task} per task",
                        "tasks": int(seat_capacity // seats_per_task)})
         if seats_free is not None:
             free.append(int(seats_free // seats_per_task))
-            notes.append(f"{seat}: {seats_free:g} of {seat_capacity:g} seats free")
+            notes.append(f"{seat}: {seats_free:g} of {counted(seat_capacity, 'seat')} free")
     for quota in status.get("quotas") or []:
         limit, used = _number(quota.get("limit")), _number(quota.get("used")) or 0.0
         resource = quota.get("resource")
@@ -262,9 +268,10 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
         per_task = 1 if resource == "slots" else (seats_per_task if resource == seat else None)
         if not per_task:
             continue
-        limits.append({"what": f"quota {quota.get('rule')}: {limit:g} {resource}", "tasks": int(limit // per_task)})
+        amount = counted(limit, "slot") if resource == "slots" else f"{limit:g} {resource}"
+        limits.append({"what": f"quota {quota.get('rule')}: {amount}", "tasks": int(limit // per_task)})
         free.append(max(0, int((limit - used) // per_task)))
-        notes.append(f"quota {quota.get('rule')}: {used:g} of {limit:g} {resource} in use")
+        notes.append(f"quota {quota.get('rule')}: {used:g} of {amount} in use")
     limits.sort(key=lambda item: item["tasks"])
     at_once = max(1, min(item["tasks"] for item in limits))
     free_now = max(0, min(free))
@@ -308,7 +315,7 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
     if contention and share is not None:
         fair = max(1, int(share * running_slots))
         if fair < at_once:
-            limits.insert(0, {"what": f"share tree: {share:.0%} of {running_slots} slots while others wait",
+            limits.insert(0, {"what": f"share tree: {share:.0%} of {counted(running_slots, 'slot')} while others wait",
                               "tasks": fair})
             at_once = fair
 
