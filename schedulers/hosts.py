@@ -29,7 +29,8 @@ P      preempted
 ====== =====================================================================
 
 A *host*'s state here is derived from its queue instances, by precedence:
-``unreachable`` (any instance ``u``) > ``error`` (any ``E``) > ``alarm`` (any
+``unreachable`` (any instance ``u``, or qhost lists the host with no load: its execd is not heard
+from, which qhost shows before the qmaster marks the instances ``u``) > ``error`` (any ``E``) > ``alarm`` (any
 ``a``/``A``) > ``closed`` (every instance closed by its calendar only: ``C``/``D``
 and no other letter) > ``disabled`` (every instance ``d``/``D``) > ``up``. A
 calendar's closing is planned, not a problem: :func:`instance_problems` leaves
@@ -176,14 +177,19 @@ def host_states(qhost: Iterable[Mapping], instances: Iterable[Mapping],
     ``mem_total_bytes``, ``mem_used_bytes`` (int bytes|None), ``slots_used``,
     ``slots_total`` (sums over its queue instances), ``queues`` (list of
     ``{"name", "queue", "states", "slots_used", "slots_total"}``), ``tasks``.
-    A host in qhost without queue instances is listed (state from qhost: no
-    load means ``unreachable``); an instance whose host qhost lacks is too.
+    A host qhost lists with no load is ``unreachable`` whatever its queue
+    instances say (why: ``qhost: no load reported`` unless an instance is
+    ``u``); a host in qhost without queue instances is listed; an instance
+    whose host qhost lacks is too.
     """
     tasks_by_host = tasks_by_host or {}
     by_host: dict[str, dict] = {}
+    silent: set[str] = set()  # hosts qhost lists with no load: their execd is not heard from
     for h in qhost:
         if h.get("name") == "global":
             continue
+        if h.get("load_avg") is None:
+            silent.add(h["name"])
         by_host[h["name"]] = {"name": h["name"], "load_avg": h.get("load_avg"), "num_proc": h.get("num_proc"),
                               "mem_total_bytes": h.get("mem_total_bytes"), "mem_used_bytes": h.get("mem_used_bytes"),
                               "queues": [], "why": []}
@@ -202,11 +208,11 @@ def host_states(qhost: Iterable[Mapping], instances: Iterable[Mapping],
         letters = {letter for q in host["queues"] for letter in q["states"]}
         disabled = sum(1 for q in host["queues"] if set(q["states"]) & {"d", "D"})
         closed = sum(1 for q in host["queues"] if _calendar_only(q["states"]))
-        if host["queues"]:
-            state = _host_state(letters, len(host["queues"]), disabled, closed)
+        if name in silent:
+            state = "unreachable"
         else:
-            state = "unreachable" if host["load_avg"] is None else "up"
-        if not host["queues"] and state == "unreachable":
+            state = _host_state(letters, len(host["queues"]), disabled, closed) if host["queues"] else "up"
+        if name in silent and _UNKNOWN_HOST_LETTER not in letters:
             host["why"].append("qhost: no load reported")
         host.update(state=state,
                     slots_used=sum(q["slots_used"] for q in host["queues"]),

@@ -171,8 +171,8 @@ def explain_pending(job_detail: dict, quota: list | None = None, hosts: list | N
     are removed.
     Examples of ``text``: ``held by user (tasks 1-10)``, ``waiting for job
     812 to finish``, ``agent quota reached: slots 8 of 8 for user tco (RQS
-    agent_cap)``, ``waiting for a model API seat: 96 of 96 in use
-    (consumable anthropic_api, global)``. Unknown messages: text = the message.
+    agent_cap)``, ``waiting for a model API seat: the job asks 1 (-l anthropic_api=1); 96 of 96
+    in use, 0 free (consumable anthropic_api, global)``. Unknown messages: text = the message.
 
     Reservations (issue 17; see :func:`reservation_reasons`): ``reservations``
     is the poll's ``qrstat`` list, ``reserving_jobs`` the pending ``-R y`` jobs
@@ -446,11 +446,11 @@ def _explain_message(message: str, job_detail: dict, quota, hosts, capacities,
         want = _requests(requested).get(resource)
         total = _number(str(capacities[resource])) if capacities and resource in capacities else None
         free = _global_free(resource, offered, hosts)
+        asks = f"the job asks {_fmt(_number(want))} (-l {resource}={want})" if want else "what the job asks is unknown"
         if total is not None and free is not None:
-            return (f"waiting for {label}: {_fmt(total - free)} of {_fmt(total)} in use "
+            return (f"waiting for {label}: {asks}; {_fmt(total - free)} of {_fmt(total)} in use, {_fmt(free)} free "
                     f"(consumable {resource}, global)")
-        return (f"waiting for {label}: {_fmt(free)} free, {want or '?'} requested "
-                f"(consumable {resource}, global)")
+        return f"waiting for {label}: {asks}; {_fmt(free)} free (consumable {resource}, global)"
     match = _OFFERS_HOST.search(text)
     if match:
         requested, host, dominance, resource, offered = match.groups()

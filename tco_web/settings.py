@@ -489,7 +489,13 @@ else:
     CSRF_COOKIE_SECURE = False
 
 # --- e-mail (budget alerts, finished campaigns): Django's mail settings ---------
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+# Without TCO_PRODUCTION (make demo, a developer's install) mail is written to files under
+# <state dir>/mail (EMAIL_FILE_PATH), never sent: the demo's users have example.org addresses
+# (dashboards.core.accounts.demo_users_ensure) and the budget alerts read "e-mailed". A site sets
+# TCO_PRODUCTION=1 (SMTP to EMAIL_HOST) or EMAIL_BACKEND itself.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend" if TCO_PRODUCTION
+                        else "django.core.mail.backends.filebased.EmailBackend")
+EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(STATE_DIR / "mail"))
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = int(env_float("EMAIL_PORT", 25))
 EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")

@@ -33,6 +33,10 @@ DEMO_USERS: dict[str, tuple[str, str]] = {
     "eng-lead": ("engineering", Role.LEAD),
 }
 
+#: The demo users' e-mail domain (RFC 2606: reserved, never delivered anywhere); ``make demo``'s mail is
+#: written to files (settings: ``EMAIL_BACKEND`` without ``TCO_PRODUCTION``).
+DEMO_EMAIL_DOMAIN = "example.org"
+
 
 @transaction.atomic
 def demo_users_ensure(*, password: str, reset_password: bool = True) -> dict[str, AbstractBaseUser]:
@@ -40,15 +44,23 @@ def demo_users_ensure(*, password: str, reset_password: bool = True) -> dict[str
 
     The teams must exist (``tco_bootstrap``). Idempotent: an existing user
     keeps its role row updated and, unless ``reset_password`` is False, gets
-    ``password``. Returns ``{username: user}``. Raises ``Team.DoesNotExist``.
+    ``password``. A user without an e-mail address gets ``<username>@`` :data:`DEMO_EMAIL_DOMAIN`
+    (the leads receive the budget alerts: without one, every alert said "e-mail failed: no
+    recipients"); an address already set is kept. Returns ``{username: user}``. Raises
+    ``Team.DoesNotExist``.
     """
     User = get_user_model()
     users = {}
     for username, (project, role) in DEMO_USERS.items():
         team = Team.objects.get(project=project)
         user, created = User.objects.get_or_create(username=username)
+        changed = not user.email
+        if changed:
+            user.email = f"{username}@{DEMO_EMAIL_DOMAIN}"
         if created or reset_password:
             user.set_password(password)
+            changed = True
+        if changed:
             user.save()
         membership_set(user=user, team=team, role=role)
         users[username] = user

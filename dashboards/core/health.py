@@ -196,7 +196,9 @@ def task_note(task: Task, *, now: dt.datetime | None = None) -> str:
 @dataclasses.dataclass
 class ExecdSilence:
     """One host whose execd has not reported tasks its runners finished: since when, how many, whether
-    ``qhost`` also shows no load from it (``no_load``)."""
+    the last status poll has the host unreachable (``no_load``: ``schedulers.hosts.host_states``, the
+    rule of the hosts tile and the queue page's hosts card, so the banner never names a host
+    unreachable that the tile counts up)."""
 
     cluster: str
     host: str
@@ -206,18 +208,30 @@ class ExecdSilence:
     task_ids: list[int] = dataclasses.field(default_factory=list)
 
 
+def _unreachable_hosts(cluster: Cluster, memo: dict[int, frozenset[str]]) -> frozenset[str]:
+    """The hosts ``schedulers.hosts.host_states`` calls unreachable in ``cluster``'s last status poll
+    (read once per cluster into ``memo``)."""
+    from schedulers.hosts import host_states
+
+    if cluster.pk not in memo:
+        status = cluster.status or {}
+        memo[cluster.pk] = frozenset(h["name"] for h in host_states(status.get("hosts") or [],
+                                                                    status.get("queue_instances") or [])
+                                     if h["state"] == "unreachable")
+    return memo[cluster.pk]
+
+
 def execd_silences(*, now: dt.datetime | None = None, tasks=None) -> list[ExecdSilence]:
     """The hosts of :func:`runner_finished_tasks`, one entry per (cluster, host), longest silence first."""
     found: dict[tuple[str, str], ExecdSilence] = {}
+    states: dict[int, frozenset[str]] = {}
     for task in runner_finished_tasks(now=now, tasks=tasks):
         key = (task.cluster.name, task.host or "?")
         finished = _runner_finished_at(task) or timezone.now()
         entry = found.get(key)
         if entry is None:
-            hosts = {h.get("name"): h for h in (task.cluster.status or {}).get("hosts", []) if isinstance(h, dict)}
-            host = hosts.get(task.host)
             entry = found[key] = ExecdSilence(key[0], key[1], finished,
-                                              no_load=bool(host is not None and host.get("load_avg") is None))
+                                              no_load=task.host in _unreachable_hosts(task.cluster, states))
         entry.since = min(entry.since, finished)
         entry.tasks += 1
         if len(entry.task_ids) < 5:

@@ -63,6 +63,12 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def counted(n: float, word: str) -> str:
+    """``n`` and ``word``, plural unless ``n`` is 1: ``"1 task"``, ``"0 tasks"``, ``"2.5 seats"`` (``n`` shown
+    with ``:g``: a whole float without its ``.0``)."""
+    return f"{n:g} {word}" if n == 1 else f"{n:g} {word}s"
+
+
 def quota_applies(filters: dict[str, list[str]] | None, *, user: str, project: str, queue: str) -> bool:
     """Whether a ``qquota`` rule with ``filters`` (``{"users": [...], "xprojects": [...], ...}``,
     parse_qquota's shape) limits a job of ``user`` in ``project`` on ``queue``. ``*`` matches
@@ -94,7 +100,7 @@ def _share(status: dict[str, Any], project: str, busy_projects: set[str]) -> tup
     shares = _number(mine.get("shares")) or 0
     if total <= 0 or shares <= 0:
         return None, "the share tree gives no shares here"
-    return shares / total, f"{project} has {shares:g} of {total:g} shares among the projects with work"
+    return shares / total, f"{project} has {shares:g} of {counted(total, 'share')} among the projects with work"
 
 
 def fresh_queue_row(cluster: Cluster, queue: str, scheduler=None) -> tuple[dict | None, str]:
@@ -222,7 +228,7 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
     submit_user = settings.TCO_SUBMIT_USER
     seat = settings.TCO_SEAT_RESOURCE
     notes: list[str] = []
-    limits: list[dict[str, Any]] = [{"what": f"{count} tasks in the campaign", "tasks": count}]
+    limits: list[dict[str, Any]] = [{"what": f"{counted(count, 'task')} in the campaign", "tasks": count}]
     free: list[int] = [count]
     if concurrency_cap:
         limits.append({"what": f"concurrency cap -tc {concurrency_cap}", "tasks": concurrency_cap})
@@ -236,9 +242,9 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
     if row is not None and _number(row.get("total")):
         queue_slots = int(_number(row["total"]) or 0)
         available = int(_number(row.get("available")) or 0)
-        limits.append({"what": f"{queue}: {queue_slots} slots (qstat -g c)", "tasks": queue_slots})
+        limits.append({"what": f"{queue}: {counted(queue_slots, 'slot')} (qstat -g c)", "tasks": queue_slots})
         free.append(available)
-        notes.append(f"{queue}: {available} of {queue_slots} slots free ({slots_source})")
+        notes.append(f"{queue}: {available} of {counted(queue_slots, 'slot')} free ({slots_source})")
     else:
         notes.append(f"no slot figures for {queue} ({slots_source})")
     seat_capacity = _number((status.get("global_capacity") or {}).get(seat))
@@ -248,11 +254,11 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
             value = (host.get("resources") or {}).get(seat)
             seats_free = _number(value.get("value") if isinstance(value, dict) else value)
     if seats_per_task > 0 and seat_capacity:
-        limits.append({"what": f"{seat}: {seat_capacity:g} seats / {seats_per_task} per task",
+        limits.append({"what": f"{seat}: {counted(seat_capacity, 'seat')} / {seats_per_task} per task",
                        "tasks": int(seat_capacity // seats_per_task)})
         if seats_free is not None:
             free.append(int(seats_free // seats_per_task))
-            notes.append(f"{seat}: {seats_free:g} of {seat_capacity:g} seats free")
+            notes.append(f"{seat}: {seats_free:g} of {counted(seat_capacity, 'seat')} free")
     for quota in status.get("quotas") or []:
         limit, used = _number(quota.get("limit")), _number(quota.get("used")) or 0.0
         resource = quota.get("resource")
@@ -262,9 +268,10 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
         per_task = 1 if resource == "slots" else (seats_per_task if resource == seat else None)
         if not per_task:
             continue
-        limits.append({"what": f"quota {quota.get('rule')}: {limit:g} {resource}", "tasks": int(limit // per_task)})
+        amount = counted(limit, "slot") if resource == "slots" else f"{limit:g} {resource}"
+        limits.append({"what": f"quota {quota.get('rule')}: {amount}", "tasks": int(limit // per_task)})
         free.append(max(0, int((limit - used) // per_task)))
-        notes.append(f"quota {quota.get('rule')}: {used:g} of {limit:g} {resource} in use")
+        notes.append(f"quota {quota.get('rule')}: {used:g} of {amount} in use")
     limits.sort(key=lambda item: item["tasks"])
     at_once = max(1, min(item["tasks"] for item in limits))
     free_now = max(0, min(free))
@@ -308,7 +315,7 @@ def timing_forecast(request: LaunchRequest, *, cluster: Cluster, duration_s: dic
     if contention and share is not None:
         fair = max(1, int(share * running_slots))
         if fair < at_once:
-            limits.insert(0, {"what": f"share tree: {share:.0%} of {running_slots} slots while others wait",
+            limits.insert(0, {"what": f"share tree: {share:.0%} of {counted(running_slots, 'slot')} while others wait",
                               "tasks": fair})
             at_once = fair
 
@@ -455,6 +462,21 @@ def _input_values(items: list[dict[str, Any]]) -> dict[str, _Seen]:
     return values
 
 
+def _outside_ratio(now: _Seen, before: _Seen | None) -> float | None:
+    """How many times beyond the history's span an input's numbers here reach: the highest here over the
+    history's highest, the history's lowest over the lowest here, the larger (``duration_s`` 60 against a
+    history of 5 to 10: 6.0). None when no number lies outside or no ratio can be taken (the history had
+    no number for it, or the values are zero or negative)."""
+    if before is None or before.low is None or now.low is None:
+        return None
+    ratios = []
+    if now.high > before.high > 0:
+        ratios.append(now.high / before.high)
+    if 0 < now.low < before.low:
+        ratios.append(before.low / now.low)
+    return max(ratios) if ratios else None
+
+
 def _not_covered(now: _Seen, before: _Seen | None) -> list[str]:
     """The values of an input here that its history does not cover, as the note says them (at most
     ``_BASIS_SHOWN``): a number fits inside the span of the history's numbers for that input (the agent
@@ -480,12 +502,15 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
     launcher). The run count and median run time stay every team's (``forecast``): durations,
     with no input, name or team in them.
     Returns ``{"runs": n finished tasks, "median_s": seconds | None, "agent": "name v2",
-    "campaigns": n campaigns read, "differs": [{"name", "now": [values], "history": [values]}]}``,
+    "campaigns": n campaigns read, "differs": [{"name", "now": [values], "history": [values],
+    "ratio": float | None}], "outside_ratio": float | None}``,
     ``differs`` listing (at most 3, values as text, at most 3 each) the inputs with values here the
     history does not cover (:func:`_not_covered`: a number outside the span of the history's numbers,
     another value it never had; the keys that only name a task's item, ``inputs.INPUT_IDENTIFIERS``,
     are not compared); ``now`` says those values, ``history`` what it had, numbers as their span
-    ("3.1 to 14.9"), empty when it never had that input.
+    ("3.1 to 14.9"), empty when it never had that input; ``ratio`` how many times beyond the history's
+    numbers the input's reach (:func:`_outside_ratio`), ``outside_ratio`` the largest over every differing
+    input (also those past the 3 named).
     """
     from dashboards.core.errors import LaunchError
     from dashboards.core.roles import teams_with
@@ -495,7 +520,7 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
     duration = forecast.get("duration_s") or {}
     basis: dict[str, Any] = {"runs": forecast.get("history") or 0, "median_s": duration.get("p50"),
                              "agent": f"{agent_definition.name} v{agent_definition.version}", "campaigns": 0,
-                             "differs": []}
+                             "differs": [], "outside_ratio": None}
     if not basis["runs"]:
         return basis
     teams = teams_with(user, "view")
@@ -521,8 +546,11 @@ def history_basis(*, agent_definition, inputs: list[dict[str, Any]], forecast: d
     for name in sorted(set(new) - names):
         outside = _not_covered(new[name], old.get(name))
         if outside:
+            ratio = _outside_ratio(new[name], old.get(name))
             basis["differs"].append({"name": name, "now": outside,
-                                     "history": old[name].shown() if name in old else []})
+                                     "history": old[name].shown() if name in old else [], "ratio": ratio})
+            if ratio is not None and ratio > (basis["outside_ratio"] or 0):
+                basis["outside_ratio"] = ratio
     basis["differs"] = basis["differs"][:_BASIS_SHOWN]
     return basis
 
@@ -539,13 +567,17 @@ def misfit_factor() -> float:
 def widen_for_misfit(forecast: dict[str, Any], basis: dict[str, Any]) -> tuple[dict[str, Any], dict | None]:
     """The cost forecast (``billing.costs.forecast``) with its ranges widened when ``basis``
     (:func:`history_basis`) finds inputs the history never had, and what was done: ``(forecast,
-    {"factor", "text"} | None)``. The medians stay; each 10th percentile (tokens, dollars, run time)
-    is divided by :func:`misfit_factor` and each 90th multiplied, so the finish and cost a campaign
-    is held to are honest about the history not fitting (a capped campaign finished 37 s past a
-    range that had said so and kept it). Unchanged, with None, when the history fits or is none."""
+    {"factor", "inputs", "text"} | None)``. The medians stay; each 10th percentile (tokens, dollars, run
+    time) is divided by the factor and each 90th multiplied, so the finish and cost a campaign is held
+    to are honest about the history not fitting. The factor is :func:`misfit_factor`, or how many times
+    beyond the history's values an input reaches (``basis["outside_ratio"]``, rounded up to a tenth)
+    when that is more: a range twice as wide was kept by a campaign whose input was 6 times the
+    history's and which ran about 6 times as long (issue 24: it finished past the widened 90th
+    percentile). Unchanged, with None, when the history fits or is none."""
     if not basis.get("differs") or forecast.get("no_history"):
         return forecast, None
-    factor = misfit_factor()
+    ratio = basis.get("outside_ratio")
+    factor = max(misfit_factor(), math.ceil(ratio * 10) / 10 if ratio else 1.0)
     if factor == 1.0:
         return forecast, None
     big = Decimal(str(factor))
@@ -567,9 +599,11 @@ def widen_for_misfit(forecast: dict[str, Any], basis: dict[str, Any]) -> tuple[d
     for key in ("cost_usd", "cost_per_task"):
         out[key] = wide(forecast.get(key), Decimal)
     names = ", ".join(d["name"] for d in basis["differs"])
+    why = f"since the history's inputs differ in {names}"
+    if ratio and factor > misfit_factor():
+        why += f", up to {ratio:.3g} times beyond the history's values"
     widened = {"factor": factor, "inputs": [d["name"] for d in basis["differs"]],
-               "text": (f"10th percentiles divided by {factor:g} and 90th percentiles multiplied by {factor:g}, "
-                        f"since the history's inputs differ in {names}")}
+               "text": f"10th percentiles divided by {factor:g} and 90th percentiles multiplied by {factor:g}, {why}"}
     return out, widened
 
 

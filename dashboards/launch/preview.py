@@ -12,9 +12,12 @@ from dashboards.launch.request import LaunchRequest
 def launch_preview(*, user, request: LaunchRequest) -> dict[str, Any]:
     """Everything the launch page shows before Launch, for the campaign ``request`` would launch:
     the cost forecast and the budget verdict (``service.launch_preview``: ``forecast``,
-    ``expected_usd`` USD, ``verdict``), then :func:`complete_preview`'s figures. Reads only; raises
-    nothing a valid form can cause."""
+    ``expected_usd`` USD, ``verdict``), then :func:`complete_preview`'s figures, and ``refusal``: what
+    Launch would refuse it with ("" when it would accept it; ``service.launch_refusal``, the launch's own
+    checks). Reads only; raises nothing a valid form can cause."""
     preview = service.launch_preview(user=user, team=request.team, agent_definition=request.agent_definition,
                                      count=len(request.inputs), model=request.model,
                                      cost_cap_usd=request.cost_cap_usd)
-    return complete_preview(user=user, request=request, preview=preview)
+    preview = complete_preview(user=user, request=request, preview=preview)
+    preview["refusal"] = service.launch_refusal(user=user, request=request)
+    return preview

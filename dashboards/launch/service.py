@@ -213,6 +213,20 @@ def _accepted(user: AbstractBaseUser, action: str, campaign: Campaign, params: d
           ok=True, result=result)
 
 
+def launch_refusal(*, user: AbstractBaseUser, request: LaunchRequest) -> str:
+    """What Launch would refuse ``request`` with, said before it (the launch page's forecast): the
+    launch's own checks (:func:`_checked`: role, limits, inputs, predecessor, reservation, the whole
+    sandbox and network policy check, budget), run without an audit entry or any other side effect;
+    "" when Launch would accept it. A request without a name (a forecast needs none) is checked as if
+    it had one."""
+    req = request if str(request.name).strip() else dataclasses.replace(request, name="forecast")
+    try:
+        _checked(user, req, req.audit_params())
+    except Refused as exc:
+        return str(exc)
+    return ""
+
+
 def _checked(user: AbstractBaseUser, req: LaunchRequest, params: dict[str, Any]):
     """Every check of a launch, in the module doc's order, without side effects but ``params``
     (the audit entry's, given the expected cost): ``(model, policy, endpoints, chosen endpoint,

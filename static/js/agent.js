@@ -93,7 +93,7 @@
       hoverinfo: "text"
     }], TCO.themed({ margin: { l: 10, r: 10, t: 10, b: 40 }, height: 60 + 28 * Math.max(segs.length, 1),
       // automargin: the left margin grows to the longest stage label ("running (no runner stage yet)").
-      xaxis: { type: "date" }, yaxis: { automargin: true }, showlegend: false }), TCO.plotConfig);
+      xaxis: TCO.utcAxis(), yaxis: { automargin: true }, showlegend: false }), TCO.plotConfig);
   }
 
   function renderRequests(d) {

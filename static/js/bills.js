@@ -15,6 +15,9 @@
   };
   const config = {displaylogo: false, responsive: true};
 
+  // The time zone a chart's days are in (its data-zone: the bill's and the budgets' cluster zone).
+  function zone(target) { return target.getAttribute("data-zone") || "the cluster's time zone"; }
+
   function read(id) {
     const el = document.getElementById(id);
     return el ? JSON.parse(el.textContent) : null;
@@ -48,7 +51,10 @@
       });
     }
     // Periods are categories (a day, an ISO week's Monday, a month's first day): one bar each.
-    Plotly.newPlot(target, traces, Object.assign({}, layoutBase, {xaxis: {type: "category"}}), config);
+    // The periods are cut in the cluster's time zone (dashboards.billing.periods): the axis names it.
+    Plotly.newPlot(target, traces, Object.assign({}, layoutBase, {xaxis: {type: "category", automargin: true,
+                                                                          title: {text: "period (" + zone(target) + ")"}}}),
+                   config);
   } else if (target) {
     target.textContent = "Nothing to draw for these periods.";
   }
@@ -67,7 +73,7 @@
       traces.push({type: "scatter", mode: "lines", name: name + " budget", x: [b.days[0], b.end_day],
                    y: [b.amount_usd, b.amount_usd], line: {dash: "dash", color: "#c62828"}});
     });
-    Plotly.newPlot(burnTarget, traces, Object.assign({}, layoutBase, {barmode: undefined, xaxis: {type: "date"}}),
-                   config);
+    Plotly.newPlot(burnTarget, traces, Object.assign({}, layoutBase, {barmode: undefined,
+                   xaxis: {type: "date", automargin: true, title: {text: "day (" + zone(burnTarget) + ")"}}}), config);
   }
 })();

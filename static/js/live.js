@@ -154,5 +154,10 @@
     ["xaxis", "yaxis"].forEach(function (k) { layout[k] = Object.assign({ gridcolor: line, zerolinecolor: line }, layout[k] || {}); });
     return layout;
   };
+  // A time axis: Plotly draws dates as given, and the server sends them in UTC, so every time axis
+  // says so in its title (a tick without a zone was read as the viewer's local time).
+  TCO.utcAxis = function (axis) {
+    return Object.assign({ type: "date", automargin: true, title: { text: "time (UTC)" } }, axis || {});
+  };
   TCO.plotConfig = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
 })();

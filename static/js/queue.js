@@ -224,8 +224,8 @@
       yaxis: { title: { text: "tasks" }, rangemode: "tozero", automargin: true },
       // At least a minute wide: one or two samples a second apart gave sub-second ticks, each
       // labelled with the same second ("16:29:59" four times).
-      xaxis: { type: "date", automargin: true, range: minuteRange(d.t), tickformatstops: [
-        { dtickrange: [null, 60000], value: "%H:%M:%S" }, { dtickrange: [60000, 86400000], value: "%H:%M" }, { dtickrange: [86400000, null], value: "%b %d" }] }
+      xaxis: TCO.utcAxis({ range: minuteRange(d.t), tickformatstops: [
+        { dtickrange: [null, 60000], value: "%H:%M:%S" }, { dtickrange: [60000, 86400000], value: "%H:%M" }, { dtickrange: [86400000, null], value: "%b %d" }] })
     }), TCO.plotConfig);
   }
 

@@ -164,6 +164,7 @@ def test_a_viewer_follows_a_running_agent_and_reads_the_pages_on_a_phone(ops_sta
         # Bug 11: no text of the queue-depth chart (ticks, legend) is cut off at its edges.
         page.goto(ops_stack.url + "/")
         page.wait_for_selector("#depth-chart .main-svg", timeout=60000)
+        assert page.text_content("#depth-chart .xtitle") == "time (UTC)"  # the ticks' zone, not clipped (below)
         clipped = page.evaluate("""() => {
             const box = document.querySelector('#depth-chart .main-svg').getBoundingClientRect();
             return Array.from(document.querySelectorAll('#depth-chart text')).map(t => [t.textContent, t.getBoundingClientRect()])

@@ -66,6 +66,9 @@ def test_a_lead_finds_last_weeks_spend_per_campaign_and_the_costliest_task(ops_s
     page.click('#bill-group-tabs a[data-group="campaign"]')
     page.wait_for_selector('#bill-group-tabs a[data-group="campaign"].on')
     page.wait_for_selector("#bill-chart .main-svg")  # Plotly drew the stacked spend (served by tco)
+    # Its periods' axis names the zone they are cut in (the bill's: the cluster's).
+    zone = page.get_attribute("#bill-chart", "data-zone")
+    assert zone and text(page, "#bill-chart .xtitle") == f"period ({zone})"
     dear_row = f'#bill tbody tr[data-key="dear-sweep (#{dear.pk})"]'
     assert text(page, f'{dear_row} td[data-col="cost_usd"]') == "$3.50"
     assert text(page, f'#bill tbody tr[data-key="cheap-sweep (#{cheap.pk})"] td[data-col="cost_usd"]') == "$0.3000"
@@ -83,6 +86,8 @@ def test_a_lead_finds_last_weeks_spend_per_campaign_and_the_costliest_task(ops_s
     shot(page, "lead-costliest-task")
     (TEST_OUTPUT / "issue16-lead-seconds.txt").write_text(f"{elapsed:.1f}\n")
     page.wait_for_selector("#burn-chart .main-svg")
+    zone = page.get_attribute("#burn-chart", "data-zone")
+    assert zone and text(page, "#burn-chart .xtitle") == f"day ({zone})"
     assert "projected" in text(page, "#burndown")
 
 

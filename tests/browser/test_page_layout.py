@@ -104,6 +104,7 @@ def test_the_agent_pages_timeline_labels_are_not_clipped_and_its_submit_stage_no
         with signed_in(browser, ops_stack, "launcher", viewport=viewport) as page:
             page.goto(ops_stack.url + f"/tasks/{task.pk}/")
             page.wait_for_selector("#timeline-chart .ytick text")
+            assert page.text_content("#timeline-chart .xtitle") == "time (UTC)"  # the ticks' zone
             chart = page.locator("#timeline-chart").bounding_box()
             labels = page.locator("#timeline-chart .ytick text")
             drawn = {}

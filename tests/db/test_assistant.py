@@ -173,7 +173,8 @@ def test_why_pending_gives_the_reason_and_the_facts_behind_it(world):
     texts = [r["text"] for r in answer["reasons"]]
     assert "waiting for job 1100 to finish" in texts
     # 2 seats configured, 0 free: both in use.
-    assert "waiting for a model API seat: 2 of 2 in use (consumable anthropic_api, global)" in texts
+    assert ("waiting for a model API seat: the job asks 1 (-l anthropic_api=1); 2 of 2 in use, 0 free "
+            "(consumable anthropic_api, global)") in texts
     assert any(r["raw"] == SEAT_MESSAGE for r in answer["reasons"])
     f = answer["facts"]
     assert f["dependencies"] == {"predecessors": [1100], "holds": {},

@@ -66,13 +66,32 @@ def test_a_launch_keeps_its_forecast_start_finish_and_cost_range(history, ops_us
 
 
 def test_the_forecast_widens_when_the_history_does_not_fit_the_inputs(history, ops_users, sent):
-    campaign = _launch(ops_users["launcher"], history, [{"task": n, "duration_s": 60} for n in (1, 2, 3)])
+    campaign = _launch(ops_users["launcher"], history, [{"task": n, "duration_s": 1.5} for n in (1, 2, 3)])
     kept = Campaign.objects.get(pk=campaign.pk).forecast
-    # The history's inputs never had duration_s 60: 10th percentiles / 2, 90th x 2, medians kept.
+    # The history's inputs never had duration_s 1.5 (1.5 times its 1, less than the site's factor 2):
+    # 10th percentiles / 2, 90th x 2, medians kept.
     assert kept["cost_usd"] == {"p10": "2.100000", "p50": "9.000000", "p90": "27.600000"}
     assert kept["run_s"] == {"p50": 30.0, "p90": 92.0}
     assert kept["widened"]["factor"] == 2.0 and kept["widened"]["inputs"] == ["duration_s"]
     assert "duration_s" in kept["widened"]["text"]
+
+
+def test_an_input_far_beyond_the_history_widens_the_range_as_far(history, ops_users, sent):
+    """The users' day (issue 24): a campaign whose input was 6 times the history's ran about 6 times as
+    long and finished past a range only twice as wide, which had itself warned that the history did not
+    fit. The range now widens by how far the input lies beyond the history's values."""
+    campaign = _launch(ops_users["launcher"], history, [{"task": n, "duration_s": 6} for n in (1, 2, 3)])
+    kept = Campaign.objects.get(pk=campaign.pk).forecast
+    # duration_s 6 against the history's 1: six times; the 90th percentile run time 46 s x 6, cost $13.80 x 6.
+    assert kept["widened"]["factor"] == 6.0 and kept["widened"]["inputs"] == ["duration_s"]
+    assert "up to 6 times beyond the history's values" in kept["widened"]["text"]
+    assert kept["run_s"] == {"p50": 30.0, "p90": 276.0}
+    assert kept["cost_usd"] == {"p10": "0.700000", "p50": "9.000000", "p90": "82.800000"}
+    # Runs 6 times the history's (60 to 300 s, median 180 s, one wave of 3): the median one ends inside
+    # the range it kept, where the old range (90th percentile 92 s) had it 88 s late.
+    start = dt.datetime.fromisoformat(kept["start_at"].replace("Z", "+00:00"))
+    p90 = dt.datetime.fromisoformat(kept["finish_at"]["p90"].replace("Z", "+00:00"))
+    assert start + dt.timedelta(seconds=6 * 30) <= p90
 
 
 def test_widening_keeps_medians_and_leaves_a_fitting_history_alone(settings):
@@ -242,10 +261,11 @@ def test_the_launch_page_says_its_ranges_are_widened(history, ops_users, client)
     html = client.post("/ops/launch/", {**launch_data(input_params="task=1..3 duration_s=60"),
                                         "preview": "1"}).content.decode()
     note = html.split('id="forecast-misfit"', 1)[1].split("</p>", 1)[0]
-    assert "duration_s" in note and "2 times wider" in note
-    # Per task $1..$5 x 3 tasks: 10th percentile $4.20 / 2, 90th $13.80 x 2.
+    # duration_s 60 against the history's 1: the ranges 60 times wider, not the site's factor 2.
+    assert "duration_s" in note and "60 times wider" in note
+    # Per task $1..$5 x 3 tasks: 10th percentile $4.20 / 60, 90th $13.80 x 60.
     cost = html.split('id="forecast-cost"', 1)[1].split("</tr>", 1)[0]
-    assert "$2.10" in cost and "$27.60" in cost
+    assert "$0.07" in cost and "$828.00" in cost
 
 
 def _ran(team, user, name: str, inputs: list[dict], agent: str = "demo-agent") -> Campaign:
@@ -321,7 +341,7 @@ def test_the_review_agents_example_fits_a_history_of_other_runs(ops_users, clien
     assert differs(input_example("sweep-review")) == []
     assert differs("sweep_task=12 run_output=/srv/sweeps/8/run-12.txt") == []
     assert differs("sweep_task=1 run_output=/x model=other") == [
-        {"name": "model", "now": ['"other"'], "history": [json.dumps(DEFAULT_MODEL)]}]
+        {"name": "model", "now": ['"other"'], "history": [json.dumps(DEFAULT_MODEL)], "ratio": None}]
 
 
 def test_a_hostile_launchers_inputs_against_the_history_say_nothing_raw_and_submit_nothing(ops_users, client):

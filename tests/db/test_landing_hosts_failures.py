@@ -76,3 +76,23 @@ def test_failures_of_jobs_tco_did_not_launch_are_said_as_theirs_and_open_their_t
     campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"], name="f")
     make_task(campaign, task_number=1, state="failed", started_at=now - dt.timedelta(minutes=5), wallclock_s=10)
     assert _tiles(ops_users["admin"], now)["failed"]["href"] == f"/campaigns/{campaign.pk}/?state=failed"
+
+
+def test_a_host_the_banner_names_unreachable_is_counted_down_by_the_tile(ops_users):
+    # The execd of mh-exec1 is silent: qhost has no load from it (qhost_F_unknown.xml) while its queue
+    # instance has no "u" yet (qstat_f_running.xml). A task there whose runner finished 5 min ago is named
+    # in the admins' health banner; the hosts tile counted 0 down beside it.
+    from dashboards.core import health
+
+    _poll("qhost_F_unknown.xml", "qstat_f_running.xml")
+    ended = timezone.now() - dt.timedelta(minutes=5)
+    from tests.support.campaigns import make_campaign as make_listed
+
+    make_listed(team=Team.objects.get(project="research"), user=ops_users["admin"], name="silent", job_number=7,
+                tasks=[{"state": "running", "host": "mh-exec1", "active": True,
+                        "runner_record": {"version": 2, "exit_status": 0}, "agent_exited_at": ended,
+                        "teardown_done_at": ended}])
+    [silence] = health.execd_silences()
+    assert (silence.host, silence.no_load) == ("mh-exec1", True)
+    hosts = _tiles(ops_users["admin"])["hosts"]
+    assert (hosts["value"], hosts["number"], hosts["detail"]) == ("1 of 3 hosts", 1, "mh-exec1 unreachable")

@@ -485,8 +485,8 @@ def test_triage_lists_error_jobs_first_then_the_longest_wait_with_plain_reasons(
     assert overview["total_tasks"] == 4
     by_job = {j["job_number"]: j for j in overview["jobs"]}
     assert by_job[12]["reasons"][0]["text"].startswith("in error state")
-    assert by_job[10]["reasons"][0]["text"] == ("waiting for a model API seat: 96 of 96 in use "
-                                                "(consumable anthropic_api, global)")
+    assert by_job[10]["reasons"][0]["text"] == ("waiting for a model API seat: the job asks 1 (-l anthropic_api=1); 96 of 96 "
+                                                "in use, 0 free (consumable anthropic_api, global)")
     assert by_job[10]["ranges"] == {"pending": "tasks 1-2"}
     assert "no longer knows" in by_job[11]["reason_error"]
     # One cached qstat -j per job, with the web timeout: a second view asks the scheduler nothing.

@@ -165,8 +165,8 @@ def seats_exhausted(ctx: CauseContext) -> Made:
         assert any("anthropic_api" in m for m in facts["scheduler_messages"])
 
     return Made(task=task, check_facts=check,
-                expected=[f"waiting for a model API seat: {capacity} of {capacity} in use "
-                          f"(consumable anthropic_api, global)"])
+                expected=[f"waiting for a model API seat: the job asks 1 (-l anthropic_api=1); {capacity} of {capacity} "
+                          f"in use, 0 free (consumable anthropic_api, global)"])
 
 
 @cause("held predecessor")

@@ -269,3 +269,13 @@ def test_master_address_resolves_the_cells_act_qmaster(tmp_path):
         master_address(str(tmp_path), "cellx")
     with pytest.raises(OSError):
         master_address(str(tmp_path), "no-such-cell")
+
+
+def test_a_host_qhost_reports_no_load_from_is_unreachable_before_its_instances_say_u():
+    # qhost_F_unknown.xml: mh-exec1 reports no load (its execd is not heard from); qstat_f_running.xml:
+    # every queue instance without a state letter yet (the qmaster marks them "u" only later).
+    hosts = {h["name"]: h for h in host_states(parse_qhost(fixture("qhost_F_unknown.xml")),
+                                               parse_queue_instances(fixture("qstat_f_running.xml")))}
+    assert [q["states"] for q in hosts["mh-exec1"]["queues"]] == [""]
+    assert (hosts["mh-exec1"]["state"], hosts["mh-exec1"]["why"]) == ("unreachable", ["qhost: no load reported"])
+    assert {n: h["state"] for n, h in hosts.items() if n != "mh-exec1"} == {"mh-exec2": "up", "mh-exec3": "up"}

@@ -89,7 +89,7 @@ def test_job_prints_details_and_pending_reasons():
                          "pending_reasons"]
     assert obj["job_number"] == 5101 and obj["hard_resources"]["anthropic_api"] == "1"
     assert [r["text"] for r in obj["pending_reasons"]] == [
-        "waiting for a model API seat: 0 free, 1 requested (consumable anthropic_api, global)"]
+        "waiting for a model API seat: the job asks 1 (-l anthropic_api=1); 0 free (consumable anthropic_api, global)"]
 
 
 def test_qhost_and_qquota_kinds(tmp_path):

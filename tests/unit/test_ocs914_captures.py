@@ -198,7 +198,8 @@ def test_qstat_j_tasks_and_waiting_reasons():
     pending = parse_job_detail(raw("qstat_j_pending_array.xml"))
     assert pending["tasks"] == []  # 1-20:2, none enrolled yet
     reasons = [r["text"] for r in explain_pending(pending, capacities={"anthropic_api": 96})]
-    assert reasons[0] == "waiting for a model API seat: 96 of 96 in use (consumable anthropic_api, global)"
+    assert reasons[0] == ("waiting for a model API seat: the job asks 1 (-l anthropic_api=1); 96 of 96 in use, 0 free "
+                          "(consumable anthropic_api, global)")
     running = parse_job_detail(raw("qstat_j_running_single.xml"))
     assert running["tasks"] == [{"task_number": 1, "state": "running"}]  # job_state 1: r
     held = parse_job_detail(raw("qstat_j_held.xml"))

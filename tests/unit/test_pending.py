@@ -41,7 +41,8 @@ def test_a_cluster_wide_quota_says_so():
 def test_a_global_consumable_shortage_is_a_model_api_seat():
     raw = "(-l anthropic_api=1) cannot run globally because it offers only gc:anthropic_api=0.000000"
     (reason,) = explain_pending(detail(scheduler_messages=[raw]), capacities={"anthropic_api": 96})
-    assert reason == {"text": "waiting for a model API seat: 96 of 96 in use (consumable anthropic_api, global)",
+    assert reason == {"text": ("waiting for a model API seat: the job asks 1 (-l anthropic_api=1); 96 of 96 in use, "
+                              "0 free (consumable anthropic_api, global)"),
                       "raw": raw}
 
 
@@ -49,9 +50,10 @@ def test_a_global_consumable_uses_qhost_for_what_is_free_now():
     raw = "(-l anthropic_api=2) cannot run globally because it offers only gc:anthropic_api=1.000000"
     hosts = [{"name": "global", "resources": {"anthropic_api": {"value": "1.000000", "dominance": "gc"}}}]
     assert texts(explain_pending(detail(scheduler_messages=[raw]), hosts=hosts, capacities={"anthropic_api": 8})) == [
-        "waiting for a model API seat: 7 of 8 in use (consumable anthropic_api, global)"]
+        "waiting for a model API seat: the job asks 2 (-l anthropic_api=2); 7 of 8 in use, 1 free "
+        "(consumable anthropic_api, global)"]
     assert texts(explain_pending(detail(scheduler_messages=[raw]))) == [
-        "waiting for a model API seat: 1 free, 2 requested (consumable anthropic_api, global)"]
+        "waiting for a model API seat: the job asks 2 (-l anthropic_api=2); 1 free (consumable anthropic_api, global)"]
 
 
 def test_holds_name_who_holds_which_tasks():

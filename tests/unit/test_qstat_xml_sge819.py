@@ -160,9 +160,11 @@ def test_job_detail_of_an_array_short_of_api_seats():
     hosts = parse_qhost(load("qhost_F.xml"))
     now_free = float({h["name"]: h for h in hosts}["global"]["resources"]["anthropic_api"]["value"])
     assert [r["text"] for r in explain_pending(detail)] == [
-        f"waiting for a model API seat: {free:g} free, 40 requested (consumable anthropic_api, global)"]
+        f"waiting for a model API seat: the job asks 40 (-l anthropic_api=40); {free:g} free (consumable anthropic_api, "
+        "global)"]
     assert [r["text"] for r in explain_pending(detail, hosts=hosts, capacities={"anthropic_api": 96})] == [
-        f"waiting for a model API seat: {96 - now_free:g} of 96 in use (consumable anthropic_api, global)"]
+        f"waiting for a model API seat: the job asks 40 (-l anthropic_api=40); {96 - now_free:g} of 96 in use, "
+        f"{now_free:g} free (consumable anthropic_api, global)"]
 
 
 def test_job_detail_of_a_job_in_error_gives_the_execd_reason():

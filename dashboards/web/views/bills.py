@@ -151,6 +151,8 @@ def bills_page(request: HttpRequest) -> HttpResponse:
             context.update(wasted=wasted, waste_skipped=skipped, waste_query=waste_query(
                 form, first=result["first"].isoformat(), last=result["last"].isoformat()),
                 campaign_tasks=tasks_by_cost(campaign.pk) if campaign else "", top=top)
+            # The budgets' days are cut in the default cluster's zone (billing.budgets.budget_burndowns).
+            context["burn_zone"] = str(periods.cluster_zone(periods.default_cluster()))
             context["burn_chart"] = [{"team": b["team"].name, "period": b["budget"].period, "days": b["days"],
                                       "cumulative_usd": b["cumulative_usd"], "amount_usd": b["amount_usd"],
                                       "projected_usd": float(b["projected_usd"]),
