@@ -6,11 +6,15 @@
 (function () {
   "use strict";
   var FALLBACK_MS = 30000, MIN_GAP_MS = 2000;
-  var busy = false, timer = null, last = 0;
+  // again: a refresh asked for while one was reading (a push during the fetch) runs when that one ends,
+  // so the tiles never keep a figure older than the last push (it was dropped, up to FALLBACK_MS stale).
+  var busy = false, again = false, timer = null, last = 0;
 
   function refresh() {
-    if (busy || document.hidden) { return; }
+    if (document.hidden) { return; }
+    if (busy) { again = true; return; }
     busy = true;
+    again = false;
     fetch("/landing" + location.search, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
@@ -24,7 +28,7 @@
         if (tiles) { tiles.setAttribute("data-refreshed", new Date().toISOString()); }
       })
       .catch(function () { /* the next tick tries again; the page still shows the last figures */ })
-      .then(function () { busy = false; });
+      .then(function () { busy = false; if (again) { soon(); } });
   }
 
   function soon() {

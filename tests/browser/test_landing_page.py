@@ -140,3 +140,33 @@ def test_the_tiles_follow_the_live_queue_without_a_reload(ops_stack, browser, op
             shot(page, "landing-live")
         finally:
             qdel_quietly(Campaign.objects.get(pk=campaign.pk).job_number)
+
+
+def test_a_push_during_a_tiles_read_is_read_after_it_not_dropped(ops_stack, browser, ops_logins):
+    """A queue push that arrives while the tiles are being read (landing.js's fetch of /landing) is read
+    when that read ends: the old page dropped it, and the tiles kept the older figures until the 30 s
+    fallback read (seen by a helper: tiles behind the banner). Here each read of /landing is held 4 s in
+    the page; a push at 0 s starts a read (0.25 s later), a push at 0.5 s comes due while it is held:
+    two reads must follow within 12 s, well before the fallback."""
+    with signed_in(browser, ops_stack, "launcher", viewport=DESKTOP) as page:
+        page.goto(ops_stack.url + "/")
+        page.wait_for_selector("#tiles .tile")
+        page.evaluate("""() => {
+            // Only this test's pushes reach landing.js: the poll's own pushes are stopped first (a
+            // capturing listener at the document runs before landing.js's).
+            document.addEventListener('tco:live', ev => { if (!ev.detail.test) { ev.stopImmediatePropagation(); } }, true);
+            window.landingReads = [];
+            const fetchNow = window.fetch;
+            window.fetch = (url, options) => {
+                if (!String(url).startsWith('/landing')) { return fetchNow(url, options); }
+                window.landingReads.push(Date.now());
+                return new Promise(done => setTimeout(done, 4000)).then(() => fetchNow(url, options));
+            };
+            const push = () => document.dispatchEvent(new CustomEvent('tco:live', {detail: {kind: 'queue.snapshot', test: true}}));
+            push();
+            setTimeout(push, 500);
+        }""")
+        wait_for(lambda: page.evaluate("window.landingReads.length") >= 2, 12,
+                 "a second read of the tiles after the one a push found running")
+        reads = page.evaluate("window.landingReads")
+        assert reads[1] - reads[0] >= 4000, f"the second read began {reads[1] - reads[0]} ms after the first"
