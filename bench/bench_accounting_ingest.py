@@ -32,7 +32,7 @@ def make_file(path: Path, n: int) -> None:
             task = i % 100 + 1
             s = start + i // 50
             fh.write(
-                f"agent.q:vm:tco:tco:tco-c1-demo:{job}:admin:0:{s - 3}:{s}:{s + 7}:0:0:7:0.5:0.1:2048.000000:0:0:0:0:"
+                f"agent.q:vm:tco:tco:tco-inst1-c1-demo:{job}:admin:0:{s - 3}:{s}:{s + 7}:0:0:7:0.5:0.1:2048.000000:0:0:0:0:"
                 f"100:0:0:0:8:0:0:0:30:2:research:defaultdepartment:NONE:1:{task}:0.6:0.01:0.0001:"
                 f"-q agent.q -l anthropic_api=1:0.0:NONE:104857600.000000:0:0\n".encode()
             )

@@ -239,7 +239,7 @@ class Filler:
                              ("ok" if rng.random() < 0.7 else "bad") if state == "done" else ""))
                 if done:
                     records.append(Parsed(
-                        job_number=job, task_number=n, pe_taskid=None, job_name=f"tco-c{campaign.pk}-{name}"[:255],
+                        job_number=job, task_number=n, pe_taskid=None, job_name=f"tco-bench-c{campaign.pk}-{name}"[:255],
                         owner="tco", group="tco", project=team.project, department="defaultdepartment", account="sge",
                         queue="agent.q", hostname=f"sge-exec{1 + n % 2}", slots=1, submitted_at=submitted,
                         started_at=began, ended_at=ended, wallclock_s=float(wall), cpu_s=wall * 0.8,
@@ -252,7 +252,7 @@ class Filler:
                         requests.append((n, k + 1, began + dt.timedelta(seconds=20 * k), *shape[:6], costs[k],
                                          shape[6]))
             template = Task(cluster=self.cluster, campaign=campaign, job_number=job, is_array=True,
-                            name=f"tco-c{campaign.pk}-{name}"[:255], owner="tco", project=team.project,
+                            name=f"tco-bench-c{campaign.pk}-{name}"[:255], owner="tco", project=team.project,
                             queue="agent.q", slots=1, first_seen_at=launched)
             bulk.insert_varying(template, fields, rows)
             ids = dict(Task.objects.filter(campaign=campaign).values_list("task_number", "id"))

@@ -38,7 +38,7 @@ def qstat_xml(n_pending: int, running: int, *, started: int, first: int = 1) -> 
         out.append(f"""    <job_list state="running">
       <JB_job_number>500</JB_job_number>
       <JAT_prio>0.55500</JAT_prio>
-      <JB_name>tco-c1-bench</JB_name>
+      <JB_name>tco-bench-c1-bench</JB_name>
       <JB_owner>tco</JB_owner>
       <state>r</state>
       <JAT_start_time>2026-11-29T12:00:{started:02d}</JAT_start_time>
@@ -52,7 +52,7 @@ def qstat_xml(n_pending: int, running: int, *, started: int, first: int = 1) -> 
         out.append(f"""    <job_list state="pending">
       <JB_job_number>500</JB_job_number>
       <JAT_prio>0.55500</JAT_prio>
-      <JB_name>tco-c1-bench</JB_name>
+      <JB_name>tco-bench-c1-bench</JB_name>
       <JB_owner>tco</JB_owner>
       <state>qw</state>
       <JB_submission_time>2026-11-29T11:59:00</JB_submission_time>

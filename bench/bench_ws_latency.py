@@ -448,7 +448,7 @@ def burst(args) -> int:
                                     launched_at=now, submitted_at=now, job_number=job)
         campaigns.append(c)
         Task.objects.bulk_create([Task(cluster=cluster, campaign=c, job_number=job, task_number=i, is_array=True,
-                                       name=f"tco-c{c.pk}", owner="tco", project=project, state="pending",
+                                       name=f"tco-bench-c{c.pk}", owner="tco", project=project, state="pending",
                                        state_code="qw", submitted_at=now) for i in range(1, count + 1)])
         for i in range(1, count + 1):
             script[(job, i)] = project

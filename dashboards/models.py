@@ -83,6 +83,23 @@ class IngestCheckpoint(models.Model):
         constraints = [models.UniqueConstraint(fields=["cluster", "source"], name="one_checkpoint_per_source")]
 
 
+class Install(models.Model):
+    """This install's identity, one row (pk 1): the id its Grid Engine job names carry.
+
+    ``install_id``: 8 of ``[a-z0-9]``, made when the database was migrated (migration 0025) or, if
+    the row is missing, by the first process that needs it (``dashboards.core.install``); the
+    setting ``TCO_INSTALL_ID`` wins over it. ``created_at``: when the row was made; campaigns
+    launched before it were submitted under the old job name ``tco-c<id>-<name>``
+    (``launch.submit.find_campaign_job``).
+    """
+
+    install_id = models.CharField(max_length=12, validators=[RegexValidator(r"^[a-z0-9]{3,12}$")])
+    created_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.install_id
+
+
 class Team(models.Model):
     """A group of users mapped to one scheduler project (``-P``)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -327,6 +328,22 @@ TCO_QUEUES = env_list("TCO_QUEUES", ["agent.q", "classic.q"])
 TCO_REQUESTABLE_RESOURCES = env_list("TCO_REQUESTABLE_RESOURCES", ["anthropic_api", "h_rt", "h_vmem"])
 TCO_SEAT_RESOURCE = env_str("TCO_SEAT_RESOURCE", "anthropic_api")
 TCO_SUBMIT_USER = env_str("TCO_SUBMIT_USER", "tco")
+
+
+def install_id_setting(explicit: str) -> str:
+    """``TCO_INSTALL_ID`` checked: ``explicit`` itself ("" stays "": the database's id is used), or
+    ``ImproperlyConfigured`` unless it is 3-12 of ``a-z 0-9`` (Grid Engine takes them in a job name;
+    no ``-``, which separates the name's parts) and not ``c`` and digits only (``tco-c12-c3-x`` would
+    then also be the old name of campaign 12, ``c3-x``: dashboards/core/install.py)."""
+    if explicit and (not re.fullmatch(r"[a-z0-9]{3,12}", explicit) or re.fullmatch(r"c[0-9]+", explicit)):
+        raise ImproperlyConfigured(f"TCO_INSTALL_ID: {explicit!r}: use 3-12 of a-z 0-9, not c and digits only")
+    return explicit
+
+
+# This install's id in its Grid Engine job names (tco-<install>-c<campaign>-<name>): 3-12 of a-z 0-9.
+# Empty: the id made once and kept in the database (dashboards.core.install). Set it when a database is
+# copied to a second install that shares the cell (the copy would carry the first one's id; docs/security.md).
+TCO_INSTALL_ID = install_id_setting(env_str("TCO_INSTALL_ID", ""))
 TCO_POLL_INTERVAL_S = env_float("TCO_POLL_INTERVAL_S", 1.0)
 # The poll loop's interval while tasks change state (worker/poll_loop.py); at most TCO_POLL_INTERVAL_S. Off (1 s)
 # by default: 0.5 s showed no gain in the seed replay on 2 cores (docs/live.md).

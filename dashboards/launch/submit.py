@@ -22,6 +22,7 @@ from django.utils import timezone
 from dashboards.core import clusters as core_clusters
 from dashboards.core import enqueue, realtime
 from dashboards.core.bulk import insert_like
+from dashboards.core.install import install_id, install_row
 from dashboards.launch.tracing import export_launch, trace_environment
 from dashboards.launch.spool import sandbox_shared_paths, sandbox_state_paths, spool_dir, spool_layout
 from dashboards.models import CAMPAIGN_TRANSITIONS, Campaign, CampaignStatus, Cluster, Task, transition
@@ -107,8 +108,61 @@ def claim_is_stale(claimed_by: str, claimed_at: dt.datetime | None, *, now: dt.d
 
 
 def campaign_job_name(campaign: Campaign) -> str:
-    """The job name tco gives a campaign's array job: ``tco-c<id>-<name>`` (sanitised for Grid Engine)."""
+    """The job name tco gives a campaign's array job: ``tco-<install>-c<id>-<name>`` (sanitised for
+    Grid Engine, at most 64 characters: a long campaign name is cut, the prefix never).
+
+    ``<install>`` is this install's id (``core.install.install_id``): campaign ids start at 1 in every
+    install's database, so without it two installs sharing a cell and a submit account gave their
+    campaigns of one id the same name, and one adopted the other's job (:func:`find_campaign_job`).
+    """
+    return sanitize_name(f"tco-{install_id()}-c{campaign.pk}-{campaign.name}")
+
+
+def legacy_job_name(campaign: Campaign) -> str:
+    """The name tco gave a campaign's job before install ids (migration 0025): ``tco-c<id>-<name>``.
+    Any install's campaign of that id had it; read only by :func:`find_campaign_job`."""
     return sanitize_name(f"tco-c{campaign.pk}-{campaign.name}")
+
+
+class AmbiguousLegacyJob(Exception):
+    """A campaign launched before install ids has no job under its name but one under its old name
+    (:func:`legacy_job_name`), which another install sharing the cell may have submitted.
+
+    ``job_numbers``: the jobs found (ascending); ``name``: the old name. The message says what an
+    admin should check.
+    """
+
+    def __init__(self, name: str, job_numbers: list[int]) -> None:
+        self.name, self.job_numbers = name, job_numbers
+        jobs = ", ".join(str(n) for n in job_numbers)
+        super().__init__(
+            f"job {jobs} named {name} (the name before install ids) is at the scheduler; another tco install "
+            f"sharing this cell may have given one of its campaigns that name, so tco neither adopted it nor "
+            f"submitted again. Check the job (qstat -j while it is listed: the TCO_SPOOL_DIR of its env_list says "
+            f"whose it is), delete it if it is this campaign's, and launch the campaign again.")
+
+
+def _jobs_named(campaign: Campaign, scheduler, name: str, owner: str) -> dict[int, set[int]]:
+    """``{job_number: {task_number}}`` of the jobs named ``name`` owned by ``owner``: the scheduler's
+    list, else the tasks the polls recorded, else the accounting records, the last two since the
+    campaign was launched, on its cluster."""
+    from dashboards.models import AccountingRecord
+
+    found: dict[int, set[int]] = {}
+    for task in scheduler.list_tasks():
+        if task.name == name and task.owner == owner:
+            found.setdefault(task.job_number, set()).add(task.task_number or 0)
+    if not found:
+        for job_number, task_number in Task.objects.filter(
+                cluster=campaign.cluster, name=name, owner=owner, submitted_at__gte=campaign.launched_at
+        ).values_list("job_number", "task_number"):
+            found.setdefault(job_number, set()).add(task_number)
+    if not found:
+        for job_number, task_number in AccountingRecord.objects.filter(
+                cluster=campaign.cluster, job_name=name, owner=owner, submitted_at__gte=campaign.launched_at
+        ).values_list("job_number", "task_number"):
+            found.setdefault(job_number, set()).add(task_number)
+    return found
 
 
 def find_campaign_job(campaign: Campaign, scheduler) -> tuple[int, list[int]] | None:
@@ -120,28 +174,27 @@ def find_campaign_job(campaign: Campaign, scheduler) -> tuple[int, list[int]] | 
     already left it, in the tasks the polls recorded and in the accounting
     records, all since the campaign was launched. The name is predictable, so a
     job of any other owner is never the campaign's (another user could submit one,
-    held, to have it adopted). Raises SchedulerUnavailable (the caller must not
-    resubmit then).
-    """
-    name = campaign_job_name(campaign)
-    owner = settings.TCO_SUBMIT_USER
-    found: dict[int, set[int]] = {}
-    for task in scheduler.list_tasks():
-        if task.name == name and task.owner == owner:
-            found.setdefault(task.job_number, set()).add(task.task_number or 0)
-    if not found:
-        for job_number, task_number in Task.objects.filter(
-                cluster=campaign.cluster, name=name, owner=owner, submitted_at__gte=campaign.launched_at
-        ).values_list("job_number", "task_number"):
-            found.setdefault(job_number, set()).add(task_number)
-    if not found:
-        from dashboards.models import AccountingRecord
+    held, to have it adopted). The name carries this install's id, so a job of
+    another tco install on the same cell and submit account (whose campaign ids
+    are the same small numbers) is never the campaign's either.
 
-        for job_number, task_number in AccountingRecord.objects.filter(
-                cluster=campaign.cluster, job_name=name, owner=owner, submitted_at__gte=campaign.launched_at
-        ).values_list("job_number", "task_number"):
-            found.setdefault(job_number, set()).add(task_number)
+    Old names (``tco-c<id>-<name>``, :func:`legacy_job_name`): a campaign launched
+    before this install had an id (``Install.created_at``) may have a job under
+    it, but so may another install's campaign of the same id, and nothing in the
+    name tells them apart. Such a job is never adopted: when the new name finds
+    nothing and the old one finds a job, :class:`AmbiguousLegacyJob` is raised
+    (the callers reject the campaign with its message rather than submit a second
+    job that may run its tasks twice). Raises SchedulerUnavailable (the caller must
+    not resubmit then).
+    """
+    owner = settings.TCO_SUBMIT_USER
+    found = _jobs_named(campaign, scheduler, campaign_job_name(campaign), owner)
     if not found:
+        if campaign.launched_at < install_row().created_at:
+            old = legacy_job_name(campaign)
+            legacy = _jobs_named(campaign, scheduler, old, owner)
+            if legacy:
+                raise AmbiguousLegacyJob(old, sorted(legacy))
         return None
     job_number = min(found)  # tco submits once per claim; the first is the campaign's
     return job_number, list(range(1, campaign.task_count + 1))
@@ -195,7 +248,9 @@ def campaign_submit(*, campaign_id: int, scheduler=None, after_submit=None) -> C
     :func:`reconcile_submissions`. A campaign claimed before (a released claim)
     is first looked up at the scheduler by its job name and adopted if found,
     so it is never submitted twice. A refusal by the scheduler marks it
-    ``rejected`` with the scheduler's message; ``SchedulerUnavailable``
+    ``rejected`` with the scheduler's message, and so does a job found only
+    under the campaign's old name (:class:`AmbiguousLegacyJob`, with its
+    message); ``SchedulerUnavailable``
     releases the claim and propagates, for the caller to retry.
     ``after_submit`` (tests) is called between the DRMAA call and the commit.
     """
@@ -222,7 +277,7 @@ def campaign_submit(*, campaign_id: int, scheduler=None, after_submit=None) -> C
     except SchedulerUnavailable:
         _release_submission(campaign_id)
         raise
-    except (SchedulerCommandError, ValueError) as exc:
+    except (SchedulerCommandError, ValueError, AmbiguousLegacyJob) as exc:
         message = getattr(exc, "stderr", "") or str(exc)
         _transition_campaign(campaign_id, CampaignStatus.SUBMITTING, CampaignStatus.REJECTED,
                              submit_error=message[:2000], submit_claimed_at=None, submit_claimed_by="")
@@ -243,15 +298,18 @@ def reconcile_submissions(*, scheduler=None, now: dt.datetime | None = None, gra
     For each ``submitting`` campaign whose claim is stale (:func:`claim_is_stale`;
     ``grace_s`` defaults to ``TCO_SUBMIT_CLAIM_GRACE_S``, longer than the submit
     task's time limit): if the scheduler has its job (:func:`find_campaign_job`)
-    the job is adopted (job number, tasks, ``submitted``), else the claim is
-    released and the submission queued again. An unclaimed ``submitting``
-    campaign older than ``grace_s`` is queued again (its message may have been
-    lost). Returns ``{"adopted": [ids], "released": [ids], "requeued": [ids]}``.
-    Raises SchedulerUnavailable (nothing released: a job may exist).
+    the job is adopted (job number, tasks, ``submitted``); if only a job under
+    its old name is found (:class:`AmbiguousLegacyJob`: maybe another install's)
+    it is ``rejected`` with that message, neither adopted nor submitted again;
+    else the claim is released and the submission queued again. An unclaimed
+    ``submitting`` campaign older than ``grace_s`` is queued again (its message
+    may have been lost). Returns ``{"adopted": [ids], "released": [ids],
+    "requeued": [ids], "rejected": [ids]}``. Raises SchedulerUnavailable
+    (nothing released: a job may exist).
     """
     now = now or timezone.now()
     grace_s = float(getattr(settings, "TCO_SUBMIT_CLAIM_GRACE_S", 900) if grace_s is None else grace_s)
-    out: dict[str, list[int]] = {"adopted": [], "released": [], "requeued": []}
+    out: dict[str, list[int]] = {"adopted": [], "released": [], "requeued": [], "rejected": []}
     pending = Campaign.objects.filter(status=CampaignStatus.SUBMITTING, job_number__isnull=True).select_related(
         "team", "cluster")
     if cluster is not None:
@@ -264,7 +322,16 @@ def reconcile_submissions(*, scheduler=None, now: dt.datetime | None = None, gra
             continue
         if not claim_is_stale(campaign.submit_claimed_by, campaign.submit_claimed_at, now=now, grace_s=grace_s):
             continue
-        found = find_campaign_job(campaign, scheduler or core_clusters.scheduler_for(campaign.cluster))
+        try:
+            found = find_campaign_job(campaign, scheduler or core_clusters.scheduler_for(campaign.cluster))
+        except AmbiguousLegacyJob as exc:
+            if _transition_campaign(campaign.pk, CampaignStatus.SUBMITTING, CampaignStatus.REJECTED,
+                                    where={"submit_claimed_at": campaign.submit_claimed_at},
+                                    submit_error=str(exc)[:2000], submit_claimed_at=None, submit_claimed_by=""):
+                log.warning("campaign %s rejected: %s", campaign.pk, exc)
+                out["rejected"].append(campaign.pk)
+                realtime.queue_changed(campaign.cluster.name, {campaign.pk})
+            continue
         if found is not None:
             if campaign_adopt(campaign, found[0], found[1], job_name=campaign_job_name(campaign)):
                 log.warning("campaign %s: adopted job %s left by a dead submitter", campaign.pk, found[0])

@@ -27,6 +27,24 @@ def sent(monkeypatch):
 
 
 @pytest.fixture
+def claimed(ops_users, research, agent, sent):
+    """Campaign "victim" (2 tasks, launched now) whose submitter died after its claim: a claim two
+    hours old, attempt 1, for the reconciler to settle."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from dashboards.launch import service
+    from dashboards.models import Campaign
+
+    campaign = service.launch(user=ops_users["launcher"], request=service.LaunchRequest(
+        team=research, agent_definition=agent, inputs=[{"task": n} for n in (1, 2)], name="victim")).campaign
+    Campaign.objects.filter(pk=campaign.pk).update(submit_claimed_at=timezone.now() - dt.timedelta(hours=2),
+                                                   submit_claimed_by="deadhost:1", submit_attempts=1)
+    return Campaign.objects.get(pk=campaign.pk)
+
+
+@pytest.fixture
 def as_user(client, ops_users):
     """``as_user(name)``: the test client signed in as ``ops_users[name]``."""
     def login(name):

@@ -16,7 +16,7 @@ SUBMITTED = dt.datetime(2026, 12, 1, 18, 0, 0, 123456, tzinfo=dt.timezone.utc)
 
 
 def template(job: int) -> Task:
-    return Task(cluster=cluster_get_default(), job_number=job, is_array=True, name="tco-c9-demo", owner="tco",
+    return Task(cluster=cluster_get_default(), job_number=job, is_array=True, name="tco-inst1-c9-demo", owner="tco",
                 project="research", state="pending", state_code="qw", submitted_at=SUBMITTED,
                 first_seen_at=SUBMITTED)
 

@@ -19,7 +19,7 @@ BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
 
 def parsed(job: int, task: int | None, *, start: dt.datetime, **fields) -> Parsed:
     values = dict(
-        job_number=job, task_number=task, pe_taskid=None, job_name="tco-c1-demo", owner="tco", group="tco",
+        job_number=job, task_number=task, pe_taskid=None, job_name="tco-inst1-c1-demo", owner="tco", group="tco",
         project="research", department="defaultdepartment", account="sge", queue="agent.q", hostname="vm", slots=1,
         submitted_at=start - dt.timedelta(seconds=3), started_at=start, ended_at=start + dt.timedelta(seconds=7),
         wallclock_s=7.0, cpu_s=0.5, maxvmem_bytes=2048.0, failed=0, exit_status=0, category="-q agent.q", usage={},

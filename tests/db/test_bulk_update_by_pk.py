@@ -16,7 +16,7 @@ STARTED = dt.datetime(2026, 12, 1, 18, 0, 7, tzinfo=dt.timezone.utc)
 
 
 def pending(job: int, n: int) -> list[Task]:
-    insert_like(Task(cluster=cluster_get_default(), job_number=job, is_array=True, name="tco-c9-demo", owner="tco",
+    insert_like(Task(cluster=cluster_get_default(), job_number=job, is_array=True, name="tco-inst1-c9-demo", owner="tco",
                      state="pending", state_code="qw", submitted_at=SUBMITTED, first_seen_at=SUBMITTED),
                 "task_number", range(1, n + 1))
     return list(Task.objects.filter(job_number=job).order_by("task_number"))

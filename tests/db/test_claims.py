@@ -23,6 +23,7 @@ from dashboards.models import (
     Campaign,
     CampaignStatus,
     ControlRequest,
+    Install,
     Task,
     Team,
     transition,
@@ -70,12 +71,12 @@ def test_a_submitter_killed_after_the_drmaa_call_is_adopted_never_resubmitted(ca
 
     # A duplicated delivery of the submit message while claimed does nothing.
     assert submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake).job_number is None
-    assert reconcile(fake) == {"adopted": [campaign.pk], "released": [], "requeued": []}
+    assert reconcile(fake) == {"adopted": [campaign.pk], "released": [], "requeued": [], "rejected": []}
     done = Campaign.objects.get(pk=campaign.pk)
     assert done.status == CampaignStatus.SUBMITTED and done.job_number == 500 and done.submit_claimed_at is None
     assert sorted(Task.objects.filter(campaign=done).values_list("task_number", flat=True)) == [1, 2, 3]
     # Once: nothing more on a second pass, on a late redelivery, or by the scheduler.
-    assert reconcile(fake) == {"adopted": [], "released": [], "requeued": []}
+    assert reconcile(fake) == {"adopted": [], "released": [], "requeued": [], "rejected": []}
     submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake)
     assert len(fake.submissions) == 1 and Task.objects.filter(campaign=done).count() == 3
 
@@ -119,7 +120,7 @@ def test_a_job_that_already_left_qstat_is_found_in_what_the_polls_recorded(campa
     assert fake.list_tasks() == []
     now = timezone.now()
     name = submit.campaign_job_name(campaign)
-    assert name == f"tco-c{campaign.pk}-claims"
+    assert name == f"tco-{Install.objects.get(pk=1).install_id}-c{campaign.pk}-claims"
     for n in (1, 2, 3):  # the poll saw the job before it ended
         Task.objects.create(cluster=campaign.cluster, job_number=800, task_number=n, is_array=True, name=name,
                             owner="tco", state="done", active=False, submitted_at=now)
@@ -142,7 +143,7 @@ def test_a_fresh_claim_of_a_live_worker_is_left_alone(campaign):
     with pytest.raises(Killed):
         submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake, after_submit=die)
     assert submit.reconcile_submissions(scheduler=fake, grace_s=3600) == {"adopted": [], "released": [],
-                                                                             "requeued": []}
+                                                                             "requeued": [], "rejected": []}
 
 
 def test_a_claim_of_a_dead_process_on_this_host_is_stale_at_once():

@@ -292,7 +292,7 @@ def line_with(line: bytes, fields: dict[int, str]) -> bytes:
 def _qstat_jobs(hosts: list[str]) -> bytes:
     rows = "".join(
         f"<job_list state=\"running\"><JB_job_number>50</JB_job_number><JAT_prio>0.5</JAT_prio>"
-        f"<JB_name>tco-c1-x</JB_name><JB_owner>tco</JB_owner><state>r</state>"
+        f"<JB_name>tco-inst1-c1-x</JB_name><JB_owner>tco</JB_owner><state>r</state>"
         f"<JAT_start_time>2026-12-01T10:00:00</JAT_start_time><queue_name>agent.q@{h}</queue_name>"
         f"<slots>1</slots><tasks>{i}</tasks></job_list>" for i, h in enumerate(hosts, 1))
     return f"<?xml version='1.0'?><job_info><queue_info>{rows}</queue_info><job_info></job_info></job_info>".encode()

@@ -46,7 +46,7 @@ def test_it_ingests_each_record_once_even_when_the_checkpoint_is_lost(acct):
 def test_a_shifted_line_is_quarantined_and_counted_never_ingested(acct):
     cluster = cluster_get_default()
     good = colon_line(200, 1)
-    shifted = colon_line(201, 1).replace(b"tco-c1-demo", b"tco-c1-demo:extra", 1)
+    shifted = colon_line(201, 1).replace(b"tco-inst1-c1-demo", b"tco-inst1-c1-demo:extra", 1)
     write(acct, good + shifted + colon_line(202, 1))
     result = ingest_accounting(cluster, path=str(acct))
     assert result.accepted == 2 and result.quarantined == 1

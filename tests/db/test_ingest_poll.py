@@ -17,7 +17,7 @@ T0 = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.timezone.utc)
 
 
 def qtask(job: int, task: int | None, code: str, state: str, host: str | None = None) -> QstatTask:
-    return QstatTask(job_number=job, task_number=task, name="tco-c1-demo", owner="tco", project="research",
+    return QstatTask(job_number=job, task_number=task, name="tco-inst1-c1-demo", owner="tco", project="research",
                      state=state, state_code=code, restarted=False,
                      queue="agent.q" if host else None, host=host, slots=1,
                      submitted_at=T0, started_at=T0 + dt.timedelta(seconds=5) if host else None, priority=0.5)

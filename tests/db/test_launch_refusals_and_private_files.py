@@ -14,9 +14,10 @@ from django.utils import timezone
 from dashboards.launch import service
 from dashboards.launch import spool as launch_spool
 from dashboards.launch import submit
-from dashboards.models import AccountingRecord, AgentDefinition, AuditEntry, Campaign, Task, Team
+from dashboards.models import AgentDefinition, AuditEntry, Campaign, Task, Team
 from dashboards.core.errors import LaunchError
 from schedulers.fake import FakeScheduler
+from tests.support.accounting import finished_job_records
 from tests.support.history import make_campaign, make_task
 from tests.support.forms import launch_data
 
@@ -66,29 +67,8 @@ def test_without_a_seat_consumable_zero_seats_is_still_a_launch(ops_users, resea
 
 # --------------------------------------------------------------------------- 2: adopting another user's job
 
-@pytest.fixture
-def claimed(ops_users, research, agent, sent):
-    """A campaign whose submitter died after its claim (a stale claim the reconciler settles)."""
-    campaign = service.launch(user=ops_users["launcher"], request=service.LaunchRequest(
-        team=research, agent_definition=agent, inputs=[{"task": n} for n in (1, 2)], name="victim")).campaign
-    Campaign.objects.filter(pk=campaign.pk).update(submit_claimed_at=timezone.now() - dt.timedelta(hours=2),
-                                                   submit_claimed_by="deadhost:1", submit_attempts=1)
-    return Campaign.objects.get(pk=campaign.pk)
-
-
-def _accounting(campaign, *, job_number: int, owner: str) -> None:
-    now = timezone.now()
-    us = int(now.timestamp()) * 1_000_000
-    for n in (1, 2):
-        AccountingRecord.objects.create(
-            cluster=campaign.cluster, job_number=job_number, task_number=n, submission_us=us, start_us=us,
-            end_us=us, submitted_at=now, started_at=now, ended_at=now, job_name=submit.campaign_job_name(campaign),
-            owner=owner, group=owner, project="research", queue="agent.q", hostname="h1", wallclock_s=0.0,
-            cpu_s=0.0, maxvmem_bytes=0.0, failed=0, exit_status=0)
-
-
 def test_another_users_job_with_the_campaigns_name_is_not_adopted(claimed, settings):
-    """The attack: mallory pre-submits a held job named ``tco-c<id>-<name>``; the reconciler
+    """The attack: mallory pre-submits a held job named ``tco-<install>-c<id>-<name>``; the reconciler
     looked the name up across all owners (qstat, the polls' tasks, accounting) and adopted it.
     Only jobs of the submit account count; the campaign is released and submitted afresh."""
     settings.TCO_SUBMIT_USER = "tco"
@@ -99,7 +79,7 @@ def test_another_users_job_with_the_campaigns_name_is_not_adopted(claimed, setti
     for n in (1, 2):  # what a poll recorded of it
         Task.objects.create(cluster=claimed.cluster, job_number=900, task_number=n, is_array=True, name=name,
                             owner="mallory", state="held", submitted_at=timezone.now())
-    _accounting(claimed, job_number=901, owner="mallory")
+    finished_job_records(claimed, job_number=901, name=name, owner="mallory")
 
     assert submit.find_campaign_job(claimed, mallory) is None
     assert submit.reconcile_submissions(scheduler=mallory, grace_s=0)["adopted"] == []
@@ -110,7 +90,7 @@ def test_another_users_job_with_the_campaigns_name_is_not_adopted(claimed, setti
     ours.submit_array(submit.campaign_job_spec(claimed))
     assert submit.find_campaign_job(claimed, ours) == (950, [1, 2])
     empty = FakeScheduler(owner="tco")
-    _accounting(claimed, job_number=960, owner="tco")
+    finished_job_records(claimed, job_number=960, name=name, owner="tco")
     assert submit.find_campaign_job(claimed, empty) == (960, [1, 2])
     Task.objects.create(cluster=claimed.cluster, job_number=955, task_number=1, is_array=True, name=name,
                         owner="tco", state="done", active=False, submitted_at=timezone.now())

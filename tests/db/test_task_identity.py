@@ -27,7 +27,7 @@ from tests.support.accounting import colon_line, HEADER
 pytestmark = pytest.mark.django_db
 
 S = 1764417600  # the array job's submission (whole seconds, as qstat and SGE 8 accounting give it)
-NAME = "tco-c1-demo"
+NAME = "tco-inst1-c1-demo"
 
 
 def at(seconds: float) -> dt.datetime:

@@ -72,7 +72,7 @@ def test_a_web_process_killed_mid_launch_submits_the_campaign_once_or_not_at_all
     killed_launch(fault_db, "before-commit", before_commit, sent)
     assert not Campaign.objects.filter(name=before_commit).exists() and not sent.exists()
     assert not AuditEntry.objects.filter(action="launch", ok=True).exists()
-    assert reconcile_submissions(grace_s=0) == {"adopted": [], "released": [], "requeued": []} and delivered == []
+    assert reconcile_submissions(grace_s=0) == {"adopted": [], "released": [], "requeued": [], "rejected": []} and delivered == []
 
     # 2. Killed after the commit, before the message: the campaign waits as "submitting" (its page
     # says it is not yet submitted) until the reconciler queues it again; delivered twice, one job.
@@ -91,7 +91,7 @@ def test_a_web_process_killed_mid_launch_submits_the_campaign_once_or_not_at_all
 
     for campaign_id in [*delivered, kept_message.pk] * 2:  # each message twice, as a redelivery would
         campaign_submit(campaign_id=campaign_id)
-    assert reconcile_submissions(grace_s=0) == {"adopted": [], "released": [], "requeued": []}
+    assert reconcile_submissions(grace_s=0) == {"adopted": [], "released": [], "requeued": [], "rejected": []}
     campaigns = [Campaign.objects.get(pk=c.pk) for c in (lost_message, kept_message)]
     for campaign in campaigns:
         assert campaign.status == "submitted" and campaign.job_number, (campaign.status, campaign.submit_error)

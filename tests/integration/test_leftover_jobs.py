@@ -10,7 +10,7 @@ from django.utils import timezone
 from dashboards.core.clusters import cluster_get_default
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.launch.submit import campaign_submit
-from dashboards.models import AgentDefinition, Campaign, Team
+from dashboards.models import AgentDefinition, Campaign, Install, Team
 from tests.support.cluster import job_gone_or_deleting, qdel_leftover_campaign_jobs, qdel_quietly, qstat_jobs
 
 
@@ -28,7 +28,7 @@ def test_a_campaign_left_on_the_cluster_is_deleted_and_a_namesake_number_is_not(
     team, agent = campaign.team, campaign.agent_definition
     job = campaign.job_number
     try:
-        assert qstat_jobs()[job]["name"] == f"tco-c{campaign.pk}-itest-leftover"
+        assert qstat_jobs()[job]["name"] == f"tco-{Install.objects.get(pk=1).install_id}-c{campaign.pk}-itest-leftover"
         # A campaign of this database whose number is the job's but whose name is not: never deleted by it.
         Campaign.objects.filter(pk=campaign.pk).update(name="someone-elses")
         assert qdel_leftover_campaign_jobs() == []

@@ -18,6 +18,7 @@ def make_campaign(*, team, user, name: str, tasks: list[dict] | None = None, job
 
     from dashboards.models import AgentDefinition, Campaign, Task
     from dashboards.core.clusters import cluster_get_default
+    from dashboards.launch.submit import campaign_job_name
 
     cluster = cluster_get_default()
     launched_at = launched_at or timezone.now() - dt.timedelta(minutes=5)
@@ -31,7 +32,7 @@ def make_campaign(*, team, user, name: str, tasks: list[dict] | None = None, job
         values = {"task_number": n, "state": "pending", "state_code": "qw", "submitted_at": launched_at, **values}
         values.setdefault("active", values["state"] not in ("done", "failed", "deleted", "lost"))
         rows.append(Task(cluster=cluster, campaign=campaign, job_number=job_number, is_array=True,
-                         name=f"tco-c{campaign.pk}-{name}", owner="tco", project=team.project, **values))
+                         name=campaign_job_name(campaign), owner="tco", project=team.project, **values))
     Task.objects.bulk_create(rows)
     from dashboards.core import rollups
 

@@ -42,7 +42,7 @@ def qdel_quietly(*job_numbers: int | None) -> None:
 def qdel_leftover_campaign_jobs() -> list[int]:
     """Delete the array jobs of this test database's campaigns that the cluster still lists: a test that
     failed or timed out before its own cleanup leaves none behind for the next suite (or a demo's bill
-    and triage) to find. A job is deleted only when its number *and* its name (``tco-c<id>-<name>``)
+    and triage) to find. A job is deleted only when its number *and* its name (``tco-<install>-c<id>-<name>``)
     match a campaign here (or a demo sweep's job whose tasks are recorded here), so a demo's or another
     database's job of the same number is never touched.
     Returns the job numbers deleted."""
