@@ -9,7 +9,9 @@ with no warning:
   plain-HTTP requests are redirected, cookies are HTTPS-only, HSTS is sent;
 * static files are collected with hashed names and a gzip copy of each
   (whitenoise's ``CompressedManifestStaticFilesStorage``): nginx serves them
-  with ``gzip_static`` and a one-year cache.
+  with ``gzip_static`` and a one-year cache;
+* mail goes out by SMTP (``EMAIL_BACKEND``'s default here, with or without
+  ``TCO_PRODUCTION``; the base settings write it to files without it).
 
 Environment: ``TCO_HSTS_SECONDS`` (default one year; 0 turns HSTS off, and
 ``check --deploy`` then warns), ``TCO_HSTS_PRELOAD`` (default true),
@@ -36,3 +38,9 @@ STATIC_ROOT = Path(env_str("TCO_STATIC_ROOT", str(STATE_DIR / "static")))
 STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
 # nginx serves STATIC_ROOT; the app reads only the manifest, never the source folders.
 WHITENOISE_USE_FINDERS = False
+
+# A site's mail (budget alerts, finished campaigns) goes out by SMTP (EMAIL_HOST, EMAIL_PORT, ...). The base
+# settings write mail to files without TCO_PRODUCTION (make demo), and a site on these settings need not set
+# TCO_PRODUCTION (deploy/tco.env.example does not): without this its alerts went into <state dir>/mail while
+# the budgets page said "e-mailed". EMAIL_BACKEND still chooses another backend.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

@@ -40,9 +40,9 @@ def test_the_demo_leads_get_a_budget_alert_by_e_mail(bootstrap, client, mailoutb
     assert 'data-sent="yes"' in html and "e-mail failed" not in html
 
 
-def _mail_settings(**env: str) -> list[str]:
+def _mail_settings(module: str = "settings", **env: str) -> list[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("EMAIL_", "TCO_PRODUCTION", "DEBUG"))}
-    done = subprocess.run([sys.executable, "-c", "from tco_web import settings as s; "
+    done = subprocess.run([sys.executable, "-c", f"from tco_web import {module} as s; "
                            "print(s.EMAIL_BACKEND); print(s.EMAIL_FILE_PATH)"],
                           cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -56,3 +56,13 @@ def test_without_production_mail_is_written_to_files_in_the_state_directory(tmp_
     production = _mail_settings(TCO_STATE_DIR=str(tmp_path), TCO_PRODUCTION="1", ALLOWED_HOSTS="tco.example.org")
     assert production[0] == "django.core.mail.backends.smtp.EmailBackend"
     assert _mail_settings(EMAIL_BACKEND="x.Backend")[0] == "x.Backend"
+
+
+@pytest.mark.db_independent
+def test_a_site_on_the_deploy_settings_sends_mail_by_smtp(tmp_path):
+    """deploy/tco.env.example runs a site on tco_web.deploy_settings and sets no TCO_PRODUCTION (the
+    deploy settings make it secure themselves): its budget alerts and campaign notices must go out by
+    SMTP, not into files under <state dir>/mail while the budgets page says 'e-mailed'."""
+    assert _mail_settings("deploy_settings", TCO_STATE_DIR=str(tmp_path))[0] == \
+        "django.core.mail.backends.smtp.EmailBackend"
+    assert _mail_settings("deploy_settings", TCO_STATE_DIR=str(tmp_path), EMAIL_BACKEND="x.Backend")[0] == "x.Backend"
