@@ -17,7 +17,7 @@ from tests.helpers import wait_until
 from tests.support.history import make_campaign, make_task
 
 from tests.support.browser import shot, signed_in
-from tests.support.browser import inside
+from tests.support.browser import inside, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -105,14 +105,23 @@ def test_the_agent_pages_timeline_labels_are_not_clipped_and_its_submit_stage_no
             page.goto(ops_stack.url + f"/tasks/{task.pk}/")
             page.wait_for_selector("#timeline-chart .ytick text")
             assert page.text_content("#timeline-chart .xtitle") == "time (UTC)"  # the ticks' zone
-            chart = page.locator("#timeline-chart").bounding_box()
             labels = page.locator("#timeline-chart .ytick text")
             drawn = {}
-            for i in range(labels.count()):
-                box = labels.nth(i).bounding_box()
-                if box is not None:  # Plotly keeps undrawn tick texts without a box
-                    drawn[labels.nth(i).text_content()] = box
-            assert {"submit", "queue wait"} <= set(drawn), drawn
+
+            def both_drawn() -> bool:
+                # The page redraws its chart (Plotly.react) when the task's stages arrive by push: the labels
+                # are read again until a whole drawing has both (one CI run read a drawing without "queue wait").
+                drawn.clear()
+                for i in range(labels.count()):
+                    box = labels.nth(i).bounding_box()
+                    if box is not None:  # Plotly keeps undrawn tick texts without a box
+                        drawn[labels.nth(i).text_content()] = box
+                return {"submit", "queue wait"} <= set(drawn)
+            try:
+                wait_for(both_drawn, 10, "the timeline's submit and queue wait labels")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: drawn {drawn}") from None
+            chart = page.locator("#timeline-chart").bounding_box()
             for label, box in drawn.items():
                 assert box["x"] >= chart["x"] - 0.5, f"label {label!r} clipped at x={box['x']:.0f}"
             submit = page.locator('#timeline tr[data-stage="submit"] td.num').text_content().strip()
