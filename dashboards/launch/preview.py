@@ -14,10 +14,12 @@ def launch_preview(*, user, request: LaunchRequest) -> dict[str, Any]:
     the cost forecast and the budget verdict (``service.launch_preview``: ``forecast``,
     ``expected_usd`` USD, ``verdict``), then :func:`complete_preview`'s figures, and ``refusal``: what
     Launch would refuse it with ("" when it would accept it; ``service.launch_refusal``, the launch's own
-    checks). Reads only; raises nothing a valid form can cause."""
+    checks, given the cost forecast computed here: one forecast, not two). Reads only; raises nothing a
+    valid form can cause."""
     preview = service.launch_preview(user=user, team=request.team, agent_definition=request.agent_definition,
                                      count=len(request.inputs), model=request.model,
                                      cost_cap_usd=request.cost_cap_usd)
+    refusal = service.launch_refusal(user=user, request=request, preview=preview)
     preview = complete_preview(user=user, request=request, preview=preview)
-    preview["refusal"] = service.launch_refusal(user=user, request=request)
+    preview["refusal"] = refusal
     return preview

@@ -213,24 +213,26 @@ def _accepted(user: AbstractBaseUser, action: str, campaign: Campaign, params: d
           ok=True, result=result)
 
 
-def launch_refusal(*, user: AbstractBaseUser, request: LaunchRequest) -> str:
+def launch_refusal(*, user: AbstractBaseUser, request: LaunchRequest, preview: dict[str, Any] | None = None) -> str:
     """What Launch would refuse ``request`` with, said before it (the launch page's forecast): the
     launch's own checks (:func:`_checked`: role, limits, inputs, predecessor, reservation, the whole
     sandbox and network policy check, budget), run without an audit entry or any other side effect;
     "" when Launch would accept it. A request without a name (a forecast needs none) is checked as if
-    it had one."""
+    it had one. ``preview``: :func:`launch_preview`'s answer for this request when the caller has it
+    (the budget check then reads its expected cost instead of forecasting again)."""
     req = request if str(request.name).strip() else dataclasses.replace(request, name="forecast")
     try:
-        _checked(user, req, req.audit_params())
+        _checked(user, req, req.audit_params(), preview)
     except Refused as exc:
         return str(exc)
     return ""
 
 
-def _checked(user: AbstractBaseUser, req: LaunchRequest, params: dict[str, Any]):
+def _checked(user: AbstractBaseUser, req: LaunchRequest, params: dict[str, Any],
+             preview: dict[str, Any] | None = None):
     """Every check of a launch, in the module doc's order, without side effects but ``params``
     (the audit entry's, given the expected cost): ``(model, policy, endpoints, chosen endpoint,
-    preview)``. Raises ``ActionRefused`` (role, the role's priority limit, budget) or
+    preview)``; ``preview``: :func:`launch_preview`'s answer for ``req`` if already computed. Raises ``ActionRefused`` (role, the role's priority limit, budget) or
     ``LaunchError`` (limits, inputs, predecessor, reservation, policy); the caller audits it."""
     if not user_can(user, "launch", req.team):
         raise ActionRefused(f"you may not launch campaigns for team {req.team.name}")
@@ -246,8 +248,9 @@ def _checked(user: AbstractBaseUser, req: LaunchRequest, params: dict[str, Any])
     model = req.model or req.agent_definition.default_model
     policy, endpoints, chosen = check_policy(req.policy or req.agent_definition.default_policy, req.team,
                                              req.agent_definition, model_endpoint=req.model_endpoint)
-    preview = launch_preview(user=user, team=req.team, agent_definition=req.agent_definition,
-                             count=len(req.inputs), model=model, cost_cap_usd=req.cost_cap_usd)
+    if preview is None:
+        preview = launch_preview(user=user, team=req.team, agent_definition=req.agent_definition,
+                                 count=len(req.inputs), model=model, cost_cap_usd=req.cost_cap_usd)
     params["expected_usd"] = str(preview["expected_usd"]) if preview["expected_usd"] is not None else None
     if preview["verdict"]["action"] == "refuse":
         raise ActionRefused(f"over budget: {preview['verdict']['message']}")

@@ -23,6 +23,7 @@ from dashboards.core import clusters as core_clusters
 from dashboards.core import enqueue, realtime
 from dashboards.core.bulk import insert_like
 from dashboards.core.install import install_id, install_row
+from dashboards.ingest.campaign_status import campaign_status_follow
 from dashboards.launch.tracing import export_launch, trace_environment
 from dashboards.launch.spool import sandbox_shared_paths, sandbox_state_paths, spool_dir, spool_layout
 from dashboards.models import CAMPAIGN_TRANSITIONS, Campaign, CampaignStatus, Cluster, Task, transition
@@ -230,10 +231,14 @@ def campaign_adopt(campaign: Campaign, job_number: int, task_numbers: list[int],
                          name=job_name, owner=settings.TCO_SUBMIT_USER, project=campaign.team.project,
                          state="pending", state_code="qw", submitted_at=now, first_seen_at=now),
                     "task_number", task_numbers)
-        # A poll may have seen the job before we knew its number: adopt those rows.
-        Task.objects.filter(
+        # A poll may have seen the job before we knew its number: adopt those rows. Their states are the
+        # scheduler's (running, or hqw waiting for the predecessor), and later polls see no change in them
+        # to move the campaign by: it follows them now (a campaign stayed "submitted" while its tasks waited).
+        adopted = Task.objects.filter(
             cluster=campaign.cluster, job_number=job_number, active=True, campaign__isnull=True
         ).update(campaign=campaign)
+        if adopted:
+            campaign_status_follow([campaign.pk])
     return True
 
 

@@ -81,19 +81,25 @@ def test_gone_tasks_without_accounting_become_deleted_or_lost_after_the_grace(se
     assert not Task.objects.filter(active=True).exists()
 
 
-def test_rows_seen_before_submission_returned_are_adopted_by_the_campaign(django_user_model):
+def _unsubmitted_campaign(user_model, predecessor_job: int | None = None) -> Campaign:
+    """A campaign of 2 tasks, not submitted yet, on the default cluster."""
     from dashboards.models import AgentDefinition
-    from dashboards.launch.submit import campaign_submit
     from dashboards.core.accounts import team_ensure
+
+    team = team_ensure(name="research", project="research")
+    user = user_model.objects.create_user("lead")
+    agent = AgentDefinition.objects.create(name="a", command=["true"])
+    return Campaign.objects.create(name="c", cluster=cluster_get_default(), team=team, agent_definition=agent,
+                                   launched_by=user, queue="agent.q", task_count=2, launched_at=timezone.now(),
+                                   predecessor_job=predecessor_job)
+
+
+def test_rows_seen_before_submission_returned_are_adopted_by_the_campaign(django_user_model):
+    from dashboards.launch.submit import campaign_submit
     from schedulers.fake import FakeScheduler
 
     cluster = cluster_get_default()
-    team = team_ensure(name="research", project="research")
-    user = django_user_model.objects.create_user("lead")
-    agent = AgentDefinition.objects.create(name="a", command=["true"])
-    campaign = Campaign.objects.create(name="c", cluster=cluster, team=team, agent_definition=agent,
-                                       launched_by=user, queue="agent.q", task_count=2,
-                                       launched_at=timezone.now())
+    campaign = _unsubmitted_campaign(django_user_model)
     job = 4242
     fake = FakeScheduler(first_job_number=job)
     # The poll sees the job first.
@@ -103,6 +109,33 @@ def test_rows_seen_before_submission_returned_are_adopted_by_the_campaign(django
     assert campaign.job_number == job
     assert Task.objects.filter(campaign=campaign).count() == 2
     assert Task.objects.filter(job_number=job).count() == 2
+
+
+@pytest.mark.parametrize("code, state, host, predecessor, status", [
+    ("r", "running", "vm", None, "running"),
+    ("hqw", "held", None, 4000, "waiting"),
+    ("hqw", "held", None, None, "paused"),
+    ("qw", "pending", None, None, "submitted"),
+])
+def test_a_campaign_whose_job_a_poll_saw_first_takes_the_status_of_its_tasks(
+        django_user_model, code, state, host, predecessor, status):
+    # CI: the successor of a -hold_jid_ad campaign stayed "submitted" with both tasks held: the poll had
+    # made its rows (hqw) before the submit worker committed the job number, and no later poll changed them.
+    from dashboards.launch.submit import campaign_submit
+    from schedulers.fake import FakeScheduler
+
+    cluster = cluster_get_default()
+    campaign = _unsubmitted_campaign(django_user_model, predecessor)
+    job = 4242
+    apply_qstat_poll(cluster, [qtask(job, 1, code, state, host), qtask(job, 2, code, state, host)], observed_at=T0)
+    campaign = campaign_submit(campaign_id=campaign.pk, scheduler=FakeScheduler(first_job_number=job))
+    assert campaign.job_number == job
+    assert Campaign.objects.get(pk=campaign.pk).status == status
+    assert sorted(Task.objects.filter(campaign=campaign).values_list("state", flat=True)) == [state, state]
+    # The next poll, which changes nothing, leaves it so.
+    apply_qstat_poll(cluster, [qtask(job, 1, code, state, host), qtask(job, 2, code, state, host)],
+                     observed_at=T0 + dt.timedelta(seconds=1))
+    assert Campaign.objects.get(pk=campaign.pk).status == status
 
 
 @pytest.fixture

@@ -568,3 +568,19 @@ def test_a_chart_of_many_campaigns_stacks_the_costliest_and_sums_the_rest():
     chart = bill_page.bill_chart({"rows": rows, "group_by": "campaign"}, top=5)
     assert [s["label"] for s in chart["series"]] == ["c30", "c29", "c28", "c27", "c26", "(25 others)"]
     assert chart["series"][-1]["cost_usd"] == [float(sum(range(1, 26)))]
+
+
+def test_the_launch_pages_preview_forecasts_the_cost_once(as_user, ops_users, monkeypatch):
+    # The refusal check read its own forecast of the same request: the preview forecast twice (review, round 3).
+    _small_budget(ops_users)
+    calls = []
+    real = billing_costs.forecast
+    monkeypatch.setattr(billing_costs, "forecast", lambda **kw: calls.append(kw) or real(**kw))
+    client = as_user("launcher")
+    html = client.post("/ops/launch/", {**launch_data(cost_cap_usd="0.003"), "preview": "1"}).content.decode()
+    assert 'id="launch-blocked"' in html and "over budget" in html  # the refusal is still said
+    assert len(calls) == 1, calls
+    Budget.objects.update(amount_usd=Decimal("1"))
+    calls.clear()
+    html = client.post("/ops/launch/", {**launch_data(cost_cap_usd="0.003"), "preview": "1"}).content.decode()
+    assert 'id="launch-submit"' in html and len(calls) == 1

@@ -146,6 +146,43 @@ def test_a_campaign_spreads_over_every_agent_host_and_is_all_ingested(bootstrap,
     assert AccountingRecord.objects.filter(job_number=job).count() == n_tasks
 
 
+def test_each_agent_host_gives_its_jobs_a_tmpdir_of_its_own(hosts, tmp_path):
+    # The namespaces share one file system. With one /tmp, the execd of a lost host that came back
+    # removed its old job's TMPDIR (/tmp/<job>.<task>.<queue>), by then the TMPDIR of the same task
+    # rerun on another host: the rerun's runner lost its private directory and its tasks failed (CI,
+    # the rerun test below). A real host's /tmp is its own; scripts/dev-cluster sets each host's.
+    from tests.support.cluster import qdel_quietly
+
+    names, _ = hosts
+    tmp_path.chmod(0o755)
+    script = tmp_path / "tmpdir.sh"
+    script.write_text('echo "TMPDIR=$TMPDIR"\n')
+    env = sge_env(settings.SGE_ROOT, settings.SGE_CELL, LC_ALL="C")
+    jobs, outs = [], {}
+    try:
+        for host in names:
+            outs[host] = tmp_path / f"{host}.out"
+            submitted = subprocess.run(
+                ["qsub", "-terse", "-P", "research", "-q", f"agent.q@{host}", "-S", "/bin/sh", "-j", "y", "-o",
+                 str(outs[host]), "-N", "tmpdir-probe", str(script)],
+                capture_output=True, text=True, env=env, timeout=60)
+            assert submitted.returncode == 0, submitted.stderr
+            jobs.append(int(submitted.stdout.strip()))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(
+                "TMPDIR=" in (o.read_text() if o.exists() else "") for o in outs.values()):
+            time.sleep(0.5)
+        shown = {h: next(line.split("=", 1)[1] for line in o.read_text().splitlines() if line.startswith("TMPDIR="))
+                 for h, o in outs.items()}
+    finally:
+        for job in jobs:
+            qdel_quietly(job)
+    parents = {h: str(Path(t).parent) for h, t in shown.items()}
+    assert all(Path(t).name.endswith(".agent.q") for t in shown.values()), shown  # Grid Engine's <job>.<task>.<queue>
+    assert len(set(parents.values())) == len(names), parents
+    assert all(p.endswith("/" + h) for h, p in parents.items()), parents
+
+
 def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(bootstrap, hosts):
     names, _ = hosts
     cluster = cluster_get_default()
@@ -216,7 +253,8 @@ def test_a_lost_host_shows_unreachable_its_tasks_unknown_and_reruns_converge(boo
     assert len(tasks) == 4 == Task.objects.filter(job_number=job).count()
     for n, task in tasks.items():
         last = max(attempts[n], key=lambda f: int(f[10]))
-        assert task.state == "done" and (task.host, task.exit_status) == (last[1], 0), (n, task.state, last[:13])
+        assert task.state == "done" and (task.host, task.exit_status) == (last[1], 0), (
+            n, task.state, last[:13], (task.runner_record or {}).get("error"), (task.runner_record or {}).get("flags"))
         if n in on_lost:
             # The attempt on the lost host is in the file and the database, beside the one that finished.
             assert any(f[1] == lost_host for f in attempts[n]) and len(attempts[n]) >= 2, attempts[n]
