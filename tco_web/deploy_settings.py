@@ -6,7 +6,7 @@ over HTTPS behind nginx needs, so that ``manage.py check --deploy`` passes
 with no warning:
 
 * the request is secure when nginx says so (``X-Forwarded-Proto: https``),
-  plain-HTTP requests are redirected, cookies are HTTPS-only, HSTS is sent;
+  plain-HTTP requests are redirected (but ``/healthz``, a probe's), cookies are HTTPS-only, HSTS is sent;
 * static files are collected with hashed names and a gzip copy of each
   (whitenoise's ``CompressedManifestStaticFilesStorage``): nginx serves them
   with ``gzip_static`` and a one-year cache;
@@ -27,6 +27,7 @@ from tco_web.settings import STATE_DIR, STORAGES, env_bool, env_int, env_str
 DEBUG = False
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = True
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # a load balancer's or systemd's probe asks the app's port over plain http
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SECURE_HSTS_SECONDS = env_int("TCO_HSTS_SECONDS", 31536000)
