@@ -160,3 +160,14 @@ def test_an_old_named_job_is_never_adopted_nor_resubmitted_over(claimed, setting
     cell.submit_array(submit.campaign_job_spec(claimed))  # job 701, tco-instb-c<id>-victim
     adopted = submit.campaign_submit(campaign_id=claimed.pk, scheduler=cell)
     assert adopted.job_number == 701 and len(cell.submissions) == 2
+
+
+def test_an_admin_reads_the_install_id_on_the_queue_page_and_others_do_not(as_user, settings):
+    # The reviewer could not tell which jobs on a shared cluster were this install's: the id was shown nowhere.
+    settings.TCO_INSTALL_ID = "siteq7"
+    admin = as_user("admin").get("/").content.decode()
+    assert re.search(r'id="install-id".*<code>siteq7</code>.*<code>tco-siteq7-c&lt;campaign&gt;-&lt;name&gt;</code>',
+                     admin, re.S), admin[admin.find("cluster-card"):][:800]
+    for role in ("viewer", "lead", "launcher"):
+        page = as_user(role).get("/").content.decode()
+        assert 'id="install-id"' not in page and "siteq7" not in page

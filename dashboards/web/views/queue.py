@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from dashboards.core.install import install_id
 from dashboards.core.scope import scope_of
 from dashboards.live import queue
 from dashboards.live import snapshots
@@ -41,10 +42,12 @@ def queue_page(request: HttpRequest) -> HttpResponse:
     from dashboards.launch.reservations import holders, rows_for
     cluster = cluster_get_default()
     reservations = rows_for(request.user, cluster)  # issue 17: advance reservations
+    # Admins read this install's id: its jobs' names start with tco-<id>-c (docs/settings.md, "Install id").
+    install = install_id() if audience.admin else ""
     return render(request, "dashboards/queue.html", {"summary": summary, "depth": depth,
                                                      "reservations": reservations, "holders": holders(cluster),
                                                      "seat_resource": settings.TCO_SEAT_RESOURCE,
-                                                     "live_mark": live_mark(live)})
+                                                     "live_mark": live_mark(live), "install_id": install})
 
 
 @login_required
