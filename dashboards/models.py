@@ -228,6 +228,9 @@ class Campaign(models.Model):
     submit_claimed_at = models.DateTimeField(null=True, blank=True)
     submit_claimed_by = models.CharField(max_length=128, blank=True, help_text="host:pid of the claiming worker")
     submit_attempts = models.PositiveSmallIntegerField(default=0)
+    # The array job's name, fixed by the first claim (launch.submit.campaign_job_name): a later claim or the
+    # reconciler looks for the job under this name even if the install id or the campaign name changed since.
+    job_name = models.CharField(max_length=64, blank=True)
     # Stage "submit": launch request accepted -> the DRMAA call returned the job ids.
     launched_at = models.DateTimeField()
     submitted_at = models.DateTimeField(null=True, blank=True)

@@ -115,8 +115,11 @@ def campaign_job_name(campaign: Campaign) -> str:
     ``<install>`` is this install's id (``core.install.install_id``): campaign ids start at 1 in every
     install's database, so without it two installs sharing a cell and a submit account gave their
     campaigns of one id the same name, and one adopted the other's job (:func:`find_campaign_job`).
+    Once a submission claimed the campaign, its name is the one stored then (``Campaign.job_name``):
+    a claim retried after ``TCO_INSTALL_ID`` or the campaign's name changed still finds the job the
+    first claim submitted, and never submits a second.
     """
-    return sanitize_name(f"tco-{install_id()}-c{campaign.pk}-{campaign.name}")
+    return campaign.job_name or sanitize_name(f"tco-{install_id()}-c{campaign.pk}-{campaign.name}")
 
 
 def legacy_job_name(campaign: Campaign) -> str:
@@ -266,6 +269,9 @@ def campaign_submit(*, campaign_id: int, scheduler=None, after_submit=None) -> C
     campaign = Campaign.objects.select_related("team", "cluster", "launched_by").get(pk=campaign_id)
     if not claimed:
         return campaign
+    if not campaign.job_name:  # the first claim fixes the name every later look-up uses
+        campaign.job_name = campaign_job_name(campaign)
+        Campaign.objects.filter(pk=campaign_id, job_name="").update(job_name=campaign.job_name)
     scheduler = scheduler or core_clusters.scheduler_for(campaign.cluster)
     try:
         spec = campaign_job_spec(campaign)

@@ -244,3 +244,22 @@ def test_the_migration_moves_queued_audit_entries_and_stuck_campaigns_into_state
     assert by_audit[queued.pk].campaign_id == campaign.pk and by_audit[queued.pk].control == "delete"
     moved = Campaign.objects.get(pk=campaign.pk)
     assert moved.status == "submitting" and moved.submit_claimed_at == moved.launched_at
+
+
+def test_a_job_submitted_before_the_install_id_or_the_name_changed_is_still_adopted_never_doubled(
+        campaign, sent, settings):
+    # Review: the name was computed again at each look-up, so a change of TCO_INSTALL_ID (or of the
+    # campaign's name) between the DRMAA call and the reconciler made the job unfindable and the
+    # campaign was submitted a second time, its tasks run twice.
+    settings.TCO_INSTALL_ID = "sitea"
+    fake = FakeScheduler(first_job_number=800)
+    with pytest.raises(Killed):
+        submit.campaign_submit(campaign_id=campaign.pk, scheduler=fake, after_submit=die)
+    assert fake.submissions[0][1].name == f"tco-sitea-c{campaign.pk}-claims"
+    settings.TCO_INSTALL_ID = "siteb"
+    Campaign.objects.filter(pk=campaign.pk).update(name="renamed")
+    assert reconcile(fake)["adopted"] == [campaign.pk]
+    done = Campaign.objects.get(pk=campaign.pk)
+    assert (done.status, done.job_number, len(fake.submissions)) == (CampaignStatus.SUBMITTED, 800, 1)
+    assert done.job_name == f"tco-sitea-c{campaign.pk}-claims"
+    assert set(Task.objects.filter(campaign=done).values_list("name", flat=True)) == {done.job_name}
