@@ -8,6 +8,8 @@
   var FALLBACK_MS = 30000, MIN_GAP_MS = 2000;
   // again: a refresh asked for while one was reading (a push during the fetch) runs when that one ends,
   // so the tiles never keep a figure older than the last push (it was dropped, up to FALLBACK_MS stale).
+  // last: when the last read ended; the gap is counted from there, so a server slow to answer is not
+  // asked again at once (counted from the read's start, a 2 s read left 0.25 s between reads).
   var busy = false, again = false, timer = null, last = 0;
 
   function refresh() {
@@ -28,12 +30,12 @@
         if (tiles) { tiles.setAttribute("data-refreshed", new Date().toISOString()); }
       })
       .catch(function () { /* the next tick tries again; the page still shows the last figures */ })
-      .then(function () { busy = false; if (again) { soon(); } });
+      .then(function () { busy = false; last = Date.now(); if (again) { soon(); } });
   }
 
   function soon() {
     if (timer) { return; }
-    timer = setTimeout(function () { timer = null; last = Date.now(); refresh(); },
+    timer = setTimeout(function () { timer = null; refresh(); },
                        Math.max(250, MIN_GAP_MS - (Date.now() - last)));
   }
 

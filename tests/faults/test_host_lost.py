@@ -21,7 +21,7 @@ from dashboards.launch.service import LaunchRequest, launch
 from dashboards.launch.submit import campaign_submit
 from dashboards.live.task import task_detail
 from dashboards.models import AccountingRecord, AgentDefinition, Task, Team
-from tests.support.hosts import agent_hosts, fault, qstat_tasks, queue_instances
+from tests.support.hosts import agent_hosts, fault, qstat_tasks, queue_instances, wait_runners_started
 
 from .ledger import compare, report
 from .services import poll_cycle, wait_for
@@ -53,6 +53,7 @@ def test_a_host_lost_mid_campaign_and_back_ends_each_task_once_as_the_scheduler_
     lost = max(set(placed.values()), key=list(placed.values()).count)
     on_lost = sorted(n for n, h in placed.items() if h == lost)
 
+    wait_runners_started(campaign.pk, on_lost)  # crashed while they run: failed 19 on its return, not 7
     fault("crash", lost)
     try:
         wait_for(f"{lost} to be unknown to the qmaster", lambda: (poll_cycle(cluster), all(

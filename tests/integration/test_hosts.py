@@ -32,7 +32,7 @@ from dashboards.launch.service import launch as launch_request
 from dashboards.launch.submit import campaign_job_spec, campaign_submit
 from schedulers.hosts import tasks_with_host_states
 from tests.sge_env import sge_env
-from tests.support.hosts import agent_hosts, fault, qstat_tasks, queue_instances
+from tests.support.hosts import agent_hosts, fault, qstat_tasks, queue_instances, wait_runners_started
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -325,6 +325,7 @@ def test_a_crashed_hosts_tasks_end_failed_with_the_host_and_the_reason_and_retry
     lost_host = max(set(placed.values()), key=list(placed.values()).count)
     on_lost = sorted(n for n, h in placed.items() if h == lost_host)
     elsewhere = sorted(set(placed) - set(on_lost))
+    wait_runners_started(campaign.pk, on_lost)  # crashed while they run: failed 19 on its return, not 7
     fault("crash", lost_host)
     try:
         drive_until(cluster, scheduler, host_unknown(lost_host), 180,

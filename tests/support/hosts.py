@@ -22,6 +22,25 @@ def sge(*argv: str) -> str:
                           env=sge_env(settings.SGE_ROOT, settings.SGE_CELL, TZ="UTC", LC_ALL="C")).stdout
 
 
+def wait_runners_started(campaign_id: int, task_numbers, timeout: float = 120) -> None:
+    """Wait until the runner of each of ``task_numbers`` of campaign ``campaign_id`` has started: its work
+    directory holds the input it writes first (``<spool>/work/<campaign>/<task>/input.json``). The
+    shepherd writes its pid file before it starts the job, so a host crashed after this has every
+    such job's shepherd on record: its execd, back, writes failed 19 ("before writing exit_status")
+    for each. Crashed sooner (qstat already says r), a shepherd may not have written its pid file,
+    and the record says failed 7 ("before prolog"; seen once in CI). Fails after ``timeout`` s."""
+    from execution.spool.layout import SpoolLayout
+
+    layout = SpoolLayout(settings.TCO_SPOOL_DIR)
+    paths = {n: Path(layout.work_dir(campaign_id, n)) / "input.json" for n in task_numbers}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(p.exists() for p in paths.values()):
+            return
+        time.sleep(0.2)
+    pytest.fail(f"runners not started after {timeout:.0f} s: {sorted(n for n, p in paths.items() if not p.exists())}")
+
+
 def queue_instances() -> dict[str, tuple[str, int]]:
     """``queue@host`` -> (state letters, slots_total), from ``qstat -f -xml`` read with regexes."""
     found = {}
