@@ -374,7 +374,12 @@ def _apply_record(task: Task, rec: AccountingRecord) -> None:
     task.exit_status = rec.exit_status
 
 
-def _of_last_attempt(rec: AccountingRecord, task: Task) -> bool:
+#: ``failed`` 7, "before prolog": what an execd back from a crash writes (all-zero times) for a job whose
+#: shepherd had not yet written its pid file (seen in CI: a host crashed as its tasks started).
+BEFORE_PROLOG_CODE = 7
+
+
+def _of_last_attempt(rec: AccountingRecord, task: Task, host_lost: bool = False) -> bool:
     """Whether ``rec`` can be the end of the last attempt of ``task`` that qstat showed.
 
     A task rerun elsewhere (``-r y``, its host lost) has one record per
@@ -386,13 +391,35 @@ def _of_last_attempt(rec: AccountingRecord, task: Task) -> bool:
     ``failed`` 19 ("before writing exit_status") from the host the task last
     ran on, with all-zero times (SGE 8.1.9, tests/fixtures/sge819/
     accounting_lost_host; such tasks stayed finishing, then were declared
-    lost: issue 23, finding 12). One never seen running is ended by any record.
+    lost: issue 23, finding 12), or ``failed`` 7 ("before prolog") from that host with all-zero times
+    when its host was seen lost while the task ran there (``host_lost``: the task was ``unknown``
+    since its start, :func:`_seen_unknown`): the host crashed before the shepherd wrote its pid file.
+    Such tasks stayed finishing, then were declared lost "with no accounting record". A failed 7
+    from a host not seen lost can be an earlier start that failed there, and is not the end. One never
+    seen running is ended by any record.
     """
     if task.started_at is None:
         return True
     if rec.failed == HOST_LOST_CODE and rec.hostname and rec.hostname == task.host:
         return True
+    if (host_lost and rec.failed == BEFORE_PROLOG_CODE and not rec.end_us and not rec.start_us
+            and rec.hostname and rec.hostname == task.host):
+        return True
     return bool(rec.end_us) and rec.end_us >= _us(task.started_at) - 1_000_000
+
+
+def _seen_unknown(tasks: list[Task]) -> set[int]:
+    """Ids of ``tasks`` that a poll saw ``unknown`` (their host lost: ``schedulers.hosts``) since they
+    started (a TaskEvent to ``unknown`` at or after ``started_at``); one query."""
+    if not tasks:
+        return set()
+    started = {t.id: t.started_at for t in tasks if t.started_at is not None}
+    seen: set[int] = set()
+    for task_id, at in TaskEvent.objects.filter(task_id__in=list(started), to_state="unknown").values_list(
+            "task_id", "at"):
+        if at >= started[task_id]:
+            seen.add(task_id)
+    return seen
 
 
 def finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
@@ -422,9 +449,11 @@ def _finalize_finishing(cluster: Cluster, task_ids: list[int]) -> int:
             continue
         latest: dict[int, AccountingRecord] = {}
         by_id = {t.id: t for t in tasks}
+        before_prolog = {r.task_id for r in records if r.failed == BEFORE_PROLOG_CODE and not r.end_us}
+        lost = _seen_unknown([t for t in tasks if t.id in before_prolog])
         for rec in records:
             task = by_id.get(rec.task_id)
-            if task is not None and _of_last_attempt(rec, task):
+            if task is not None and _of_last_attempt(rec, task, task.id in lost):
                 latest[rec.task_id] = rec
         events = []
         done = []

@@ -174,3 +174,45 @@ def test_failure_words_for_each_kind():
     assert failure_of(state="failed", failed_code=0, exit_status=3, host="h1").kind == "agent"
     assert failure_of(state="lost", failed_code=None, exit_status=None).kind == "infrastructure"
     assert failure_of(state="done", failed_code=0, exit_status=0) is None
+
+
+def _before_prolog_lines() -> str:
+    """The captured lines as an execd writes them for jobs whose shepherd had not written its pid file when
+    the host crashed (CI, 2026-12-03: ``failed`` 7, "before prolog", all-zero times; the rest as captured)."""
+    out = []
+    for line in accounting_lines():
+        fields = line.split(":")
+        assert fields[11] == "19"
+        fields[11] = "7"
+        out.append(":".join(fields))
+    return "# Version: 8.1.9\n" + "\n".join(out) + "\n"
+
+
+def test_a_host_crashed_before_its_shepherds_wrote_their_pids_ends_its_tasks_failed(crashed):
+    # They stayed finishing, then "lost: ... no accounting record came", though the host's records had come.
+    cluster, acct, campaign = crashed["cluster"], crashed["acct"], crashed["campaign"]
+    apply_qstat_poll(cluster, [], observed_at=CRASH + dt.timedelta(seconds=35))
+    acct.write_text(_before_prolog_lines())
+    assert ingest_accounting(cluster).accepted == 3
+    reconcile_gone_tasks(cluster, now=timezone.now() + dt.timedelta(hours=1))
+    for n in (1, 2, 3):
+        task = Task.objects.get(campaign=campaign, task_number=n)
+        assert (task.state, task.host, task.failed_code) == ("failed", "sge-exec1", 7)
+        failure = task_detail(crashed["users"]["admin"], task.pk)["task"]["failure"]
+        assert failure == {"kind": "infrastructure",
+                           "text": "the scheduler failed the task on sge-exec1 before the prolog (accounting: failed 7)"}
+    assert campaign_detail(crashed["users"]["admin"], campaign.pk)["infrastructure_failures"] == 3
+
+
+def test_a_failed_7_record_of_a_host_never_seen_lost_does_not_end_the_task_it_runs(crashed):
+    # An earlier start that failed on the same host also writes failed 7 with zero times: without the host
+    # seen lost while the task ran, that record is not the end of the run qstat showed.
+    from dashboards.models import TaskEvent
+
+    cluster, acct, campaign = crashed["cluster"], crashed["acct"], crashed["campaign"]
+    TaskEvent.objects.filter(task__campaign=campaign, to_state="unknown").delete()
+    apply_qstat_poll(cluster, [], observed_at=CRASH + dt.timedelta(seconds=35))
+    acct.write_text(_before_prolog_lines())
+    assert ingest_accounting(cluster).accepted == 3
+    states = set(Task.objects.filter(campaign=campaign, task_number__lte=3).values_list("state", flat=True))
+    assert states == {"finishing"}
