@@ -144,6 +144,28 @@ TEMPLATES = [
     },
 ]
 
+
+def postgres_options(options: dict) -> dict:
+    """The PostgreSQL connection options tco adds to the site's (``options``, from ``DATABASE_URL``; a
+    new dict, the site's own values kept):
+
+    - ``options``: ``-c jit=off``. PostgreSQL compiles a plan's expressions when its cost estimate is
+      high, and over a year of a busy site's history it spent 3.0 s compiling a waste aggregate that
+      ran in 0.2 s (bench/bench_history.py, issue 26). tco's queries are index ranges and short aggregates.
+    - ``require_auth``: ``TCO_PG_REQUIRE_AUTH``, default ``!password`` (libpq 16+, "Parameter Key
+      Words"): libpq never sends the password in clear text. A local account that bound the
+      database's port while PostgreSQL was down (after a boot, a restart) asked for it so, and
+      received it (fresh attack, 2026-12-03); SCRAM (scripts/postgres, Debian's default) gives such an
+      impostor no password. ``scram-sha-256`` is stricter still; a site that needs clear text (LDAP or
+      RADIUS authentication in pg_hba.conf, over TLS) sets its own.
+    """
+    out = dict(options)
+    if "jit" not in out.get("options", ""):
+        out["options"] = (out.get("options", "") + " -c jit=off").strip()
+    out.setdefault("require_auth", env_str("TCO_PG_REQUIRE_AUTH", "!password"))
+    return out
+
+
 _default_db = f"sqlite:///{STATE_DIR / 'tco.sqlite3'}"
 DATABASES = {"default": dj_database_url.parse(env_str("DATABASE_URL", _default_db), conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -163,12 +185,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory: the browser tests' web server and workers are other processes.
     DATABASES["default"]["TEST"] = {"NAME": env_str("TCO_TEST_DB", str(STATE_DIR / "test-tco.sqlite3"))}
 elif "postgresql" in DATABASES["default"]["ENGINE"]:
-    # No JIT: PostgreSQL compiles a plan's expressions when its cost estimate is high, and over a
-    # year of a busy site's history it spent 3.0 s compiling a waste aggregate that ran in 0.2 s
-    # (bench/bench_history.py, issue 26). tco's queries are index ranges and short aggregates.
-    _pg_options = DATABASES["default"].setdefault("OPTIONS", {})
-    if "jit" not in _pg_options.get("options", ""):
-        _pg_options["options"] = (_pg_options.get("options", "") + " -c jit=off").strip()
+    DATABASES["default"]["OPTIONS"] = postgres_options(DATABASES["default"].get("OPTIONS", {}))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

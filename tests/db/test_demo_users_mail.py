@@ -66,3 +66,29 @@ def test_a_site_on_the_deploy_settings_sends_mail_by_smtp(tmp_path):
     assert _mail_settings("deploy_settings", TCO_STATE_DIR=str(tmp_path))[0] == \
         "django.core.mail.backends.smtp.EmailBackend"
     assert _mail_settings("deploy_settings", TCO_STATE_DIR=str(tmp_path), EMAIL_BACKEND="x.Backend")[0] == "x.Backend"
+
+
+def test_the_demo_password_comes_from_a_file_never_a_command_line(bootstrap, tmp_path):
+    """Fresh attack (2026-12-03): scripts/demo ran ``tco_demo_users --password "$(cat admin-password)"``
+    and another local account read the admin's password in /proc/PID/cmdline. The command reads a file;
+    no script of the project hands a secret's content to an option (scripts/, Makefile)."""
+    import re
+
+    from django.contrib.auth import get_user_model
+    from django.core.management import CommandError, call_command
+
+    secret = tmp_path / "pw"
+    secret.write_text("x-file-demo-password-2\n")
+    call_command("tco_demo_users", password_file=str(secret), stdout=open(os.devnull, "w"))
+    assert all(get_user_model().objects.get(username=name).check_password("x-file-demo-password-2")
+               for name in DEMO_USERS)
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    for bad, words in ((empty, "is empty"), (tmp_path / "missing", "cannot read")):
+        with pytest.raises(CommandError, match=words):
+            call_command("tco_demo_users", password_file=str(bad))
+    on_a_command_line = re.compile(r"--[\w-]*(password|token|secret)[\w-]*[ =]\"?\$\(")
+    found = [f"{path.relative_to(REPO)}:{n}" for path in [*(REPO / "scripts").iterdir(), REPO / "Makefile"]
+             if path.is_file() for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+             if on_a_command_line.search(line)]
+    assert found == []
