@@ -63,7 +63,8 @@ def failed_tile(audience_tile: dict[str, Any], *, now: dt.datetime) -> dict[str,
     if not others:
         return audience_tile
     jobs = sorted({o["job_number"] for o in others})
-    detail = (f"{audience_tile['detail']}; {len(others)} of jobs not launched by tco (job{'s' if len(jobs) > 1 else ''} "
+    detail = (f"{audience_tile['detail']}; {len(others)} task{'s' if len(others) > 1 else ''} of jobs tco did not "
+              f"launch (job{'s' if len(jobs) > 1 else ''} "
               f"{', '.join(str(j) for j in jobs[:3])}{' …' if len(jobs) > 3 else ''})")
     href = audience_tile["href"] if audience_tile["href"] != "#finished" else url_or_blank("task", others[0]["pk"])
     return {**audience_tile, "detail": detail, "href": href}

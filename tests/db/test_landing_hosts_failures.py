@@ -65,7 +65,8 @@ def test_failures_of_jobs_tco_did_not_launch_are_said_as_theirs_and_open_their_t
                   started_at=now - dt.timedelta(minutes=minutes_ago), wallclock_s=30)
     admin = _tiles(ops_users["admin"], now)["failed"]
     assert (admin["number"], admin["value"], admin["level"]) == (2, "2 tasks", "amber")
-    assert admin["detail"] == "of 3 tasks that ended; 2 of jobs not launched by tco (job 4242)"
+    # "2 of jobs not launched by tco" read as broken English (fresh user, 2026-12-03).
+    assert admin["detail"] == "of 3 tasks that ended; 2 tasks of jobs tco did not launch (job 4242)"
     from dashboards.models import Task
     newest = Task.objects.get(job_number=4242, task_number=8)  # it ended last, 2 min after task 5
     assert admin["href"] == f"/tasks/{newest.pk}/"
