@@ -9,7 +9,6 @@ priority above the role's limit) are not offered and are refused if posted.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from decimal import Decimal
 from typing import Any
 
@@ -382,11 +381,14 @@ class UrgentForm(_LaunchBase):
                             label="input (JSON object)")
 
     def clean_input(self) -> dict[str, Any]:
+        """The typed input as a JSON object; a ValidationError (a form error) for text that is not
+        JSON, that nests deeper than ``limits.INPUT_MAX_DEPTH``, or that is not an object."""
         text = self.cleaned_data["input"]
         try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise ValidationError(f"not JSON: {exc}") from None
+            # Bounded: 100,000 "[" is a form error, not a RecursionError's 500 and traceback in the log.
+            value = inputs.json_loads_bounded(text, what="the input")
+        except LaunchError as exc:
+            raise ValidationError(str(exc)) from None
         if not isinstance(value, dict):
             raise ValidationError('a JSON object, e.g. {"task": 1}')
         return value
