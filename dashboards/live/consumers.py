@@ -399,7 +399,7 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
     async def receive(self, text_data=None, bytes_data=None) -> None:
         try:
             content = json.loads(text_data or "")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the decoder's stack: ignored, no traceback
             return
         if not isinstance(content, dict) or self.box is None:
             return
