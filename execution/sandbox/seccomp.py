@@ -4,7 +4,7 @@ A deny-list (issue 23, finding 8): the system calls an agent never needs and tha
 kernel's riskiest code fail with EPERM; everything else is allowed. The list follows Docker's
 default profile and systemd's ``@module``, ``@reboot``, ``@swap``, ``@mount``, ``@raw-io``,
 ``@clock``, ``@debug``, ``@cpu-emulation`` and ``@obsolete`` groups (:data:`DENIED`, by group).
-Three calls are refused only for some arguments (:data:`BY_ARGUMENT`):
+Five calls are refused only for some arguments (:data:`BY_ARGUMENT`):
 
 - ``unshare`` and ``clone`` asking for a new namespace (any ``CLONE_NEW*`` flag, :data:`NAMESPACE_FLAGS`);
   bubblewrap has made the sandbox's namespaces before it loads the filter, and the agent's
@@ -12,6 +12,11 @@ Three calls are refused only for some arguments (:data:`BY_ARGUMENT`):
 - ``personality`` setting a flag that weakens the address space (no address randomisation,
   readable-implies-executable, a mapping at page zero, the legacy layout: :data:`PERSONALITY_FLAGS`);
   the query ``personality(0xffffffff)`` and the plain personas still work;
+- ``socket`` and ``socketpair`` for an address family other than :data:`SOCKET_FAMILIES` (AF_UNIX,
+  AF_INET, AF_INET6, AF_NETLINK: the relay's and the agents' sockets, and the C library's netlink
+  queries); the network namespace does not isolate the others, AF_VSOCK above all (a found attack
+  bound and listened on vsock port 47001: on a virtual-machine execution host that reaches, or
+  squats, the hypervisor's channels);
 - ``clone3`` fails with ENOSYS (its flags are in memory a filter cannot read): the C library
   then falls back to ``clone``, whose flags the filter reads, as under Docker.
 
@@ -36,6 +41,7 @@ from collections.abc import Mapping
 from types import ModuleType
 
 __all__ = ["DENIED", "BY_ARGUMENT", "NAMESPACE_FLAGS", "PERSONALITY_FLAGS", "PERSONALITY_QUERY", "SECCOMP_MODES",
+           "SOCKET_FAMILIES",
            "SeccompUnavailable", "binding", "build_filter", "denied_names", "description", "program_bytes",
            "seccomp_mode"]
 
@@ -70,8 +76,14 @@ PERSONALITY_FLAGS = {"ADDR_NO_RANDOMIZE": 0x0040000, "MMAP_PAGE_ZERO": 0x0100000
                      "ADDR_COMPAT_LAYOUT": 0x0200000, "READ_IMPLIES_EXEC": 0x0400000}
 #: ``personality(0xffffffff)`` reads the persona without changing it.
 PERSONALITY_QUERY = 0xFFFFFFFF
+#: The address families ``socket`` and ``socketpair`` may ask for (linux/socket.h: AF_UNIX 1,
+#: AF_INET 2, AF_INET6 10, AF_NETLINK 16); any other fails with EPERM (socket(2): the family is
+#: its first argument, an int). EPERM, not the kernel's EAFNOSUPPORT, so a refusal is told apart
+#: from a family this kernel lacks.
+SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16}
 #: Calls refused for some arguments only (module doc), and the errno they fail with.
-BY_ARGUMENT = {"unshare": "EPERM", "clone": "EPERM", "personality": "EPERM", "clone3": "ENOSYS"}
+BY_ARGUMENT = {"unshare": "EPERM", "clone": "EPERM", "personality": "EPERM", "socket": "EPERM",
+               "socketpair": "EPERM", "clone3": "ENOSYS"}
 #: ``TCO_SANDBOX_SECCOMP``: the default deny-list (first, the default) or none.
 SECCOMP_MODES = ("default", "off")
 #: Where Debian's python3-seccomp puts the binding (outside a virtual environment's path).
@@ -152,6 +164,14 @@ def build_filter(lib: ModuleType | None = None):
         f.add_rule(eperm, "personality", sc.Arg(0, sc.MASKED_EQ, flag | 0x80000000, flag))
     for bit in range(31):
         f.add_rule(eperm, "personality", sc.Arg(0, sc.MASKED_EQ, 0x80000000 | (1 << bit), 0x80000000))
+    # socket(2) and socketpair(2): the family is an int, so only the lower 32 bits count (as for
+    # personality). A family of 32 or more (a negative one included) sets a bit from 5 to 31: one
+    # rule per bit; each family below 32 that is not allowed: one rule for its exact value.
+    for name in ("socket", "socketpair"):
+        for bit in range(5, 32):
+            f.add_rule(eperm, name, sc.Arg(0, sc.MASKED_EQ, 1 << bit, 1 << bit))
+        for family in sorted(set(range(32)) - set(SOCKET_FAMILIES.values())):
+            f.add_rule(eperm, name, sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, family))
     return f
 
 

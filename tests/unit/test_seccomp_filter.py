@@ -3,15 +3,19 @@
 The rule list is checked against the kernel's own numbers (asm/unistd_64.h) and against the calls
 the finding and Docker's and systemd's groups name; the BPF program libseccomp exports is run by a
 small classic-BPF interpreter written here (an independent reading of what the kernel would do) for
-each call, the argument rules, the x32 and 32-bit ABIs. In the real sandbox:
-tests/host/sandbox/test_sandbox_seccomp.py.
+each call, the argument rules, the x32 and 32-bit ABIs. The socket families are also checked by the
+kernel itself: a child process loads the built filter and makes the calls (the AF_VSOCK attack).
+In the real sandbox: tests/host/sandbox/test_sandbox_seccomp.py.
 """
 from __future__ import annotations
 
 import errno
+import json
+import os
 import platform
 import re
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,7 +41,7 @@ MUST_DENY = {"kexec_load", "kexec_file_load", "init_module", "finit_module", "de
              "syslog", "chroot", "pidfd_getfd", "kcmp", "modify_ldt"}
 #: Calls every program makes: never refused.
 MUST_ALLOW = {"read", "write", "openat", "close", "mmap", "mprotect", "brk", "exit_group", "getpid", "execve",
-              "wait4", "futex", "rt_sigaction", "prctl", "prlimit64", "seccomp", "socket", "connect", "fork",
+              "wait4", "futex", "rt_sigaction", "prctl", "prlimit64", "seccomp", "connect", "fork",
               "vfork", "kill", "getrandom", "statx", "pipe2", "dup3", "fcntl", "madvise", "sched_yield"}
 
 
@@ -81,7 +85,7 @@ def test_the_list_names_the_dangerous_calls_by_the_kernels_numbers():
     names = seccomp.denied_names()
     assert MUST_DENY <= set(names)
     assert not (MUST_ALLOW & set(names))
-    assert {"unshare", "clone", "clone3", "personality"} <= set(names)
+    assert {"unshare", "clone", "clone3", "personality", "socket", "socketpair"} <= set(names)
     assert seccomp.description() == f"default deny-list, {len(names)} calls" and len(names) == len(set(names))
     assert seccomp.description("off") == "off"
     lib = seccomp.binding()
@@ -150,6 +154,88 @@ def test_clone3_says_enosys_so_the_c_library_uses_clone(program):
 ])
 def test_personality_cannot_weaken_the_address_space(program, persona, expected):
     assert run_bpf(program, kernel_numbers()["personality"], persona) == expected
+
+
+#: Address families (linux/socket.h, typed here): those the sandbox's relay and agents use.
+FAMILIES_ALLOWED = {1, 2, 10, 16}          # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
+AF_VSOCK, AF_PACKET, AF_ALG, AF_BLUETOOTH = 40, 17, 38, 31
+
+
+@pytest.mark.parametrize("call", ["socket", "socketpair"])
+def test_socket_is_refused_for_every_family_but_unix_inet_inet6_netlink(program, call):
+    nr = kernel_numbers()[call]
+    for family in range(0, 70):
+        expected = ALLOW if family in FAMILIES_ALLOWED else EPERM
+        assert run_bpf(program, nr, family, 1, 0) == expected, family
+    assert run_bpf(program, nr, AF_VSOCK, 1, 0) == EPERM
+    for family in (0xFFFFFFFF, 0x80000000, 0x10000, 1 << 31 | 2, -1):   # negative or large ints
+        assert run_bpf(program, nr, family, 1, 0) == EPERM, family
+    # The kernel reads an int: the upper half of the register changes nothing.
+    assert run_bpf(program, nr, 1 << 32 | 2, 1, 0) == ALLOW
+    assert run_bpf(program, nr, 1 << 32 | AF_VSOCK, 1, 0) == EPERM
+    assert run_bpf(program, nr, 0xFFFFFFFF_00000000 | 10, 1, 0) == ALLOW
+
+
+# Loads the built filter in this child process, then makes the calls; each [errno or 0], as JSON.
+SOCKET_PROBE = r"""
+import errno, json, socket, sys
+if sys.argv[1] == "filter":
+    from execution.sandbox import seccomp
+    seccomp.build_filter().load()
+def attempt(make):
+    try:
+        for s in make():
+            s.close()
+        return 0
+    except OSError as exc:
+        return exc.errno
+def vsock_listener():
+    s = socket.socket(40, socket.SOCK_STREAM, 0)       # AF_VSOCK
+    s.bind((0xFFFFFFFF, 47001))                         # VMADDR_CID_ANY, the attack's port
+    s.listen()
+    return [s]
+seen = {
+    "vsock": attempt(vsock_listener),
+    "vsock_dgram": attempt(lambda: [socket.socket(40, socket.SOCK_DGRAM, 0)]),
+    "vsock_pair": attempt(lambda: socket.socketpair(40, socket.SOCK_STREAM, 0)),
+    "alg": attempt(lambda: [socket.socket(38, socket.SOCK_SEQPACKET, 0)]),          # AF_ALG
+    "unix": attempt(lambda: [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)]),
+    "unix_pair": attempt(lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)),
+    "inet": attempt(lambda: [socket.socket(socket.AF_INET, socket.SOCK_STREAM)]),
+    "inet6": attempt(lambda: [socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)]),
+    "netlink": attempt(lambda: [socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)]),   # NETLINK_ROUTE
+}
+print(json.dumps(seen))
+"""
+
+
+def socket_probe(mode: str) -> dict:
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", SOCKET_PROBE, mode], capture_output=True, text=True, env=env,
+                          cwd=root, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_under_the_filter_an_agent_cannot_listen_on_vsock_and_its_own_sockets_work():
+    """The attack: socket(AF_VSOCK, SOCK_STREAM, 0), bind to port 47001, listen. Under the built
+    filter (loaded by the child itself, as bubblewrap loads it) it fails with EPERM at socket();
+    AF_UNIX (and its socketpair), AF_INET, AF_INET6 and AF_NETLINK still work."""
+    seen = socket_probe("filter")
+    for name in ("vsock", "vsock_dgram", "vsock_pair", "alg"):
+        assert seen[name] == errno.EPERM, (name, seen)
+    for name in ("unix", "unix_pair", "inet", "inet6", "netlink"):
+        assert seen[name] == 0, (name, seen)
+
+
+def test_without_the_filter_the_probe_sees_what_the_kernel_gives():
+    """The same probe unfiltered: AF_UNIX and AF_INET work and no socket call fails with EPERM (a
+    host without the vsock module says EAFNOSUPPORT; with it, as the attack saw, the listener works),
+    so the EPERM above is the filter's."""
+    seen = socket_probe("none")
+    assert seen["unix"] == 0 and seen["inet"] == 0 and seen["unix_pair"] == 0
+    assert errno.EPERM not in (seen["vsock"], seen["vsock_dgram"], seen["alg"]), seen
 
 
 def test_other_abis_are_refused_whole(program):

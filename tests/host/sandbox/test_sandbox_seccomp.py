@@ -1,8 +1,9 @@
 """Issue 23, finding 8: the sandbox's default seccomp filter (execution/sandbox/seccomp.py), in the real sandbox.
 
 An agent started by the runner in bubblewrap makes the calls through ctypes. With the filter
-(the default) each dangerous one fails with EPERM and /proc/self/status says ``Seccomp: 2``,
-while threads, fork, a child Python and the demo agent work; with ``TCO_SANDBOX_SECCOMP=off``
+(the default) each dangerous one fails with EPERM (``socket`` and ``socketpair`` for AF_VSOCK
+too) and /proc/self/status says ``Seccomp: 2``, while threads, fork, a child Python, AF_UNIX,
+AF_INET, AF_INET6 and AF_NETLINK sockets and the demo agent work; with ``TCO_SANDBOX_SECCOMP=off``
 the same agent sees keyctl, ptrace and personality succeed (what the finding saw: ``Seccomp: 0``).
 The rule list and its BPF program: tests/unit/test_seccomp_filter.py.
 """
@@ -41,6 +42,12 @@ seen = {
     "personality_query": call(135, 0xFFFFFFFF),
     "x32_getpid": call(0x40000000 | 39),           # getpid under the x32 ABI
     "getpid": call(39),
+    "socket_vsock": call(41, 40, 1, 0),            # socket(AF_VSOCK, SOCK_STREAM, 0): the vsock attack
+    "socketpair_vsock": call(53, 40, 1, 0, 0),     # a NULL sv: EFAULT, or EOPNOTSUPP, without the filter
+    "socket_unix": call(41, 1, 1, 0),              # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK still work
+    "socket_inet": call(41, 2, 1, 0),
+    "socket_inet6": call(41, 10, 2, 0),
+    "socket_netlink": call(41, 16, 3, 0),
     "seccomp": [l.split()[1] for l in status.splitlines() if l.startswith('Seccomp:')][0],
 }
 t = threading.Thread(target=lambda: seen.setdefault("thread", "ran")); t.start(); t.join()
@@ -63,8 +70,10 @@ def probe(spool, extra=None) -> tuple[dict, dict]:
 def test_inside_the_sandbox_the_dangerous_calls_fail_with_eperm_and_the_rest_work(spool):
     seen, record = probe(spool)
     for name in ("keyctl", "ptrace", "mount", "unshare_user", "unshare_net", "setns", "io_uring_setup", "bpf",
-                 "personality_no_aslr", "x32_getpid"):
+                 "personality_no_aslr", "x32_getpid", "socket_vsock", "socketpair_vsock"):
         assert seen[name] == [-1, EPERM], (name, seen[name])
+    for name in ("socket_unix", "socket_inet", "socket_inet6", "socket_netlink"):
+        assert seen[name][0] > 2 and seen[name][1] == 0, (name, seen[name])
     assert seen["personality_query"] == [0, 0]       # the persona is still PER_LINUX: the refused call changed nothing
     assert seen["unshare_files"] == [0, 0] and seen["getpid"][0] > 0
     assert seen["thread"] == "ran" and seen["child"] == [0, "True"]   # clone3's ENOSYS: the C library used clone
@@ -78,6 +87,8 @@ def test_the_site_can_turn_it_off(spool):
     assert seen["keyctl"][0] > 0 and seen["ptrace"] == [0, 0]            # what the finding saw
     assert seen["personality_no_aslr"][0] == 0                            # it returns the old persona
     assert seen["unshare_user"][1] != EPERM                               # bubblewrap's --disable-userns: ENOSPC
+    # AF_VSOCK is not isolated by the network namespace: a descriptor (EAFNOSUPPORT without the vsock module)
+    assert seen["socket_vsock"][1] != EPERM
 
 
 def test_a_wrong_setting_is_a_configuration_error(spool):
