@@ -584,3 +584,12 @@ def test_the_launch_pages_preview_forecasts_the_cost_once(as_user, ops_users, mo
     calls.clear()
     html = client.post("/ops/launch/", {**launch_data(cost_cap_usd="0.003"), "preview": "1"}).content.decode()
     assert 'id="launch-submit"' in html and len(calls) == 1
+
+
+@pytest.mark.parametrize("url", ["/ops/launch/", "/ops/urgent/"])
+def test_with_one_cluster_the_forms_show_no_cluster_label_without_a_control(as_user, url):
+    # A fresh user saw "Cluster — the Grid Engine cell it runs on" with nothing under it (the field is hidden).
+    html = as_user("urgent").get(url).content.decode()
+    assert 'type="hidden" name="cluster"' in html
+    assert "the Grid Engine cell it runs on" not in html and 'id="field-cluster"' not in html
+    assert '<label for="id_cluster"' not in html
