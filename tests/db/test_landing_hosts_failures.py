@@ -97,3 +97,20 @@ def test_a_host_the_banner_names_unreachable_is_counted_down_by_the_tile(ops_use
     assert (silence.host, silence.no_load) == ("mh-exec1", True)
     hosts = _tiles(ops_users["admin"])["hosts"]
     assert (hosts["value"], hosts["number"], hosts["detail"]) == ("1 of 3 hosts", 1, "mh-exec1 unreachable")
+
+
+def test_the_failures_tile_says_how_many_the_infrastructure_failed(ops_users):
+    # A fresh user read 22 tasks failed by a host crash as the agents' failures: the tile now says apart those
+    # whose failure is the infrastructure's (core.failures: lost, a scheduler's failed code, tco's runner/proxy).
+    from dashboards.models import Task
+
+    now = timezone.now()
+    campaign = make_campaign(team=Team.objects.get(project="research"), user=ops_users["launcher"])
+    for n, state in ((1, "done"), (2, "failed"), (3, "failed"), (4, "lost")):
+        make_task(campaign, task_number=n, state=state, started_at=now - dt.timedelta(minutes=10), wallclock_s=30)
+    Task.objects.filter(campaign=campaign, task_number=2).update(failed_code=19, exit_status=0)  # host lost
+    Task.objects.filter(campaign=campaign, task_number=3).update(failed_code=0, exit_status=3)   # the agent's
+    tile = _tiles(ops_users["lead"], now)["failed"]
+    assert (tile["number"], tile["detail"]) == (3, "of 4 tasks that ended; 2 the infrastructure's")
+    Task.objects.filter(campaign=campaign, task_number__in=(2, 4)).update(state="done", failed_code=0)
+    assert _tiles(ops_users["lead"], now)["failed"]["detail"] == "of 4 tasks that ended"
