@@ -77,7 +77,7 @@ def limits_shown(record: Mapping | None, planned: Mapping[str, int] | None = Non
         rows.append({"what": "disk (work directory)",
                      "value": size_text(work) + (f", {size_text(used)} used at the end" if used else "")})
     for key, what, unit in (("file_bytes", "one file", "bytes"), ("cpu_s", "CPU time per process", "s"),
-                            ("max_processes", "processes", ""), ("tmpfs_bytes", "/tmp, /var/tmp, /dev/shm, /run", "each")):
+                            ("max_processes", "processes", ""), ("tmpfs_bytes", "each scratch directory the policy lists (/tmp, /var/tmp, /dev/shm, /run)", "each")):
         value = _int(limits.get(key))
         if value is None:
             continue

@@ -103,6 +103,9 @@ def test_the_task_page_shows_the_limits_it_ran_with_and_the_one_that_stopped_it(
     assert "Stopped by a limit: memory limit 1 GiB reached" in card
     assert "1 GiB for the agent&#x27;s processes together (kernel memory cgroup), at most 1 GiB used" in card
     assert "2 GiB, 5 MiB used at the end" in card and "3600 s" in card and "256 MiB each" in card
+    # The sandbox has only the scratch directories its policy lists (a fresh attacker found /var/tmp absent and
+    # /dev/shm read-only where the card named all four at 256 MiB).
+    assert "<th>each scratch directory the policy lists (/tmp, /var/tmp, /dev/shm, /run)</th>" in card
     assert "the limits it ran with (runner record)" in card
     assert "<th>system calls</th><td>seccomp filter: default deny-list, 64 calls</td>" in card
     api = client.get(f"/api/tasks/{stopped.pk}/").json()
