@@ -35,6 +35,7 @@ from dashboards.billing.budgets import budget_burn_rates
 from dashboards.billing.periods import PERIOD_ADJECTIVES, cluster_zone, default_cluster
 from dashboards.core.audit import audit
 from dashboards.core.encoding import usd_text
+from dashboards.core.failures import infrastructure_filter
 from dashboards.core.stages import EpochSeconds, quantile
 from dashboards.models import AnomalyAlert, Campaign, Task
 from schedulers.durations import duration_text
@@ -176,6 +177,7 @@ def failure_burst_alerts(*, now: dt.datetime) -> list[AnomalyAlert]:
         since = max(now - window, last_alert.get(campaign_id) or now - window)
         mine = ended.filter(campaign_id=campaign_id, end__gt=since)
         counts = mine.aggregate(ended=Count("id"), failed=Count("id", filter=Q(state__in=FAILED_STATES)),
+                                infrastructure=Count("id", filter=Q(state__in=FAILED_STATES) & infrastructure_filter()),
                                 first=Min("end", filter=Q(state__in=FAILED_STATES)))
         if counts["failed"] < settings.TCO_ALERT_FAILURE_BURST:
             continue
@@ -199,14 +201,18 @@ def _burst_alert(key: str, campaign_id: int, counts: dict, since: dt.datetime,
         + [f"Grid Engine's failed code {c['failed_code']}"] * bool(c["failed_code"]) or ["no exit status"])
         for c in codes)
     minutes = duration_text(settings.TCO_ALERT_FAILURE_WINDOW_S)
+    # The infrastructure's share said apart (core.failures): a lost host's burst read as the agents' (fresh user).
+    infrastructure = counts.get("infrastructure") or 0
+    theirs = f" ({infrastructure} the infrastructure's)" if infrastructure else ""
     title = (f"{campaign.team.name}: {counts['failed']} of {counts['ended']} tasks of {campaign.name} "
-             f"(#{campaign.pk}) failed within {minutes}")
+             f"(#{campaign.pk}) failed within {minutes}{theirs}")
     text = (f"Campaign {campaign.name} (#{campaign.pk}, job {campaign.job_number}) of team {campaign.team.name}: "
             f"{counts['failed']} of the {counts['ended']} tasks that ended since {since:%Y-%m-%d %H:%M:%S} UTC "
             f"failed or were lost ({why or 'no exit status recorded'}). tco alerts at "
             f"{settings.TCO_ALERT_FAILURE_BURST} failures within {minutes} that are at least "
             f"{settings.TCO_ALERT_FAILURE_FRACTION:.0%} of the tasks ended.")
-    details = {"failed": counts["failed"], "ended": counts["ended"], "since": since.isoformat(),
+    details = {"failed": counts["failed"], "ended": counts["ended"], "infrastructure": infrastructure,
+               "since": since.isoformat(),
                "window_s": settings.TCO_ALERT_FAILURE_WINDOW_S, "burst": settings.TCO_ALERT_FAILURE_BURST,
                "fraction": settings.TCO_ALERT_FAILURE_FRACTION, "causes": codes}
     return _record(key, kind="campaign_failures", severity="critical", team=campaign.team, campaign=campaign,

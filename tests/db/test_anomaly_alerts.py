@@ -140,7 +140,8 @@ def test_a_burst_of_failures_alerts_once_per_burst(bootstrap, ops_users, alert_s
         *({"state": "done", "exit_status": 0, "ended_at": now - dt.timedelta(seconds=20)} for _ in range(7))])
     created = anomalies.anomaly_check(now=now)
     assert [(a.kind, a.campaign_id, a.severity) for a in created] == [("campaign_failures", burst.pk, "critical")]
-    assert (created[0].details["failed"], created[0].details["ended"]) == (6, 7)
+    assert (created[0].details["failed"], created[0].details["ended"], created[0].details["infrastructure"]) == (6, 7, 0)
+    assert created[0].title.endswith("failed within 10 min")
     assert "6 with exit status 2 failed or" not in created[0].text and "(6 with exit status 2)" in created[0].text
     assert anomalies.anomaly_check(now=now + dt.timedelta(seconds=30)) == []
     # Five new failures after the alert make a new burst; the ones already told are not counted again.
@@ -388,3 +389,19 @@ def test_the_check_runs_periodically_and_expires():
     import worker.tasks  # noqa: F401 - registers the task
 
     assert "worker.tasks.alert_anomalies" in celery_app.app.tasks
+
+
+def test_a_burst_of_a_lost_hosts_failures_says_they_are_the_infrastructures(bootstrap, ops_users, alert_settings):
+    # A fresh user read "6 of 8 tasks of sweep-review failed" as the agents' failures; the campaign page blamed
+    # a crashed host (failed 19). The alert says the infrastructure's share (core.failures' rule).
+    research = Team.objects.get(project="research")
+    now = timezone.now()
+    crashed = make_campaign(team=research, user=ops_users["launcher"], name="crashed", job_number=7100, tasks=[
+        *({"state": "failed", "exit_status": 0, "failed_code": 19, "ended_at": now - dt.timedelta(seconds=20 + n)}
+          for n in range(4)),
+        *({"state": "failed", "exit_status": 2, "failed_code": 0, "ended_at": now - dt.timedelta(seconds=10 + n)}
+          for n in range(2)),
+    ])
+    (alert,) = anomalies.anomaly_check(now=now)
+    assert (alert.campaign_id, alert.details["failed"], alert.details["infrastructure"]) == (crashed.pk, 6, 4)
+    assert alert.title.endswith("tasks of crashed (#%d) failed within 10 min (4 the infrastructure's)" % crashed.pk)
