@@ -29,11 +29,14 @@ def test_a_campaign_left_on_the_cluster_is_deleted_and_a_namesake_number_is_not(
     job = campaign.job_number
     try:
         assert qstat_jobs()[job]["name"] == f"tco-{Install.objects.get(pk=1).install_id}-c{campaign.pk}-itest-leftover"
-        # A campaign of this database whose number is the job's but whose name is not: never deleted by it.
-        Campaign.objects.filter(pk=campaign.pk).update(name="someone-elses")
+        # A campaign of this database whose number is the job's but whose job name is not (a number reused):
+        # never deleted by it. The name is the one its first submission claim stored (Campaign.job_name).
+        stored = Campaign.objects.get(pk=campaign.pk).job_name
+        assert stored == qstat_jobs()[job]["name"]
+        Campaign.objects.filter(pk=campaign.pk).update(name="someone-elses", job_name="tco-x-c0-someone-elses")
         assert qdel_leftover_campaign_jobs() == []
         assert not job_gone_or_deleting(job)
-        Campaign.objects.filter(pk=campaign.pk).update(name="itest-leftover")
+        Campaign.objects.filter(pk=campaign.pk).update(name="itest-leftover", job_name=stored)
         # A campaign with a job number the cluster does not list (a test's made-up number): nothing to do.
         Campaign.objects.create(name="made-up", cluster=cluster_get_default(), team=team, agent_definition=agent,
                                 launched_by=admin, queue="agent.q", task_count=1, job_number=job + 100_000,
