@@ -202,7 +202,7 @@ def _burst_alert(key: str, campaign_id: int, counts: dict, since: dt.datetime,
         for c in codes)
     minutes = duration_text(settings.TCO_ALERT_FAILURE_WINDOW_S)
     # The infrastructure's share said apart (core.failures): a lost host's burst read as the agents' (fresh user).
-    infrastructure = counts.get("infrastructure") or 0
+    infrastructure = counts["infrastructure"]
     theirs = f" ({infrastructure} the infrastructure's)" if infrastructure else ""
     title = (f"{campaign.team.name}: {counts['failed']} of {counts['ended']} tasks of {campaign.name} "
              f"(#{campaign.pk}) failed within {minutes}{theirs}")

@@ -60,6 +60,9 @@ FAILED_CODES: dict[int, str] = {
 INFRASTRUCTURE_CODES = frozenset(set(range(1, 17)) | set(range(18, 30)) | set(range(31, 37)) | {38})
 #: ``failed`` 19: the shepherd never wrote the job's exit status (it died with its host).
 HOST_LOST_CODE = 19
+#: ``failed`` 7, "before prolog": what an execd back from a crash writes (all-zero times) for a job whose
+#: shepherd had not yet written its pid file (seen in CI, 2026-12-03: a host crashed as its tasks started).
+BEFORE_PROLOG_CODE = 7
 #: The runner's own exit status for an internal error (execution/runner/config.py ``EXIT_INTERNAL``): with
 #: no runner record, it could not write one (a full or unwritable spool, a runner bug).
 RUNNER_INTERNAL_EXIT = 70

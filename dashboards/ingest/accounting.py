@@ -18,7 +18,7 @@ from django.utils import timezone
 from dashboards.core import bulk, realtime, rollups
 from dashboards.core import clusters as core_clusters
 from dashboards.core.chunks import in_chunks
-from dashboards.core.failures import HOST_LOST_CODE
+from dashboards.core.failures import BEFORE_PROLOG_CODE, HOST_LOST_CODE
 from dashboards.ingest.campaign_status import campaigns_by_job, finish_campaigns
 from dashboards.models import (
     AccountingRecord,
@@ -372,11 +372,6 @@ def _apply_record(task: Task, rec: AccountingRecord) -> None:
     task.maxvmem_bytes = rec.maxvmem_bytes
     task.failed_code = rec.failed
     task.exit_status = rec.exit_status
-
-
-#: ``failed`` 7, "before prolog": what an execd back from a crash writes (all-zero times) for a job whose
-#: shepherd had not yet written its pid file (seen in CI: a host crashed as its tasks started).
-BEFORE_PROLOG_CODE = 7
 
 
 def _of_last_attempt(rec: AccountingRecord, task: Task, host_lost: bool = False) -> bool:
