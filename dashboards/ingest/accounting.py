@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import os
 import time
 from typing import Iterable
 
@@ -60,6 +61,45 @@ class IngestResult:
     finalized: int = 0
     batches: int = 0
     error: str = ""
+    #: Not an error: the accounting file is missing because no job has ended on the cell yet (see
+    #: :func:`_before_first_record`); what the pass found, in words.
+    waiting: str = ""
+
+
+#: A task that left the queue this long ago (seconds) has its accounting record written: Grid Engine's
+#: qmaster writes the record when the execution daemon reports the job's end, before qstat stops showing it.
+FIRST_RECORD_GRACE_S = 60.0
+
+
+def _other_accounting_files(path: str) -> str:
+    """``", but accounting.jsonl is there"`` when the directory of ``path`` holds another accounting file
+    (a wrong flavour: an OCS 9 cell writes ``common/accounting.jsonl``, SGE 8 ``common/accounting``)."""
+    directory = os.path.dirname(path)
+    try:
+        names = sorted(n for n in os.listdir(directory)
+                       if n.startswith("accounting") and n != os.path.basename(path))
+    except OSError:
+        return f" (nor is its directory {directory} readable)"
+    return f", but {', '.join(names[:3])} is there" if names else ""
+
+
+def _before_first_record(cluster: Cluster, checkpoint: IngestCheckpoint, path: str) -> str:
+    """Why a missing accounting file is not (yet) an error, or ``""`` when it is one.
+
+    A Grid Engine cell has no accounting file until its first job ends (sge_accounting(5): the qmaster
+    appends a record per finished job; Debian's new cell has none). It is the cell's first minute when
+    all of these hold: tco never read the file (no checkpoint), its directory exists and holds no other
+    accounting file (a wrong flavour's name), and none of the cluster's tasks left the queue more than
+    :data:`FIRST_RECORD_GRACE_S` seconds ago. Anything else (a path that worked before, a missing
+    directory, tasks that ended without a record) is the loud error.
+    """
+    if checkpoint.inode or not os.path.isdir(os.path.dirname(path)) or _other_accounting_files(path):
+        return ""
+    since = timezone.now() - dt.timedelta(seconds=FIRST_RECORD_GRACE_S)
+    if Task.objects.filter(cluster=cluster, gone_at__lt=since).exists():
+        return ""
+    return (f"no accounting records yet: {path} appears when the cell's first job ends "
+            "(no task of this cluster has left the queue)")
 
 
 def _accounting_error_set(cluster: Cluster, message: str) -> None:
@@ -95,6 +135,10 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
     cell has the file from its first finished job on; a wrong path or flavour,
     e.g. ``common/accounting`` on an OCS 9 cell that writes
     ``common/accounting.jsonl``, would otherwise ingest nothing, silently.)
+    The one exception is a new cell's first minutes, before any job has ended
+    (:func:`_before_first_record`): ``result.waiting`` says so and nothing is
+    recorded as an error. The error is logged when it starts or changes, not
+    on every pass.
     """
     path = path or cluster.accounting_path
     scheduler = scheduler or core_clusters.scheduler_for(cluster, accounting_path=path)
@@ -110,9 +154,18 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
         try:
             batch = scheduler.accounting_since(cursor, max_bytes)
         except AccountingMissing as exc:
-            result.error = (f"accounting not read: {exc}. Check the cluster's accounting file "
-                            f"(flavour {cluster.flavour}; manage.py tco_doctor names the fix)")
-            log.error("cluster %s: %s", cluster.name, result.error)
+            waiting = _before_first_record(cluster, checkpoint, exc.path or path)
+            if waiting:
+                result.waiting = waiting
+                log.debug("cluster %s: %s", cluster.name, waiting)
+                _accounting_error_set(cluster, "")
+                return result
+            result.error = (f"accounting not read: {exc}{_other_accounting_files(exc.path or path)}. Check the "
+                            f"cluster's accounting file (flavour {cluster.flavour}; manage.py tco_doctor names the fix)")
+            # Logged when it starts or changes, not on every pass (the ingest worker tries again each
+            # few seconds): the cluster row keeps it, and the queue page shows it, until a pass reads the file.
+            log.log(logging.ERROR if (cluster.accounting_error or "") != result.error else logging.DEBUG,
+                    "cluster %s: %s", cluster.name, result.error)
             _accounting_error_set(cluster, result.error)
             return result
         if result.batches == 0:
