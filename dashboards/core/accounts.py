@@ -29,8 +29,12 @@ DEMO_USERS: dict[str, tuple[str, str]] = {
     "launcher": ("research", Role.LAUNCHER),
     "urgent": ("research", Role.URGENT),
     "eng-viewer": ("engineering", Role.VIEWER),
-    # The demo's priced model usage is engineering's (the sweep's review agents): its lead reads that bill.
+    # Both teams' demo agents call the stand-in model through the metering proxy: each lead reads a bill
+    # with dollars in it (research's demo campaign, engineering's review agents).
     "eng-lead": ("engineering", Role.LEAD),
+    # make demo launches each team's campaigns as that team's launcher (launcher, eng-launcher), as the
+    # launch form would: a launcher who logs in finds them under "mine".
+    "eng-launcher": ("engineering", Role.LAUNCHER),
 }
 
 #: The demo users' e-mail domain (RFC 2606: reserved, never delivered anywhere); ``make demo``'s mail is

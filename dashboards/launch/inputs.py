@@ -236,6 +236,7 @@ INPUT_SCHEMAS: dict[str, dict[str, tuple[InputType, float | None, str]]] = {
         "stderr_bytes": ("int", 0, "extra bytes to print on stderr"),
         "ignore_sigterm": ("bool", None, "ignore SIGTERM"),
         "spawn_child_s": ("number", 0, "seconds a stray child sleeps"),
+        "model": ("str", None, "the model to ask once, through the metering proxy"),
     },
     "sweep-review": {  # demo/review_agent.py
         "sweep_task": ("int", None, "the sweep task whose run is reviewed"),

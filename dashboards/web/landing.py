@@ -104,15 +104,17 @@ def my_campaigns(user: AbstractBaseUser, *, scope: str = "", q: str = "", status
                  sort: str = "launched", descending: bool = True, page: int = 1) -> dict[str, Any]:
     """The campaigns of ``scope``: ``mine`` (launched by ``user``), ``teams`` (the teams ``user`` is
     on; for an admin, every team they belong to) or ``all`` (admins: every team; anyone else gets
-    ``teams``; any other value: ``mine``, or ``teams`` for a user who launched none), filtered by name (``q``) and ``status`` ("unfinished" or a campaign status), sorted
+    ``teams``; any other value: ``mine``, or for a user who launched none ``all`` for an admin and ``teams``
+    for anyone else), filtered by name (``q``) and ``status`` ("unfinished" or a campaign status), sorted
     by a key of :data:`CAMPAIGN_SORTS`. Returns ``{"rows": [{"id", "name", "team", "launched_by",
     "launched_at", "status", "tasks", "ended", "failed", "running", "waiting", "progress_pct",
     "cost_usd" (Decimal | None)}], "scope", "scopes": [allowed scopes], "page": Paginator page,
     "sort", "descending", "q", "status"}``."""
     admin = is_admin(user)
     scopes = list(SCOPES if admin else SCOPES[:2])
-    if scope not in scopes:  # by default mine, or my teams' when I launched none
-        scope = "mine" if Campaign.objects.filter(launched_by=user).exists() else "teams"
+    if scope not in scopes:  # by default mine; when I launched none, all (an admin) or my teams'
+        # make demo launches as the teams' launchers: its admin launched none and is on no team.
+        scope = "mine" if Campaign.objects.filter(launched_by=user).exists() else ("all" if admin else "teams")
     if scope == "mine":
         campaigns = campaigns_visible_to(user).filter(launched_by=user)
     elif scope == "teams":

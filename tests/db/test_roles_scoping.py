@@ -138,7 +138,8 @@ def test_the_scopes_of_many_users_at_once_are_each_ones_scope_in_two_queries(wor
     nobody = User.objects.create_user("nobody", password=None)
     users = [*world["users"].values(), grouped, both, superuser, gone_admin, gone, nobody]
     expected = {**{name: {research.pk} for name in TEAM_MEMBERS},
-                "eng-viewer": {engineering.pk}, "eng-lead": {engineering.pk}, "admin": None, "grouped": {engineering.pk},
+                "eng-viewer": {engineering.pk}, "eng-lead": {engineering.pk}, "eng-launcher": {engineering.pk},
+                "admin": None, "grouped": {engineering.pk},
                 "both": {research.pk, engineering.pk}, "root": None, "gone-admin": set(), "gone": set(), "nobody": set()}
     with django_assert_max_num_queries(2):
         scopes = scope.scopes_of(users)

@@ -8,8 +8,15 @@ stay held (``hqw``), said everywhere the admin looks (the landing page's queued 
 "paused by launcher in tco ... ago" with Release, the task page's "why is this pending?", the
 assistant) until someone releases them. A held job takes no slot, seat or share-tree usage.
 
-    manage.py tco_demo_campaign --count 60 --team research --name demo
+    manage.py tco_demo_campaign --count 60 --team research --user launcher --name demo \
+        --model stand-in-review --endpoint demo-stand-in --once
     manage.py tco_demo_campaign --count 6 --user launcher --name nightly-eval --pause --replace
+
+With ``--model`` and ``--endpoint``, each demo agent asks that model once through the metering proxy
+(demo/demo_agent.py): the campaign's policy allows the registered endpoint only
+(``demo.campaign.demo_agent_policy``), so its tokens and cost are metered and billed like any agent's.
+With ``--once``, nothing is launched while a campaign of the same name that the same user launched
+earlier is not over (a second ``make demo`` finds the first one's demo still running).
 
 With ``--replace``, a campaign of the same name that the same user launched earlier and that still
 has tasks on the cluster (a second ``make demo`` finds the first one's paused job still held: no
@@ -30,16 +37,19 @@ from dashboards.control_models import ControlState
 from dashboards.core.errors import Refused
 from dashboards.launch.service import LaunchRequest, launch
 from dashboards.launch.submit import campaign_submit
-from dashboards.models import CAMPAIGN_LIVE, AgentDefinition, Campaign, ControlRequest, Task, Team
+from dashboards.models import CAMPAIGN_LIVE, AgentDefinition, Campaign, ControlRequest, ModelEndpoint, Task, Team
+from demo.campaign import demo_agent_policy, live_campaign
 
 
-def demo_inputs(count: int, *, min_seconds: float = 3.0, max_seconds: float = 15.0) -> list[dict]:
+def demo_inputs(count: int, *, min_seconds: float = 3.0, max_seconds: float = 15.0, model: str = "") -> list[dict]:
     """The demo campaign's inputs: ``[{"task": n, "duration_s": seconds}]`` for n = 1..count, each duration
     drawn between ``min_seconds`` and ``max_seconds`` (0.1 s steps) from a generator seeded by ``count``
-    (the same campaign at every ``make demo``). The launch form's example (``launch.inputs.INPUT_EXAMPLES``)
-    is one this history fits."""
+    (the same campaign at every ``make demo``), and ``"model": model`` in each when one is given (the
+    agent asks it once). The launch form's example (``launch.inputs.INPUT_EXAMPLES``) is one this history
+    fits."""
     rng = random.Random(count)
-    return [{"task": n, "duration_s": round(rng.uniform(min_seconds, max_seconds), 1)} for n in range(1, count + 1)]
+    return [{"task": n, "duration_s": round(rng.uniform(min_seconds, max_seconds), 1), **({"model": model} if model else {})}
+            for n in range(1, count + 1)]
 
 
 class Command(BaseCommand):
@@ -59,6 +69,14 @@ class Command(BaseCommand):
                             help="submit through DRMAA in this process instead of the submit worker")
         parser.add_argument("--concurrency-cap", type=int, default=None, metavar="N",
                             help="at most N tasks run at once (-tc N); 1 by default with --pause")
+        parser.add_argument("--model", default="",
+                            help="each agent asks this model once (needs --endpoint); the demo price table prices "
+                                 "stand-in-review")
+        parser.add_argument("--endpoint", default="",
+                            help="the registered model endpoint the agents' requests go to, through the metering "
+                                 "proxy (demo-stand-in: the scripted stand-in, manage.py tco_demo_model)")
+        parser.add_argument("--once", action="store_true",
+                            help="launch nothing while --user's earlier campaign of --name is not over")
         parser.add_argument("--pause", action="store_true",
                             help="once submitted, pause it as --user (qhold through tco) and wait until done")
         parser.add_argument("--replace", action="store_true",
@@ -76,6 +94,20 @@ class Command(BaseCommand):
             raise CommandError(f"{exc} (run manage.py tco_bootstrap first)") from exc
         if options["pause"] and options["count"] < 2:
             raise CommandError("--pause needs --count 2 or more (one task may start before the pause lands)")
+        if bool(options["model"]) != bool(options["endpoint"]):
+            raise CommandError("--model and --endpoint go together (the agents reach a model only through an "
+                               "endpoint their policy allows)")
+        endpoint = None
+        if options["endpoint"]:
+            endpoint = ModelEndpoint.objects.filter(name=options["endpoint"], active=True).first()
+            if endpoint is None:
+                raise CommandError(f"model endpoint {options['endpoint']!r} is not registered (run manage.py "
+                                   "tco_bootstrap, or register it in the admin)")
+        earlier = live_campaign(user=user, name=options["name"]) if options["once"] else None
+        if earlier is not None:
+            self.stdout.write(f"campaign {earlier.pk} ({earlier.name}) that {user.get_username()} launched earlier "
+                              f"is still {earlier.status}: no second one (--once)")
+            return
         if options["replace"]:
             for earlier in _still_queued(user, options["name"]):
                 try:
@@ -86,10 +118,14 @@ class Command(BaseCommand):
                 self.stdout.write(f"campaign {earlier.pk} ({earlier.name}, job {earlier.job_number}) of an earlier "
                                   f"run: cancel requested (control request {request.pk})")
         cap = options["concurrency_cap"] or (1 if options["pause"] else None)
-        inputs = demo_inputs(options["count"], min_seconds=options["min_seconds"], max_seconds=options["max_seconds"])
+        inputs = demo_inputs(options["count"], min_seconds=options["min_seconds"], max_seconds=options["max_seconds"],
+                             model=options["model"])
+        model_request = {} if endpoint is None else {
+            "model": options["model"], "model_endpoint": endpoint.name, "policy": demo_agent_policy(endpoint=endpoint)}
         try:
             campaign = launch(user=user, request=LaunchRequest(team=team, agent_definition=agent, inputs=inputs,
-                                                               name=options["name"], concurrency_cap=cap)).campaign
+                                                               name=options["name"], concurrency_cap=cap,
+                                                               **model_request)).campaign
         except Refused as exc:
             raise CommandError(str(exc)) from exc
         if options["submit_here"]:

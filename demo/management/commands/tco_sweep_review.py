@@ -12,19 +12,17 @@ stand-in's, ``demo-stand-in``); ``--start-model`` starts the scripted
 stand-in model (demo/demo_model.py --script review) on that endpoint's port
 and gives the runners its key under the endpoint's credential name. The
 launch goes through the launch service as ``--user`` (role, policy ceiling,
-audit). ``--report`` prints
+audit); with ``--once``, not while that user's earlier campaign of ``--name`` is live
+(``make demo`` again). ``--report`` prints
 the verdicts and agreement of an earlier review campaign (after ingesting its
 runner records). classic.q takes no work while the host's np_load_avg is at
 or above 1.75, so on a busy machine the sweep waits.
 """
 from __future__ import annotations
 
-import os
-import secrets
 import time
 from pathlib import Path
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
@@ -32,7 +30,9 @@ from dashboards.core.errors import Refused
 from dashboards.launch.spool import team_sweeps_dir
 from dashboards.launch.submit import campaign_submit
 from dashboards.models import Campaign, ModelEndpoint, Task, Team
-from demo.sweep import review_agreement, review_runs_dir, sweep_review_launch, sweep_submit, write_demo_credential
+from demo.campaign import live_campaign
+from demo.stand_in import StandInError, stand_in_start
+from demo.sweep import review_agreement, review_runs_dir, sweep_review_launch, sweep_submit
 from schedulers.base import SchedulerError
 
 
@@ -62,6 +62,9 @@ class Command(BaseCommand):
                             help="submit the review campaign in this process instead of the submit worker")
         parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                             help="wait up to this long for the reviews, then print verdicts and agreement")
+        parser.add_argument("--once", action="store_true",
+                            help="do nothing when --user already has a live campaign of --name (a second "
+                                 "make demo launches no second sweep while the first one's reviews go on)")
         parser.add_argument("--report", type=int, default=None, metavar="CAMPAIGN_ID",
                             help="only print the verdicts and agreement of this review campaign")
 
@@ -88,6 +91,11 @@ class Command(BaseCommand):
                                "tco_bootstrap, or register it in the admin)")
         if options["start_model"]:
             self._start_model(endpoint, listen_fd=options["model_fd"])
+        earlier = live_campaign(user=user, name=name) if options["once"] else None
+        if earlier is not None:
+            self.stdout.write(f"review: campaign {earlier.pk} ({earlier.name}) that {user.get_username()} launched "
+                              f"earlier is still {earlier.status}: no second sweep (--once)")
+            return
 
         try:
             sweep_job, _ = sweep_submit(team=team, count=count, out_dir=out_dir, name=name)
@@ -107,41 +115,12 @@ class Command(BaseCommand):
             self._wait_and_report(campaign, out_dir, count, options["wait"])
 
     def _start_model(self, endpoint: ModelEndpoint, listen_fd: int | None = None) -> str:
-        from dashboards.management.commands.tco_bootstrap import demo_model_host
-
-        # Where the runners on the execution hosts reach it (127.0.0.1 on a single-host cluster).
-        host = demo_model_host()
-        if endpoint.host not in ("127.0.0.1", "localhost", host) or endpoint.scheme != "http":
-            raise CommandError(f"--start-model needs an http endpoint on this machine ({host} or loopback); "
-                               f"{endpoint} is not one")
-        port = endpoint.port
-        if port >= 1024:
-            # Any local account may bind an unprivileged port once the stand-in is gone (after
-            # `make stop`) and receive the agents' requests with their credential (docs/security.md, F4).
-            self.stderr.write(f"warning: {endpoint} is on unprivileged port {port}: after the stand-in stops, "
-                              "any local account can listen there; scripts/demo uses a privileged port")
-        credential_name = endpoint.credential_name
-        key = "sk-tco-demo-" + secrets.token_hex(12)
-        log_dir = Path(settings.STATE_DIR) / "log"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        key_file = Path(settings.STATE_DIR) / "run" / "demo-model.key"
-        key_file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(key + "\n")
-        write_demo_credential(name=credential_name, secret=key)
-        from demo.demo_model import spawn
-
         try:
-            proc = spawn(port=port, api_key_file=str(key_file), script="review", cwd=str(settings.BASE_DIR),
-                         stdout=open(log_dir / "demo-model.log", "ab"), new_session=True, host=host,
-                         listen_fd=listen_fd)
-        except RuntimeError as exc:
-            raise CommandError(f"{exc}; see {log_dir / 'demo-model.log'}") from exc
-        # scripts/services stop ends it with the other services.
-        (Path(settings.STATE_DIR) / "run" / "demo-model.pid").write_text(f"{proc.pid}\n")
-        self.stdout.write(f"stand-in model (scripted, not a real model): http://{host}:{port}, pid {proc.pid}")
-        return f"http://{host}:{port}"
+            url, pid = stand_in_start(endpoint=endpoint, listen_fd=listen_fd, warn=self.stderr.write)
+        except StandInError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"stand-in model (scripted, not a real model): {url}, pid {pid}")
+        return url
 
     def _wait_and_report(self, campaign, out_dir: Path, count: int, timeout: float) -> None:
         from dashboards.ingest.runner_records import ingest_runner_records

@@ -91,3 +91,49 @@ network_policies:
          credential_binding: {{provider: anthropic}}, rules: [{{allow: {{method: POST, path: /v1/messages}}}}]}}
     binaries: [{{path: {python}}}]
 """
+
+
+def test_a_research_demo_agent_asks_the_model_through_the_proxy(stand_in, tmp_path):
+    """make demo's research campaign (tco_demo_campaign --model --endpoint): each demo agent asks the
+    stand-in once, in its sandbox with the campaign's policy (demo.campaign.demo_agent_policy), through
+    the relay and the metering proxy, which adds the key and meters the tokens into the runner record.
+    Before, the demo agent called no model: research's lead read $0.00."""
+    from urllib.parse import urlsplit
+
+    from django.conf import settings
+
+    from dashboards.models import ModelEndpoint
+    from demo.campaign import demo_agent_policy
+    from demo.demo_model import count_tokens
+
+    port = urlsplit(stand_in).port
+    endpoint = ModelEndpoint(name="demo-stand-in", provider="anthropic", scheme="http", host="127.0.0.1", port=port,
+                             credential_name="demo-stand-in")
+    spool = tmp_path / "spool"
+    campaign = spool / "campaigns" / "dm"
+    campaign.mkdir(parents=True)
+    (spool / "credentials.json").write_text(json.dumps({"demo-stand-in": KEY}))
+    (campaign / "inputs.jsonl").write_text(json.dumps({"task": 7, "duration_s": 0, "model": "stand-in-review"}) + "\n")
+    spec = {"version": 1, "campaign_id": "dm", "inputs_file": "inputs.jsonl", "timeout_s": 60,
+            "model": "stand-in-review", "policy": demo_agent_policy(endpoint=endpoint),
+            "model_endpoint": {"base_url": stand_in, "credential_name": "demo-stand-in"},
+            "agent": {"command": [settings.TCO_RUNNER_PYTHON, "-m", "demo.demo_agent", "{input}", "{workdir}"],
+                      "outputs": ["result.json"]}}
+    (campaign / "spec.json").write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TCO_", "SGE_", "JOB_"))}
+    env.update(TCO_SPOOL_DIR=str(spool), TCO_CAMPAIGN_ID="dm", JOB_ID="32", SGE_TASK_ID="1", PYTHONPATH=str(REPO),
+               PYTHONDONTWRITEBYTECODE="1")
+    result = subprocess.run([sys.executable, "-m", "execution.runner"], env=env, capture_output=True, text=True,
+                            timeout=120, start_new_session=True)
+    record = json.loads((spool / "records" / "dm" / "1.json").read_text())
+    assert result.returncode == 0, (result.stderr, record["error"], record["sandbox"])
+    assert record["exit_status"] == 0
+    assert record["usage"]["forwarded"] == 1 and record["usage"]["refused"] == 0
+    answer = json.loads(Path(next(o["path"] for o in record["outputs"] if o["name"] == "result.json")).read_text())
+    call = answer["model_call"]
+    # The review script answers "verdict: ok" to a request that mentions no diverged or crashed run.
+    assert (call["text"], call["model"], answer["ok"]) == ("verdict: ok", "stand-in-review", True)
+    # The proxy's count (the runner record) is the model's answer's, and the stand-in's tokenizer's
+    # (ceil(UTF-8 bytes / 4)) of the reply.
+    assert record["usage"]["output_tokens"] == call["usage"]["output_tokens"] == count_tokens(call["text"]) > 0
+    assert record["usage"]["input_tokens"] == call["usage"]["input_tokens"] > 0
