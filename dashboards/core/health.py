@@ -71,7 +71,10 @@ class SchedulerOutage:
 def scheduler_unreachable(clusters: list[Cluster] | None = None) -> list[SchedulerOutage]:
     """Clusters whose latest poll failed (a failure newer than the last good poll)."""
     out = []
-    for cluster in clusters if clusters is not None else Cluster.objects.order_by("name"):
+    # Every page's banner asks: the fields it reads, not each cluster's stored status (the last poll's
+    # queues, hosts and jobs, parsed from JSON on each read).
+    fields = ("name", "polled_at", "poll_error", "poll_error_at")
+    for cluster in clusters if clusters is not None else Cluster.objects.order_by("name").only(*fields):
         if not cluster.poll_error:
             continue
         if cluster.polled_at and cluster.poll_error_at and cluster.poll_error_at < cluster.polled_at:

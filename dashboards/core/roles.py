@@ -93,6 +93,38 @@ def user_can(user: AbstractBaseUser, capability: str, team: Team | None = None) 
     return teams.filter(pk=team.pk).exists() if team is not None else teams.exists()
 
 
+def capabilities_of(user: AbstractBaseUser) -> frozenset[str]:
+    """The capabilities (keys of :data:`CAPABILITIES`) ``user`` has on at least one team: ``c in
+    capabilities_of(user)`` is ``user_can(user, c)``. One query (the user's roles), a second only for a
+    user with no role, whose team group may still give ``view``; none for an admin (every capability)
+    or an anonymous or inactive user (none). Where :func:`user_can` takes one query per capability
+    (the page navigation asks of five)."""
+    if not user.is_authenticated or not user.is_active:
+        return frozenset()
+    if is_admin(user):
+        return frozenset(CAPABILITIES)
+    roles = set(Membership.objects.filter(user=user).values_list("role", flat=True).distinct())
+    if not roles & CAPABILITIES["view"] and Team.objects.filter(group__user=user).exists():
+        roles.add(Role.VIEWER)
+    return frozenset(name for name, allowed in CAPABILITIES.items() if roles & allowed)
+
+
+def request_can(request, capability: str) -> bool:
+    """Whether the request's user has ``capability`` on any team (:func:`user_can` without a team),
+    from :func:`capabilities_of` read once per request and kept on it (the view's own check and the
+    page's navigation then share one query). The roles are those of the request's start: a view that
+    changes the user's memberships and then asks again asks :func:`user_can`. Raises KeyError for an
+    unknown capability."""
+    if capability not in CAPABILITIES:
+        raise KeyError(capability)
+    user = request.user
+    kept = getattr(request, "_tco_capabilities", None)
+    if kept is None or kept[0] is not user:
+        kept = (user, capabilities_of(user))
+        request._tco_capabilities = kept
+    return capability in kept[1]
+
+
 def membership_set(*, user: AbstractBaseUser, team: Team, role: str) -> Membership:
     """Give ``user`` ``role`` on ``team`` and put them in the team's Django group."""
     if role not in Role.values:

@@ -7,7 +7,7 @@ from django import template
 from django.urls import NoReverseMatch, reverse
 
 from dashboards.launch.notices import notice_expires_in, notices_to_show
-from dashboards.core.roles import is_admin, user_can
+from dashboards.core.roles import request_can
 
 register = template.Library()
 
@@ -24,7 +24,9 @@ _LINKS = (
 
 @register.inclusion_tag("dashboards/launch_nav.html", takes_context=True)
 def ops_nav(context) -> dict:
-    """Links to the pages the user may use (none until ``dashboards.web.urls_ops`` is included)."""
+    """Links to the pages the user may use (none until ``dashboards.web.urls_ops`` is included):
+    ``{"links": [(url, label)]}``. The user's capabilities are read once per request
+    (``roles.request_can``: one query, none when the view asked already)."""
     request = context.get("request")
     user = getattr(request, "user", None)
     links = []
@@ -34,9 +36,9 @@ def ops_nav(context) -> dict:
                 url = reverse(name)
             except NoReverseMatch:
                 continue
-            if user_can(user, capability):
+            if request_can(request, capability):
                 links.append((url, label))
-        if is_admin(user) or user_can(user, "launch"):
+        if request_can(request, "launch"):  # an admin has every capability
             try:
                 links.append((reverse("ops-agents"), "Agents"))
             except NoReverseMatch:

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, validate_email
+from django.forms.models import ModelChoiceIterator
 from django.utils import timezone
 
 from dashboards.billing import bills, budgets, costs, periods
@@ -49,9 +50,35 @@ def _model_validator(value: str) -> None:
         raise ValidationError("1-128 letters, digits and '.', '_', '-', '/', ':', '@' (no spaces)")
 
 
+class _ReadOnceChoices(ModelChoiceIterator):
+    """A select's choices from its field's queryset read once per form: Django's own iterator reads
+    the queryset again at each use (a select's ``required`` check, then its options: two queries per
+    select and page). The queryset is the form's own copy (fields are copied per form), so a form
+    shown again by a later request reads it afresh."""
+
+    def __iter__(self):
+        if self.field.empty_label is not None:
+            yield ("", self.field.empty_label)
+        for obj in self.queryset:  # evaluated once, then its result cache
+            yield self.choice(obj)
+
+    def __len__(self) -> int:
+        return len(self.queryset) + (self.field.empty_label is not None)
+
+    def __bool__(self) -> bool:
+        return self.field.empty_label is not None or bool(self.queryset)
+
+
+class ModelChoiceReadOnce(forms.ModelChoiceField):
+    """A ``ModelChoiceField`` whose choices are read once per form (:class:`_ReadOnceChoices`);
+    validation still looks the posted value up in the queryset."""
+
+    iterator = _ReadOnceChoices
+
+
 class BillForm(forms.Form):
-    team = forms.ModelChoiceField(queryset=None, required=False, empty_label="all my teams")
-    cluster = forms.ModelChoiceField(queryset=None, required=False, empty_label="all clusters",
+    team = ModelChoiceReadOnce(queryset=None, required=False, empty_label="all my teams")
+    cluster = ModelChoiceReadOnce(queryset=None, required=False, empty_label="all clusters",
                                      to_field_name="name")
     period = forms.ChoiceField(choices=[(p, p) for p in periods.PERIODS], initial="day")
     first = forms.DateField(label="from", widget=forms.DateInput(attrs={"type": "date"}))
@@ -110,7 +137,7 @@ class BillForm(forms.Form):
 
 
 class BudgetForm(forms.Form):
-    team = forms.ModelChoiceField(queryset=None, empty_label=None)
+    team = ModelChoiceReadOnce(queryset=None, empty_label=None)
     period = forms.ChoiceField(choices=Budget.PERIODS, initial="month")
     amount_usd = forms.DecimalField(label="amount (USD)", max_digits=12, decimal_places=2, min_value=Decimal("0.01"))
     thresholds = forms.CharField(label="alert at (% of the amount)", initial="50, 80, 100",
@@ -150,10 +177,10 @@ class BudgetForm(forms.Form):
 
 
 class _LaunchBase(forms.Form):
-    agent_definition = forms.ModelChoiceField(queryset=AgentDefinition.objects.order_by("name", "-version"),
+    agent_definition = ModelChoiceReadOnce(queryset=AgentDefinition.objects.order_by("name", "-version"),
                                               label="agent definition", empty_label=None)
-    team = forms.ModelChoiceField(queryset=None, empty_label=None)
-    cluster = forms.ModelChoiceField(queryset=None, required=False, empty_label=None, to_field_name="name",
+    team = ModelChoiceReadOnce(queryset=None, empty_label=None)
+    cluster = ModelChoiceReadOnce(queryset=None, required=False, empty_label=None, to_field_name="name",
                                      help_text="the Grid Engine cell it runs on")
     queue = forms.ChoiceField(choices=())
     seats_per_task = forms.IntegerField(label="model API seats per task", min_value=0,
@@ -168,6 +195,7 @@ class _LaunchBase(forms.Form):
         self.user = user
         self.fields["team"].queryset = teams_with(user, self.capability).order_by("name")
         watched = clusters_watched()  # the default cluster first: the form's initial choice
+        self.default_cluster = watched[0]
         self.fields["cluster"].queryset = Cluster.objects.filter(pk__in=[c.pk for c in watched]).order_by("name")
         self.fields["cluster"].initial = watched[0].name
         if len(watched) < 2:  # one cluster: nothing to choose
@@ -253,7 +281,7 @@ class LaunchForm(_LaunchBase):
                 if others:
                     field.help_text += f". Ceilings set by admins: {others}"
         from dashboards.launch.reservations import team_choices
-        self.fields["advance_reservation"].choices = [("", "none")] + team_choices(self.user)
+        self.fields["advance_reservation"].choices = [("", "none")] + team_choices(self.user, self.default_cluster)
         folders = ", ".join(str(inputs.team_inputs_folder(t)) for t in self.fields["team"].queryset)
         if folders:
             self.fields["input_directory"].help_text += f" ({folders})"

@@ -67,6 +67,21 @@ def test_queue_campaign_and_task_pages_render_from_the_database_while_redis_is_d
     assert "during-outage" in client.get("/").content.decode()
 
 
+def test_every_pages_outage_banner_reads_the_clusters_in_one_query_without_their_stored_status(bootstrap):
+    """The banner is on every page: it reads a cluster's poll times and error, not the last poll's whole
+    status (queues, hosts, jobs: JSON parsed on each read)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    cluster = cluster_get_default()
+    Cluster.objects.filter(pk=cluster.pk).update(status={"hosts": [{"name": f"h{n}"} for n in range(500)]})
+    record_poll_failure(cluster, "SchedulerUnavailable: qstat: cannot reach qmaster")
+    with CaptureQueriesContext(connection) as queries:
+        [outage] = health.scheduler_unreachable()
+    assert outage.cluster == cluster.name and "cannot reach qmaster" in outage.error
+    assert len(queries) == 1 and '"status"' not in queries[0]["sql"].split(" FROM ")[0]
+
+
 def test_a_failed_poll_keeps_the_last_state_and_says_since_when(client, role_users):
     cluster = cluster_get_default()
     research = Team.objects.get(project="research")

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from dashboards.core.roles import is_admin, user_can
+from dashboards.core.roles import is_admin, request_can
 from dashboards.launch import agents
 from dashboards.models import AgentDefinition
 from dashboards.web.forms import AgentDefinitionForm
@@ -21,7 +21,7 @@ from dashboards.web.views.common import refused
 @require_http_methods(["GET", "POST"])
 def agent_definitions_page(request: HttpRequest) -> HttpResponse:
     admin = is_admin(request.user)
-    if not (admin or user_can(request.user, "launch")):
+    if not (admin or request_can(request, "launch")):
         return refused(request, "The agent registry is for launchers and admins.")
     instance = None
     edit = request.GET.get("edit") or request.POST.get("edit")

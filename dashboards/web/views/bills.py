@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from dashboards.billing import bill_page, bills, budgets, focus, periods, waste
 from dashboards.core import csv_export, errors
-from dashboards.core.roles import is_admin, user_can
+from dashboards.core.roles import is_admin, request_can
 from dashboards.models import Budget, Campaign
 from dashboards.web import forms as ops_forms
 from dashboards.web.forms import BillForm
@@ -84,7 +84,7 @@ def _pager(form: BillForm, name: str, page: int, more: bool) -> dict:
 
 @login_required
 def bills_page(request: HttpRequest) -> HttpResponse:
-    if not user_can(request.user, "bill"):
+    if not request_can(request, "bill"):
         return refused(request, "Bills are for team leads (and admins).")
     form = BillForm.from_query(request.GET, user=request.user)
     context = {"form": form, "bill": None, "buckets": bills.BUCKETS, "bucket_labels": bills.BUCKET_LABELS,
@@ -170,7 +170,7 @@ def _bad_request(form: BillForm) -> HttpResponse:
 def bills_csv(request: HttpRequest) -> HttpResponse:
     """The CSV of the view the page shows (same query): the bill's rows, or with ``view=tasks``
     and a campaign, that campaign's costliest tasks."""
-    if not user_can(request.user, "bill"):
+    if not request_can(request, "bill"):
         return refused(request, "Bills are for team leads (and admins).")
     form = BillForm.from_query(request.GET, user=request.user)
     if not form.is_valid():
@@ -200,7 +200,7 @@ def bills_csv(request: HttpRequest) -> HttpResponse:
 def bills_focus(request: HttpRequest) -> HttpResponse:
     """The FOCUS 1.2 CSV (``billing.focus``) of the page's teams and days, widened to whole periods
     as the bill is: the same totals as the bill above it (its filters narrow the page, not the file)."""
-    if not user_can(request.user, "bill"):
+    if not request_can(request, "bill"):
         return refused(request, "Bills are for team leads (and admins).")
     form = BillForm.from_query(request.GET, user=request.user)
     if not form.is_valid():

@@ -9,7 +9,7 @@ from django.views.decorators.http import require_http_methods
 
 from dashboards.core import limits
 from dashboards.core.errors import Refused
-from dashboards.core.roles import user_can
+from dashboards.core.roles import request_can
 from dashboards.launch import preview as preview_mod
 from dashboards.launch import service
 from dashboards.web.forms import LaunchForm, UrgentForm
@@ -20,7 +20,7 @@ from dashboards.web.views.common import refused
 @login_required
 @require_http_methods(["GET", "POST"])
 def launch_page(request: HttpRequest) -> HttpResponse:
-    if not user_can(request.user, "launch"):
+    if not request_can(request, "launch"):
         return refused(request, "Launching is for launchers of a team.", action="launch")
     preview = None
     if request.method == "POST":
@@ -49,7 +49,7 @@ def launch_page(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def urgent_page(request: HttpRequest) -> HttpResponse:
-    if not user_can(request.user, "urgent"):
+    if not request_can(request, "urgent"):
         return refused(request, "Urgent agents are for urgent launchers.", action="urgent_launch")
     if request.method == "POST":
         form = UrgentForm(request.POST, user=request.user)

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from dashboards.core.clusters import cluster_get_default
 from dashboards.core.errors import ActionRefused, LaunchError, Refused
-from dashboards.core.roles import is_admin, teams_with, user_can
+from dashboards.core.roles import is_admin, request_can, teams_with
 from dashboards.launch import reservations as launch_reservations
 from dashboards.web.views.common import refused
 
@@ -93,7 +93,7 @@ class ReservationForm(forms.Form):
 @require_http_methods(["GET", "POST"])
 def reservations_page(request: HttpRequest) -> HttpResponse:
     """GET: the form and the reservations the user may see; POST: book one (then back here)."""
-    if not user_can(request.user, "launch"):
+    if not request_can(request, "launch"):
         return refused(request, "Booking reservations is for launchers of a team.", action="reservation_book")
     cluster = cluster_get_default()
     if request.method == "POST":

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 from dashboards.control import actions, group_actions, triage
 from dashboards.core import ranges
 from dashboards.core.errors import ActionRefused, LaunchError
-from dashboards.core.roles import user_can
+from dashboards.core.roles import request_can
 from dashboards.models import AuditEntry
 from dashboards.web.forms import TriageActionForm
 from dashboards.web.views.common import refused
@@ -69,7 +69,7 @@ def _back_to_triage(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def triage_page(request: HttpRequest) -> HttpResponse:
-    if not user_can(request.user, "triage"):
+    if not request_can(request, "triage"):
         return refused(request, "Triage is for cluster admins.")
     return render(request, "dashboards/triage.html", _triage_context(request))
 
@@ -77,7 +77,7 @@ def triage_page(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def triage_action_view(request: HttpRequest) -> HttpResponse:
-    if not user_can(request.user, "triage"):
+    if not request_can(request, "triage"):
         return refused(request, "Triage is for cluster admins.", action="triage")
     form = TriageActionForm(request.POST)
     if not form.is_valid():  # shown inline, at the job's row, with the page as it was
@@ -118,7 +118,7 @@ def triage_group_view(request: HttpRequest) -> HttpResponse:
     one by one); the results come back as one message on the triage page: how many were queued,
     which were skipped, and each refusal with its job.
     """
-    if not user_can(request.user, "triage"):
+    if not request_can(request, "triage"):
         return refused(request, "Triage is for cluster admins.", action="triage")
     action = request.POST.get("action", "")
     try:

@@ -11,7 +11,7 @@ from django.shortcuts import render
 
 from dashboards.billing import waste
 from dashboards.core import csv_export, errors
-from dashboards.core.roles import user_can
+from dashboards.core.roles import request_can
 from dashboards.web.forms import BillForm
 from dashboards.web.views.common import refused
 
@@ -27,7 +27,7 @@ def waste_query(form: BillForm, **changes) -> str:
 
 @login_required
 def waste_page(request: HttpRequest) -> HttpResponse:
-    if not user_can(request.user, "bill"):
+    if not request_can(request, "bill"):
         return refused(request, "Bills are for team leads (and admins).")
     form = BillForm.from_query(request.GET, user=request.user)
     context = {"form": form, "result": None, "seat_resource": settings.TCO_SEAT_RESOURCE,
