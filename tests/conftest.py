@@ -119,6 +119,7 @@ def _no_services_for_unit_and_db(request):
     import json
 
     from dashboards.core import enqueue
+    from schedulers.gridengine import adapter as gridengine_adapter
 
     settings = request.getfixturevalue("settings")
     monkeypatch = request.getfixturevalue("monkeypatch")
@@ -133,6 +134,26 @@ def _no_services_for_unit_and_db(request):
         json.dumps(list(args))
 
     monkeypatch.setattr(enqueue, "send", send)
+    monkeypatch.setattr(gridengine_adapter, "run_command", _no_cluster_commands(gridengine_adapter.run_command))
+
+
+def _no_cluster_commands(run_command):
+    """``run_command`` for unit and database tests: a Grid Engine client of the machine (a binary under
+    ``/usr``) answers SchedulerUnavailable, as on a machine without a cluster; a test's own stand-in
+    binary (a script in its temporary directory, on the PATH it gives) runs. Without it, every launch
+    forecast in a database test ran the dev cluster's real ``qstat -g c`` (about 0.2 s each under load)
+    and its figures followed whatever the cluster ran at the time (found 2026-12-03, helper check9)."""
+
+    from schedulers.base import SchedulerUnavailable
+    from schedulers.gridengine.commands import sge_environment
+
+    def guarded(argv, *args, env_extra=None, **kwargs):
+        found = shutil.which(argv[0], path=sge_environment(env_extra).get("PATH")) if argv else None
+        if found and os.path.realpath(found).startswith("/usr/"):
+            raise SchedulerUnavailable(f"{argv[0]}: unit and database tests reach no cluster")
+        return run_command(argv, *args, env_extra=env_extra, **kwargs)
+
+    return guarded
 
 
 @pytest.fixture(autouse=True)
