@@ -739,22 +739,28 @@ def test_a_campaign_snapshot_carries_its_task_rows_as_a_table_that_unpacks_to_th
     assert snapshots.unpack(wire) == json.loads(json.dumps(data))
 
 
+def batch_sizes(monkeypatch) -> list[int]:
+    """The size of each batch of sockets' checks (``consumers._check_each``) from now on, in order."""
+    from dashboards.live import consumers
+
+    sizes = []
+    real = consumers._check_each
+
+    def counted(batch):
+        sizes.append(len(batch))
+        return real(batch)
+
+    monkeypatch.setattr(consumers, "_check_each", counted)
+    return sizes
+
+
 def test_sockets_that_open_at_once_are_checked_in_few_trips_each_with_its_own_answer(world, monkeypatch):
     """A storm of sockets: their checks share trips to the database thread (consumers.CheckBatch), and each
     socket still gets its own answer: a user of another team is refused (4403) among those let in, and a
     socket with no user is told 4401."""
     from django.contrib.auth.models import AnonymousUser
 
-    from dashboards.live import consumers
-
-    trips = []
-    real = consumers._check_each
-
-    def counted(batch):
-        trips.append(len(batch))
-        return real(batch)
-
-    monkeypatch.setattr(consumers, "_check_each", counted)
+    trips = batch_sizes(monkeypatch)
     viewer, outsider = world["users"]["viewer"], world["users"]["eng-viewer"]
     alpha = world["alpha"].pk
 
@@ -921,14 +927,7 @@ def test_one_trip_to_the_database_thread_checks_the_batches_waiting_and_each_soc
 
     monkeypatch.setattr(consumers, "CHECK_BATCH", 2)
     monkeypatch.setattr(consumers, "TRIP_BATCHES", 3, raising=False)   # absent before a trip took several batches
-    batches = []
-    real = consumers._check_each
-
-    def counted(batch):
-        batches.append(len(batch))
-        return real(batch)
-
-    monkeypatch.setattr(consumers, "_check_each", counted)
+    batches = batch_sizes(monkeypatch)
     viewer, outsider = world["users"]["viewer"], world["users"]["eng-viewer"]
     alpha = world["alpha"].pk
 
