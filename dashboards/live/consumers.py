@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import json
 import logging
 import time
@@ -37,6 +38,7 @@ from dashboards.core import scope as core_scope
 # publish: also the in-memory store's producer (one-process tests)
 from dashboards.live import campaign, cluster, publish, snapshots  # noqa: F401
 from dashboards.live import hub as live_hub
+from dashboards.live import memberships as live_memberships
 from dashboards.live import sessions as live_sessions
 from schedulers import base
 
@@ -52,45 +54,37 @@ def renew_s(layer) -> float:
     return max(0.1, float(getattr(layer, "group_expiry", 86400) or 86400) / 4)
 
 
-#: Channel-layer calls (group_add, group_discard) of this process's sockets at once, at most: a connect
-#: storm (1,000 sockets) otherwise opens a Redis connection per call, each with its own connect and AUTH,
-#: instead of reusing the pool's few (issue 22, profiled: a tenth of the web processes' time).
-LAYER_CALLS = 16
-_LAYER_GATES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
-
-
-def layer_gate() -> asyncio.Semaphore:
-    """This event loop's bound on concurrent channel-layer calls (:data:`LAYER_CALLS`)."""
-    loop = asyncio.get_running_loop()
-    gate = _LAYER_GATES.get(loop)
-    if gate is None:
-        gate = _LAYER_GATES[loop] = asyncio.Semaphore(LAYER_CALLS)
-    return gate
-
-
 def db(fn, *args):
     """``fn(*args)`` on the process's database thread (an awaitable)."""
     return database_sync_to_async(fn)(*args)
 
 
-#: Sockets' checks run in one trip to the database thread, at most.
+#: Sockets checked together (one call of :func:`_check_each`), at most.
 CHECK_BATCH = 64
+#: Batches checked in one trip to the database thread, at most: page GETs (sync views, on the same thread)
+#: queued meanwhile run between two trips.
+TRIP_BATCHES = 4
 
 
 class CheckBatch:
-    """The checks of sockets that open at once, in one trip to the process's database thread (one per
-    event loop: :func:`checks`). The first socket's check leaves at once; those that open while it runs go
-    together in the next trip (:func:`_check_each`). A batch saves the hand-over to the thread and back per
-    socket, which in a connect storm (1,000 sockets at once) cost about as much as the checks themselves,
-    and it reads the users of all of its sockets' sessions and their audience scopes in a few queries, not
-    three per socket (issue 22: py-spy, the database thread saturated). An exception is that socket's own
-    (``SignedOut``, ``Refused``, a database error in its own check); a batch query that fails fails each
-    socket of the batch."""
+    """The checks of sockets that open at once, in batches on the process's database thread (one per event
+    loop: :func:`checks`). The first socket's check leaves at once; those that open while it runs go together
+    in the next batch (:func:`_check_each`). A batch saves the hand-over to the thread and back per socket,
+    which in a connect storm (1,000 sockets at once) cost about as much as the checks themselves, and it
+    reads the users of all of its sockets' sessions and their audience scopes in a few queries, not three per
+    socket (issue 22: py-spy, the database thread saturated). A trip to the thread checks the batches that
+    are waiting when it gets there, up to :data:`TRIP_BATCHES`, and hands each batch's answers back to the
+    event loop as soon as it has them: under a connect storm the loop is busy with the handshakes, and a
+    trip per batch waited for it between two batches (issue 22, traced: the checks' wait, not their work,
+    was then most of a socket's time). An exception is that socket's own (``SignedOut``, ``Refused``, a
+    database error in its own check); a batch query that fails fails each socket of the batch, and a trip
+    that fails each socket it had not answered."""
 
     def __init__(self) -> None:
-        self.waiting: list[tuple["LiveConsumer", asyncio.Future]] = []
+        self.waiting: collections.deque[tuple["LiveConsumer", asyncio.Future]] = collections.deque()
         self.draining = False
         self.trips = 0
+        self._task: asyncio.Future | None = None
 
     async def run(self, consumer: "LiveConsumer") -> list[snapshots.View]:
         """The views ``consumer`` may show, checked on the database thread with its batch (:func:`_check_each`);
@@ -99,23 +93,46 @@ class CheckBatch:
         self.waiting.append((consumer, future))
         if not self.draining:
             self.draining = True
-            asyncio.ensure_future(self._drain())
+            self._task = asyncio.ensure_future(self._drain())
         return await future
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self.waiting:
-                batch, self.waiting = self.waiting[:CHECK_BATCH], self.waiting[CHECK_BATCH:]
                 self.trips += 1
+                in_hand: list = []
                 try:
-                    outcomes = await db(_check_each, [consumer for consumer, _ in batch])
-                except BaseException as exc:  # noqa: BLE001 - the trip itself failed: each socket is told
-                    outcomes = [(False, exc)] * len(batch)
-                for (_, future), (ok, value) in zip(batch, outcomes):
-                    if not future.done():
-                        future.set_result(value) if ok else future.set_exception(value)
+                    await db(self._trip, loop, in_hand)
+                except BaseException as exc:  # noqa: BLE001 - the trip itself failed: its sockets are told
+                    batch = in_hand or [self.waiting.popleft() for _ in range(min(CHECK_BATCH, len(self.waiting)))]
+                    self._answer(batch, [(False, exc)] * len(batch))
         finally:
             self.draining = False
+
+    def _trip(self, loop: asyncio.AbstractEventLoop, in_hand: list) -> None:
+        """On the database thread: check the waiting sockets, :data:`CHECK_BATCH` at a time, up to
+        :data:`TRIP_BATCHES` batches; each batch's answers go to the event loop when they are ready
+        (``in_hand``: the batch being checked, told by :meth:`_drain` if the trip fails)."""
+        for _ in range(TRIP_BATCHES):
+            batch = []
+            while self.waiting and len(batch) < CHECK_BATCH:
+                batch.append(self.waiting.popleft())
+            if not batch:
+                return
+            in_hand[:] = batch
+            try:
+                outcomes = _check_each([consumer for consumer, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - a batch query failed: each socket of the batch is told
+                outcomes = [(False, exc)] * len(batch)
+            in_hand.clear()
+            loop.call_soon_threadsafe(self._answer, batch, outcomes)
+
+    @staticmethod
+    def _answer(batch: list, outcomes: list[tuple[bool, object]]) -> None:
+        for (_, future), (ok, value) in zip(batch, outcomes):
+            if not future.done():
+                future.set_result(value) if ok else future.set_exception(value)
 
 
 def _check_each(consumers: list["LiveConsumer"]) -> list[tuple[bool, object]]:
@@ -305,8 +322,7 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
         reconnects with backoff), never a 500."""
         try:
             for group in groups:
-                async with layer_gate():
-                    await self.channel_layer.group_add(group, self.channel_name)
+                await live_memberships.memberships(self.channel_layer).add(group, self.channel_name)
                 self.groups_joined.append(group)
         except Exception:  # noqa: BLE001 - the channel layer (Redis) away
             log.warning("live socket %s: could not join its groups; closed to reconnect",
@@ -391,8 +407,7 @@ class LiveConsumer(AsyncWebsocketConsumer, abc.ABC):
     async def disconnect(self, code: int) -> None:
         self._stop_live()
         for group in getattr(self, "groups_joined", []):
-            async with layer_gate():
-                await self.channel_layer.group_discard(group, self.channel_name)
+            await live_memberships.memberships(self.channel_layer).discard(group, self.channel_name)
         if getattr(self, "_recheck", None):
             self._recheck.cancel()
 

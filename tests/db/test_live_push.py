@@ -691,14 +691,14 @@ def test_a_handshake_whose_check_or_group_join_fails_is_closed_to_reconnect_neve
 
 
 def test_a_connect_storm_makes_at_most_layer_calls_channel_layer_calls_at_once(world, monkeypatch):
-    """Sockets opening at once join their user's and session's groups through a bounded gate (issue 22: a
-    1,000-socket storm otherwise opened a Redis connection per call): never more than ``LAYER_CALLS`` at
-    once, and every socket still joins (a logout still reaches it)."""
+    """On a layer without pipelines, sockets opening at once join their user's and session's groups through a
+    bounded gate (issue 22: a 1,000-socket storm otherwise opened a Redis connection per call): never more
+    than ``LAYER_CALLS`` at once, and every socket still joins (a logout still reaches it)."""
     from channels.layers import get_channel_layer
 
-    from dashboards.live import consumers
+    from dashboards.live import memberships
 
-    monkeypatch.setattr(consumers, "LAYER_CALLS", 2)
+    monkeypatch.setattr(memberships, "LAYER_CALLS", 2)
     layer = get_channel_layer()
     real_add = layer.group_add
     now, most, joined = [0], [0], []
@@ -739,22 +739,28 @@ def test_a_campaign_snapshot_carries_its_task_rows_as_a_table_that_unpacks_to_th
     assert snapshots.unpack(wire) == json.loads(json.dumps(data))
 
 
+def batch_sizes(monkeypatch) -> list[int]:
+    """The size of each batch of sockets' checks (``consumers._check_each``) from now on, in order."""
+    from dashboards.live import consumers
+
+    sizes = []
+    real = consumers._check_each
+
+    def counted(batch):
+        sizes.append(len(batch))
+        return real(batch)
+
+    monkeypatch.setattr(consumers, "_check_each", counted)
+    return sizes
+
+
 def test_sockets_that_open_at_once_are_checked_in_few_trips_each_with_its_own_answer(world, monkeypatch):
     """A storm of sockets: their checks share trips to the database thread (consumers.CheckBatch), and each
     socket still gets its own answer: a user of another team is refused (4403) among those let in, and a
     socket with no user is told 4401."""
     from django.contrib.auth.models import AnonymousUser
 
-    from dashboards.live import consumers
-
-    trips = []
-    real = consumers._check_each
-
-    def counted(batch):
-        trips.append(len(batch))
-        return real(batch)
-
-    monkeypatch.setattr(consumers, "_check_each", counted)
+    trips = batch_sizes(monkeypatch)
     viewer, outsider = world["users"]["viewer"], world["users"]["eng-viewer"]
     alpha = world["alpha"].pk
 
@@ -873,3 +879,86 @@ def test_a_sockets_messages_and_close_take_no_trip_to_the_database_thread(world,
     connected, at_open = async_to_sync(scenario)()
     assert connected and at_open >= 1       # the socket's check went to the database thread
     assert trips[at_open:] == []
+
+
+def test_sockets_opening_at_once_on_redis_join_their_users_group_in_a_few_round_trips(
+        world, settings, monkeypatch):
+    """On channels_redis' layer, the group joins of sockets that open at once go in pipelines (issue 22: two
+    round trips per join made most of a connect storm's time); each socket is in its user's group when it gets
+    its first snapshot (a change of rights reaches it), and out of it after its disconnect."""
+    from channels_redis.core import RedisChannelLayer
+
+    from tests.support.channel_redis import FakeRedis
+
+    redis = FakeRedis()
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                           "CONFIG": {"hosts": ["redis://127.0.0.1:9/0"], "prefix": "t:asgi"}}}
+    monkeypatch.setattr(RedisChannelLayer, "connection", lambda self, index: redis)
+    users = [world["users"][name] for name in ("viewer", "lead", "launcher", "admin")] * 5
+
+    def members(group: str) -> set[str]:
+        return set(redis.sets.get(f"t:asgi:group:{group}".encode(), {}))
+
+    async def storm():
+        opened = await asyncio.gather(*(ws_connect(user, "/ws/queue/") for user in users))
+        joined = {user.pk: members(realtime.user_group(user.pk)) for user in users}
+        trips = redis.trips
+        for comm, _, _, _ in opened:
+            await comm.disconnect()
+        return [connected for _, connected, _, _ in opened], joined, trips
+
+    connected, joined, trips = async_to_sync(storm)()
+    assert connected == [True] * 20
+    assert {pk: len(channels) for pk, channels in joined.items()} == {u.pk: 5 for u in users}
+    assert len(set().union(*joined.values())) == 20
+    # The layer's own group_add: ZADD then EXPIRE, a round trip each, 20 joins: 40. Batched: a few pipelines.
+    assert trips <= 6
+    assert all(not channels for channels in redis.sets.values())
+
+
+def test_one_trip_to_the_database_thread_checks_the_batches_waiting_and_each_socket_gets_its_answer(
+        world, monkeypatch):
+    """Under a connect storm the event loop is busy: a trip to the database thread per batch of checks waited
+    for it between two batches (issue 22, traced). A trip checks the batches that wait (at most TRIP_BATCHES),
+    and each socket still gets its own answer."""
+    from django.contrib.auth.models import AnonymousUser
+
+    from dashboards.live import consumers
+
+    monkeypatch.setattr(consumers, "CHECK_BATCH", 2)
+    monkeypatch.setattr(consumers, "TRIP_BATCHES", 3, raising=False)   # absent before a trip took several batches
+    batches = batch_sizes(monkeypatch)
+    viewer, outsider = world["users"]["viewer"], world["users"]["eng-viewer"]
+    alpha = world["alpha"].pk
+
+    async def storm():
+        who = [viewer] * 5 + [outsider, AnonymousUser(), viewer, outsider]
+        opened = await asyncio.gather(*(ws_connect(user, f"/ws/campaigns/{alpha}/") for user in who))
+        trips = consumers.checks().trips
+        for comm, connected, _, _ in opened:
+            if connected:
+                await comm.disconnect()
+        return [(connected, code) for _, connected, code, _ in opened], trips
+
+    answers, trips = async_to_sync(storm)()
+    assert answers == [(True, None)] * 5 + [(False, 4403), (False, 4401), (True, None), (False, 4403)]
+    assert sum(batches) == 9 and max(batches) <= 2
+    assert -(-len(batches) // 3) <= trips < len(batches)
+
+
+def test_a_failed_trip_to_the_database_thread_closes_each_of_its_sockets_to_reconnect(world, monkeypatch):
+    from django.db import OperationalError
+
+    from dashboards.live import consumers
+
+    async def down(fn, *args):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(consumers, "db", down)
+    viewer = world["users"]["viewer"]
+
+    async def storm():
+        opened = await asyncio.gather(*(ws_connect(viewer, "/ws/queue/") for _ in range(5)))
+        return [(connected, code) for _, connected, code, _ in opened]
+
+    assert async_to_sync(storm)() == [(False, realtime.RECHECK)] * 5
