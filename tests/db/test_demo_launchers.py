@@ -52,7 +52,7 @@ def demo_launches() -> list[dict[str, str]]:
                 rest = words[words.index(command) + 1:]
                 options = {w: (rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("--") else "")
                            for i, w in enumerate(rest) if w.startswith("--")}
-                launches.append({"command": command, **options})
+                launches.append({"command": command, "line": line, **options})
     return launches
 
 
@@ -65,6 +65,9 @@ def test_make_demo_launches_every_campaign_as_its_teams_launcher():
         assert DEMO_USERS[launch["--user"]] == (launch["--team"], Role.LAUNCHER), launch
         # A second make demo: --once (nothing while the first one's is live) or --replace (the paused one).
         assert "--once" in launch or "--replace" in launch, launch
+    # The sweep is submitted in the command's own process through DRMAA: libdrmaa loads only with jemalloc
+    # preloaded (a make demo stopped with "cannot allocate memory in static TLS block" without it).
+    assert "LD_PRELOAD=" in launches[1]["line"], launches[1]["line"]
     # Research's demo campaign asks the priced stand-in model, through its registered endpoint.
     assert (launches[0]["--model"], launches[0]["--endpoint"]) == ("stand-in-review", "demo-stand-in")
 
