@@ -35,7 +35,7 @@ from dashboards.billing.budgets import budget_burn_rates
 from dashboards.billing.periods import PERIOD_ADJECTIVES, cluster_zone, default_cluster
 from dashboards.core.audit import audit
 from dashboards.core.encoding import usd_text
-from dashboards.core.failures import infrastructure_filter
+from dashboards.core.failures import decided_count, infrastructure_filter
 from dashboards.core.stages import EpochSeconds, quantile
 from dashboards.models import AnomalyAlert, Campaign, Task
 from schedulers.durations import duration_text
@@ -179,6 +179,10 @@ def failure_burst_alerts(*, now: dt.datetime) -> list[AnomalyAlert]:
         counts = mine.aggregate(ended=Count("id"), failed=Count("id", filter=Q(state__in=FAILED_STATES)),
                                 infrastructure=Count("id", filter=Q(state__in=FAILED_STATES) & infrastructure_filter()),
                                 first=Min("end", filter=Q(state__in=FAILED_STATES)))
+        # Killed or deleted (a cancel, a qdel, a limit the scheduler enforced by a signal: core.failures' "ended",
+        # someone's decision) is no fault: a cancelled campaign's running tasks made a "35 of 35 failed" alert.
+        counts["decided"] = decided_count(mine)
+        counts["failed"] -= counts["decided"]
         if counts["failed"] < settings.TCO_ALERT_FAILURE_BURST:
             continue
         if counts["failed"] < settings.TCO_ALERT_FAILURE_FRACTION * counts["ended"]:
@@ -204,14 +208,18 @@ def _burst_alert(key: str, campaign_id: int, counts: dict, since: dt.datetime,
     # The infrastructure's share said apart (core.failures): a lost host's burst read as the agents' (fresh user).
     infrastructure = counts["infrastructure"]
     theirs = f" ({infrastructure} the infrastructure's)" if infrastructure else ""
+    decided = counts.get("decided", 0)
     title = (f"{campaign.team.name}: {counts['failed']} of {counts['ended']} tasks of {campaign.name} "
              f"(#{campaign.pk}) failed within {minutes}{theirs}")
     text = (f"Campaign {campaign.name} (#{campaign.pk}, job {campaign.job_number}) of team {campaign.team.name}: "
             f"{counts['failed']} of the {counts['ended']} tasks that ended since {since:%Y-%m-%d %H:%M:%S} UTC "
-            f"failed or were lost ({why or 'no exit status recorded'}). tco alerts at "
+            f"failed or were lost ({why or 'no exit status recorded'})"
+            + (f"; {decided} more were killed or deleted, not counted as failures" if decided else "")
+            + ". tco alerts at "
             f"{settings.TCO_ALERT_FAILURE_BURST} failures within {minutes} that are at least "
             f"{settings.TCO_ALERT_FAILURE_FRACTION:.0%} of the tasks ended.")
     details = {"failed": counts["failed"], "ended": counts["ended"], "infrastructure": infrastructure,
+               "decided": decided,
                "since": since.isoformat(),
                "window_s": settings.TCO_ALERT_FAILURE_WINDOW_S, "burst": settings.TCO_ALERT_FAILURE_BURST,
                "fraction": settings.TCO_ALERT_FAILURE_FRACTION, "causes": codes}

@@ -132,6 +132,17 @@ def failure_of(*, state: str, failed_code: int | None, exit_status: int | None, 
     return Failure(AGENT, f"the agent exited with status {exit_status}{where}")
 
 
+def decided_count(tasks) -> int:
+    """How many of ``tasks`` (a ``Task`` queryset) failed by someone's decision, not a fault: killed or deleted
+    (:func:`failure_of` kind ``ended``, e.g. Grid Engine's failed 100 after a qdel). Reads the
+    failed tasks that have a non-zero failed code (the only ones that can be of that kind)."""
+    rows = (tasks.filter(state="failed", failed_code__gt=0)
+            .values_list("state", "failed_code", "exit_status", "host", "runner_record"))
+    return sum(1 for state, code, status, host, runner in rows
+               if (found := failure_of(state=state, failed_code=code, exit_status=status, host=host,
+                                       runner=runner)) is not None and found.kind == ENDED)
+
+
 def proxy_never_listened(runner) -> bool:
     """Whether a runner record (a mapping, as ``Task.runner_record`` holds it; anything else is no
     record) says the task's metering proxy never listened, with nothing else to blame for the end:

@@ -405,3 +405,39 @@ def test_a_burst_of_a_lost_hosts_failures_says_they_are_the_infrastructures(boot
     (alert,) = anomalies.anomaly_check(now=now)
     assert (alert.campaign_id, alert.details["failed"], alert.details["infrastructure"]) == (crashed.pk, 6, 4)
     assert alert.title.endswith("tasks of crashed (#%d) failed within 10 min (4 the infrastructure's)" % crashed.pk)
+
+
+def test_killed_or_deleted_tasks_are_no_failure_burst(bootstrap, ops_users, alert_settings):
+    # Found 2026-12-03: a campaign cancelled while 35 of its tasks ran made "35 of 35 tasks of replay-research
+    # failed within 10 min": qdel's kill is Grid Engine's failed 100 (exit 137 or 143), someone's decision.
+    research = Team.objects.get(project="research")
+    now = timezone.now()
+    make_campaign(team=research, user=ops_users["launcher"], name="cancelled", job_number=7200, tasks=[
+        {"state": "failed", "exit_status": 137 + 6 * (n % 2), "failed_code": 100,
+         "ended_at": now - dt.timedelta(seconds=10 + n)} for n in range(8)])
+    assert anomalies.anomaly_check(now=now) == []
+    # Agents' own failures beside the killed ones still make a burst, counted without the killed ones.
+    mixed = make_campaign(team=research, user=ops_users["launcher"], name="mixed", job_number=7201, tasks=[
+        *({"state": "failed", "exit_status": 1, "failed_code": 0, "ended_at": now - dt.timedelta(seconds=20 + n)}
+          for n in range(5)),
+        *({"state": "failed", "exit_status": 143, "failed_code": 100, "ended_at": now - dt.timedelta(seconds=5 + n)}
+          for n in range(3))])
+    (alert,) = anomalies.anomaly_check(now=now + dt.timedelta(seconds=1))
+    assert (alert.campaign_id, alert.details["failed"], alert.details["ended"], alert.details["decided"]) == \
+        (mixed.pk, 5, 8, 3)
+    assert "; 3 more were killed or deleted, not counted as failures." in alert.text
+
+
+def test_the_failures_tile_leaves_killed_tasks_out(bootstrap, ops_users, alert_settings):
+    from dashboards.web.landing import landing_tiles
+
+    research = Team.objects.get(project="research")
+    now = timezone.now()
+    make_campaign(team=research, user=ops_users["launcher"], name="tile", job_number=7300, tasks=[
+        *({"state": "failed", "exit_status": 143, "failed_code": 100, "ended_at": now - dt.timedelta(minutes=5)}
+          for _ in range(4)),
+        {"state": "failed", "exit_status": 2, "failed_code": 0, "ended_at": now - dt.timedelta(minutes=5)},
+        {"state": "done", "exit_status": 0, "failed_code": 0, "ended_at": now - dt.timedelta(minutes=5)}])
+    tiles = {t["key"]: t for t in landing_tiles(ops_users["launcher"], seat_resource="anthropic_api", now=now)}
+    assert (tiles["failed"]["number"], tiles["failed"]["value"]) == (1, "1 task")
+    assert "of 6 tasks that ended; 4 killed or deleted, not counted" in tiles["failed"]["detail"]
