@@ -441,3 +441,25 @@ def test_the_failures_tile_leaves_killed_tasks_out(bootstrap, ops_users, alert_s
     tiles = {t["key"]: t for t in landing_tiles(ops_users["launcher"], seat_resource="anthropic_api", now=now)}
     assert (tiles["failed"]["number"], tiles["failed"]["value"]) == (1, "1 task")
     assert "of 6 tasks that ended; 4 killed or deleted, not counted" in tiles["failed"]["detail"]
+
+
+def test_a_slow_tasks_notice_ends_with_its_campaigns_last_such_task(bootstrap, ops_users, alert_settings):
+    # Found 2026-12-03: "60 task(s) of demo (#1) running for up to 7 min 49 s" stayed on every lead's page for a
+    # day after the campaign had finished.
+    from dashboards.alerts.notices import alert_notices
+
+    research = Team.objects.get(project="research")
+    now = timezone.now()
+    _history(research, ops_users["launcher"], [5.0] * 30, [60.0 + 2 * n for n in range(30)], now=now)
+    long = make_campaign(team=research, user=ops_users["launcher"], name="long", job_number=6003, tasks=[
+        {"state": "running", "queue": "agent.q", "submitted_at": now - dt.timedelta(hours=2),
+         "started_at": now - dt.timedelta(hours=1), "task_started_at": now - dt.timedelta(hours=1)}])
+    (alert,) = anomalies.anomaly_check(now=now)
+    lead = ops_users["lead"]
+    assert [a.pk for a in alert_notices(lead)["alerts"]] == [alert.pk]
+    Task.objects.filter(campaign=long).update(state="done", active=False, ended_at=now)
+    assert alert_notices(lead)["alerts"] == []
+    # A burst of failures is no phase that ends: it stays for TCO_ALERT_NOTICE_HOURS.
+    burst = _burst(research, ops_users["launcher"], now)
+    (failures,) = anomalies.anomaly_check(now=now)
+    assert failures.campaign_id == burst.pk and [a.pk for a in alert_notices(lead)["alerts"]] == [failures.pk]
