@@ -35,7 +35,7 @@ from dashboards.billing.budgets import budget_burn_rates
 from dashboards.billing.periods import PERIOD_ADJECTIVES, cluster_zone, default_cluster
 from dashboards.core.audit import audit
 from dashboards.core.encoding import usd_text
-from dashboards.core.failures import decided_count, infrastructure_filter
+from dashboards.core.failures import decided_filter, infrastructure_filter
 from dashboards.core.stages import EpochSeconds, quantile
 from dashboards.models import AnomalyAlert, Campaign, Task
 from schedulers.durations import duration_text
@@ -178,11 +178,12 @@ def failure_burst_alerts(*, now: dt.datetime) -> list[AnomalyAlert]:
         mine = ended.filter(campaign_id=campaign_id, end__gt=since)
         counts = mine.aggregate(ended=Count("id"), failed=Count("id", filter=Q(state__in=FAILED_STATES)),
                                 infrastructure=Count("id", filter=Q(state__in=FAILED_STATES) & infrastructure_filter()),
+                                decided=Count("id", filter=decided_filter()),
                                 first=Min("end", filter=Q(state__in=FAILED_STATES)))
-        # Killed or deleted (a cancel, a qdel, a limit the scheduler enforced by a signal: core.failures' "ended",
-        # someone's decision) is no fault: a cancelled campaign's running tasks made a "35 of 35 failed" alert.
-        counts["decided"] = decided_count(mine)
+        # Tasks killed by a delete asked of tco (a cancel) are no fault, and no part of the tasks that ended
+        # either: a cancelled campaign's running tasks made a "35 of 35 failed" alert (core.failures).
         counts["failed"] -= counts["decided"]
+        counts["ended"] -= counts["decided"]
         if counts["failed"] < settings.TCO_ALERT_FAILURE_BURST:
             continue
         if counts["failed"] < settings.TCO_ALERT_FAILURE_FRACTION * counts["ended"]:
@@ -197,7 +198,7 @@ def failure_burst_alerts(*, now: dt.datetime) -> list[AnomalyAlert]:
 def _burst_alert(key: str, campaign_id: int, counts: dict, since: dt.datetime,
                  now: dt.datetime) -> AnomalyAlert | None:
     campaign = Campaign.objects.select_related("team").get(pk=campaign_id)
-    codes = list(Task.objects.filter(campaign=campaign, state__in=FAILED_STATES)
+    codes = list(Task.objects.filter(campaign=campaign, state__in=FAILED_STATES).exclude(decided_filter())
                  .annotate(end=Coalesce("ended_at", "gone_at")).filter(end__gt=since, end__lte=now)
                  .values("exit_status", "failed_code").annotate(n=Count("id")).order_by("-n")[:3])
     why = "; ".join(f"{c['n']} with " + ", ".join(
@@ -214,7 +215,7 @@ def _burst_alert(key: str, campaign_id: int, counts: dict, since: dt.datetime,
     text = (f"Campaign {campaign.name} (#{campaign.pk}, job {campaign.job_number}) of team {campaign.team.name}: "
             f"{counts['failed']} of the {counts['ended']} tasks that ended since {since:%Y-%m-%d %H:%M:%S} UTC "
             f"failed or were lost ({why or 'no exit status recorded'})"
-            + (f"; {decided} more were killed or deleted, not counted as failures" if decided else "")
+            + (f"; {decided} more were killed by a cancel or delete asked of tco, not counted" if decided else "")
             + ". tco alerts at "
             f"{settings.TCO_ALERT_FAILURE_BURST} failures within {minutes} that are at least "
             f"{settings.TCO_ALERT_FAILURE_FRACTION:.0%} of the tasks ended.")

@@ -132,15 +132,24 @@ def failure_of(*, state: str, failed_code: int | None, exit_status: int | None, 
     return Failure(AGENT, f"the agent exited with status {exit_status}{where}")
 
 
-def decided_count(tasks) -> int:
-    """How many of ``tasks`` (a ``Task`` queryset) failed by someone's decision, not a fault: killed or deleted
-    (:func:`failure_of` kind ``ended``, e.g. Grid Engine's failed 100 after a qdel). Reads the
-    failed tasks that have a non-zero failed code (the only ones that can be of that kind)."""
-    rows = (tasks.filter(state="failed", failed_code__gt=0)
-            .values_list("state", "failed_code", "exit_status", "host", "runner_record"))
-    return sum(1 for state, code, status, host, runner in rows
-               if (found := failure_of(state=state, failed_code=code, exit_status=status, host=host,
-                                       runner=runner)) is not None and found.kind == ENDED)
+#: Grid Engine's failed code for a job that died through a signal (execd's reaper; "assumedly after job"):
+#: a qdel's kill, but also an h_rt kill or the kernel's OOM killer taking the job.
+SIGNALLED_CODE = 100
+
+
+def decided_filter():
+    """A ``Task`` filter (Q) for the failed tasks whose end was someone's decision through tco, not a fault:
+    killed by a signal (failed :data:`SIGNALLED_CODE`) after a delete of their job was asked of tco
+    (a campaign's cancel, a triage delete: a ``ControlRequest`` with control ``delete`` on the same cluster
+    and job, made before the task ended). Failed 100 alone is not enough: the OOM killer and h_rt kills
+    give it too. Used by the failure-burst alert and the failures tile, which leave these out."""
+    from django.db.models import Exists, OuterRef, Q
+
+    from dashboards.models import ControlRequest
+
+    asked = ControlRequest.objects.filter(cluster=OuterRef("cluster"), job_number=OuterRef("job_number"),
+                                          control="delete", created_at__lte=OuterRef("ended_at"))
+    return Q(state="failed", failed_code=SIGNALLED_CODE) & Q(Exists(asked))
 
 
 def proxy_never_listened(runner) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import Count, Q
 from django.urls import NoReverseMatch, reverse
 
-from dashboards.core.failures import decided_count, infrastructure_filter
+from dashboards.core.failures import decided_filter, infrastructure_filter
 from dashboards.core.scope import Scope, tasks_visible_to
 from dashboards.models import Cluster
 from schedulers.durations import duration_text
@@ -91,17 +91,17 @@ def task_tiles(scope: Scope, *, now: dt.datetime) -> list[dict[str, Any]]:
                       "since": oldest.submitted_at.timestamp()})
     # The infrastructure's share is said apart (a lost host, the scheduler, tco's runner or proxy:
     # core.failures): a fresh user read a host crash's 22 failed tasks as the agents'.
-    in_hour = tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1), ended_at__lte=now)
-    hour = in_hour.aggregate(
+    hour = tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1), ended_at__lte=now).aggregate(
         ended=Count("id"), failed=Count("id", filter=Q(state__in=("failed", "lost"))),
-        infrastructure=Count("id", filter=Q(state__in=("failed", "lost")) & infrastructure_filter()))
-    # Killed or deleted tasks (a cancel's running tasks: Grid Engine's failed 100) are someone's decision, not
-    # failures (core.failures' "ended"; the same rule as the failure-burst alert's).
-    decided = decided_count(in_hour)
-    failed, ended = hour["failed"] - decided, hour["ended"]
+        infrastructure=Count("id", filter=Q(state__in=("failed", "lost")) & infrastructure_filter()),
+        decided=Count("id", filter=decided_filter()))
+    # Tasks killed by a cancel or delete asked of tco are someone's decision, not failures, and not counted
+    # among the ended ones either (core.failures.decided_filter; the failure-burst alert's rule).
+    decided = hour["decided"]
+    failed, ended = hour["failed"] - decided, hour["ended"] - decided
     infrastructure = f"; {hour['infrastructure']} the infrastructure's" if hour["infrastructure"] else ""
     if decided:
-        infrastructure += f"; {decided} killed or deleted, not counted"
+        infrastructure += f"; {decided} more killed by a cancel, not counted"
     level = "ok" if not failed else (
         "red" if failed >= FAILED_RED_MIN and failed >= FAILED_RED_FRACTION * ended else "amber")
     newest_failed = (tasks.filter(active=False, ended_at__gte=now - dt.timedelta(hours=1), state__in=("failed", "lost"),

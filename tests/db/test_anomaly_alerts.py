@@ -407,40 +407,67 @@ def test_a_burst_of_a_lost_hosts_failures_says_they_are_the_infrastructures(boot
     assert alert.title.endswith("tasks of crashed (#%d) failed within 10 min (4 the infrastructure's)" % crashed.pk)
 
 
-def test_killed_or_deleted_tasks_are_no_failure_burst(bootstrap, ops_users, alert_settings):
+def _delete_asked(campaign, at):
+    """A delete of ``campaign``'s job asked of tco at ``at`` (a cancel's control request)."""
+    from dashboards.models import ControlRequest
+
+    request = ControlRequest.objects.create(cluster=campaign.cluster, campaign=campaign, action="campaign_cancel",
+                                            control="delete", job_number=campaign.job_number)
+    ControlRequest.objects.filter(pk=request.pk).update(created_at=at)
+
+
+def test_tasks_killed_by_a_cancel_are_no_failure_burst(bootstrap, ops_users, alert_settings):
     # Found 2026-12-03: a campaign cancelled while 35 of its tasks ran made "35 of 35 tasks of replay-research
     # failed within 10 min": qdel's kill is Grid Engine's failed 100 (exit 137 or 143), someone's decision.
     research = Team.objects.get(project="research")
     now = timezone.now()
-    make_campaign(team=research, user=ops_users["launcher"], name="cancelled", job_number=7200, tasks=[
+    cancelled = make_campaign(team=research, user=ops_users["launcher"], name="cancelled", job_number=7200, tasks=[
         {"state": "failed", "exit_status": 137 + 6 * (n % 2), "failed_code": 100,
          "ended_at": now - dt.timedelta(seconds=10 + n)} for n in range(8)])
+    _delete_asked(cancelled, now - dt.timedelta(minutes=1))
     assert anomalies.anomaly_check(now=now) == []
-    # Agents' own failures beside the killed ones still make a burst, counted without the killed ones.
+    # Real failures beside many cancelled tasks: counted against the tasks that ended by themselves (5 of 5, not
+    # 5 of 15, under the 50 % fraction), the cancelled ones said apart.
     mixed = make_campaign(team=research, user=ops_users["launcher"], name="mixed", job_number=7201, tasks=[
         *({"state": "failed", "exit_status": 1, "failed_code": 0, "ended_at": now - dt.timedelta(seconds=20 + n)}
           for n in range(5)),
         *({"state": "failed", "exit_status": 143, "failed_code": 100, "ended_at": now - dt.timedelta(seconds=5 + n)}
-          for n in range(3))])
+          for n in range(10))])
+    _delete_asked(mixed, now - dt.timedelta(minutes=1))
     (alert,) = anomalies.anomaly_check(now=now + dt.timedelta(seconds=1))
     assert (alert.campaign_id, alert.details["failed"], alert.details["ended"], alert.details["decided"]) == \
-        (mixed.pk, 5, 8, 3)
-    assert "; 3 more were killed or deleted, not counted as failures." in alert.text
+        (mixed.pk, 5, 5, 10)
+    assert "; 10 more were killed by a cancel or delete asked of tco, not counted." in alert.text
+    assert [c["exit_status"] for c in alert.details["causes"]] == [1]
 
 
-def test_the_failures_tile_leaves_killed_tasks_out(bootstrap, ops_users, alert_settings):
+def test_tasks_killed_without_a_delete_asked_are_failures(bootstrap, ops_users, alert_settings):
+    # Failed 100 alone is the OOM killer or an h_rt kill as well as a qdel: without a delete asked of tco (or
+    # with one asked after the tasks had ended) they stay failures.
+    research = Team.objects.get(project="research")
+    now = timezone.now()
+    killed = make_campaign(team=research, user=ops_users["launcher"], name="oom", job_number=7202, tasks=[
+        {"state": "failed", "exit_status": 137, "failed_code": 100, "ended_at": now - dt.timedelta(seconds=30 + n)}
+        for n in range(6)])
+    _delete_asked(killed, now - dt.timedelta(seconds=5))  # after they ended
+    (alert,) = anomalies.anomaly_check(now=now)
+    assert (alert.campaign_id, alert.details["failed"], alert.details["decided"]) == (killed.pk, 6, 0)
+
+
+def test_the_failures_tile_leaves_tasks_killed_by_a_cancel_out(bootstrap, ops_users, alert_settings):
     from dashboards.web.landing import landing_tiles
 
     research = Team.objects.get(project="research")
     now = timezone.now()
-    make_campaign(team=research, user=ops_users["launcher"], name="tile", job_number=7300, tasks=[
+    tile = make_campaign(team=research, user=ops_users["launcher"], name="tile", job_number=7300, tasks=[
         *({"state": "failed", "exit_status": 143, "failed_code": 100, "ended_at": now - dt.timedelta(minutes=5)}
           for _ in range(4)),
         {"state": "failed", "exit_status": 2, "failed_code": 0, "ended_at": now - dt.timedelta(minutes=5)},
         {"state": "done", "exit_status": 0, "failed_code": 0, "ended_at": now - dt.timedelta(minutes=5)}])
+    _delete_asked(tile, now - dt.timedelta(minutes=6))
     tiles = {t["key"]: t for t in landing_tiles(ops_users["launcher"], seat_resource="anthropic_api", now=now)}
     assert (tiles["failed"]["number"], tiles["failed"]["value"]) == (1, "1 task")
-    assert "of 6 tasks that ended; 4 killed or deleted, not counted" in tiles["failed"]["detail"]
+    assert "of 2 tasks that ended; 4 more killed by a cancel, not counted" in tiles["failed"]["detail"]
 
 
 def test_a_slow_tasks_notice_ends_with_its_campaigns_last_such_task(bootstrap, ops_users, alert_settings):
