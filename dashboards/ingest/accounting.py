@@ -164,7 +164,7 @@ def ingest_accounting(cluster: Cluster, *, path: str | None = None, max_bytes: i
                             f"cluster's accounting file (flavour {cluster.flavour}; manage.py tco_doctor names the fix)")
             # Logged when it starts or changes, not on every pass (the ingest worker tries again each
             # few seconds): the cluster row keeps it, and the queue page shows it, until a pass reads the file.
-            log.log(logging.ERROR if (cluster.accounting_error or "") != result.error else logging.DEBUG,
+            log.log(logging.ERROR if (cluster.accounting_error or "") != result.error[:2000] else logging.DEBUG,
                     "cluster %s: %s", cluster.name, result.error)
             _accounting_error_set(cluster, result.error)
             return result
